@@ -1,0 +1,68 @@
+# Helpers that give every project target the same warnings, sanitizers and
+# include path. Third-party code never gets these flags.
+#
+#   swaserve_library(NAME SRCS a.cc ... [DEPS dep ...] [PRIVATE_DEPS dep ...])
+#       static library swaserve_NAME (alias swaserve::NAME), includes from the
+#       repository root: #include "lib/base/status.h".
+#   swaserve_executable(NAME SRCS ... [DEPS ...])
+#   swaserve_test(NAME SRCS ... LABELS module kind [DEPS ...] [PROPERTIES k v ...])
+#       GoogleTest binary registered with gtest_discover_tests; every test case
+#       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e).
+
+set(SWASERVE_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter
+    -Wno-missing-field-initializers)
+if(SWASERVE_WERROR)
+  list(APPEND SWASERVE_WARNINGS -Werror)
+endif()
+
+set(SWASERVE_SANITIZE_FLAGS "")
+if(SWASERVE_SANITIZE)
+  set(SWASERVE_SANITIZE_FLAGS -fsanitize=${SWASERVE_SANITIZE} -fno-omit-frame-pointer
+      -fno-sanitize-recover=all)
+endif()
+
+function(swaserve_setup_target target)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:${SWASERVE_WARNINGS} ${SWASERVE_SANITIZE_FLAGS}>)
+  if(SWASERVE_SANITIZE_FLAGS)
+    target_link_options(${target} PUBLIC ${SWASERVE_SANITIZE_FLAGS})
+  endif()
+endfunction()
+
+function(swaserve_library name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(swaserve_${name} STATIC ${A_SRCS})
+  add_library(swaserve::${name} ALIAS swaserve_${name})
+  swaserve_setup_target(swaserve_${name})
+  target_link_libraries(swaserve_${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+endfunction()
+
+function(swaserve_executable name)
+  cmake_parse_arguments(A "" "OUTPUT_NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${A_SRCS})
+  swaserve_setup_target(${name})
+  target_link_libraries(${name} PRIVATE ${A_DEPS})
+  if(A_OUTPUT_NAME)
+    set_target_properties(${name} PROPERTIES OUTPUT_NAME ${A_OUTPUT_NAME})
+  endif()
+endfunction()
+
+function(swaserve_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SRCS;DEPS;LABELS;PROPERTIES" ${ARGN})
+  if(NOT A_LABELS)
+    message(FATAL_ERROR "swaserve_test(${name}): LABELS (module and kind) are required")
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${A_SRCS})
+  swaserve_setup_target(${name})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  # A list value must reach the generated ctest script with its ';' escaped,
+  # or "unit" would be read as a property name.
+  string(REPLACE ";" "\\;" labels "${A_LABELS}")
+  gtest_discover_tests(${name}
+      DISCOVERY_TIMEOUT 60
+      PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT} ${A_PROPERTIES})
+endfunction()
