@@ -59,10 +59,14 @@ function(swaserve_test name)
   add_executable(${name} ${A_SRCS})
   swaserve_setup_target(${name})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  # A list value must reach the generated ctest script with its ';' escaped,
-  # or "unit" would be read as a property name.
-  string(REPLACE ";" "\\;" labels "${A_LABELS}")
   gtest_discover_tests(${name}
       DISCOVERY_TIMEOUT 60
-      PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT} ${A_PROPERTIES})
+      PROPERTIES TIMEOUT ${A_TIMEOUT} ${A_PROPERTIES})
+  # gtest_discover_tests flattens a list-valued property ("metrics;unit" would
+  # become LABELS metrics + a bogus property "unit"), so set LABELS from a file
+  # that ctest includes after the discovered tests (${name}_TESTS) exist.
+  set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  file(WRITE ${labels_file}
+       "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${A_LABELS}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()

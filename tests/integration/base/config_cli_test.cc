@@ -11,14 +11,14 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Run {
+struct CliResult {
   int code;
   std::string output;
 };
 
-Run Cli(std::vector<std::string> args) {
+CliResult Cli(std::vector<std::string> args) {
   args.insert(args.begin(), SWASERVE_CLI_PATH);
-  Run r;
+  CliResult r;
   absl::StatusOr<int> code = RunCommand(args, &r.output, absl::Seconds(30));
   EXPECT_TRUE(code.ok()) << code.status();
   r.code = code.ok() ? *code : -1;
@@ -38,18 +38,18 @@ class ConfigCliTest : public ::testing::Test {
 
 TEST_F(ConfigCliTest, GoodConfigAndFlagsWork) {
   std::string path = Write("ok.yaml", "page_size: 2\ntokens: [1, 2, 3, 4]\n");
-  Run r = Cli({"page-hashes", "--config", path});
+  CliResult r = Cli({"page-hashes", "--config", path});
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("0 "));
   EXPECT_THAT(r.output, HasSubstr("1 "));
-  Run flags = Cli({"page-hashes", "--config=" + path, "--page-size=4"});
+  CliResult flags = Cli({"page-hashes", "--config=" + path, "--page-size=4"});
   EXPECT_EQ(flags.code, 0);
   EXPECT_THAT(flags.output, Not(HasSubstr("1 ")));  // one page of 4 now
 }
 
 TEST_F(ConfigCliTest, UnknownKeyExitsTwoNamingTheKey) {
   std::string path = Write("bad.yaml", "page_size: 2\npage_szie: 3\n");
-  Run r = Cli({"page-hashes", "--config", path});
+  CliResult r = Cli({"page-hashes", "--config", path});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("unknown key 'page_szie'"));
   EXPECT_THAT(r.output, HasSubstr("bad.yaml"));
@@ -58,37 +58,37 @@ TEST_F(ConfigCliTest, UnknownKeyExitsTwoNamingTheKey) {
 
 TEST_F(ConfigCliTest, WrongTypeExitsTwoNamingTheKey) {
   std::string path = Write("bad.json", R"({"page_size": "sixteen"})");
-  Run r = Cli({"page-hashes", "--config", path});
+  CliResult r = Cli({"page-hashes", "--config", path});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("key 'page_size': expected an integer, got 'sixteen'"));
-  Run flag = Cli({"page-hashes", "--tokens=1,x"});
+  CliResult flag = Cli({"page-hashes", "--tokens=1,x"});
   EXPECT_EQ(flag.code, 2);
   EXPECT_THAT(flag.output, HasSubstr("key 'tokens'"));
 }
 
 TEST_F(ConfigCliTest, MissingFileExitsTwo) {
-  Run r = Cli({"page-hashes", "--config", "/nonexistent/cluster.yaml"});
+  CliResult r = Cli({"page-hashes", "--config", "/nonexistent/cluster.yaml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.output, HasSubstr("cannot read config file '/nonexistent/cluster.yaml'"));
 }
 
 TEST_F(ConfigCliTest, MalformedFileAndBadFlagsExitTwo) {
-  Run yaml = Cli({"page-hashes", "--config", Write("broken.yaml", "tokens: [1,\n")});
+  CliResult yaml = Cli({"page-hashes", "--config", Write("broken.yaml", "tokens: [1,\n")});
   EXPECT_EQ(yaml.code, 2);
   EXPECT_THAT(yaml.output, HasSubstr("invalid YAML"));
-  Run flag = Cli({"page-hashes", "--no-such-flag"});
+  CliResult flag = Cli({"page-hashes", "--no-such-flag"});
   EXPECT_EQ(flag.code, 2);
   EXPECT_THAT(flag.output, HasSubstr("unknown flag '--no-such-flag'"));
-  Run cmd = Cli({"frobnicate"});
+  CliResult cmd = Cli({"frobnicate"});
   EXPECT_EQ(cmd.code, 2);
   EXPECT_THAT(cmd.output, HasSubstr("unknown command 'frobnicate'"));
 }
 
 TEST_F(ConfigCliTest, HelpExitsZero) {
-  Run top = Cli({"--help"});
+  CliResult top = Cli({"--help"});
   EXPECT_EQ(top.code, 0);
   EXPECT_THAT(top.output, HasSubstr("page-hashes"));
-  Run sub = Cli({"page-hashes", "--help"});
+  CliResult sub = Cli({"page-hashes", "--help"});
   EXPECT_EQ(sub.code, 0);
   EXPECT_THAT(sub.output, HasSubstr("--page_size (int, default 16)"));
 }
