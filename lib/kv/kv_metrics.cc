@@ -1,0 +1,97 @@
+#include "lib/kv/kv_metrics.h"
+
+#include "lib/base/status.h"
+
+namespace swaserve::kv {
+
+absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
+    metrics::Registry* registry, const KvPools* pools,
+    const PrefixCache* cache) {
+  std::unique_ptr<KvMetrics> m(new KvMetrics(registry));
+  auto add = [&](absl::Status s, const char* name) -> absl::Status {
+    if (s.ok()) m->names_.push_back(name);
+    return s;
+  };
+  RETURN_IF_ERROR(add(
+      registry->AddCallbackGauge(
+          "swaserve_kv_pages",
+          "KV cache pages per pool (full: full-attention layers; swa: "
+          "sliding-window and MTP layers) and state",
+          {"pool", "state"},
+          [pools] {
+            std::vector<metrics::CallbackSample> out;
+            for (const PagePool* p : {&pools->full(), &pools->swa()}) {
+              const std::string pool(PoolKindName(p->kind()));
+              out.push_back({{pool, "free"}, static_cast<double>(p->num_free())});
+              out.push_back({{pool, "reserved"}, static_cast<double>(p->num_reserved())});
+              out.push_back({{pool, "in_use"}, static_cast<double>(p->num_in_use())});
+              out.push_back({{pool, "cached"}, static_cast<double>(p->num_cached())});
+            }
+            return out;
+          }),
+      "swaserve_kv_pages"));
+  if (cache == nullptr) return m;
+  const PrefixCacheStats* st = &cache->stats();
+  struct CounterDef {
+    const char* name;
+    const char* help;
+    const std::atomic<int64_t>* value;
+  };
+  const CounterDef counters[] = {
+      {"swaserve_prefix_cache_lookup_tokens_total",
+       "Prompt tokens looked up in the prefix cache", &st->lookup_tokens},
+      {"swaserve_prefix_cache_hit_tokens_total",
+       "Prompt tokens served from the prefix cache (window-safe hits)",
+       &st->hit_tokens},
+      {"swaserve_prefix_cache_window_lost_tokens_total",
+       "Tokens whose full KV matched but which the window-safe rule could not "
+       "reuse (their SWA KV was evicted)",
+       &st->window_lost_tokens},
+      {"swaserve_prefix_cache_inserted_pages_total",
+       "Pages added to the prefix cache", &st->inserted_pages},
+      {"swaserve_prefix_cache_duplicate_pages_total",
+       "Inserted pages that the cache already held (freed)", &st->duplicate_pages},
+      {"swaserve_prefix_cache_healed_pages_total",
+       "SWA pages adopted into tombstoned cache nodes", &st->healed_pages},
+      {"swaserve_prefix_cache_tombstoned_nodes_total",
+       "Cache nodes whose SWA KV was evicted while their full KV stayed",
+       &st->tombstoned_nodes},
+  };
+  for (const CounterDef& c : counters) {
+    const std::atomic<int64_t>* v = c.value;
+    RETURN_IF_ERROR(add(registry->AddCallbackCounter(
+                            c.name, c.help,
+                            [v] { return static_cast<double>(v->load()); }),
+                        c.name));
+  }
+  RETURN_IF_ERROR(add(
+      registry->AddCallbackCounter(
+          "swaserve_prefix_cache_evicted_pages_total",
+          "Pages evicted from the prefix cache, per pool", {"pool"},
+          [st] {
+            return std::vector<metrics::CallbackSample>{
+                {{"full"}, static_cast<double>(st->evicted_full_pages.load())},
+                {{"swa"}, static_cast<double>(st->evicted_swa_pages.load())}};
+          }),
+      "swaserve_prefix_cache_evicted_pages_total"));
+  RETURN_IF_ERROR(add(
+      registry->AddCallbackGauge(
+          "swaserve_prefix_cache_nodes",
+          "Radix-tree nodes of the prefix cache (tombstone: SWA KV evicted)",
+          {"kind"},
+          [st] {
+            const int64_t all = st->nodes.load();
+            const int64_t tomb = st->tombstone_nodes.load();
+            return std::vector<metrics::CallbackSample>{
+                {{"live"}, static_cast<double>(all - tomb)},
+                {{"tombstone"}, static_cast<double>(tomb)}};
+          }),
+      "swaserve_prefix_cache_nodes"));
+  return m;
+}
+
+KvMetrics::~KvMetrics() {
+  for (const std::string& name : names_) (void)registry_->RemoveCallback(name);
+}
+
+}  // namespace swaserve::kv

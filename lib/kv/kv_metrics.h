@@ -1,0 +1,48 @@
+// Prometheus metrics of the KV cache: pages per pool and state, prefix-cache
+// hit/lookup/lost tokens, evictions, tombstones (ARCHITECTURE §6).
+//
+//   swaserve_kv_pages{pool="full|swa",state="free|reserved|in_use|cached"}
+//   swaserve_prefix_cache_lookup_tokens_total       tokens looked up
+//   swaserve_prefix_cache_hit_tokens_total          window-safe tokens reused
+//   swaserve_prefix_cache_window_lost_tokens_total  matched, not window-safe
+//   swaserve_prefix_cache_inserted_pages_total, _duplicate_pages_total,
+//   swaserve_prefix_cache_healed_pages_total
+//   swaserve_prefix_cache_evicted_pages_total{pool}
+//   swaserve_prefix_cache_tombstoned_nodes_total
+//   swaserve_prefix_cache_nodes{kind="live|tombstone"}
+//
+// The values are read at scrape time from the pools' and cache's atomic
+// counters. KvMetrics owns the registration: destroy it before the pools and
+// the cache (its destructor removes the callbacks, after which they never
+// run again). Thread-safe as the registry is.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/metrics/registry.h"
+
+namespace swaserve::kv {
+
+class KvMetrics {
+ public:
+  // `cache` may be null (pool metrics only). Fails when a metric of the same
+  // name is already registered (one KvMetrics per registry).
+  static absl::StatusOr<std::unique_ptr<KvMetrics>> Create(
+      metrics::Registry* registry, const KvPools* pools,
+      const PrefixCache* cache);
+  ~KvMetrics();
+  KvMetrics(const KvMetrics&) = delete;
+  KvMetrics& operator=(const KvMetrics&) = delete;
+
+ private:
+  explicit KvMetrics(metrics::Registry* registry) : registry_(registry) {}
+  metrics::Registry* registry_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace swaserve::kv

@@ -1,0 +1,149 @@
+#include "lib/kv/kv_shape.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace swaserve::kv {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  std::string n = absl::AsciiStrToLower(name);
+  if (n == "f32" || n == "float32") return DType::kF32;
+  if (n == "bf16" || n == "bfloat16") return DType::kBF16;
+  if (n == "f16" || n == "float16") return DType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (expected f32, bf16 or f16)"));
+}
+
+absl::string_view PoolKindName(PoolKind kind) {
+  return kind == PoolKind::kFull ? "full" : "swa";
+}
+
+size_t PoolGeometry::TokenLayerBytes() const {
+  return static_cast<size_t>(num_kv_heads) * (k_head_dim + v_head_dim) *
+         DTypeSize(dtype);
+}
+
+size_t PoolGeometry::KTokenStride() const {
+  return static_cast<size_t>(num_kv_heads) * k_head_dim * DTypeSize(dtype);
+}
+
+size_t PoolGeometry::VTokenStride() const {
+  return static_cast<size_t>(num_kv_heads) * v_head_dim * DTypeSize(dtype);
+}
+
+size_t PoolGeometry::KOffset(int layer) const {
+  return static_cast<size_t>(layer) * page_size * TokenLayerBytes();
+}
+
+size_t PoolGeometry::VOffset(int layer) const {
+  return KOffset(layer) + static_cast<size_t>(page_size) * KTokenStride();
+}
+
+absl::Status PoolGeometry::Validate() const {
+  const std::pair<const char*, int> fields[] = {{"num_layers", num_layers},
+                                                {"num_kv_heads", num_kv_heads},
+                                                {"k_head_dim", k_head_dim},
+                                                {"v_head_dim", v_head_dim},
+                                                {"page_size", page_size}};
+  for (const auto& [name, value] : fields) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          PoolKindName(kind), " pool: ", name, " must be > 0, got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+PoolGeometry KvShape::Full() const {
+  return PoolGeometry{PoolKind::kFull, full_layers,     full_kv_heads,
+                      full_k_head_dim, full_v_head_dim, dtype,
+                      page_size};
+}
+
+PoolGeometry KvShape::Swa() const {
+  return PoolGeometry{PoolKind::kSwa, swa_layers,     swa_kv_heads,
+                      swa_k_head_dim, swa_v_head_dim, dtype,
+                      page_size};
+}
+
+absl::Status KvShape::Validate() const {
+  if (sliding_window <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sliding_window must be > 0, got ", sliding_window));
+  }
+  if (absl::Status s = Full().Validate(); !s.ok()) return s;
+  return Swa().Validate();
+}
+
+KvShape KvShape::MiMoV25Pro() {
+  KvShape s;
+  s.full_layers = 10;
+  s.full_kv_heads = 8;
+  s.full_k_head_dim = 192;
+  s.full_v_head_dim = 128;
+  s.swa_layers = 60;
+  s.swa_kv_heads = 8;
+  s.swa_k_head_dim = 192;
+  s.swa_v_head_dim = 128;
+  s.sliding_window = 128;
+  s.page_size = 16;
+  s.dtype = DType::kBF16;
+  return s;
+}
+
+absl::StatusOr<PoolSizes> SizePools(const KvShape& shape, int64_t byte_budget,
+                                    double swa_full_token_ratio) {
+  if (absl::Status s = shape.Validate(); !s.ok()) return s;
+  if (byte_budget <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte budget must be > 0, got ", byte_budget));
+  }
+  if (!(swa_full_token_ratio > 0) || !std::isfinite(swa_full_token_ratio)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "swa/full token ratio must be > 0, got ", swa_full_token_ratio));
+  }
+  const double full_token = static_cast<double>(shape.Full().TokenBytes());
+  const double swa_token = static_cast<double>(shape.Swa().TokenBytes());
+  const double full_tokens =
+      static_cast<double>(byte_budget) /
+      (full_token + swa_full_token_ratio * swa_token);
+  PoolSizes sizes;
+  sizes.full_pages = static_cast<int64_t>(full_tokens / shape.page_size);
+  sizes.swa_pages = static_cast<int64_t>(full_tokens * swa_full_token_ratio /
+                                         shape.page_size);
+  sizes.bytes = sizes.full_pages * static_cast<int64_t>(shape.Full().PageBytes()) +
+                sizes.swa_pages * static_cast<int64_t>(shape.Swa().PageBytes());
+  if (sizes.full_pages <= 0 || sizes.swa_pages <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte budget ", byte_budget, " is too small for one page of each pool (",
+        shape.Full().PageBytes(), " + ", shape.Swa().PageBytes(), " bytes)"));
+  }
+  return sizes;
+}
+
+}  // namespace swaserve::kv

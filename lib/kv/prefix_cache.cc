@@ -1,0 +1,641 @@
+#include "lib/kv/prefix_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace swaserve::kv {
+
+// A radix-tree node: a span of whole pages. See prefix_cache.h.
+struct CacheNode {
+  CacheNode* parent = nullptr;
+  // Keyed by the child's first page hash.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<CacheNode>> children;
+  std::vector<uint64_t> hashes;
+  std::vector<PageId> full;
+  std::vector<PageId> swa;  // empty: tombstone (the root has none either)
+  int start_page = 0;       // pages from the root to this node's start
+  int full_lock = 0;
+  int swa_lock = 0;
+  uint64_t full_tick = 0;
+  uint64_t swa_tick = 0;
+  uint64_t id = 0;
+  // Current keys in the LRU sets (valid when the flag is set).
+  bool in_full_lru = false;
+  bool in_swa_lru = false;
+  uint64_t full_key_tick = 0;
+  uint64_t swa_key_tick = 0;
+  int key_depth = 0;
+
+  int pages() const { return static_cast<int>(hashes.size()); }
+  int end_page() const { return start_page + pages(); }
+  bool tombstone() const { return swa.empty(); }
+  bool leaf() const { return children.empty(); }
+};
+
+namespace {
+
+// Length of the common prefix of a node's hashes and hashes[pos..].
+int CommonPages(const CacheNode* node, absl::Span<const uint64_t> hashes,
+                size_t pos) {
+  const size_t n = std::min<size_t>(node->hashes.size(), hashes.size() - pos);
+  size_t k = 0;
+  while (k < n && node->hashes[k] == hashes[pos + k]) ++k;
+  return static_cast<int>(k);
+}
+
+}  // namespace
+
+CacheHit& CacheHit::operator=(CacheHit&& other) noexcept {
+  page_size_ = other.page_size_;
+  matched_tokens_ = other.matched_tokens_;
+  full_pages_ = std::move(other.full_pages_);
+  swa_pages_ = std::move(other.swa_pages_);
+  swa_first_page_ = other.swa_first_page_;
+  node_ = other.node_;
+  swa_locked_tokens_ = other.swa_locked_tokens_;
+  other.full_pages_.clear();
+  other.swa_pages_.clear();
+  other.node_ = nullptr;
+  other.swa_locked_tokens_ = 0;
+  other.matched_tokens_ = 0;
+  other.swa_first_page_ = 0;
+  return *this;
+}
+
+absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
+    const PrefixCacheOptions& options) {
+  if (options.pools == nullptr) {
+    return absl::InvalidArgumentError("PrefixCache needs pools");
+  }
+  return std::unique_ptr<PrefixCache>(new PrefixCache(options));
+}
+
+PrefixCache::PrefixCache(const PrefixCacheOptions& options)
+    : pools_(options.pools),
+      page_size_(options.pools->shape().page_size),
+      window_(options.pools->shape().sliding_window),
+      on_event_(options.on_event),
+      root_(std::make_unique<CacheNode>()) {
+  root_->id = next_id_++;
+}
+
+PrefixCache::~PrefixCache() {
+  // Free every cached page; iterative to bound stack depth.
+  std::vector<CacheNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    CacheNode* n = stack.back();
+    stack.pop_back();
+    if (n != root_.get()) {
+      pools_->full().Free(n->full);
+      if (!n->swa.empty()) pools_->swa().Free(n->swa);
+    }
+    for (auto& [h, child] : n->children) stack.push_back(child.get());
+  }
+  // Destroy children iteratively too (deep trees).
+  std::vector<std::unique_ptr<CacheNode>> owned;
+  for (auto& [h, c] : root_->children) owned.push_back(std::move(c));
+  root_->children.clear();
+  while (!owned.empty()) {
+    std::unique_ptr<CacheNode> n = std::move(owned.back());
+    owned.pop_back();
+    for (auto& [h, c] : n->children) owned.push_back(std::move(c));
+    n->children.clear();
+  }
+}
+
+bool PrefixCache::FullEvictable(const CacheNode* n) const {
+  return n != root_.get() && n->leaf() && n->full_lock == 0;
+}
+
+bool PrefixCache::SwaEvictable(const CacheNode* n) const {
+  if (n == root_.get() || n->tombstone() || n->swa_lock > 0) return false;
+  return n->leaf() ? FullEvictable(n) : true;
+}
+
+void PrefixCache::Unindex(CacheNode* n) {
+  if (n->in_full_lru) {
+    full_lru_.erase({LruKey{n->full_key_tick, n->key_depth, n->id}, n});
+    n->in_full_lru = false;
+  }
+  if (n->in_swa_lru) {
+    swa_lru_.erase({LruKey{n->swa_key_tick, n->key_depth, n->id}, n});
+    n->in_swa_lru = false;
+  }
+}
+
+void PrefixCache::Reindex(CacheNode* n) {
+  if (n == root_.get()) return;
+  Unindex(n);
+  n->key_depth = n->start_page;
+  if (FullEvictable(n)) {
+    n->full_key_tick = n->full_tick;
+    full_lru_.insert({LruKey{n->full_tick, n->key_depth, n->id}, n});
+    n->in_full_lru = true;
+  }
+  if (SwaEvictable(n)) {
+    n->swa_key_tick = n->swa_tick;
+    swa_lru_.insert({LruKey{n->swa_tick, n->key_depth, n->id}, n});
+    n->in_swa_lru = true;
+  }
+}
+
+CacheNode* PrefixCache::NewNode(CacheNode* parent) {
+  auto node = std::make_unique<CacheNode>();
+  node->parent = parent;
+  node->id = next_id_++;
+  CacheNode* raw = node.get();
+  (void)node.release();
+  stats_.nodes.fetch_add(1, std::memory_order_relaxed);
+  return raw;
+}
+
+CacheNode* PrefixCache::Split(CacheNode* node, int pages) {
+  CacheNode* parent = node->parent;
+  auto it = parent->children.find(node->hashes[0]);
+  std::unique_ptr<CacheNode> owned = std::move(it->second);
+  CacheNode* prefix = NewNode(parent);
+  prefix->hashes.assign(node->hashes.begin(), node->hashes.begin() + pages);
+  prefix->full.assign(node->full.begin(), node->full.begin() + pages);
+  if (!node->tombstone()) {
+    prefix->swa.assign(node->swa.begin(), node->swa.begin() + pages);
+    node->swa.erase(node->swa.begin(), node->swa.begin() + pages);
+  } else {
+    stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
+  }
+  node->hashes.erase(node->hashes.begin(), node->hashes.begin() + pages);
+  node->full.erase(node->full.begin(), node->full.begin() + pages);
+  prefix->start_page = node->start_page;
+  node->start_page += pages;
+  prefix->full_lock = node->full_lock;
+  prefix->swa_lock = node->swa_lock;
+  prefix->full_tick = node->full_tick;
+  prefix->swa_tick = node->swa_tick;
+  node->parent = prefix;
+  it->second.reset(prefix);
+  prefix->children.emplace(node->hashes[0], std::move(owned));
+  Reindex(prefix);
+  Reindex(node);
+  return prefix;
+}
+
+void PrefixCache::Emit(CacheEvent::Type type, const CacheNode* node,
+                       int first_page, int num_pages) {
+  if (!on_event_ || num_pages <= 0) return;
+  CacheEvent e{type, std::vector<uint64_t>(
+                         node->hashes.begin() + first_page,
+                         node->hashes.begin() + first_page + num_pages)};
+  on_event_(e);
+}
+
+void PrefixCache::DeleteLeaf(CacheNode* node, EvictResult* result) {
+  while (true) {
+    CacheNode* parent = node->parent;
+    Unindex(node);
+    pools_->full().Free(node->full);
+    cached_full_ -= node->pages();
+    result->full_pages_freed += node->pages();
+    stats_.evicted_full_pages.fetch_add(node->pages(), std::memory_order_relaxed);
+    if (!node->tombstone()) {
+      pools_->swa().Free(node->swa);
+      cached_swa_ -= node->pages();
+      result->swa_pages_freed += node->pages();
+      stats_.evicted_swa_pages.fetch_add(node->pages(), std::memory_order_relaxed);
+    } else {
+      stats_.tombstone_nodes.fetch_sub(1, std::memory_order_relaxed);
+    }
+    Emit(CacheEvent::Type::kRemoved, node, 0, node->pages());
+    stats_.nodes.fetch_sub(1, std::memory_order_relaxed);
+    parent->children.erase(node->hashes[0]);  // destroys node
+    if (parent == root_.get()) return;
+    Reindex(parent);
+    // Leaves are never tombstones: an unlocked tombstone parent left without
+    // children goes too.
+    if (parent->leaf() && parent->tombstone() && parent->full_lock == 0) {
+      node = parent;
+      continue;
+    }
+    return;
+  }
+}
+
+void PrefixCache::Tombstone(CacheNode* node, EvictResult* result) {
+  pools_->swa().Free(node->swa);
+  cached_swa_ -= node->pages();
+  result->swa_pages_freed += node->pages();
+  stats_.evicted_swa_pages.fetch_add(node->pages(), std::memory_order_relaxed);
+  stats_.tombstoned_nodes.fetch_add(1, std::memory_order_relaxed);
+  stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
+  node->swa.clear();
+  Emit(CacheEvent::Type::kSwaRemoved, node, 0, node->pages());
+  Reindex(node);
+}
+
+MatchLengths PrefixCache::Match(absl::Span<const uint64_t> page_hashes) const {
+  MatchLengths out;
+  const CacheNode* node = root_.get();
+  size_t pos = 0;
+  int live_start = 0;  // first page of the current run of live SWA pages
+  int safe = 0;
+  while (pos < page_hashes.size()) {
+    auto it = node->children.find(page_hashes[pos]);
+    if (it == node->children.end()) break;
+    const CacheNode* child = it->second.get();
+    const int k = CommonPages(child, page_hashes, pos);
+    const int end = static_cast<int>(pos) + k;
+    if (child->tombstone()) {
+      if (window_ <= 1) safe = end;  // nothing before the query is read
+      live_start = child->end_page();
+    } else {
+      const int64_t need_from =
+          std::max<int64_t>(0, int64_t{end} * page_size_ - (window_ - 1));
+      if (need_from >= int64_t{live_start} * page_size_) safe = end;
+    }
+    pos = end;
+    if (k < child->pages()) break;
+    node = child;
+  }
+  out.matched_tokens = static_cast<int>(pos) * page_size_;
+  out.safe_tokens = safe * page_size_;
+  return out;
+}
+
+CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
+                                   int max_tokens) {
+  CacheHit hit;
+  hit.page_size_ = page_size_;
+  const size_t limit = std::min<size_t>(
+      page_hashes.size(), std::max(0, max_tokens) / static_cast<size_t>(page_size_));
+  page_hashes = page_hashes.subspan(0, limit);
+  stats_.lookups.fetch_add(1, std::memory_order_relaxed);
+  stats_.lookup_tokens.fetch_add(static_cast<int64_t>(limit) * page_size_,
+                                 std::memory_order_relaxed);
+
+  // Walk, remembering the deepest window-safe end (node + pages into it).
+  CacheNode* node = root_.get();
+  size_t pos = 0;
+  int live_start = 0;
+  int safe = 0;
+  CacheNode* safe_node = nullptr;
+  int safe_k = 0;
+  while (pos < page_hashes.size()) {
+    auto it = node->children.find(page_hashes[pos]);
+    if (it == node->children.end()) break;
+    CacheNode* child = it->second.get();
+    const int k = CommonPages(child, page_hashes, pos);
+    const int end = static_cast<int>(pos) + k;
+    bool is_safe = false;
+    if (child->tombstone()) {
+      is_safe = window_ <= 1;
+      live_start = child->end_page();
+    } else {
+      const int64_t need_from =
+          std::max<int64_t>(0, int64_t{end} * page_size_ - (window_ - 1));
+      is_safe = need_from >= int64_t{live_start} * page_size_;
+    }
+    if (is_safe) {
+      safe = end;
+      safe_node = child;
+      safe_k = k;
+    }
+    pos = end;
+    if (k < child->pages()) break;
+    node = child;
+  }
+  hit.matched_tokens_ = static_cast<int>(pos) * page_size_;
+  stats_.window_lost_tokens.fetch_add(int64_t{static_cast<int>(pos) - safe} * page_size_,
+                                      std::memory_order_relaxed);
+  if (safe == 0) return hit;
+  stats_.hit_tokens.fetch_add(int64_t{safe} * page_size_, std::memory_order_relaxed);
+
+  // The hit must end on a node boundary.
+  CacheNode* end_node = safe_node;
+  if (safe_k < end_node->pages()) end_node = Split(end_node, safe_k);
+
+  // SWA window: pages [swa_first, safe). Make its start a node boundary.
+  const int swa_first = static_cast<int>(
+      std::max<int64_t>(0, int64_t{safe} * page_size_ - (window_ - 1)) / page_size_);
+  const int swa_pages = window_ <= 1 ? 0 : safe - swa_first;
+  if (swa_pages > 0) {
+    CacheNode* n = end_node;
+    while (n->start_page > swa_first) n = n->parent;
+    if (n->start_page < swa_first) Split(n, swa_first - n->start_page);
+  }
+  hit.swa_first_page_ = window_ <= 1 ? safe : swa_first;
+
+  // Collect pages root -> end, refresh recency, lock.
+  std::vector<CacheNode*> path;
+  for (CacheNode* n = end_node; n != root_.get(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  ++tick_;
+  hit.full_pages_.reserve(safe);
+  hit.swa_pages_.reserve(swa_pages);
+  for (CacheNode* n : path) {
+    hit.full_pages_.insert(hit.full_pages_.end(), n->full.begin(), n->full.end());
+    n->full_tick = tick_;
+    if (n->start_page >= swa_first && swa_pages > 0) {
+      hit.swa_pages_.insert(hit.swa_pages_.end(), n->swa.begin(), n->swa.end());
+      n->swa_tick = tick_;
+    }
+  }
+  hit.node_ = end_node;
+  hit.swa_locked_tokens_ = swa_pages * page_size_;
+  LockPath(end_node, swa_pages);
+  return hit;
+}
+
+void PrefixCache::LockPath(CacheNode* end, int swa_pages) {
+  for (CacheNode* n = end; n != root_.get(); n = n->parent) {
+    ++n->full_lock;
+    if (swa_pages > 0) {
+      ++n->swa_lock;
+      swa_pages -= n->pages();
+    }
+    Reindex(n);
+  }
+}
+
+void PrefixCache::UnlockSwa(CacheNode* end, int swa_pages) {
+  for (CacheNode* n = end; swa_pages > 0 && n != root_.get(); n = n->parent) {
+    --n->swa_lock;
+    swa_pages -= n->pages();
+    Reindex(n);
+  }
+}
+
+void PrefixCache::ReleaseSwa(CacheHit& hit) {
+  if (hit.node_ == nullptr || hit.swa_locked_tokens_ == 0) return;
+  UnlockSwa(hit.node_, hit.swa_locked_tokens_ / page_size_);
+  hit.swa_locked_tokens_ = 0;
+  hit.swa_pages_.clear();
+  hit.swa_first_page_ = static_cast<int>(hit.full_pages_.size());
+}
+
+void PrefixCache::Unlock(CacheHit& hit) {
+  if (hit.node_ == nullptr) return;
+  ReleaseSwa(hit);
+  for (CacheNode* n = hit.node_; n != root_.get(); n = n->parent) {
+    --n->full_lock;
+    Reindex(n);
+  }
+  // The hit's end may have become a childless tombstone while it was locked
+  // (its SWA evicted after ReleaseSwa, then its children evicted): it goes
+  // now, cascading to tombstone ancestors left childless and unlocked.
+  CacheNode* end = hit.node_;
+  if (end->tombstone() && end->leaf() && end->full_lock == 0) {
+    EvictResult ignored;
+    DeleteLeaf(end, &ignored);
+  }
+  hit = CacheHit();
+}
+
+void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
+                         absl::Span<const PageId> full_pages,
+                         absl::Span<const PageId> swa_pages) {
+  const int n = static_cast<int>(page_hashes.size());
+  if (static_cast<int>(full_pages.size()) != n ||
+      static_cast<int>(swa_pages.size()) != n) {
+    std::fprintf(stderr, "PrefixCache::Insert: %d hashes, %zu full, %zu swa pages\n",
+                 n, full_pages.size(), swa_pages.size());
+    std::abort();
+  }
+  PagePool& full_pool = pools_->full();
+  PagePool& swa_pool = pools_->swa();
+  // Incoming pages the caller owns privately are ours to adopt or free.
+  auto release_full = [&](PageId p) {
+    if (p != kNoPage && full_pool.state(p) == PageState::kInUse) {
+      full_pool.Free({&p, 1});
+      stats_.duplicate_pages.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  auto release_swa = [&](PageId p) {
+    if (p != kNoPage && swa_pool.state(p) == PageState::kInUse) swa_pool.Free({&p, 1});
+  };
+  // The trailing run of pages with SWA KV; SWA pages before it are not used.
+  int live_from = n;
+  while (live_from > 0 && swa_pages[live_from - 1] != kNoPage) --live_from;
+  for (int i = 0; i < live_from; ++i) release_swa(swa_pages[i]);
+  // Trailing pages without SWA KV would make a tombstone leaf: drop them.
+  int usable = n;
+  if (live_from == n) {
+    // No live page at all: nothing can end a path here.
+    usable = 0;
+  }
+
+  ++tick_;
+  CacheNode* node = root_.get();
+  int pos = 0;
+  while (pos < usable) {
+    auto it = node->children.find(page_hashes[pos]);
+    if (it == node->children.end()) {
+      // New suffix: [tombstone | live] nodes.
+      const int live_start = std::max(pos, live_from);
+      auto add = [&](int from, int to, bool live) {
+        CacheNode* c = NewNode(node);
+        c->start_page = node == root_.get() ? 0 : node->end_page();
+        c->hashes.assign(page_hashes.begin() + from, page_hashes.begin() + to);
+        c->full.assign(full_pages.begin() + from, full_pages.begin() + to);
+        full_pool.ToCache(c->full);
+        cached_full_ += to - from;
+        if (live) {
+          c->swa.assign(swa_pages.begin() + from, swa_pages.begin() + to);
+          swa_pool.ToCache(c->swa);
+          cached_swa_ += to - from;
+        } else {
+          stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
+        }
+        c->full_tick = tick_;
+        c->swa_tick = tick_;
+        node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
+        stats_.inserted_pages.fetch_add(to - from, std::memory_order_relaxed);
+        Emit(CacheEvent::Type::kStored, c, 0, c->pages());
+        Reindex(node);
+        Reindex(c);
+        node = c;
+      };
+      if (live_start > pos) add(pos, live_start, false);
+      add(live_start, usable, true);
+      pos = usable;
+      break;
+    }
+    CacheNode* child = it->second.get();
+    int k = CommonPages(child, page_hashes, pos);
+    if (k < child->pages()) child = Split(child, k);
+    // Full KV: the tree's pages win; incoming duplicates are freed.
+    for (int i = 0; i < k; ++i) {
+      if (full_pages[pos + i] != child->full[i]) release_full(full_pages[pos + i]);
+    }
+    const int end = pos + k;
+    if (child->tombstone() && live_from < end) {
+      // Heal the part of the tombstone the incoming SWA KV covers.
+      if (live_from > pos) {
+        Split(child, live_from - pos);  // child keeps [live_from, end)
+        pos = live_from;
+      }
+      child->swa.assign(swa_pages.begin() + pos, swa_pages.begin() + end);
+      swa_pool.ToCache(child->swa);
+      cached_swa_ += end - pos;
+      stats_.healed_pages.fetch_add(end - pos, std::memory_order_relaxed);
+      stats_.tombstone_nodes.fetch_sub(1, std::memory_order_relaxed);
+      Emit(CacheEvent::Type::kSwaStored, child, 0, child->pages());
+      if (child->swa_lock > 0) {
+        // Cannot happen: SWA locks sit on live nodes only.
+        std::fprintf(stderr, "PrefixCache: SWA-locked tombstone\n");
+        std::abort();
+      }
+    } else {
+      for (int i = pos; i < end; ++i) {
+        if (i >= live_from && (child->tombstone() || swa_pages[i] != child->swa[i - pos])) {
+          release_swa(swa_pages[i]);
+        }
+      }
+    }
+    child->full_tick = tick_;
+    if (!child->tombstone() && live_from < end) child->swa_tick = tick_;
+    Reindex(child);
+    pos = end;
+    node = child;
+  }
+  // Pages past `usable` (no live SWA anywhere) are freed.
+  for (int i = usable; i < n; ++i) {
+    release_full(full_pages[i]);
+    release_swa(swa_pages[i]);
+  }
+}
+
+EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {
+  EvictResult result;
+  while (result.full_pages_freed < full_pages && !full_lru_.empty()) {
+    DeleteLeaf(full_lru_.begin()->second, &result);
+  }
+  while (result.swa_pages_freed < swa_pages && !swa_lru_.empty()) {
+    CacheNode* n = swa_lru_.begin()->second;
+    if (n->leaf()) {
+      DeleteLeaf(n, &result);
+    } else {
+      Tombstone(n, &result);
+    }
+  }
+  return result;
+}
+
+int64_t PrefixCache::EvictableFullPages() const {
+  // Every unlocked node can eventually go (leaves first, cascading up).
+  int64_t locked = 0;
+  std::vector<const CacheNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const CacheNode* n = stack.back();
+    stack.pop_back();
+    if (n != root_.get() && n->full_lock > 0) locked += n->pages();
+    for (const auto& [h, c] : n->children) {
+      if (c->full_lock > 0) stack.push_back(c.get());
+    }
+  }
+  return cached_full_ - locked;
+}
+
+int64_t PrefixCache::EvictableSwaPages() const {
+  int64_t pages = 0;
+  for (const auto& [key, n] : swa_lru_) pages += n->pages();
+  return pages;
+}
+
+absl::Status PrefixCache::CheckInvariants() const {
+  auto fail = [&](const CacheNode* n, absl::string_view what) {
+    return absl::InternalError(absl::StrCat(
+        "prefix cache invariant: node ", n->id, " [", n->start_page, ",",
+        n->end_page(), ") ", what, "\n", DebugString()));
+  };
+  absl::flat_hash_set<PageId> full_seen, swa_seen;
+  int64_t nodes = 0, tombstones = 0;
+  std::set<std::pair<LruKey, CacheNode*>> want_full, want_swa;
+  std::vector<const CacheNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const CacheNode* n = stack.back();
+    stack.pop_back();
+    int64_t child_locks = 0;
+    for (const auto& [h, c] : n->children) {
+      if (c->parent != n) return fail(c.get(), "has a wrong parent pointer");
+      if (c->hashes.empty() || c->hashes[0] != h) return fail(c.get(), "is filed under a wrong hash");
+      const int expect_start = n == root_.get() ? 0 : n->end_page();
+      if (c->start_page != expect_start) return fail(c.get(), "has a wrong start page");
+      child_locks += c->full_lock;
+      stack.push_back(c.get());
+    }
+    if (n == root_.get()) continue;
+    ++nodes;
+    if (n->full.size() != n->hashes.size()) return fail(n, "has full pages != hashes");
+    if (!n->tombstone() && n->swa.size() != n->hashes.size()) return fail(n, "has swa pages != hashes");
+    if (n->tombstone()) ++tombstones;
+    if (n->tombstone() && n->leaf() && n->full_lock == 0) return fail(n, "is an unlocked tombstone leaf");
+    if (n->swa_lock < 0 || n->full_lock < n->swa_lock) return fail(n, "has full_lock < swa_lock");
+    if (n->full_lock < child_locks) return fail(n, "has fewer full locks than its children together");
+    if (n->tombstone() && n->swa_lock > 0) return fail(n, "is a SWA-locked tombstone");
+    for (PageId p : n->full) {
+      if (!pools_->full().Valid(p) || pools_->full().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds full page ", p, " not in cached state"));
+      if (!full_seen.insert(p).second) return fail(n, absl::StrCat("shares full page ", p));
+    }
+    for (PageId p : n->swa) {
+      if (!pools_->swa().Valid(p) || pools_->swa().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds swa page ", p, " not in cached state"));
+      if (!swa_seen.insert(p).second) return fail(n, absl::StrCat("shares swa page ", p));
+    }
+    CacheNode* mn = const_cast<CacheNode*>(n);
+    if (FullEvictable(n)) want_full.insert({LruKey{n->full_tick, n->start_page, n->id}, mn});
+    if (SwaEvictable(n)) want_swa.insert({LruKey{n->swa_tick, n->start_page, n->id}, mn});
+  }
+  if (static_cast<int64_t>(full_seen.size()) != cached_full_ ||
+      cached_full_ != pools_->full().num_cached()) {
+    return absl::InternalError(absl::StrCat("full pages: tree ", full_seen.size(), ", counted ", cached_full_, ", pool cached ", pools_->full().num_cached()));
+  }
+  if (static_cast<int64_t>(swa_seen.size()) != cached_swa_ ||
+      cached_swa_ != pools_->swa().num_cached()) {
+    return absl::InternalError(absl::StrCat("swa pages: tree ", swa_seen.size(), ", counted ", cached_swa_, ", pool cached ", pools_->swa().num_cached()));
+  }
+  for (const PagePool* pool : {&pools_->full(), &pools_->swa()}) {
+    int64_t sum = 0;
+    for (PageState s : {PageState::kFree, PageState::kReserved, PageState::kInUse, PageState::kCached}) sum += pool->num_in_state(s);
+    if (sum != pool->num_pages()) return absl::InternalError(absl::StrCat(PoolKindName(pool->kind()), " pool: states sum to ", sum, " of ", pool->num_pages()));
+  }
+  if (nodes != stats_.nodes.load() || tombstones != stats_.tombstone_nodes.load()) {
+    return absl::InternalError(absl::StrCat("node counts: tree ", nodes, "/", tombstones, " tombstones; stats ", stats_.nodes.load(), "/", stats_.tombstone_nodes.load()));
+  }
+  auto diff = [&](const auto& want, const auto& have, absl::string_view what) {
+    for (const auto& e : want) {
+      if (!have.contains(e)) {
+        return absl::InternalError(absl::StrCat(what, ": node ", e.second->id, " (tick ", e.first.tick, ") missing\n", DebugString()));
+      }
+    }
+    for (const auto& e : have) {
+      if (!want.contains(e)) {
+        return absl::InternalError(absl::StrCat(what, ": node ", e.second->id, " (tick ", e.first.tick, ", depth ", e.first.depth, ") should not be there\n", DebugString()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = diff(want_full, full_lru_, "full LRU set"); !s.ok()) return s;
+  if (absl::Status s = diff(want_swa, swa_lru_, "SWA LRU set"); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+std::string PrefixCache::DebugString() const {
+  std::string out;
+  std::vector<std::pair<const CacheNode*, int>> stack = {{root_.get(), 0}};
+  while (!stack.empty()) {
+    auto [n, depth] = stack.back();
+    stack.pop_back();
+    if (n != root_.get()) {
+      absl::StrAppend(&out, std::string(2 * depth, ' '), "#", n->id, " pages [",
+                      n->start_page, ",", n->end_page(), ") ",
+                      n->tombstone() ? "tombstone" : "live", " lock ",
+                      n->full_lock, "/", n->swa_lock, " tick ", n->full_tick,
+                      "/", n->swa_tick, "\n");
+    }
+    for (const auto& [h, c] : n->children) stack.push_back({c.get(), depth + 1});
+  }
+  return out;
+}
+
+}  // namespace swaserve::kv

@@ -1,0 +1,257 @@
+// The SWA-aware prefix cache (ARCHITECTURE §3): a radix tree over page-aligned
+// token spans, keyed by chained page hashes (base::ChainedPageHashes, which
+// already mixes multimodal content hashes into the keys).
+//
+// Each node covers a span of whole pages and carries, per page, a full-pool
+// page and — unless the node is a tombstone — a SWA-pool page. A node is
+// either entirely live (SWA pages for all its pages) or entirely a tombstone
+// (no SWA pages); inserts and evictions split nodes to keep that true.
+//
+// Window-safe matching: a hit of length L (a multiple of page_size) is usable
+// only when tokens [L - W + 1, L) all have SWA KV (the next query at position
+// L attends to them), i.e. the pages covering them are live. Match() returns
+// both the raw matched length (full KV) and the window-safe length; only the
+// window-safe part is used, and the difference is counted as "tokens lost to
+// the window-safe rule".
+//
+// Locks: MatchAndLock() puts a full lock on every node from the hit's end to
+// the root and a SWA lock on the nodes that cover the hit's last window (the
+// only SWA pages the request will read). Locked pages are never evicted.
+// ReleaseSwa() drops the SWA lock early (once the request's own window has
+// moved past the hit); Unlock() drops everything. Invariant: full_lock >=
+// swa_lock on every node.
+//
+// Eviction (Evict): a full pass deletes least-recently-used unlocked leaves
+// (freeing their full and SWA pages; tombstone parents left as leaves are
+// deleted too), then a SWA pass frees the SWA pages of least-recently-used
+// nodes without SWA lock: internal nodes become tombstones, unlocked leaves
+// are deleted. Among equally recent nodes the root side goes first. A leaf is
+// never an unlocked tombstone: a node tombstoned after its request released
+// the SWA lock (ReleaseSwa) keeps its full KV while the request reads it, even
+// if its children are evicted meanwhile; it is deleted when the request
+// unlocks it (or gains children again when the request inserts). Recency is tracked separately for full KV (every node on
+// a matched path is touched) and SWA KV (only the nodes of the hit's last
+// window are touched), so out-of-window SWA ages out while hot prefixes stay.
+//
+// Insert() hands a finished (or partially computed) request's pages to the
+// cache: pages that extend the tree become new nodes ([tombstone | live] when
+// the request kept SWA KV only for its last window); pages the tree already
+// has are freed; fresh SWA pages heal tombstones they cover.
+//
+// Every structural change is reported to an optional event callback (pages
+// stored/removed with their chained hashes) so a worker can publish them to
+// the router's affinity index.
+//
+// Not thread-safe: owned by the worker's scheduler thread, like the pools.
+// stats() is safe to read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/kv/page_pool.h"
+
+namespace swaserve::kv {
+
+// A change to the cache's contents, for the router's affinity index.
+struct CacheEvent {
+  enum class Type : uint8_t {
+    kStored,      // pages of these hashes are now cached (full KV)
+    kRemoved,     // evicted: no longer cached at all
+    kSwaStored,   // SWA KV of these pages is cached again (healed)
+    kSwaRemoved,  // SWA KV dropped (tombstoned); full KV still cached
+  };
+  Type type;
+  // Chained page hashes, in prefix order.
+  std::vector<uint64_t> hashes;
+};
+
+struct PrefixCacheOptions {
+  // Not owned; must outlive the cache. Page size and window come from its
+  // shape.
+  KvPools* pools = nullptr;
+  // Called synchronously on every change (keep it cheap: queue and publish
+  // elsewhere). May be empty.
+  std::function<void(const CacheEvent&)> on_event;
+};
+
+class PrefixCache;
+struct CacheNode;
+
+// A locked prefix-cache hit, owned by the request that matched it. Moving is
+// allowed; it must be released with PrefixCache::Unlock (or handed to a
+// Sequence, which does that) before the cache is destroyed.
+class CacheHit {
+ public:
+  CacheHit() = default;
+  CacheHit(CacheHit&& other) noexcept { *this = std::move(other); }
+  CacheHit& operator=(CacheHit&& other) noexcept;
+  CacheHit(const CacheHit&) = delete;
+  CacheHit& operator=(const CacheHit&) = delete;
+
+  // Window-safe hit length in tokens (a multiple of page_size): the prefix
+  // whose KV the request reuses.
+  int tokens() const { return static_cast<int>(full_pages_.size()) * page_size_; }
+  // Longest prefix with full KV in the cache (>= tokens()).
+  int matched_tokens() const { return matched_tokens_; }
+  // Full-pool pages of tokens [0, tokens()).
+  absl::Span<const PageId> full_pages() const { return full_pages_; }
+  // SWA-pool pages of pages [swa_first_page(), tokens()/page_size); the hit's
+  // last window. Pages before swa_first_page have no SWA KV for this hit.
+  absl::Span<const PageId> swa_pages() const { return swa_pages_; }
+  int swa_first_page() const { return swa_first_page_; }
+  bool locked() const { return node_ != nullptr; }
+  bool swa_locked() const { return swa_locked_tokens_ > 0; }
+
+ private:
+  friend class PrefixCache;
+  int page_size_ = 1;
+  int matched_tokens_ = 0;
+  std::vector<PageId> full_pages_;
+  std::vector<PageId> swa_pages_;
+  int swa_first_page_ = 0;
+  CacheNode* node_ = nullptr;     // deepest locked node (null: nothing locked)
+  int swa_locked_tokens_ = 0;     // tokens of SWA lock counted up from node_
+};
+
+// Result of a lookup without locking.
+struct MatchLengths {
+  int matched_tokens = 0;  // full-KV prefix length
+  int safe_tokens = 0;     // window-safe prefix length (usable)
+};
+
+struct EvictResult {
+  int64_t full_pages_freed = 0;
+  int64_t swa_pages_freed = 0;
+};
+
+// Counters since creation; safe to read from any thread.
+struct PrefixCacheStats {
+  std::atomic<int64_t> lookups{0};
+  std::atomic<int64_t> lookup_tokens{0};      // tokens presented to MatchAndLock
+  std::atomic<int64_t> hit_tokens{0};         // window-safe tokens reused
+  std::atomic<int64_t> window_lost_tokens{0}; // matched but not window-safe
+  std::atomic<int64_t> inserted_pages{0};     // new full pages adopted
+  std::atomic<int64_t> duplicate_pages{0};    // inserted pages already cached (freed)
+  std::atomic<int64_t> healed_pages{0};       // SWA pages adopted into tombstones
+  std::atomic<int64_t> evicted_full_pages{0};
+  std::atomic<int64_t> evicted_swa_pages{0};  // includes SWA freed with a deleted leaf
+  std::atomic<int64_t> tombstoned_nodes{0};
+  std::atomic<int64_t> nodes{0};              // current node count (gauge)
+  std::atomic<int64_t> tombstone_nodes{0};    // current tombstones (gauge)
+};
+
+class PrefixCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefixCache>> Create(
+      const PrefixCacheOptions& options);
+  // Frees every cached page back to the pools. All hits must be unlocked.
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  int page_size() const { return page_size_; }
+  int sliding_window() const { return window_; }
+
+  // Lookup without side effects (for schedulers and estimates).
+  MatchLengths Match(absl::Span<const uint64_t> page_hashes) const;
+
+  // Finds the longest window-safe prefix of `page_hashes`, locks it, and
+  // refreshes recency. At most max_tokens tokens are matched (pass the prompt
+  // length minus one so that at least one token is computed; rounded down to
+  // pages). May split a node at the hit's end or window boundary.
+  CacheHit MatchAndLock(absl::Span<const uint64_t> page_hashes,
+                        int max_tokens = INT32_MAX);
+
+  // Drops the hit's SWA lock (its window is no longer read). Idempotent.
+  void ReleaseSwa(CacheHit& hit);
+  // Drops all of the hit's locks and clears it. Idempotent.
+  void Unlock(CacheHit& hit);
+
+  // Hands pages to the cache. page_hashes[i] keys page i; full_pages[i] is
+  // its full-pool page; swa_pages[i] its SWA-pool page or kNoPage (a request
+  // keeps SWA KV only for a trailing window, so the live pages form one
+  // trailing run). All three spans have the same length. Pages the caller
+  // owns privately (kInUse) are taken over: adopted (-> kCached) or freed;
+  // pages that are already the cache's own (from the caller's hit) are left
+  // alone. The caller's hit, if any, stays locked: Unlock it afterwards.
+  void Insert(absl::Span<const uint64_t> page_hashes,
+              absl::Span<const PageId> full_pages,
+              absl::Span<const PageId> swa_pages);
+
+  // Frees at least `full_pages` full-pool and `swa_pages` SWA-pool pages if
+  // that many are evictable (see above); returns what was freed.
+  EvictResult Evict(int64_t full_pages, int64_t swa_pages);
+
+  // Number of pages the cache holds (kCached) per pool.
+  int64_t cached_full_pages() const { return cached_full_; }
+  int64_t cached_swa_pages() const { return cached_swa_; }
+  // Pages Evict() could free right now (unlocked), per pool.
+  int64_t EvictableFullPages() const;
+  int64_t EvictableSwaPages() const;
+
+  const PrefixCacheStats& stats() const { return stats_; }
+
+  // Checks every structural invariant (for tests; O(size)): page ownership
+  // and conservation against the pools, lock ordering, no unlocked tombstone
+  // leaf,
+  // LRU sets hold exactly the evictable nodes keyed by their current
+  // recency, hash index consistency. Internal error naming the first
+  // violation.
+  absl::Status CheckInvariants() const;
+
+  // One line per node (for debugging and test failure messages).
+  std::string DebugString() const;
+
+ private:
+  explicit PrefixCache(const PrefixCacheOptions& options);
+
+  struct LruKey {
+    uint64_t tick;
+    int depth;  // tokens from the root to the node's start: root side first
+    uint64_t id;
+    auto operator<=>(const LruKey&) const = default;
+  };
+
+  CacheNode* NewNode(CacheNode* parent);
+  // Splits `node` so that its first `pages` pages become a new parent node;
+  // returns the new parent. `node` keeps the suffix (pointers to it stay
+  // valid, including hits that end at it).
+  CacheNode* Split(CacheNode* node, int pages);
+  void DeleteLeaf(CacheNode* node, EvictResult* result);
+  void Tombstone(CacheNode* node, EvictResult* result);
+  void Reindex(CacheNode* node);
+  void Unindex(CacheNode* node);
+  bool FullEvictable(const CacheNode* node) const;
+  bool SwaEvictable(const CacheNode* node) const;
+  void LockPath(CacheNode* node, int swa_tokens);
+  void UnlockSwa(CacheNode* node, int swa_tokens);
+  void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
+            int num_pages);
+  void CountNodes();
+
+  KvPools* pools_;
+  int page_size_;
+  int window_;
+  std::function<void(const CacheEvent&)> on_event_;
+  std::unique_ptr<CacheNode> root_;
+  uint64_t next_id_ = 1;
+  uint64_t tick_ = 0;
+  int64_t cached_full_ = 0;
+  int64_t cached_swa_ = 0;
+  std::set<std::pair<LruKey, CacheNode*>> full_lru_;  // full-evictable leaves
+  std::set<std::pair<LruKey, CacheNode*>> swa_lru_;   // SWA-evictable nodes
+  PrefixCacheStats stats_;
+};
+
+}  // namespace swaserve::kv

@@ -1,0 +1,188 @@
+#include "lib/kv/sequence.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace swaserve::kv {
+
+uint8_t* LayerView::K(int token) const {
+  uint8_t* base = pool->PageData(pages[token / page_size]);
+  if (base == nullptr) return nullptr;
+  return base + k_offset + static_cast<size_t>(token % page_size) * k_token_stride;
+}
+
+uint8_t* LayerView::V(int token) const {
+  uint8_t* base = pool->PageData(pages[token / page_size]);
+  if (base == nullptr) return nullptr;
+  return base + v_offset + static_cast<size_t>(token % page_size) * v_token_stride;
+}
+
+Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
+    : pools_(options.pools),
+      cache_(options.cache),
+      page_size_(options.pools->shape().page_size),
+      window_(options.pools->shape().sliding_window),
+      swa_slack_(std::max(0, options.swa_slack)),
+      evict_on_demand_(options.evict_on_demand),
+      hit_(std::move(hit)) {
+  hit_tokens_ = hit_.tokens();
+  hit_pages_ = hit_tokens_ / page_size_;
+  length_ = hit_tokens_;
+  full_pages_.assign(hit_.full_pages().begin(), hit_.full_pages().end());
+  swa_pages_.assign(hit_pages_, kNoPage);
+  swa_first_page_ = hit_.swa_first_page();
+  for (size_t j = 0; j < hit_.swa_pages().size(); ++j) {
+    swa_pages_[swa_first_page_ + j] = hit_.swa_pages()[j];
+  }
+}
+
+Sequence::~Sequence() {
+  if (!done_) Abort();
+}
+
+int Sequence::KeepFromToken(int length) const {
+  return std::max(0, length - swa_slack_ - (window_ - 1) - (page_size_ - 1));
+}
+
+PageId Sequence::swa_page(int page_index) const {
+  if (page_index < 0 || page_index >= static_cast<int>(swa_pages_.size())) {
+    return kNoPage;
+  }
+  return swa_pages_[page_index];
+}
+
+Sequence::PageNeeds Sequence::NeedsFor(int n_tokens) const {
+  const int64_t pages =
+      (int64_t{length_} + std::max(0, n_tokens) + page_size_ - 1) / page_size_;
+  PageNeeds needs;
+  needs.full = std::max<int64_t>(0, pages - static_cast<int64_t>(full_pages_.size()));
+  needs.swa = std::max<int64_t>(0, pages - static_cast<int64_t>(swa_pages_.size()));
+  return needs;
+}
+
+void Sequence::TrimWindow() {
+  if (done_) return;
+  const int new_first = KeepFromToken(length_) / page_size_;
+  for (int p = swa_first_page_; p < new_first; ++p) {
+    PageId page = swa_pages_[p];
+    if (page == kNoPage) continue;
+    if (!IsShared(p)) pools_->swa().Free({&page, 1});
+    swa_pages_[p] = kNoPage;
+  }
+  swa_first_page_ = std::max(swa_first_page_, new_first);
+  if (hit_.swa_locked() && swa_first_page_ >= hit_pages_ && cache_ != nullptr) {
+    cache_->ReleaseSwa(hit_);
+  }
+}
+
+absl::Status Sequence::Append(int n_tokens) {
+  if (done_) return absl::FailedPreconditionError("sequence is finished");
+  if (n_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot append ", n_tokens, " tokens"));
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  TrimWindow();
+  const PageNeeds needs = NeedsFor(n_tokens);
+  absl::StatusOr<Reservation> r = pools_->Reserve(needs.full, needs.swa);
+  if (!r.ok() && cache_ != nullptr && evict_on_demand_) {
+    cache_->Evict(std::max<int64_t>(0, needs.full - pools_->full().num_free()),
+                  std::max<int64_t>(0, needs.swa - pools_->swa().num_free()));
+    r = pools_->Reserve(needs.full, needs.swa);
+  }
+  if (!r.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot append ", n_tokens, " tokens at length ", length_, ": ",
+        r.status().message()));
+  }
+  full_pages_.insert(full_pages_.end(), r->full.begin(), r->full.end());
+  swa_pages_.insert(swa_pages_.end(), r->swa.begin(), r->swa.end());
+  pools_->Commit(*r);
+  length_ += n_tokens;
+  return absl::OkStatus();
+}
+
+void Sequence::FreePrivateFrom(int page_index) {
+  page_index = std::max(page_index, hit_pages_);
+  for (int p = page_index; p < static_cast<int>(full_pages_.size()); ++p) {
+    pools_->full().Free({&full_pages_[p], 1});
+  }
+  for (int p = page_index; p < static_cast<int>(swa_pages_.size()); ++p) {
+    if (swa_pages_[p] != kNoPage) pools_->swa().Free({&swa_pages_[p], 1});
+  }
+  if (page_index < static_cast<int>(full_pages_.size())) full_pages_.resize(page_index);
+  if (page_index < static_cast<int>(swa_pages_.size())) swa_pages_.resize(page_index);
+}
+
+absl::Status Sequence::Rollback(int n_tokens) {
+  if (done_) return absl::FailedPreconditionError("sequence is finished");
+  if (n_tokens < 0 || n_tokens > length_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot roll back ", n_tokens, " of ", length_, " tokens"));
+  }
+  const int new_len = length_ - n_tokens;
+  if (new_len < hit_tokens_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rollback to ", new_len, " tokens cuts into the cached prefix of ",
+        hit_tokens_, " tokens"));
+  }
+  const int need_from = std::max(0, new_len - (window_ - 1));
+  if (need_from < swa_first_page_ * page_size_ && new_len > hit_tokens_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rollback to ", new_len, " tokens needs SWA KV from token ", need_from,
+        " but it was released below token ", swa_first_page_ * page_size_,
+        " (raise swa_slack)"));
+  }
+  FreePrivateFrom((new_len + page_size_ - 1) / page_size_);
+  length_ = new_len;
+  return absl::OkStatus();
+}
+
+LayerView Sequence::FullLayer(int layer) const {
+  const PoolGeometry& g = pools_->full().geometry();
+  return LayerView{&pools_->full(), full_pages_, page_size_, g.KOffset(layer),
+                   g.VOffset(layer), g.KTokenStride(), g.VTokenStride()};
+}
+
+LayerView Sequence::SwaLayer(int layer) const {
+  const PoolGeometry& g = pools_->swa().geometry();
+  return LayerView{&pools_->swa(), swa_pages_, page_size_, g.KOffset(layer),
+                   g.VOffset(layer), g.KTokenStride(), g.VTokenStride()};
+}
+
+void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
+  if (done_) return;
+  TrimWindow();  // the cache keeps SWA KV for the trailing window only
+  const int complete = length_ / page_size_;
+  const int m = std::min<int>(static_cast<int>(page_hashes.size()), complete);
+  if (cache_ != nullptr && m > 0) {
+    cache_->Insert(page_hashes.subspan(0, m),
+                   absl::MakeConstSpan(full_pages_).subspan(0, m),
+                   absl::MakeConstSpan(swa_pages_).subspan(0, m));
+    // The cache took over every private page below m.
+    for (int p = 0; p < m; ++p) {
+      full_pages_[p] = kNoPage;
+      swa_pages_[p] = kNoPage;
+    }
+    FreePrivateFrom(m);
+  } else {
+    FreePrivateFrom(0);
+  }
+  if (cache_ != nullptr) cache_->Unlock(hit_);
+  full_pages_.clear();
+  swa_pages_.clear();
+  length_ = 0;
+  done_ = true;
+}
+
+void Sequence::Abort() {
+  if (done_) return;
+  FreePrivateFrom(0);
+  if (cache_ != nullptr) cache_->Unlock(hit_);
+  full_pages_.clear();
+  swa_pages_.clear();
+  length_ = 0;
+  done_ = true;
+}
+
+}  // namespace swaserve::kv

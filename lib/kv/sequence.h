@@ -1,0 +1,146 @@
+// The KV state of one request: a full page table for every token and a SWA
+// page table for the last window only (ARCHITECTURE §3).
+//
+// Token t's KV lives in full page full_pages()[t / page_size] (all full
+// layers) and, while t is inside the window, SWA page swa_page(t / page_size)
+// (all SWA and MTP layers). TrimWindow() releases SWA pages below
+//   keep_from = max(0, length() - swa_slack - (W - 1) - (page_size - 1)),
+// keeping enough for the next query (which sees the last W - 1 tokens) even
+// after a Rollback() of up to swa_slack tokens (speculative drafts), and for
+// a prefix hit at the last page boundary. Released pages go to the free list
+// (private ones) or stop being read (the hit's shared ones: the cache's SWA
+// lock is dropped once the whole hit window has slid out).
+//
+// Append(n) first trims to the current length, then allocates full AND SWA
+// pages for all n new tokens: the forward pass of a chunk writes every new
+// token's SWA KV and reads it within the chunk. So a chunk of C tokens holds
+// about W + C SWA tokens until the next Append/TrimWindow/Finish; call
+// TrimWindow() after the forward pass to release them early.
+//
+// A Sequence starts from an optional prefix-cache hit (whose pages it reads
+// but does not own) and owns every page it allocates. Finish() hands the
+// complete pages to the prefix cache (or frees them when there is none) and
+// unlocks the hit; Abort() frees everything. The destructor Aborts a sequence
+// that was neither finished nor aborted, so nothing leaks on error paths.
+//
+// Not thread-safe (see page_pool.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+
+namespace swaserve::kv {
+
+// Where one layer's K and V of a sequence live, for attention kernels:
+// token t of this layer is at
+//   K: PageData(pages[t / page_size]) + k_offset + (t % page_size) * k_token_stride
+//   V: PageData(pages[t / page_size]) + v_offset + (t % page_size) * v_token_stride
+// with [kv_head][dim] contiguous inside a token. For a SWA layer, pages of
+// tokens before the window are kNoPage and must not be read.
+struct LayerView {
+  const PagePool* pool = nullptr;
+  absl::Span<const PageId> pages;
+  int page_size = 0;
+  size_t k_offset = 0;
+  size_t v_offset = 0;
+  size_t k_token_stride = 0;
+  size_t v_token_stride = 0;
+
+  uint8_t* K(int token) const;
+  uint8_t* V(int token) const;
+};
+
+struct SequenceOptions {
+  // Not owned; must outlive the sequence.
+  KvPools* pools = nullptr;
+  // May be null (no prefix caching): Finish() then frees the pages.
+  PrefixCache* cache = nullptr;
+  // Extra tokens of SWA KV kept behind the window so that Rollback() of up
+  // to this many tokens stays possible (speculative decoding).
+  int swa_slack = 0;
+  // When an allocation does not fit, evict from the cache and retry once.
+  bool evict_on_demand = true;
+};
+
+class Sequence {
+ public:
+  // Starts from `hit` (may be empty); takes ownership of its locks.
+  Sequence(const SequenceOptions& options, CacheHit hit = CacheHit());
+  ~Sequence();
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  // Tokens with KV (the hit's plus appended).
+  int length() const { return length_; }
+  // Tokens that came from the prefix cache.
+  int cached_tokens() const { return hit_tokens_; }
+  int page_size() const { return page_size_; }
+
+  // Pages Append(n) would allocate in each pool (dry run for schedulers).
+  struct PageNeeds {
+    int64_t full = 0;
+    int64_t swa = 0;
+  };
+  PageNeeds NeedsFor(int n_tokens) const;
+
+  // Extends the sequence by n tokens (a prefill chunk, a decode step or
+  // speculative drafts), allocating pages in both pools all-or-nothing, then
+  // releases SWA pages that left the window. ResourceExhausted (and nothing
+  // changed) when the pools cannot supply the pages even after eviction.
+  absl::Status Append(int n_tokens);
+
+  // Releases SWA pages below keep_from (see above). Idempotent.
+  void TrimWindow();
+
+  // Drops the last n tokens (rejected drafts). FailedPrecondition when that
+  // would cut into the cached prefix or need SWA KV already released.
+  absl::Status Rollback(int n_tokens);
+
+  absl::Span<const PageId> full_pages() const { return full_pages_; }
+  // SWA page of page index p, or kNoPage when outside the window.
+  PageId swa_page(int page_index) const;
+  // First page index whose SWA KV is kept.
+  int swa_first_page() const { return swa_first_page_; }
+  // The SWA table for page indices [0, pages): kNoPage before the window.
+  absl::Span<const PageId> swa_pages() const { return swa_pages_; }
+
+  // Views for attention; layer is the index within the pool.
+  LayerView FullLayer(int layer) const;
+  LayerView SwaLayer(int layer) const;
+
+  // Hands the complete pages (page_hashes.size() of them, at most
+  // length() / page_size; fewer is fine, e.g. the prompt only) to the prefix
+  // cache, frees the rest, unlocks the hit. The sequence is then empty.
+  void Finish(absl::Span<const uint64_t> page_hashes);
+  // Frees every page it owns and unlocks the hit. The sequence is then empty.
+  void Abort();
+
+  bool finished() const { return done_; }
+
+ private:
+  int KeepFromToken(int length) const;
+  void FreePrivateFrom(int page_index);
+  bool IsShared(int page_index) const { return page_index < hit_pages_; }
+
+  KvPools* pools_;
+  PrefixCache* cache_;
+  int page_size_;
+  int window_;
+  int swa_slack_;
+  bool evict_on_demand_;
+  CacheHit hit_;
+  int hit_tokens_ = 0;
+  int hit_pages_ = 0;
+  int length_ = 0;
+  std::vector<PageId> full_pages_;
+  std::vector<PageId> swa_pages_;  // one per page index, kNoPage outside
+  int swa_first_page_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace swaserve::kv
