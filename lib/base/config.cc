@@ -318,7 +318,13 @@ class ConfigApplier {
     if (node.IsMap()) {
       if (!Section(prefix)) return;
       for (const auto& kv : node) {
-        Yaml(kv.second, Join(prefix, kv.first.as<std::string>()));
+        if (!kv.first.IsScalar()) {
+          errors_.push_back(absl::StrCat(
+              "a key under '", prefix.empty() ? "(top level)" : prefix,
+              "' is not a plain name (complex YAML keys are not allowed)"));
+          continue;
+        }
+        Yaml(kv.second, Join(prefix, kv.first.Scalar()));
       }
     } else if (prefix.empty()) {
       if (!node.IsNull()) {

@@ -211,3 +211,21 @@ TEST(ConfigDeathTest, ClashingDeclarationsAbort) {
 
 }  // namespace
 }  // namespace swaserve::base
+
+namespace swaserve::base {
+namespace {
+
+// Found by config_fuzzer: a YAML complex key used to throw out of LoadString.
+TEST(ConfigRegression, ComplexYamlKeyIsAnErrorNotACrash) {
+  int64_t port = 0;
+  Config c("p", "d");
+  c.Add("port", &port, "");
+  absl::Status s = c.LoadString("? [a, b]\n: 1\nport: 2\n", "k.yaml");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("not a plain name"));
+  s = c.LoadString("a:\n  ? {x: 1}\n  : 2\n", "k.yaml");
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace swaserve::base
