@@ -48,12 +48,31 @@ uint64_t DefaultPageHashSeed() {
 
 uint64_t NextPageHash(uint64_t parent, absl::Span<const uint32_t> page_tokens,
                       absl::Span<const Hash128> overlapping_items) {
+  // The hashed bytes: parent (8) || tokens (4 each) || items (16 each), all
+  // little-endian. Typical pages fit a stack buffer and hash in one shot
+  // (several times faster than the streaming API, same value).
+  constexpr size_t kBuf = 1024;
+  const size_t bytes = 8 + 4 * page_tokens.size() + 16 * overlapping_items.size();
+  if (bytes <= kBuf) {
+    unsigned char buf[kBuf];
+    absl::little_endian::Store64(buf, parent);
+    unsigned char* p = buf + 8;
+    for (uint32_t t : page_tokens) {
+      absl::little_endian::Store32(p, t);
+      p += 4;
+    }
+    for (const Hash128& item : overlapping_items) {
+      absl::little_endian::Store64(p, item.low);
+      absl::little_endian::Store64(p + 8, item.high);
+      p += 16;
+    }
+    return XXH3_64bits(buf, bytes);
+  }
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   unsigned char buf[16];
   absl::little_endian::Store64(buf, parent);
   XXH3_64bits_update(&state, buf, 8);
-  // Tokens as u32 little-endian, in chunks to avoid a heap buffer.
   unsigned char tok[256 * 4];
   size_t i = 0;
   while (i < page_tokens.size()) {

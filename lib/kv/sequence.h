@@ -89,8 +89,9 @@ class Sequence {
   PageNeeds NeedsFor(int n_tokens) const;
 
   // Extends the sequence by n tokens (a prefill chunk, a decode step or
-  // speculative drafts), allocating pages in both pools all-or-nothing, then
-  // releases SWA pages that left the window. ResourceExhausted (and nothing
+  // speculative drafts): first trims the window to the current length
+  // (TrimWindow), then allocates full and SWA pages for the new tokens in
+  // both pools, all-or-nothing. ResourceExhausted (and nothing but the trim
   // changed) when the pools cannot supply the pages even after eviction.
   absl::Status Append(int n_tokens);
 

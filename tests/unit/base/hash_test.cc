@@ -114,6 +114,21 @@ TEST(ChainedPageHashes, MultimodalContentMixedIntoOverlappingPagesOnly) {
   EXPECT_EQ(h[3], p);
 }
 
+TEST(ChainedPageHashes, LongPagesUseTheSameRecipe) {
+  // Pages too large for the one-shot buffer are streamed: same bytes, same
+  // value as hashing the concatenation directly.
+  std::vector<uint32_t> tokens = Iota(300, 5);
+  std::string bytes(8, '\0');
+  const uint64_t seed = DefaultPageHashSeed();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((seed >> (8 * i)) & 0xff);
+  for (uint32_t t : tokens) {
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  }
+  EXPECT_EQ(ChainedPageHashes(tokens, 300)[0], Hash64(bytes));
+  std::vector<uint32_t> small(tokens.begin(), tokens.begin() + 16);
+  EXPECT_EQ(ChainedPageHashes(small, 16)[0], Hash64(bytes.substr(0, 8 + 64)));
+}
+
 TEST(ChainedPageHashes, StableAcrossReleases) {
   // These values are stored in Redis by running clusters. If this test fails
   // the recipe changed: bump kPageHashVersion and update the values.

@@ -1,0 +1,818 @@
+// Prefix-cache hit rate on real traffic (issue 3, benchmark 2): replays the
+// Mooncake conversation trace (../shared/traces/mooncake_conversation_trace.jsonl,
+// format and caveats in ../shared/traces/README.md) through PrefixCache at
+// several byte budgets and compares
+//   dual     our dual full/SWA pools for the MiMo-V2.5-Pro shape, sized by
+//            SizePools(budget, --ratio). Default ratio 0.02 SWA tokens per
+//            full token: a cached prompt keeps SWA KV only for its last
+//            window (9 pages = 144 tokens) and brings ~7.5K new tokens on
+//            average, i.e. ~0.02; the sweep printed at the end (0.005..0.1)
+//            shows 0.02 is the best of those at 3M;
+//   single   a single pool of the SAME bytes, built from the same classes: the
+//            same shape but with a window longer than the longest prompt, and
+//            SizePools ratio 1.0, so every token keeps all 70 layers of KV and
+//            the two pools move in lockstep (one page in each per 16 tokens;
+//            tombstones never happen: checked and printed);
+//   single7x the single pool with 7x the bytes;
+//   infinite pools big enough for the whole trace (dual and single; also with
+//            plain synthesis, to compare with the README's figures).
+//
+// Token ids: each 512-token hash block id gets deterministic ids from a
+// seeded PRNG of (block id, position); a request's last block is cut to
+// input_length. Continuations are reconstructed as the traces README says:
+// when request B's first new block id follows ids that are exactly all the
+// full-block ids of an earlier request A (the most recent such A shorter than
+// B), B's first A.input_length tokens are A's prompt tokens, i.e. that new
+// block starts with A's partial last block. A block id's content is fixed the
+// first time it is seen, so every request using the id sees the same tokens.
+//
+// Replay, one request at a time in timestamp order (no concurrency: the pools
+// hold the cache plus the one running request):
+//   hashes = ChainedPageHashes(prompt, 16)
+//   hit = MatchAndLock(hashes, input_length - 1)
+//   Sequence from the hit; Append the rest in --chunk token chunks (chunked
+//   prefill: SWA pages that left the window are released at each Append;
+//   evict_on_demand evicts from the cache when the pools are short)
+//   Finish(hashes): the prompt's complete pages go into the cache (Finish
+//   trims the SWA window first: SWA KV is kept for the prompt's last window).
+// Decode is not replayed: the output tokens are not part of the next prompts
+// in a way the trace lets us reconstruct, so caching them could only add
+// pages nobody hits. This is the prefill worker's view (PD disaggregation):
+// the prompt is cached when its prefill completes.
+//
+// Hit rate = window-safe hit tokens / prompt tokens. Cached tokens = tokens
+// whose full KV is in the cache at the end of the replay; per GiB of the
+// pools' bytes (the budget) and per GiB actually occupied by cached pages.
+//
+// Usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]
+//          [--ratio R] [--budgets 1M,3M,...] [--sweep-budget 3M]
+//          [--sweep-ratios 0.005,0.01,...] [--limit N]
+//          [--no-infinite]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "lib/base/hash.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/kv/sequence.h"
+#include "nlohmann/json.hpp"
+
+namespace swaserve::kv {
+namespace {
+
+constexpr int kBlockTokens = 512;
+constexpr uint64_t kTokenSeed = 0x5EED5EED1234ABCDull;
+constexpr uint32_t kVocab = 152064;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "kv_trace_replay_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Flags {
+  std::string trace;
+  std::string json;
+  int chunk = 4096;
+  double ratio = 0.02;
+  std::vector<double> budgets = {1e6, 3e6, 8e6, 16.8e6};  // single-pool tokens
+  double sweep_budget = 3e6;
+  std::vector<double> sweep_ratios = {0.005, 0.01, 0.02, 0.05, 0.1};
+  int64_t limit = 0;
+  bool infinite = true;
+};
+
+// "3M", "16.8M", "500K", "3000000".
+double ParseCount(absl::string_view s) {
+  double mult = 1;
+  if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) {
+    mult = 1e6;
+    s.remove_suffix(1);
+  } else if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) {
+    mult = 1e3;
+    s.remove_suffix(1);
+  }
+  double v = 0;
+  if (!absl::SimpleAtod(s, &v) || v <= 0) Die("bad count '" + std::string(s) + "'");
+  return v * mult;
+}
+
+std::vector<double> ParseList(absl::string_view s, bool counts) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    if (counts) {
+      out.push_back(ParseCount(part));
+    } else {
+      double v = 0;
+      if (!absl::SimpleAtod(part, &v) || v <= 0) Die("bad number '" + std::string(part) + "'");
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+std::string CountName(double v) {
+  char buf[32];
+  if (v >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%gM", v / 1e6);
+  } else if (v >= 1e3) {
+    std::snprintf(buf, sizeof(buf), "%gK", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%g", v);
+  }
+  return buf;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// ---------------------------------------------------------------------------
+// Trace and token synthesis.
+
+struct TraceRequest {
+  int64_t timestamp = 0;
+  int input_length = 0;
+  int output_length = 0;
+  std::vector<int64_t> hash_ids;
+};
+
+std::vector<TraceRequest> LoadTrace(const std::string& path, int64_t limit) {
+  std::ifstream in(path);
+  if (!in) Die("cannot open trace " + path);
+  std::vector<TraceRequest> out;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) Die("trace line " + std::to_string(lineno) + ": bad JSON");
+    TraceRequest r;
+    r.timestamp = j.value("timestamp", int64_t{0});
+    r.input_length = j.value("input_length", 0);
+    r.output_length = j.value("output_length", 0);
+    r.hash_ids = j.value("hash_ids", std::vector<int64_t>{});
+    if (r.input_length <= 0 ||
+        static_cast<int64_t>(r.hash_ids.size()) !=
+            (r.input_length + kBlockTokens - 1) / kBlockTokens) {
+      Die("trace line " + std::to_string(lineno) + ": hash_ids do not match input_length");
+    }
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const TraceRequest& a, const TraceRequest& b) {
+    return a.timestamp < b.timestamp;
+  });
+  if (limit > 0 && static_cast<int64_t>(out.size()) > limit) out.resize(limit);
+  return out;
+}
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint32_t GenToken(int64_t block_id, int pos) {
+  return static_cast<uint32_t>(
+      Mix64(kTokenSeed ^ (static_cast<uint64_t>(block_id) * kBlockTokens + pos)) % kVocab);
+}
+
+// Prompts of all requests as chained page hashes, stored back to back.
+struct Prompts {
+  std::vector<int> length;       // tokens
+  std::vector<int64_t> offset;   // into hashes; size() = requests + 1
+  std::vector<uint64_t> hashes;
+  int64_t total_tokens = 0;
+  int64_t total_pages_upper = 0;  // sum of ceil(length / page)
+  int max_length = 0;
+  int64_t reconstructed_requests = 0;
+  int64_t reconstructed_tokens = 0;
+
+  size_t size() const { return length.size(); }
+  absl::Span<const uint64_t> Hashes(size_t i) const {
+    return absl::MakeConstSpan(hashes).subspan(offset[i], offset[i + 1] - offset[i]);
+  }
+};
+
+class Synthesizer {
+ public:
+  explicit Synthesizer(bool reconstruct) : reconstruct_(reconstruct) {}
+
+  // Fills `out` with the request's prompt tokens (in timestamp order: the
+  // block contents depend on what was seen before).
+  void Tokens(const TraceRequest& r, std::vector<uint32_t>* out, int* reconstructed) {
+    const std::vector<int64_t>& ids = r.hash_ids;
+    const int n = r.input_length;
+    *reconstructed = 0;
+    if (reconstruct_) {
+      // First block id not seen before; only it can start a continuation
+      // (any earlier request whose full blocks reached past it would have
+      // made it seen).
+      size_t p = 0;
+      while (p < ids.size() && seen_.contains(ids[p])) ++p;
+      if (p > 0 && p < ids.size()) {
+        auto it = by_last_full_.find(ids[p - 1]);
+        if (it != by_last_full_.end()) {
+          for (auto c = it->second.rbegin(); c != it->second.rend(); ++c) {
+            if (c->length < n) {
+              const int t = c->length - static_cast<int>(p) * kBlockTokens;
+              recipes_[ids[p]] = Recipe{c->tail_id, t};
+              *reconstructed = t;
+              break;
+            }
+          }
+        }
+      }
+    }
+    for (int64_t id : ids) seen_.insert(id);
+    const int full_blocks = n / kBlockTokens;
+    if (reconstruct_ && full_blocks >= 1 && n % kBlockTokens != 0) {
+      by_last_full_[ids[full_blocks - 1]].push_back(Ending{n, ids[full_blocks]});
+    }
+    out->resize(n);
+    for (size_t b = 0; b < ids.size(); ++b) {
+      const int begin = static_cast<int>(b) * kBlockTokens;
+      const int len = std::min(kBlockTokens, n - begin);
+      Fill(ids[b], 0, len, out->data() + begin);
+    }
+  }
+
+ private:
+  struct Recipe {
+    int64_t src;  // block whose first t tokens this block starts with
+    int t;
+  };
+  struct Ending {
+    int length;       // the earlier request's input_length
+    int64_t tail_id;  // id of its partial last block
+  };
+
+  // Tokens [begin, end) of block `id` into block[begin..end).
+  void Fill(int64_t id, int begin, int end, uint32_t* block) const {
+    int from = begin;
+    auto it = recipes_.find(id);
+    if (it != recipes_.end() && it->second.t > begin) {
+      const int t = std::min(it->second.t, end);
+      Fill(it->second.src, begin, t, block);
+      from = t;
+    }
+    for (int i = from; i < end; ++i) block[i] = GenToken(id, i);
+  }
+
+  bool reconstruct_;
+  absl::flat_hash_set<int64_t> seen_;
+  absl::flat_hash_map<int64_t, std::vector<Ending>> by_last_full_;
+  absl::flat_hash_map<int64_t, Recipe> recipes_;
+};
+
+Prompts BuildPrompts(const std::vector<TraceRequest>& trace, int page_size, bool reconstruct) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Prompts p;
+  Synthesizer synth(reconstruct);
+  std::vector<uint32_t> tokens;
+  p.offset.push_back(0);
+  for (const TraceRequest& r : trace) {
+    int recon = 0;
+    synth.Tokens(r, &tokens, &recon);
+    if (recon > 0) {
+      ++p.reconstructed_requests;
+      p.reconstructed_tokens += recon;
+    }
+    std::vector<uint64_t> h = base::ChainedPageHashes(tokens, page_size);
+    p.hashes.insert(p.hashes.end(), h.begin(), h.end());
+    p.offset.push_back(static_cast<int64_t>(p.hashes.size()));
+    p.length.push_back(r.input_length);
+    p.total_tokens += r.input_length;
+    p.total_pages_upper += (r.input_length + page_size - 1) / page_size;
+    p.max_length = std::max(p.max_length, r.input_length);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "synthesized %zu prompts (%s), %lld tokens, %zu page hashes in %.1f s; "
+               "%lld continuations reconstructed (%lld tokens)\n",
+               p.size(), reconstruct ? "continuations reconstructed" : "plain",
+               static_cast<long long>(p.total_tokens), p.hashes.size(), s,
+               static_cast<long long>(p.reconstructed_requests),
+               static_cast<long long>(p.reconstructed_tokens));
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Replay.
+
+struct CacheSpec {
+  std::string name;      // "dual", "single", "single7x", ...
+  std::string budget;    // "3M" (single-pool tokens) or "inf"
+  KvShape shape;
+  int64_t full_pages = 0;
+  int64_t swa_pages = 0;
+  double ratio = 0;      // SizePools ratio used (0 for infinite)
+  bool infinite = false;
+  std::string synthesis = "reconstructed";
+};
+
+struct ReplayResult {
+  CacheSpec spec;
+  int64_t requests = 0;
+  int64_t failed = 0;
+  int64_t prompt_tokens = 0;
+  int64_t hit_tokens = 0;
+  int64_t matched_tokens = 0;      // full-KV match (before the window rule)
+  int64_t window_lost_tokens = 0;
+  int64_t cached_full_pages = 0;   // at the end
+  int64_t cached_swa_pages = 0;
+  int64_t peak_cached_full_pages = 0;
+  double pool_bytes = 0;           // pools' total bytes (the budget)
+  double cached_bytes = 0;         // bytes of cached pages at the end
+  int64_t evicted_full_pages = 0;
+  int64_t evicted_swa_pages = 0;
+  int64_t tombstoned_nodes = 0;
+  int64_t nodes = 0;
+  int64_t tombstone_nodes = 0;
+  double seconds = 0;
+
+  double HitRate() const { return prompt_tokens ? double(hit_tokens) / prompt_tokens : 0; }
+  int64_t CachedTokens(int ps) const { return cached_full_pages * ps; }
+  double TokensPerGiBBudget(int ps) const {
+    return pool_bytes > 0 ? CachedTokens(ps) / (pool_bytes / kGiB) : 0;
+  }
+  double TokensPerGiBUsed(int ps) const {
+    return cached_bytes > 0 ? CachedTokens(ps) / (cached_bytes / kGiB) : 0;
+  }
+  bool Evicted() const { return evicted_full_pages > 0; }
+};
+
+ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
+  ReplayResult res;
+  res.spec = spec;
+  KvPoolsOptions po;
+  po.shape = spec.shape;
+  po.full_pages = spec.full_pages;
+  po.swa_pages = spec.swa_pages;
+  po.allocate_memory = false;
+  auto pools_or = KvPools::Create(po);
+  if (!pools_or.ok()) Die(std::string(pools_or.status().message()));
+  std::unique_ptr<KvPools> pools = *std::move(pools_or);
+  PrefixCacheOptions co;
+  co.pools = pools.get();
+  auto cache_or = PrefixCache::Create(co);
+  if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
+  std::unique_ptr<PrefixCache> cache = *std::move(cache_or);
+  SequenceOptions so;
+  so.pools = pools.get();
+  so.cache = cache.get();
+  so.evict_on_demand = true;
+  res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
+                   static_cast<double>(pools->swa().total_bytes());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t n = prompts.size();
+  const size_t progress_every = std::max<size_t>(1, n / 4);
+  for (size_t i = 0; i < n; ++i) {
+    const int len = prompts.length[i];
+    absl::Span<const uint64_t> hashes = prompts.Hashes(i);
+    CacheHit hit = cache->MatchAndLock(hashes, len - 1);
+    res.hit_tokens += hit.tokens();
+    res.matched_tokens += hit.matched_tokens();
+    res.prompt_tokens += len;
+    Sequence seq(so, std::move(hit));
+    bool ok = true;
+    while (seq.length() < len) {
+      const int c = std::min(chunk, len - seq.length());
+      absl::Status s = seq.Append(c);
+      if (!s.ok()) {
+        if (res.failed == 0) {
+          std::fprintf(stderr, "  [%s %s] request %zu (%d tokens) failed: %s\n",
+                       spec.name.c_str(), spec.budget.c_str(), i, len,
+                       std::string(s.message()).c_str());
+        }
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) {
+      ++res.failed;
+      seq.Abort();
+    } else {
+      seq.Finish(hashes);
+    }
+    ++res.requests;
+    res.peak_cached_full_pages = std::max(res.peak_cached_full_pages, cache->cached_full_pages());
+    if ((i + 1) % progress_every == 0 || i + 1 == n) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "  [%-9s %6s r=%-6g] %6zu/%zu requests  hit %5.1f%%  %.1f s\n",
+                   spec.name.c_str(), spec.budget.c_str(), spec.ratio, i + 1, n,
+                   100.0 * res.HitRate(), s);
+    }
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const PrefixCacheStats& st = cache->stats();
+  res.window_lost_tokens = st.window_lost_tokens.load();
+  res.evicted_full_pages = st.evicted_full_pages.load();
+  res.evicted_swa_pages = st.evicted_swa_pages.load();
+  res.tombstoned_nodes = st.tombstoned_nodes.load();
+  res.nodes = st.nodes.load();
+  res.tombstone_nodes = st.tombstone_nodes.load();
+  res.cached_full_pages = cache->cached_full_pages();
+  res.cached_swa_pages = cache->cached_swa_pages();
+  res.cached_bytes = static_cast<double>(res.cached_full_pages) * pools->full().page_bytes() +
+                     static_cast<double>(res.cached_swa_pages) * pools->swa().page_bytes();
+  if (pools->full().num_in_use() != 0 || pools->swa().num_in_use() != 0 ||
+      pools->full().num_reserved() != 0 || pools->swa().num_reserved() != 0) {
+    Die("pages still in use or reserved after the replay (" + spec.name + ")");
+  }
+  return res;
+}
+
+nlohmann::json ToJson(const ReplayResult& r, int ps) {
+  return {
+      {"cache", r.spec.name},
+      {"budget_single_pool_tokens", r.spec.budget},
+      {"synthesis", r.spec.synthesis},
+      {"swa_full_ratio", r.spec.ratio},
+      {"sliding_window", r.spec.shape.sliding_window},
+      {"full_pages", r.spec.full_pages},
+      {"swa_pages", r.spec.swa_pages},
+      {"pool_bytes", r.pool_bytes},
+      {"requests", r.requests},
+      {"failed_requests", r.failed},
+      {"prompt_tokens", r.prompt_tokens},
+      {"hit_tokens", r.hit_tokens},
+      {"hit_rate", r.HitRate()},
+      {"matched_tokens", r.matched_tokens},
+      {"window_lost_tokens", r.window_lost_tokens},
+      {"cached_tokens", r.CachedTokens(ps)},
+      {"cached_swa_pages", r.cached_swa_pages},
+      {"peak_cached_tokens", r.peak_cached_full_pages * ps},
+      {"cached_bytes", r.cached_bytes},
+      {"cached_tokens_per_gib_budget", r.TokensPerGiBBudget(ps)},
+      {"cached_tokens_per_gib_used", r.TokensPerGiBUsed(ps)},
+      {"evicted_full_pages", r.evicted_full_pages},
+      {"evicted_swa_pages", r.evicted_swa_pages},
+      {"tombstoned_nodes", r.tombstoned_nodes},
+      {"nodes_at_end", r.nodes},
+      {"tombstone_nodes_at_end", r.tombstone_nodes},
+      {"seconds", r.seconds},
+  };
+}
+
+void PrintHeader() {
+  std::printf("%-10s %7s %6s %9s %9s %8s %8s %8s %11s %12s %11s %9s %9s %5s %6s\n", "cache",
+              "budget", "ratio", "pool GiB", "hit rate", "matched", "win-lost", "cached M",
+              "tok/GiB bud", "tok/GiB used", "evict full", "evict swa", "tombst.", "fail",
+              "sec");
+}
+
+void PrintRow(const ReplayResult& r, int ps) {
+  const double pt = r.prompt_tokens ? static_cast<double>(r.prompt_tokens) : 1;
+  std::printf("%-10s %7s %6g %9.1f %8.2f%% %7.2f%% %7.2f%% %8.2f %11.0f %12.0f %11lld %9lld %9lld %5lld %6.1f\n",
+              r.spec.name.c_str(), r.spec.budget.c_str(), r.spec.ratio,
+              r.pool_bytes / kGiB, 100.0 * r.HitRate(), 100.0 * r.matched_tokens / pt,
+              100.0 * r.window_lost_tokens / pt, r.CachedTokens(ps) / 1e6,
+              r.spec.infinite ? 0.0 : r.TokensPerGiBBudget(ps), r.TokensPerGiBUsed(ps),
+              static_cast<long long>(r.evicted_full_pages),
+              static_cast<long long>(r.evicted_swa_pages),
+              static_cast<long long>(r.tombstoned_nodes), static_cast<long long>(r.failed),
+              r.seconds);
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto is = [&](const char* name) {
+      return a == name || a.rfind(std::string(name) + "=", 0) == 0;
+    };
+    auto value = [&](const char* name) -> std::string {
+      const std::string prefix = std::string(name) + "=";
+      if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
+      if (i + 1 >= argc) Die(std::string(name) + " needs a value");
+      return argv[++i];
+    };
+    if (is("--trace")) {
+      flags.trace = value("--trace");
+    } else if (is("--json")) {
+      flags.json = value("--json");
+    } else if (is("--chunk")) {
+      flags.chunk = std::atoi(value("--chunk").c_str());
+    } else if (is("--ratio")) {
+      flags.ratio = ParseList(value("--ratio"), false).at(0);
+    } else if (is("--budgets")) {
+      flags.budgets = ParseList(value("--budgets"), true);
+    } else if (is("--sweep-budget")) {
+      flags.sweep_budget = ParseCount(value("--sweep-budget"));
+    } else if (is("--sweep-ratios")) {
+      flags.sweep_ratios = ParseList(value("--sweep-ratios"), false);
+    } else if (a == "--no-sweep") {
+      flags.sweep_ratios.clear();
+    } else if (is("--limit")) {
+      flags.limit = std::atoll(value("--limit").c_str());
+    } else if (a == "--no-infinite") {
+      flags.infinite = false;
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
+          "  [--ratio R] [--budgets 1M,3M,8M,16.8M] [--sweep-budget 3M]\n"
+          "  [--sweep-ratios 0.005,0.01,0.02,0.05,0.1 | --no-sweep] [--limit N]\n"
+          "  [--no-infinite]\n"
+          "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
+      return 0;
+    } else {
+      Die("unknown flag " + a);
+    }
+  }
+  if (flags.chunk <= 0) Die("--chunk must be > 0");
+  if (flags.trace.empty()) {
+    flags.trace = "../shared/traces/mooncake_conversation_trace.jsonl";
+#ifdef SWASERVE_SOURCE_DIR
+    if (!FileExists(flags.trace)) {
+      flags.trace = std::string(SWASERVE_SOURCE_DIR) +
+                    "/../shared/traces/mooncake_conversation_trace.jsonl";
+    }
+#endif
+  }
+
+  const KvShape dual_shape = KvShape::MiMoV25Pro();
+  const int ps = dual_shape.page_size;
+  const double single_token_bytes =
+      static_cast<double>(dual_shape.Full().TokenBytes() + dual_shape.Swa().TokenBytes());
+
+  std::vector<TraceRequest> trace = LoadTrace(flags.trace, flags.limit);
+  std::fprintf(stderr, "loaded %zu requests from %s\n", trace.size(), flags.trace.c_str());
+  const Prompts prompts = BuildPrompts(trace, ps, /*reconstruct=*/true);
+
+  // The single pool: the same classes with a window longer than any prompt.
+  KvShape single_shape = dual_shape;
+  single_shape.sliding_window =
+      (prompts.max_length + flags.chunk + 2 * ps + ps - 1) / ps * ps;
+
+  std::printf(
+      "trace %s: %zu requests, %lld prompt tokens (mean %.0f, max %d); continuations "
+      "reconstructed for %lld requests (%lld tokens)\n"
+      "shape MiMo-V2.5-Pro: full token %zu B (10 layers), SWA token %zu B (60 layers), "
+      "single-pool token %.0f B (70 layers), W %d, page %d\n"
+      "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
+      "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
+      "prompt inserted at the end of prefill\n"
+      "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
+      flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
+      prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
+      static_cast<long long>(prompts.reconstructed_requests),
+      static_cast<long long>(prompts.reconstructed_tokens), dual_shape.Full().TokenBytes(),
+      dual_shape.Swa().TokenBytes(), single_token_bytes, dual_shape.sliding_window, ps,
+      single_shape.sliding_window, flags.ratio, flags.chunk,
+      single_token_bytes);
+
+  auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,
+                   double mult, double ratio) {
+    CacheSpec spec;
+    spec.name = name;
+    spec.budget = CountName(tokens_equiv);
+    spec.shape = shape;
+    spec.ratio = ratio;
+    const int64_t bytes = static_cast<int64_t>(tokens_equiv * single_token_bytes * mult);
+    absl::StatusOr<PoolSizes> sizes = SizePools(shape, bytes, ratio);
+    if (!sizes.ok()) Die(std::string(sizes.status().message()));
+    spec.full_pages = sizes->full_pages;
+    spec.swa_pages = sizes->swa_pages;
+    return spec;
+  };
+  auto infinite = [&](const std::string& name, const KvShape& shape, const std::string& synth,
+                      const Prompts& p) {
+    CacheSpec spec;
+    spec.name = name;
+    spec.budget = "inf";
+    spec.shape = shape;
+    spec.infinite = true;
+    spec.synthesis = synth;
+    spec.full_pages = p.total_pages_upper + flags.chunk / ps + 16;
+    spec.swa_pages = spec.full_pages;
+    return spec;
+  };
+  // Dual-pool variants (one today; the tables take several).
+  const std::vector<std::string> duals = {"dual"};
+
+  nlohmann::json results = nlohmann::json::array();
+  nlohmann::json targets = nlohmann::json::object();
+
+  // --- Main comparison ------------------------------------------------------
+  std::printf("== Hit rate and capacity by budget (continuations reconstructed) ==\n");
+  PrintHeader();
+  struct Row {
+    double budget;
+    std::vector<ReplayResult> duals;
+    ReplayResult single, single7;
+  };
+  std::vector<Row> rows;
+  for (double b : flags.budgets) {
+    Row row;
+    row.budget = b;
+    for (const std::string& name : duals) {
+      row.duals.push_back(Replay(sized(name, dual_shape, b, 1, flags.ratio), prompts,
+                                 flags.chunk));
+      PrintRow(row.duals.back(), ps);
+      results.push_back(ToJson(row.duals.back(), ps));
+    }
+    row.single = Replay(sized("single", single_shape, b, 1, 1.0), prompts, flags.chunk);
+    PrintRow(row.single, ps);
+    row.single7 = Replay(sized("single7x", single_shape, b, 7, 1.0), prompts, flags.chunk);
+    PrintRow(row.single7, ps);
+    results.push_back(ToJson(row.single, ps));
+    results.push_back(ToJson(row.single7, ps));
+    rows.push_back(std::move(row));
+  }
+
+  std::vector<ReplayResult> inf;  // duals..., single
+  if (flags.infinite) {
+    for (const std::string& name : duals) {
+      inf.push_back(Replay(infinite(name, dual_shape, "reconstructed", prompts), prompts,
+                           flags.chunk));
+      PrintRow(inf.back(), ps);
+    }
+    inf.push_back(Replay(infinite("single", single_shape, "reconstructed", prompts),
+                         prompts, flags.chunk));
+    PrintRow(inf.back(), ps);
+    for (const ReplayResult& r : inf) results.push_back(ToJson(r, ps));
+  }
+
+  std::printf(
+      "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; matched = full-KV match "
+      "before the window rule; win-lost = matched but not window-safe;\n"
+      "  cached M = tokens with full KV cached at the end (millions); tok/GiB bud = cached "
+      "tokens per GiB of the pools (the budget); tok/GiB used = per GiB\n"
+      "  occupied by cached pages; evict = pages evicted; tombst. = nodes tombstoned; fail = "
+      "requests that did not fit.\n\n");
+
+  // --- Ratios and targets ---------------------------------------------------
+  std::printf("== Ratios against the single pool (same run) ==\n");
+  std::printf("%-10s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
+              "tok/GiB", "single tok/GiB", "x single", "hit", "single7x hit", "hit/7x hit",
+              "both full?");
+  for (size_t v = 0; v < duals.size(); ++v) {
+    bool density_met = true, hit_met = true;
+    int evaluated = 0;
+    nlohmann::json per_budget = nlohmann::json::array();
+    for (const Row& row : rows) {
+      const ReplayResult& d = row.duals[v];
+      const double density = row.single.TokensPerGiBBudget(ps) > 0
+                                 ? d.TokensPerGiBBudget(ps) / row.single.TokensPerGiBBudget(ps)
+                                 : 0;
+      const double hit_ratio = row.single7.HitRate() > 0 ? d.HitRate() / row.single7.HitRate() : 0;
+      const bool full = d.Evicted() && row.single.Evicted();
+      std::printf("%-10s %7s %12.0f %14.0f %8.2fx %9.2f%% %12.2f%% %11.1f%% %11s\n",
+                  d.spec.name.c_str(), CountName(row.budget).c_str(), d.TokensPerGiBBudget(ps),
+                  row.single.TokensPerGiBBudget(ps), density, 100 * d.HitRate(),
+                  100 * row.single7.HitRate(), 100 * hit_ratio, full ? "yes" : "no");
+      if (full) {
+        ++evaluated;
+        if (density < 5.0) density_met = false;
+      }
+      if (hit_ratio < 0.9) hit_met = false;
+      per_budget.push_back({{"budget", CountName(row.budget)},
+                            {"tokens_per_gib_over_single", density},
+                            {"hit_over_single7x_hit", hit_ratio},
+                            {"both_caches_full", full},
+                            {"density_met", full ? nlohmann::json(density >= 5.0) : nlohmann::json()},
+                            {"hit_met", hit_ratio >= 0.9}});
+    }
+    const std::string& name = duals[v];
+    std::printf("target (%s): cached tokens per GiB >= 5x single pool (budgets where both "
+                "filled up: %d of %zu): %s\n",
+                name.c_str(), evaluated, rows.size(),
+                evaluated == 0 ? "NOT EVALUATED" : (density_met ? "MET" : "NOT MET"));
+    std::printf("target (%s): hit rate >= 90%% of single pool with 7x the bytes (every "
+                "budget): %s\n",
+                name.c_str(), hit_met ? "MET" : "NOT MET");
+    targets[name] = {{"per_budget", per_budget},
+                     {"density_5x_met", evaluated == 0 ? nlohmann::json() : nlohmann::json(density_met)},
+                     {"hit_90pct_of_single7x_met", hit_met}};
+  }
+  if (!inf.empty()) {
+    for (size_t v = 0; v + 1 < inf.size(); ++v) {
+      std::printf("infinite: %s %.0f vs single %.0f cached tokens per GiB occupied: %.2fx\n",
+                  inf[v].spec.name.c_str(), inf[v].TokensPerGiBUsed(ps),
+                  inf.back().TokensPerGiBUsed(ps),
+                  inf[v].TokensPerGiBUsed(ps) / inf.back().TokensPerGiBUsed(ps));
+    }
+  }
+
+  // --- Infinite cache vs the README ----------------------------------------
+  nlohmann::json readme_check = nlohmann::json::object();
+  if (flags.infinite) {
+    std::printf("\n== Infinite cache vs ../shared/traces/README.md ==\n");
+    // Plain synthesis too (no reconstruction): the README's 37.4% ceiling and
+    // 0.1% SWA figures.
+    const Prompts plain = BuildPrompts(trace, ps, /*reconstruct=*/false);
+    std::vector<ReplayResult> pinf;
+    for (const std::string& name : duals) {
+      pinf.push_back(Replay(infinite(name, dual_shape, "plain", plain), plain, flags.chunk));
+    }
+    pinf.push_back(Replay(infinite("single", single_shape, "plain", plain), plain,
+                          flags.chunk));
+    for (const ReplayResult& r : pinf) results.push_back(ToJson(r, ps));
+    std::printf("%-52s %10s %10s\n", "token hit rate (infinite cache unless LRU)", "measured", "README");
+    std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), plain synthesis",
+                100 * pinf.back().HitRate(), "37.4%");
+    std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), reconstructed",
+                100 * inf.back().HitRate(), "-");
+    readme_check["single_plain"] = pinf.back().HitRate();
+    readme_check["single_reconstructed"] = inf.back().HitRate();
+    for (size_t v = 0; v < duals.size(); ++v) {
+      std::printf("%-52s %9.2f%% %10s\n", (pinf[v].spec.name + " (SWA), plain synthesis").c_str(),
+                  100 * pinf[v].HitRate(), "0.1%");
+      std::printf("%-52s %9.2f%% %10s\n", (inf[v].spec.name + " (SWA), reconstructed").c_str(),
+                  100 * inf[v].HitRate(), "37.0%");
+      readme_check[pinf[v].spec.name + "_plain"] = pinf[v].HitRate();
+      readme_check[inf[v].spec.name + "_reconstructed"] = inf[v].HitRate();
+    }
+    // The README's LRU figures (13.9% at 3M tokens, 34.1% at 16.8M): the
+    // single pool is an LRU cache of that many tokens.
+    for (const auto& [tokens, readme] : {std::pair<double, double>{3e6, 0.139},
+                                         std::pair<double, double>{16.8e6, 0.341}}) {
+      for (const Prompts* p : {&plain, &prompts}) {
+        const bool recon = p == &prompts;
+        CacheSpec spec = sized("single", single_shape, tokens, 1, 1.0);
+        spec.synthesis = recon ? "reconstructed" : "plain";
+        ReplayResult r = Replay(spec, *p, flags.chunk);
+        results.push_back(ToJson(r, ps));
+        const std::string label = "single pool LRU " + CountName(tokens) + ", " +
+                                  (recon ? "reconstructed" : "plain synthesis");
+        char readme_s[16];
+        std::snprintf(readme_s, sizeof(readme_s), "%.1f%%", 100 * readme);
+        std::printf("%-52s %9.2f%% %10s\n", label.c_str(), 100 * r.HitRate(),
+                    recon ? "-" : readme_s);
+        readme_check["single_lru_" + CountName(tokens) + (recon ? "_reconstructed" : "_plain")] =
+            r.HitRate();
+      }
+    }
+    readme_check["readme_single_ceiling"] = 0.374;
+    readme_check["readme_lru_3M"] = 0.139;
+    readme_check["readme_lru_16.8M"] = 0.341;
+    readme_check["readme_swa_plain"] = 0.001;
+    readme_check["readme_swa_reconstructed"] = 0.370;
+  }
+
+  // --- SWA/full ratio sweep -------------------------------------------------
+  if (!flags.sweep_ratios.empty()) {
+    std::printf("\n== Dual pool: SWA/full token ratio sweep at budget %s ==\n",
+                CountName(flags.sweep_budget).c_str());
+    PrintHeader();
+    for (const std::string& name : duals) {
+      for (double r : flags.sweep_ratios) {
+        ReplayResult res =
+            Replay(sized(name, dual_shape, flags.sweep_budget, 1, r), prompts, flags.chunk);
+        PrintRow(res, ps);
+        nlohmann::json j = ToJson(res, ps);
+        j["sweep"] = true;
+        results.push_back(j);
+      }
+    }
+  }
+
+  if (!flags.json.empty()) {
+    nlohmann::json out = {
+        {"benchmark", "kv_trace_replay_bench"},
+        {"trace", flags.trace},
+        {"requests", prompts.size()},
+        {"prompt_tokens", prompts.total_tokens},
+        {"reconstructed_requests", prompts.reconstructed_requests},
+        {"reconstructed_tokens", prompts.reconstructed_tokens},
+        {"chunk", flags.chunk},
+        {"dual_ratio", flags.ratio},
+        {"single_pool_window", single_shape.sliding_window},
+        {"single_pool_token_bytes", single_token_bytes},
+        {"results", results},
+        {"targets", targets},
+        {"readme_check", readme_check},
+    };
+    std::ofstream f(flags.json);
+    f << out.dump(2) << "\n";
+    if (!f) Die("cannot write " + flags.json);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace swaserve::kv
+
+int main(int argc, char** argv) { return swaserve::kv::Main(argc, argv); }
