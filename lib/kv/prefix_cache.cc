@@ -112,8 +112,10 @@ bool PrefixCache::FullEvictable(const CacheNode* n) const {
 }
 
 bool PrefixCache::SwaEvictable(const CacheNode* n) const {
-  if (n == root_.get() || n->tombstone() || n->swa_lock > 0) return false;
-  return n->leaf() ? FullEvictable(n) : true;
+  // Unlocked leaves are deleted, every other node without a SWA lock is
+  // tombstoned (a full-locked leaf then waits, as a locked tombstone leaf, for
+  // its request to unlock it).
+  return n != root_.get() && !n->tombstone() && n->swa_lock == 0;
 }
 
 void PrefixCache::Unindex(CacheNode* n) {
@@ -452,6 +454,9 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
         stats_.inserted_pages.fetch_add(to - from, std::memory_order_relaxed);
         Emit(CacheEvent::Type::kStored, c, 0, c->pages());
+        // Stored without SWA KV: say so, so an index can tell these pages
+        // cannot end a window-safe hit.
+        if (!live) Emit(CacheEvent::Type::kSwaRemoved, c, 0, c->pages());
         Reindex(node);
         Reindex(c);
         node = c;
@@ -513,7 +518,7 @@ EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {
   }
   while (result.swa_pages_freed < swa_pages && !swa_lru_.empty()) {
     CacheNode* n = swa_lru_.begin()->second;
-    if (n->leaf()) {
+    if (n->leaf() && n->full_lock == 0) {
       DeleteLeaf(n, &result);
     } else {
       Tombstone(n, &result);

@@ -24,8 +24,8 @@
 // Eviction (Evict): a full pass deletes least-recently-used unlocked leaves
 // (freeing their full and SWA pages; tombstone parents left as leaves are
 // deleted too), then a SWA pass frees the SWA pages of least-recently-used
-// nodes without SWA lock: internal nodes become tombstones, unlocked leaves
-// are deleted. Among equally recent nodes the root side goes first. A leaf is
+// nodes without SWA lock: unlocked leaves are deleted, other nodes become
+// tombstones. Among equally recent nodes the root side goes first. A leaf is
 // never an unlocked tombstone: a node tombstoned after its request released
 // the SWA lock (ReleaseSwa) keeps its full KV while the request reads it, even
 // if its children are evicted meanwhile; it is deleted when the request
@@ -66,7 +66,8 @@ namespace swaserve::kv {
 // A change to the cache's contents, for the router's affinity index.
 struct CacheEvent {
   enum class Type : uint8_t {
-    kStored,      // pages of these hashes are now cached (full KV)
+    kStored,      // pages of these hashes are now cached (full KV; pages
+                  // stored without SWA KV are followed by kSwaRemoved)
     kRemoved,     // evicted: no longer cached at all
     kSwaStored,   // SWA KV of these pages is cached again (healed)
     kSwaRemoved,  // SWA KV dropped (tombstoned); full KV still cached

@@ -127,7 +127,7 @@ absl::Status Sequence::Rollback(int n_tokens) {
         hit_tokens_, " tokens"));
   }
   const int need_from = std::max(0, new_len - (window_ - 1));
-  if (need_from < swa_first_page_ * page_size_ && new_len > hit_tokens_) {
+  if (need_from < swa_first_page_ * page_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rollback to ", new_len, " tokens needs SWA KV from token ", need_from,
         " but it was released below token ", swa_first_page_ * page_size_,

@@ -1,0 +1,755 @@
+// Randomized property test of the whole lib/kv stack (pools, sequences,
+// prefix cache): >= 10^5 operations over many seeds and shapes, with an
+// independent model of what the cache holds, checked after every step.
+//
+// The model is driven only by what the contract promises:
+//  - the cache's contents change only as its events report (kStored,
+//    kRemoved, kSwaStored, kSwaRemoved, with the chained hashes), and a
+//    stored/healed page is the very page the inserter handed over;
+//  - a hit of L tokens is window-safe iff the pages covering tokens
+//    [L - W + 1, L) have SWA KV; Match/MatchAndLock return the longest one;
+//  - a sequence's SWA table follows the keep_from rule of sequence.h;
+//  - locked pages are never evicted; page conservation per pool.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "gtest/gtest.h"
+#include "lib/base/hash.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/kv/sequence.h"
+
+namespace swaserve::kv {
+namespace {
+
+using Hashes = std::vector<uint64_t>;
+using Tokens = std::vector<uint32_t>;
+
+int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+
+struct ModelPage {
+  PageId full = kNoPage;
+  PageId swa = kNoPage;  // kNoPage: tombstoned
+};
+
+struct Request {
+  std::unique_ptr<Sequence> seq;
+  Tokens tokens;  // the prompt, then generated tokens
+  int prompt_len = 0;
+  int slack = 0;
+  bool evict_on_demand = true;
+  // The hit it started from.
+  int hit_pages = 0;
+  Hashes hit_hashes;
+  std::vector<PageId> hit_full;
+  // Model of the sequence.
+  int length = 0;
+  int swa_first = 0;
+};
+
+struct RawHit {
+  CacheHit hit;
+  Hashes hashes;
+  bool released = false;
+};
+
+class Harness {
+ public:
+  explicit Harness(uint64_t seed) : rng_(seed) {
+    static constexpr int kWindows[] = {4, 8, 16, 5};
+    static constexpr int kPageSizes[] = {2, 4};
+    window_ = kWindows[Rand(4)];
+    ps_ = kPageSizes[Rand(2)];
+    KvPoolsOptions o;
+    o.shape.full_layers = 1;
+    o.shape.full_kv_heads = 1;
+    o.shape.full_k_head_dim = 1;
+    o.shape.full_v_head_dim = 1;
+    o.shape.swa_layers = 1;
+    o.shape.swa_kv_heads = 1;
+    o.shape.swa_k_head_dim = 1;
+    o.shape.swa_v_head_dim = 1;
+    o.shape.sliding_window = window_;
+    o.shape.page_size = ps_;
+    o.full_pages = 16 + Rand(241);
+    o.swa_pages = 16 + Rand(static_cast<int>(o.full_pages) - 15);
+    o.allocate_memory = false;
+    absl::StatusOr<std::unique_ptr<KvPools>> pools = KvPools::Create(o);
+    EXPECT_TRUE(pools.ok()) << pools.status();
+    pools_ = std::move(*pools);
+    PrefixCacheOptions co;
+    co.pools = pools_.get();
+    co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
+    absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    cache_ = std::move(*cache);
+    // Shared prefixes so that hits happen.
+    for (int k = 0; k < 4; ++k) {
+      Tokens p(8 * ps_ + Rand(6 * window_));
+      for (uint32_t& t : p) t = 1000 + Rand(50);
+      prefixes_.push_back(std::move(p));
+    }
+  }
+
+  ~Harness() {
+    requests_.clear();
+    for (RawHit& h : raw_hits_) cache_->Unlock(h.hit);
+    raw_hits_.clear();
+    cache_.reset();
+  }
+
+  std::string Describe() const {
+    return "W=" + std::to_string(window_) + " page_size=" + std::to_string(ps_) +
+           " full_pages=" + std::to_string(pools_->full().num_pages()) +
+           " swa_pages=" + std::to_string(pools_->swa().num_pages());
+  }
+
+  void Run(int ops) {
+    for (step_ = 0; step_ < ops; ++step_) {
+      ++coverage().ops;
+      Step();
+      if (::testing::Test::HasFatalFailure()) {
+        ADD_FAILURE() << "in op '" << last_op_ << "' at step " << step_;
+        return;
+      }
+      CheckAll();
+      if (::testing::Test::HasFatalFailure()) {
+        ADD_FAILURE() << "after op '" << last_op_ << "' at step " << step_;
+        return;
+      }
+    }
+    Drain();
+  }
+
+  // Coverage counters, summed over seeds and printed by the test.
+  struct Coverage {
+    int64_t ops = 0, lookups = 0, hit_tokens = 0, window_lost = 0;
+    int64_t appends = 0, appends_exhausted = 0, rollbacks = 0,
+            rollbacks_rejected = 0, finishes = 0, aborts = 0, evicted_full = 0,
+            evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
+  };
+  static Coverage& coverage() {
+    static Coverage c;
+    return c;
+  }
+
+ private:
+  int Rand(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
+  bool Chance(int percent) { return Rand(100) < percent; }
+
+  Hashes H(const Tokens& t, int n_tokens) const {
+    return base::ChainedPageHashes(absl::MakeConstSpan(t).subspan(0, n_tokens), ps_);
+  }
+
+  Tokens RandomPrompt() {
+    Tokens p;
+    if (!finished_.empty() && Chance(30)) {
+      p = finished_[Rand(static_cast<int>(finished_.size()))];
+      p.resize(std::max(1, static_cast<int>(p.size()) - Rand(3 * ps_)));
+    } else {
+      const Tokens& prefix = prefixes_[Rand(static_cast<int>(prefixes_.size()))];
+      p.assign(prefix.begin(), prefix.begin() + Rand(static_cast<int>(prefix.size()) + 1));
+    }
+    const int suffix = Chance(20) ? 0 : 1 + Rand(2 * window_ + 3 * ps_);
+    for (int i = 0; i < suffix; ++i) p.push_back(Rand(4));
+    if (p.empty()) p.push_back(Rand(4));
+    return p;
+  }
+
+  // --- the model of the cache ----------------------------------------------
+
+  struct Lens {
+    int matched = 0;
+    int safe = 0;
+  };
+  Lens ModelMatch(const Hashes& h, int max_tokens) const {
+    const int n = std::min<int>(static_cast<int>(h.size()), max_tokens / ps_);
+    int matched = 0;
+    while (matched < n && model_.contains(h[matched])) ++matched;
+    for (int k = matched; k >= 0; --k) {
+      const int l = k * ps_;
+      bool ok = true;
+      for (int p = std::max(0, l - window_ + 1) / ps_; p < k && ok; ++p) {
+        ok = model_.at(h[p]).swa != kNoPage;
+      }
+      if (ok) return {matched * ps_, l};
+    }
+    return {matched * ps_, 0};
+  }
+
+  // Applies the events of one operation to the model. `inserted` maps the
+  // hashes handed to Insert (by this operation) to the pages handed over.
+  void ApplyEvents(int64_t* full_removed = nullptr, int64_t* swa_removed = nullptr) {
+    int64_t fr = 0, sr = 0;
+    // Pages stored without SWA KV in this operation: the cache follows their
+    // kStored with a kSwaRemoved.
+    absl::flat_hash_set<uint64_t> stored_as_tombstone;
+    for (const CacheEvent& e : events_) {
+      ASSERT_FALSE(e.hashes.empty()) << "empty event";
+      for (uint64_t h : e.hashes) {
+        auto it = model_.find(h);
+        switch (e.type) {
+          case CacheEvent::Type::kStored: {
+            ASSERT_EQ(it, model_.end()) << "stored twice: " << h;
+            auto in = inserted_.find(h);
+            ASSERT_NE(in, inserted_.end()) << "stored a hash nobody inserted now";
+            model_[h] = in->second;
+            if (in->second.swa != kNoPage) ++model_swa_;
+            if (in->second.swa == kNoPage) stored_as_tombstone.insert(h);
+            ++total_stored_;
+            break;
+          }
+          case CacheEvent::Type::kRemoved:
+            ASSERT_NE(it, model_.end()) << "removed a hash not cached: " << h;
+            if (it->second.swa != kNoPage) {
+              --model_swa_;
+              ++sr;
+            }
+            ++fr;
+            ++coverage().evicted_full;
+            model_.erase(it);
+            break;
+          case CacheEvent::Type::kSwaRemoved:
+            ASSERT_NE(it, model_.end()) << "tombstoned a hash not cached";
+            if (it->second.swa == kNoPage && stored_as_tombstone.erase(h) == 1) {
+              break;  // announces a page stored without SWA KV
+            }
+            ASSERT_NE(it->second.swa, kNoPage) << "tombstoned a tombstone";
+            it->second.swa = kNoPage;
+            --model_swa_;
+            ++sr;
+            ++coverage().tombstoned;
+            break;
+          case CacheEvent::Type::kSwaStored: {
+            ASSERT_NE(it, model_.end()) << "healed a hash not cached";
+            ASSERT_EQ(it->second.swa, kNoPage) << "healed a live page";
+            auto in = inserted_.find(h);
+            ASSERT_NE(in, inserted_.end()) << "healed without an insert";
+            ASSERT_NE(in->second.swa, kNoPage) << "healed without a SWA page";
+            it->second.swa = in->second.swa;
+            ++model_swa_;
+            ++total_healed_;
+            ++coverage().healed;
+            break;
+          }
+        }
+      }
+    }
+    events_.clear();
+    inserted_.clear();
+    total_full_removed_ += fr;
+    total_swa_removed_ += sr;
+    if (full_removed != nullptr) *full_removed = fr;
+    if (swa_removed != nullptr) *swa_removed = sr;
+  }
+
+  // Checks a fresh hit against the model.
+  void CheckHit(const CacheHit& hit, const Hashes& h, int max_tokens) {
+    const Lens want = ModelMatch(h, max_tokens);
+    ++lookups_;
+    hit_tokens_ += hit.tokens();
+    window_lost_ += hit.matched_tokens() - hit.tokens();
+    ++coverage().lookups;
+    coverage().hit_tokens += hit.tokens();
+    coverage().window_lost += hit.matched_tokens() - hit.tokens();
+    ASSERT_EQ(hit.tokens(), want.safe) << "MatchAndLock is not the longest window-safe prefix";
+    ASSERT_GE(hit.matched_tokens(), hit.tokens());
+    ASSERT_EQ(hit.locked(), hit.tokens() > 0);
+    const int pages = hit.tokens() / ps_;
+    ASSERT_EQ(static_cast<int>(hit.full_pages().size()), pages);
+    for (int p = 0; p < pages; ++p) {
+      ASSERT_EQ(pools_->full().state(hit.full_pages()[p]), PageState::kCached);
+      ASSERT_TRUE(model_.contains(h[p])) << "hit on a page the cache never reported";
+      ASSERT_EQ(hit.full_pages()[p], model_.at(h[p]).full) << "page " << p;
+    }
+    if (pages == 0) return;
+    const int window_first = std::max(0, hit.tokens() - window_ + 1) / ps_;
+    ASSERT_LE(hit.swa_first_page(), window_first);
+    ASSERT_EQ(static_cast<int>(hit.swa_pages().size()), pages - hit.swa_first_page());
+    for (int p = hit.swa_first_page(); p < pages; ++p) {
+      const PageId s = hit.swa_pages()[p - hit.swa_first_page()];
+      ASSERT_TRUE(pools_->swa().Valid(s)) << "hit without SWA page " << p;
+      ASSERT_EQ(pools_->swa().state(s), PageState::kCached);
+      ASSERT_EQ(s, model_.at(h[p]).swa) << "page " << p;
+    }
+  }
+
+  // --- operations ----------------------------------------------------------
+
+  void Step() {
+    const int r = Rand(100);
+    if (r < 12) return StartRequest();
+    if (r < 45) return AppendToRequest();
+    if (r < 50) return TrimRequest();
+    if (r < 58) return RollbackRequest();
+    if (r < 66) return FinishRequest();
+    if (r < 70) return AbortRequest();
+    if (r < 76) return EvictOp();
+    if (r < 82) return MatchOp();
+    if (r < 87) return RawLock();
+    if (r < 92) return RawRelease();
+    return RawInsert();
+  }
+
+  Request* PickRequest() {
+    if (requests_.empty()) return nullptr;
+    return &requests_[Rand(static_cast<int>(requests_.size()))];
+  }
+
+  void StartRequest() {
+    last_op_ = "start";
+    if (requests_.size() >= 6) return AbortRequest();
+    Request req;
+    req.tokens = RandomPrompt();
+    req.prompt_len = static_cast<int>(req.tokens.size());
+    req.slack = std::vector<int>{0, 0, 1, 2, 4}[Rand(5)];
+    const Hashes h = H(req.tokens, req.prompt_len);
+    const int max_tokens = req.prompt_len - 1;
+    CacheHit hit = cache_->MatchAndLock(h, max_tokens);
+    ApplyEvents();
+    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens));
+    req.hit_pages = hit.tokens() / ps_;
+    req.hit_hashes.assign(h.begin(), h.begin() + req.hit_pages);
+    req.hit_full.assign(hit.full_pages().begin(), hit.full_pages().end());
+    req.length = hit.tokens();
+    req.swa_first = hit.tokens() > 0 ? hit.swa_first_page() : 0;
+    SequenceOptions so;
+    so.pools = pools_.get();
+    so.cache = cache_.get();
+    so.swa_slack = req.slack;
+    so.evict_on_demand = req.evict_on_demand = !Chance(15);
+    req.seq = std::make_unique<Sequence>(so, std::move(hit));
+    ASSERT_EQ(req.seq->cached_tokens(), req.length);
+    requests_.push_back(std::move(req));
+  }
+
+  int KeepFrom(const Request& r, int len) const {
+    return std::max(0, len - r.slack - (window_ - 1) - (ps_ - 1));
+  }
+  void ModelTrim(Request& r) {
+    r.swa_first = std::max(r.swa_first, KeepFrom(r, r.length) / ps_);
+  }
+
+  void AppendToRequest() {
+    last_op_ = "append";
+    Request* r = PickRequest();
+    if (r == nullptr) return StartRequest();
+    int n;
+    if (r->length < r->prompt_len) {
+      n = 1 + Rand(std::min(r->prompt_len - r->length, 3 * window_));
+    } else {
+      n = 1 + Rand(r->slack + 1);  // a decode step or speculative drafts
+    }
+    const std::vector<PageId> full_before(r->seq->full_pages().begin(),
+                                          r->seq->full_pages().end());
+    const Sequence::PageNeeds needs = r->seq->NeedsFor(n);
+    const int new_pages = CeilDiv(r->length + n, ps_) - CeilDiv(r->length, ps_);
+    ASSERT_EQ(needs.full, new_pages);
+    ASSERT_EQ(needs.swa, new_pages) << "Append allocates SWA for every new token";
+    absl::Status s = r->seq->Append(n);
+    ApplyEvents();  // evict_on_demand may have evicted
+    if (::testing::Test::HasFatalFailure()) return;
+    ModelTrim(*r);  // Append trims first, even when it then fails
+    ++coverage().appends;
+    if (!s.ok()) {
+      ++coverage().appends_exhausted;
+      ASSERT_FALSE(pools_->CanReserve(needs.full, needs.swa))
+          << "Append failed although the pages are free";
+      if (r->evict_on_demand) {
+        ASSERT_TRUE(
+            pools_->full().num_free() + cache_->EvictableFullPages() < needs.full ||
+            pools_->swa().num_free() + cache_->EvictableSwaPages() < needs.swa)
+            << "Append failed although eviction could make room: needs "
+            << needs.full << "/" << needs.swa << ", free "
+            << pools_->full().num_free() << "/" << pools_->swa().num_free()
+            << ", evictable " << cache_->EvictableFullPages() << "/"
+            << cache_->EvictableSwaPages();
+      }
+      ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      ASSERT_EQ(std::vector<PageId>(r->seq->full_pages().begin(),
+                                    r->seq->full_pages().end()),
+                full_before)
+          << "a failed Append changed the page table";
+      if (Chance(30)) {
+        last_op_ = "abort after failed append";
+        r->seq->Abort();
+        requests_.erase(requests_.begin() + (r - requests_.data()));
+        ApplyEvents();  // unlocking may delete a tombstoned hit end
+      }
+      return;
+    }
+    r->length += n;
+    while (static_cast<int>(r->tokens.size()) < r->length) r->tokens.push_back(Rand(4));
+  }
+
+  void TrimRequest() {
+    last_op_ = "trim";
+    Request* r = PickRequest();
+    if (r == nullptr) return;
+    r->seq->TrimWindow();
+    ApplyEvents();
+    ModelTrim(*r);
+  }
+
+  void RollbackRequest() {
+    last_op_ = "rollback";
+    Request* r = PickRequest();
+    if (r == nullptr || r->length == 0) return;
+    const int n = Chance(80) ? Rand(std::min(r->slack, r->length) + 1)
+                             : Rand(r->length + 1);
+    const int new_len = r->length - n;
+    const bool want_ok =
+        new_len >= r->hit_pages * ps_ &&
+        std::max(0, new_len - window_ + 1) >= r->swa_first * ps_;
+    absl::Status s = r->seq->Rollback(n);
+    ApplyEvents();
+    if (!want_ok && new_len == 0 && s.ok()) {
+      // Back to nothing needs no SWA KV at all: accepting that is fine too,
+      // and the window then starts from scratch.
+      r->length = 0;
+      r->swa_first = 0;
+      r->tokens.resize(r->prompt_len);
+      return;
+    }
+    ++coverage().rollbacks;
+    if (!want_ok) {
+      ++coverage().rollbacks_rejected;
+      ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition)
+          << "Rollback(" << n << ") from " << r->length << " to " << new_len
+          << " (hit " << r->hit_pages * ps_ << ", SWA from token "
+          << r->swa_first * ps_ << ") should be rejected; got " << s;
+      return;
+    }
+    ASSERT_TRUE(s.ok()) << "Rollback(" << n << ") from " << r->length << ": " << s;
+    r->length = new_len;
+    r->tokens.resize(std::max(r->prompt_len, new_len));
+  }
+
+  void FinishRequest() {
+    last_op_ = "finish";
+    Request* r = PickRequest();
+    if (r == nullptr) return;
+    const int complete = r->length / ps_;
+    int k = complete;
+    if (Chance(25)) k = std::min(complete, r->prompt_len / ps_);
+    if (Chance(5)) k = Rand(complete + 1);
+    const Hashes h = H(r->tokens, k * ps_);
+    ModelTrim(*r);  // Finish trims first
+    const std::vector<PageId> full(r->seq->full_pages().begin(), r->seq->full_pages().end());
+    const std::vector<PageId> swa(r->seq->swa_pages().begin(), r->seq->swa_pages().end());
+    for (int p = std::max(0, r->hit_pages); p < k; ++p) {
+      inserted_[h[p]] = ModelPage{full[p], p >= r->swa_first ? swa[p] : kNoPage};
+    }
+    r->seq->Finish(h);
+    ++coverage().finishes;
+    ASSERT_TRUE(r->seq->finished());
+    ApplyEvents();
+    if (::testing::Test::HasFatalFailure()) return;
+    // Every private page is now either the cache's (as the model says) or free.
+    for (int p = r->hit_pages; p < static_cast<int>(full.size()); ++p) {
+      const bool kept = p < k && model_.contains(h[p]) && model_.at(h[p]).full == full[p];
+      ASSERT_EQ(pools_->full().state(full[p]), kept ? PageState::kCached : PageState::kFree)
+          << "full page " << p << " of a finished request";
+      if (swa[p] == kNoPage) continue;
+      const bool swa_kept = p < k && model_.contains(h[p]) && model_.at(h[p]).swa == swa[p];
+      ASSERT_EQ(pools_->swa().state(swa[p]), swa_kept ? PageState::kCached : PageState::kFree)
+          << "SWA page " << p << " of a finished request";
+    }
+    finished_.push_back(Tokens(r->tokens.begin(), r->tokens.begin() + r->length));
+    if (finished_.size() > 8) finished_.erase(finished_.begin());
+    requests_.erase(requests_.begin() + (r - requests_.data()));
+  }
+
+  void AbortRequest() {
+    last_op_ = "abort";
+    Request* r = PickRequest();
+    if (r == nullptr) return;
+    ++coverage().aborts;
+    if (Chance(50)) {
+      r->seq->Abort();
+    } else {
+      last_op_ = "destroy";
+      r->seq.reset();
+    }
+    requests_.erase(requests_.begin() + (r - requests_.data()));
+    ApplyEvents();
+  }
+
+  void EvictOp() {
+    last_op_ = "evict";
+    const int64_t ef = cache_->EvictableFullPages();
+    const int64_t es = cache_->EvictableSwaPages();
+    const int64_t f = Chance(50) ? Rand(12) : 0;
+    const int64_t s = Chance(50) ? Rand(12) : 0;
+    const std::string before = cache_->DebugString();
+    EvictResult res = cache_->Evict(f, s);
+    int64_t fr = 0, sr = 0;
+    ApplyEvents(&fr, &sr);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(res.full_pages_freed, fr) << "EvictResult disagrees with the events";
+    ASSERT_EQ(res.swa_pages_freed, sr) << "EvictResult disagrees with the events";
+    ASSERT_GE(res.full_pages_freed, std::min(f, ef)) << "Evict(" << f << ", " << s << ")";
+    ASSERT_GE(res.swa_pages_freed, std::min(s, es))
+        << "Evict(" << f << ", " << s << ") with EvictableFullPages()=" << ef
+        << " EvictableSwaPages()=" << es << "; cache before:\n"
+        << before << "after:\n" << cache_->DebugString();
+    ASSERT_LE(res.full_pages_freed, ef);
+    ASSERT_LE(res.swa_pages_freed, es);
+  }
+
+  void MatchOp() {
+    last_op_ = "match";
+    const Tokens p = RandomPrompt();
+    const Hashes h = H(p, static_cast<int>(p.size()));
+    MatchLengths m = cache_->Match(h);
+    ASSERT_TRUE(events_.empty());
+    const Lens want = ModelMatch(h, INT32_MAX);
+    ASSERT_EQ(m.matched_tokens, want.matched);
+    ASSERT_EQ(m.safe_tokens, want.safe);
+  }
+
+  void RawLock() {
+    last_op_ = "lock";
+    if (raw_hits_.size() >= 4) return RawRelease();
+    const Tokens p = Chance(50) && !finished_.empty()
+                         ? finished_[Rand(static_cast<int>(finished_.size()))]
+                         : RandomPrompt();
+    const Hashes h = H(p, static_cast<int>(p.size()));
+    const int cap = Chance(70) ? INT32_MAX : Rand(static_cast<int>(p.size()) + 1);
+    CacheHit hit = cache_->MatchAndLock(h, cap);
+    ApplyEvents();
+    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, cap));
+    if (!hit.locked()) return;
+    RawHit raw;
+    raw.hashes = h;
+    raw.hit = std::move(hit);
+    raw_hits_.push_back(std::move(raw));
+  }
+
+  void RawRelease() {
+    last_op_ = "release";
+    if (raw_hits_.empty()) return;
+    const int i = Rand(static_cast<int>(raw_hits_.size()));
+    if (!raw_hits_[i].released && Chance(60)) {
+      last_op_ = "release swa";
+      cache_->ReleaseSwa(raw_hits_[i].hit);
+      ASSERT_FALSE(raw_hits_[i].hit.swa_locked());
+      raw_hits_[i].released = true;
+    } else {
+      last_op_ = "unlock";
+      cache_->Unlock(raw_hits_[i].hit);
+      ASSERT_FALSE(raw_hits_[i].hit.locked());
+      raw_hits_.erase(raw_hits_.begin() + i);
+    }
+    ApplyEvents();
+  }
+
+  void RawInsert() {
+    last_op_ = "insert";
+    const Tokens p = RandomPrompt();
+    const Hashes h = H(p, static_cast<int>(p.size()));
+    const int n = static_cast<int>(h.size());
+    if (n == 0) return;
+    int live_from;
+    if (Chance(70)) {
+      live_from = std::max(0, n - CeilDiv(window_ - 1, ps_) - Rand(3));
+    } else {
+      live_from = Rand(n + 1);
+    }
+    if (!pools_->CanReserve(n, n - live_from)) return;
+    absl::StatusOr<Reservation> res = pools_->Reserve(n, n - live_from);
+    ASSERT_TRUE(res.ok());
+    std::vector<PageId> full = res->full;
+    std::vector<PageId> swa(live_from, kNoPage);
+    swa.insert(swa.end(), res->swa.begin(), res->swa.end());
+    pools_->Commit(*res);
+    for (int i = 0; i < n; ++i) inserted_[h[i]] = ModelPage{full[i], swa[i]};
+    cache_->Insert(h, full, swa);
+    ApplyEvents();
+    if (::testing::Test::HasFatalFailure()) return;
+    // Each handed-over page was adopted (the model says whose) or freed.
+    for (int i = 0; i < n; ++i) {
+      auto it = model_.find(h[i]);
+      const bool kept = it != model_.end() && it->second.full == full[i];
+      ASSERT_EQ(pools_->full().state(full[i]), kept ? PageState::kCached : PageState::kFree);
+      if (swa[i] == kNoPage) continue;
+      const bool swa_kept = it != model_.end() && it->second.swa == swa[i];
+      ASSERT_EQ(pools_->swa().state(swa[i]), swa_kept ? PageState::kCached : PageState::kFree);
+    }
+  }
+
+  // --- checks after every step --------------------------------------------
+
+  void CheckAll() {
+    absl::Status st = cache_->CheckInvariants();
+    ASSERT_TRUE(st.ok()) << st << "\n" << cache_->DebugString();
+    ASSERT_TRUE(events_.empty());
+    // Model vs cache.
+    ASSERT_EQ(static_cast<int64_t>(model_.size()), cache_->cached_full_pages());
+    ASSERT_EQ(model_swa_, cache_->cached_swa_pages());
+    ASSERT_EQ(pools_->full().num_cached(), cache_->cached_full_pages());
+    ASSERT_EQ(pools_->swa().num_cached(), cache_->cached_swa_pages());
+    for (const auto& [h, page] : model_) {
+      ASSERT_EQ(pools_->full().state(page.full), PageState::kCached);
+      if (page.swa != kNoPage) {
+        ASSERT_EQ(pools_->swa().state(page.swa), PageState::kCached);
+      }
+    }
+    // Sequences vs their models; private pages are exclusive.
+    int64_t in_use_full = 0, in_use_swa = 0;
+    absl::flat_hash_set<PageId> private_full, private_swa;
+    for (const Request& r : requests_) {
+      const Sequence& s = *r.seq;
+      const int pages = CeilDiv(r.length, ps_);
+      ASSERT_EQ(s.length(), r.length);
+      ASSERT_EQ(static_cast<int>(s.full_pages().size()), pages);
+      ASSERT_EQ(static_cast<int>(s.swa_pages().size()), pages);
+      ASSERT_EQ(s.swa_first_page(), r.swa_first) << "length " << r.length;
+      for (int p = 0; p < pages; ++p) {
+        const PageId f = s.full_pages()[p];
+        if (p < r.hit_pages) {
+          ASSERT_EQ(f, r.hit_full[p]);
+          ASSERT_EQ(pools_->full().state(f), PageState::kCached) << "locked page evicted";
+          ASSERT_TRUE(model_.contains(r.hit_hashes[p])) << "locked page removed";
+          ASSERT_EQ(model_.at(r.hit_hashes[p]).full, f);
+        } else {
+          ASSERT_EQ(pools_->full().state(f), PageState::kInUse);
+          ASSERT_TRUE(private_full.insert(f).second) << "full page " << f << " owned twice";
+          ++in_use_full;
+        }
+        const PageId w = s.swa_page(p);
+        if (p < r.swa_first) {
+          ASSERT_EQ(w, kNoPage) << "SWA page " << p << " kept below the window";
+          continue;
+        }
+        ASSERT_TRUE(pools_->swa().Valid(w)) << "SWA page " << p << " missing";
+        if (p < r.hit_pages) {
+          ASSERT_EQ(pools_->swa().state(w), PageState::kCached) << "locked SWA page evicted";
+          ASSERT_EQ(model_.at(r.hit_hashes[p]).swa, w);
+        } else {
+          ASSERT_EQ(pools_->swa().state(w), PageState::kInUse);
+          ASSERT_TRUE(private_swa.insert(w).second) << "SWA page " << w << " owned twice";
+          ++in_use_swa;
+        }
+      }
+    }
+    for (const RawHit& raw : raw_hits_) {
+      const CacheHit& hit = raw.hit;
+      for (size_t p = 0; p < hit.full_pages().size(); ++p) {
+        ASSERT_EQ(pools_->full().state(hit.full_pages()[p]), PageState::kCached);
+        ASSERT_TRUE(model_.contains(raw.hashes[p])) << "locked page removed";
+        ASSERT_EQ(model_.at(raw.hashes[p]).full, hit.full_pages()[p]);
+      }
+      if (raw.released) continue;
+      for (size_t j = 0; j < hit.swa_pages().size(); ++j) {
+        ASSERT_EQ(pools_->swa().state(hit.swa_pages()[j]), PageState::kCached)
+            << "SWA-locked page evicted";
+        ASSERT_EQ(model_.at(raw.hashes[hit.swa_first_page() + j]).swa, hit.swa_pages()[j]);
+      }
+    }
+    for (PagePool* pool : {&pools_->full(), &pools_->swa()}) {
+      ASSERT_EQ(pool->num_reserved(), 0);
+      ASSERT_EQ(pool->num_free() + pool->num_reserved() + pool->num_in_use() +
+                    pool->num_cached(),
+                pool->num_pages());
+    }
+    ASSERT_EQ(pools_->full().num_in_use(), in_use_full);
+    ASSERT_EQ(pools_->swa().num_in_use(), in_use_swa);
+  }
+
+  void Drain() {
+    last_op_ = "drain";
+    requests_.clear();
+    for (RawHit& h : raw_hits_) cache_->Unlock(h.hit);
+    raw_hits_.clear();
+    ApplyEvents();  // unlocking may delete nodes kept only for their lock
+    ASSERT_NO_FATAL_FAILURE(CheckAll());
+    ASSERT_EQ(cache_->EvictableFullPages(), cache_->cached_full_pages());
+    ASSERT_EQ(cache_->EvictableSwaPages(), cache_->cached_swa_pages());
+    EvictResult r = cache_->Evict(INT64_MAX / 4, INT64_MAX / 4);
+    ApplyEvents();
+    ASSERT_NO_FATAL_FAILURE(CheckAll());
+    ASSERT_TRUE(model_.empty());
+    ASSERT_EQ(cache_->cached_full_pages(), 0);
+    ASSERT_EQ(pools_->full().num_free(), pools_->full().num_pages());
+    ASSERT_EQ(pools_->swa().num_free(), pools_->swa().num_pages());
+    (void)r;
+    const PrefixCacheStats& st = cache_->stats();
+    ASSERT_EQ(st.lookups.load(), lookups_);
+    ASSERT_EQ(st.hit_tokens.load(), hit_tokens_);
+    ASSERT_EQ(st.window_lost_tokens.load(), window_lost_);
+    ASSERT_EQ(st.inserted_pages.load(), total_stored_);
+    ASSERT_EQ(st.healed_pages.load(), total_healed_);
+    ASSERT_EQ(st.evicted_full_pages.load(), total_full_removed_);
+    ASSERT_EQ(st.evicted_swa_pages.load(), total_swa_removed_);
+    ASSERT_EQ(st.tombstone_nodes.load(), 0);
+  }
+
+  std::mt19937_64 rng_;
+  int window_ = 8;
+  int ps_ = 4;
+  int step_ = 0;
+  const char* last_op_ = "";
+  std::unique_ptr<KvPools> pools_;
+  std::unique_ptr<PrefixCache> cache_;
+  std::vector<CacheEvent> events_;
+  absl::flat_hash_map<uint64_t, ModelPage> inserted_;
+  absl::flat_hash_map<uint64_t, ModelPage> model_;
+  int64_t model_swa_ = 0;
+  std::vector<Tokens> prefixes_;
+  std::vector<Tokens> finished_;
+  std::vector<Request> requests_;
+  std::vector<RawHit> raw_hits_;
+  int64_t lookups_ = 0, hit_tokens_ = 0, window_lost_ = 0;
+  int64_t total_stored_ = 0, total_healed_ = 0;
+  int64_t total_full_removed_ = 0, total_swa_removed_ = 0;
+};
+
+constexpr int kSeeds = 1000;
+constexpr int kOpsPerSeed = 500;  // 500,000 operations in all
+
+TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    Harness h(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " (" << h.Describe() << ")");
+    h.Run(kOpsPerSeed);
+    if (::testing::Test::HasFatalFailure()) {
+      ADD_FAILURE() << "reproduce with seed " << seed;
+      return;
+    }
+  }
+  const Harness::Coverage& c = Harness::coverage();
+  std::printf(
+      "ops %lld, lookups %lld, hit tokens %lld, window-lost tokens %lld,\n"
+      "appends %lld (%lld exhausted), rollbacks %lld (%lld rejected), "
+      "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
+      "SWA %lld, healed %lld\n",
+      (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
+      (long long)c.window_lost, (long long)c.appends,
+      (long long)c.appends_exhausted, (long long)c.rollbacks,
+      (long long)c.rollbacks_rejected, (long long)c.finishes,
+      (long long)c.aborts, (long long)c.evicted_full, (long long)c.tombstoned,
+      (long long)c.healed);
+  // The workload must exercise every path often.
+  EXPECT_GE(c.ops, 100000);
+  EXPECT_GT(c.hit_tokens, 10000);
+  EXPECT_GT(c.window_lost, 1000);
+  EXPECT_GT(c.appends_exhausted, 100);
+  EXPECT_GT(c.rollbacks_rejected, 100);
+  EXPECT_GT(c.evicted_full, 1000);
+  EXPECT_GT(c.tombstoned, 1000);
+  EXPECT_GT(c.healed, 100);
+}
+
+}  // namespace
+}  // namespace swaserve::kv
