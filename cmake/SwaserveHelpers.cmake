@@ -20,6 +20,11 @@ if(SWASERVE_SANITIZE)
   set(SWASERVE_SANITIZE_FLAGS -fsanitize=${SWASERVE_SANITIZE} -fno-omit-frame-pointer
       -fno-sanitize-recover=all)
 endif()
+if(SWASERVE_FUZZ)
+  # Coverage instrumentation for every project library, so libFuzzer sees the
+  # parsers it drives (the fuzz targets themselves add -fsanitize=fuzzer).
+  list(APPEND SWASERVE_SANITIZE_FLAGS -fsanitize=fuzzer-no-link,address,undefined)
+endif()
 
 function(swaserve_setup_target target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})

@@ -33,7 +33,7 @@ pkgs=(
   libucx-dev ucx-utils                # KV transfer; ucx_perftest for benchmarks
   libhiredis-dev redis-server redis-tools
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
-  libopenblas-dev libxxhash-dev libyaml-cpp-dev libpcre2-dev
+  libopenblas-dev libxxhash-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   prometheus                          # promtool and the scrape integration test
   curl procps iproute2
 )

@@ -65,8 +65,13 @@ size_t PoolGeometry::VOffset(int layer) const {
 }
 
 absl::Status PoolGeometry::Validate() const {
-  const std::pair<const char*, int> fields[] = {{"num_layers", num_layers},
-                                                {"num_kv_heads", num_kv_heads},
+  // A pool may hold no layers (a model without SWA layers has an empty SWA
+  // pool); its geometry must still be well formed.
+  if (num_layers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        PoolKindName(kind), " pool: num_layers must be >= 0, got ", num_layers));
+  }
+  const std::pair<const char*, int> fields[] = {{"num_kv_heads", num_kv_heads},
                                                 {"k_head_dim", k_head_dim},
                                                 {"v_head_dim", v_head_dim},
                                                 {"page_size", page_size}};
@@ -95,6 +100,9 @@ absl::Status KvShape::Validate() const {
   if (sliding_window <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sliding_window must be > 0, got ", sliding_window));
+  }
+  if (full_layers + swa_layers <= 0) {
+    return absl::InvalidArgumentError("the KV shape has no layers");
   }
   if (absl::Status s = Full().Validate(); !s.ok()) return s;
   return Swa().Validate();

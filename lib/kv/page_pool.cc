@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<PagePool>> PagePool::Create(
                      options.num_pages));
   }
   uint8_t* base = nullptr;
-  if (options.allocate_memory) {
+  if (options.allocate_memory && options.geometry.PageBytes() > 0) {
     const size_t bytes = options.geometry.PageBytes() * options.num_pages;
     const size_t rounded = (bytes + kPageAlignment - 1) / kPageAlignment * kPageAlignment;
     base = static_cast<uint8_t*>(std::aligned_alloc(kPageAlignment, rounded));

@@ -147,6 +147,10 @@ TEST(PoolGeometry, ValidateNamesTheField) {
   good.v_head_dim = 4;
   good.page_size = 4;
   ASSERT_TRUE(good.Validate().ok());
+  PoolGeometry empty = good;
+  empty.num_layers = 0;
+  EXPECT_TRUE(empty.Validate().ok());
+  EXPECT_EQ(empty.PageBytes(), 0u);
   struct Case {
     const char* field;
     int PoolGeometry::*member;
@@ -158,6 +162,8 @@ TEST(PoolGeometry, ValidateNamesTheField) {
         Case{"v_head_dim", &PoolGeometry::v_head_dim},
         Case{"page_size", &PoolGeometry::page_size}}) {
     for (int bad : {0, -1}) {
+      // An empty pool (no layers: a model without SWA layers) is valid.
+      if (bad == 0 && c.member == &PoolGeometry::num_layers) continue;
       PoolGeometry g = good;
       g.*c.member = bad;
       absl::Status s = g.Validate();

@@ -1,0 +1,186 @@
+// Safetensors checkpoints: parse, mmap, validate against a ModelConfig, and
+// write (for `swaserve make-model`).
+//
+// File format: u64 little-endian header length N, N bytes of JSON
+// {"__metadata__": {...}?, "<name>": {"dtype": "F32|BF16|F16|...",
+// "shape": [...], "data_offsets": [begin, end]}, ...}, then the data; offsets
+// are relative to byte 8 + N, half-open, must lie inside the file, must not
+// overlap, and end - begin must equal numel * sizeof(dtype). A sharded
+// checkpoint has model.safetensors.index.json {"weight_map": {name: file}}.
+//
+// Checkpoint and SafetensorsFile are immutable after Open and thread-safe to
+// read. Tensor data points into the mmap, valid while the object lives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/model/config.h"
+
+namespace swaserve::model {
+
+enum class TensorDType : uint8_t { kF32, kBF16, kF16, kOther };
+
+struct TensorInfo {
+  std::string name;
+  TensorDType dtype = TensorDType::kF32;
+  std::string dtype_name;        // as written in the header
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;            // offsets relative to the data section
+  uint64_t end = 0;
+  const uint8_t* data = nullptr; // set once the file is mapped
+  int64_t numel() const;
+};
+
+// Parses a safetensors header. `header` is the JSON (N bytes), `data_size`
+// the number of bytes after it. Every rule above is checked; errors name the
+// tensor and the rule. Fuzzed (tests/fuzz/safetensors_fuzzer.cc).
+absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(
+    absl::string_view header, uint64_t data_size);
+
+// One mmapped .safetensors file.
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
+      const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* Find(absl::string_view name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+// The names and shapes a checkpoint for `config` must hold (HF naming:
+// model.embed_tokens.weight, model.layers.{i}.self_attn.q_proj.weight, ...,
+// model.mtp.layers.{k}.eh_proj.weight, lm_head.weight). Shapes are
+// [out_features, in_features] for projections.
+std::map<std::string, std::vector<int64_t>> ExpectedTensors(
+    const ModelConfig& config);
+
+// A checkpoint directory: config.json + model.safetensors or shards with
+// model.safetensors.index.json (+ tokenizer.json, optional).
+class Checkpoint {
+ public:
+  // Opens and validates: every expected tensor present with the expected
+  // shape, no unexpected tensors, dtype F32/BF16/F16 (errors name the
+  // tensor and the file).
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const std::string& dir() const { return dir_; }
+  const TensorInfo* Find(absl::string_view name) const;
+  // The tensor converted to f32 (bf16 and f16 widened); NotFound or
+  // InvalidArgument (shape mismatch against `shape` when non-empty).
+  absl::StatusOr<std::vector<float>> ReadF32(
+      absl::string_view name, absl::Span<const int64_t> shape = {}) const;
+
+ private:
+  Checkpoint() = default;
+  std::string dir_;
+  ModelConfig config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*, std::less<>> index_;
+};
+
+// Writes one .safetensors file the way the reference (Rust/Python)
+// safetensors writer does, so HF tooling reads it too: the header is padded
+// with spaces so the data starts 8-byte aligned, carries
+// {"__metadata__": {"format": "pt"}}, and the data is contiguous with no
+// gaps, tensors ordered by element size (largest first) then by name, so that
+// every tensor starts aligned to its element size. Write() goes to
+// `path`.tmp and renames, so a reader never sees a half-written file.
+// Not thread-safe.
+class SafetensorsWriter {
+ public:
+  // `data` is the tensor in `dtype` (little-endian), numel * size bytes.
+  // InvalidArgument for kOther, a duplicate name, a negative dim or a size
+  // mismatch.
+  absl::Status Add(const std::string& name, TensorDType dtype,
+                   std::vector<int64_t> shape, std::string data);
+  // Like Add, but the bytes are produced during Write(): `fill` is called
+  // once, in file order, with a zeroed buffer of numel * size bytes. Lets
+  // files larger than memory be written one tensor at a time.
+  using FillFn = std::function<void(absl::Span<uint8_t> out)>;
+  absl::Status AddLazy(const std::string& name, TensorDType dtype,
+                       std::vector<int64_t> shape, FillFn fill);
+  // `progress` (optional) is called after each tensor with bytes written so
+  // far and the total data bytes.
+  using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+  absl::Status Write(const std::string& path,
+                     const ProgressFn& progress = nullptr) const;
+
+ private:
+  struct Entry {
+    TensorDType dtype;
+    std::vector<int64_t> shape;
+    std::string data;
+    FillFn fill;  // set for AddLazy entries (data then empty)
+  };
+  std::map<std::string, Entry> entries_;
+};
+
+// Bytes per element of F32/BF16/F16 (0 for kOther).
+size_t TensorDTypeSize(TensorDType dtype);
+// "F32", "BF16", "F16" (the safetensors spelling; "?" for kOther).
+absl::string_view TensorDTypeName(TensorDType dtype);
+TensorDType ToTensorDType(kv::DType dtype);
+
+// f32 <-> bf16 / f16 conversion (round to nearest even).
+uint16_t F32ToBf16(float x);
+float Bf16ToF32(uint16_t x);
+uint16_t F32ToF16(float x);
+float F16ToF32(uint16_t x);
+
+// Writes a checkpoint of seeded random weights for `config` into `dir`
+// (config.json, model.safetensors in config.dtype; copies `tokenizer_json`
+// when non-empty). Deterministic for a given config and seed. Weights are
+// scaled so activations stay O(1) (normal(0, 1/sqrt(fan_in)); norms near 1;
+// router bias small).
+absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
+                                   const std::string& dir,
+                                   const std::string& tokenizer_json = "");
+// The same, reporting progress (bytes of model.safetensors written so far,
+// total) after each tensor.
+absl::Status WriteRandomCheckpoint(
+    const ModelConfig& config, uint64_t seed, const std::string& dir,
+    const std::string& tokenizer_json,
+    const SafetensorsWriter::ProgressFn& progress);
+
+// Parameter counts of `config` (from ExpectedTensors).
+struct ParamCounts {
+  int64_t total = 0;  // every weight, MTP layers included
+  // What one token of the main model uses: embeddings, lm_head, attention,
+  // norms, dense MLPs, routers and num_experts_per_tok routed experts per MoE
+  // layer (MTP layers excluded).
+  int64_t active = 0;
+  int64_t mtp = 0;  // in MTP layers (part of total)
+};
+ParamCounts CountParams(const ModelConfig& config);
+
+// The two built-in shapes of `swaserve make-model`: "tiny" (6 layers of both
+// types, W = 16, 4 experts top-2, 2 MTP layers, small dims) and
+// "mimo-v2.5-pro-mini" (70 layers = 10 full + 60 SWA, W = 128, 8 KV heads on
+// both types, K 192 / V 128, scaled-down hidden size and experts).
+absl::StatusOr<ModelConfig> BuiltinConfig(absl::string_view name,
+                                          int vocab_size);
+
+}  // namespace swaserve::model

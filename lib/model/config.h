@@ -1,0 +1,130 @@
+// The model configuration (ARCHITECTURE §1): read from a Hugging Face style
+// config.json with MiMo-V2 field names, validated, and turned into the KV
+// cache shape. Part of swaserve::model_text (no BLAS), so the router can link
+// it.
+//
+// Accepted field names (aliases in parentheses):
+//   vocab_size, hidden_size, num_hidden_layers,
+//   hybrid_layer_pattern (0 full / 1 SWA) or layer_types
+//     ("full_attention" / "sliding_attention"),
+//   sliding_window (sliding_window_size),
+//   num_attention_heads, num_key_value_heads, head_dim, v_head_dim,
+//   swa_num_attention_heads, swa_num_key_value_heads, swa_head_dim,
+//   swa_v_head_dim (each defaults to its full-attention counterpart),
+//   rope_theta, swa_rope_theta, partial_rotary_factor,
+//   add_swa_attention_sink_bias, add_full_attention_sink_bias,
+//   attention_value_scale, moe_layer_freq (list of 0/1, or mlp_layer_types
+//   "dense"/"sparse"), n_routed_experts, num_experts_per_tok,
+//   moe_intermediate_size, intermediate_size, norm_topk_prob,
+//   routed_scaling_factor, num_nextn_predict_layers,
+//   rms_norm_eps (layernorm_epsilon), torch_dtype, tie_word_embeddings,
+//   max_position_embeddings, bos_token_id, eos_token_id (int or list).
+// Unknown fields are ignored (real configs carry many); fields this engine
+// does not support (e.g. quantization_config) are rejected by name.
+//
+// Defaults and rules (config.cc):
+//   required: vocab_size, hidden_size, num_hidden_layers, num_attention_heads.
+//   num_key_value_heads defaults to num_attention_heads; head_dim to
+//   hidden_size / num_attention_heads; v_head_dim to head_dim; swa_rope_theta
+//   to rope_theta. A JSON null reads as "absent" (HF writes nulls).
+//   No pattern: every layer full. No moe_layer_freq/mlp_layer_types: every
+//   layer dense. When both spellings of a list are given they must agree.
+//   sliding_window is required (> 0) when any layer is SWA or there are MTP
+//   layers (their attention is SWA); an all-full model may omit it (W = 0).
+//   torch_dtype (alias: dtype, the newer HF name) "float32" (default),
+//   "bfloat16", "float16" (or f32/bf16/f16).
+//   Rejected as unsupported, by name: quantization_config (non-null),
+//   attention_bias true, hidden_act other than "silu", n_shared_experts > 0,
+//   scoring_func other than "sigmoid", n_group > 1, rope_scaling other than
+//   null / {"rope_type": "default"}.
+//
+// Plain value type; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/kv/kv_shape.h"
+
+namespace swaserve::model {
+
+enum class AttentionType : uint8_t { kFull, kSwa };
+
+// Geometry of one attention type.
+struct AttentionConfig {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;    // Q and K
+  int v_head_dim = 0;  // V (and the o_proj input is num_heads * v_head_dim)
+  double rope_theta = 10000.0;
+  bool sink = false;   // learned per-head attention-sink logit
+  // NeoX RoPE on the first rotary_dim dims of each Q/K head:
+  // int(head_dim * partial_rotary_factor), rounded down to even.
+  int rotary_dim = 0;
+
+  bool operator==(const AttentionConfig&) const = default;
+};
+
+// int(head_dim * partial_rotary_factor), rounded down to even (how FromJson
+// sets AttentionConfig::rotary_dim; Validate checks it).
+int RotaryDim(int head_dim, double partial_rotary_factor);
+
+struct ModelConfig {
+  std::string model_type;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  std::vector<AttentionType> layer_types;  // one per layer
+  std::vector<bool> moe_layers;            // one per layer: MoE (true) or dense
+  int sliding_window = 0;                  // W: a query sees W keys incl. itself
+  AttentionConfig full;
+  AttentionConfig swa;                     // SWA layers and MTP layers
+  double partial_rotary_factor = 1.0;
+  double attention_value_scale = 1.0;
+  int intermediate_size = 0;       // dense MLPs (and MTP MLPs)
+  int moe_intermediate_size = 0;   // each routed expert
+  int n_routed_experts = 0;
+  int num_experts_per_tok = 0;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  int num_mtp_layers = 0;          // num_nextn_predict_layers
+  double rms_norm_eps = 1e-6;
+  kv::DType dtype = kv::DType::kF32;  // torch_dtype of the stored weights
+  bool tie_word_embeddings = false;
+  int max_position_embeddings = 0;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+
+  // Parses and validates config.json text; `source` names it in errors.
+  // Errors name the field: missing, wrong type, inconsistent head dims,
+  // W <= 0, unknown dtype, pattern length != num_hidden_layers, ...
+  static absl::StatusOr<ModelConfig> FromJson(absl::string_view json,
+                                              absl::string_view source);
+  // Reads <dir>/config.json (or a config.json path).
+  static absl::StatusOr<ModelConfig> Load(const std::string& path);
+  // config.json text that FromJson reads back to an equal config.
+  std::string ToJson() const;
+
+  // Checks every constraint; InvalidArgument naming the field.
+  absl::Status Validate() const;
+
+  const AttentionConfig& attention(int layer) const {
+    return layer_types[layer] == AttentionType::kFull ? full : swa;
+  }
+  int num_full_layers() const;
+  int num_swa_layers() const;  // main-model SWA layers (MTP not included)
+  // Index of `layer` within its KV pool: full layers count 0.. in order; SWA
+  // layers count 0.. in order; MTP layer k is SWA pool layer
+  // num_swa_layers() + k.
+  int pool_layer(int layer) const;
+  int mtp_pool_layer(int k) const { return num_swa_layers() + k; }
+  // The KV cache shape (full pool: full layers; SWA pool: SWA + MTP layers).
+  kv::KvShape KvShape(int page_size = 16) const;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+}  // namespace swaserve::model

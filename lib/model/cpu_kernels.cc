@@ -1,0 +1,329 @@
+#include "lib/model/cpu_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+
+namespace swaserve::model {
+
+// ---------------------------------------------------------------------------
+// Threads.
+
+struct KernelThreads::Impl {
+  std::mutex call_mu;  // one ParallelFor at a time
+  std::mutex mu;
+  std::condition_variable cv;
+  std::condition_variable done_cv;
+  std::vector<std::thread> workers;
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  uint64_t generation = 0;
+  int pending = 0;
+  bool stop = false;
+};
+
+namespace {
+std::atomic<int> g_requested_threads{0};
+}  // namespace
+
+KernelThreads::KernelThreads(int n) : impl_(std::make_unique<Impl>()) {
+  n = std::max(1, n);
+  for (int i = 1; i < n; ++i) {
+    impl_->workers.emplace_back([this, i] {
+      Impl& s = *impl_;
+      uint64_t seen = 0;
+      while (true) {
+        std::pair<int64_t, int64_t> chunk;
+        const std::function<void(int64_t, int64_t)>* fn;
+        {
+          std::unique_lock<std::mutex> lock(s.mu);
+          s.cv.wait(lock, [&] { return s.stop || s.generation != seen; });
+          if (s.stop) return;
+          seen = s.generation;
+          chunk = i < static_cast<int>(s.chunks.size()) ? s.chunks[i]
+                                                         : std::make_pair(int64_t{0}, int64_t{0});
+          fn = s.fn;
+        }
+        if (chunk.second > chunk.first) (*fn)(chunk.first, chunk.second);
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (--s.pending == 0) s.done_cv.notify_one();
+      }
+    });
+  }
+}
+
+KernelThreads::~KernelThreads() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  for (std::thread& t : impl_->workers) t.join();
+}
+
+KernelThreads& KernelThreads::Get() {
+  static KernelThreads* pool = [] {
+    int n = g_requested_threads.load();
+    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return new KernelThreads(n);
+  }();
+  return *pool;
+}
+
+void KernelThreads::SetThreads(int n) { g_requested_threads.store(n); }
+
+int KernelThreads::threads() const {
+  return static_cast<int>(impl_->workers.size()) + 1;
+}
+
+void KernelThreads::ParallelFor(int64_t n, int64_t grain,
+                                const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t units = (n + grain - 1) / grain;
+  const int parts = static_cast<int>(std::min<int64_t>(threads(), units));
+  if (parts <= 1) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(impl_->call_mu);
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.chunks.clear();
+    for (int p = 0; p < threads(); ++p) {
+      const int64_t b = std::min(n, units * p / parts * grain);
+      const int64_t e = p < parts ? std::min(n, units * (p + 1) / parts * grain) : b;
+      s.chunks.emplace_back(p < parts ? b : 0, p < parts ? e : 0);
+    }
+    s.fn = &fn;
+    s.pending = threads() - 1;
+    ++s.generation;
+  }
+  s.cv.notify_all();
+  fn(s.chunks[0].first, s.chunks[0].second);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.done_cv.wait(lock, [&] { return s.pending == 0; });
+}
+
+// ---------------------------------------------------------------------------
+// Dot products and GEMM.
+
+namespace {
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f");
+  return have;
+}
+
+// Portable reference of the lane structure: lane k % 16 accumulates with
+// fused multiply-add; lanes reduced as the AVX-512 reduce does (pairwise
+// halves).
+float ReduceLanes(const float* lanes) {
+  float t8[8], t4[4], t2[2];
+  for (int i = 0; i < 8; ++i) t8[i] = lanes[i] + lanes[i + 8];
+  for (int i = 0; i < 4; ++i) t4[i] = t8[i] + t8[i + 4];
+  for (int i = 0; i < 2; ++i) t2[i] = t4[i] + t4[i + 2];
+  return t2[0] + t2[1];
+}
+
+float DotPortable(const float* a, const float* b, int64_t n) {
+  float lanes[16] = {0};
+  for (int64_t k = 0; k < n; ++k) lanes[k % 16] = std::fma(a[k], b[k], lanes[k % 16]);
+  return ReduceLanes(lanes);
+}
+
+__attribute__((target("avx512f"))) inline __mmask16 TailMask(int64_t rem) {
+  return rem >= 16 ? static_cast<__mmask16>(0xFFFF)
+                   : static_cast<__mmask16>((1u << rem) - 1);
+}
+
+__attribute__((target("avx512f"))) float DotAvx512(const float* a,
+                                                   const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+  }
+  if (k < n) {
+    const __mmask16 m = TailMask(n - k);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k),
+                          _mm512_maskz_loadu_ps(m, b + k), acc);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  return ReduceLanes(lanes);
+}
+
+// Rows [0, MR) × columns [n, n + 32) of y = x · w with w packed K×N:
+// acc[i][v] lane j holds y[i][n + 16v + j], summed over k in order.
+// Covers k in [k0, k1); when k0 > 0 the accumulators continue from the
+// partial sums stored in y, so the per-element order is still k = 0..K-1.
+template <int MR>
+__attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
+                                                    const float* w, int64_t N,
+                                                    int64_t n, int64_t nn,
+                                                    int64_t k0, int64_t k1,
+                                                    float* y, int64_t ldy) {
+  const __mmask16 m0 = TailMask(std::min<int64_t>(16, nn));
+  const __mmask16 m1 = nn > 16 ? TailMask(nn - 16) : static_cast<__mmask16>(0);
+  __m512 acc[MR][2];
+  for (int i = 0; i < MR; ++i) {
+    if (k0 == 0) {
+      acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    } else {
+      acc[i][0] = _mm512_maskz_loadu_ps(m0, y + i * ldy + n);
+      acc[i][1] = _mm512_maskz_loadu_ps(m1, y + i * ldy + n + 16);
+    }
+  }
+  const float* wp = w + k0 * N + n;
+  for (int64_t k = k0; k < k1; ++k, wp += N) {
+    const __m512 w0 = _mm512_maskz_loadu_ps(m0, wp);
+    const __m512 w1 = _mm512_maskz_loadu_ps(m1, wp + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_set1_ps(x[i * K + k]);
+      acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy + n, m0, acc[i][0]);
+    if (nn > 16) _mm512_mask_storeu_ps(y + i * ldy + n + 16, m1, acc[i][1]);
+  }
+}
+
+__attribute__((target("avx512f"))) void MatMulRangeAvx512(
+    const float* x, int64_t M, const PackedWeight& w, int64_t n0, int64_t n1,
+    float* y, int64_t ldy) {
+  const int64_t K = w.K, N = w.N;
+  // K blocks of 256 keep a 256×32 weight panel (32 KiB) in L1 while every
+  // row block passes over it.
+  constexpr int64_t kKc = 256;
+  for (int64_t n = n0; n < n1; n += 32) {
+    const int64_t nn = std::min<int64_t>(32, n1 - n);
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+      const int64_t k1 = std::min(K, k0 + kKc);
+      int64_t m = 0;
+      for (; m + 8 <= M; m += 8) MicroAvx512<8>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
+      for (; m + 4 <= M; m += 4) MicroAvx512<4>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
+      for (; m < M; ++m) MicroAvx512<1>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
+    }
+  }
+}
+
+void MatMulRangePortable(const float* x, int64_t M, const PackedWeight& w,
+                         int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t K = w.K, N = w.N;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], w.data[k * N + n], acc);
+      y[m * ldy + n] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+bool UsingAvx512() { return HaveAvx512(); }
+
+float Dot(const float* a, const float* b, int64_t n) {
+  return HaveAvx512() ? DotAvx512(a, b, n) : DotPortable(a, b, n);
+}
+
+PackedWeight PackedWeight::FromOutIn(const float* w, int64_t N, int64_t K) {
+  PackedWeight p;
+  p.K = K;
+  p.N = N;
+  p.data.resize(static_cast<size_t>(K) * N);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) p.data[k * N + n] = w[n * K + k];
+  }
+  return p;
+}
+
+void MatMul(const float* x, int64_t M, const PackedWeight& w, float* y,
+            int64_t ldy) {
+  if (M <= 0 || w.N <= 0) return;
+  const bool avx = HaveAvx512();
+  auto run = [&](int64_t n0, int64_t n1) {
+    if (avx) {
+      MatMulRangeAvx512(x, M, w, n0, n1, y, ldy);
+    } else {
+      MatMulRangePortable(x, M, w, n0, n1, y, ldy);
+    }
+  };
+  // Split columns across threads (in multiples of the 32-column block) when
+  // there is enough work; the split never changes an element's arithmetic.
+  if (M * w.N * w.K < (1 << 17)) {
+    run(0, w.N);
+  } else {
+    KernelThreads::Get().ParallelFor(w.N, 32, run);
+  }
+}
+
+void MatMulNT(const float* x, int64_t M, int64_t K, const float* w, int64_t N,
+              float* y) {
+  MatMul(x, M, PackedWeight::FromOutIn(w, N, K), y, N);
+}
+
+void RmsNorm(const float* x, const float* weight, float* y, int64_t rows,
+             int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const float ss = Dot(xr, xr, dim);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void ApplyRope(float* vec, int heads, int head_dim, int rot_dim, int64_t pos,
+               double theta) {
+  const int half = rot_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = 1.0 / std::pow(theta, (2.0 * i) / rot_dim);
+    const double angle = static_cast<double>(pos) * inv_freq;
+    const float c = static_cast<float>(std::cos(angle));
+    const float s = static_cast<float>(std::sin(angle));
+    for (int h = 0; h < heads; ++h) {
+      float* v = vec + static_cast<int64_t>(h) * head_dim;
+      const float a = v[i];
+      const float b = v[i + half];
+      v[i] = a * c - b * s;
+      v[i + half] = b * c + a * s;
+    }
+  }
+}
+
+namespace {
+__attribute__((target("avx512f"))) void AxpyAvx512(float a, const float* x,
+                                                   float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
+                                                    _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+}  // namespace
+
+void Axpy(float a, const float* x, float* y, int64_t n) {
+  if (HaveAvx512()) {
+    AxpyAvx512(a, x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace swaserve::model

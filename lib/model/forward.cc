@@ -1,0 +1,545 @@
+#include "lib/model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
+#include "lib/model/cpu_kernels.h"
+
+namespace swaserve::model {
+
+namespace {
+
+struct AttnWeights {
+  PackedWeight q, k, v, o;
+  std::vector<float> sink;
+};
+struct DenseMlp {
+  PackedWeight gate_up;  // H -> 2I: gate columns then up columns
+  PackedWeight down;     // I -> H
+  int inter = 0;
+};
+struct MoeMlp {
+  PackedWeight router;      // H -> E
+  std::vector<float> bias;  // [E]
+  std::vector<DenseMlp> experts;
+};
+struct Block {
+  AttentionType type = AttentionType::kFull;
+  const AttentionConfig* geo = nullptr;
+  int pool_layer = 0;
+  std::vector<float> in_norm, post_norm;
+  AttnWeights attn;
+  bool moe = false;
+  DenseMlp dense;
+  MoeMlp moe_mlp;
+};
+struct MtpLayer {
+  std::vector<float> enorm, hnorm, final_norm;
+  PackedWeight eh_proj;  // 2H -> H
+  Block block;
+};
+
+// Per-row bookkeeping of a batch.
+struct RowInfo {
+  int item;
+  int pos;
+};
+
+float BF16ToF32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t F32ToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+// KV element I/O in the pool's dtype.
+void StoreKv(kv::DType dtype, uint8_t* dst, const float* src, int n) {
+  switch (dtype) {
+    case kv::DType::kF32:
+      std::memcpy(dst, src, sizeof(float) * n);
+      return;
+    case kv::DType::kBF16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case kv::DType::kF16: {
+      auto* d = reinterpret_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+  }
+}
+
+void LoadKv(kv::DType dtype, const uint8_t* src, float* dst, int n) {
+  switch (dtype) {
+    case kv::DType::kF32:
+      std::memcpy(dst, src, sizeof(float) * n);
+      return;
+    case kv::DType::kBF16: {
+      auto* s = reinterpret_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = BF16ToF32(s[i]);
+      return;
+    }
+    case kv::DType::kF16: {
+      auto* s = reinterpret_cast<const uint16_t*>(src);
+      for (int i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+  }
+}
+
+void Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  ModelConfig c;
+  std::unique_ptr<Checkpoint> ckpt;
+  std::vector<float> embed, final_norm;
+  PackedWeight lm_head;
+  std::vector<Block> layers;
+  std::vector<MtpLayer> mtp;
+  // Scratch, grown on demand and reused (no allocation in steady state).
+  std::vector<float> x, xn, q, k, v, attn, o, gu, act, mlp, router, slot_out,
+      gather, gather_out, cat, final_rows;
+  std::vector<RowInfo> rows;
+
+  absl::StatusOr<std::vector<float>> Read(const std::string& name) {
+    return ckpt->ReadF32(name);
+  }
+  // A projection weight [out, in], packed for MatMul.
+  absl::StatusOr<PackedWeight> ReadPacked(const std::string& name) {
+    const TensorInfo* t = ckpt->Find(name);
+    if (t == nullptr || t->shape.size() != 2) {
+      return absl::NotFoundError(absl::StrCat("no 2-D tensor ", name));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> w, ckpt->ReadF32(name));
+    return PackedWeight::FromOutIn(w.data(), t->shape[0], t->shape[1]);
+  }
+  absl::Status LoadBlock(const std::string& prefix, AttentionType type,
+                         bool moe, int inter, Block* b);
+  absl::Status RunBlock(const Block& b, absl::Span<const ForwardItem> items,
+                        int R);
+  void Attention(const Block& b, absl::Span<const ForwardItem> items, int R);
+  void Mlp(const Block& b, int R);
+  void Logits(absl::Span<const ForwardItem> items, const std::vector<float>& norm,
+              ForwardOutput* out, bool keep_all_hidden);
+};
+
+absl::Status Engine::Impl::LoadBlock(const std::string& p, AttentionType type,
+                                     bool moe, int inter, Block* b) {
+  b->type = type;
+  b->geo = type == AttentionType::kFull ? &c.full : &c.swa;
+  ASSIGN_OR_RETURN(b->in_norm, Read(p + "input_layernorm.weight"));
+  ASSIGN_OR_RETURN(b->post_norm, Read(p + "post_attention_layernorm.weight"));
+  ASSIGN_OR_RETURN(b->attn.q, ReadPacked(p + "self_attn.q_proj.weight"));
+  ASSIGN_OR_RETURN(b->attn.k, ReadPacked(p + "self_attn.k_proj.weight"));
+  ASSIGN_OR_RETURN(b->attn.v, ReadPacked(p + "self_attn.v_proj.weight"));
+  ASSIGN_OR_RETURN(b->attn.o, ReadPacked(p + "self_attn.o_proj.weight"));
+  if (b->geo->sink) {
+    ASSIGN_OR_RETURN(b->attn.sink, Read(p + "self_attn.attention_sink_bias"));
+  }
+  auto load_dense = [&](const std::string& mp, int i, DenseMlp* d) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<float> gate_up, Read(mp + "gate_proj.weight"));
+    ASSIGN_OR_RETURN(std::vector<float> up, Read(mp + "up_proj.weight"));
+    ASSIGN_OR_RETURN(d->down, ReadPacked(mp + "down_proj.weight"));
+    d->inter = i;
+    gate_up.insert(gate_up.end(), up.begin(), up.end());  // [2I, H]
+    d->gate_up = PackedWeight::FromOutIn(gate_up.data(), 2 * i, c.hidden_size);
+    return absl::OkStatus();
+  };
+  b->moe = moe;
+  if (!moe) return load_dense(p + "mlp.", inter, &b->dense);
+  ASSIGN_OR_RETURN(b->moe_mlp.router, ReadPacked(p + "mlp.gate.weight"));
+  ASSIGN_OR_RETURN(b->moe_mlp.bias, Read(p + "mlp.gate.e_score_correction_bias"));
+  b->moe_mlp.experts.resize(c.n_routed_experts);
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    RETURN_IF_ERROR(load_dense(absl::StrCat(p, "mlp.experts.", e, "."),
+                               c.moe_intermediate_size, &b->moe_mlp.experts[e]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options) {
+  if (options.threads > 0) KernelThreads::SetThreads(options.threads);
+  auto impl = std::make_unique<Impl>();
+  ASSIGN_OR_RETURN(impl->ckpt, Checkpoint::Open(options.checkpoint_dir));
+  impl->c = impl->ckpt->config();
+  const ModelConfig& c = impl->c;
+  ASSIGN_OR_RETURN(impl->embed, impl->Read("model.embed_tokens.weight"));
+  ASSIGN_OR_RETURN(impl->final_norm, impl->Read("model.norm.weight"));
+  if (c.tie_word_embeddings) {
+    impl->lm_head = PackedWeight::FromOutIn(impl->embed.data(), c.vocab_size, c.hidden_size);
+  } else {
+    ASSIGN_OR_RETURN(impl->lm_head, impl->ReadPacked("lm_head.weight"));
+  }
+  impl->layers.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    RETURN_IF_ERROR(impl->LoadBlock(absl::StrCat("model.layers.", i, "."),
+                                    c.layer_types[i], c.moe_layers[i],
+                                    c.intermediate_size, &impl->layers[i]));
+    impl->layers[i].pool_layer = c.pool_layer(i);
+  }
+  impl->mtp.resize(c.num_mtp_layers);
+  for (int k = 0; k < c.num_mtp_layers; ++k) {
+    const std::string p = absl::StrCat("model.mtp.layers.", k, ".");
+    MtpLayer& m = impl->mtp[k];
+    ASSIGN_OR_RETURN(m.enorm, impl->Read(p + "enorm.weight"));
+    ASSIGN_OR_RETURN(m.hnorm, impl->Read(p + "hnorm.weight"));
+    ASSIGN_OR_RETURN(m.eh_proj, impl->ReadPacked(p + "eh_proj.weight"));
+    ASSIGN_OR_RETURN(m.final_norm, impl->Read(p + "final_layernorm.weight"));
+    RETURN_IF_ERROR(impl->LoadBlock(p, AttentionType::kSwa, /*moe=*/false,
+                                    c.intermediate_size, &m.block));
+    m.block.pool_layer = c.mtp_pool_layer(k);
+  }
+  impl->ckpt.reset();  // weights are copied; release the mapping
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  config_ = impl_->c;
+}
+Engine::~Engine() = default;
+
+const float* Engine::Embedding(uint32_t token) const {
+  return impl_->embed.data() + static_cast<size_t>(token) * config_.hidden_size;
+}
+
+void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items,
+                             int R) {
+  const AttentionConfig& g = *b.geo;
+  const int nh = g.num_heads, nkv = g.num_kv_heads, hd = g.head_dim, vd = g.v_head_dim;
+  const int group = nh / nkv;
+  const bool swa = b.type == AttentionType::kSwa;
+  const int W = c.sliding_window;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* attn_out = attn.data();
+  const float* qp = q.data();
+  KernelThreads::Get().ParallelFor(
+      static_cast<int64_t>(R) * nh, 1, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> scores, kbuf, vbuf;
+        for (int64_t t = begin; t < end; ++t) {
+          const int r = static_cast<int>(t / nh);
+          const int h = static_cast<int>(t % nh);
+          const int kvh = h / group;
+          const RowInfo& ri = rows[r];
+          const kv::Sequence& seq = *items[ri.item].seq;
+          const kv::LayerView view =
+              swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer);
+          const kv::DType dt = view.pool->geometry().dtype;
+          const size_t es = kv::DTypeSize(dt);
+          const int lo = swa ? std::max(0, ri.pos - W + 1) : 0;
+          const int n = ri.pos - lo + 1;
+          if (static_cast<int>(scores.size()) < n) scores.resize(n);
+          if (static_cast<int>(kbuf.size()) < hd) kbuf.resize(hd);
+          if (static_cast<int>(vbuf.size()) < vd) vbuf.resize(vd);
+          const float* qh = qp + static_cast<size_t>(r) * nh * hd + static_cast<size_t>(h) * hd;
+          float m = -INFINITY;
+          for (int j = 0; j < n; ++j) {
+            const uint8_t* kptr = view.K(lo + j) + static_cast<size_t>(kvh) * hd * es;
+            const float* kf;
+            if (dt == kv::DType::kF32) {
+              kf = reinterpret_cast<const float*>(kptr);
+            } else {
+              LoadKv(dt, kptr, kbuf.data(), hd);
+              kf = kbuf.data();
+            }
+            scores[j] = Dot(qh, kf, hd) * scale;
+            m = std::max(m, scores[j]);
+          }
+          const float sink = g.sink ? b.attn.sink[h] : -INFINITY;
+          m = std::max(m, sink);
+          float denom = 0;
+          for (int j = 0; j < n; ++j) {
+            scores[j] = std::exp(scores[j] - m);
+            denom += scores[j];
+          }
+          if (g.sink) denom += std::exp(sink - m);
+          const float inv = 1.0f / denom;
+          float* out = attn_out + static_cast<size_t>(r) * nh * vd + static_cast<size_t>(h) * vd;
+          std::fill(out, out + vd, 0.0f);
+          for (int j = 0; j < n; ++j) {
+            const uint8_t* vptr = view.V(lo + j) + static_cast<size_t>(kvh) * vd * es;
+            const float* vf;
+            if (dt == kv::DType::kF32) {
+              vf = reinterpret_cast<const float*>(vptr);
+            } else {
+              LoadKv(dt, vptr, vbuf.data(), vd);
+              vf = vbuf.data();
+            }
+            Axpy(scores[j] * inv, vf, out, vd);
+          }
+        }
+      });
+}
+
+void Engine::Impl::Mlp(const Block& b, int R) {
+  const int H = c.hidden_size;
+  Grow(mlp, static_cast<size_t>(R) * H);
+  auto swiglu = [&](const DenseMlp& d, const float* in, int rows_n, float* out) {
+    const int I = d.inter;
+    Grow(gu, static_cast<size_t>(rows_n) * 2 * I);
+    Grow(act, static_cast<size_t>(rows_n) * I);
+    MatMul(in, rows_n, d.gate_up, gu.data());
+    for (int r = 0; r < rows_n; ++r) {
+      const float* g = gu.data() + static_cast<size_t>(r) * 2 * I;
+      float* a = act.data() + static_cast<size_t>(r) * I;
+      for (int i = 0; i < I; ++i) a[i] = Silu(g[i]) * g[I + i];
+    }
+    MatMul(act.data(), rows_n, d.down, out);
+  };
+  if (!b.moe) {
+    swiglu(b.dense, xn.data(), R, mlp.data());
+    return;
+  }
+  const int E = c.n_routed_experts, K = c.num_experts_per_tok;
+  Grow(router, static_cast<size_t>(R) * E);
+  MatMul(xn.data(), R, b.moe_mlp.router, router.data());
+  // Per row: chosen experts (by score + bias) and their weights.
+  std::vector<int> chosen(static_cast<size_t>(R) * K);
+  std::vector<float> weight(static_cast<size_t>(R) * K);
+  std::vector<int> order(E);
+  for (int r = 0; r < R; ++r) {
+    float* s = router.data() + static_cast<size_t>(r) * E;
+    for (int e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-s[e]));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int bb) {
+      const float ka = s[a] + b.moe_mlp.bias[a], kb = s[bb] + b.moe_mlp.bias[bb];
+      return ka > kb || (ka == kb && a < bb);
+    });
+    float sum = 0;
+    for (int j = 0; j < K; ++j) sum += s[order[j]];
+    for (int j = 0; j < K; ++j) {
+      chosen[static_cast<size_t>(r) * K + j] = order[j];
+      float w = s[order[j]];
+      if (c.norm_topk_prob) w /= (sum + 1e-20f);
+      weight[static_cast<size_t>(r) * K + j] = w * static_cast<float>(c.routed_scaling_factor);
+    }
+  }
+  // Group (row, slot) pairs per expert, run each expert once over its rows.
+  Grow(slot_out, static_cast<size_t>(R) * K * H);
+  std::vector<std::vector<int>> by_expert(E);
+  for (int t = 0; t < R * K; ++t) by_expert[chosen[t]].push_back(t);
+  for (int e = 0; e < E; ++e) {
+    const std::vector<int>& list = by_expert[e];
+    if (list.empty()) continue;
+    const int n = static_cast<int>(list.size());
+    Grow(gather, static_cast<size_t>(n) * H);
+    Grow(gather_out, static_cast<size_t>(n) * H);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(gather.data() + static_cast<size_t>(i) * H,
+                  xn.data() + static_cast<size_t>(list[i] / K) * H, sizeof(float) * H);
+    }
+    swiglu(b.moe_mlp.experts[e], gather.data(), n, gather_out.data());
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(slot_out.data() + static_cast<size_t>(list[i]) * H,
+                  gather_out.data() + static_cast<size_t>(i) * H, sizeof(float) * H);
+    }
+  }
+  // Combine in slot order (fixed per token, whatever the batch).
+  for (int r = 0; r < R; ++r) {
+    float* out = mlp.data() + static_cast<size_t>(r) * H;
+    std::fill(out, out + H, 0.0f);
+    for (int j = 0; j < K; ++j) {
+      Axpy(weight[static_cast<size_t>(r) * K + j],
+           slot_out.data() + (static_cast<size_t>(r) * K + j) * H, out, H);
+    }
+  }
+}
+
+absl::Status Engine::Impl::RunBlock(const Block& b,
+                                    absl::Span<const ForwardItem> items, int R) {
+  const int H = c.hidden_size;
+  const AttentionConfig& g = *b.geo;
+  const int nh = g.num_heads, nkv = g.num_kv_heads, hd = g.head_dim, vd = g.v_head_dim;
+  const bool swa = b.type == AttentionType::kSwa;
+  Grow(xn, static_cast<size_t>(R) * H);
+  Grow(q, static_cast<size_t>(R) * nh * hd);
+  Grow(k, static_cast<size_t>(R) * nkv * hd);
+  Grow(v, static_cast<size_t>(R) * nkv * vd);
+  Grow(attn, static_cast<size_t>(R) * nh * vd);
+  Grow(o, static_cast<size_t>(R) * H);
+  RmsNorm(x.data(), b.in_norm.data(), xn.data(), R, H, static_cast<float>(c.rms_norm_eps));
+  MatMul(xn.data(), R, b.attn.q, q.data());
+  MatMul(xn.data(), R, b.attn.k, k.data());
+  MatMul(xn.data(), R, b.attn.v, v.data());
+  const float vs = static_cast<float>(c.attention_value_scale);
+  if (vs != 1.0f) {
+    for (size_t i = 0; i < static_cast<size_t>(R) * nkv * vd; ++i) v[i] *= vs;
+  }
+  for (int r = 0; r < R; ++r) {
+    ApplyRope(q.data() + static_cast<size_t>(r) * nh * hd, nh, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
+    ApplyRope(k.data() + static_cast<size_t>(r) * nkv * hd, nkv, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
+  }
+  // Write the new tokens' KV into the pages.
+  for (int r = 0; r < R; ++r) {
+    const kv::Sequence& seq = *items[rows[r].item].seq;
+    const kv::LayerView view = swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer);
+    const int page = rows[r].pos / view.page_size;
+    if (page >= static_cast<int>(view.pages.size()) || view.pages[page] == kv::kNoPage ||
+        view.pool->PageData(view.pages[page]) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no ", swa ? "SWA" : "full", " KV page for position ", rows[r].pos,
+          " of item ", rows[r].item, " (append the tokens before Forward)"));
+    }
+    const kv::DType dt = view.pool->geometry().dtype;
+    StoreKv(dt, view.K(rows[r].pos), k.data() + static_cast<size_t>(r) * nkv * hd, nkv * hd);
+    StoreKv(dt, view.V(rows[r].pos), v.data() + static_cast<size_t>(r) * nkv * vd, nkv * vd);
+  }
+  Attention(b, items, R);
+  MatMul(attn.data(), R, b.attn.o, o.data());
+  for (size_t i = 0; i < static_cast<size_t>(R) * H; ++i) x[i] += o[i];
+  RmsNorm(x.data(), b.post_norm.data(), xn.data(), R, H, static_cast<float>(c.rms_norm_eps));
+  Mlp(b, R);
+  for (size_t i = 0; i < static_cast<size_t>(R) * H; ++i) x[i] += mlp[i];
+  return absl::OkStatus();
+}
+
+void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
+                          const std::vector<float>& norm, ForwardOutput* out,
+                          bool keep_all_hidden) {
+  const int H = c.hidden_size, V = c.vocab_size;
+  const int R = static_cast<int>(rows.size());
+  // Rows that need logits, in output order.
+  std::vector<int> need;
+  out->first_row.clear();
+  out->last_hidden.assign(static_cast<size_t>(items.size()) * H, 0.0f);
+  int r0 = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int n = static_cast<int>(items[i].tokens.size());
+    out->first_row.push_back(static_cast<int>(need.size()));
+    if (items[i].all_logits) {
+      for (int j = 0; j < n; ++j) need.push_back(r0 + j);
+    } else {
+      need.push_back(r0 + n - 1);
+    }
+    std::memcpy(out->last_hidden.data() + i * H, x.data() + static_cast<size_t>(r0 + n - 1) * H,
+                sizeof(float) * H);
+    r0 += n;
+  }
+  if (keep_all_hidden) out->all_hidden.assign(x.begin(), x.begin() + static_cast<size_t>(R) * H);
+  Grow(final_rows, need.size() * H);
+  for (size_t j = 0; j < need.size(); ++j) {
+    RmsNorm(x.data() + static_cast<size_t>(need[j]) * H, norm.data(),
+            final_rows.data() + j * H, 1, H, static_cast<float>(c.rms_norm_eps));
+  }
+  out->logits.resize(need.size() * static_cast<size_t>(V));
+  MatMul(final_rows.data(), static_cast<int64_t>(need.size()), lm_head, out->logits.data());
+}
+
+namespace {
+
+absl::Status CheckItems(const ModelConfig& c, absl::Span<const ForwardItem> items) {
+  if (items.empty()) return absl::InvalidArgumentError("empty batch");
+  const kv::KvShape want = c.KvShape(16);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& it = items[i];
+    if (it.seq == nullptr) return absl::InvalidArgumentError(absl::StrCat("item ", i, ": no sequence"));
+    if (it.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("item ", i, ": no tokens"));
+    if (it.start < 0 || it.seq->length() < it.start + static_cast<int>(it.tokens.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "item ", i, ": tokens [", it.start, ", ", it.start + it.tokens.size(),
+          ") exceed the sequence's ", it.seq->length(), " tokens"));
+    }
+    for (uint32_t t : it.tokens) {
+      if (t >= static_cast<uint32_t>(c.vocab_size)) {
+        return absl::InvalidArgumentError(absl::StrCat("item ", i, ": token id ", t,
+                                                       " >= vocab size ", c.vocab_size));
+      }
+    }
+    const kv::PoolGeometry& fg = it.seq->FullLayer(0).pool->geometry();
+    const kv::PoolGeometry& sg = it.seq->SwaLayer(0).pool->geometry();
+    if (fg.num_layers != want.full_layers || fg.num_kv_heads != want.full_kv_heads ||
+        fg.k_head_dim != want.full_k_head_dim || fg.v_head_dim != want.full_v_head_dim ||
+        sg.num_layers != want.swa_layers || sg.num_kv_heads != want.swa_kv_heads ||
+        sg.k_head_dim != want.swa_k_head_dim || sg.v_head_dim != want.swa_v_head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "item ", i, ": the sequence's KV pools do not have the model's shape"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
+                             ForwardOutput* out, bool keep_all_hidden) {
+  RETURN_IF_ERROR(CheckItems(config_, items));
+  Impl& s = *impl_;
+  const int H = config_.hidden_size;
+  s.rows.clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t j = 0; j < items[i].tokens.size(); ++j) {
+      s.rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
+    }
+  }
+  const int R = static_cast<int>(s.rows.size());
+  Grow(s.x, static_cast<size_t>(R) * H);
+  int r = 0;
+  for (const ForwardItem& it : items) {
+    for (uint32_t t : it.tokens) {
+      std::memcpy(s.x.data() + static_cast<size_t>(r++) * H, Embedding(t), sizeof(float) * H);
+    }
+  }
+  for (const Block& b : s.layers) RETURN_IF_ERROR(s.RunBlock(b, items, R));
+  s.Logits(items, s.final_norm, out, keep_all_hidden);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
+                                absl::Span<const float> hidden,
+                                ForwardOutput* out) {
+  if (k < 0 || k >= config_.num_mtp_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("no MTP layer ", k, " (model has ",
+                                                   config_.num_mtp_layers, ")"));
+  }
+  RETURN_IF_ERROR(CheckItems(config_, items));
+  Impl& s = *impl_;
+  const int H = config_.hidden_size;
+  s.rows.clear();
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t j = 0; j < items[i].tokens.size(); ++j) {
+      s.rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
+    }
+  }
+  const int R = static_cast<int>(s.rows.size());
+  if (hidden.size() != static_cast<size_t>(R) * H) {
+    return absl::InvalidArgumentError(absl::StrCat("MTP needs ", R, " hidden rows of ", H,
+                                                   " floats, got ", hidden.size(), " floats"));
+  }
+  const MtpLayer& m = s.mtp[k];
+  Grow(s.cat, static_cast<size_t>(R) * 2 * H);
+  Grow(s.x, static_cast<size_t>(R) * H);
+  int r = 0;
+  for (const ForwardItem& it : items) {
+    for (uint32_t t : it.tokens) {
+      float* row = s.cat.data() + static_cast<size_t>(r) * 2 * H;
+      const float eps = static_cast<float>(config_.rms_norm_eps);
+      RmsNorm(Embedding(t), m.enorm.data(), row, 1, H, eps);
+      RmsNorm(hidden.data() + static_cast<size_t>(r) * H, m.hnorm.data(), row + H, 1, H, eps);
+      ++r;
+    }
+  }
+  MatMul(s.cat.data(), R, m.eh_proj, s.x.data());
+  RETURN_IF_ERROR(s.RunBlock(m.block, items, R));
+  s.Logits(items, m.final_norm, out, /*keep_all_hidden=*/true);
+  return absl::OkStatus();
+}
+
+}  // namespace swaserve::model

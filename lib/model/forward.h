@@ -1,0 +1,114 @@
+// The CPU forward pass of a MiMo-V2-style hybrid SWA + MoE model over paged
+// KV (ARCHITECTURE §1, §3, §4).
+//
+// One Forward() call runs a ragged batch: any mix of prefill chunks of
+// several requests and decode steps of many. Each item names its request's
+// kv::Sequence (already Append()ed to cover the item's tokens), the new token
+// ids and their first position. KV of the new tokens is written into the
+// sequence's pages (full-attention layers into the full pool, SWA layers
+// into the SWA pool); attention reads earlier tokens' KV from the pages, so
+// prefix-cache hits and chunked prefill need nothing special. SWA layers
+// read only keys k > q - W.
+//
+// Per layer: RMSNorm → Q/K/V projections (V × attention_value_scale) → NeoX
+// RoPE on the first rotary_dim dims with the layer type's theta → GQA
+// attention with optional per-head sink logit → o_proj → residual → RMSNorm →
+// dense SwiGLU MLP, or MoE (sigmoid router, top-k by score + correction bias,
+// weights = unbiased scores normalised to sum 1 × routed_scaling_factor,
+// tokens grouped per expert) → residual. Then the final RMSNorm and lm_head.
+//
+// MTP (ForwardMtp): layer k maps (token t at position p+1, hidden h of
+// position p) to eh_proj(concat(enorm(embed(t)), hnorm(h))) → one SWA block
+// with sink and dense MLP (its KV in the SWA pool at pool layer
+// num_swa_layers + k, at position p) → final_layernorm → lm_head, whose
+// argmax drafts the token at p + 2.
+//
+// All kernels are batch-invariant (cpu_kernels.h): an item's outputs do not
+// depend on what else is in the batch or how its prompt was chunked.
+//
+// An Engine owns the weights (f32 in memory) and scratch buffers; Forward is
+// not reentrant (one scheduler thread drives it); kernels use KernelThreads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "lib/kv/sequence.h"
+#include "lib/model/checkpoint.h"
+#include "lib/model/config.h"
+
+namespace swaserve::model {
+
+struct ForwardItem {
+  kv::Sequence* seq = nullptr;
+  // New tokens, at positions [start, start + tokens.size()); the sequence's
+  // length must be >= start + tokens.size() and its KV for positions < start
+  // must have been written by earlier Forward calls (or a cache hit).
+  absl::Span<const uint32_t> tokens;
+  int start = 0;
+  // Logits for every new token (speculative verification, prompt logprobs)
+  // instead of only the last one.
+  bool all_logits = false;
+};
+
+struct ForwardOutput {
+  // Logits rows, vocab_size floats each: for each item in order, one row
+  // (its last token) or tokens.size() rows (all_logits).
+  std::vector<float> logits;
+  // First logits row of each item.
+  std::vector<int> first_row;
+  // Final hidden state (after the last layer, before the final norm) of each
+  // item's last token, hidden_size floats per item: the MTP input.
+  std::vector<float> last_hidden;
+  // With keep_all_hidden: the same for every new token, in row order.
+  std::vector<float> all_hidden;
+};
+
+struct EngineOptions {
+  // Checkpoint directory (config.json + safetensors). Required.
+  std::string checkpoint_dir;
+  // Kernel threads (0: all cores).
+  int threads = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  // The KV shape this engine's sequences must use (page size as given).
+  kv::KvShape KvShapeFor(int page_size) const { return config_.KvShape(page_size); }
+
+  // Runs the batch. InvalidArgument for a malformed item (token id out of
+  // range, sequence too short, KV shape not matching the model).
+  absl::Status Forward(absl::Span<const ForwardItem> items, ForwardOutput* out,
+                       bool keep_all_hidden = false);
+
+  // MTP layer k over a batch. MTP position p combines the token at main
+  // position p + 1 with the hidden state of main position p (or of MTP layer
+  // k - 1 at position p), is rotated at position p, and predicts the token at
+  // p + 2. For each item, tokens[i] is the token for MTP position start + i
+  // (i.e. main token start + i + 1) and hidden holds one row per token over
+  // all items, in order. Writes layer k's KV at those positions (SWA pool,
+  // pool layer num_swa_layers + k); logits and last_hidden as Forward, and
+  // all_hidden = the block outputs (the next MTP layer's input).
+  absl::Status ForwardMtp(int k, absl::Span<const ForwardItem> items,
+                          absl::Span<const float> hidden, ForwardOutput* out);
+
+  // Embedding row of a token (for tests and MTP callers).
+  const float* Embedding(uint32_t token) const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  ModelConfig config_;
+};
+
+}  // namespace swaserve::model

@@ -1,0 +1,368 @@
+// The forward pass against the independent dense reference, and its batch
+// invariance: chunking, batch composition and prefix-cache hits must not
+// change a single bit of any request's logits.
+#include "lib/model/forward.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/base/hash.h"
+#include "lib/base/subprocess.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/model/sampling.h"
+#include "tests/unit/model/dense_reference.h"
+
+namespace swaserve::model {
+namespace {
+
+constexpr int kPage = 4;
+
+class ForwardTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(*base::MakeTempDir("forward-test"));
+    auto config = BuiltinConfig("tiny", 256);
+    ASSERT_TRUE(config.ok()) << config.status();
+    ASSERT_TRUE(WriteRandomCheckpoint(*config, 7, *dir_).ok());
+    auto engine = Engine::Create({*dir_, 2});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = engine->release();
+    auto ckpt = Checkpoint::Open(*dir_);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = ckpt->release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    delete ckpt_;
+    delete dir_;
+  }
+
+  void SetUp() override { NewPools(); }
+
+  void NewPools(int full_pages = 512, int swa_pages = 512) {
+    cache_.reset();
+    pools_ = *kv::KvPools::Create(
+        {engine_->config().KvShape(kPage), full_pages, swa_pages, true});
+    cache_ = *kv::PrefixCache::Create({pools_.get(), nullptr});
+  }
+
+  std::unique_ptr<kv::Sequence> NewSeq(kv::CacheHit hit = kv::CacheHit()) {
+    return std::make_unique<kv::Sequence>(
+        kv::SequenceOptions{pools_.get(), cache_.get(), 0, false}, std::move(hit));
+  }
+
+  static std::vector<uint32_t> RandomTokens(std::mt19937& rng, int n) {
+    std::vector<uint32_t> t(n);
+    for (auto& x : t) x = rng() % 256;
+    return t;
+  }
+
+  // Prefills `tokens` into `seq` in the given chunk sizes, returning the
+  // logits of every position (rows of vocab floats).
+  std::vector<std::vector<float>> Prefill(kv::Sequence* seq, const std::vector<uint32_t>& tokens,
+                                          const std::vector<int>& chunks) {
+    std::vector<std::vector<float>> rows;
+    size_t pos = seq->length();
+    size_t ci = 0;
+    while (pos < tokens.size()) {
+      const int n = std::min<int>(chunks[ci++ % chunks.size()], tokens.size() - pos);
+      EXPECT_TRUE(seq->Append(n).ok());
+      ForwardItem item{seq, absl::MakeConstSpan(tokens).subspan(pos, n), static_cast<int>(pos), true};
+      ForwardOutput out;
+      absl::Status s = engine_->Forward({&item, 1}, &out);
+      EXPECT_TRUE(s.ok()) << s;
+      const int V = engine_->config().vocab_size;
+      for (int j = 0; j < n; ++j) {
+        rows.emplace_back(out.logits.begin() + static_cast<size_t>(j) * V,
+                          out.logits.begin() + static_cast<size_t>(j + 1) * V);
+      }
+      pos += n;
+    }
+    return rows;
+  }
+
+  static std::string* dir_;
+  static Engine* engine_;
+  static Checkpoint* ckpt_;
+  std::unique_ptr<kv::KvPools> pools_;
+  std::unique_ptr<kv::PrefixCache> cache_;
+};
+
+std::string* ForwardTest::dir_ = nullptr;
+Engine* ForwardTest::engine_ = nullptr;
+Checkpoint* ForwardTest::ckpt_ = nullptr;
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double maxabs = 1e-6, diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    maxabs = std::max(maxabs, std::fabs(static_cast<double>(b[i])));
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return diff / maxabs;
+}
+
+TEST_F(ForwardTest, MatchesDenseReferenceOverManyChunkings) {
+  std::mt19937 rng(1);
+  const std::vector<uint32_t> tokens = RandomTokens(rng, 70);  // > 4 windows (W=16)
+  const testing::DenseResult ref = testing::DenseForward(*ckpt_, tokens);
+  const std::vector<std::vector<int>> chunkings = {{70}, {1}, {5, 17, 2}, {16}, {3, 30}};
+  for (const auto& chunks : chunkings) {
+    NewPools();
+    auto seq = NewSeq();
+    auto rows = Prefill(seq.get(), tokens, chunks);
+    ASSERT_EQ(rows.size(), tokens.size());
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      EXPECT_LT(MaxRelDiff(rows[p], ref.logits[p]), 1e-4) << "position " << p << " chunk " << chunks[0];
+    }
+  }
+}
+
+TEST_F(ForwardTest, ChunkingAndBatchMixDoNotChangeABit) {
+  std::mt19937 rng(2);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(RandomTokens(rng, 20 + rng() % 40));
+  // Reference: each prompt alone, one chunk.
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (const auto& p : prompts) {
+    NewPools();
+    auto seq = NewSeq();
+    alone.push_back(Prefill(seq.get(), p, {static_cast<int>(p.size())}));
+  }
+  // Mixed: all prompts advance together in random chunks within one batch.
+  for (int trial = 0; trial < 5; ++trial) {
+    NewPools();
+    std::vector<std::unique_ptr<kv::Sequence>> seqs;
+    std::vector<size_t> pos(prompts.size(), 0);
+    for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(NewSeq());
+    const int V = engine_->config().vocab_size;
+    while (true) {
+      std::vector<ForwardItem> batch;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        if (pos[i] >= prompts[i].size() || rng() % 3 == 0) continue;
+        const int n = std::min<int>(1 + rng() % 9, prompts[i].size() - pos[i]);
+        ASSERT_TRUE(seqs[i]->Append(n).ok());
+        batch.push_back({seqs[i].get(), absl::MakeConstSpan(prompts[i]).subspan(pos[i], n),
+                         static_cast<int>(pos[i]), true});
+        which.push_back(i);
+      }
+      bool done = true;
+      for (size_t i = 0; i < prompts.size(); ++i) done &= pos[i] >= prompts[i].size();
+      if (done) break;
+      if (batch.empty()) continue;
+      ForwardOutput out;
+      ASSERT_TRUE(engine_->Forward(batch, &out).ok());
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const size_t i = which[b];
+        for (size_t j = 0; j < batch[b].tokens.size(); ++j) {
+          const float* got = out.logits.data() + static_cast<size_t>(out.first_row[b] + j) * V;
+          ASSERT_EQ(std::memcmp(got, alone[i][pos[i] + j].data(), sizeof(float) * V), 0)
+              << "prompt " << i << " position " << pos[i] + j << " trial " << trial;
+        }
+        pos[i] += batch[b].tokens.size();
+      }
+    }
+  }
+}
+
+// Greedy generation: `steps` tokens after the prompt, decoding in batches
+// with other requests; returns the generated ids.
+std::vector<uint32_t> GreedyDecode(Engine* engine, kv::Sequence* seq, std::vector<uint32_t> tokens,
+                                   const std::vector<float>& last_logits, int steps,
+                                   std::vector<kv::Sequence*> others,
+                                   std::vector<std::vector<uint32_t>>* other_tokens) {
+  std::vector<uint32_t> out;
+  uint32_t next = Argmax(last_logits);
+  for (int s = 0; s < steps; ++s) {
+    out.push_back(next);
+    tokens.push_back(next);
+    EXPECT_TRUE(seq->Append(1).ok());
+    std::vector<ForwardItem> batch;
+    batch.push_back({seq, absl::MakeConstSpan(tokens).subspan(tokens.size() - 1, 1),
+                     static_cast<int>(tokens.size() - 1), false});
+    for (size_t o = 0; o < others.size(); ++o) {
+      auto& ot = (*other_tokens)[o];
+      ot.push_back(static_cast<uint32_t>((ot.back() * 31 + 7) % 256));
+      EXPECT_TRUE(others[o]->Append(1).ok());
+      batch.push_back({others[o], absl::MakeConstSpan(ot).subspan(ot.size() - 1, 1),
+                       static_cast<int>(ot.size() - 1), false});
+    }
+    ForwardOutput fo;
+    EXPECT_TRUE(engine->Forward(batch, &fo).ok());
+    next = Argmax(absl::MakeConstSpan(fo.logits).subspan(0, engine->config().vocab_size));
+  }
+  return out;
+}
+
+TEST_F(ForwardTest, GreedyGenerationIdenticalAcrossChunksAndBatches) {
+  std::mt19937 rng(3);
+  const std::vector<uint32_t> prompt = RandomTokens(rng, 37);
+  std::vector<uint32_t> first;
+  for (int variant = 0; variant < 4; ++variant) {
+    NewPools();
+    auto seq = NewSeq();
+    std::vector<int> chunks = variant == 0 ? std::vector<int>{37} : std::vector<int>{1 + variant * 3};
+    auto rows = Prefill(seq.get(), prompt, chunks);
+    std::vector<std::unique_ptr<kv::Sequence>> others;
+    std::vector<kv::Sequence*> other_ptrs;
+    std::vector<std::vector<uint32_t>> other_tokens;
+    for (int o = 0; o < variant; ++o) {
+      others.push_back(NewSeq());
+      other_tokens.push_back(RandomTokens(rng, 5 + o));
+      Prefill(others.back().get(), other_tokens.back(), {3});
+      other_ptrs.push_back(others.back().get());
+    }
+    auto gen = GreedyDecode(engine_, seq.get(), prompt, rows.back(), 30, other_ptrs, &other_tokens);
+    if (variant == 0) {
+      first = gen;
+    } else {
+      EXPECT_EQ(gen, first) << "variant " << variant;
+    }
+  }
+  // And against the dense reference.
+  std::vector<uint32_t> full = prompt;
+  full.insert(full.end(), first.begin(), first.end() - 1);
+  const testing::DenseResult ref = testing::DenseForward(*ckpt_, full);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(Argmax(ref.logits[prompt.size() - 1 + i]), first[i]) << "step " << i;
+  }
+}
+
+TEST_F(ForwardTest, PrefixHitGivesBitIdenticalLogits) {
+  std::mt19937 rng(4);
+  const std::vector<uint32_t> first = RandomTokens(rng, 41);
+  std::vector<uint32_t> second = first;
+  for (uint32_t t : RandomTokens(rng, 19)) second.push_back(t);
+  // Without any cache.
+  auto plain_seq = NewSeq();
+  auto plain = Prefill(plain_seq.get(), second, {60});
+  plain_seq->Abort();
+  // First request fills the cache; the second hits it.
+  NewPools();
+  auto s1 = NewSeq();
+  Prefill(s1.get(), first, {41});
+  s1->Finish(base::ChainedPageHashes(first, kPage));
+  auto hashes = base::ChainedPageHashes(second, kPage);
+  kv::CacheHit hit = cache_->MatchAndLock(hashes, static_cast<int>(second.size()) - 1);
+  ASSERT_GT(hit.tokens(), 0) << cache_->DebugString();
+  EXPECT_EQ(hit.tokens(), 40);  // the last complete page of the first prompt
+  auto s2 = NewSeq(std::move(hit));
+  auto rows = Prefill(s2.get(), second, {7});
+  ASSERT_EQ(rows.size(), second.size() - 40);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    ASSERT_EQ(std::memcmp(rows[j].data(), plain[40 + j].data(), sizeof(float) * rows[j].size()), 0)
+        << "position " << 40 + j;
+  }
+}
+
+TEST_F(ForwardTest, SwaLayersNeverReadOutsideTheWindow) {
+  std::mt19937 rng(5);
+  const std::vector<uint32_t> prompt = RandomTokens(rng, 50);
+  const int W = engine_->config().sliding_window;
+  auto run = [&](bool poison) -> std::vector<std::vector<float>> {
+    NewPools();
+    auto seq = NewSeq();
+    auto rows = Prefill(seq.get(), prompt, {50});
+    std::vector<uint32_t> tokens = prompt;
+    std::vector<std::vector<float>> out;
+    uint32_t next = Argmax(rows.back());
+    for (int step = 0; step < 12; ++step) {
+      tokens.push_back(next);
+      EXPECT_TRUE(seq->Append(1).ok());
+      if (poison) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        // Every free page of both pools...
+        for (kv::PagePool* pool : {&pools_->full(), &pools_->swa()}) {
+          for (kv::PageId p = 0; p < pool->num_pages(); ++p) {
+            if (pool->state(p) != kv::PageState::kFree) continue;
+            float* f = reinterpret_cast<float*>(pool->PageData(p));
+            std::fill(f, f + pool->page_bytes() / 4, nan);
+          }
+        }
+        // ...and, in retained SWA pages, every token the next query must
+        // not see (k <= q - W).
+        const int q = static_cast<int>(tokens.size()) - 1;
+        const kv::PoolGeometry& g = pools_->swa().geometry();
+        for (int t = seq->swa_first_page() * kPage; t <= q - W; ++t) {
+          for (int l = 0; l < g.num_layers; ++l) {
+            kv::LayerView v = seq->SwaLayer(l);
+            float* k = reinterpret_cast<float*>(v.K(t));
+            float* vv = reinterpret_cast<float*>(v.V(t));
+            std::fill(k, k + g.KTokenStride() / 4, nan);
+            std::fill(vv, vv + g.VTokenStride() / 4, nan);
+          }
+        }
+      }
+      ForwardItem item{seq.get(), absl::MakeConstSpan(tokens).subspan(tokens.size() - 1, 1),
+                       static_cast<int>(tokens.size() - 1), false};
+      ForwardOutput fo;
+      EXPECT_TRUE(engine_->Forward({&item, 1}, &fo).ok());
+      out.push_back(fo.logits);
+      next = Argmax(fo.logits);
+    }
+    return out;
+  };
+  auto clean = run(false);
+  auto poisoned = run(true);
+  ASSERT_EQ(clean.size(), poisoned.size());
+  for (size_t i = 0; i < clean.size(); ++i) {
+    for (float f : poisoned[i]) ASSERT_FALSE(std::isnan(f)) << "step " << i;
+    ASSERT_EQ(std::memcmp(clean[i].data(), poisoned[i].data(), sizeof(float) * clean[i].size()), 0)
+        << "step " << i;
+  }
+}
+
+TEST_F(ForwardTest, MtpLayersMatchDenseReference) {
+  const ModelConfig& c = engine_->config();
+  ASSERT_GE(c.num_mtp_layers, 1);
+  std::mt19937 rng(6);
+  const std::vector<uint32_t> tokens = RandomTokens(rng, 40);
+  const testing::DenseResult ref = testing::DenseForward(*ckpt_, tokens);
+  auto seq = NewSeq();
+  ASSERT_TRUE(seq->Append(static_cast<int>(tokens.size())).ok());
+  ForwardItem item{seq.get(), tokens, 0, true};
+  ForwardOutput out;
+  ASSERT_TRUE(engine_->Forward({&item, 1}, &out, /*keep_all_hidden=*/true).ok());
+  std::vector<float> hidden = out.all_hidden;
+  std::vector<std::vector<float>> ref_hidden = ref.hidden;
+  for (int k = 0; k < c.num_mtp_layers; ++k) {
+    const testing::DenseResult mref = testing::DenseMtp(*ckpt_, k, tokens, ref_hidden);
+    // Layer k's position p takes main token p + 1 + k and hidden row p.
+    const int n = static_cast<int>(tokens.size()) - 1 - k;
+    ForwardItem mi{seq.get(), absl::MakeConstSpan(tokens).subspan(1 + k, n), 0, true};
+    std::vector<float> h(hidden.begin(), hidden.begin() + static_cast<size_t>(n) * c.hidden_size);
+    ForwardOutput mo;
+    ASSERT_TRUE(engine_->ForwardMtp(k, {&mi, 1}, h, &mo).ok());
+    ASSERT_EQ(mref.logits.size(), static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) {
+      std::vector<float> row(mo.logits.begin() + static_cast<size_t>(p) * c.vocab_size,
+                             mo.logits.begin() + static_cast<size_t>(p + 1) * c.vocab_size);
+      EXPECT_LT(MaxRelDiff(row, mref.logits[p]), 1e-4) << "MTP layer " << k << " position " << p;
+    }
+    hidden = mo.all_hidden;
+    ref_hidden = mref.hidden;
+  }
+}
+
+TEST_F(ForwardTest, RejectsMalformedBatches) {
+  auto seq = NewSeq();
+  ASSERT_TRUE(seq->Append(3).ok());
+  std::vector<uint32_t> bad = {1, 2, 999};
+  ForwardItem item{seq.get(), bad, 0, false};
+  ForwardOutput out;
+  absl::Status s = engine_->Forward({&item, 1}, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("token id 999"));
+  std::vector<uint32_t> four = {1, 2, 3, 4};
+  ForwardItem too_long{seq.get(), four, 0, false};
+  s = engine_->Forward({&too_long, 1}, &out);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("exceed the sequence"));
+  EXPECT_EQ(engine_->Forward({}, &out).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace swaserve::model
