@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The README's main command: installs dependencies, builds, and runs swaserve.
-# Until `swaserve up` exists this shows the CLI's help and a page-hash example.
+# Until `swaserve up` exists this shows the CLI's help, writes the tiny random
+# model and inspects it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SWASERVE_BUILD_DIR:-$here/build}"
 bash "$here/scripts/build.sh"
 "$build/bin/swaserve" --help
+model="${TMPDIR:-/tmp}/swaserve-tiny"
 echo
-echo "\$ swaserve page-hashes --page-size=4 --tokens=1,2,3,4,5,6,7,8"
-"$build/bin/swaserve" page-hashes --page-size=4 --tokens=1,2,3,4,5,6,7,8
+echo "\$ swaserve make-model --shape=tiny --out $model --force"
+"$build/bin/swaserve" make-model --shape=tiny --out "$model" --force
+echo
+echo "\$ swaserve inspect $model"
+"$build/bin/swaserve" inspect "$model"

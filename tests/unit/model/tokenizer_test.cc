@@ -4,7 +4,10 @@
 // hand-written pre-tokenizer scanner against PCRE2.
 #include "lib/model/tokenizer.h"
 
+#include <utf8proc.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -568,6 +571,46 @@ TEST(UnicodeTest, NfcQuickCheckNeverMissesAChange) {
     if (unicode::IsNfcQuick(s)) {
       ASSERT_EQ(unicode::NormalizeNfc(s), s) << Escaped(s);
     }
+  }
+}
+
+TEST_F(Qwen3Test, NormalizeNfcMatchesNode) {
+  for (const GoldenCase& g : *golden_) {
+    EXPECT_EQ(unicode::NormalizeNfc(g.text), g.nfc) << Escaped(g.text);
+    if (unicode::IsNfcQuick(g.text)) {
+      EXPECT_EQ(g.nfc, g.text);
+    }
+  }
+}
+
+// NormalizeNfc only sends the spans around unsafe characters to utf8proc;
+// the result must equal normalizing the whole string.
+TEST(UnicodeTest, NormalizeNfcMatchesWholeStringUtf8proc) {
+  auto reference = [](const std::string& s) {
+    utf8proc_uint8_t* dst = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(
+        reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+        static_cast<utf8proc_ssize_t>(s.size()), &dst,
+        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    std::string out(reinterpret_cast<const char*>(dst), n < 0 ? 0 : n);
+    std::free(dst);
+    return out;
+  };
+  const std::vector<char32_t> pool = {
+      'a',    'e',    'o',     'A',     ' ',    '1',     0xE9,   0x300,
+      0x301,  0x323,  0x302,   0x308,   0x338,  '>',     '=',    0x1100,
+      0x1161, 0x11A8, 0xAC00,  0xAC01,  0x0915, 0x093C,  0x0958, 0x09C7,
+      0x09BE, 0x09D7, 0x0B47,  0x0B3E,  0x0DD9, 0x0DCF,  0x0DCA, 0x304B,
+      0x3099, 0x309A, 0x212B,  0x2126,  0xF900, 0x1E9B,  0x0344, 0x0F73,
+      0x0F71, 0x0F72, 0x1D15E, 0x1D165, 0x4E2D, 0x1F600, 0xFE0F, 0x200D};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100000; ++i) {
+    std::string s;
+    const int n = 1 + rng() % 10;
+    for (int k = 0; k < n; ++k) {
+      unicode::AppendUtf8(pool[rng() % pool.size()], &s);
+    }
+    ASSERT_EQ(unicode::NormalizeNfc(s), reference(s)) << Escaped(s);
   }
 }
 
