@@ -19,7 +19,7 @@ struct KernelThreads::Impl {
   std::condition_variable cv;
   std::condition_variable done_cv;
   std::vector<std::thread> workers;
-  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  const absl::FunctionRef<void(int64_t, int64_t)>* fn = nullptr;
   std::vector<std::pair<int64_t, int64_t>> chunks;
   uint64_t generation = 0;
   int pending = 0;
@@ -38,7 +38,7 @@ KernelThreads::KernelThreads(int n) : impl_(std::make_unique<Impl>()) {
       uint64_t seen = 0;
       while (true) {
         std::pair<int64_t, int64_t> chunk;
-        const std::function<void(int64_t, int64_t)>* fn;
+        const absl::FunctionRef<void(int64_t, int64_t)>* fn;
         {
           std::unique_lock<std::mutex> lock(s.mu);
           s.cv.wait(lock, [&] { return s.stop || s.generation != seen; });
@@ -81,7 +81,7 @@ int KernelThreads::threads() const {
 }
 
 void KernelThreads::ParallelFor(int64_t n, int64_t grain,
-                                const std::function<void(int64_t, int64_t)>& fn) {
+                                absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <functional>
+
+#include "absl/functional/function_ref.h"
 #include <memory>
 #include <thread>
 #include <vector>
@@ -37,8 +39,9 @@ class KernelThreads {
   static KernelThreads& Get();
   static void SetThreads(int n);
   int threads() const;
+  // fn must stay valid for the call (it is not copied: no allocation).
   void ParallelFor(int64_t n, int64_t grain,
-                   const std::function<void(int64_t, int64_t)>& fn);
+                   absl::FunctionRef<void(int64_t, int64_t)> fn);
 
   struct Impl;
   explicit KernelThreads(int n);

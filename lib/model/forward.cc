@@ -118,6 +118,10 @@ struct Engine::Impl {
   std::vector<float> x, xn, q, k, v, attn, o, gu, act, mlp, router, slot_out,
       gather, gather_out, cat, final_rows;
   std::vector<RowInfo> rows;
+  // MoE routing scratch.
+  std::vector<int> chosen, order, need;
+  std::vector<float> route_weight;
+  std::vector<std::vector<int>> by_expert;
 
   absl::StatusOr<std::vector<float>> Read(const std::string& name) {
     return ckpt->ReadF32(name);
@@ -246,7 +250,9 @@ void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items
           const size_t es = kv::DTypeSize(dt);
           const int lo = swa ? std::max(0, ri.pos - W + 1) : 0;
           const int n = ri.pos - lo + 1;
-          if (static_cast<int>(scores.size()) < n) scores.resize(n);
+          if (static_cast<int>(scores.size()) < n) {
+            scores.resize(std::max<size_t>(n, 2 * scores.size()));  // grows rarely
+          }
           if (static_cast<int>(kbuf.size()) < hd) kbuf.resize(hd);
           if (static_cast<int>(vbuf.size()) < vd) vbuf.resize(vd);
           const float* qh = qp + static_cast<size_t>(r) * nh * hd + static_cast<size_t>(h) * hd;
@@ -311,10 +317,12 @@ void Engine::Impl::Mlp(const Block& b, int R) {
   const int E = c.n_routed_experts, K = c.num_experts_per_tok;
   Grow(router, static_cast<size_t>(R) * E);
   MatMul(xn.data(), R, b.moe_mlp.router, router.data());
-  // Per row: chosen experts (by score + bias) and their weights.
-  std::vector<int> chosen(static_cast<size_t>(R) * K);
-  std::vector<float> weight(static_cast<size_t>(R) * K);
-  std::vector<int> order(E);
+  // Per row: chosen experts (by score + bias) and their weights. Scratch
+  // vectors only grow, so steady-state decode does not allocate.
+  if (chosen.size() < static_cast<size_t>(R) * K) chosen.resize(static_cast<size_t>(R) * K);
+  if (route_weight.size() < static_cast<size_t>(R) * K) route_weight.resize(static_cast<size_t>(R) * K);
+  std::vector<float>& weight = route_weight;
+  order.resize(E);
   for (int r = 0; r < R; ++r) {
     float* s = router.data() + static_cast<size_t>(r) * E;
     for (int e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-s[e]));
@@ -334,7 +342,11 @@ void Engine::Impl::Mlp(const Block& b, int R) {
   }
   // Group (row, slot) pairs per expert, run each expert once over its rows.
   Grow(slot_out, static_cast<size_t>(R) * K * H);
-  std::vector<std::vector<int>> by_expert(E);
+  by_expert.resize(E);
+  for (auto& list : by_expert) {
+    list.clear();  // keeps capacity; reserving for the worst case means a
+    list.reserve(static_cast<size_t>(R) * K);  // batch of this size never grows it
+  }
   for (int t = 0; t < R * K; ++t) by_expert[chosen[t]].push_back(t);
   for (int e = 0; e < E; ++e) {
     const std::vector<int>& list = by_expert[e];
@@ -417,7 +429,7 @@ void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
   const int H = c.hidden_size, V = c.vocab_size;
   const int R = static_cast<int>(rows.size());
   // Rows that need logits, in output order.
-  std::vector<int> need;
+  need.clear();
   out->first_row.clear();
   out->last_hidden.assign(static_cast<size_t>(items.size()) * H, 0.0f);
   int r0 = 0;

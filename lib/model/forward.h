@@ -26,8 +26,10 @@
 // All kernels are batch-invariant (cpu_kernels.h): an item's outputs do not
 // depend on what else is in the batch or how its prompt was chunked.
 //
-// An Engine owns the weights (f32 in memory) and scratch buffers; Forward is
-// not reentrant (one scheduler thread drives it); kernels use KernelThreads.
+// An Engine owns the weights (f32 in memory; projections packed for the GEMM)
+// and scratch buffers that only grow, so a steady decode loop that reuses
+// its ForwardOutput does not allocate. Forward is not reentrant (one
+// scheduler thread drives it); kernels use KernelThreads.
 #pragma once
 
 #include <cstdint>

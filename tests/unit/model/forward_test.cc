@@ -3,8 +3,11 @@
 // change a single bit of any request's logits.
 #include "lib/model/forward.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <random>
 
@@ -15,6 +18,18 @@
 #include "lib/kv/prefix_cache.h"
 #include "lib/model/sampling.h"
 #include "tests/unit/model/dense_reference.h"
+
+// Counts heap allocations, to check that steady-state decode allocates none.
+// (GCC cannot see that these replacements pair malloc with free.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<int64_t> g_allocations{0};
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace swaserve::model {
 namespace {
@@ -346,6 +361,31 @@ TEST_F(ForwardTest, MtpLayersMatchDenseReference) {
     hidden = mo.all_hidden;
     ref_hidden = mref.hidden;
   }
+}
+
+TEST_F(ForwardTest, SteadyStateDecodeDoesNotAllocate) {
+  std::mt19937 rng(8);
+  std::vector<std::vector<uint32_t>> prompts = {RandomTokens(rng, 30), RandomTokens(rng, 45)};
+  std::vector<std::unique_ptr<kv::Sequence>> seqs;
+  for (auto& p : prompts) {
+    seqs.push_back(NewSeq());
+    Prefill(seqs.back().get(), p, {64});
+  }
+  ForwardOutput out;
+  std::vector<ForwardItem> batch(prompts.size());
+  int64_t during = 0;
+  for (int step = 0; step < 20; ++step) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      prompts[i].push_back(static_cast<uint32_t>(step * 7 + i) % 256);
+      ASSERT_TRUE(seqs[i]->Append(1).ok());
+      batch[i] = {seqs[i].get(), absl::MakeConstSpan(prompts[i]).subspan(prompts[i].size() - 1, 1),
+                  static_cast<int>(prompts[i].size()) - 1, false};
+    }
+    const int64_t before = g_allocations.load();
+    ASSERT_TRUE(engine_->Forward(batch, &out).ok());
+    if (step >= 2) during += g_allocations.load() - before;  // after warm-up
+  }
+  EXPECT_EQ(during, 0) << "heap allocations in 18 steady-state decode steps";
 }
 
 TEST_F(ForwardTest, RejectsMalformedBatches) {
