@@ -188,7 +188,7 @@ ModelRun BenchModel(const std::string& name, const ModelConfig& c, const std::ve
 
 int main(int argc, char** argv) {
   using namespace swaserve::model;
-  std::string json_path;
+  std::string json_path, checkpoint;
   int threads = 2;
   std::vector<int> prefill = {1024, 2048, 4096, 8192};
   std::vector<int> decode = {1024, 4096, 16384, 65536};
@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--prefill") prefill = ParseList(next());
     else if (a == "--decode") decode = ParseList(next());
+    else if (a == "--checkpoint") checkpoint = next();
     else {
       std::fprintf(stderr, "usage: engine_bench [--threads N] [--prefill L] [--decode L] [--json FILE]\n");
       return 2;
@@ -207,6 +208,42 @@ int main(int argc, char** argv) {
   KernelThreads::SetThreads(threads);
   openblas_set_num_threads(threads);
   nlohmann::json j;
+  if (!checkpoint.empty()) {
+    // Prefill tokens/s of an existing checkpoint (e.g. the one
+    // tools/reference/bench_torch_prefill.py measures), one 2048-token chunk
+    // at a time, best of 3.
+    auto engine = Engine::Create({checkpoint, threads});
+    if (!engine.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
+      return 1;
+    }
+    const ModelConfig& c = (*engine)->config();
+    std::printf("== Prefill of %s, %d threads\n%8s %10s %12s\n", checkpoint.c_str(), threads, "tokens", "seconds", "tokens/s");
+    for (int n : prefill) {
+      std::mt19937 rng(n);
+      std::vector<uint32_t> tokens(n);
+      for (auto& t : tokens) t = rng() % c.vocab_size;
+      const swaserve::kv::KvShape shape = c.KvShape(16);
+      auto pools = *swaserve::kv::KvPools::Create({shape, n / 16 + 8, n / 16 + 8, true});
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        swaserve::kv::Sequence seq({pools.get(), nullptr, 0, false});
+        const double t0 = Now();
+        for (int pos = 0; pos < n; pos += 2048) {
+          const int len = std::min(2048, n - pos);
+          (void)seq.Append(len);
+          ForwardItem item{&seq, absl::MakeConstSpan(tokens).subspan(pos, len), pos, false};
+          ForwardOutput out;
+          if (!(*engine)->Forward({&item, 1}, &out).ok()) return 1;
+        }
+        best = std::min(best, Now() - t0);
+      }
+      std::printf("%8d %10.3f %12.0f\n", n, best, n / best);
+      j["checkpoint_prefill"].push_back({{"tokens", n}, {"seconds", best}, {"tokens_per_s", n / best}});
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
+    return 0;
+  }
   std::printf("== GEMM (y = x·wᵀ), %d threads, AVX-512 path: %s\n", threads, UsingAvx512() ? "yes" : "no");
   std::printf("%6s %6s %6s %12s %12s %8s\n", "M", "K", "N", "ours GF/s", "OpenBLAS", "ratio");
   const std::vector<std::array<int, 3>> shapes = {
