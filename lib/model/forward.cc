@@ -251,7 +251,10 @@ void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items
           const int lo = swa ? std::max(0, ri.pos - W + 1) : 0;
           const int n = ri.pos - lo + 1;
           if (static_cast<int>(scores.size()) < n) {
-            scores.resize(std::max<size_t>(n, 2 * scores.size()));  // grows rarely
+            // Sized for 64K keys on first use, doubled beyond: decode steps
+            // never allocate while the context grows.
+            scores.resize(std::max<size_t>({static_cast<size_t>(n), size_t{1} << 16,
+                                            2 * scores.size()}));
           }
           if (static_cast<int>(kbuf.size()) < hd) kbuf.resize(hd);
           if (static_cast<int>(vbuf.size()) < vd) vbuf.resize(vd);
