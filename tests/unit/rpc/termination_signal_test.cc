@@ -81,7 +81,12 @@ TEST(TerminationSignalTest, RealSigtermAndSigintAreDelivered) {
   EXPECT_EQ(signal->WaitFor(absl::Seconds(5)), SIGTERM);
   ASSERT_EQ(kill(getpid(), SIGINT), 0);
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
-  while (signal->count() < 2 && absl::Now() < give_up) {
+  // count() rises before the callback runs: wait for the callback itself.
+  auto callbacks = [&] {
+    absl::MutexLock lock(&mu);
+    return seen.size();
+  };
+  while (callbacks() < 2 && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(signal->count(), 2);
