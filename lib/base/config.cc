@@ -400,7 +400,7 @@ absl::Status Config::LoadString(absl::string_view text, absl::string_view source
       try {
         nlohmann::json unused = nlohmann::json::parse(text);
         (void)unused;
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (number overflow), ...
         return absl::InvalidArgumentError(
             absl::StrCat(source, ": invalid JSON: ", e.what()));
       }

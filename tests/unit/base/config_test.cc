@@ -229,3 +229,22 @@ TEST(ConfigRegression, ComplexYamlKeyIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace swaserve::base
+
+namespace swaserve::base {
+namespace {
+
+// Found by config_fuzzer: a JSON number overflow throws out_of_range, which
+// used to escape LoadString.
+TEST(ConfigRegression, JsonNumberOverflowIsAnErrorNotACrash) {
+  double d = 0;
+  Config c("p", "d");
+  c.Add("d", &d, "");
+  absl::Status s = c.LoadString("{\"d\": 1e999999}", "n.json");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("invalid JSON"));
+  s = c.LoadString(".6e9200000795565 62t=", "n.json");
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace swaserve::base
