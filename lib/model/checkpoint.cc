@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/status.h"
@@ -656,8 +657,20 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
 
   for (const auto& file : ck->files_) {
     for (const TensorInfo& t : file->tensors()) {
-      ck->index_.emplace(t.name, &t);
-      file_of.emplace(t.name, file->path());
+      // MiMo checkpoints name the MTP block's second norm
+      // "pre_mlp_layernorm"; it is the post-attention norm of a decoder
+      // layer (SGLang renames it the same way). A checkpoint holding both
+      // names is reported below as having an unexpected tensor.
+      std::string name = t.name;
+      constexpr absl::string_view kMtpAlias = ".pre_mlp_layernorm.weight";
+      if (absl::StartsWith(name, "model.mtp.layers.") && absl::EndsWith(name, kMtpAlias) &&
+          !file->Find(absl::StrCat(name.substr(0, name.size() - kMtpAlias.size()),
+                                   ".post_attention_layernorm.weight"))) {
+        name = absl::StrCat(name.substr(0, name.size() - kMtpAlias.size()),
+                            ".post_attention_layernorm.weight");
+      }
+      ck->index_.emplace(name, &t);
+      file_of.emplace(name, file->path());
     }
   }
 

@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
+#include "lib/model/attention.h"
 #include "lib/model/cpu_kernels.h"
+#include "lib/model/kv_io.h"
 
 namespace swaserve::model {
 
@@ -49,58 +51,6 @@ struct RowInfo {
   int pos;
 };
 
-float BF16ToF32(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t F32ToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-// KV element I/O in the pool's dtype.
-void StoreKv(kv::DType dtype, uint8_t* dst, const float* src, int n) {
-  switch (dtype) {
-    case kv::DType::kF32:
-      std::memcpy(dst, src, sizeof(float) * n);
-      return;
-    case kv::DType::kBF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
-      return;
-    }
-    case kv::DType::kF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
-      return;
-    }
-  }
-}
-
-void LoadKv(kv::DType dtype, const uint8_t* src, float* dst, int n) {
-  switch (dtype) {
-    case kv::DType::kF32:
-      std::memcpy(dst, src, sizeof(float) * n);
-      return;
-    case kv::DType::kBF16: {
-      auto* s = reinterpret_cast<const uint16_t*>(src);
-      for (int i = 0; i < n; ++i) dst[i] = BF16ToF32(s[i]);
-      return;
-    }
-    case kv::DType::kF16: {
-      auto* s = reinterpret_cast<const uint16_t*>(src);
-      for (int i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
-      return;
-    }
-  }
-}
-
 void Grow(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -118,6 +68,7 @@ struct Engine::Impl {
   std::vector<float> x, xn, q, k, v, attn, o, gu, act, mlp, router, slot_out,
       gather, gather_out, cat, final_rows;
   std::vector<RowInfo> rows;
+  std::vector<AttentionSpan> spans;
   // MoE routing scratch.
   std::vector<int> chosen, order, need;
   std::vector<float> route_weight;
@@ -227,75 +178,27 @@ const float* Engine::Embedding(uint32_t token) const {
 
 void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items,
                              int R) {
+  (void)R;
   const AttentionConfig& g = *b.geo;
-  const int nh = g.num_heads, nkv = g.num_kv_heads, hd = g.head_dim, vd = g.v_head_dim;
-  const int group = nh / nkv;
   const bool swa = b.type == AttentionType::kSwa;
-  const int W = c.sliding_window;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* attn_out = attn.data();
-  const float* qp = q.data();
-  KernelThreads::Get().ParallelFor(
-      static_cast<int64_t>(R) * nh, 1, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<float> scores, kbuf, vbuf;
-        for (int64_t t = begin; t < end; ++t) {
-          const int r = static_cast<int>(t / nh);
-          const int h = static_cast<int>(t % nh);
-          const int kvh = h / group;
-          const RowInfo& ri = rows[r];
-          const kv::Sequence& seq = *items[ri.item].seq;
-          const kv::LayerView view =
-              swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer);
-          const kv::DType dt = view.pool->geometry().dtype;
-          const size_t es = kv::DTypeSize(dt);
-          const int lo = swa ? std::max(0, ri.pos - W + 1) : 0;
-          const int n = ri.pos - lo + 1;
-          if (static_cast<int>(scores.size()) < n) {
-            // Sized for 64K keys on first use, doubled beyond: decode steps
-            // never allocate while the context grows.
-            scores.resize(std::max<size_t>({static_cast<size_t>(n), size_t{1} << 16,
-                                            2 * scores.size()}));
-          }
-          if (static_cast<int>(kbuf.size()) < hd) kbuf.resize(hd);
-          if (static_cast<int>(vbuf.size()) < vd) vbuf.resize(vd);
-          const float* qh = qp + static_cast<size_t>(r) * nh * hd + static_cast<size_t>(h) * hd;
-          float m = -INFINITY;
-          for (int j = 0; j < n; ++j) {
-            const uint8_t* kptr = view.K(lo + j) + static_cast<size_t>(kvh) * hd * es;
-            const float* kf;
-            if (dt == kv::DType::kF32) {
-              kf = reinterpret_cast<const float*>(kptr);
-            } else {
-              LoadKv(dt, kptr, kbuf.data(), hd);
-              kf = kbuf.data();
-            }
-            scores[j] = Dot(qh, kf, hd) * scale;
-            m = std::max(m, scores[j]);
-          }
-          const float sink = g.sink ? b.attn.sink[h] : -INFINITY;
-          m = std::max(m, sink);
-          float denom = 0;
-          for (int j = 0; j < n; ++j) {
-            scores[j] = std::exp(scores[j] - m);
-            denom += scores[j];
-          }
-          if (g.sink) denom += std::exp(sink - m);
-          const float inv = 1.0f / denom;
-          float* out = attn_out + static_cast<size_t>(r) * nh * vd + static_cast<size_t>(h) * vd;
-          std::fill(out, out + vd, 0.0f);
-          for (int j = 0; j < n; ++j) {
-            const uint8_t* vptr = view.V(lo + j) + static_cast<size_t>(kvh) * vd * es;
-            const float* vf;
-            if (dt == kv::DType::kF32) {
-              vf = reinterpret_cast<const float*>(vptr);
-            } else {
-              LoadKv(dt, vptr, vbuf.data(), vd);
-              vf = vbuf.data();
-            }
-            Axpy(scores[j] * inv, vf, out, vd);
-          }
-        }
-      });
+  AttentionParams p;
+  p.num_heads = g.num_heads;
+  p.num_kv_heads = g.num_kv_heads;
+  p.head_dim = g.head_dim;
+  p.v_head_dim = g.v_head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+  p.window = swa ? c.sliding_window : 0;
+  p.sinks = g.sink ? b.attn.sink.data() : nullptr;
+  spans.clear();
+  int r0 = 0;
+  for (const ForwardItem& it : items) {
+    const kv::Sequence& seq = *it.seq;
+    const int n = static_cast<int>(it.tokens.size());
+    spans.push_back({swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer), r0,
+                     it.start, n});
+    r0 += n;
+  }
+  PagedAttention(p, spans, q.data(), attn.data());
 }
 
 void Engine::Impl::Mlp(const Block& b, int R) {

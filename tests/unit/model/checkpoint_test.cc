@@ -732,6 +732,27 @@ TEST_F(CheckpointTest, UnexpectedTensorIsNamedWithFile) {
   EXPECT_THAT(Message(ck.status()), HasSubstr("model.safetensors"));
 }
 
+// MiMo checkpoints call the MTP block's post-attention norm
+// "pre_mlp_layernorm"; it loads under the canonical name.
+TEST_F(CheckpointTest, AcceptsMimoMtpNormName) {
+  const std::string canonical = "model.mtp.layers.0.post_attention_layernorm.weight";
+  const std::string mimo = "model.mtp.layers.0.pre_mlp_layernorm.weight";
+  WriteCheckpoint(dir_, SmallConfig(), {canonical}, {{mimo, {8}}});
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ck = Checkpoint::Open(dir_.string());
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  const TensorInfo* t = (*ck)->Find(canonical);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->name, mimo);
+  EXPECT_TRUE((*ck)->ReadF32(canonical, {8}).ok());
+
+  // Both names at once: the alias is an unexpected tensor.
+  const fs::path both = dir_ / "both";
+  WriteCheckpoint(both, SmallConfig(), {}, {{mimo, {8}}});
+  ck = Checkpoint::Open(both.string());
+  ASSERT_FALSE(ck.ok());
+  EXPECT_THAT(Message(ck.status()), HasSubstr("unexpected tensor \"" + mimo + "\""));
+}
+
 TEST_F(CheckpointTest, TiedModelRejectsLmHead) {
   WriteCheckpoint(dir_, SmallConfig(/*tied=*/true), {},
                   {{"lm_head.weight", {16, 8}}});

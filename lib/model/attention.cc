@@ -1,0 +1,350 @@
+#include "lib/model/attention.h"
+
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics (max, roundscale, scalef) pass
+// _mm512_undefined_ps() as the unused merge source, which its own
+// -Wuninitialized flags at -O2; the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <vector>
+
+#include "lib/model/cpu_kernels.h"
+#include "lib/model/kv_io.h"
+
+namespace swaserve::model {
+
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kBk = kAttentionKeyBlock;
+
+int WindowStart(const AttentionParams& p, int pos) {
+  return p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+}
+
+// Per-thread scratch; vectors only grow, so steady state does not allocate.
+struct Scratch {
+  std::vector<float> qt;      // [head_dim][16]: the tile's queries, transposed
+  std::vector<float> o;       // [v_head_dim][16]: output accumulators
+  std::vector<float> s;       // [kBk][16]: a block's scores, then weights
+  std::vector<float> kconv;   // [kBk][head_dim]: keys widened from bf16/f16
+  std::vector<float> vconv;   // [kBk][v_head_dim]
+  std::vector<uint16_t> valid;  // [kBk]: lane masks per key
+  std::vector<float> scores;  // portable kernel: one query's scores
+  void Reserve(const AttentionParams& p, size_t keys) {
+    auto grow = [](auto& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    grow(qt, static_cast<size_t>(p.head_dim) * kLanes);
+    grow(o, static_cast<size_t>(p.v_head_dim) * kLanes);
+    grow(s, static_cast<size_t>(kBk) * kLanes);
+    grow(kconv, static_cast<size_t>(kBk) * p.head_dim);
+    grow(vconv, static_cast<size_t>(kBk) * p.v_head_dim);
+    grow(valid, kBk);
+    if (scores.size() < keys) {
+      // Sized for 64K keys on first use, doubled beyond: decode steps never
+      // allocate while the context grows.
+      scores.resize(std::max<size_t>({keys, size_t{1} << 16, 2 * scores.size()}));
+    }
+  }
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// ---------------------------------------------------------------------------
+// Portable kernel: one (query, head) at a time, keys in position order.
+
+void PortableQueryHead(const AttentionParams& p, const AttentionSpan& sp,
+                       int qi, int h, const float* q, float* out,
+                       Scratch& sc) {
+  const int nh = p.num_heads, hd = p.head_dim, vd = p.v_head_dim;
+  const int kvh = h / (nh / p.num_kv_heads);
+  const kv::LayerView& view = sp.view;
+  const kv::DType dt = view.pool->geometry().dtype;
+  const size_t es = kv::DTypeSize(dt);
+  const int pos = sp.pos0 + qi;
+  const int lo = WindowStart(p, pos);
+  const int n = pos - lo + 1;
+  sc.Reserve(p, n);
+  float* kbuf = sc.kconv.data();
+  float* vbuf = sc.vconv.data();
+  const int row = sp.row0 + qi;
+  const float* qh = q + (static_cast<size_t>(row) * nh + h) * hd;
+  float m = -INFINITY;
+  float* scores = sc.scores.data();
+  for (int j = 0; j < n; ++j) {
+    LoadKv(dt, view.K(lo + j) + static_cast<size_t>(kvh) * hd * es, kbuf, hd);
+    scores[j] = Dot(qh, kbuf, hd) * p.scale;
+    m = std::max(m, scores[j]);
+  }
+  const float sink = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
+  m = std::max(m, sink);
+  float denom = 0;
+  for (int j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - m);
+    denom += scores[j];
+  }
+  if (p.sinks != nullptr) denom += std::exp(sink - m);
+  const float inv = 1.0f / denom;
+  float* o = out + (static_cast<size_t>(row) * nh + h) * vd;
+  std::fill(o, o + vd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    LoadKv(dt, view.V(lo + j) + static_cast<size_t>(kvh) * vd * es, vbuf, vd);
+    Axpy(scores[j] * inv, vbuf, o, vd);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// AVX-512 kernel: a tile of up to 16 (query, head) lanes sharing a KV head.
+
+__attribute__((target("avx512f"))) inline __m512 Exp512(__m512 x) {
+  // exp(x) = 2^n · e^r, n = round(x·log2 e), |r| ≤ ln2/2, e^r by its degree-7
+  // Taylor polynomial (relative error < 1e-8 before rounding). Inputs below
+  // −87.3 (exp underflows to denormals) are clamped there; callers mask the
+  // lanes that must be exactly 0.
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.0f / 5040);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 720));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+// Scales a lane's score, masks lanes for which key t is outside [lo, pos]
+// (→ −inf), stores it and its lane mask, and folds it into the block max.
+__attribute__((target("avx512f"))) inline void FinishScore(
+    __m512 acc, int t, __m512i lo_v, __m512i pos_v, __m512 scale, float* s_out,
+    uint16_t* valid_out, __m512* m_blk) {
+  const __m512i tv = _mm512_set1_epi32(t);
+  const __mmask16 ok = _mm512_cmp_epi32_mask(lo_v, tv, _MM_CMPINT_LE) &
+                       _mm512_cmp_epi32_mask(tv, pos_v, _MM_CMPINT_LE);
+  const __m512 s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), ok, _mm512_mul_ps(acc, scale));
+  _mm512_storeu_ps(s_out, s);
+  *valid_out = ok;
+  *m_blk = _mm512_max_ps(*m_blk, s);
+}
+
+// Lanes [lane0, lane0 + nlanes) of the span's (query, head-in-group) pairs,
+// numbered query-major (lane index = query · group + g), for KV head kvh.
+__attribute__((target("avx512f"))) void Avx512Tile(
+    const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
+    int nlanes, const float* q, float* out, Scratch& sc) {
+  const int nh = p.num_heads, hd = p.head_dim, vd = p.v_head_dim;
+  const int group = nh / p.num_kv_heads;
+  const kv::LayerView& view = sp.view;
+  const kv::DType dt = view.pool->geometry().dtype;
+  const size_t es = kv::DTypeSize(dt);
+  sc.Reserve(p, 0);
+  float* qt = sc.qt.data();
+  float* o = sc.o.data();
+  float* sbuf = sc.s.data();
+  uint16_t* valid = sc.valid.data();
+
+  alignas(64) int32_t lo_a[kLanes], pos_a[kLanes];
+  alignas(64) float m_a[kLanes], l_a[kLanes];
+  int kmin = INT_MAX, kmax = -1;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    if (lane >= nlanes) {
+      lo_a[lane] = INT_MAX;  // never valid
+      pos_a[lane] = -1;
+      m_a[lane] = -INFINITY;
+      l_a[lane] = 0;
+      for (int i = 0; i < hd; ++i) qt[i * kLanes + lane] = 0;
+      continue;
+    }
+    const int idx = lane0 + lane;
+    const int qi = idx / group, h = kvh * group + idx % group;
+    const int pos = sp.pos0 + qi;
+    lo_a[lane] = WindowStart(p, pos);
+    pos_a[lane] = pos;
+    kmin = std::min(kmin, lo_a[lane]);
+    kmax = std::max(kmax, pos);
+    const float* qrow = q + (static_cast<size_t>(sp.row0 + qi) * nh + h) * hd;
+    for (int i = 0; i < hd; ++i) qt[i * kLanes + lane] = qrow[i];
+    m_a[lane] = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
+    l_a[lane] = p.sinks != nullptr ? 1.0f : 0.0f;
+  }
+  const __m512i lo_v = _mm512_loadu_si512(lo_a);
+  const __m512i pos_v = _mm512_loadu_si512(pos_a);
+  __m512 m = _mm512_loadu_ps(m_a);
+  __m512 l = _mm512_loadu_ps(l_a);
+  for (int c = 0; c < vd; ++c) _mm512_storeu_ps(o + c * kLanes, _mm512_setzero_ps());
+  const __m512 scale = _mm512_set1_ps(p.scale);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+
+  for (int kb = kmin / kBk; kb <= kmax / kBk; ++kb) {
+    const int a = std::max(kb * kBk, kmin);
+    const int b = std::min(kb * kBk + kBk - 1, kmax);
+    const int nk = b - a + 1;
+    // Key and value rows of the block (f32 pointers into the pages, or
+    // widened copies).
+    const float* krow[kBk];
+    const float* vrow[kBk];
+    for (int j = 0; j < nk; ++j) {
+      const uint8_t* kp = view.K(a + j) + static_cast<size_t>(kvh) * hd * es;
+      const uint8_t* vp = view.V(a + j) + static_cast<size_t>(kvh) * vd * es;
+      if (dt == kv::DType::kF32) {
+        krow[j] = reinterpret_cast<const float*>(kp);
+        vrow[j] = reinterpret_cast<const float*>(vp);
+      } else {
+        LoadKv(dt, kp, sc.kconv.data() + static_cast<size_t>(j) * hd, hd);
+        LoadKv(dt, vp, sc.vconv.data() + static_cast<size_t>(j) * vd, vd);
+        krow[j] = sc.kconv.data() + static_cast<size_t>(j) * hd;
+        vrow[j] = sc.vconv.data() + static_cast<size_t>(j) * vd;
+      }
+    }
+    // Scores: lane's q · k as one FMA chain over the head dim; four keys at
+    // a time for independent chains.
+    __m512 m_blk = neg_inf;
+    int j = 0;
+    auto finish = [&](int jj, __m512 acc) {
+      FinishScore(acc, a + jj, lo_v, pos_v, scale, sbuf + jj * kLanes, valid + jj, &m_blk);
+    };
+    for (; j + 4 <= nk; j += 4) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
+      for (int i = 0; i < hd; ++i) {
+        const __m512 qv = _mm512_loadu_ps(qt + i * kLanes);
+        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[i]), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[i]), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[i]), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[i]), a3);
+      }
+      finish(j, a0);
+      finish(j + 1, a1);
+      finish(j + 2, a2);
+      finish(j + 3, a3);
+    }
+    for (; j < nk; ++j) {
+      __m512 a0 = _mm512_setzero_ps();
+      const float* k0 = krow[j];
+      for (int i = 0; i < hd; ++i) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + i * kLanes), _mm512_set1_ps(k0[i]), a0);
+      }
+      finish(j, a0);
+    }
+    // Online softmax: lanes without a key here keep m, get corr = exp(0) = 1
+    // and add nothing, so they are unchanged bit for bit.
+    const __m512 m_new = _mm512_max_ps(m, m_blk);
+    const __mmask16 had = _mm512_cmp_ps_mask(m, neg_inf, _CMP_NEQ_OQ);
+    const __m512 corr = _mm512_maskz_mov_ps(had, Exp512(_mm512_sub_ps(m, m_new)));
+    l = _mm512_mul_ps(l, corr);
+    for (int jj = 0; jj < nk; ++jj) {
+      const __m512 w = _mm512_maskz_mov_ps(
+          valid[jj], Exp512(_mm512_sub_ps(_mm512_loadu_ps(sbuf + jj * kLanes), m_new)));
+      l = _mm512_add_ps(l, w);
+      _mm512_storeu_ps(sbuf + jj * kLanes, w);
+    }
+    m = m_new;
+    // o = o · corr + Σ_j w_j · v_j, each output dim a chain over keys in
+    // order; four dims at a time.
+    int c = 0;
+    for (; c + 4 <= vd; c += 4) {
+      __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o + c * kLanes), corr);
+      __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 1) * kLanes), corr);
+      __m512 o2 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 2) * kLanes), corr);
+      __m512 o3 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 3) * kLanes), corr);
+      for (int jj = 0; jj < nk; ++jj) {
+        const __m512 w = _mm512_loadu_ps(sbuf + jj * kLanes);
+        const __mmask16 ok = valid[jj];
+        const float* v = vrow[jj] + c;
+        o0 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[0]), o0, ok);
+        o1 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[1]), o1, ok);
+        o2 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[2]), o2, ok);
+        o3 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[3]), o3, ok);
+      }
+      _mm512_storeu_ps(o + c * kLanes, o0);
+      _mm512_storeu_ps(o + (c + 1) * kLanes, o1);
+      _mm512_storeu_ps(o + (c + 2) * kLanes, o2);
+      _mm512_storeu_ps(o + (c + 3) * kLanes, o3);
+    }
+    for (; c < vd; ++c) {
+      __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o + c * kLanes), corr);
+      for (int jj = 0; jj < nk; ++jj) {
+        o0 = _mm512_mask3_fmadd_ps(_mm512_loadu_ps(sbuf + jj * kLanes),
+                                   _mm512_set1_ps(vrow[jj][c]), o0, valid[jj]);
+      }
+      _mm512_storeu_ps(o + c * kLanes, o0);
+    }
+  }
+  // out = o / l per lane.
+  _mm512_storeu_ps(l_a, l);
+  for (int lane = 0; lane < nlanes; ++lane) {
+    const int idx = lane0 + lane;
+    const int qi = idx / group, h = kvh * group + idx % group;
+    float* dst = out + (static_cast<size_t>(sp.row0 + qi) * nh + h) * vd;
+    const float inv = 1.0f / l_a[lane];
+    for (int c = 0; c < vd; ++c) dst[c] = o[c * kLanes + lane] * inv;
+  }
+}
+
+// Work items: (span, KV head, tile of 16 lanes) for AVX-512, (span, query,
+// head) for the portable kernel.
+struct Task {
+  int span;
+  int kvh;
+  int lane0;
+};
+
+}  // namespace
+
+void PagedAttention(const AttentionParams& p,
+                    absl::Span<const AttentionSpan> spans, const float* q,
+                    float* out) {
+  const bool avx = UsingAvx512();
+  const int group = p.num_heads / p.num_kv_heads;
+  thread_local std::vector<Task> task_storage;
+  std::vector<Task>& tasks = task_storage;  // the caller's, seen by all threads
+  tasks.clear();
+  for (int s = 0; s < static_cast<int>(spans.size()); ++s) {
+    if (avx) {
+      const int lanes = spans[s].n * group;
+      for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+        for (int l0 = 0; l0 < lanes; l0 += kLanes) tasks.push_back({s, kvh, l0});
+      }
+    } else {
+      for (int qi = 0; qi < spans[s].n; ++qi) {
+        for (int h = 0; h < p.num_heads; ++h) tasks.push_back({s, h, qi});
+      }
+    }
+  }
+  // Later tiles of a causal span have more keys: hand them out first, one
+  // at a time (dynamic balance between threads).
+  std::atomic<int64_t> next{0};
+  const int64_t n = static_cast<int64_t>(tasks.size());
+  if (n == 0) return;
+  KernelThreads& threads = KernelThreads::Get();
+  threads.ParallelFor(std::min<int64_t>(threads.threads(), n), 1, [&](int64_t, int64_t) {
+    Scratch& sc = ThreadScratch();
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      const Task& task = tasks[n - 1 - t];
+      const AttentionSpan& sp = spans[task.span];
+      if (avx) {
+        const int lanes = sp.n * group;
+        Avx512Tile(p, sp, task.kvh, task.lane0, std::min(kLanes, lanes - task.lane0), q, out,
+                   sc);
+      } else {
+        PortableQueryHead(p, sp, task.lane0, task.kvh, q, out, sc);
+      }
+    }
+  });
+}
+
+}  // namespace swaserve::model
