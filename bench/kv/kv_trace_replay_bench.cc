@@ -86,6 +86,10 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   std::exit(1);
 }
 
+// Sequence's keep_divergence_window (see lib/kv/sequence.h); off with
+// --no-divergence-window to measure what it adds.
+bool g_keep_divergence_window = true;
+
 struct Flags {
   std::string trace;
   std::string json;
@@ -381,6 +385,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   so.pools = pools.get();
   so.cache = cache.get();
   so.evict_on_demand = true;
+  so.keep_divergence_window = g_keep_divergence_window;
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 
@@ -529,12 +534,14 @@ int Main(int argc, char** argv) {
       flags.limit = std::atoll(value("--limit").c_str());
     } else if (a == "--no-infinite") {
       flags.infinite = false;
+    } else if (a == "--no-divergence-window") {
+      g_keep_divergence_window = false;
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
           "  [--ratio R] [--budgets 1M,3M,8M,16.8M] [--sweep-budget 3M]\n"
           "  [--sweep-ratios 0.005,0.01,0.02,0.05,0.1 | --no-sweep] [--limit N]\n"
-          "  [--no-infinite]\n"
+          "  [--no-infinite] [--no-divergence-window]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       return 0;
     } else {
@@ -573,7 +580,7 @@ int Main(int argc, char** argv) {
       "single-pool token %.0f B (70 layers), W %d, page %d\n"
       "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
       "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
-      "prompt inserted at the end of prefill\n"
+      "prompt inserted at the end of prefill; divergence windows %s\n"
       "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
       flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
       prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
@@ -581,6 +588,7 @@ int Main(int argc, char** argv) {
       static_cast<long long>(prompts.reconstructed_tokens), dual_shape.Full().TokenBytes(),
       dual_shape.Swa().TokenBytes(), single_token_bytes, dual_shape.sliding_window, ps,
       single_shape.sliding_window, flags.ratio, flags.chunk,
+      g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
       single_token_bytes);
 
   auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,

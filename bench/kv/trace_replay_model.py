@@ -8,15 +8,18 @@ README (a new block that continues an earlier request's partial last block
 takes its first t tokens from that block); equal names mean equal chained
 hashes. A page is "live" (has SWA KV) when it lies in the window kept at some
 earlier prompt's end, pages covering [len - (W-1) - (page-1), len), which is
-what lib/kv's Sequence keeps at Finish. A hit of m pages (capped at
-(len - 1) // page) is window-safe when pages covering [16m - W + 1, 16m) are
-all live.
+what lib/kv's Sequence keeps at Finish, plus, when the window-safe rule cut
+a hit back from a full-KV match of D tokens, the pages covering
+[D - W + 1, D) that the request recomputed (its divergence window, kept by
+default since Sequence's keep_divergence_window; --no-divergence-window
+leaves it out). A hit of m pages (capped at (len - 1) // page) is window-safe
+when pages covering [16m - W + 1, 16m) are all live.
 
 Prints the token hit rate of an infinite cache for plain synthesis and with
 continuations reconstructed, full attention (single pool) and SWA (dual).
 Takes about 40 s.
 
-Usage: bench/kv/trace_replay_model.py [TRACE]
+Usage: bench/kv/trace_replay_model.py [--no-divergence-window] [TRACE]
 """
 import json
 import sys
@@ -26,7 +29,7 @@ BLOCK = 512
 W = 128
 
 
-def replay(requests, reconstruct, swa):
+def replay(requests, reconstruct, swa, divergence_window=True):
     per_block = BLOCK // PAGE
     recipe = {}        # block id -> (source block id, t tokens)
     seen = set()
@@ -65,6 +68,9 @@ def replay(requests, reconstruct, swa):
                 if all(keys[q] in live for q in range(first, mm)):
                     safe = mm
                     break
+            if divergence_window and m > safe:
+                d = m * PAGE
+                live.update(keys[max(safe, max(0, d - W + 1) // PAGE):m])
             m = safe
         hit += m * PAGE
         total += n
@@ -75,13 +81,16 @@ def replay(requests, reconstruct, swa):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "../shared/traces/mooncake_conversation_trace.jsonl"
+    args = sys.argv[1:]
+    divergence_window = "--no-divergence-window" not in args
+    args = [a for a in args if a != "--no-divergence-window"]
+    path = args[0] if args else "../shared/traces/mooncake_conversation_trace.jsonl"
     with open(path) as f:
         requests = [json.loads(line) for line in f if line.strip()]
     requests.sort(key=lambda r: r["timestamp"])
     for reconstruct in (False, True):
         for swa in (False, True):
-            rate = replay(requests, reconstruct, swa)
+            rate = replay(requests, reconstruct, swa, divergence_window)
             print(f"{'reconstructed' if reconstruct else 'plain':13s} "
                   f"{'SWA (dual)' if swa else 'full attention':15s} {100 * rate:6.2f}%")
 

@@ -416,16 +416,12 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
   auto release_swa = [&](PageId p) {
     if (p != kNoPage && swa_pool.state(p) == PageState::kInUse) swa_pool.Free({&p, 1});
   };
-  // The trailing run of pages with SWA KV; SWA pages before it are not used.
-  int live_from = n;
-  while (live_from > 0 && swa_pages[live_from - 1] != kNoPage) --live_from;
-  for (int i = 0; i < live_from; ++i) release_swa(swa_pages[i]);
-  // Trailing pages without SWA KV would make a tombstone leaf: drop them.
+  // Pages with SWA KV may form several runs (the trailing window, and a
+  // window the request kept where its prefix diverged from the tree). Pages
+  // after the last live one would make a tombstone leaf: they are dropped.
   int usable = n;
-  if (live_from == n) {
-    // No live page at all: nothing can end a path here.
-    usable = 0;
-  }
+  while (usable > 0 && swa_pages[usable - 1] == kNoPage) --usable;
+  auto live = [&](int i) { return swa_pages[i] != kNoPage; };
 
   ++tick_;
   CacheNode* node = root_.get();
@@ -433,16 +429,15 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
   while (pos < usable) {
     auto it = node->children.find(page_hashes[pos]);
     if (it == node->children.end()) {
-      // New suffix: [tombstone | live] nodes.
-      const int live_start = std::max(pos, live_from);
-      auto add = [&](int from, int to, bool live) {
+      // New suffix: one node per run of equal liveness (ends live).
+      auto add = [&](int from, int to, bool is_live) {
         CacheNode* c = NewNode(node);
         c->start_page = node == root_.get() ? 0 : node->end_page();
         c->hashes.assign(page_hashes.begin() + from, page_hashes.begin() + to);
         c->full.assign(full_pages.begin() + from, full_pages.begin() + to);
         full_pool.ToCache(c->full);
         cached_full_ += to - from;
-        if (live) {
+        if (is_live) {
           c->swa.assign(swa_pages.begin() + from, swa_pages.begin() + to);
           swa_pool.ToCache(c->swa);
           cached_swa_ += to - from;
@@ -456,13 +451,17 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         Emit(CacheEvent::Type::kStored, c, 0, c->pages());
         // Stored without SWA KV: say so, so an index can tell these pages
         // cannot end a window-safe hit.
-        if (!live) Emit(CacheEvent::Type::kSwaRemoved, c, 0, c->pages());
+        if (!is_live) Emit(CacheEvent::Type::kSwaRemoved, c, 0, c->pages());
         Reindex(node);
         Reindex(c);
         node = c;
       };
-      if (live_start > pos) add(pos, live_start, false);
-      add(live_start, usable, true);
+      for (int from = pos; from < usable;) {
+        int to = from + 1;
+        while (to < usable && live(to) == live(from)) ++to;
+        add(from, to, live(from));
+        from = to;
+      }
       pos = usable;
       break;
     }
@@ -473,12 +472,24 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
     for (int i = 0; i < k; ++i) {
       if (full_pages[pos + i] != child->full[i]) release_full(full_pages[pos + i]);
     }
-    const int end = pos + k;
-    if (child->tombstone() && live_from < end) {
-      // Heal the part of the tombstone the incoming SWA KV covers.
-      if (live_from > pos) {
-        Split(child, live_from - pos);  // child keeps [live_from, end)
-        pos = live_from;
+    int end = pos + k;
+    int first_live = pos;
+    while (first_live < end && !live(first_live)) ++first_live;
+    if (child->tombstone() && first_live < end) {
+      // Heal the first run of incoming SWA KV inside the tombstone: split so
+      // that one node covers exactly that run (a later run is healed when
+      // the walk reaches the rest of the node).
+      int run_end = first_live + 1;
+      while (run_end < end && live(run_end)) ++run_end;
+      if (run_end < end) {
+        child = Split(child, run_end - pos);  // child: [pos, run_end)
+        end = run_end;
+      }
+      if (first_live > pos) {
+        CacheNode* before = Split(child, first_live - pos);  // child: [first_live, end)
+        before->full_tick = tick_;
+        Reindex(before);
+        pos = first_live;
       }
       child->swa.assign(swa_pages.begin() + pos, swa_pages.begin() + end);
       swa_pool.ToCache(child->swa);
@@ -491,24 +502,17 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         std::fprintf(stderr, "PrefixCache: SWA-locked tombstone\n");
         std::abort();
       }
-    } else {
-      for (int i = pos; i < end; ++i) {
-        if (i >= live_from && (child->tombstone() || swa_pages[i] != child->swa[i - pos])) {
-          release_swa(swa_pages[i]);
-        }
-      }
     }
     child->full_tick = tick_;
-    if (!child->tombstone() && live_from < end) child->swa_tick = tick_;
+    if (!child->tombstone() && first_live < end) child->swa_tick = tick_;
     Reindex(child);
     pos = end;
     node = child;
   }
-  // Pages past `usable` (no live SWA anywhere) are freed.
-  for (int i = usable; i < n; ++i) {
-    release_full(full_pages[i]);
-    release_swa(swa_pages[i]);
-  }
+  // Pages past `usable` are freed, and so is every incoming SWA page the
+  // tree did not adopt (duplicates, and runs that heal nothing).
+  for (int i = usable; i < n; ++i) release_full(full_pages[i]);
+  for (int i = 0; i < n; ++i) release_swa(swa_pages[i]);
 }
 
 EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {

@@ -34,9 +34,13 @@
 // window are touched), so out-of-window SWA ages out while hot prefixes stay.
 //
 // Insert() hands a finished (or partially computed) request's pages to the
-// cache: pages that extend the tree become new nodes ([tombstone | live] when
-// the request kept SWA KV only for its last window); pages the tree already
-// has are freed; fresh SWA pages heal tombstones they cover.
+// cache: pages that extend the tree become new nodes (tombstones where the
+// request kept no SWA KV, live nodes where it did: typically [tombstone |
+// live] for a request that kept only its last window, or [tombstone | live |
+// tombstone | live] when it also kept the window where its prompt diverged
+// from a cached path); pages the tree already has are freed; fresh SWA pages
+// heal the tombstones they cover, so a path whose SWA KV was tombstoned (or
+// never stored mid-prompt) becomes window-safe again at that point.
 //
 // Every structural change is reported to an optional event callback (pages
 // stored/removed with their chained hashes) so a worker can publish them to
@@ -181,8 +185,9 @@ class PrefixCache {
 
   // Hands pages to the cache. page_hashes[i] keys page i; full_pages[i] is
   // its full-pool page; swa_pages[i] its SWA-pool page or kNoPage (a request
-  // keeps SWA KV only for a trailing window, so the live pages form one
-  // trailing run). All three spans have the same length. Pages the caller
+  // keeps SWA KV for its trailing window and possibly for other windows, so
+  // the live pages form one or more runs; pages after the last live one are
+  // not inserted). All three spans have the same length. Pages the caller
   // owns privately (kInUse) are taken over: adopted (-> kCached) or freed;
   // pages that are already the cache's own (from the caller's hit) are left
   // alone. The caller's hit, if any, stays locked: Unlock it afterwards.

@@ -35,6 +35,11 @@ Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
   for (size_t j = 0; j < hit_.swa_pages().size(); ++j) {
     swa_pages_[swa_first_page_ + j] = hit_.swa_pages()[j];
   }
+  const int diverge = hit_.matched_tokens() / page_size_ * page_size_;
+  if (options.keep_divergence_window && diverge > hit_tokens_) {
+    keep_end_ = diverge / page_size_;
+    keep_begin_ = std::max(hit_pages_, std::max(0, diverge - (window_ - 1)) / page_size_);
+  }
 }
 
 Sequence::~Sequence() {
@@ -65,6 +70,7 @@ void Sequence::TrimWindow() {
   if (done_) return;
   const int new_first = KeepFromToken(length_) / page_size_;
   for (int p = swa_first_page_; p < new_first; ++p) {
+    if (p >= keep_begin_ && p < keep_end_) continue;  // divergence window
     PageId page = swa_pages_[p];
     if (page == kNoPage) continue;
     if (!IsShared(p)) pools_->swa().Free({&page, 1});
@@ -152,7 +158,7 @@ LayerView Sequence::SwaLayer(int layer) const {
 
 void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
   if (done_) return;
-  TrimWindow();  // the cache keeps SWA KV for the trailing window only
+  TrimWindow();  // the cache gets the trailing (and divergence) window only
   const int complete = length_ / page_size_;
   const int m = std::min<int>(static_cast<int>(page_hashes.size()), complete);
   if (cache_ != nullptr && m > 0) {

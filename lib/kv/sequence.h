@@ -17,6 +17,16 @@
 // about W + C SWA tokens until the next Append/TrimWindow/Finish; call
 // TrimWindow() after the forward pass to release them early.
 //
+// Divergence window: when the hit was cut back by the window-safe rule (the
+// cache had full KV up to D = hit.matched_tokens() but no SWA KV for the
+// window ending at D), the sequence recomputes [hit, D) anyway, so it keeps
+// the SWA pages of the window ending at D (tokens [D − W + 1, D)) instead of
+// releasing them as it advances, and Finish() hands them to the cache with
+// the trailing window. The cached path then becomes window-safe at D, where
+// the next request sharing this prefix (e.g. a common system prompt) is
+// likely to diverge too. Costs at most ⌈(W − 1)/page_size⌉ + 1 SWA pages per
+// such request until it finishes. SequenceOptions::keep_divergence_window.
+//
 // A Sequence starts from an optional prefix-cache hit (whose pages it reads
 // but does not own) and owns every page it allocates. Finish() hands the
 // complete pages to the prefix cache (or frees them when there is none) and
@@ -65,6 +75,8 @@ struct SequenceOptions {
   int swa_slack = 0;
   // When an allocation does not fit, evict from the cache and retry once.
   bool evict_on_demand = true;
+  // Keep the SWA window at the hit's full-match end for the cache (above).
+  bool keep_divergence_window = true;
 };
 
 class Sequence {
@@ -141,6 +153,10 @@ class Sequence {
   std::vector<PageId> full_pages_;
   std::vector<PageId> swa_pages_;  // one per page index, kNoPage outside
   int swa_first_page_ = 0;
+  // Page indices [keep_begin_, keep_end_) are not released by TrimWindow
+  // (the divergence window; empty when keep_begin_ == keep_end_).
+  int keep_begin_ = 0;
+  int keep_end_ = 0;
   bool done_ = false;
 };
 

@@ -55,6 +55,10 @@ struct Request {
   // Model of the sequence.
   int length = 0;
   int swa_first = 0;
+  // The divergence window the sequence keeps (page indices [begin, end)).
+  int keep_begin = 0;
+  int keep_end = 0;
+  bool Keeps(int page) const { return page >= keep_begin && page < keep_end; }
 };
 
 struct RawHit {
@@ -137,6 +141,7 @@ class Harness {
     int64_t appends = 0, appends_exhausted = 0, rollbacks = 0,
             rollbacks_rejected = 0, finishes = 0, aborts = 0, evicted_full = 0,
             evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
+    int64_t divergence_windows = 0, multi_run_inserts = 0;
   };
   static Coverage& coverage() {
     static Coverage c;
@@ -323,6 +328,13 @@ class Harness {
     req.hit_full.assign(hit.full_pages().begin(), hit.full_pages().end());
     req.length = hit.tokens();
     req.swa_first = hit.tokens() > 0 ? hit.swa_first_page() : 0;
+    if (hit.matched_tokens() > hit.tokens()) {
+      // Independent restatement of the rule in sequence.h.
+      const int d = hit.matched_tokens();
+      req.keep_end = d / ps_;
+      req.keep_begin = std::max(req.hit_pages, std::max(0, d - window_ + 1) / ps_);
+      ++coverage().divergence_windows;
+    }
     SequenceOptions so;
     so.pools = pools_.get();
     so.cache = cache_.get();
@@ -448,7 +460,8 @@ class Harness {
     const std::vector<PageId> full(r->seq->full_pages().begin(), r->seq->full_pages().end());
     const std::vector<PageId> swa(r->seq->swa_pages().begin(), r->seq->swa_pages().end());
     for (int p = std::max(0, r->hit_pages); p < k; ++p) {
-      inserted_[h[p]] = ModelPage{full[p], p >= r->swa_first ? swa[p] : kNoPage};
+      inserted_[h[p]] =
+          ModelPage{full[p], p >= r->swa_first || r->Keeps(p) ? swa[p] : kNoPage};
     }
     r->seq->Finish(h);
     ++coverage().finishes;
@@ -572,7 +585,29 @@ class Harness {
     std::vector<PageId> full = res->full;
     std::vector<PageId> swa(live_from, kNoPage);
     swa.insert(swa.end(), res->swa.begin(), res->swa.end());
-    pools_->Commit(*res);
+    if (Chance(30)) {
+      // Several live runs (a divergence window before the trailing one):
+      // punch holes into the live part and move pages before it; the
+      // pages taken out go back to the pool.
+      std::vector<PageId> spare;
+      for (int i = live_from; i < n - 1; ++i) {
+        if (Chance(30)) {
+          spare.push_back(swa[i]);
+          swa[i] = kNoPage;
+        }
+      }
+      for (int i = 0; i < live_from && !spare.empty(); ++i) {
+        if (Chance(30)) {
+          swa[i] = spare.back();
+          spare.pop_back();
+        }
+      }
+      pools_->Commit(*res);
+      if (!spare.empty()) pools_->swa().Free(spare);
+      ++coverage().multi_run_inserts;
+    } else {
+      pools_->Commit(*res);
+    }
     for (int i = 0; i < n; ++i) inserted_[h[i]] = ModelPage{full[i], swa[i]};
     cache_->Insert(h, full, swa);
     ApplyEvents();
@@ -628,7 +663,7 @@ class Harness {
           ++in_use_full;
         }
         const PageId w = s.swa_page(p);
-        if (p < r.swa_first) {
+        if (p < r.swa_first && !r.Keeps(p)) {
           ASSERT_EQ(w, kNoPage) << "SWA page " << p << " kept below the window";
           continue;
         }
@@ -733,13 +768,14 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "ops %lld, lookups %lld, hit tokens %lld, window-lost tokens %lld,\n"
       "appends %lld (%lld exhausted), rollbacks %lld (%lld rejected), "
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
-      "SWA %lld, healed %lld\n",
+      "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
       (long long)c.appends_exhausted, (long long)c.rollbacks,
       (long long)c.rollbacks_rejected, (long long)c.finishes,
       (long long)c.aborts, (long long)c.evicted_full, (long long)c.tombstoned,
-      (long long)c.healed);
+      (long long)c.healed, (long long)c.divergence_windows,
+      (long long)c.multi_run_inserts);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
   EXPECT_GT(c.hit_tokens, 10000);
@@ -749,6 +785,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.evicted_full, 1000);
   EXPECT_GT(c.tombstoned, 1000);
   EXPECT_GT(c.healed, 100);
+  EXPECT_GT(c.divergence_windows, 1000);
+  EXPECT_GT(c.multi_run_inserts, 1000);
 }
 
 }  // namespace

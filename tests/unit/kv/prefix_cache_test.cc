@@ -123,6 +123,22 @@ class PrefixCacheTest : public ::testing::Test {
     return in;
   }
 
+  // Inserts fresh private pages for `hashes`; SWA KV for the pages where
+  // `live` is true (any pattern).
+  Inserted InsertPattern(const Hashes& hashes, const std::vector<bool>& live) {
+    const int n = static_cast<int>(hashes.size());
+    Inserted in;
+    in.full = Take(pools_->full(), n);
+    for (int i = 0; i < n; ++i) {
+      in.swa.push_back(live[i] ? Take(pools_->swa(), 1)[0] : kNoPage);
+    }
+    cache_->Insert(hashes, in.full, in.swa);
+    EXPECT_EQ(pools_->full().num_in_use(), 0) << "Insert must take over private pages";
+    EXPECT_EQ(pools_->swa().num_in_use(), 0);
+    Check();
+    return in;
+  }
+
   Lens M(const Hashes& h) const {
     MatchLengths m = cache_->Match(h);
     return {m.matched_tokens, m.safe_tokens};
@@ -690,6 +706,58 @@ TEST_F(PrefixCacheTest, PartialHealingSplitsTheTombstone) {
   EXPECT_EQ(cache_->cached_swa_pages(), 3);
   EXPECT_EQ(M(Prefix(a, 4)), Lens(16, 16));
   EXPECT_EQ(M(Prefix(a, 3)), Lens(12, 0));
+  CHECK_CACHE();
+}
+
+// A request that kept the SWA window where its prompt diverged from a cached
+// path (Sequence's divergence window) inserts two live runs: the first heals
+// the tombstone it covers, making the path window-safe there.
+TEST_F(PrefixCacheTest, SeveralLiveRunsHealTheTombstonesTheyCover) {
+  Init(/*window=*/5);  // L needs tokens [L - 4, L): one page
+  const Hashes a = H({1, 2, 3, 4, 5, 6, 7, 8});
+  Inserted first = Insert(a, /*live_from=*/6);  // [tomb 0..5 | live 6, 7]
+  EXPECT_EQ(M(Prefix(a, 4)), Lens(16, 0));
+  ClearEvents();
+  Inserted second = InsertPattern(a, {false, false, false, true, false, false, true, true});
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaStored), Sorted({a[3]}));
+  EXPECT_TRUE(Events(CacheEvent::Type::kStored).empty());
+  EXPECT_EQ(cache_->cached_swa_pages(), 3);
+  ExpectCached(pools_->swa(), {second.swa[3], first.swa[6], first.swa[7]});
+  ExpectFree(pools_->swa(), {second.swa[6], second.swa[7]});
+  ExpectFree(pools_->full(), second.full);
+  EXPECT_EQ(M(Prefix(a, 3)), Lens(12, 0));
+  EXPECT_EQ(M(Prefix(a, 4)), Lens(16, 16));
+  EXPECT_EQ(M(Prefix(a, 6)), Lens(24, 16));
+  EXPECT_EQ(M(a), Lens(32, 32));
+  // A hit at the healed point locks it; eviction cannot take it meanwhile.
+  CacheHit hit = cache_->MatchAndLock(Prefix(a, 4));
+  ASSERT_EQ(hit.tokens(), 16);
+  ASSERT_EQ(hit.swa_pages().size(), 1u);
+  EXPECT_EQ(hit.swa_pages()[0], second.swa[3]);
+  cache_->Unlock(hit);
+  CHECK_CACHE();
+}
+
+TEST_F(PrefixCacheTest, NewSuffixWithSeveralLiveRunsAlternatesNodes) {
+  Init(/*window=*/5);
+  const Hashes b = H({9, 10, 11, 12, 13, 14, 15, 16, 17});
+  // The last page has no SWA KV: it would be a tombstone leaf, so it is
+  // dropped (and freed).
+  Inserted in = InsertPattern(b, {false, false, true, false, false, false, true, true, false});
+  EXPECT_EQ(Events(CacheEvent::Type::kStored), Sorted(Prefix(b, 8)));
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted({b[0], b[1], b[3], b[4], b[5]}));
+  EXPECT_EQ(cache_->cached_full_pages(), 8);
+  EXPECT_EQ(cache_->cached_swa_pages(), 3);
+  ExpectFree(pools_->full(), {in.full[8]});
+  EXPECT_EQ(M(Prefix(b, 2)), Lens(8, 0));
+  EXPECT_EQ(M(Prefix(b, 3)), Lens(12, 12));
+  EXPECT_EQ(M(Prefix(b, 5)), Lens(20, 12));
+  EXPECT_EQ(M(Prefix(b, 8)), Lens(32, 32));
+  CHECK_CACHE();
+  // Evicting everything frees every page (no tombstone is left behind).
+  cache_->Evict(1000, 1000);
+  EXPECT_EQ(cache_->cached_full_pages(), 0);
+  EXPECT_EQ(cache_->cached_swa_pages(), 0);
   CHECK_CACHE();
 }
 

@@ -591,6 +591,57 @@ TEST_F(SequenceTest, FinishInsertsAndALaterPromptHitsTheWindowSafePrefix) {
   }
 }
 
+// A prompt that shares a cached prefix but diverges where the cache has no
+// SWA KV: the sequence recomputes up to the divergence point, keeps that
+// window's SWA pages, and Finish() heals the cached path there, so the next
+// prompt diverging at the same point gets a window-safe hit.
+TEST_F(SequenceTest, KeepsTheDivergenceWindowAndFinishHealsThePath) {
+  for (bool keep : {true, false}) {
+    SCOPED_TRACE(keep ? "keep_divergence_window" : "without");
+    Init(8, 4, 64, 64);
+    const std::vector<uint32_t> a = Tokens(40, 1);
+    {
+      Sequence seq(Opts());
+      ASSERT_TRUE(seq.Append(40).ok());
+      seq.Finish(H(a));  // SWA kept for pages 7..9 only
+    }
+    auto diverging = [&](uint32_t salt) {
+      std::vector<uint32_t> t(a.begin(), a.begin() + 24);
+      const std::vector<uint32_t> tail = Tokens(16, salt);
+      t.insert(t.end(), tail.begin(), tail.end());
+      return t;
+    };
+    const std::vector<uint32_t> b = diverging(2);
+    CacheHit hit = cache_->MatchAndLock(H(b), 39);
+    EXPECT_EQ(hit.matched_tokens(), 24);
+    EXPECT_EQ(hit.tokens(), 0);  // the window [17, 24) was not cached
+    SequenceOptions o = Opts();
+    o.keep_divergence_window = keep;
+    Sequence seq(o, std::move(hit));
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(seq.Append(8).ok());
+    seq.TrimWindow();
+    // keep_from(40) = 30: pages 7..9; the divergence window is pages 4, 5.
+    EXPECT_EQ(seq.swa_first_page(), 7);
+    for (int p = 0; p < 7; ++p) {
+      const bool kept = keep && (p == 4 || p == 5);
+      if (kept) {
+        ASSERT_TRUE(pools_->swa().Valid(seq.swa_page(p))) << p;
+        EXPECT_EQ(pools_->swa().state(seq.swa_page(p)), PageState::kInUse) << p;
+      } else {
+        EXPECT_EQ(seq.swa_page(p), kNoPage) << p;
+      }
+    }
+    EXPECT_EQ(pools_->swa().num_in_use(), keep ? 5 : 3);
+    seq.Finish(H(b));
+    EXPECT_EQ(pools_->swa().num_in_use(), 0);
+    const MatchLengths m = cache_->Match(H(diverging(3)));
+    EXPECT_EQ(m.matched_tokens, 24);
+    EXPECT_EQ(m.safe_tokens, keep ? 24 : 0);
+    ASSERT_TRUE(cache_->CheckInvariants().ok()) << cache_->DebugString();
+    TearDown();
+  }
+}
+
 TEST_F(SequenceTest, FinishWithFewerHashesFreesTheRest) {
   Init(8, 4, 64, 64);
   const std::vector<uint32_t> tokens = Tokens(40, 3);
