@@ -18,6 +18,10 @@ uint8_t* LayerView::V(int token) const {
   return base + v_offset + static_cast<size_t>(token % page_size) * v_token_stride;
 }
 
+int SwaWindowStart(int n_tokens, int window, int page_size) {
+  return std::max(0, n_tokens - window + 1) / page_size * page_size;
+}
+
 Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
     : pools_(options.pools),
       cache_(options.cache),
@@ -105,6 +109,44 @@ absl::Status Sequence::Append(int n_tokens) {
   swa_pages_.insert(swa_pages_.end(), r->swa.begin(), r->swa.end());
   pools_->Commit(*r);
   length_ += n_tokens;
+  return absl::OkStatus();
+}
+
+absl::Status Sequence::AppendPrefilled(int n_tokens, int first_swa_token) {
+  if (done_) return absl::FailedPreconditionError("sequence is finished");
+  if (length_ != 0 || hit_tokens_ != 0 || !full_pages_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AppendPrefilled needs an empty sequence; this one has ", length_, " tokens"));
+  }
+  if (n_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot append ", n_tokens, " tokens"));
+  }
+  const int need = SwaWindowStart(n_tokens, window_, page_size_);
+  if (first_swa_token < 0 || first_swa_token % page_size_ != 0 || first_swa_token > need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first SWA token ", first_swa_token, " for ", n_tokens,
+        " tokens must be page aligned (", page_size_, ") and at most ", need,
+        " (the window of the next token)"));
+  }
+  const int pages = (n_tokens + page_size_ - 1) / page_size_;
+  const int first_page = first_swa_token / page_size_;
+  const int64_t swa_needed = pages - first_page;
+  absl::StatusOr<Reservation> r = pools_->Reserve(pages, swa_needed);
+  if (!r.ok() && cache_ != nullptr && evict_on_demand_) {
+    cache_->Evict(std::max<int64_t>(0, pages - pools_->full().num_free()),
+                  std::max<int64_t>(0, swa_needed - pools_->swa().num_free()));
+    r = pools_->Reserve(pages, swa_needed);
+  }
+  if (!r.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot place ", n_tokens, " transferred tokens: ", r.status().message()));
+  }
+  full_pages_ = r->full;
+  swa_pages_.assign(first_page, kNoPage);
+  swa_pages_.insert(swa_pages_.end(), r->swa.begin(), r->swa.end());
+  swa_first_page_ = first_page;
+  pools_->Commit(*r);
+  length_ = n_tokens;
   return absl::OkStatus();
 }
 

@@ -79,6 +79,11 @@ struct SequenceOptions {
   bool keep_divergence_window = true;
 };
 
+// The first token (page aligned) whose SWA KV the token at position
+// n_tokens needs: floor(max(0, n_tokens − W + 1) / page_size) · page_size.
+// What a prefill worker ships and a decode worker stages (ARCHITECTURE §4).
+int SwaWindowStart(int n_tokens, int window, int page_size);
+
 class Sequence {
  public:
   // Starts from `hit` (may be empty); takes ownership of its locks.
@@ -106,6 +111,15 @@ class Sequence {
   // both pools, all-or-nothing. ResourceExhausted (and nothing but the trim
   // changed) when the pools cannot supply the pages even after eviction.
   absl::Status Append(int n_tokens);
+
+  // Extends an EMPTY sequence (no hit, length 0) by n tokens whose KV is
+  // copied in from elsewhere (a KV transfer from a prefill worker): full
+  // pages for all n tokens, SWA pages only from first_swa_token (page
+  // aligned, at most SwaWindowStart(n, W, page_size), so that the next token
+  // sees its whole window). All-or-nothing like Append; the caller then
+  // writes the KV bytes into the pages. InvalidArgument for a non-empty
+  // sequence or a bad first_swa_token; ResourceExhausted when it does not fit.
+  absl::Status AppendPrefilled(int n_tokens, int first_swa_token);
 
   // Releases SWA pages below keep_from (see above). Idempotent.
   void TrimWindow();

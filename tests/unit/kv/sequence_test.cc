@@ -642,6 +642,55 @@ TEST_F(SequenceTest, KeepsTheDivergenceWindowAndFinishHealsThePath) {
   }
 }
 
+TEST_F(SequenceTest, SwaWindowStartIsThePageOfTheNextTokensWindow) {
+  EXPECT_EQ(SwaWindowStart(0, 8, 4), 0);
+  EXPECT_EQ(SwaWindowStart(7, 8, 4), 0);
+  EXPECT_EQ(SwaWindowStart(11, 8, 4), 4);   // next token 11 sees [4, 11]
+  EXPECT_EQ(SwaWindowStart(12, 8, 4), 4);   // sees [5, 12]
+  EXPECT_EQ(SwaWindowStart(15, 8, 4), 8);   // sees [8, 15]
+  EXPECT_EQ(SwaWindowStart(1000, 128, 16), 864);
+}
+
+// Decode admission: a transferred prompt gets full pages for every token and
+// SWA pages for the next token's window only, then decodes on normally.
+TEST_F(SequenceTest, AppendPrefilledPlacesTransferredKv) {
+  Init(8, 4, 64, 64);
+  Sequence seq(Opts());
+  // The next token (30) sees [23, 30]: SWA from page 5 (token 20) at the latest.
+  EXPECT_EQ(seq.AppendPrefilled(30, 22).code(), absl::StatusCode::kInvalidArgument);  // unaligned
+  EXPECT_EQ(seq.AppendPrefilled(30, 24).code(), absl::StatusCode::kInvalidArgument);  // too late
+  EXPECT_EQ(seq.AppendPrefilled(0, 0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(seq.AppendPrefilled(30, 20).ok());
+  EXPECT_EQ(seq.length(), 30);
+  EXPECT_EQ(seq.full_pages().size(), 8u);
+  EXPECT_EQ(seq.swa_first_page(), 5);
+  for (int p = 0; p < 8; ++p) {
+    EXPECT_EQ(seq.swa_page(p) != kNoPage, p >= 5) << p;
+  }
+  EXPECT_EQ(pools_->full().num_in_use(), 8);
+  EXPECT_EQ(pools_->swa().num_in_use(), 3);
+  EXPECT_EQ(seq.AppendPrefilled(4, 0).code(), absl::StatusCode::kInvalidArgument)
+      << "only an empty sequence";
+  // Decoding on: the window slides as usual.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(seq.Append(1).ok());
+  seq.TrimWindow();
+  EXPECT_EQ(seq.swa_first_page(), (40 - 7 - 3) / 4);
+  seq.Finish(H(Tokens(40, 9)));
+  EXPECT_EQ(cache_->cached_full_pages(), 10);
+  EXPECT_EQ(pools_->full().num_in_use(), 0);
+  EXPECT_EQ(pools_->swa().num_in_use(), 0);
+}
+
+TEST_F(SequenceTest, AppendPrefilledBeyondCapacityChangesNothing) {
+  Init(8, 4, /*full_pages=*/6, /*swa_pages=*/64);
+  Sequence seq(Opts());
+  EXPECT_EQ(seq.AppendPrefilled(30, 20).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(seq.length(), 0);
+  EXPECT_EQ(pools_->full().num_in_use(), 0);
+  EXPECT_EQ(pools_->swa().num_in_use(), 0);
+  EXPECT_TRUE(seq.AppendPrefilled(20, 12).ok());
+}
+
 TEST_F(SequenceTest, FinishWithFewerHashesFreesTheRest) {
   Init(8, 4, 64, 64);
   const std::vector<uint32_t> tokens = Tokens(40, 3);
