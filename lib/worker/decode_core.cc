@@ -1,0 +1,438 @@
+#include "lib/worker/decode_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/clock.h"
+#include "lib/base/logging.h"
+#include "lib/base/status.h"
+#include "lib/kv/sequence.h"
+#include "lib/metrics/buckets.h"
+
+namespace swaserve::worker {
+
+namespace {
+
+struct Req {
+  DecodeJob job;
+  std::unique_ptr<kv::Sequence> seq;
+  std::unique_ptr<model::Sampler> sampler;
+  std::unique_ptr<StopChecker> stop;
+  std::vector<uint32_t> generated;  // first token included
+  bool recompute = false;           // preempted: KV to rebuild before running
+};
+
+struct Metrics {
+  metrics::Counter* admitted = nullptr;
+  metrics::Counter* preempted = nullptr;
+  metrics::Counter* generated = nullptr;
+  metrics::Counter* finished_stop = nullptr;
+  metrics::Counter* finished_length = nullptr;
+  metrics::Counter* finished_cancelled = nullptr;
+  metrics::Counter* finished_error = nullptr;
+  metrics::Gauge* staged = nullptr;
+  metrics::Gauge* running = nullptr;
+  metrics::Histogram* batch = nullptr;
+  metrics::Histogram* step_seconds = nullptr;
+
+  absl::Status Init(metrics::Registry* r) {
+    if (r == nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(auto* adm, r->AddCounter("swaserve_decode_admitted_total",
+                                              "Requests admitted into the running batch "
+                                              "(readmissions after preemption included)."));
+    admitted = &adm->WithLabels();
+    ASSIGN_OR_RETURN(auto* pre, r->AddCounter("swaserve_decode_preempted_total",
+                                              "Running requests preempted because the KV "
+                                              "pools ran out (re-queued, not failed)."));
+    preempted = &pre->WithLabels();
+    ASSIGN_OR_RETURN(auto* gen, r->AddCounter("swaserve_decode_generated_tokens_total",
+                                              "Tokens emitted by the decode loop (the first "
+                                              "token, sampled by prefill, included)."));
+    generated = &gen->WithLabels();
+    ASSIGN_OR_RETURN(auto* fin, r->AddCounter("swaserve_decode_finished_total",
+                                              "Requests that ended, by reason.", {"reason"}));
+    finished_stop = &fin->WithLabels({"stop"});
+    finished_length = &fin->WithLabels({"length"});
+    finished_cancelled = &fin->WithLabels({"cancelled"});
+    finished_error = &fin->WithLabels({"error"});
+    ASSIGN_OR_RETURN(auto* st, r->AddGauge("swaserve_decode_staged_requests",
+                                           "Requests waiting for admission with their KV in "
+                                           "host memory (or preempted)."));
+    staged = &st->WithLabels();
+    ASSIGN_OR_RETURN(auto* run, r->AddGauge("swaserve_decode_running_requests",
+                                            "Requests in the running batch."));
+    running = &run->WithLabels();
+    ASSIGN_OR_RETURN(auto* b, r->AddHistogram("swaserve_decode_batch_size",
+                                              "Requests per decode iteration.", {},
+                                              *metrics::ExponentialBuckets(1, 2, 9)));
+    batch = &b->WithLabels();
+    ASSIGN_OR_RETURN(auto* s, r->AddHistogram("swaserve_decode_step_seconds",
+                                              "Wall time of one decode iteration.", {},
+                                              *metrics::ExponentialBuckets(1e-4, 2, 16)));
+    step_seconds = &s->WithLabels();
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+struct DecodeCore::Impl {
+  DecodeCoreOptions options;
+  Metrics m;
+
+  mutable absl::Mutex mu;
+  absl::CondVar cv;
+  std::deque<std::unique_ptr<Req>> incoming ABSL_GUARDED_BY(mu);
+  std::vector<std::string> cancels ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  int staged_count ABSL_GUARDED_BY(mu) = 0;
+  int running_count ABSL_GUARDED_BY(mu) = 0;
+  std::atomic<int64_t> admitted_total{0}, preempted_total{0}, finished_total{0};
+  std::thread thread;
+
+  // Loop-owned.
+  std::deque<std::unique_ptr<Req>> waiting;
+  std::vector<std::unique_ptr<Req>> running;
+  model::ForwardOutput out;
+  std::vector<model::ForwardItem> items;
+
+  void Loop();
+  void Admit();
+  void Step();
+  absl::Status Recompute(Req& r);
+  void Emit(Req& r, std::vector<model::SampledToken> tokens, FinishReason finish,
+            absl::Status error = absl::OkStatus());
+  void End(std::unique_ptr<Req> r, FinishReason finish, absl::Status error = absl::OkStatus());
+  void Preempt(std::unique_ptr<Req> r);
+  void PublishCounts();
+};
+
+void DecodeCore::Impl::Emit(Req& r, std::vector<model::SampledToken> tokens,
+                            FinishReason finish, absl::Status error) {
+  TokenEvent e;
+  e.tokens = std::move(tokens);
+  e.finish = finish;
+  e.error = std::move(error);
+  e.prompt_tokens = static_cast<int>(r.job.prompt.size());
+  e.generated_tokens = static_cast<int>(r.generated.size());
+  e.cached_tokens = r.job.cached_tokens;
+  if (m.generated != nullptr) m.generated->Increment(static_cast<double>(e.tokens.size()));
+  r.job.sink(e);
+}
+
+void DecodeCore::Impl::End(std::unique_ptr<Req> r, FinishReason finish, absl::Status error) {
+  if (r->seq != nullptr) r->seq->Abort();
+  r->seq.reset();
+  r->job.staging.reset();
+  Emit(*r, {}, finish, std::move(error));
+  finished_total.fetch_add(1, std::memory_order_relaxed);
+  if (m.finished_stop != nullptr) {
+    switch (finish) {
+      case FinishReason::kStop: m.finished_stop->Increment(); break;
+      case FinishReason::kLength: m.finished_length->Increment(); break;
+      case FinishReason::kCancelled: m.finished_cancelled->Increment(); break;
+      default: m.finished_error->Increment(); break;
+    }
+  }
+  absl::MutexLock lock(&mu);
+  ids.erase(r->job.id);
+}
+
+void DecodeCore::Impl::Preempt(std::unique_ptr<Req> r) {
+  r->seq->Abort();
+  r->seq.reset();
+  r->recompute = true;
+  preempted_total.fetch_add(1, std::memory_order_relaxed);
+  if (m.preempted != nullptr) m.preempted->Increment();
+  SWA_LOG(info, "decode: preempted {} at {} generated tokens (KV pools full)", r->job.id,
+          r->generated.size());
+  waiting.push_front(std::move(r));
+}
+
+absl::Status DecodeCore::Impl::Recompute(Req& r) {
+  // Rebuild the KV of prompt + generated tokens except the last (the next
+  // input), in chunks, exactly as a chunked prefill would.
+  std::vector<uint32_t> tokens = r.job.prompt;
+  tokens.insert(tokens.end(), r.generated.begin(), r.generated.end() - 1);
+  const int n = static_cast<int>(tokens.size());
+  for (int s = 0; s < n; s += options.recompute_chunk) {
+    const int c = std::min(options.recompute_chunk, n - s);
+    RETURN_IF_ERROR(r.seq->Append(c));
+    model::ForwardItem item{r.seq.get(), absl::MakeConstSpan(tokens).subspan(s, c), s, false};
+    RETURN_IF_ERROR(options.engine->Forward({&item, 1}, &out));
+  }
+  return absl::OkStatus();
+}
+
+void DecodeCore::Impl::Admit() {
+  while (static_cast<int>(running.size()) < options.max_batch_size && !waiting.empty()) {
+    std::unique_ptr<Req>& r = waiting.front();
+    r->seq = std::make_unique<kv::Sequence>(
+        kv::SequenceOptions{options.pools, nullptr, 0, false});
+    absl::Status st = r->recompute ? Recompute(*r)
+                                   : AdmitFromStaging(*r->job.staging, *options.pools,
+                                                      r->seq.get());
+    if (!st.ok()) {
+      r->seq.reset();  // frees whatever was placed
+      if (absl::IsResourceExhausted(st) && !running.empty()) return;  // wait for pages
+      std::unique_ptr<Req> failed = std::move(r);
+      waiting.pop_front();
+      End(std::move(failed), FinishReason::kError,
+          absl::IsResourceExhausted(st)
+              ? absl::ResourceExhaustedError(absl::StrCat(
+                    "request does not fit in this decode worker's KV pools even alone: ",
+                    st.message()))
+              : st);
+      continue;
+    }
+    std::unique_ptr<Req> req = std::move(r);
+    waiting.pop_front();
+    admitted_total.fetch_add(1, std::memory_order_relaxed);
+    if (m.admitted != nullptr) m.admitted->Increment();
+    if (!req->recompute) {
+      req->job.staging.reset();  // host memory back as soon as the KV is in the pools
+      req->generated.push_back(req->job.first_token.token);
+      const StopReason why = req->stop->Add(req->job.first_token.token);
+      Emit(*req, {req->job.first_token}, FinishReason::kNone);
+      if (why != StopReason::kNone) {
+        End(std::move(req), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+        continue;
+      }
+    }
+    req->recompute = false;
+    running.push_back(std::move(req));
+  }
+}
+
+void DecodeCore::Impl::Step() {
+  const int64_t t0 = base::MonotonicNanos();
+  // One more token of KV per request; when the pools are full, preempt the
+  // most recently admitted request (the back of `running`).
+  size_t i = 0;
+  while (i < running.size()) {
+    absl::Status st = running[i]->seq->Append(1);
+    if (st.ok()) {
+      ++i;
+      continue;
+    }
+    if (running.size() == 1) {
+      std::unique_ptr<Req> r = std::move(running.back());
+      running.pop_back();
+      absl::Status err = absl::ResourceExhaustedError(absl::StrCat(
+          "request outgrew this decode worker's KV pools at ", r->seq->length(),
+          " tokens: ", st.message()));
+      End(std::move(r), FinishReason::kError, std::move(err));
+      return;
+    }
+    std::unique_ptr<Req> victim = std::move(running.back());
+    running.pop_back();
+    Preempt(std::move(victim));
+  }
+  if (running.empty()) return;
+  items.clear();
+  for (const auto& r : running) {
+    const int pos = r->seq->length() - 1;
+    items.push_back({r->seq.get(), absl::MakeConstSpan(&r->generated.back(), 1), pos, false});
+  }
+  absl::Status st = options.engine->Forward(items, &out);
+  if (!st.ok()) {
+    // A malformed batch is a bug; fail the requests rather than spin.
+    SWA_LOG(err, "decode: forward failed: {}", st.ToString());
+    while (!running.empty()) {
+      std::unique_ptr<Req> r = std::move(running.back());
+      running.pop_back();
+      End(std::move(r), FinishReason::kError, st);
+    }
+    return;
+  }
+  if (m.batch != nullptr) m.batch->Observe(static_cast<double>(running.size()));
+  const int V = options.engine->config().vocab_size;
+  std::vector<std::unique_ptr<Req>> still;
+  still.reserve(running.size());
+  for (size_t k = 0; k < running.size(); ++k) {
+    std::unique_ptr<Req>& r = running[k];
+    const float* row = out.logits.data() + static_cast<size_t>(out.first_row[k]) * V;
+    model::SampledToken tok = r->sampler->Sample(absl::MakeConstSpan(row, V));
+    r->generated.push_back(tok.token);
+    const StopReason why = r->stop->Add(tok.token);
+    Emit(*r, {std::move(tok)}, FinishReason::kNone);
+    if (why != StopReason::kNone) {
+      End(std::move(r), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+    } else {
+      still.push_back(std::move(r));
+    }
+  }
+  running = std::move(still);
+  if (m.step_seconds != nullptr) {
+    m.step_seconds->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
+  }
+}
+
+void DecodeCore::Impl::PublishCounts() {
+  absl::MutexLock lock(&mu);
+  staged_count = static_cast<int>(waiting.size() + incoming.size());
+  running_count = static_cast<int>(running.size());
+  if (m.staged != nullptr) m.staged->Set(staged_count);
+  if (m.running != nullptr) m.running->Set(running_count);
+}
+
+void DecodeCore::Impl::Loop() {
+  while (true) {
+    std::vector<std::string> to_cancel;
+    {
+      absl::MutexLock lock(&mu);
+      while (!stopping && incoming.empty() && cancels.empty() && running.empty() &&
+             waiting.empty()) {
+        cv.Wait(&mu);
+      }
+      if (stopping) break;
+      while (!incoming.empty()) {
+        waiting.push_back(std::move(incoming.front()));
+        incoming.pop_front();
+      }
+      to_cancel.swap(cancels);
+    }
+    for (const std::string& id : to_cancel) {
+      for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+        if ((*it)->job.id == id) {
+          std::unique_ptr<Req> r = std::move(*it);
+          waiting.erase(it);
+          End(std::move(r), FinishReason::kCancelled);
+          break;
+        }
+      }
+      for (auto it = running.begin(); it != running.end(); ++it) {
+        if ((*it)->job.id == id) {
+          std::unique_ptr<Req> r = std::move(*it);
+          running.erase(it);
+          End(std::move(r), FinishReason::kCancelled);
+          break;
+        }
+      }
+    }
+    Admit();
+    PublishCounts();
+    if (!running.empty()) Step();
+    PublishCounts();
+  }
+  // Stopping: everything still here ends as cancelled.
+  std::deque<std::unique_ptr<Req>> rest;
+  {
+    absl::MutexLock lock(&mu);
+    rest.swap(incoming);
+  }
+  for (auto& r : rest) waiting.push_back(std::move(r));
+  while (!waiting.empty()) {
+    std::unique_ptr<Req> r = std::move(waiting.front());
+    waiting.pop_front();
+    End(std::move(r), FinishReason::kCancelled);
+  }
+  while (!running.empty()) {
+    std::unique_ptr<Req> r = std::move(running.back());
+    running.pop_back();
+    End(std::move(r), FinishReason::kCancelled);
+  }
+  PublishCounts();
+}
+
+absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreOptions& options) {
+  if (options.engine == nullptr || options.pools == nullptr) {
+    return absl::InvalidArgumentError("DecodeCore needs an engine and KV pools");
+  }
+  if (options.max_batch_size <= 0 || options.recompute_chunk <= 0) {
+    return absl::InvalidArgumentError("max_batch_size and recompute_chunk must be > 0");
+  }
+  const kv::KvShape want = options.engine->config().KvShape(options.pools->shape().page_size);
+  const kv::KvShape& have = options.pools->shape();
+  if (want.Full().PageBytes() != have.Full().PageBytes() ||
+      want.Swa().PageBytes() != have.Swa().PageBytes() ||
+      want.sliding_window != have.sliding_window) {
+    return absl::InvalidArgumentError("the KV pools do not have the model's shape");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  RETURN_IF_ERROR(impl->m.Init(options.registry));
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->Loop(); });
+  return std::unique_ptr<DecodeCore>(new DecodeCore(std::move(impl)));
+}
+
+DecodeCore::DecodeCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DecodeCore::~DecodeCore() { Stop(); }
+
+void DecodeCore::Stop() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stopping = true;
+    impl_->cv.Signal();
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+absl::Status DecodeCore::Submit(DecodeJob job) {
+  if (!job.sink) return absl::InvalidArgumentError("decode job without a token sink");
+  if (job.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  if (job.staging == nullptr || job.staging->layout().num_tokens != static_cast<int>(job.prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", job.id, ": staged KV does not cover its ", job.prompt.size(),
+        " prompt tokens"));
+  }
+  const StagedKvLayout want = StagedKvLayout::For(impl_->options.pools->shape(),
+                                                  static_cast<int>(job.prompt.size()));
+  const StagedKvLayout& have = job.staging->layout();
+  if (have.first_swa_token != want.first_swa_token || have.full_page_bytes != want.full_page_bytes ||
+      have.swa_page_bytes != want.swa_page_bytes || have.page_size != want.page_size) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", job.id,
+                                                   ": staged KV layout does not match this "
+                                                   "worker's KV pools"));
+  }
+  const int V = impl_->options.engine->config().vocab_size;
+  if (job.first_token.token >= static_cast<uint32_t>(V)) {
+    return absl::InvalidArgumentError(absl::StrCat("first token ", job.first_token.token,
+                                                   " >= vocab size ", V));
+  }
+  RETURN_IF_ERROR(model::Sampler::Validate(job.sampling));
+  RETURN_IF_ERROR(StopChecker::Validate(job.stop, impl_->options.tokenizer));
+  auto r = std::make_unique<Req>();
+  r->sampler = std::make_unique<model::Sampler>(job.sampling);
+  r->stop = std::make_unique<StopChecker>(job.stop, impl_->options.tokenizer);
+  r->job = std::move(job);
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->stopping) return absl::FailedPreconditionError("decode core is stopping");
+  if (!impl_->ids.insert(r->job.id).second) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", r->job.id, " is already here"));
+  }
+  impl_->incoming.push_back(std::move(r));
+  impl_->staged_count++;
+  impl_->cv.Signal();
+  return absl::OkStatus();
+}
+
+void DecodeCore::Cancel(const std::string& id) {
+  absl::MutexLock lock(&impl_->mu);
+  if (!impl_->ids.contains(id)) return;
+  impl_->cancels.push_back(id);
+  impl_->cv.Signal();
+}
+
+DecodeLoad DecodeCore::GetLoad() const {
+  DecodeLoad l;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    l.staged = impl_->staged_count;
+    l.running = impl_->running_count;
+  }
+  l.admitted_total = impl_->admitted_total.load();
+  l.preempted_total = impl_->preempted_total.load();
+  l.finished_total = impl_->finished_total.load();
+  return l;
+}
+
+}  // namespace swaserve::worker

@@ -1,0 +1,113 @@
+// The decode worker's engine loop (ARCHITECTURE §4 step 4), without gRPC:
+// staged requests wait with their prompt KV in host memory (KvStaging) and
+// are admitted into the running batch, oldest first, when the pools can take
+// their pages (the staged bytes are copied into pool pages only then);
+// continuous batching with iteration-level scheduling runs one Forward over
+// one new token of every running request per iteration; stop conditions end
+// requests; cancellation frees everything; when the pools run out mid-
+// generation the most recently admitted request is preempted: its pages are
+// freed and it is re-queued at the head of the waiting queue, to be
+// recomputed (prompt + generated tokens, chunked Forward) when pages free up.
+// Batch-invariant kernels make the recomputed KV, and so the continuation,
+// identical to an uninterrupted run.
+//
+// Threading: one internal thread runs the loop and owns the engine calls,
+// the pools and every sequence. Submit/Cancel/GetLoad are thread-safe. Token
+// sinks run on the loop thread and must not block (queue and return).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/kv/page_pool.h"
+#include "lib/metrics/registry.h"
+#include "lib/model/forward.h"
+#include "lib/model/sampling.h"
+#include "lib/model/tokenizer.h"
+#include "lib/worker/engine_lock.h"
+#include "lib/worker/kv_staging.h"
+#include "lib/worker/stop_checker.h"
+
+namespace swaserve::worker {
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+// What a request's sink receives: new tokens, and on the last event the
+// finish reason (kError: `error` says why).
+struct TokenEvent {
+  std::vector<model::SampledToken> tokens;
+  FinishReason finish = FinishReason::kNone;
+  absl::Status error;
+  int prompt_tokens = 0;
+  int generated_tokens = 0;  // so far, including these
+  int cached_tokens = 0;     // as reported by prefill
+};
+using TokenSink = std::function<void(const TokenEvent&)>;
+
+struct DecodeJob {
+  std::string id;
+  std::vector<uint32_t> prompt;
+  model::SamplingOptions sampling;
+  StopOptions stop;
+  // Sampled by prefill: the token at position prompt.size().
+  model::SampledToken first_token;
+  // The prompt's KV (layout for prompt.size() tokens), committed.
+  std::unique_ptr<KvStaging> staging;
+  int cached_tokens = 0;
+  TokenSink sink;
+};
+
+struct DecodeCoreOptions {
+  // Not owned; must outlive the core. `engine` is shared through the lock
+  // (monolithic mode runs a prefill core on the same engine).
+  EngineLock* engine = nullptr;
+  kv::KvPools* pools = nullptr;
+  // For stop strings; may be null.
+  const model::Tokenizer* tokenizer = nullptr;
+  int max_batch_size = 32;
+  // Tokens per Forward when recomputing a preempted request.
+  int recompute_chunk = 512;
+  // Optional: swaserve_decode_* metrics.
+  metrics::Registry* registry = nullptr;
+};
+
+struct DecodeLoad {
+  int staged = 0;   // waiting for admission (incl. preempted)
+  int running = 0;  // in the batch
+  int64_t admitted_total = 0;
+  int64_t preempted_total = 0;
+  int64_t finished_total = 0;
+};
+
+class DecodeCore {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeCore>> Create(const DecodeCoreOptions& options);
+  // Stops the loop; requests still staged or running end with kCancelled.
+  ~DecodeCore();
+  DecodeCore(const DecodeCore&) = delete;
+  DecodeCore& operator=(const DecodeCore&) = delete;
+
+  // Queues a committed request. InvalidArgument for a malformed job (no
+  // sink, staging not matching the prompt, bad sampling or stop options),
+  // FailedPrecondition after Stop, AlreadyExists for a duplicate id. The
+  // sink then receives the first token once the request is admitted.
+  absl::Status Submit(DecodeJob job);
+  // Ends the request with kCancelled (staged or running); no-op if unknown.
+  void Cancel(const std::string& id);
+  DecodeLoad GetLoad() const;
+  // Ends every request with kCancelled and joins the loop. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit DecodeCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace swaserve::worker

@@ -1,0 +1,110 @@
+#include "lib/worker/kv_staging.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
+
+namespace swaserve::worker {
+
+namespace {
+constexpr size_t kAlign = 4096;
+
+uint8_t* AllocRegion(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  return static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded));
+}
+}  // namespace
+
+StagedKvLayout StagedKvLayout::For(const kv::KvShape& shape, int num_tokens) {
+  StagedKvLayout l;
+  l.num_tokens = num_tokens;
+  l.page_size = shape.page_size;
+  l.first_swa_token = kv::SwaWindowStart(num_tokens, shape.sliding_window, shape.page_size);
+  l.full_page_bytes = shape.Full().PageBytes();
+  l.swa_page_bytes = shape.Swa().PageBytes();
+  return l;
+}
+
+absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayout& layout) {
+  if (layout.num_tokens <= 0 || layout.page_size <= 0 ||
+      layout.first_swa_token % layout.page_size != 0 || layout.first_swa_token < 0 ||
+      layout.first_swa_token >= layout.num_tokens + layout.page_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad KV staging layout: ", layout.num_tokens, " tokens, page ", layout.page_size,
+        ", SWA from token ", layout.first_swa_token));
+  }
+  std::unique_ptr<KvStaging> s(new KvStaging(layout));
+  s->full_ = AllocRegion(layout.full_bytes());
+  s->swa_ = AllocRegion(layout.swa_bytes());
+  if ((layout.full_bytes() > 0 && s->full_ == nullptr) ||
+      (layout.swa_bytes() > 0 && s->swa_ == nullptr)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", layout.total_bytes(), " bytes of KV staging for ",
+        layout.num_tokens, " tokens"));
+  }
+  return s;
+}
+
+KvStaging::~KvStaging() {
+  std::free(full_);
+  std::free(swa_);
+}
+
+absl::Status CopySequenceToStaging(const kv::Sequence& seq, const kv::KvPools& pools,
+                                   KvStaging* staging) {
+  const StagedKvLayout& l = staging->layout();
+  if (seq.length() < l.num_tokens) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence has ", seq.length(), " tokens, staging expects ", l.num_tokens));
+  }
+  if (pools.full().page_bytes() != l.full_page_bytes ||
+      pools.swa().page_bytes() != l.swa_page_bytes) {
+    return absl::InvalidArgumentError("KV page sizes differ between the pools and the staging");
+  }
+  for (int p = 0; p < l.full_pages(); ++p) {
+    const uint8_t* src = pools.full().PageData(seq.full_pages()[p]);
+    if (src == nullptr) return absl::FailedPreconditionError("full pool has no memory");
+    std::memcpy(staging->full_region() + static_cast<size_t>(p) * l.full_page_bytes, src,
+                l.full_page_bytes);
+  }
+  const int first = l.first_swa_token / l.page_size;
+  for (int j = 0; j < l.swa_pages(); ++j) {
+    const kv::PageId page = seq.swa_page(first + j);
+    if (page == kv::kNoPage) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "SWA page ", first + j, " (token ", (first + j) * l.page_size,
+          ") was already released by the sequence"));
+    }
+    const uint8_t* src = pools.swa().PageData(page);
+    if (src == nullptr) return absl::FailedPreconditionError("SWA pool has no memory");
+    std::memcpy(staging->swa_region() + static_cast<size_t>(j) * l.swa_page_bytes, src,
+                l.swa_page_bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdmitFromStaging(const KvStaging& staging, kv::KvPools& pools, kv::Sequence* seq) {
+  const StagedKvLayout& l = staging.layout();
+  if (pools.full().page_bytes() != l.full_page_bytes ||
+      pools.swa().page_bytes() != l.swa_page_bytes) {
+    return absl::InvalidArgumentError("KV page sizes differ between the pools and the staging");
+  }
+  RETURN_IF_ERROR(seq->AppendPrefilled(l.num_tokens, l.first_swa_token));
+  for (int p = 0; p < l.full_pages(); ++p) {
+    std::memcpy(pools.full().PageData(seq->full_pages()[p]),
+                staging.full_region() + static_cast<size_t>(p) * l.full_page_bytes,
+                l.full_page_bytes);
+  }
+  const int first = l.first_swa_token / l.page_size;
+  for (int j = 0; j < l.swa_pages(); ++j) {
+    std::memcpy(pools.swa().PageData(seq->swa_page(first + j)),
+                staging.swa_region() + static_cast<size_t>(j) * l.swa_page_bytes,
+                l.swa_page_bytes);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace swaserve::worker

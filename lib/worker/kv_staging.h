@@ -1,0 +1,90 @@
+// Host-memory staging of one request's KV between prefill and decode
+// (ARCHITECTURE §4 steps 2–4).
+//
+// A decode worker allocates a KvStaging when a request arrives (before any
+// pool page is committed to it), the prefill worker writes the prompt's KV
+// into it (over UCX, or by memcpy in monolithic mode), and only when the
+// request is admitted into the running batch are the bytes copied into pool
+// pages (AdmitFromStaging). So requests can wait for decode capacity without
+// holding pool pages.
+//
+// Layout (the KvDestination of proto/swaserve/v1/common.proto): two regions
+// of whole pages in the pools' own page format (kv::PoolGeometry, page-first,
+// so a page is one contiguous blob and copies are per page):
+//   full region: page i holds tokens [i·P, (i+1)·P) of every full-attention
+//                layer, for i < ceil(num_tokens / P);
+//   SWA region:  page j holds tokens starting at first_swa_token + j·P of the
+//                SWA and MTP layers, for the pages up to ceil(num_tokens / P),
+//                where first_swa_token = kv::SwaWindowStart(num_tokens, W, P)
+//                (the window the first generated token attends to).
+// Only the SWA KV of the last window moves, never the whole prompt's.
+//
+// Not thread-safe; the memory is stable for the object's lifetime (so a
+// transfer engine may register it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/sequence.h"
+
+namespace swaserve::worker {
+
+// Geometry of one request's staged KV.
+struct StagedKvLayout {
+  int num_tokens = 0;
+  int page_size = 16;
+  int first_swa_token = 0;
+  size_t full_page_bytes = 0;
+  size_t swa_page_bytes = 0;
+
+  // For num_tokens prompt tokens of a model with this KV shape.
+  static StagedKvLayout For(const kv::KvShape& shape, int num_tokens);
+
+  int full_pages() const { return (num_tokens + page_size - 1) / page_size; }
+  int swa_pages() const { return full_pages() - first_swa_token / page_size; }
+  size_t full_bytes() const { return full_page_bytes * full_pages(); }
+  size_t swa_bytes() const { return swa_page_bytes * swa_pages(); }
+  size_t total_bytes() const { return full_bytes() + swa_bytes(); }
+};
+
+class KvStaging {
+ public:
+  // Allocates (page-aligned, zero-filled lazily by the OS) both regions.
+  static absl::StatusOr<std::unique_ptr<KvStaging>> Create(const StagedKvLayout& layout);
+  ~KvStaging();
+  KvStaging(const KvStaging&) = delete;
+  KvStaging& operator=(const KvStaging&) = delete;
+
+  const StagedKvLayout& layout() const { return layout_; }
+  uint8_t* full_region() { return full_; }
+  uint8_t* swa_region() { return swa_; }
+  const uint8_t* full_region() const { return full_; }
+  const uint8_t* swa_region() const { return swa_; }
+
+ private:
+  explicit KvStaging(const StagedKvLayout& layout) : layout_(layout) {}
+  StagedKvLayout layout_;
+  uint8_t* full_ = nullptr;
+  uint8_t* swa_ = nullptr;
+};
+
+// Copies the KV of the first layout.num_tokens tokens of `seq` (a prefilled
+// sequence whose pools allocate memory) into `staging`: the monolithic path,
+// and what a transfer does byte for byte. FailedPrecondition when the
+// sequence is shorter or no longer has the SWA pages of the window.
+absl::Status CopySequenceToStaging(const kv::Sequence& seq, const kv::KvPools& pools,
+                                   KvStaging* staging);
+
+// Places staged KV into `seq` (empty; see kv::Sequence::AppendPrefilled) and
+// copies the bytes into its new pages. ResourceExhausted (and nothing
+// changed) when the pools cannot take it now.
+absl::Status AdmitFromStaging(const KvStaging& staging, kv::KvPools& pools,
+                              kv::Sequence* seq);
+
+}  // namespace swaserve::worker
