@@ -1,0 +1,459 @@
+#include "lib/worker/prefill_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/clock.h"
+#include "lib/base/hash.h"
+#include "lib/base/logging.h"
+#include "lib/base/status.h"
+#include "lib/metrics/buckets.h"
+
+namespace swaserve::worker {
+
+namespace {
+
+struct Req {
+  PrefillJob job;
+  std::vector<uint64_t> hashes;
+  std::unique_ptr<kv::Sequence> seq;
+  std::unique_ptr<model::Sampler> sampler;
+  PrefillResult result;
+  int64_t arrival_ns = 0;
+  int64_t start_ns = 0;
+  int64_t ship_start_ns = 0;
+  // Full pages this request still has to allocate (counted against memory
+  // from its start until its last chunk).
+  int64_t pending_full_pages = 0;
+  bool started = false;
+  bool shipping = false;
+  bool cancelled = false;  // while shipping
+};
+
+struct Metrics {
+  metrics::Counter* prompt_tokens = nullptr;
+  metrics::Counter* cached_tokens = nullptr;
+  metrics::Counter* computed_tokens = nullptr;
+  metrics::Counter* ok = nullptr;
+  metrics::Counter* failed = nullptr;
+  metrics::Counter* cancelled = nullptr;
+  metrics::Histogram* step_seconds = nullptr;
+  metrics::Histogram* step_tokens = nullptr;
+  metrics::Histogram* ttft_seconds = nullptr;
+  metrics::Gauge* running = nullptr;
+
+  absl::Status Init(metrics::Registry* r) {
+    if (r == nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(auto* tok, r->AddCounter("swaserve_prefill_tokens_total",
+                                              "Prompt tokens of completed prefills, by source "
+                                              "(cached: prefix cache; computed: forward).",
+                                              {"source"}));
+    cached_tokens = &tok->WithLabels({"cached"});
+    computed_tokens = &tok->WithLabels({"computed"});
+    ASSIGN_OR_RETURN(auto* pr, r->AddCounter("swaserve_prefill_prompt_tokens_total",
+                                             "Prompt tokens of completed prefills."));
+    prompt_tokens = &pr->WithLabels();
+    ASSIGN_OR_RETURN(auto* req, r->AddCounter("swaserve_prefill_requests_total",
+                                              "Prefill requests that ended, by result.",
+                                              {"result"}));
+    ok = &req->WithLabels({"ok"});
+    failed = &req->WithLabels({"error"});
+    cancelled = &req->WithLabels({"cancelled"});
+    ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
+                                               "Wall time of one prefill forward step.", {},
+                                               *metrics::ExponentialBuckets(1e-4, 2, 20)));
+    step_seconds = &ss->WithLabels();
+    ASSIGN_OR_RETURN(auto* st, r->AddHistogram("swaserve_prefill_step_tokens",
+                                               "Tokens computed in one prefill step.", {},
+                                               *metrics::ExponentialBuckets(1, 2, 16)));
+    step_tokens = &st->WithLabels();
+    ASSIGN_OR_RETURN(auto* tt, r->AddHistogram("swaserve_prefill_ttft_seconds",
+                                               "Arrival to first token at the prefill "
+                                               "worker (queue + compute).",
+                                               {}, metrics::DefaultLatencyBuckets()));
+    ttft_seconds = &tt->WithLabels();
+    ASSIGN_OR_RETURN(auto* run, r->AddGauge("swaserve_prefill_running_requests",
+                                            "Requests computing or shipping their KV."));
+    running = &run->WithLabels();
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+struct PrefillCore::Impl {
+  PrefillCoreOptions options;
+  Metrics m;
+  std::unique_ptr<sched::PrefillScheduler> sched;
+
+  mutable absl::Mutex mu;
+  absl::CondVar cv;
+  std::deque<std::unique_ptr<Req>> incoming ABSL_GUARDED_BY(mu);
+  std::vector<std::string> cancels ABSL_GUARDED_BY(mu);
+  std::vector<std::pair<std::string, absl::Status>> shipped ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  PrefillLoad load ABSL_GUARDED_BY(mu);
+  std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
+  std::thread thread;
+
+  // Loop-owned.
+  absl::flat_hash_map<std::string, std::unique_ptr<Req>> reqs;
+  int64_t committed_full_pages = 0;  // sum of pending_full_pages of started
+  // The last NextStep was empty although requests were queued (memory): wait
+  // for an event (a ship completing, a cancel, a new request) before retrying.
+  bool sched_blocked = false;
+  model::ForwardOutput out;
+  std::vector<model::ForwardItem> items;
+  std::vector<Req*> item_reqs;
+  std::vector<bool> item_last;
+
+  void Loop();
+  void Accept(std::unique_ptr<Req> r);
+  bool CanStart(const sched::PrefillRequestInfo& info);
+  void RunStep(const sched::PrefillStep& step);
+  void Complete(Req* r, absl::Status status);
+  void PublishLoad();
+  int64_t FullPagesFor(const Req& r) const {
+    const int ps = options.pools->shape().page_size;
+    return (static_cast<int64_t>(r.job.prompt.size()) + ps - 1) / ps - r.seq->full_pages().size();
+  }
+};
+
+void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
+  const int ps = options.pools->shape().page_size;
+  const int n = static_cast<int>(r->job.prompt.size());
+  r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
+  kv::CacheHit hit;
+  if (options.cache != nullptr) hit = options.cache->MatchAndLock(r->hashes, n - 1);
+  r->seq = std::make_unique<kv::Sequence>(
+      kv::SequenceOptions{options.pools, options.cache, 0, true}, std::move(hit));
+  r->result.prompt_tokens = n;
+  r->result.cached_tokens = r->seq->cached_tokens();
+  r->result.computed_tokens = n - r->result.cached_tokens;
+  absl::Status st = sched->Add({r->job.id, n, r->result.cached_tokens, r->arrival_ns});
+  if (!st.ok()) {
+    Req* raw = r.get();
+    reqs.emplace(r->job.id, std::move(r));
+    Complete(raw, st);
+    return;
+  }
+  reqs.emplace(r->job.id, std::move(r));
+}
+
+bool PrefillCore::Impl::CanStart(const sched::PrefillRequestInfo& info) {
+  auto it = reqs.find(info.id);
+  if (it == reqs.end()) return false;
+  Req& r = *it->second;
+  const int64_t need = FullPagesFor(r);
+  int64_t available = options.pools->full().num_free();
+  if (options.cache != nullptr) available += options.cache->EvictableFullPages();
+  if (need + committed_full_pages > available) return false;
+  r.pending_full_pages = need;
+  committed_full_pages += need;
+  r.started = true;
+  r.start_ns = base::MonotonicNanos();
+  return true;
+}
+
+void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
+  if (r->started && r->pending_full_pages > 0) {
+    committed_full_pages -= r->pending_full_pages;
+    r->pending_full_pages = 0;
+  }
+  if (status.ok()) {
+    r->seq->Finish(r->hashes);  // prompt pages into the prefix cache
+  } else if (r->seq != nullptr) {
+    r->seq->Abort();
+  }
+  const std::string id = r->job.id;
+  auto done = std::move(r->job.done);
+  PrefillResult result = std::move(r->result);
+  reqs.erase(id);
+  {
+    absl::MutexLock lock(&mu);
+    ids.erase(id);
+  }
+  if (status.ok()) {
+    completed.fetch_add(1, std::memory_order_relaxed);
+    computed_total.fetch_add(result.computed_tokens, std::memory_order_relaxed);
+    cached_total.fetch_add(result.cached_tokens, std::memory_order_relaxed);
+    if (m.ok != nullptr) {
+      m.ok->Increment();
+      m.prompt_tokens->Increment(result.prompt_tokens);
+      m.cached_tokens->Increment(result.cached_tokens);
+      m.computed_tokens->Increment(result.computed_tokens);
+    }
+    done(std::move(result));
+  } else {
+    if (m.ok != nullptr) (absl::IsCancelled(status) ? m.cancelled : m.failed)->Increment();
+    done(status);
+  }
+}
+
+void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
+  const int64_t t0 = base::MonotonicNanos();
+  items.clear();
+  item_reqs.clear();
+  item_last.clear();
+  for (const sched::PrefillChunk& c : step.chunks) {
+    auto it = reqs.find(c.id);
+    if (it == reqs.end()) continue;  // cancelled meanwhile
+    Req* r = it->second.get();
+    const int64_t before = r->seq->full_pages().size();
+    absl::Status st = r->seq->Append(c.num_tokens);
+    if (!st.ok()) {
+      sched->Cancel(c.id);
+      Complete(r, st);
+      continue;
+    }
+    const int64_t got = static_cast<int64_t>(r->seq->full_pages().size()) - before;
+    r->pending_full_pages -= got;
+    committed_full_pages -= got;
+    items.push_back({r->seq.get(), absl::MakeConstSpan(r->job.prompt).subspan(c.start_token, c.num_tokens),
+                     c.start_token, false});
+    item_reqs.push_back(r);
+    item_last.push_back(c.last);
+  }
+  if (items.empty()) return;
+  absl::Status st = options.engine->Forward(items, &out);
+  if (!st.ok()) {
+    SWA_LOG(err, "prefill: forward failed: {}", st.ToString());
+    for (Req* r : item_reqs) {
+      sched->Cancel(r->job.id);
+      Complete(r, st);
+    }
+    return;
+  }
+  const int64_t t1 = base::MonotonicNanos();
+  if (m.step_seconds != nullptr) {
+    m.step_seconds->Observe(static_cast<double>(t1 - t0) * 1e-9);
+    m.step_tokens->Observe(step.total_tokens());
+  }
+  const int V = options.engine->config().vocab_size;
+  const int H = options.engine->config().hidden_size;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Req* r = item_reqs[i];
+    r->result.compute_seconds += static_cast<double>(t1 - t0) * 1e-9;
+    if (!item_last[i]) {
+      r->seq->TrimWindow();  // release SWA pages behind the window early
+      continue;
+    }
+    const float* row = out.logits.data() + static_cast<size_t>(out.first_row[i]) * V;
+    r->result.first_token = r->sampler->Sample(absl::MakeConstSpan(row, V));
+    r->result.last_hidden.assign(out.last_hidden.begin() + i * H,
+                                 out.last_hidden.begin() + (i + 1) * H);
+    r->result.queue_seconds = static_cast<double>(r->start_ns - r->arrival_ns) * 1e-9;
+    if (m.ttft_seconds != nullptr) {
+      m.ttft_seconds->Observe(static_cast<double>(t1 - r->arrival_ns) * 1e-9);
+    }
+    if (!r->job.ship) {
+      Complete(r, absl::OkStatus());
+      continue;
+    }
+    r->shipping = true;
+    r->ship_start_ns = t1;
+    const std::string id = r->job.id;
+    r->job.ship(*r->seq, r->result, [this, id](absl::Status s) {
+      absl::MutexLock lock(&mu);
+      shipped.emplace_back(id, std::move(s));
+      cv.Signal();
+    });
+  }
+}
+
+void PrefillCore::Impl::PublishLoad() {
+  int running = 0;
+  for (const auto& [id, r] : reqs) running += r->started ? 1 : 0;
+  absl::MutexLock lock(&mu);
+  load.queued_requests = sched->queued_requests() + static_cast<int>(incoming.size());
+  load.queued_uncached_tokens = sched->queued_uncached_tokens();
+  load.running_requests = running;
+  if (m.running != nullptr) m.running->Set(running);
+}
+
+void PrefillCore::Impl::Loop() {
+  while (true) {
+    std::deque<std::unique_ptr<Req>> new_reqs;
+    std::vector<std::string> to_cancel;
+    std::vector<std::pair<std::string, absl::Status>> done_ships;
+    {
+      const bool runnable =
+          !sched_blocked && (sched->queued_requests() > 0 || sched->in_progress_requests() > 0);
+      absl::MutexLock lock(&mu);
+      while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() && !runnable) {
+        cv.Wait(&mu);
+      }
+      if (stopping) break;
+      new_reqs.swap(incoming);
+      to_cancel.swap(cancels);
+      done_ships.swap(shipped);
+    }
+    for (auto& r : new_reqs) Accept(std::move(r));
+    for (const auto& [id, status] : done_ships) {
+      auto it = reqs.find(id);
+      if (it == reqs.end()) continue;
+      Req* r = it->second.get();
+      r->shipping = false;
+      r->result.transfer_seconds =
+          static_cast<double>(base::MonotonicNanos() - r->ship_start_ns) * 1e-9;
+      Complete(r, r->cancelled && status.ok() ? absl::CancelledError("cancelled by the caller")
+                                               : status);
+    }
+    for (const std::string& id : to_cancel) {
+      auto it = reqs.find(id);
+      if (it == reqs.end()) continue;
+      Req* r = it->second.get();
+      if (r->shipping) {
+        r->cancelled = true;  // the transfer owns the pages until it ends
+        continue;
+      }
+      sched->Cancel(id);
+      Complete(r, absl::CancelledError("cancelled by the caller"));
+    }
+    const sched::PrefillStep step = sched->NextStep(
+        base::MonotonicNanos(), [this](const sched::PrefillRequestInfo& info) {
+          return CanStart(info);
+        });
+    sched_blocked = step.empty();
+    if (!step.empty()) RunStep(step);
+    PublishLoad();
+  }
+  // Stopping: fail everything still here. Shipping requests are waited for
+  // (their transfer owns the pages).
+  std::deque<std::unique_ptr<Req>> rest;
+  {
+    absl::MutexLock lock(&mu);
+    rest.swap(incoming);
+  }
+  for (auto& r : rest) Accept(std::move(r));
+  while (true) {
+    std::vector<Req*> now;
+    bool any_shipping = false;
+    for (auto& [id, r] : reqs) {
+      if (r->shipping) {
+        any_shipping = true;
+      } else {
+        now.push_back(r.get());
+      }
+    }
+    for (Req* r : now) {
+      sched->Cancel(r->job.id);
+      Complete(r, absl::CancelledError("prefill worker stopping"));
+    }
+    if (!any_shipping) break;
+    std::vector<std::pair<std::string, absl::Status>> done_ships;
+    {
+      absl::MutexLock lock(&mu);
+      auto have = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !shipped.empty(); };
+      mu.Await(absl::Condition(&have));
+      done_ships.swap(shipped);
+    }
+    for (const auto& [id, status] : done_ships) {
+      auto it = reqs.find(id);
+      if (it == reqs.end()) continue;
+      it->second->shipping = false;
+      Complete(it->second.get(), absl::CancelledError("prefill worker stopping"));
+    }
+  }
+  PublishLoad();
+}
+
+absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCoreOptions& options) {
+  if (options.engine == nullptr || options.pools == nullptr) {
+    return absl::InvalidArgumentError("PrefillCore needs an engine and KV pools");
+  }
+  const kv::KvShape want = options.engine->config().KvShape(options.pools->shape().page_size);
+  const kv::KvShape& have = options.pools->shape();
+  if (want.Full().PageBytes() != have.Full().PageBytes() ||
+      want.Swa().PageBytes() != have.Swa().PageBytes() ||
+      want.sliding_window != have.sliding_window) {
+    return absl::InvalidArgumentError("the KV pools do not have the model's shape");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  sched::PrefillSchedulerOptions so = options.scheduler;
+  so.registry = options.registry;
+  ASSIGN_OR_RETURN(impl->sched, sched::PrefillScheduler::Create(so));
+  RETURN_IF_ERROR(impl->m.Init(options.registry));
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->Loop(); });
+  return std::unique_ptr<PrefillCore>(new PrefillCore(std::move(impl)));
+}
+
+PrefillCore::PrefillCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PrefillCore::~PrefillCore() { Stop(); }
+
+void PrefillCore::Stop() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stopping = true;
+    impl_->cv.Signal();
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+absl::Status PrefillCore::Submit(PrefillJob job) {
+  const Impl& s = *impl_;
+  if (!job.done) return absl::InvalidArgumentError("prefill job without a completion callback");
+  if (job.id.empty()) return absl::InvalidArgumentError("prefill job without an id");
+  if (job.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  const int n = static_cast<int>(job.prompt.size());
+  if (s.options.max_prompt_tokens > 0 && n > s.options.max_prompt_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("prompt of ", n, " tokens exceeds this worker's ",
+                                              s.options.max_prompt_tokens, "-token bucket"));
+  }
+  const int V = s.options.engine->config().vocab_size;
+  for (uint32_t t : job.prompt) {
+    if (t >= static_cast<uint32_t>(V)) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", t, " >= vocab size ", V));
+    }
+  }
+  RETURN_IF_ERROR(model::Sampler::Validate(job.sampling));
+  const int ps = s.options.pools->shape().page_size;
+  const int64_t pages = (n + ps - 1) / ps;
+  if (pages > s.options.pools->full().num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", n, " tokens needs ", pages, " full KV pages; this worker has ",
+        s.options.pools->full().num_pages()));
+  }
+  auto r = std::make_unique<Req>();
+  r->arrival_ns = base::MonotonicNanos();
+  r->sampler = std::make_unique<model::Sampler>(job.sampling);
+  r->job = std::move(job);
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->stopping) return absl::FailedPreconditionError("prefill core is stopping");
+  if (!impl_->ids.insert(r->job.id).second) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", r->job.id, " is already here"));
+  }
+  impl_->incoming.push_back(std::move(r));
+  impl_->cv.Signal();
+  return absl::OkStatus();
+}
+
+void PrefillCore::Cancel(const std::string& id) {
+  absl::MutexLock lock(&impl_->mu);
+  if (!impl_->ids.contains(id)) return;
+  impl_->cancels.push_back(id);
+  impl_->cv.Signal();
+}
+
+PrefillLoad PrefillCore::GetLoad() const {
+  PrefillLoad l;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    l = impl_->load;
+  }
+  l.completed_total = impl_->completed.load();
+  l.computed_tokens_total = impl_->computed_total.load();
+  l.cached_tokens_total = impl_->cached_total.load();
+  return l;
+}
+
+}  // namespace swaserve::worker

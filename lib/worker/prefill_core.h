@@ -1,0 +1,117 @@
+// The prefill worker's engine loop (ARCHITECTURE §4 step 3), without gRPC:
+// a request's prompt is matched against the prefix cache (its window-safe
+// hit locked), queued in a sched::PrefillScheduler (compute-aware priority
+// with a wait-time credit, or FCFS), computed in chunks — several requests'
+// chunks in one ragged Forward — and, after its last chunk, its first token
+// is sampled and its KV handed to the job's ship function (a UCX transfer to
+// a decode worker, or a copy into a local DecodeCore in monolithic mode).
+// When shipping is done the prompt's pages go into the prefix cache
+// (Sequence::Finish) and the job's callback gets the result.
+//
+// Memory: a request starts only when the full pages of all its uncached
+// tokens fit (free + evictable, minus what started requests still need);
+// requests that could never fit in these pools are rejected at Submit.
+//
+// Cancellation (caller gone): the request leaves the scheduler, its pages are
+// freed, its callback gets Cancelled; a request already shipping completes
+// the transfer first (the transfer owns the pages until it ends).
+//
+// Threading: one internal thread runs the loop and owns the engine calls (via
+// EngineLock), the pools, the cache and every sequence. Submit/Cancel/GetLoad
+// are thread-safe. Callbacks (ship, done) run on the loop thread and must not
+// block; a ship function calls its `shipped` continuation from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/kv/sequence.h"
+#include "lib/metrics/registry.h"
+#include "lib/model/sampling.h"
+#include "lib/sched/prefill_scheduler.h"
+#include "lib/worker/engine_lock.h"
+
+namespace swaserve::worker {
+
+struct PrefillResult {
+  model::SampledToken first_token;
+  // Final hidden state of the last prompt token (hidden_size floats): the
+  // MTP input the decode worker drafts from.
+  std::vector<float> last_hidden;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;    // served from the prefix cache
+  int computed_tokens = 0;  // computed here
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+  double transfer_seconds = 0;
+};
+
+// Ships a prefilled request's KV: reads `seq`'s pages (valid until
+// `shipped` is called) and calls `shipped` exactly once, from any thread.
+using ShipFn = std::function<void(const kv::Sequence& seq, const PrefillResult& result,
+                                  std::function<void(absl::Status)> shipped)>;
+
+struct PrefillJob {
+  std::string id;
+  std::vector<uint32_t> prompt;
+  model::SamplingOptions sampling;
+  // Null: prefill only (warm the prefix cache), no decode leg.
+  ShipFn ship;
+  // Called once on the loop thread: the result after shipping, or the error
+  // (Cancelled, ResourceExhausted, the ship error, ...).
+  std::function<void(absl::StatusOr<PrefillResult>)> done;
+};
+
+struct PrefillCoreOptions {
+  // Not owned; must outlive the core.
+  EngineLock* engine = nullptr;
+  kv::KvPools* pools = nullptr;
+  kv::PrefixCache* cache = nullptr;  // may be null: no prefix caching
+  sched::PrefillSchedulerOptions scheduler;
+  // Largest prompt accepted (the worker's length bucket upper bound); 0: any
+  // that fits in the pools.
+  int max_prompt_tokens = 0;
+  metrics::Registry* registry = nullptr;
+};
+
+struct PrefillLoad {
+  int queued_requests = 0;
+  int64_t queued_uncached_tokens = 0;
+  int running_requests = 0;  // computing or shipping
+  int64_t completed_total = 0;
+  int64_t computed_tokens_total = 0;
+  int64_t cached_tokens_total = 0;
+};
+
+class PrefillCore {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefillCore>> Create(const PrefillCoreOptions& options);
+  // Stop(): pending requests end with Cancelled.
+  ~PrefillCore();
+  PrefillCore(const PrefillCore&) = delete;
+  PrefillCore& operator=(const PrefillCore&) = delete;
+
+  // Queues a request. InvalidArgument (empty prompt, token id out of range,
+  // bad sampling, no callback), OutOfRange (longer than max_prompt_tokens),
+  // ResourceExhausted (could never fit in these pools), AlreadyExists,
+  // FailedPrecondition after Stop.
+  absl::Status Submit(PrefillJob job);
+  void Cancel(const std::string& id);
+  PrefillLoad GetLoad() const;
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit PrefillCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace swaserve::worker
