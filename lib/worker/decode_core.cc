@@ -387,7 +387,8 @@ absl::Status DecodeCore::Submit(DecodeJob job) {
   const StagedKvLayout want = StagedKvLayout::For(impl_->options.pools->shape(),
                                                   static_cast<int>(job.prompt.size()));
   const StagedKvLayout& have = job.staging->layout();
-  if (have.first_swa_token != want.first_swa_token || have.full_page_bytes != want.full_page_bytes ||
+  if (have.first_swa_token > want.first_swa_token || have.first_swa_token % have.page_size != 0 ||
+      have.full_page_bytes != want.full_page_bytes ||
       have.swa_page_bytes != want.swa_page_bytes || have.page_size != want.page_size) {
     return absl::InvalidArgumentError(absl::StrCat("request ", job.id,
                                                    ": staged KV layout does not match this "

@@ -19,10 +19,16 @@ uint8_t* AllocRegion(size_t bytes) {
 }  // namespace
 
 StagedKvLayout StagedKvLayout::For(const kv::KvShape& shape, int num_tokens) {
+  return For(shape, num_tokens,
+             kv::SwaWindowStart(num_tokens, shape.sliding_window, shape.page_size));
+}
+
+StagedKvLayout StagedKvLayout::For(const kv::KvShape& shape, int num_tokens,
+                                   int first_swa_token) {
   StagedKvLayout l;
   l.num_tokens = num_tokens;
   l.page_size = shape.page_size;
-  l.first_swa_token = kv::SwaWindowStart(num_tokens, shape.sliding_window, shape.page_size);
+  l.first_swa_token = first_swa_token;
   l.full_page_bytes = shape.Full().PageBytes();
   l.swa_page_bytes = shape.Swa().PageBytes();
   return l;
@@ -37,10 +43,9 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayou
         ", SWA from token ", layout.first_swa_token));
   }
   std::unique_ptr<KvStaging> s(new KvStaging(layout));
-  s->full_ = AllocRegion(layout.full_bytes());
-  s->swa_ = AllocRegion(layout.swa_bytes());
-  if ((layout.full_bytes() > 0 && s->full_ == nullptr) ||
-      (layout.swa_bytes() > 0 && s->swa_ == nullptr)) {
+  s->full_ = AllocRegion(layout.total_bytes());
+  s->swa_ = s->full_ + layout.full_bytes();
+  if (s->full_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", layout.total_bytes(), " bytes of KV staging for ",
         layout.num_tokens, " tokens"));
@@ -48,10 +53,7 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayou
   return s;
 }
 
-KvStaging::~KvStaging() {
-  std::free(full_);
-  std::free(swa_);
-}
+KvStaging::~KvStaging() { std::free(full_); }
 
 absl::Status CopySequenceToStaging(const kv::Sequence& seq, const kv::KvPools& pools,
                                    KvStaging* staging) {

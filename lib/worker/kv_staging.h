@@ -43,8 +43,11 @@ struct StagedKvLayout {
   size_t full_page_bytes = 0;
   size_t swa_page_bytes = 0;
 
-  // For num_tokens prompt tokens of a model with this KV shape.
+  // For num_tokens prompt tokens of a model with this KV shape, with SWA KV
+  // from kv::SwaWindowStart (the least that works) or from an explicit,
+  // page-aligned earlier token (a transfer plan's choice).
   static StagedKvLayout For(const kv::KvShape& shape, int num_tokens);
+  static StagedKvLayout For(const kv::KvShape& shape, int num_tokens, int first_swa_token);
 
   int full_pages() const { return (num_tokens + page_size - 1) / page_size; }
   int swa_pages() const { return full_pages() - first_swa_token / page_size; }
@@ -55,13 +58,17 @@ struct StagedKvLayout {
 
 class KvStaging {
  public:
-  // Allocates (page-aligned, zero-filled lazily by the OS) both regions.
+  // Allocates both regions in one page-aligned block.
   static absl::StatusOr<std::unique_ptr<KvStaging>> Create(const StagedKvLayout& layout);
   ~KvStaging();
   KvStaging(const KvStaging&) = delete;
   KvStaging& operator=(const KvStaging&) = delete;
 
   const StagedKvLayout& layout() const { return layout_; }
+  // Both regions, contiguous: [full region | SWA region] (what a transfer
+  // engine registers once).
+  uint8_t* data() { return full_; }
+  size_t size() const { return layout_.total_bytes(); }
   uint8_t* full_region() { return full_; }
   uint8_t* swa_region() { return swa_; }
   const uint8_t* full_region() const { return full_; }
