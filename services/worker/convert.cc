@@ -1,0 +1,79 @@
+#include "services/worker/convert.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace swaserve::worker_service {
+
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParams& p,
+                                                         uint64_t default_seed) {
+  model::SamplingOptions o;
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.temperature must be >= 0, got ", p.temperature()));
+  }
+  if (!std::isfinite(p.top_p()) || p.top_p() < 0 || p.top_p() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p must be in [0, 1], got ", p.top_p()));
+  }
+  if (p.top_logprobs() > 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_logprobs must be at most 20, got ", p.top_logprobs()));
+  }
+  o.temperature = p.temperature();
+  o.top_p = p.top_p() == 0 ? 1.0f : p.top_p();
+  o.top_k = static_cast<int>(std::min<uint32_t>(p.top_k(), 1u << 30));
+  o.seed = p.has_seed() ? p.seed() : default_seed;
+  o.top_logprobs = p.logprobs() ? static_cast<int>(p.top_logprobs()) : 0;
+  return o;
+}
+
+absl::StatusOr<worker::StopOptions> ToStopOptions(const v1::SamplingParams& p,
+                                                  int default_max_tokens, int max_max_tokens,
+                                                  std::vector<uint32_t> eos_ids) {
+  worker::StopOptions s;
+  const int64_t max_tokens = p.max_tokens() == 0 ? default_max_tokens : p.max_tokens();
+  if (max_tokens > max_max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.max_tokens ", max_tokens,
+                                                   " exceeds this worker's limit of ",
+                                                   max_max_tokens));
+  }
+  s.max_tokens = static_cast<int>(max_tokens);
+  s.eos_ids = std::move(eos_ids);
+  s.ignore_eos = p.ignore_eos();
+  s.stop_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.stop_strings.assign(p.stop().begin(), p.stop().end());
+  return s;
+}
+
+v1::TokenLogprob ToProto(const model::SampledToken& t) {
+  v1::TokenLogprob p;
+  p.set_token_id(t.token);
+  p.set_logprob(t.logprob);
+  for (const auto& [id, lp] : t.top) {
+    auto* a = p.add_top();
+    a->set_token_id(id);
+    a->set_logprob(lp);
+  }
+  return p;
+}
+
+model::SampledToken FromProto(const v1::TokenLogprob& p) {
+  model::SampledToken t;
+  t.token = p.token_id();
+  t.logprob = p.logprob();
+  for (const auto& a : p.top()) t.top.emplace_back(a.token_id(), a.logprob());
+  return t;
+}
+
+v1::FinishReason ToProto(worker::FinishReason r) {
+  switch (r) {
+    case worker::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case worker::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case worker::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    default: return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+}  // namespace swaserve::worker_service

@@ -1,0 +1,265 @@
+// swaserve-worker: a prefill worker, a decode worker, or both in one process
+// (--role=prefill|decode|both), serving swaserve.v1.Prefill / swaserve.v1.Decode
+// over gRPC, moving KV over UCX, exporting Prometheus metrics.
+//
+//   swaserve-worker --model=DIR --role=both --listen=127.0.0.1:0
+//                   --port_file=/tmp/w.json   # {"grpc_port": N, "metrics_port": M}
+//
+// Stops gracefully on SIGTERM/SIGINT: health goes NOT_SERVING, in-flight
+// calls drain, then everything is freed. Exit 0 after a clean stop, 1 on a
+// start-up error, 2 on bad flags.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/config.h"
+#include "lib/base/logging.h"
+#include "lib/kv/kv_metrics.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "lib/metrics/http_server.h"
+#include "lib/metrics/registry.h"
+#include "lib/model/forward.h"
+#include "lib/model/tokenizer.h"
+#include "lib/rpc/grpc_server.h"
+#include "lib/rpc/termination_signal.h"
+#include "lib/transfer/transfer_engine.h"
+#include "lib/worker/decode_core.h"
+#include "lib/worker/engine_lock.h"
+#include "lib/worker/prefill_core.h"
+#include "services/worker/decode_service.h"
+#include "services/worker/prefill_service.h"
+
+namespace swaserve {
+namespace {
+
+struct WorkerConfig {
+  std::string role = "both";
+  std::string model;
+  std::string worker_id;
+  std::string listen = "127.0.0.1:0";
+  std::string metrics_host = "127.0.0.1";
+  int64_t metrics_port = 0;
+  std::string port_file;
+  std::string log_level;
+  int64_t threads = 0;
+  int64_t page_size = 16;
+  int64_t prefill_kv_mib = 256;
+  int64_t decode_kv_mib = 256;
+  double swa_full_ratio = 0.25;
+  std::string policy = "compute_aware";
+  double aging_tokens_per_second = 1500;
+  int64_t chunk_tokens = 512;
+  int64_t step_token_budget = 2048;
+  int64_t max_requests_per_step = 8;
+  int64_t max_prompt_tokens = 0;
+  int64_t max_batch_size = 32;
+  int64_t default_max_tokens = 256;
+  int64_t max_max_tokens = 1 << 20;
+  absl::Duration commit_timeout = absl::Seconds(60);
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  std::string ucx_tls;
+  absl::Duration drain = absl::Seconds(10);
+};
+
+absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port
+        << ", \"pid\": " << getpid() << "}\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  auto signal = rpc::TerminationSignal::Create();  // first: before any thread
+  if (!signal.ok()) {
+    std::fprintf(stderr, "swaserve-worker: %s\n", signal.status().ToString().c_str());
+    return 1;
+  }
+  WorkerConfig c;
+  base::Config config("swaserve-worker",
+                      "A swaserve prefill and/or decode worker (gRPC + UCX + Prometheus).");
+  config.Add("role", &c.role, "prefill, decode or both (monolithic)")
+      .Add("model", &c.model, "checkpoint directory (config.json + safetensors); required")
+      .Add("worker_id", &c.worker_id, "registry id (default: <role>-<host>-<pid>)")
+      .Add("listen", &c.listen, "gRPC listen address host:port (port 0: any free port)")
+      .Add("metrics.host", &c.metrics_host, "Prometheus /metrics bind host")
+      .Add("metrics.port", &c.metrics_port, "Prometheus /metrics port (0: any free port)")
+      .Add("port_file", &c.port_file, "write the bound ports here as JSON once serving")
+      .Add("log_level", &c.log_level, "trace, debug, info, warn, error")
+      .Add("threads", &c.threads, "kernel threads (0: all cores)")
+      .Add("kv.page_size", &c.page_size, "tokens per KV page")
+      .Add("kv.prefill_mib", &c.prefill_kv_mib, "KV pool bytes of the prefill side (MiB)")
+      .Add("kv.decode_mib", &c.decode_kv_mib, "KV pool bytes of the decode side (MiB)")
+      .Add("kv.swa_full_ratio", &c.swa_full_ratio, "SWA pool tokens per full pool token")
+      .Add("prefill.policy", &c.policy, "compute_aware or fcfs")
+      .Add("prefill.aging_tokens_per_second", &c.aging_tokens_per_second,
+           "wait-time credit of compute-aware scheduling")
+      .Add("prefill.chunk_tokens", &c.chunk_tokens, "most tokens of one request per step")
+      .Add("prefill.step_token_budget", &c.step_token_budget, "most tokens per step")
+      .Add("prefill.max_requests_per_step", &c.max_requests_per_step, "most requests per step")
+      .Add("prefill.max_prompt_tokens", &c.max_prompt_tokens,
+           "largest prompt accepted (the length bucket's upper bound; 0: any that fits)")
+      .Add("decode.max_batch_size", &c.max_batch_size, "most requests per decode iteration")
+      .Add("decode.default_max_tokens", &c.default_max_tokens, "max_tokens when a request has 0")
+      .Add("decode.max_max_tokens", &c.max_max_tokens, "largest max_tokens accepted")
+      .Add("decode.commit_timeout", &c.commit_timeout, "how long a stream waits for its KV")
+      .Add("transfer.timeout", &c.transfer_timeout, "deadline of one KV transfer")
+      .Add("transfer.ucx_tls", &c.ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
+      .Add("drain", &c.drain, "how long in-flight calls may finish on SIGTERM");
+  base::ParseConfigOrExit(config, argc, argv);
+  const bool prefill = c.role == "prefill" || c.role == "both";
+  const bool decode = c.role == "decode" || c.role == "both";
+  auto bad = [&](const std::string& msg) {
+    std::fprintf(stderr, "swaserve-worker: %s (see --help)\n", msg.c_str());
+    return 2;
+  };
+  if (!prefill && !decode) return bad("--role must be prefill, decode or both, got " + c.role);
+  if (c.model.empty()) return bad("--model is required");
+  if (c.policy != "compute_aware" && c.policy != "fcfs") {
+    return bad("--prefill.policy must be compute_aware or fcfs, got " + c.policy);
+  }
+  if (c.worker_id.empty()) c.worker_id = absl::StrCat(c.role, "-", getpid());
+  if (absl::Status s = base::InitLogging({c.log_level, "worker"}); !s.ok()) return bad(s.ToString());
+  SWA_LOG(info, "swaserve-worker {} starting: role {}, model {}", c.worker_id, c.role, c.model);
+
+  auto fail = [](const absl::Status& s) {
+    SWA_LOG(err, "start-up failed: {}", s.ToString());
+    return 1;
+  };
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  auto engine = model::Engine::Create({c.model, static_cast<int>(c.threads)});
+  if (!engine.ok()) return fail(engine.status());
+  worker::EngineLock lock(engine->get());
+  const kv::KvShape shape = (*engine)->KvShapeFor(static_cast<int>(c.page_size));
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  if (std::filesystem::exists(c.model + "/tokenizer.json")) {
+    auto t = model::Tokenizer::Load(c.model + "/tokenizer.json");
+    if (!t.ok()) return fail(t.status());
+    tokenizer = std::move(*t);
+  }
+  transfer::TransferEngineOptions to;
+  to.name = c.worker_id;
+  to.ucx_tls = c.ucx_tls;
+  to.default_timeout = c.transfer_timeout;
+  to.registry = &registry;
+  auto transfer = transfer::TransferEngine::Create(to);
+  if (!transfer.ok()) return fail(transfer.status());
+
+  std::unique_ptr<kv::KvPools> prefill_pools, decode_pools;
+  std::unique_ptr<kv::PrefixCache> cache;
+  std::unique_ptr<kv::KvMetrics> kv_metrics;
+  std::unique_ptr<worker::PrefillCore> prefill_core;
+  std::unique_ptr<worker::DecodeCore> decode_core;
+  std::unique_ptr<worker_service::PrefillService> prefill_service;
+  std::unique_ptr<worker_service::DecodeService> decode_service;
+  std::vector<grpc::Service*> services;
+  if (prefill) {
+    auto pools = kv::KvPools::CreateForBudget(shape, c.prefill_kv_mib << 20, c.swa_full_ratio);
+    if (!pools.ok()) return fail(pools.status());
+    prefill_pools = std::move(*pools);
+    auto pc = kv::PrefixCache::Create({prefill_pools.get(), nullptr});
+    if (!pc.ok()) return fail(pc.status());
+    cache = std::move(*pc);
+    // KV metrics describe the prefill side's pools and prefix cache (the
+    // cache hit rate an SRE watches); in monolithic mode the decode pools
+    // show in swaserve_decode_* and the load reports.
+    auto km = kv::KvMetrics::Create(&registry, prefill_pools.get(), cache.get());
+    if (!km.ok()) return fail(km.status());
+    kv_metrics = std::move(*km);
+    worker::PrefillCoreOptions po;
+    po.engine = &lock;
+    po.pools = prefill_pools.get();
+    po.cache = cache.get();
+    po.scheduler.policy = c.policy == "fcfs" ? sched::PrefillSchedulerOptions::Policy::kFcfs
+                                             : sched::PrefillSchedulerOptions::Policy::kComputeAware;
+    po.scheduler.aging_tokens_per_second = c.aging_tokens_per_second;
+    po.scheduler.chunk_tokens = static_cast<int>(c.chunk_tokens);
+    po.scheduler.step_token_budget = static_cast<int>(c.step_token_budget);
+    po.scheduler.max_requests_per_step = static_cast<int>(c.max_requests_per_step);
+    po.max_prompt_tokens = static_cast<int>(c.max_prompt_tokens);
+    po.registry = &registry;
+    auto core = worker::PrefillCore::Create(po);
+    if (!core.ok()) return fail(core.status());
+    prefill_core = std::move(*core);
+    auto svc = worker_service::PrefillService::Create(
+        {c.worker_id, prefill_core.get(), transfer->get(), prefill_pools.get(),
+         c.transfer_timeout, &registry});
+    if (!svc.ok()) return fail(svc.status());
+    prefill_service = std::move(*svc);
+    services.push_back(prefill_service.get());
+  }
+  if (decode) {
+    auto pools = kv::KvPools::CreateForBudget(shape, c.decode_kv_mib << 20, c.swa_full_ratio);
+    if (!pools.ok()) return fail(pools.status());
+    decode_pools = std::move(*pools);
+    worker::DecodeCoreOptions dopt;
+    dopt.engine = &lock;
+    dopt.pools = decode_pools.get();
+    dopt.tokenizer = tokenizer.get();
+    dopt.max_batch_size = static_cast<int>(c.max_batch_size);
+    dopt.registry = &registry;
+    auto core = worker::DecodeCore::Create(dopt);
+    if (!core.ok()) return fail(core.status());
+    decode_core = std::move(*core);
+    worker_service::DecodeServiceOptions so;
+    so.worker_id = c.worker_id;
+    so.core = decode_core.get();
+    so.transfer = transfer->get();
+    so.pools = decode_pools.get();
+    for (int id : (*engine)->config().eos_token_ids) so.eos_ids.push_back(static_cast<uint32_t>(id));
+    so.default_max_tokens = static_cast<int>(c.default_max_tokens);
+    so.max_max_tokens = static_cast<int>(c.max_max_tokens);
+    so.commit_timeout = c.commit_timeout;
+    so.registry = &registry;
+    auto svc = worker_service::DecodeService::Create(so);
+    if (!svc.ok()) return fail(svc.status());
+    decode_service = std::move(*svc);
+    services.push_back(decode_service.get());
+  }
+  rpc::GrpcServerOptions go;
+  go.listen_address = c.listen;
+  go.services = services;
+  if (prefill) go.health_service_names.push_back("swaserve.v1.Prefill");
+  if (decode) go.health_service_names.push_back("swaserve.v1.Decode");
+  go.drain_deadline = c.drain;
+  auto server = rpc::GrpcServer::Create(go);
+  if (!server.ok()) return fail(server.status());
+  metrics::MetricsHttpServerOptions mo;
+  mo.host = c.metrics_host;
+  mo.port = static_cast<int>(c.metrics_port);
+  mo.registry = &registry;
+  auto http = metrics::MetricsHttpServer::Create(mo);
+  if (!http.ok()) return fail(http.status());
+  SWA_LOG(info, "{} serving gRPC on port {}, metrics on {}:{}", c.worker_id, (*server)->port(),
+          c.metrics_host, (*http)->port());
+  if (!c.port_file.empty()) {
+    if (absl::Status s = WritePortFile(c.port_file, (*server)->port(), (*http)->port()); !s.ok()) {
+      return fail(s);
+    }
+  }
+  const int signo = rpc::ServeUntilTerminated(**server, **signal);
+  SWA_LOG(info, "{} stopping (signal {})", c.worker_id, signo);
+  // Cores first (their callbacks reach the services' streams), then the rest
+  // in reverse order of creation.
+  if (prefill_core != nullptr) prefill_core->Stop();
+  if (decode_core != nullptr) decode_core->Stop();
+  (*http)->Stop();
+  return signo >= 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace swaserve
+
+int main(int argc, char** argv) { return swaserve::Run(argc, argv); }

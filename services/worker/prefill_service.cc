@@ -1,0 +1,227 @@
+#include "services/worker/prefill_service.h"
+
+#include <atomic>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/status.h"
+#include "lib/rpc/channel.h"
+#include "lib/rpc/status_conversion.h"
+#include "lib/transfer/kv_destination.h"
+#include "services/worker/convert.h"
+
+namespace swaserve::worker_service {
+
+struct PrefillService::Shared {
+  PrefillServiceOptions options;
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::Decode::Stub>> stubs ABSL_GUARDED_BY(mu);
+  std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
+  metrics::Counter* kv_bytes = nullptr;
+
+  uint64_t NextSeed() {
+    absl::MutexLock lock(&mu);
+    return seeds();
+  }
+  absl::StatusOr<v1::Decode::Stub*> StubFor(const std::string& address) {
+    absl::MutexLock lock(&mu);
+    auto it = stubs.find(address);
+    if (it != stubs.end()) return it->second.get();
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::CreateChannel(address));
+    auto stub = v1::Decode::NewStub(channel);
+    v1::Decode::Stub* raw = stub.get();
+    stubs.emplace(address, std::move(stub));
+    return raw;
+  }
+};
+
+namespace {
+
+using Shared = PrefillService::Shared;
+
+class PrefillCall final : public grpc::ServerUnaryReactor {
+ public:
+  PrefillCall(std::shared_ptr<Shared> shared, grpc::CallbackServerContext* context,
+              const v1::PrefillRequest* request, v1::PrefillResponse* response)
+      : shared_(std::move(shared)), request_(request), response_(response) {
+    absl::Status st = Start(context);
+    if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
+  }
+
+  void OnCancel() override { shared_->options.core->Cancel(request_->request_id()); }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Start(grpc::CallbackServerContext* context) {
+    const v1::PrefillRequest& req = *request_;
+    if (req.request_id().empty()) return absl::InvalidArgumentError("request_id is required");
+    if (req.token_ids().empty()) return absl::InvalidArgumentError("token_ids is required");
+    if (!req.multimodal().empty()) {
+      return absl::UnimplementedError(
+          "multimodal items need the encoder service, which this cluster does not run yet");
+    }
+    ASSIGN_OR_RETURN(sampling_, ToSamplingOptions(req.sampling(), shared_->NextSeed()));
+    if (!req.has_decode()) return Submit(std::nullopt);
+    const v1::DecodeTarget& target = req.decode();
+    if (target.has_destination()) return Submit(target.destination());
+    // Ask the decode worker for the destination first (asynchronously).
+    if (target.grpc_address().empty() || target.transfer_id().empty()) {
+      return absl::InvalidArgumentError(
+          "decode target needs a destination, or grpc_address and transfer_id");
+    }
+    ASSIGN_OR_RETURN(v1::Decode::Stub * stub, shared_->StubFor(target.grpc_address()));
+    client_ = std::make_unique<grpc::ClientContext>();
+    client_->set_deadline(context->deadline());
+    dest_request_.set_transfer_id(target.transfer_id());
+    stub->async()->GetKvDestination(
+        client_.get(), &dest_request_, &dest_response_, [this](grpc::Status s) {
+          if (!s.ok()) {
+            FinishOnce(rpc::ToGrpcStatus(rpc::ErrorWithDetail(
+                absl::StatusCode::kUnavailable, v1::ERROR_CODE_WORKER_LOST,
+                absl::StrCat("cannot get the KV destination from decode worker ",
+                             request_->decode().worker_id(), ": ", s.error_message()),
+                request_->decode().worker_id(), true)));
+            return;
+          }
+          absl::Status st = Submit(dest_response_);
+          if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
+        });
+    return absl::OkStatus();
+  }
+
+  absl::Status Submit(std::optional<v1::KvDestination> destination) {
+    const v1::PrefillRequest& req = *request_;
+    worker::PrefillJob job;
+    job.id = req.request_id();
+    job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
+    job.sampling = sampling_;
+    if (destination.has_value()) {
+      ASSIGN_OR_RETURN(transfer::Destination dest, transfer::DestinationFromProto(*destination));
+      job.ship = [shared = shared_, proto = *destination, dest = std::move(dest),
+                  bytes = &bytes_sent_, n = static_cast<int>(job.prompt.size()),
+                  worker = req.decode().worker_id()](
+                     const kv::Sequence& seq, const worker::PrefillResult& result,
+                     std::function<void(absl::Status)> shipped) {
+        absl::StatusOr<std::vector<transfer::PageCopy>> copies =
+            transfer::PlanKvCopies(seq, *shared->options.pools, proto);
+        if (!copies.ok()) return shipped(copies.status());
+        v1::CommitKvRequest commit;
+        commit.set_transfer_id(proto.transfer_id());
+        commit.set_num_tokens(n);
+        commit.set_first_token(result.first_token.token);
+        *commit.mutable_first_token_logprob() = ToProto(result.first_token);
+        commit.set_cached_tokens(result.cached_tokens);
+        v1::Tensor* h = commit.mutable_last_hidden_state();
+        h->set_dtype(v1::DTYPE_F32);
+        h->add_shape(static_cast<int64_t>(result.last_hidden.size()));
+        h->set_data(result.last_hidden.data(), result.last_hidden.size() * sizeof(float));
+        transfer::SendRequest send;
+        send.destination = dest;
+        send.copies = *std::move(copies);
+        send.commit_payload = transfer::EncodeCommitPayload(commit);
+        send.timeout = shared->options.transfer_timeout;
+        shared->options.transfer->Send(
+            std::move(send), [shipped, bytes, shared, worker](
+                                 absl::StatusOr<transfer::SendResult> r) {
+              if (r.ok()) {
+                bytes->store(r->bytes);
+                if (shared->kv_bytes != nullptr) shared->kv_bytes->Increment(r->bytes);
+                shipped(absl::OkStatus());
+              } else {
+                shipped(rpc::ErrorWithDetail(r.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
+                                             absl::StrCat("KV transfer to decode worker ", worker,
+                                                          " failed: ", r.status().message()),
+                                             worker, /*retryable=*/true));
+              }
+            });
+      };
+    }
+    job.done = [this](absl::StatusOr<worker::PrefillResult> r) {
+      if (!r.ok()) {
+        FinishOnce(rpc::ToGrpcStatus(r.status()));
+        return;
+      }
+      response_->set_request_id(request_->request_id());
+      response_->set_first_token(r->first_token.token);
+      response_->set_cached_tokens(r->cached_tokens);
+      response_->set_computed_tokens(r->computed_tokens);
+      response_->set_kv_bytes_sent(bytes_sent_.load());
+      response_->set_queue_seconds(r->queue_seconds);
+      response_->set_compute_seconds(r->compute_seconds);
+      response_->set_transfer_seconds(r->transfer_seconds);
+      FinishOnce(grpc::Status::OK);
+    };
+    return shared_->options.core->Submit(std::move(job));
+  }
+
+  void FinishOnce(const grpc::Status& s) {
+    if (finished_.exchange(true)) return;
+    Finish(s);
+  }
+
+  std::shared_ptr<Shared> shared_;
+  const v1::PrefillRequest* request_;
+  v1::PrefillResponse* response_;
+  model::SamplingOptions sampling_;
+  std::unique_ptr<grpc::ClientContext> client_;
+  v1::GetKvDestinationRequest dest_request_;
+  v1::KvDestination dest_response_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
+    const PrefillServiceOptions& options) {
+  if (options.core == nullptr || options.transfer == nullptr || options.pools == nullptr) {
+    return absl::InvalidArgumentError("PrefillService needs a core, a transfer engine and pools");
+  }
+  auto shared = std::make_shared<Shared>();
+  shared->options = options;
+  if (options.registry != nullptr) {
+    ASSIGN_OR_RETURN(auto* b, options.registry->AddCounter(
+                                  "swaserve_prefill_kv_sent_bytes_total",
+                                  "KV bytes shipped to decode workers (acknowledged)."));
+    shared->kv_bytes = &b->WithLabels();
+  }
+  return std::unique_ptr<PrefillService>(new PrefillService(std::move(shared)));
+}
+
+PrefillService::~PrefillService() = default;
+
+grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
+                                                  const v1::PrefillRequest* request,
+                                                  v1::PrefillResponse* response) {
+  return new PrefillCall(shared_, context, request, response);
+}
+
+v1::WorkerLoad PrefillService::Load() const {
+  const worker::PrefillLoad l = shared_->options.core->GetLoad();
+  v1::WorkerLoad w;
+  w.set_worker_id(shared_->options.worker_id);
+  w.set_role(v1::ROLE_PREFILL);
+  w.set_queued_requests(l.queued_requests);
+  w.set_queued_uncached_tokens(l.queued_uncached_tokens);
+  w.set_running_requests(l.running_requests);
+  const kv::KvPools& p = *shared_->options.pools;
+  w.set_free_full_pages(p.full().num_free());
+  w.set_total_full_pages(p.full().num_pages());
+  w.set_free_swa_pages(p.swa().num_free());
+  w.set_total_swa_pages(p.swa().num_pages());
+  w.set_timestamp_ms(absl::ToUnixMillis(absl::Now()));
+  return w;
+}
+
+grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* context,
+                                                  const v1::GetLoadRequest*,
+                                                  v1::WorkerLoad* response) {
+  *response = Load();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace swaserve::worker_service

@@ -1,0 +1,330 @@
+// Real swaserve-worker processes on loopback: a prefill worker and a decode
+// worker (KV over real UCX), and a monolithic --role=both worker. A test
+// client plays the router: Decode() first (gets the KV destination), then
+// Prefill() with it, then reads the token stream.
+//
+// Checks: greedy outputs identical to a straight-line in-process reference
+// and between monolithic and disaggregated runs, with and without prefix
+// hits, for 50 random prompts of mixed lengths sent concurrently; a client
+// cancelling mid-stream frees everything; a decode worker killed mid-request
+// gives a clear error to prefill's caller within bounded time, with no leak
+// in prefill.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
+#include "lib/kv/sequence.h"
+#include "lib/model/checkpoint.h"
+#include "lib/model/forward.h"
+#include "lib/model/sampling.h"
+#include "lib/rpc/channel.h"
+#include "lib/rpc/deadline.h"
+#include "swaserve/v1/worker.grpc.pb.h"
+
+namespace swaserve {
+namespace {
+
+struct Worker {
+  std::unique_ptr<base::Subprocess> process;
+  std::string address;
+  int metrics_port = 0;
+  std::string id;
+  std::unique_ptr<v1::Decode::Stub> decode;
+  std::unique_ptr<v1::Prefill::Stub> prefill;
+};
+
+class DisaggregatedTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(*base::MakeTempDir("worker-it"));
+    auto config = model::BuiltinConfig("tiny", 256);
+    ASSERT_TRUE(config.ok());
+    ASSERT_TRUE(model::WriteRandomCheckpoint(*config, 5, *dir_ + "/model").ok());
+    auto engine = model::Engine::Create({*dir_ + "/model", 1});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = engine->release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // Starts a worker and waits until it serves.
+  static std::unique_ptr<Worker> StartWorker(const std::string& role, const std::string& id,
+                                             std::vector<std::string> extra = {}) {
+    auto w = std::make_unique<Worker>();
+    w->id = id;
+    const std::string port_file = absl::StrCat(*dir_, "/", id, ".json");
+    std::filesystem::remove(port_file);
+    base::SubprocessOptions o;
+    o.argv = {SWASERVE_WORKER_BIN, "--model=" + *dir_ + "/model", "--role=" + role,
+              "--worker_id=" + id, "--port_file=" + port_file, "--threads=1",
+              "--kv.page_size=4", "--prefill.chunk_tokens=32", "--prefill.step_token_budget=96",
+              "--kv.prefill_mib=16", "--kv.decode_mib=16", "--drain=2s",
+              "--transfer.timeout=5s", "--decode.commit_timeout=20s"};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.log_path = absl::StrCat(*dir_, "/", id, ".log");
+    o.stop_grace = absl::Seconds(10);
+    auto p = base::Subprocess::Start(o);
+    EXPECT_TRUE(p.ok()) << p.status();
+    w->process = std::move(*p);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!std::filesystem::exists(port_file) && absl::Now() < deadline) {
+      if (!w->process->Running()) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!std::filesystem::exists(port_file)) {
+      ADD_FAILURE() << id << " did not start:\n" << w->process->ReadLog();
+      return w;
+    }
+    std::ifstream in(port_file);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    w->address = absl::StrCat("127.0.0.1:", j["grpc_port"].get<int>());
+    w->metrics_port = j["metrics_port"].get<int>();
+    auto channel = rpc::CreateChannel(w->address);
+    EXPECT_TRUE(channel.ok());
+    w->decode = v1::Decode::NewStub(*channel);
+    w->prefill = v1::Prefill::NewStub(*channel);
+    return w;
+  }
+
+  // Greedy generation, straight-line, in this process.
+  static std::vector<uint32_t> Reference(const std::vector<uint32_t>& prompt, int n) {
+    auto pools = *kv::KvPools::Create({engine_->config().KvShape(4), 512, 512, true});
+    kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
+    model::ForwardOutput out;
+    EXPECT_TRUE(seq.Append(static_cast<int>(prompt.size())).ok());
+    model::ForwardItem item{&seq, prompt, 0, false};
+    EXPECT_TRUE(engine_->Forward({&item, 1}, &out).ok());
+    std::vector<uint32_t> gen{model::Argmax(out.logits)};
+    while (static_cast<int>(gen.size()) < n) {
+      EXPECT_TRUE(seq.Append(1).ok());
+      model::ForwardItem step{&seq, absl::MakeConstSpan(&gen.back(), 1), seq.length() - 1, false};
+      EXPECT_TRUE(engine_->Forward({&step, 1}, &out).ok());
+      gen.push_back(model::Argmax(out.logits));
+    }
+    return gen;
+  }
+
+  struct Result {
+    grpc::Status decode_status;
+    grpc::Status prefill_status;
+    v1::PrefillResponse prefill;
+    std::vector<uint32_t> tokens;
+    v1::Usage usage;
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  };
+
+  // Plays the router for one request: Decode on `d`, Prefill on `p`.
+  // `cancel_after` > 0: the client cancels the stream after that many tokens.
+  static Result Generate(Worker& p, Worker& d, const std::string& id,
+                         const std::vector<uint32_t>& prompt, int max_tokens,
+                         int cancel_after = 0) {
+    Result r;
+    grpc::ClientContext dctx;
+    dctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::DecodeRequest dreq;
+    dreq.set_request_id(id);
+    dreq.set_transfer_id("t-" + id);
+    for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
+    dreq.mutable_sampling()->set_max_tokens(max_tokens);
+    auto stream = d.decode->Decode(&dctx, dreq);
+    v1::DecodeResponse first;
+    if (!stream->Read(&first) || !first.has_kv_destination()) {
+      r.decode_status = stream->Finish();
+      return r;
+    }
+    std::thread prefill([&] {
+      grpc::ClientContext pctx;
+      pctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      v1::PrefillRequest preq;
+      preq.set_request_id(id);
+      for (uint32_t t : prompt) preq.add_token_ids(t);
+      preq.mutable_sampling()->set_max_tokens(max_tokens);
+      v1::DecodeTarget* target = preq.mutable_decode();
+      target->set_worker_id(d.id);
+      target->set_grpc_address(d.address);
+      target->set_transfer_id("t-" + id);
+      *target->mutable_destination() = first.kv_destination();
+      r.prefill_status = p.prefill->Prefill(&pctx, preq, &r.prefill);
+    });
+    v1::DecodeResponse msg;
+    while (stream->Read(&msg)) {
+      for (uint32_t t : msg.tokens().token_ids()) r.tokens.push_back(t);
+      if (msg.tokens().finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        r.finish = msg.tokens().finish_reason();
+        r.usage = msg.tokens().usage();
+      }
+      if (cancel_after > 0 && static_cast<int>(r.tokens.size()) >= cancel_after) {
+        dctx.TryCancel();
+      }
+    }
+    r.decode_status = stream->Finish();
+    prefill.join();
+    return r;
+  }
+
+  static double Metric(const Worker& w, const std::string& line_prefix) {
+    std::string out;
+    auto rc = base::RunCommand({"curl", "-s", absl::StrCat("http://127.0.0.1:", w.metrics_port,
+                                                            "/metrics")},
+                               &out, absl::Seconds(10));
+    EXPECT_TRUE(rc.ok() && *rc == 0);
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(line_prefix + " ", 0) == 0) return std::stod(line.substr(line_prefix.size() + 1));
+    }
+    ADD_FAILURE() << "no metric " << line_prefix;
+    return -1;
+  }
+
+  static std::string* dir_;
+  static model::Engine* engine_;
+};
+
+std::string* DisaggregatedTest::dir_ = nullptr;
+model::Engine* DisaggregatedTest::engine_ = nullptr;
+
+TEST_F(DisaggregatedTest, GreedyOutputsIdenticalMonolithicAndDisaggregated) {
+  auto prefill = StartWorker("prefill", "p1");
+  auto decode = StartWorker("decode", "d1");
+  auto both = StartWorker("both", "m1");
+  ASSERT_FALSE(prefill->address.empty());
+  ASSERT_FALSE(decode->address.empty());
+  ASSERT_FALSE(both->address.empty());
+  std::mt19937 rng(99);
+  const std::vector<uint32_t> base_prompt = [&] {
+    std::vector<uint32_t> b(48);
+    for (auto& t : b) t = rng() % 256;
+    return b;
+  }();
+  std::vector<std::vector<uint32_t>> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < 50; ++i) {
+    std::vector<uint32_t> p;
+    if (i % 2 == 0) p = base_prompt;  // shared prefix: prefix hits later on
+    const int n = 1 + rng() % (i % 5 == 0 ? 300 : 60);
+    for (int k = 0; k < n; ++k) p.push_back(rng() % 256);
+    prompts.push_back(p);
+    max_tokens.push_back(1 + rng() % 10);
+  }
+  std::vector<Result> disagg(50), mono(50);
+  // Concurrent batches of 10 (batch compositions vary with timing).
+  for (int wave = 0; wave < 5; ++wave) {
+    std::vector<std::thread> threads;
+    for (int i = wave * 10; i < wave * 10 + 10; ++i) {
+      threads.emplace_back([&, i] {
+        disagg[i] = Generate(*prefill, *decode, absl::StrCat("d", i), prompts[i], max_tokens[i]);
+      });
+      threads.emplace_back([&, i] {
+        mono[i] = Generate(*both, *both, absl::StrCat("m", i), prompts[i], max_tokens[i]);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  int hits = 0;
+  for (int i = 0; i < 50; ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " (", prompts[i].size(), " tokens)"));
+    ASSERT_TRUE(disagg[i].prefill_status.ok()) << disagg[i].prefill_status.error_message();
+    ASSERT_TRUE(disagg[i].decode_status.ok()) << disagg[i].decode_status.error_message();
+    ASSERT_TRUE(mono[i].decode_status.ok()) << mono[i].decode_status.error_message();
+    const std::vector<uint32_t> ref = Reference(prompts[i], max_tokens[i]);
+    EXPECT_EQ(disagg[i].tokens, ref);
+    EXPECT_EQ(mono[i].tokens, ref);
+    EXPECT_EQ(disagg[i].finish, v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(disagg[i].usage.completion_tokens(), static_cast<uint32_t>(max_tokens[i]));
+    EXPECT_EQ(disagg[i].usage.prompt_tokens(), prompts[i].size());
+    EXPECT_EQ(disagg[i].prefill.first_token(), ref[0]);
+    EXPECT_GT(disagg[i].prefill.kv_bytes_sent(), 0u);
+    hits += disagg[i].usage.cached_tokens() > 0;
+  }
+  EXPECT_GT(hits, 5) << "prefix hits were not exercised";
+  // Nothing in use on either side afterwards (cached pages may remain).
+  EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0);
+  v1::WorkerLoad load;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(decode->decode->GetLoad(&ctx, v1::GetLoadRequest(), &load).ok());
+  EXPECT_EQ(load.free_full_pages(), load.total_full_pages());
+  EXPECT_EQ(load.running_requests(), 0u);
+  for (auto* w : {prefill.get(), decode.get(), both.get()}) {
+    auto rc = w->process->Stop();
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0) << w->id << " did not stop cleanly:\n" << w->process->ReadLog();
+  }
+}
+
+TEST_F(DisaggregatedTest, ClientCancelMidStreamFreesBothSides) {
+  auto prefill = StartWorker("prefill", "p2");
+  auto decode = StartWorker("decode", "d2");
+  std::vector<uint32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 7) % 256;
+  Result r = Generate(*prefill, *decode, "c1", prompt, 100000, /*cancel_after=*/5);
+  EXPECT_EQ(r.decode_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(r.prefill_status.ok()) << r.prefill_status.error_message();
+  // The decode side lets go of everything.
+  v1::WorkerLoad load;
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(decode->decode->GetLoad(&ctx, v1::GetLoadRequest(), &load).ok());
+    if (load.running_requests() == 0 && load.free_full_pages() == load.total_full_pages()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(load.running_requests(), 0u);
+  EXPECT_EQ(load.free_full_pages(), load.total_full_pages());
+  EXPECT_EQ(load.free_swa_pages(), load.total_swa_pages());
+  EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0);
+}
+
+TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
+  auto prefill = StartWorker("prefill", "p3");
+  auto decode = StartWorker("decode", "d3");
+  std::vector<uint32_t> prompt(3000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 13 + 1) % 256;
+  // Get a destination, kill the decode worker, then ask prefill to ship to it.
+  grpc::ClientContext dctx;
+  v1::DecodeRequest dreq;
+  dreq.set_request_id("k1");
+  dreq.set_transfer_id("t-k1");
+  for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
+  dreq.mutable_sampling()->set_max_tokens(4);
+  auto stream = decode->decode->Decode(&dctx, dreq);
+  v1::DecodeResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  ASSERT_TRUE(first.has_kv_destination());
+  ASSERT_TRUE(decode->process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(decode->process->Wait(absl::Seconds(10)).ok());
+  grpc::ClientContext pctx;
+  v1::PrefillRequest preq;
+  preq.set_request_id("k1");
+  for (uint32_t t : prompt) preq.add_token_ids(t);
+  v1::DecodeTarget* target = preq.mutable_decode();
+  target->set_worker_id(decode->id);
+  target->set_transfer_id("t-k1");
+  *target->mutable_destination() = first.kv_destination();
+  v1::PrefillResponse presp;
+  const absl::Time t0 = absl::Now();
+  grpc::Status s = prefill->prefill->Prefill(&pctx, preq, &presp);
+  const absl::Duration took = absl::Now() - t0;
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find("KV transfer to decode worker d3 failed"), std::string::npos)
+      << s.error_message();
+  EXPECT_LT(took, absl::Seconds(30)) << "failure not bounded in time";
+  EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0);
+  EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"swa\",state=\"in_use\"}"), 0);
+  // Prefill still serves.
+  grpc::ClientContext lctx;
+  v1::WorkerLoad load;
+  ASSERT_TRUE(prefill->prefill->GetLoad(&lctx, v1::GetLoadRequest(), &load).ok());
+  EXPECT_EQ(load.running_requests(), 0u);
+}
+
+}  // namespace
+}  // namespace swaserve
