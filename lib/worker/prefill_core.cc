@@ -34,6 +34,11 @@ struct Req {
   bool started = false;
   bool shipping = false;
   bool cancelled = false;  // while shipping
+  // MTP over the prompt: per MTP layer k, the rows (layer k-1's output, or
+  // the main model's hidden state for k = 0) of consecutive positions from
+  // mtp_next[k] on whose MTP-k step waits for the token at p + 1 + k.
+  std::vector<std::vector<float>> mtp_rows;
+  std::vector<int> mtp_next;
 };
 
 struct Metrics {
@@ -115,6 +120,14 @@ struct PrefillCore::Impl {
   std::vector<bool> item_last;
 
   void Loop();
+  // Runs the MTP layers over every prompt position whose inputs are known
+  // (tokens up to `known`, exclusive; `extra` is the token at index
+  // prompt.size() once sampled) after `hidden` rows for positions
+  // [first, first + rows) of the main model were computed.
+  absl::Status RunMtp(Req& r, const float* hidden, int first, int rows, int known,
+                      uint32_t extra);
+  std::vector<uint32_t> mtp_tokens;
+  model::ForwardOutput mtp_out;
   void Accept(std::unique_ptr<Req> r);
   bool CanStart(const sched::PrefillRequestInfo& info);
   void RunStep(const sched::PrefillStep& step);
@@ -222,7 +235,8 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     item_last.push_back(c.last);
   }
   if (items.empty()) return;
-  absl::Status st = options.engine->Forward(items, &out);
+  const int K = options.engine->config().num_mtp_layers;
+  absl::Status st = options.engine->Forward(items, &out, /*keep_all_hidden=*/K > 0);
   if (!st.ok()) {
     SWA_LOG(err, "prefill: forward failed: {}", st.ToString());
     for (Req* r : item_reqs) {
@@ -238,15 +252,35 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   }
   const int V = options.engine->config().vocab_size;
   const int H = options.engine->config().hidden_size;
+  int row0 = 0;
+  std::vector<Req*> failed;
   for (size_t i = 0; i < items.size(); ++i) {
     Req* r = item_reqs[i];
+    const int rows = static_cast<int>(items[i].tokens.size());
+    const int first_row = row0;
+    row0 += rows;
     r->result.compute_seconds += static_cast<double>(t1 - t0) * 1e-9;
+    uint32_t first_token = 0;
+    if (item_last[i]) {
+      const float* row = out.logits.data() + static_cast<size_t>(out.first_row[i]) * V;
+      r->result.first_token = r->sampler->Sample(absl::MakeConstSpan(row, V));
+      first_token = r->result.first_token.token;
+    }
+    if (K > 0) {
+      const int end = items[i].start + rows;
+      absl::Status ms = RunMtp(*r, out.all_hidden.data() + static_cast<size_t>(first_row) * H,
+                               items[i].start, rows, item_last[i] ? end + 1 : end, first_token);
+      if (!ms.ok()) {
+        SWA_LOG(err, "prefill: MTP forward failed: {}", ms.ToString());
+        if (!item_last[i]) sched->Cancel(r->job.id);
+        failed.push_back(r);
+        continue;
+      }
+    }
     if (!item_last[i]) {
       r->seq->TrimWindow();  // release SWA pages behind the window early
       continue;
     }
-    const float* row = out.logits.data() + static_cast<size_t>(out.first_row[i]) * V;
-    r->result.first_token = r->sampler->Sample(absl::MakeConstSpan(row, V));
     r->result.last_hidden.assign(out.last_hidden.begin() + i * H,
                                  out.last_hidden.begin() + (i + 1) * H);
     r->result.queue_seconds = static_cast<double>(r->start_ns - r->arrival_ns) * 1e-9;
@@ -266,6 +300,54 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
       cv.Signal();
     });
   }
+  for (Req* r : failed) Complete(r, absl::InternalError("MTP forward over the prompt failed"));
+}
+
+absl::Status PrefillCore::Impl::RunMtp(Req& r, const float* hidden, int first, int rows,
+                                       int known, uint32_t extra) {
+  const int K = options.engine->config().num_mtp_layers;
+  const int H = options.engine->config().hidden_size;
+  const int n = static_cast<int>(r.job.prompt.size());
+  if (r.mtp_rows.empty()) {
+    // The first computed position. Positions before it come from a prefix
+    // hit, MTP KV included (for the hit's last k + 1 positions that KV was
+    // computed with the inserting request's next tokens: MTP drafts from
+    // there may differ, which costs acceptance, never correctness, since
+    // the main model verifies every draft).
+    r.mtp_rows.resize(K);
+    r.mtp_next.assign(K, first);
+  }
+  auto token_at = [&](int idx) { return idx < n ? r.job.prompt[idx] : extra; };
+  // Layer 0's inputs: the main hidden states of this chunk.
+  if (r.mtp_next[0] + static_cast<int>(r.mtp_rows[0].size() / H) != first) {
+    return absl::InternalError("MTP rows out of order");
+  }
+  r.mtp_rows[0].insert(r.mtp_rows[0].end(), hidden, hidden + static_cast<size_t>(rows) * H);
+  for (int k = 0; k < K; ++k) {
+    std::vector<float>& pending = r.mtp_rows[k];
+    const int have = static_cast<int>(pending.size() / H);
+    const int p0 = r.mtp_next[k];
+    // Positions p in [p0, p0 + have) with token p + 1 + k known.
+    const int ready = std::max(0, std::min(have, known - 1 - k - p0));
+    if (ready == 0) continue;
+    mtp_tokens.resize(ready);
+    for (int j = 0; j < ready; ++j) mtp_tokens[j] = token_at(p0 + j + 1 + k);
+    model::ForwardItem item{r.seq.get(), mtp_tokens, p0, false};
+    RETURN_IF_ERROR(options.engine->ForwardMtp(
+        k, {&item, 1}, absl::MakeConstSpan(pending.data(), static_cast<size_t>(ready) * H),
+        &mtp_out));
+    if (k + 1 < K) {
+      std::vector<float>& next = r.mtp_rows[k + 1];
+      if (r.mtp_next[k + 1] + static_cast<int>(next.size() / H) != p0) {
+        return absl::InternalError("MTP layer rows out of order");
+      }
+      next.insert(next.end(), mtp_out.all_hidden.begin(),
+                  mtp_out.all_hidden.begin() + static_cast<size_t>(ready) * H);
+    }
+    pending.erase(pending.begin(), pending.begin() + static_cast<size_t>(ready) * H);
+    r.mtp_next[k] = p0 + ready;
+  }
+  return absl::OkStatus();
 }
 
 void PrefillCore::Impl::PublishLoad() {

@@ -5,6 +5,9 @@
 // chunks in one ragged Forward — and, after its last chunk, its first token
 // is sampled and its KV handed to the job's ship function (a UCX transfer to
 // a decode worker, or a copy into a local DecodeCore in monolithic mode).
+// The model's MTP layers run over the prompt too, chunk by chunk (layer k at
+// position p once the token at p + 1 + k is known, the first generated token
+// included), so their KV for the last window ships with the rest.
 // When shipping is done the prompt's pages go into the prefix cache
 // (Sequence::Finish) and the job's callback gets the result.
 //

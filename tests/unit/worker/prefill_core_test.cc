@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "lib/worker/local_ship.h"
 #include "tests/unit/worker/test_model.h"
@@ -158,6 +159,93 @@ TEST_F(Pipeline, GreedyOutputsEqualTheReferenceWithAndWithoutPrefixHits) {
   }
   EXPECT_GT(with_hits, 10) << "the test did not exercise prefix hits";
   EXPECT_EQ(prefill_->GetLoad().completed_total, 50);
+}
+
+// The MTP layers run over the prompt chunk by chunk; the KV shipped (SWA
+// region: SWA and MTP layers; full region) equals a straight-line run that
+// prefills the whole prompt at once and then runs each MTP layer over every
+// position whose next tokens are known.
+TEST_F(Pipeline, MtpKvOverThePromptMatchesAStraightLineRun) {
+  Start(4096, 4096);
+  const model::ModelConfig& cfg = testing::TestEngine().config();
+  ASSERT_GE(cfg.num_mtp_layers, 2);
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(77, 61);
+  const int n = static_cast<int>(prompt.size());
+  // Straight line.
+  auto pools = testing::NewPools(256, 256);
+  kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
+  ASSERT_TRUE(seq.Append(n).ok());
+  model::ForwardOutput out;
+  model::ForwardItem item{&seq, prompt, 0, false};
+  ASSERT_TRUE(testing::TestEngine().Forward({&item, 1}, &out, true).ok());
+  const uint32_t first = model::Argmax(out.logits);
+  std::vector<uint32_t> all = prompt;
+  all.push_back(first);
+  std::vector<float> hidden = out.all_hidden;
+  for (int k = 0; k < cfg.num_mtp_layers; ++k) {
+    const int m = n - k;  // positions [0, n - k): token p + 1 + k <= n known
+    std::vector<uint32_t> tokens(all.begin() + 1 + k, all.begin() + 1 + k + m);
+    model::ForwardItem mi{&seq, tokens, 0, false};
+    model::ForwardOutput mo;
+    ASSERT_TRUE(testing::TestEngine()
+                    .ForwardMtp(k, {&mi, 1},
+                                absl::MakeConstSpan(hidden.data(), static_cast<size_t>(m) * cfg.hidden_size),
+                                &mo)
+                    .ok());
+    hidden = mo.all_hidden;
+  }
+  auto want = KvStaging::Create(StagedKvLayout::For(pools->shape(), n));
+  ASSERT_TRUE(want.ok());
+  ASSERT_TRUE(CopySequenceToStaging(seq, *pools, want->get()).ok());
+  // Through PrefillCore, 16-token chunks.
+  absl::Notification shipped;
+  std::unique_ptr<KvStaging> got;
+  PrefillJob j;
+  j.id = "mtp";
+  j.prompt = prompt;
+  j.ship = [&](const kv::Sequence& s, const PrefillResult& r, std::function<void(absl::Status)> done) {
+    EXPECT_EQ(r.first_token.token, first);
+    got = *KvStaging::Create(StagedKvLayout::For(prefill_pools_->shape(), n));
+    done(CopySequenceToStaging(s, *prefill_pools_, got.get()));
+    shipped.Notify();
+  };
+  absl::Notification finished;
+  j.done = [&](absl::StatusOr<PrefillResult> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    finished.Notify();
+  };
+  ASSERT_TRUE(prefill_->Submit(std::move(j)).ok());
+  ASSERT_TRUE(shipped.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_EQ(got->size(), (*want)->size());
+  // Compare every (layer, token) slot that was computed: all full layers and
+  // SWA layers and MTP layer 0 for every token, MTP layer k up to n - 1 - k
+  // (its later positions need drafted tokens). Other slots were never written.
+  const kv::KvShape& shape = prefill_pools_->shape();
+  const StagedKvLayout& l = got->layout();
+  auto compare = [&](const kv::PoolGeometry& g, const uint8_t* a, const uint8_t* b, int layer,
+                     int from, int to, int first_token, const char* what) {
+    const size_t k_bytes = static_cast<size_t>(g.num_kv_heads) * g.k_head_dim * kv::DTypeSize(g.dtype);
+    const size_t v_bytes = static_cast<size_t>(g.num_kv_heads) * g.v_head_dim * kv::DTypeSize(g.dtype);
+    for (int t = from; t < to; ++t) {
+      const size_t page = static_cast<size_t>((t - first_token) / g.page_size) * g.PageBytes();
+      const size_t slot = t % g.page_size;
+      const size_t ko = page + g.KOffset(layer) + slot * g.KTokenStride();
+      const size_t vo = page + g.VOffset(layer) + slot * g.VTokenStride();
+      ASSERT_EQ(std::memcmp(a + ko, b + ko, k_bytes), 0) << what << " layer " << layer << " token " << t << " K";
+      ASSERT_EQ(std::memcmp(a + vo, b + vo, v_bytes), 0) << what << " layer " << layer << " token " << t << " V";
+    }
+  };
+  const kv::PoolGeometry fg = shape.Full(), sg = shape.Swa();
+  for (int layer = 0; layer < fg.num_layers; ++layer) {
+    compare(fg, got->full_region(), (*want)->full_region(), layer, 0, n, 0, "full");
+  }
+  for (int layer = 0; layer < sg.num_layers; ++layer) {
+    const int k = layer - cfg.num_swa_layers();  // MTP layer index, or < 0
+    const int to = k <= 0 ? n : n - k;
+    compare(sg, got->swa_region(), (*want)->swa_region(), layer, l.first_swa_token, to,
+            l.first_swa_token, k >= 0 ? "MTP" : "SWA");
+  }
 }
 
 TEST_F(Pipeline, TwoHundredConcurrentRequestsComplete) {

@@ -1,5 +1,6 @@
 #include "tests/unit/worker/test_model.h"
 
+#include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -26,6 +27,12 @@ std::unique_ptr<kv::KvPools> NewPools(int full_pages, int swa_pages) {
   auto pools = kv::KvPools::Create(
       {TestEngine().config().KvShape(kPage), full_pages, swa_pages, true});
   EXPECT_TRUE(pools.ok()) << pools.status();
+  // Zeroed, so that token slots nothing wrote compare equal across pools.
+  for (kv::PagePool* pool : {&(*pools)->full(), &(*pools)->swa()}) {
+    for (int64_t p = 0; p < pool->num_pages(); ++p) {
+      std::memset(pool->PageData(static_cast<kv::PageId>(p)), 0, pool->page_bytes());
+    }
+  }
   return std::move(*pools);
 }
 
