@@ -17,8 +17,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/cluster/redis_client.h"
+#include "lib/cluster/worker_registration.h"
 #include "lib/kv/kv_metrics.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
@@ -65,6 +69,45 @@ struct WorkerConfig {
   absl::Duration transfer_timeout = absl::Seconds(30);
   std::string ucx_tls;
   absl::Duration drain = absl::Seconds(10);
+  std::string redis;
+  std::string cluster = "default";
+  std::string advertise_host = "127.0.0.1";
+  std::string model_name = "swaserve";
+  int64_t bucket = 0;
+  int64_t bucket_min_tokens = 0;
+};
+
+// Forwards prefix-cache events to the registration once it exists (the
+// cache is created first; at start-up it is empty, so nothing is lost).
+class CacheEventForwarder {
+ public:
+  void Set(cluster::WorkerRegistration* reg) {
+    absl::MutexLock lock(&mu_);
+    reg_ = reg;
+  }
+  void operator()(const kv::CacheEvent& e) {
+    absl::MutexLock lock(&mu_);
+    if (reg_ == nullptr) return;
+    // The router's index tracks full KV by chained page hash (a prefix walk
+    // needs every page of the path); SWA tombstoning and healing only change
+    // where a window-safe hit can end, which the worker settles at match
+    // time, so they are not published.
+    switch (e.type) {
+      case kv::CacheEvent::Type::kStored:
+        reg_->PublishCacheEvent(true, e.hashes);
+        break;
+      case kv::CacheEvent::Type::kRemoved:
+        reg_->PublishCacheEvent(false, e.hashes);
+        break;
+      case kv::CacheEvent::Type::kSwaStored:
+      case kv::CacheEvent::Type::kSwaRemoved:
+        break;
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  cluster::WorkerRegistration* reg_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
@@ -117,7 +160,14 @@ int Run(int argc, char** argv) {
       .Add("decode.commit_timeout", &c.commit_timeout, "how long a stream waits for its KV")
       .Add("transfer.timeout", &c.transfer_timeout, "deadline of one KV transfer")
       .Add("transfer.ucx_tls", &c.ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
-      .Add("drain", &c.drain, "how long in-flight calls may finish on SIGTERM");
+      .Add("drain", &c.drain, "how long in-flight calls may finish on SIGTERM")
+      .Add("redis", &c.redis, "Redis host:port for cluster membership (empty: standalone)")
+      .Add("cluster", &c.cluster, "cluster name (Redis key prefix)")
+      .Add("advertise_host", &c.advertise_host, "host other processes reach this worker at")
+      .Add("model_name", &c.model_name, "served model name (registry record)")
+      .Add("bucket", &c.bucket, "length bucket index of this prefill worker")
+      .Add("bucket_min_tokens", &c.bucket_min_tokens,
+           "smallest prompt of this worker's bucket (the largest is prefill.max_prompt_tokens)");
   base::ParseConfigOrExit(config, argc, argv);
   const bool prefill = c.role == "prefill" || c.role == "both";
   const bool decode = c.role == "decode" || c.role == "both";
@@ -157,6 +207,7 @@ int Run(int argc, char** argv) {
   auto transfer = transfer::TransferEngine::Create(to);
   if (!transfer.ok()) return fail(transfer.status());
 
+  CacheEventForwarder forwarder;
   std::unique_ptr<kv::KvPools> prefill_pools, decode_pools;
   std::unique_ptr<kv::PrefixCache> cache;
   std::unique_ptr<kv::KvMetrics> kv_metrics;
@@ -169,7 +220,8 @@ int Run(int argc, char** argv) {
     auto pools = kv::KvPools::CreateForBudget(shape, c.prefill_kv_mib << 20, c.swa_full_ratio);
     if (!pools.ok()) return fail(pools.status());
     prefill_pools = std::move(*pools);
-    auto pc = kv::PrefixCache::Create({prefill_pools.get(), nullptr});
+    auto pc = kv::PrefixCache::Create(
+        {prefill_pools.get(), [&forwarder](const kv::CacheEvent& e) { forwarder(e); }});
     if (!pc.ok()) return fail(pc.status());
     cache = std::move(*pc);
     // KV metrics describe the prefill side's pools and prefix cache (the
@@ -228,7 +280,14 @@ int Run(int argc, char** argv) {
     decode_service = std::move(*svc);
     services.push_back(decode_service.get());
   }
+  std::unique_ptr<cluster::RedisClient> redis;
+  std::unique_ptr<cluster::WorkerRegistration> registration;
   rpc::GrpcServerOptions go;
+  // Leave the registry first, so routers stop sending while calls drain.
+  go.on_drain_start = [&] {
+    forwarder.Set(nullptr);
+    if (registration != nullptr) registration->Stop();
+  };
   go.listen_address = c.listen;
   go.services = services;
   if (prefill) go.health_service_names.push_back("swaserve.v1.Prefill");
@@ -249,8 +308,60 @@ int Run(int argc, char** argv) {
       return fail(s);
     }
   }
+  // Cluster membership (optional): the record, load reports, cache events.
+  if (!c.redis.empty()) {
+    std::vector<std::string> hp = absl::StrSplit(c.redis, ':');
+    int port = 0;
+    if (hp.size() != 2 || !absl::SimpleAtoi(hp[1], &port)) {
+      return fail(absl::InvalidArgumentError("--redis must be host:port, got " + c.redis));
+    }
+    cluster::RedisOptions ro;
+    ro.host = hp[0];
+    ro.port = port;
+    ro.metrics = &registry;
+    auto rc = cluster::RedisClient::Create(ro);
+    if (!rc.ok()) return fail(rc.status());
+    redis = std::move(*rc);
+    cluster::WorkerRegistrationOptions wo;
+    wo.redis = redis.get();
+    wo.cluster = c.cluster;
+    wo.info.id = c.worker_id;
+    wo.info.role = prefill && decode ? v1::ROLE_BOTH : prefill ? v1::ROLE_PREFILL : v1::ROLE_DECODE;
+    wo.info.model = c.model_name;
+    wo.info.bucket = static_cast<int32_t>(c.bucket);
+    wo.info.bucket_min_tokens = c.bucket_min_tokens;
+    wo.info.bucket_max_tokens = c.max_prompt_tokens;
+    wo.info.grpc_address = absl::StrCat(c.advertise_host, ":", (*server)->port());
+    wo.info.ucx_address = (*transfer)->worker_address();
+    wo.info.page_size = static_cast<int32_t>(c.page_size);
+    const kv::KvPools* pools = prefill ? prefill_pools.get() : decode_pools.get();
+    wo.info.full_pages = pools->full().num_pages();
+    wo.info.swa_pages = pools->swa().num_pages();
+    wo.info.max_running_requests = static_cast<int32_t>(c.max_batch_size);
+    wo.load_fn = [&]() {
+      // A monolithic worker reports prefill's queue and decode's batch.
+      v1::WorkerLoad l = prefill ? prefill_service->Load() : decode_service->Load();
+      if (prefill && decode) {
+        const v1::WorkerLoad d = decode_service->Load();
+        l.set_running_requests(l.running_requests() + d.running_requests());
+        l.set_staged_requests(d.staged_requests());
+      }
+      return l;
+    };
+    wo.metrics = &registry;
+    auto reg = cluster::WorkerRegistration::Create(std::move(wo));
+    if (!reg.ok()) return fail(reg.status());
+    registration = std::move(*reg);
+    forwarder.Set(registration.get());
+    if (!registration->WaitRegistered(absl::Seconds(5))) {
+      SWA_LOG(warn, "{}: Redis at {} not reachable yet; serving, will register when it is",
+              c.worker_id, c.redis);
+    }
+  }
   const int signo = rpc::ServeUntilTerminated(**server, **signal);
   SWA_LOG(info, "{} stopping (signal {})", c.worker_id, signo);
+  forwarder.Set(nullptr);
+  if (registration != nullptr) registration->Stop();  // idempotent
   // Cores first (their callbacks reach the services' streams), then the rest
   // in reverse order of creation.
   if (prefill_core != nullptr) prefill_core->Stop();

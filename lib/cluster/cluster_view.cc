@@ -1,0 +1,137 @@
+#include "lib/cluster/cluster_view.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/logging.h"
+#include "lib/base/status.h"
+
+namespace swaserve::cluster {
+namespace {
+
+// KEYS[1] = the worker set; ARGV[1] = the record key prefix.
+// Returns {id1, {field, value, ...}, id2, {...}, ...} for live records and
+// removes ids whose record has expired from the set.
+const RedisScript& ListWorkersScript() {
+  static const RedisScript* script = new RedisScript{"list_workers", R"lua(
+local ids = redis.call('SMEMBERS', KEYS[1])
+local out = {}
+for _, id in ipairs(ids) do
+  local record = redis.call('HGETALL', ARGV[1] .. id)
+  if #record == 0 then
+    redis.call('SREM', KEYS[1], id)
+  else
+    out[#out + 1] = id
+    out[#out + 1] = record
+  end
+end
+return out
+)lua"};
+  return *script;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Create(
+    const ClusterViewOptions& options) {
+  if (options.redis == nullptr) {
+    return absl::InvalidArgumentError("ClusterViewOptions: redis is required");
+  }
+  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster));
+  ASSIGN_OR_RETURN(std::unique_ptr<PrefixIndex> index,
+                   PrefixIndex::Create(options.redis, keys, options.index));
+  return absl::WrapUnique(
+      new ClusterView(options.redis, std::move(keys), std::move(index)));
+}
+
+absl::StatusOr<std::vector<WorkerInfo>> ClusterView::ListWorkers() {
+  const std::string set_key = keys_.WorkersKey();
+  const std::string record_prefix = keys_.WorkerKeyPrefix();
+  ASSIGN_OR_RETURN(
+      RedisReply reply,
+      redis_->Evalsha(ListWorkersScript(), absl::MakeConstSpan(&set_key, 1),
+                      absl::MakeConstSpan(&record_prefix, 1), "list_workers"));
+  if (!reply.is_array() || reply.elements.size() % 2 != 0) {
+    return absl::InternalError(
+        absl::StrCat("list_workers: unexpected reply ", reply.DebugString()));
+  }
+  std::vector<WorkerInfo> workers;
+  for (size_t i = 0; i < reply.elements.size(); i += 2) {
+    const RedisReply& id = reply.elements[i];
+    const RedisReply& record = reply.elements[i + 1];
+    if (!record.is_array() || record.elements.size() % 2 != 0) {
+      return absl::InternalError(absl::StrCat(
+          "list_workers: unexpected record ", record.DebugString()));
+    }
+    std::vector<std::pair<std::string, std::string>> fields;
+    for (size_t j = 0; j < record.elements.size(); j += 2) {
+      fields.emplace_back(record.elements[j].str, record.elements[j + 1].str);
+    }
+    absl::StatusOr<WorkerInfo> info = DecodeWorkerInfo(fields);
+    if (!info.ok()) {
+      SWA_LOG(warn, "cluster: skipping worker record {}: {}", id.str,
+              info.status().ToString());
+      continue;
+    }
+    workers.push_back(*std::move(info));
+  }
+  std::sort(
+      workers.begin(), workers.end(),
+      [](const WorkerInfo& a, const WorkerInfo& b) { return a.id < b.id; });
+  return workers;
+}
+
+absl::StatusOr<std::vector<std::optional<swaserve::v1::WorkerLoad>>>
+ClusterView::GetLoads(absl::Span<const std::string> ids) {
+  std::vector<std::optional<swaserve::v1::WorkerLoad>> loads(ids.size());
+  if (ids.empty()) return loads;
+  RedisCommand mget = {"MGET"};
+  for (const std::string& id : ids) {
+    RETURN_IF_ERROR(ValidateName(id, "worker id"));
+    mget.push_back(keys_.LoadKey(id));
+  }
+  ASSIGN_OR_RETURN(RedisReply reply, redis_->Command(mget, "get_loads"));
+  if (!reply.is_array() || reply.elements.size() != ids.size()) {
+    return absl::InternalError(
+        absl::StrCat("get_loads: unexpected reply ", reply.DebugString()));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RedisReply& r = reply.elements[i];
+    if (r.is_nil()) continue;
+    swaserve::v1::WorkerLoad load;
+    if (r.type != RedisReply::Type::kString || !load.ParseFromString(r.str)) {
+      SWA_LOG(warn, "cluster: undecodable load report of worker {}", ids[i]);
+      continue;
+    }
+    loads[i] = std::move(load);
+  }
+  return loads;
+}
+
+absl::StatusOr<std::vector<int64_t>> ClusterView::MatchPrefixes(
+    absl::Span<const uint64_t> hashes,
+    absl::Span<const std::string> candidates) {
+  return index_->Match(hashes, candidates);
+}
+
+absl::Status ClusterView::RecordDispatch(absl::string_view worker_id,
+                                         absl::Span<const uint64_t> hashes) {
+  return index_->RecordDispatch(worker_id, hashes);
+}
+
+absl::Status ClusterView::ForgetWorker(absl::string_view worker_id) {
+  RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  std::vector<RedisCommand> commands = {
+      {"DEL", keys_.WorkerKey(worker_id), keys_.LoadKey(worker_id),
+       keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id)},
+      {"SREM", keys_.WorkersKey(), std::string(worker_id)},
+  };
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   redis_->Pipeline(commands, "forget_worker"));
+  for (const RedisReply& r : replies) RETURN_IF_ERROR(r.ToStatus());
+  return absl::OkStatus();
+}
+
+}  // namespace swaserve::cluster

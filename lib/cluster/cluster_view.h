@@ -1,0 +1,94 @@
+// ClusterView: the router's read (and dispatch-record) side of the cluster
+// state in Redis (issue 7; ARCHITECTURE §4–§5). It holds no state of its own
+// beyond what Redis has, so any number of router replicas see the same
+// workers, loads and prefix index, and a new replica routes as well as an old
+// one.
+//
+//   ASSIGN_OR_RETURN(auto view, ClusterView::Create({.redis = redis.get()}));
+//   ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers, view->ListWorkers());
+//   ASSIGN_OR_RETURN(auto loads, view->GetLoads(ids));            // 1 RTT
+//   ASSIGN_OR_RETURN(auto depths, view->MatchPrefixes(hashes, ids));  // 1 RTT
+//   ... pick a worker ...
+//   view->RecordDispatch(chosen, hashes);   // predicted entries
+//
+// Every call is one Redis round trip and returns Unavailable when Redis is
+// down, so the caller can fall back (e.g. route by load alone). Latency and
+// errors are measured by the RedisClient (swaserve_redis_seconds{op} with op
+// list_workers, get_loads, match_prefixes, record_dispatch, forget_worker).
+//
+// Ownership: does not own the RedisClient (must outlive the view).
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/prefix_index.h"
+#include "lib/cluster/redis_client.h"
+#include "swaserve/v1/common.pb.h"
+
+namespace swaserve::cluster {
+
+struct ClusterViewOptions {
+  // Required; not owned.
+  RedisClient* redis = nullptr;
+  // Cluster name (key_schema.h). Default "default".
+  std::string cluster = "default";
+  // predicted_ttl and max_entries_per_worker apply to RecordDispatch.
+  PrefixIndexOptions index;
+};
+
+class ClusterView {
+ public:
+  static absl::StatusOr<std::unique_ptr<ClusterView>> Create(
+      const ClusterViewOptions& options);
+
+  // Every worker whose record is live, sorted by id (one round trip; ids
+  // whose record expired are removed from the worker set on the way).
+  // Records that cannot be decoded are skipped with a warning.
+  absl::StatusOr<std::vector<WorkerInfo>> ListWorkers();
+
+  // The latest load report of each id (aligned with `ids`); nullopt when the
+  // worker has not reported within its load TTL. One round trip (MGET).
+  absl::StatusOr<std::vector<std::optional<swaserve::v1::WorkerLoad>>> GetLoads(
+      absl::Span<const std::string> ids);
+
+  // For each candidate: how many leading pages of `hashes` (chained page
+  // hashes of a prompt, in order) it holds per the index (prefix_index.h).
+  // One round trip (EVALSHA).
+  absl::StatusOr<std::vector<int64_t>> MatchPrefixes(
+      absl::Span<const uint64_t> hashes,
+      absl::Span<const std::string> candidates);
+
+  // Records that `hashes` were dispatched to `worker_id`: pages it does not
+  // hold yet get predicted entries for predicted_ttl (prefix_index.h), so
+  // sibling requests find them before the worker's own events arrive. One
+  // round trip; may run after the dispatch, off the request's path.
+  absl::Status RecordDispatch(absl::string_view worker_id,
+                              absl::Span<const uint64_t> hashes);
+
+  // Removes a worker's record, load report and index entries (an operator
+  // action, or a router that found the worker dead before its TTL lapsed).
+  absl::Status ForgetWorker(absl::string_view worker_id);
+
+  PrefixIndex& index() { return *index_; }
+  const KeySchema& keys() const { return keys_; }
+
+ private:
+  ClusterView(RedisClient* redis, KeySchema keys,
+              std::unique_ptr<PrefixIndex> index)
+      : redis_(redis), keys_(std::move(keys)), index_(std::move(index)) {}
+
+  RedisClient* const redis_;
+  const KeySchema keys_;
+  std::unique_ptr<PrefixIndex> index_;
+};
+
+}  // namespace swaserve::cluster

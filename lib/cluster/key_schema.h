@@ -1,0 +1,125 @@
+// The Redis key schema of the cluster state (ARCHITECTURE §5), and the
+// encoding of what lives under each key. Every key starts with
+// "swaserve:v1:<cluster>:" — v1 is the schema version (bump it when an
+// encoding below changes incompatibly, so old and new processes never read
+// each other's data) and <cluster> lets several clusters (or tests) share one
+// Redis.
+//
+//   <p>workers            SET of worker ids that registered. Discovery reads
+//                         it; members whose record has expired are removed by
+//                         the reader (ClusterView::ListWorkers).
+//   <p>worker:<id>        HASH, the worker's record (WorkerInfo, fields
+//                         below), PEXPIRE record_ttl, refreshed by the
+//                         heartbeat. Its absence means the worker is dead.
+//   <p>load:<id>          STRING, a serialized swaserve.v1.WorkerLoad, SET
+//                         with PX load_ttl several times a second.
+//   <p>prefix:<id>        SET of chained page hashes (8 bytes, big-endian)
+//                         the worker holds, from its own cache events (the
+//                         authoritative part of the prefix-affinity index);
+//                         PEXPIRE index_ttl, refreshed by events and
+//                         heartbeats. See prefix_index.h.
+//   <p>predicted:<id>     ZSET of page hashes dispatched to the worker by
+//                         routers, score = expiry in Unix ms on the Redis
+//                         server's clock; the key expires with its latest
+//                         member.
+//
+// Record fields (HASH <p>worker:<id>; all values are decimal text unless
+// noted; readers ignore unknown fields and default missing optional ones):
+//   id, role (swaserve.v1.Role name, e.g. "ROLE_PREFILL"), model,
+//   bucket (length-bucket index), bucket_min_tokens, bucket_max_tokens,
+//   grpc_address ("host:port"), ucx_address (raw bytes of the packed UCX
+//   worker address), page_size, full_pages, swa_pages, max_running_requests,
+//   started_at_ms (Unix ms), incarnation (16 hex digits, random per process
+//   start: a new value means the worker restarted and lost its cache).
+//
+// Worker ids and cluster names: 1–200 characters of [A-Za-z0-9._:-] (they
+// are parts of key names).
+//
+// Pure functions and value types; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "swaserve/v1/common.pb.h"
+
+namespace swaserve::cluster {
+
+// Schema version, part of every key.
+inline constexpr absl::string_view kSchemaVersion = "v1";
+
+// OK when `id` is a valid worker id (or cluster name); InvalidArgument
+// naming `what` and the offending value otherwise.
+absl::Status ValidateName(absl::string_view id, absl::string_view what);
+
+// Builds the keys of one cluster.
+class KeySchema {
+ public:
+  // `cluster` must pass ValidateName (Create checks it).
+  static absl::StatusOr<KeySchema> Create(absl::string_view cluster);
+
+  const std::string& prefix() const { return prefix_; }
+  std::string WorkersKey() const { return prefix_ + "workers"; }
+  // The record key of `id` is WorkerKeyPrefix() + id.
+  std::string WorkerKeyPrefix() const { return prefix_ + "worker:"; }
+  std::string WorkerKey(absl::string_view id) const;
+  std::string LoadKey(absl::string_view id) const;
+  std::string PrefixKey(absl::string_view id) const;
+  std::string PredictedKey(absl::string_view id) const;
+
+ private:
+  explicit KeySchema(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::string prefix_;
+};
+
+// A chained page hash as a prefix-index member: 8 bytes, big-endian.
+std::string EncodePageHash(uint64_t hash);
+// Inverse of EncodePageHash; InvalidArgument unless `bytes` is 8 bytes long.
+absl::StatusOr<uint64_t> DecodePageHash(absl::string_view bytes);
+// EncodePageHash of each.
+std::vector<std::string> EncodePageHashes(const std::vector<uint64_t>& hashes);
+// EncodePageHash of each, concatenated (8 bytes per hash): how scripts
+// receive lists of page hashes.
+std::string PackPageHashes(absl::Span<const uint64_t> hashes);
+
+// What a worker registers.
+struct WorkerInfo {
+  std::string id;
+  swaserve::v1::Role role = swaserve::v1::ROLE_UNSPECIFIED;
+  // Served model name.
+  std::string model;
+  // Length bucket: index and prompt-token bounds [min, max).
+  int32_t bucket = 0;
+  int64_t bucket_min_tokens = 0;
+  int64_t bucket_max_tokens = 0;
+  // Where its gRPC service listens, "host:port".
+  std::string grpc_address;
+  // Packed UCX worker address (opaque bytes; empty when it has none).
+  std::string ucx_address;
+  // Capacity: tokens per KV page, KV pages per pool, batch limit.
+  int32_t page_size = 0;
+  int64_t full_pages = 0;
+  int64_t swa_pages = 0;
+  int32_t max_running_requests = 0;
+  // When the process started (Unix ms) and its random incarnation.
+  int64_t started_at_ms = 0;
+  uint64_t incarnation = 0;
+
+  bool operator==(const WorkerInfo&) const = default;
+};
+
+// The record as HASH field/value pairs (field order fixed).
+std::vector<std::pair<std::string, std::string>> EncodeWorkerInfo(
+    const WorkerInfo& info);
+// Parses HGETALL output (field, value, field, value, ...). InvalidArgument
+// naming the field when a value is malformed or `id`/`role` are missing.
+absl::StatusOr<WorkerInfo> DecodeWorkerInfo(
+    const std::vector<std::pair<std::string, std::string>>& fields);
+
+}  // namespace swaserve::cluster

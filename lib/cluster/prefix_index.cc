@@ -1,0 +1,303 @@
+#include "lib/cluster/prefix_index.h"
+
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
+
+namespace swaserve::cluster {
+namespace {
+
+// Every script takes page hashes packed: one ARGV string of 8-byte members
+// (PackPageHashes). One 64 KiB argument instead of 8192 small ones is far
+// cheaper to format, send and parse, and members are cut out with
+// string.sub only as far as a script needs them. Commands get at most 4000
+// members at a time (Lua's unpack limit is about 8000 values).
+
+// KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET.
+// ARGV[1] = index_ttl ms, ARGV[2] = cap of the SET (0 = none), then one
+// pair per op: kind ("S" stored, "R" removed, "C" cleared), packed hashes.
+// Returns the SET's size afterwards.
+const RedisScript& ApplyScript() {
+  static const RedisScript* script = new RedisScript{"prefix_apply", R"lua(
+local set, pred = KEYS[1], KEYS[2]
+local cap = tonumber(ARGV[2])
+local sub = string.sub
+for i = 3, #ARGV, 2 do
+  local kind = ARGV[i]
+  local packed = ARGV[i + 1]
+  local n = #packed / 8
+  if kind == 'C' then
+    redis.call('DEL', set, pred)
+  elseif kind == 'S' or kind == 'R' then
+    local j = 1
+    while j <= n do
+      local last = math.min(n, j + 3999)
+      local members = {}
+      for m = j, last do members[#members + 1] = sub(packed, m * 8 - 7, m * 8) end
+      if kind == 'S' then
+        redis.call('SADD', set, unpack(members))
+      else
+        redis.call('SREM', set, unpack(members))
+        redis.call('ZREM', pred, unpack(members))
+      end
+      j = last + 1
+    end
+  else
+    return redis.error_reply('prefix_apply: unknown op kind ' .. kind)
+  end
+end
+local size = redis.call('SCARD', set)
+if cap > 0 and size > cap then
+  redis.call('SPOP', set, size - cap)
+  size = cap
+end
+if size > 0 then
+  redis.call('PEXPIRE', set, ARGV[1])
+end
+return size
+)lua"};
+  return *script;
+}
+
+// KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET.
+// ARGV[1] = predicted_ttl ms, ARGV[2] = cap of the ZSET (0 = none),
+// ARGV[3] = packed hashes. Returns the ZSET's size afterwards.
+const RedisScript& DispatchScript() {
+  static const RedisScript* script = new RedisScript{"prefix_dispatch", R"lua(
+local set, pred = KEYS[1], KEYS[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = tostring(now + tonumber(ARGV[1]))
+local cap = tonumber(ARGV[2])
+local packed = ARGV[3]
+local n = #packed / 8
+local sub = string.sub
+redis.call('ZREMRANGEBYSCORE', pred, '-inf', now)
+local j = 1
+while j <= n do
+  local last = math.min(n, j + 1999)
+  local members = {}
+  for m = j, last do members[#members + 1] = sub(packed, m * 8 - 7, m * 8) end
+  local held = redis.call('SMISMEMBER', set, unpack(members))
+  local args = {}
+  for k = 1, #members do
+    if held[k] == 0 then
+      args[#args + 1] = expiry
+      args[#args + 1] = members[k]
+    end
+  end
+  if #args > 0 then
+    redis.call('ZADD', pred, 'GT', unpack(args))
+  end
+  j = last + 1
+end
+local size = redis.call('ZCARD', pred)
+if cap > 0 and size > cap then
+  redis.call('ZPOPMIN', pred, size - cap)
+  size = cap
+end
+local top = redis.call('ZRANGE', pred, -1, -1, 'WITHSCORES')
+if top[2] then
+  redis.call('PEXPIREAT', pred, top[2])
+end
+return size
+)lua"};
+  return *script;
+}
+
+// KEYS = per candidate its SET and ZSET (2 keys each); ARGV[1] = the
+// prompt's packed page hashes in prefix order. Returns, per candidate, the
+// number of leading pages it holds. Members are cut out of ARGV[1] once, on
+// demand, and shared by the candidates.
+const RedisScript& MatchScript() {
+  static const RedisScript* script = new RedisScript{"prefix_match", R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local packed = ARGV[1]
+local n = #packed / 8
+local sub = string.sub
+local members = {}
+local cut = 0
+local result = {}
+for c = 1, #KEYS / 2 do
+  local set, pred = KEYS[2 * c - 1], KEYS[2 * c]
+  local has_pred = redis.call('EXISTS', pred) == 1
+  local depth = 0
+  local chunk = 32
+  local open = true
+  while open and depth < n do
+    local first = depth + 1
+    local last = math.min(n, depth + chunk)
+    for i = cut + 1, last do members[i] = sub(packed, i * 8 - 7, i * 8) end
+    if last > cut then cut = last end
+    local held = redis.call('SMISMEMBER', set, unpack(members, first, last))
+    local len = last - first + 1
+    local k = 1
+    while k <= len and held[k] == 1 do k = k + 1 end
+    if k <= len and has_pred then
+      -- The SET lacks page k: continue through predicted entries.
+      local k0 = k
+      local scores = redis.call('ZMSCORE', pred,
+                                unpack(members, first + k0 - 1, last))
+      while k <= len do
+        local s = scores[k - k0 + 1]
+        if held[k] == 1 or (s and tonumber(s) > now) then
+          k = k + 1
+        else
+          break
+        end
+      end
+    end
+    if k <= len then open = false end
+    depth = depth + k - 1
+    if chunk < 2048 then chunk = chunk * 4 end
+  end
+  result[c] = depth
+end
+return result
+)lua"};
+  return *script;
+}
+
+// KEYS[1] = SET, KEYS[2] = ZSET; returns {SET size, live ZSET entries}.
+const RedisScript& SizesScript() {
+  static const RedisScript* script = new RedisScript{"prefix_sizes", R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {redis.call('SCARD', KEYS[1]),
+        redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')}
+)lua"};
+  return *script;
+}
+
+}  // namespace
+
+absl::Status ValidatePrefixIndexOptions(const PrefixIndexOptions& options) {
+  if (options.index_ttl < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(
+        "PrefixIndexOptions.index_ttl must be >= 1 ms");
+  }
+  if (options.predicted_ttl < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(
+        "PrefixIndexOptions.predicted_ttl must be >= 1 ms");
+  }
+  if (options.max_entries_per_worker < 0 ||
+      options.max_predicted_per_worker < 0) {
+    return absl::InvalidArgumentError(
+        "PrefixIndexOptions.max_entries_per_worker and "
+        "max_predicted_per_worker must be >= 0 (0: unbounded)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PrefixIndex>> PrefixIndex::Create(
+    RedisClient* redis, const KeySchema& keys,
+    const PrefixIndexOptions& options) {
+  if (redis == nullptr) {
+    return absl::InvalidArgumentError("PrefixIndex: redis client is null");
+  }
+  RETURN_IF_ERROR(ValidatePrefixIndexOptions(options));
+  return absl::WrapUnique(new PrefixIndex(redis, keys, options));
+}
+
+absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
+                                           absl::Span<const CacheEventOp> ops,
+                                           absl::string_view op) {
+  RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  std::vector<std::string> args;
+  args.reserve(2 + 2 * ops.size());
+  args.push_back(absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl)));
+  args.push_back(absl::StrCat(options_.max_entries_per_worker));
+  for (const CacheEventOp& e : ops) {
+    switch (e.kind) {
+      case CacheEventOp::Kind::kStored:
+        args.push_back("S");
+        args.push_back(PackPageHashes(e.hashes));
+        break;
+      case CacheEventOp::Kind::kRemoved:
+        args.push_back("R");
+        args.push_back(PackPageHashes(e.hashes));
+        break;
+      case CacheEventOp::Kind::kCleared:
+        args.push_back("C");
+        args.push_back("");
+        break;
+    }
+  }
+  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
+                                         keys_.PredictedKey(worker_id)};
+  ASSIGN_OR_RETURN(RedisReply reply,
+                   redis_->Evalsha(ApplyScript(), keys, args, op));
+  return reply.AsInteger();
+}
+
+absl::Status PrefixIndex::RecordDispatch(absl::string_view worker_id,
+                                         absl::Span<const uint64_t> hashes) {
+  RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  if (hashes.empty()) return absl::OkStatus();
+  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
+                                         keys_.PredictedKey(worker_id)};
+  const std::vector<std::string> args = {
+      absl::StrCat(absl::ToInt64Milliseconds(options_.predicted_ttl)),
+      absl::StrCat(options_.max_predicted_per_worker), PackPageHashes(hashes)};
+  return redis_->Evalsha(DispatchScript(), keys, args, "record_dispatch")
+      .status();
+}
+
+absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
+    absl::Span<const uint64_t> hashes,
+    absl::Span<const std::string> candidates) {
+  std::vector<std::string> keys;
+  keys.reserve(2 * candidates.size());
+  for (const std::string& id : candidates) {
+    RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
+    keys.push_back(keys_.PrefixKey(id));
+    keys.push_back(keys_.PredictedKey(id));
+  }
+  std::vector<int64_t> depths(candidates.size(), 0);
+  if (candidates.empty() || hashes.empty()) return depths;
+  const std::string packed = PackPageHashes(hashes);
+  ASSIGN_OR_RETURN(
+      RedisReply reply,
+      redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(&packed, 1),
+                      "match_prefixes"));
+  if (!reply.is_array() || reply.elements.size() != candidates.size()) {
+    return absl::InternalError(absl::StrCat("prefix_match: expected ",
+                                            candidates.size(), " depths, got ",
+                                            reply.DebugString()));
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    ASSIGN_OR_RETURN(depths[i], reply.elements[i].AsInteger());
+  }
+  return depths;
+}
+
+absl::Status PrefixIndex::Clear(absl::string_view worker_id) {
+  RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  return redis_
+      ->Command(
+          {"DEL", keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id)},
+          "prefix_clear")
+      .status();
+}
+
+absl::StatusOr<PrefixIndexSizes> PrefixIndex::Sizes(
+    absl::string_view worker_id) {
+  RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
+                                         keys_.PredictedKey(worker_id)};
+  ASSIGN_OR_RETURN(RedisReply reply,
+                   redis_->Evalsha(SizesScript(), keys, {}, "prefix_sizes"));
+  if (!reply.is_array() || reply.elements.size() != 2) {
+    return absl::InternalError(
+        absl::StrCat("prefix_sizes: unexpected reply ", reply.DebugString()));
+  }
+  PrefixIndexSizes sizes;
+  ASSIGN_OR_RETURN(sizes.authoritative, reply.elements[0].AsInteger());
+  ASSIGN_OR_RETURN(sizes.predicted, reply.elements[1].AsInteger());
+  return sizes;
+}
+
+}  // namespace swaserve::cluster

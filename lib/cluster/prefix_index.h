@@ -1,0 +1,135 @@
+// PrefixIndex: the prefix-affinity index in Redis (ARCHITECTURE §4–§5):
+// which workers hold the KV of which chained page hashes (base/hash.h), so a
+// router can find, for every candidate worker, how many leading pages of a
+// prompt that worker has cached — in one round trip.
+//
+// Two kinds of entries per worker (key_schema.h), as in NVIDIA Dynamo's KV
+// router (an event-fed index plus a short-TTL "predicted" side index):
+//   authoritative  <p>prefix:<id>     SET of page hashes (8 bytes each).
+//                  Written only from the worker's own cache events: stored
+//                  -> SADD, removed -> SREM, cleared -> DEL. It mirrors the
+//                  worker's cache, so entries need no per-entry TTL: the
+//                  worker removes what it evicts. The key expires index_ttl
+//                  after the worker's last event or heartbeat (the heartbeat
+//                  refreshes it), so a dead worker leaves nothing behind.
+//   predicted      <p>predicted:<id>  ZSET page hash -> expiry (Unix ms on
+//                  the Redis server's clock: scripts read TIME, so hosts
+//                  need no synchronized clocks). Written by routers on
+//                  dispatch (RecordDispatch) for pages the worker does not
+//                  hold yet; live while expiry > now; ZADD GT only ever
+//                  extends an expiry. Bridges the time until the worker's
+//                  stored events arrive, so sibling requests co-locate.
+// A page is held by a worker when it is in its SET or live in its ZSET. A
+// removed event deletes the page from both.
+//
+// Bounds: predicted entries by predicted_ttl and max_predicted_per_worker
+// (the entries closest to expiry are evicted first); authoritative entries
+// by the worker's cache (its events), index_ttl after it dies, and
+// max_entries_per_worker (a safety valve against lost removal events:
+// random eviction beyond it). Memory is roughly 50 bytes per authoritative
+// entry and 100 per predicted one. Keep Redis' maxmemory-policy at
+// noeviction (size maxmemory above workers x bounds): allkeys-* policies
+// could evict worker records.
+//
+// Match: a Lua script (loaded once, EVALSHA) receives each candidate's two
+// keys and the prompt's page hashes in prefix order, packed into one
+// argument (PackPageHashes) and cut apart lazily. Per candidate it checks
+// pages in growing chunks (32, 128, 512, then 2048 at a time) with
+// SMISMEMBER (integer replies: cheap), consults the predicted ZSET
+// (ZMSCORE) only from the first page the SET lacks and only when the
+// worker has predictions, and stops at the first page held neither way. So
+// the work is proportional to the matched depth, not the prompt, and a
+// candidate with nothing cached costs two O(1) calls. The result is exact:
+// depth(c) is the largest d such that pages 0..d-1 are all held by c.
+//
+// The index lives in one Redis instance (scripts touch several keys; Redis
+// Cluster is not supported). Ownership: does not own the RedisClient, which
+// must outlive it. Thread-safety: thread-safe (stateless over the client).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "lib/cluster/cache_event_queue.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/redis_client.h"
+
+namespace swaserve::cluster {
+
+struct PrefixIndexOptions {
+  // A worker's authoritative entries disappear this long after its last
+  // cache event or heartbeat (WorkerRegistration refreshes it). Default
+  // 20 min.
+  absl::Duration index_ttl = absl::Minutes(20);
+  // Lifetime of a predicted entry (RecordDispatch). Default 60 s.
+  absl::Duration predicted_ttl = absl::Seconds(60);
+  // Safety bound on a worker's authoritative entries (random eviction
+  // beyond it); 0 means unbounded. Default 2^20 pages (16M tokens at 16 per
+  // page), above the KV capacity of one worker including host memory.
+  int64_t max_entries_per_worker = int64_t{1} << 20;
+  // Bound on a worker's predicted entries (closest to expiry evicted first);
+  // 0 means unbounded. Default 2^18.
+  int64_t max_predicted_per_worker = int64_t{1} << 18;
+};
+
+// Checks the options; InvalidArgument names the bad field.
+absl::Status ValidatePrefixIndexOptions(const PrefixIndexOptions& options);
+
+// Entry counts of one worker (see PrefixIndex::Sizes).
+struct PrefixIndexSizes {
+  int64_t authoritative = 0;
+  int64_t predicted = 0;  // live ones
+};
+
+class PrefixIndex {
+ public:
+  // `redis` is not owned and must outlive the index.
+  static absl::StatusOr<std::unique_ptr<PrefixIndex>> Create(
+      RedisClient* redis, const KeySchema& keys,
+      const PrefixIndexOptions& options);
+
+  // Applies a worker's cache events (authoritative), in order, in one
+  // script call, and refreshes its index_ttl. Returns the number of
+  // authoritative entries afterwards. `op` labels the Redis metrics.
+  absl::StatusOr<int64_t> Apply(absl::string_view worker_id,
+                                absl::Span<const CacheEventOp> ops,
+                                absl::string_view op = "cache_events");
+
+  // Records that `hashes` were dispatched to `worker_id`: pages it does not
+  // hold get predicted entries living predicted_ttl (existing predictions
+  // are extended, never shortened). One round trip.
+  absl::Status RecordDispatch(absl::string_view worker_id,
+                              absl::Span<const uint64_t> hashes);
+
+  // For each candidate (in order): the number of leading `hashes` that
+  // worker holds. One round trip. No candidates: empty; no hashes: all zero
+  // (no round trip).
+  absl::StatusOr<std::vector<int64_t>> Match(
+      absl::Span<const uint64_t> hashes,
+      absl::Span<const std::string> candidates);
+
+  // Deletes every entry of `worker_id`.
+  absl::Status Clear(absl::string_view worker_id);
+
+  // Entry counts of `worker_id` (tests, debugging tools).
+  absl::StatusOr<PrefixIndexSizes> Sizes(absl::string_view worker_id);
+
+  const PrefixIndexOptions& options() const { return options_; }
+
+ private:
+  PrefixIndex(RedisClient* redis, KeySchema keys, PrefixIndexOptions options)
+      : redis_(redis), keys_(std::move(keys)), options_(options) {}
+
+  RedisClient* const redis_;
+  const KeySchema keys_;
+  const PrefixIndexOptions options_;
+};
+
+}  // namespace swaserve::cluster

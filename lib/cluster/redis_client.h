@@ -1,0 +1,239 @@
+// RedisClient: a small synchronous Redis client (hiredis underneath) for the
+// cluster state of ARCHITECTURE §5: worker registry, load reports and the
+// prefix-affinity index.
+//
+//   ASSIGN_OR_RETURN(auto redis, RedisClient::Create({.host = "redis",
+//                                                     .port = 6379}));
+//   ASSIGN_OR_RETURN(RedisReply r, redis->Command({"GET", "k"}, "get"));
+//   ASSIGN_OR_RETURN(auto replies, redis->Pipeline({{"SET", "a", "1"},
+//                                                   {"INCR", "n"}}, "ops"));
+//   static const RedisScript kScript{"my_script", "return #KEYS"};
+//   ASSIGN_OR_RETURN(RedisReply r, redis->Evalsha(kScript, {"k"}, {}));
+//
+// Availability: Create() never needs Redis to be up. Connections are made
+// lazily; after a transport error the connection is dropped and the next call
+// reconnects at once. When a (re)connect fails, calls fail fast with
+// Unavailable (without touching the network) for a backoff period that
+// doubles from reconnect_backoff_initial to reconnect_backoff_max. So when
+// Redis is down callers get a quick Unavailable and keep serving; when it
+// returns they reconnect within one backoff period. A call that fails
+// because Redis went away is not retried (the client cannot know whether the
+// server ran it); the caller decides.
+//
+// Scripts: Evalsha() loads a script with SCRIPT LOAD on first use (its SHA1
+// is cached for the process) and reloads it and retries once when the server
+// answers NOSCRIPT (Redis restarted, SCRIPT FLUSH). A NOSCRIPT reply means the
+// script did not run, so the retry is always safe.
+//
+// Metrics (when options.metrics is set): swaserve_redis_seconds{op}
+// (histogram of call latency, round trip included) and
+// swaserve_redis_errors_total{op} (transport errors, fail-fast refusals and
+// error replies). `op` is a short name chosen by the caller from a small fixed
+// set ("register", "match_prefixes", ...), never built from data.
+//
+// Signals: Create() makes the process ignore SIGPIPE if it still has the
+// default disposition, so a Redis that dies mid-write cannot kill the
+// process (as MetricsHttpServer does).
+//
+// Ownership: owns its connections. Thread-safety: thread-safe. Each call
+// holds one connection of the pool for its duration (calls on one connection
+// are serialized; set pool_size > 1 for concurrent callers such as a router).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "lib/base/clock.h"
+#include "lib/metrics/registry.h"
+
+namespace swaserve::cluster {
+
+struct RedisOptions {
+  // Host name or IP address of the Redis server, and its port.
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  // Time allowed for a TCP connect (and AUTH/SELECT after it).
+  absl::Duration connect_timeout = absl::Milliseconds(500);
+  // Time allowed for one call (a command, a pipeline or a script) to be
+  // written and answered; on expiry the connection is dropped.
+  absl::Duration command_timeout = absl::Seconds(2);
+  // When non-empty, AUTH is sent after connecting (with `username` when that
+  // is non-empty: Redis 6 ACL users).
+  std::string username;
+  std::string password;
+  // Logical database (SELECT) when non-zero.
+  int db = 0;
+  // Fail-fast period after a failed connect: starts at
+  // reconnect_backoff_initial and doubles up to reconnect_backoff_max.
+  absl::Duration reconnect_backoff_initial = absl::Milliseconds(50);
+  absl::Duration reconnect_backoff_max = absl::Seconds(1);
+  // Connections kept (each call uses one). Default 1.
+  int pool_size = 1;
+  // Where swaserve_redis_seconds / swaserve_redis_errors_total are
+  // registered; not owned, must outlive the client. nullptr: no metrics.
+  metrics::Registry* metrics = nullptr;
+  // Time source for the backoff; not owned. nullptr: base::Clock::Real().
+  base::Clock* clock = nullptr;
+};
+
+// One reply from Redis (RESP2), decoded into owned values.
+struct RedisReply {
+  enum class Type { kNil, kString, kStatus, kInteger, kArray, kError };
+
+  Type type = Type::kNil;
+  // kString, kStatus ("OK") and kError ("ERR ...") text; binary-safe.
+  std::string str;
+  // kInteger.
+  int64_t integer = 0;
+  // kArray.
+  std::vector<RedisReply> elements;
+
+  bool is_nil() const { return type == Type::kNil; }
+  bool is_error() const { return type == Type::kError; }
+  bool is_array() const { return type == Type::kArray; }
+
+  // OK unless this is an error reply, which maps to a status by its prefix:
+  // NOSCRIPT -> NotFound, WRONGTYPE -> FailedPrecondition, NOAUTH/WRONGPASS/
+  // NOPERM -> PermissionDenied, OOM -> ResourceExhausted, LOADING/BUSY/
+  // MASTERDOWN/READONLY/TRYAGAIN -> Unavailable, anything else -> Internal.
+  absl::Status ToStatus() const;
+  // The integer of a kInteger reply, or a kString/kStatus that parses as
+  // one; InvalidArgument otherwise (an error reply gives its ToStatus()).
+  absl::StatusOr<int64_t> AsInteger() const;
+  // The text of a kString or kStatus reply; InvalidArgument otherwise.
+  absl::StatusOr<std::string> AsString() const;
+  // Human-readable rendering for logs and test failures.
+  std::string DebugString() const;
+
+  static RedisReply Nil() { return RedisReply{}; }
+  static RedisReply String(std::string s) {
+    return RedisReply{.type = Type::kString, .str = std::move(s)};
+  }
+  static RedisReply Integer(int64_t v) {
+    return RedisReply{.type = Type::kInteger, .integer = v};
+  }
+  static RedisReply Array(std::vector<RedisReply> elements) {
+    return RedisReply{.type = Type::kArray, .elements = std::move(elements)};
+  }
+};
+
+// Decodes a byte stream in the Redis serialization protocol (RESP2, what a
+// server sends) into its replies, in order. InvalidArgument on a protocol
+// error or a trailing incomplete reply. Used by tests and tools; the client
+// decodes the same way.
+absl::StatusOr<std::vector<RedisReply>> ParseRedisReplies(
+    absl::string_view resp);
+
+// Fills host, port, username, password and db of `*options` from an address
+// as given on a command line: "host", "host:port", "[v6addr]:port" or
+// "redis://[[user]:password@]host[:port][/db]" (port default 6379).
+// InvalidArgument naming the address when it is malformed; other fields of
+// `*options` are left as they are.
+absl::Status ParseRedisAddress(absl::string_view address,
+                               RedisOptions* options);
+
+// A Lua script run with EVALSHA. `name` labels metrics and errors; `source`
+// is the script text. Define scripts as static constants.
+struct RedisScript {
+  std::string name;
+  std::string source;
+};
+
+// One command: its name and arguments, each binary-safe
+// ({"HSET", key, field, value}).
+using RedisCommand = std::vector<std::string>;
+
+class RedisClient {
+ public:
+  // Validates the options; does not connect. InvalidArgument names the bad
+  // field.
+  static absl::StatusOr<std::unique_ptr<RedisClient>> Create(
+      const RedisOptions& options);
+
+  ~RedisClient();
+  RedisClient(const RedisClient&) = delete;
+  RedisClient& operator=(const RedisClient&) = delete;
+
+  // Sends one command and returns its reply. Unavailable when Redis cannot be
+  // reached (or is in its backoff period); an error reply is returned as its
+  // ToStatus(). `op` labels the metrics; empty means the command name in
+  // lower case.
+  absl::StatusOr<RedisReply> Command(const RedisCommand& command,
+                                     absl::string_view op = "");
+
+  // Sends all commands in one write and reads every reply (one round trip).
+  // Error replies come back as kError elements: check each one. Unavailable
+  // when the connection fails part-way (some commands may have run).
+  absl::StatusOr<std::vector<RedisReply>> Pipeline(
+      absl::Span<const RedisCommand> commands, absl::string_view op);
+
+  // EVALSHA of `script` with KEYS and ARGV (see class comment for loading).
+  // The script's error reply is returned as a status. `op` empty: the
+  // script's name.
+  absl::StatusOr<RedisReply> Evalsha(const RedisScript& script,
+                                     absl::Span<const std::string> keys,
+                                     absl::Span<const std::string> args,
+                                     absl::string_view op = "");
+
+  // PING; OK when Redis answers.
+  absl::Status Ping();
+
+  // "host:port" of the server, for messages.
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Connection;
+  struct OpMetrics;
+
+  explicit RedisClient(const RedisOptions& options);
+
+  // Runs `commands` (pipelined) on a free connection, connecting first when
+  // needed; fills `replies`. Records metrics under `op`.
+  absl::Status Run(absl::Span<const RedisCommand> commands,
+                   absl::string_view op, std::vector<RedisReply>* replies);
+  // Both require conn.mu held.
+  absl::Status RunOn(Connection& conn, absl::Span<const RedisCommand> commands,
+                     std::vector<RedisReply>* replies);
+  absl::Status Connect(Connection& conn);
+  // Returns a connection of the pool with its mutex held (the caller
+  // unlocks it): a free one if any, else waits for one.
+  Connection& AcquireConnection() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  absl::StatusOr<std::string> ScriptSha(const RedisScript& script, bool reload);
+  OpMetrics* MetricsFor(absl::string_view op);
+
+  const RedisOptions options_;
+  const std::string address_;
+  base::Clock* const clock_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::atomic<uint32_t> next_connection_{0};
+
+  // Shared reconnect state: while now < retry_at_, calls fail fast.
+  absl::Mutex backoff_mu_;
+  absl::Time retry_at_ ABSL_GUARDED_BY(backoff_mu_) = absl::InfinitePast();
+  absl::Duration backoff_ ABSL_GUARDED_BY(backoff_mu_);
+  std::string last_error_ ABSL_GUARDED_BY(backoff_mu_);
+
+  // Script source -> SHA1 (as SCRIPT LOAD returned it).
+  absl::Mutex scripts_mu_;
+  absl::flat_hash_map<std::string, std::string> script_shas_
+      ABSL_GUARDED_BY(scripts_mu_);
+
+  metrics::HistogramFamily* latency_family_ = nullptr;
+  metrics::CounterFamily* error_family_ = nullptr;
+  absl::Mutex metrics_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<OpMetrics>> op_metrics_
+      ABSL_GUARDED_BY(metrics_mu_);
+};
+
+}  // namespace swaserve::cluster

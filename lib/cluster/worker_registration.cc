@@ -1,0 +1,434 @@
+#include "lib/cluster/worker_registration.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "lib/base/logging.h"
+#include "lib/base/status.h"
+
+namespace swaserve::cluster {
+namespace {
+
+// Retry period of a failed registration (on top of the client's backoff).
+constexpr absl::Duration kRegisterRetry = absl::Milliseconds(100);
+
+int64_t ToMs(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+absl::Status CheckReplies(const std::vector<RedisReply>& replies,
+                          absl::string_view what) {
+  for (const RedisReply& r : replies) {
+    if (r.is_error()) return base::Annotate(r.ToStatus(), what);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerRegistration>> WorkerRegistration::Create(
+    WorkerRegistrationOptions options) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WorkerRegistrationOptions: ", what));
+  };
+  if (options.redis == nullptr) return bad("redis is required");
+  RETURN_IF_ERROR(ValidateName(options.info.id, "worker id"));
+  if (options.info.role == swaserve::v1::ROLE_UNSPECIFIED) {
+    return bad("info.role is required");
+  }
+  if (options.record_ttl < absl::Milliseconds(10)) {
+    return bad("record_ttl must be >= 10 ms");
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_interval >= options.record_ttl) {
+    return bad("need 0 < heartbeat_interval < record_ttl");
+  }
+  if (options.load_interval <= absl::ZeroDuration() ||
+      options.load_ttl < absl::Milliseconds(1)) {
+    return bad("need load_interval > 0 and load_ttl >= 1 ms");
+  }
+  if (options.event_flush_interval <= absl::ZeroDuration()) {
+    return bad("event_flush_interval must be > 0");
+  }
+  if (options.max_queued_hashes < 1 || options.max_hashes_per_flush < 1) {
+    return bad("max_queued_hashes and max_hashes_per_flush must be >= 1");
+  }
+  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster));
+  ASSIGN_OR_RETURN(std::unique_ptr<PrefixIndex> index,
+                   PrefixIndex::Create(options.redis, keys, options.index));
+  base::Clock* clock =
+      options.clock != nullptr ? options.clock : base::Clock::Real();
+  if (options.info.started_at_ms == 0) {
+    options.info.started_at_ms = absl::ToUnixMillis(clock->Now());
+  }
+  if (options.info.incarnation == 0) {
+    absl::BitGen gen;
+    options.info.incarnation = absl::Uniform<uint64_t>(gen) | 1;
+  }
+  auto reg = absl::WrapUnique(
+      new WorkerRegistration(std::move(options), keys, std::move(index)));
+  if (reg->options_.metrics != nullptr) {
+    metrics::Registry& m = *reg->options_.metrics;
+    ASSIGN_OR_RETURN(metrics::GaugeFamily * registered,
+                     m.AddGauge("swaserve_cluster_registered",
+                                "1 while this worker's record is in Redis (as "
+                                "of its last heartbeat), else 0."));
+    ASSIGN_OR_RETURN(
+        metrics::CounterFamily * registrations,
+        m.AddCounter("swaserve_cluster_registrations_total",
+                     "Times this worker wrote its record to Redis; more than "
+                     "one means Redis lost it (restart, partition)."));
+    ASSIGN_OR_RETURN(
+        metrics::CounterFamily * events,
+        m.AddCounter("swaserve_cluster_cache_event_hashes_total",
+                     "Prefix-cache event page hashes, by outcome: written to "
+                     "the Redis prefix index, or dropped (queue bound hit "
+                     "while Redis was unavailable).",
+                     {"outcome"}));
+    reg->registered_gauge_ = &registered->WithLabels();
+    reg->registrations_counter_ = &registrations->WithLabels();
+    reg->events_written_counter_ = &events->WithLabels({"written"});
+    reg->events_dropped_counter_ = &events->WithLabels({"dropped"});
+  }
+  reg->thread_ = std::thread([r = reg.get()] { r->Run(); });
+  return reg;
+}
+
+WorkerRegistration::WorkerRegistration(WorkerRegistrationOptions options,
+                                       KeySchema keys,
+                                       std::unique_ptr<PrefixIndex> index)
+    : options_(std::move(options)),
+      keys_(std::move(keys)),
+      clock_(options_.clock != nullptr ? options_.clock : base::Clock::Real()),
+      index_(std::move(index)),
+      events_(options_.max_queued_hashes) {}
+
+WorkerRegistration::~WorkerRegistration() { Stop(); }
+
+void WorkerRegistration::PublishCacheEvent(bool stored,
+                                           std::vector<uint64_t> hashes) {
+  if (hashes.empty()) return;
+  events_.Push(
+      stored ? CacheEventOp::Kind::kStored : CacheEventOp::Kind::kRemoved,
+      hashes);
+  const size_t queued = events_.queued_hashes();
+  absl::MutexLock lock(&mu_);
+  if (first_event_at_ == absl::InfiniteFuture()) {
+    first_event_at_ = absl::Now();
+    wake_ = true;
+  }
+  if (queued >= options_.max_hashes_per_flush) wake_ = true;
+}
+
+void WorkerRegistration::PublishCacheCleared() {
+  events_.PushCleared();
+  absl::MutexLock lock(&mu_);
+  if (first_event_at_ == absl::InfiniteFuture()) first_event_at_ = absl::Now();
+  wake_ = true;
+}
+
+bool WorkerRegistration::WaitRegistered(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stats_.registered;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+}
+
+bool WorkerRegistration::WaitEventsFlushed(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!batch_in_flight_ && events_.empty()) return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
+WorkerRegistration::Stats WorkerRegistration::stats() const {
+  Stats s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = stats_;
+  }
+  s.event_hashes_dropped = events_.dropped_hashes();
+  s.event_hashes_queued = events_.queued_hashes();
+  return s;
+}
+
+absl::Status WorkerRegistration::Register() {
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !ever_registered_;
+  }
+  const std::string record = keys_.WorkerKey(options_.info.id);
+  RedisCommand hset = {"HSET", record};
+  for (auto& [field, value] : EncodeWorkerInfo(options_.info)) {
+    hset.push_back(field);
+    hset.push_back(value);
+  }
+  std::vector<RedisCommand> commands = {
+      {"MULTI"},
+      {"DEL", record},
+      std::move(hset),
+      {"PEXPIRE", record, absl::StrCat(ToMs(options_.record_ttl))},
+      {"SADD", keys_.WorkersKey(), options_.info.id},
+  };
+  if (first && options_.clear_index_on_start) {
+    commands.push_back({"DEL", keys_.PrefixKey(options_.info.id),
+                        keys_.PredictedKey(options_.info.id)});
+  }
+  commands.push_back({"EXEC"});
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   options_.redis->Pipeline(commands, "register"));
+  RETURN_IF_ERROR(CheckReplies(replies, "registering the worker record"));
+  const RedisReply& exec = replies.back();
+  if (!exec.is_array()) {
+    return absl::InternalError(absl::StrCat(
+        "registering the worker record: EXEC returned ", exec.DebugString()));
+  }
+  RETURN_IF_ERROR(CheckReplies(exec.elements, "registering the worker record"));
+  absl::MutexLock lock(&mu_);
+  ever_registered_ = true;
+  stats_.registered = true;
+  ++stats_.registrations;
+  if (registered_gauge_ != nullptr) registered_gauge_->Set(1);
+  if (registrations_counter_ != nullptr) registrations_counter_->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistration::Heartbeat(bool publish_load,
+                                           bool refresh_record) {
+  std::vector<RedisCommand> commands;
+  if (publish_load && options_.load_fn) {
+    swaserve::v1::WorkerLoad load = options_.load_fn();
+    if (load.worker_id().empty()) load.set_worker_id(options_.info.id);
+    if (load.role() == swaserve::v1::ROLE_UNSPECIFIED) {
+      load.set_role(options_.info.role);
+    }
+    if (load.timestamp_ms() == 0) {
+      load.set_timestamp_ms(absl::ToUnixMillis(clock_->Now()));
+    }
+    commands.push_back({"SET", keys_.LoadKey(options_.info.id),
+                        load.SerializeAsString(), "PX",
+                        absl::StrCat(ToMs(options_.load_ttl))});
+  }
+  const size_t pexpire_index = commands.size();
+  if (refresh_record) {
+    commands.push_back({"PEXPIRE", keys_.WorkerKey(options_.info.id),
+                        absl::StrCat(ToMs(options_.record_ttl))});
+    commands.push_back({"SADD", keys_.WorkersKey(), options_.info.id});
+    // A live worker's index entries do not expire (prefix_index.h).
+    commands.push_back({"PEXPIRE", keys_.PrefixKey(options_.info.id),
+                        absl::StrCat(ToMs(options_.index.index_ttl))});
+  }
+  if (commands.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   options_.redis->Pipeline(commands, "heartbeat"));
+  RETURN_IF_ERROR(CheckReplies(replies, "heartbeat"));
+  absl::MutexLock lock(&mu_);
+  if (publish_load && options_.load_fn) ++stats_.load_reports;
+  if (refresh_record) {
+    ASSIGN_OR_RETURN(int64_t refreshed, replies[pexpire_index].AsInteger());
+    if (refreshed == 0) {
+      // The record is gone (Redis restarted or the TTL lapsed): register
+      // again.
+      stats_.registered = false;
+      if (registered_gauge_ != nullptr) registered_gauge_->Set(0);
+    } else {
+      ++stats_.heartbeats;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool WorkerRegistration::FlushEvents() {
+  while (true) {
+    std::vector<CacheEventOp> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      batch = events_.TakeBatch(options_.max_hashes_per_flush);
+      if (batch.empty()) {
+        first_event_at_ = absl::InfiniteFuture();
+        return true;
+      }
+      batch_in_flight_ = true;
+    }
+    uint64_t hashes = 0;
+    for (const CacheEventOp& op : batch) hashes += op.hashes.size();
+    absl::StatusOr<int64_t> size =
+        index_->Apply(options_.info.id, batch, "cache_events");
+    absl::MutexLock lock(&mu_);
+    batch_in_flight_ = false;
+    if (!size.ok()) {
+      events_.Requeue(std::move(batch));
+      ++stats_.failures;
+      SWA_LOG(debug, "cluster: writing {} cache event hashes failed: {}",
+              hashes, size.status().ToString());
+      return false;
+    }
+    stats_.event_hashes_written += hashes;
+    if (events_written_counter_ != nullptr) {
+      events_written_counter_->Increment(static_cast<double>(hashes));
+    }
+  }
+}
+
+absl::Status WorkerRegistration::Deregister() {
+  const std::string& id = options_.info.id;
+  std::vector<RedisCommand> commands = {
+      {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id), keys_.PrefixKey(id),
+       keys_.PredictedKey(id)},
+      {"SREM", keys_.WorkersKey(), id},
+  };
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   options_.redis->Pipeline(commands, "deregister"));
+  RETURN_IF_ERROR(CheckReplies(replies, "deregistering"));
+  absl::MutexLock lock(&mu_);
+  stats_.registered = false;
+  if (registered_gauge_ != nullptr) registered_gauge_->Set(0);
+  return absl::OkStatus();
+}
+
+void WorkerRegistration::Run() {
+  absl::Time next_heartbeat = absl::InfinitePast();
+  absl::Time next_load = absl::InfinitePast();
+  absl::Time next_register = absl::InfinitePast();
+  uint64_t dropped_reported = 0;
+  bool last_failed = false;
+  while (true) {
+    const absl::Time now = absl::Now();
+    bool registered;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      wake_ = false;
+      registered = stats_.registered;
+    }
+    bool failed = false;
+    if (!registered && now >= next_register) {
+      absl::Status s = Register();
+      if (s.ok()) {
+        registered = true;
+        next_heartbeat = now + options_.heartbeat_interval;
+        SWA_LOG(info, "cluster: registered worker {} ({}) in Redis at {}",
+                options_.info.id, swaserve::v1::Role_Name(options_.info.role),
+                options_.redis->address());
+      } else {
+        failed = true;
+        next_register = now + kRegisterRetry;
+        if (!last_failed) {
+          SWA_LOG(warn, "cluster: cannot register worker {}: {}",
+                  options_.info.id, s.ToString());
+        }
+      }
+    }
+    const bool load_due = options_.load_fn && now >= next_load;
+    const bool heartbeat_due = registered && now >= next_heartbeat;
+    if (load_due || heartbeat_due) {
+      absl::Status s = Heartbeat(load_due, heartbeat_due);
+      if (load_due) next_load = now + options_.load_interval;
+      if (heartbeat_due) next_heartbeat = now + options_.heartbeat_interval;
+      if (!s.ok()) {
+        failed = true;
+        if (!last_failed) {
+          SWA_LOG(warn, "cluster: heartbeat of worker {} failed: {}",
+                  options_.info.id, s.ToString());
+        }
+      } else {
+        absl::MutexLock lock(&mu_);
+        if (!stats_.registered && registered) {
+          SWA_LOG(warn,
+                  "cluster: the record of worker {} vanished from Redis; "
+                  "registering again",
+                  options_.info.id);
+          registered = false;
+          next_register = absl::InfinitePast();
+        }
+      }
+    }
+    if (failed) {
+      absl::MutexLock lock(&mu_);
+      ++stats_.failures;
+    }
+    bool flush_due = false;
+    {
+      absl::MutexLock lock(&mu_);
+      flush_due = registered && stats_.registered &&
+                  (now >= first_event_at_ + options_.event_flush_interval ||
+                   events_.queued_hashes() >= options_.max_hashes_per_flush);
+    }
+    if (flush_due && !FlushEvents()) failed = true;
+    const uint64_t dropped = events_.dropped_hashes();
+    if (dropped > dropped_reported) {
+      if (events_dropped_counter_ != nullptr) {
+        events_dropped_counter_->Increment(
+            static_cast<double>(dropped - dropped_reported));
+      }
+      SWA_LOG(warn,
+              "cluster: dropped {} cache event hashes (queue bound {} hit "
+              "while Redis was unavailable)",
+              dropped - dropped_reported, options_.max_queued_hashes);
+      dropped_reported = dropped;
+    }
+    if (last_failed && !failed) {
+      SWA_LOG(info, "cluster: Redis at {} reachable again",
+              options_.redis->address());
+    }
+    last_failed = failed;
+
+    // Sleep until the next thing is due, or a producer wakes us.
+    absl::MutexLock lock(&mu_);
+    absl::Time deadline = absl::InfiniteFuture();
+    if (options_.load_fn) deadline = std::min(deadline, next_load);
+    if (stats_.registered) {
+      deadline = std::min(deadline, next_heartbeat);
+      if (first_event_at_ != absl::InfiniteFuture()) {
+        deadline = std::min(
+            deadline, failed ? absl::Now() + kRegisterRetry
+                             : first_event_at_ + options_.event_flush_interval);
+      }
+    } else {
+      deadline = std::min(deadline, next_register);
+    }
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || wake_;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
+  }
+}
+
+void WorkerRegistration::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  bool registered;
+  {
+    absl::MutexLock lock(&mu_);
+    registered = stats_.registered;
+  }
+  if (options_.deregister_on_stop) {
+    absl::Status s = Deregister();
+    if (!s.ok()) {
+      SWA_LOG(warn,
+              "cluster: could not deregister worker {} ({}); its record "
+              "expires within {}",
+              options_.info.id, s.ToString(),
+              absl::FormatDuration(options_.record_ttl));
+    }
+  } else if (registered) {
+    FlushEvents();
+  }
+}
+
+}  // namespace swaserve::cluster

@@ -1,0 +1,193 @@
+// WorkerRegistration: a worker's presence in the cluster state (issue 6;
+// ARCHITECTURE §5). A background thread
+//   - registers the worker record (key_schema.h) with a TTL and refreshes the
+//     TTL every heartbeat_interval; when the record is gone (Redis restarted,
+//     or the worker was partitioned longer than the TTL) it registers again;
+//   - publishes the worker's load (a swaserve.v1.WorkerLoad from load_fn)
+//     every load_interval, with its own short TTL;
+//   - writes the worker's prefix-cache events (PublishCacheEvent) to the
+//     prefix-affinity index (prefix_index.h) in ordered batches, one script
+//     call per batch, at most event_flush_interval after they were queued.
+// When Redis is unavailable the worker keeps serving: publishing fails
+// quietly (counted in stats and swaserve_redis_errors_total), cache events
+// queue up to max_queued_hashes (beyond it the oldest are dropped, counted,
+// and the worker's index is rebuilt from the newest events: see
+// cache_event_queue.h), and registration comes back within about one reconnect
+// backoff (RedisOptions) plus one heartbeat after Redis returns, followed by
+// the queued events.
+//
+// The first registration of a WorkerRegistration also clears the worker's
+// old prefix-index entries (a restarted worker has an empty cache);
+// re-registrations after an outage do not (the cache survived). Stop()
+// removes the record, the load report and the index entries (unless
+// deregister_on_stop is false, which leaves them to expire as after a
+// crash).
+//
+//   ASSIGN_OR_RETURN(auto reg, WorkerRegistration::Create({
+//       .redis = redis.get(), .info = info,
+//       .load_fn = [&] { return scheduler.Load(); }}));
+//   // kv::PrefixCacheOptions::on_event (lib/kv/prefix_cache.h):
+//   [&](const kv::CacheEvent& e) {
+//     if (e.type == kv::CacheEvent::Type::kStored) {
+//       reg->PublishCacheEvent(true, e.hashes);
+//     } else if (e.type == kv::CacheEvent::Type::kRemoved) {
+//       reg->PublishCacheEvent(false, e.hashes);
+//     }  // kSwaStored/kSwaRemoved are not indexed: the index tracks full KV;
+//   }    // a tombstoned window only shortens the worker's window-safe match.
+//   ...
+//   reg->Stop();   // before shutting the gRPC server down
+//
+// Ownership: does not own the RedisClient (must outlive this object) or
+// what load_fn reads (must stay valid until Stop()). Thread-safety:
+// PublishCacheEvent/PublishCacheCleared/stats/WaitRegistered are thread-safe
+// and never block on Redis; Stop() must not race with the destructor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/base/clock.h"
+#include "lib/cluster/cache_event_queue.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/prefix_index.h"
+#include "lib/cluster/redis_client.h"
+#include "lib/metrics/registry.h"
+#include "swaserve/v1/common.pb.h"
+
+namespace swaserve::cluster {
+
+struct WorkerRegistrationOptions {
+  // Required; not owned.
+  RedisClient* redis = nullptr;
+  // Cluster name (key_schema.h). Default "default".
+  std::string cluster = "default";
+  // The record. `id` and `role` are required. started_at_ms and incarnation
+  // are filled in (now, random) when zero.
+  WorkerInfo info;
+  // Returns the current load; called on the registration thread every
+  // load_interval (must not block long). worker_id, role and timestamp_ms
+  // are filled in when unset. Empty: no load reports.
+  std::function<swaserve::v1::WorkerLoad()> load_fn;
+  // The record expires this long after the last heartbeat. Default 5 s.
+  absl::Duration record_ttl = absl::Seconds(5);
+  // Heartbeat period; must be below record_ttl (a third or less is wise).
+  // Default 1 s.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Load report period and lifetime. Defaults 200 ms and 2 s.
+  absl::Duration load_interval = absl::Milliseconds(200);
+  absl::Duration load_ttl = absl::Seconds(2);
+  // Longest time a cache event waits before it is written. Default 50 ms.
+  absl::Duration event_flush_interval = absl::Milliseconds(50);
+  // Queue bound and batch size (hashes). Defaults 2^20 and 16384.
+  size_t max_queued_hashes = size_t{1} << 20;
+  size_t max_hashes_per_flush = 16384;
+  // Bounds of the index entries (index_ttl, max_entries_per_worker apply
+  // here; the heartbeat refreshes index_ttl).
+  PrefixIndexOptions index;
+  // Clear the worker's old index entries at the first registration.
+  bool clear_index_on_start = true;
+  // Stop() deletes the record, load and index entries. Default true.
+  bool deregister_on_stop = true;
+  // Metrics (see worker_registration.cc for names); not owned. nullptr:
+  // none.
+  metrics::Registry* metrics = nullptr;
+  // Time source for started_at_ms and load timestamps; not owned. nullptr:
+  // real time.
+  base::Clock* clock = nullptr;
+};
+
+class WorkerRegistration {
+ public:
+  struct Stats {
+    // Successful (re-)registrations; more than 1 means Redis lost the record.
+    uint64_t registrations = 0;
+    uint64_t heartbeats = 0;
+    uint64_t load_reports = 0;
+    // Calls that failed (Redis unavailable or an error reply).
+    uint64_t failures = 0;
+    // Hashes written to / dropped before the index, and still queued.
+    uint64_t event_hashes_written = 0;
+    uint64_t event_hashes_dropped = 0;
+    uint64_t event_hashes_queued = 0;
+    // Whether the record is believed present (last heartbeat succeeded).
+    bool registered = false;
+  };
+
+  // Validates the options and starts the background thread; does not wait
+  // for Redis (see WaitRegistered).
+  static absl::StatusOr<std::unique_ptr<WorkerRegistration>> Create(
+      WorkerRegistrationOptions options);
+
+  // Stop().
+  ~WorkerRegistration();
+  WorkerRegistration(const WorkerRegistration&) = delete;
+  WorkerRegistration& operator=(const WorkerRegistration&) = delete;
+
+  // Queues cache events: pages (chained hashes) stored into, or removed from,
+  // the worker's prefix cache. Never blocks on Redis.
+  void PublishCacheEvent(bool stored, std::vector<uint64_t> hashes);
+  // The worker's whole prefix cache was emptied.
+  void PublishCacheCleared();
+
+  // Blocks until the record has been written (true) or `timeout` passed.
+  bool WaitRegistered(absl::Duration timeout);
+  // Blocks until the event queue is empty and no batch is being written
+  // (true), or `timeout` passed (false: e.g. Redis is down).
+  bool WaitEventsFlushed(absl::Duration timeout);
+
+  // Stops the thread, then deregisters (deletes record, load and index
+  // entries), or, when deregister_on_stop is false, writes the queued
+  // events. Either is one Redis call, bounded by the client's timeouts.
+  // Idempotent.
+  void Stop();
+
+  Stats stats() const;
+  const WorkerInfo& info() const { return options_.info; }
+
+ private:
+  explicit WorkerRegistration(WorkerRegistrationOptions options, KeySchema keys,
+                              std::unique_ptr<PrefixIndex> index);
+
+  void Run();
+  absl::Status Register();
+  absl::Status Heartbeat(bool publish_load, bool refresh_record);
+  // Writes queued events; returns false when a write failed.
+  bool FlushEvents();
+  absl::Status Deregister();
+
+  const WorkerRegistrationOptions options_;
+  const KeySchema keys_;
+  base::Clock* const clock_;
+  std::unique_ptr<PrefixIndex> index_;
+  CacheEventQueue events_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by producers to wake the thread (first event queued, or a full
+  // batch); cleared by the thread.
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  // When the oldest unwritten event was queued (InfiniteFuture: none).
+  absl::Time first_event_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // A batch taken from events_ is being written.
+  bool batch_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  bool ever_registered_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+
+  metrics::Gauge* registered_gauge_ = nullptr;
+  metrics::Counter* registrations_counter_ = nullptr;
+  metrics::Counter* events_written_counter_ = nullptr;
+  metrics::Counter* events_dropped_counter_ = nullptr;
+};
+
+}  // namespace swaserve::cluster

@@ -1,0 +1,466 @@
+// The prefix-affinity index against a real redis-server: exact match depths
+// (cross-checked with a brute-force model on random data), removal and clear
+// events, TTL semantics, the per-worker bound, script reload, and the
+// MatchPrefixes latency for a 128K-token prompt (printed, not asserted).
+#include "lib/cluster/prefix_index.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/base/clock.h"
+#include "lib/cluster/cluster_view.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/redis_client.h"
+#include "tests/integration/cluster/redis_server.h"
+
+namespace swaserve::cluster {
+namespace {
+
+using Kind = CacheEventOp::Kind;
+using ::testing::ElementsAre;
+
+class PrefixIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing::RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto client = RedisClient::Create(server_->ClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    redis_ = *std::move(client);
+    auto keys = KeySchema::Create("test");
+    ASSERT_TRUE(keys.ok());
+    keys_ = *keys;
+  }
+
+  std::unique_ptr<PrefixIndex> MakeIndex(PrefixIndexOptions options = {}) {
+    auto index = PrefixIndex::Create(redis_.get(), keys_, options);
+    EXPECT_TRUE(index.ok()) << index.status();
+    return index.ok() ? *std::move(index) : nullptr;
+  }
+
+  // One cache event of `worker`; returns its authoritative entry count.
+  int64_t Apply(PrefixIndex& index, const std::string& worker, Kind kind,
+                std::vector<uint64_t> hashes) {
+    CacheEventOp op{kind, std::move(hashes)};
+    absl::StatusOr<int64_t> n =
+        index.Apply(worker, absl::MakeConstSpan(&op, 1));
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() ? *n : -1;
+  }
+
+  std::vector<int64_t> Match(PrefixIndex& index,
+                             const std::vector<uint64_t>& hashes,
+                             const std::vector<std::string>& candidates) {
+    absl::StatusOr<std::vector<int64_t>> d = index.Match(hashes, candidates);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *d : std::vector<int64_t>{};
+  }
+
+  PrefixIndexSizes Sizes(PrefixIndex& index, const std::string& worker) {
+    absl::StatusOr<PrefixIndexSizes> s = index.Sizes(worker);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : PrefixIndexSizes{-1, -1};
+  }
+
+  int64_t Integer(const RedisCommand& command) {
+    absl::StatusOr<RedisReply> r = redis_->Command(command);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->integer : -1;
+  }
+
+  std::unique_ptr<testing::RedisServer> server_;
+  std::unique_ptr<RedisClient> redis_;
+  KeySchema keys_ = *KeySchema::Create("unset");
+};
+
+std::vector<uint64_t> Chain(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> v(n);
+  for (uint64_t& h : v) h = rng();
+  return v;
+}
+
+std::vector<uint64_t> Slice(const std::vector<uint64_t>& v, size_t begin,
+                            size_t end) {
+  return std::vector<uint64_t>(v.begin() + begin, v.begin() + end);
+}
+
+TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(1, 10);
+  Apply(*index, "a", Kind::kStored, Slice(chain, 0, 7));
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 3));
+  // c holds pages 0..1 and 3..9: a hole at 2.
+  Apply(*index, "c", Kind::kStored, chain);
+  Apply(*index, "c", Kind::kRemoved, {chain[2]});
+  // d holds 0..3 by its own events and 4..5 predicted (dispatched to it).
+  Apply(*index, "d", Kind::kStored, Slice(chain, 0, 4));
+  ASSERT_TRUE(index->RecordDispatch("d", Slice(chain, 0, 6)).ok());
+  EXPECT_THAT(Match(*index, chain, {"a", "b", "c", "d", "nobody"}),
+              ElementsAre(7, 3, 2, 6, 0));
+  // Order of candidates is the order of results; duplicates allowed.
+  EXPECT_THAT(Match(*index, chain, {"b", "a", "b"}), ElementsAre(3, 7, 3));
+  // A prompt diverging after page 4 matches at most 4 pages.
+  std::vector<uint64_t> other = Slice(chain, 0, 4);
+  other.push_back(12345);
+  other.push_back(chain[5]);
+  EXPECT_THAT(Match(*index, other, {"a", "b", "d"}), ElementsAre(4, 3, 4));
+  // Empty inputs cost nothing and are well defined.
+  EXPECT_THAT(Match(*index, {}, {"a", "b"}), ElementsAre(0, 0));
+  EXPECT_TRUE(Match(*index, chain, {}).empty());
+  // Bad ids are rejected before any round trip.
+  EXPECT_EQ(index->Match(chain, {"bad id"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(index->RecordDispatch("", chain).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Random chains with shared prefixes; per worker random batches of stored
+// prefixes, removals (suffixes and scattered pages: holes), clears, and
+// router dispatches (predicted entries); every query's depths must equal a
+// brute-force computation over a local model of the index.
+TEST_F(PrefixIndexTest, RandomizedMatchEqualsBruteForce) {
+  auto index = MakeIndex();
+  std::mt19937_64 rng(20240601);
+  // Chains: each shares a random prefix with an earlier one.
+  std::vector<std::vector<uint64_t>> chains;
+  for (int c = 0; c < 40; ++c) {
+    std::vector<uint64_t> chain;
+    if (!chains.empty() && rng() % 4 != 0) {
+      const auto& base = chains[rng() % chains.size()];
+      chain.assign(base.begin(), base.begin() + rng() % (base.size() + 1));
+    }
+    const size_t extra = 1 + rng() % 200;
+    for (size_t i = 0; i < extra; ++i) chain.push_back(rng());
+    chains.push_back(std::move(chain));
+  }
+  const std::vector<std::string> workers = {"w0", "w1", "w2", "w3",
+                                            "w4", "w5", "w6", "w7"};
+  struct Model {
+    absl::flat_hash_set<uint64_t> stored, predicted;
+  };
+  absl::flat_hash_map<std::string, Model> model;
+  int cases = 0;
+  for (int round = 0; round < 30; ++round) {
+    for (const std::string& w : workers) {
+      Model& m = model[w];
+      // A batch of the worker's cache events (one script call).
+      std::vector<CacheEventOp> ops;
+      const int n_ops = static_cast<int>(rng() % 4);
+      for (int k = 0; k < n_ops; ++k) {
+        const auto& chain = chains[rng() % chains.size()];
+        const int what = static_cast<int>(rng() % 10);
+        if (what < 6) {  // store a prefix (what a prefix cache does)
+          const size_t len = rng() % (chain.size() + 1);
+          ops.push_back({Kind::kStored, Slice(chain, 0, len)});
+          m.stored.insert(chain.begin(), chain.begin() + len);
+        } else if (what < 9) {  // remove a suffix, or scattered pages
+          std::vector<uint64_t> removed;
+          if (rng() % 2 == 0) {
+            removed = Slice(chain, rng() % (chain.size() + 1), chain.size());
+          } else {
+            for (uint64_t h : chain) {
+              if (rng() % 8 == 0) removed.push_back(h);
+            }
+          }
+          for (uint64_t h : removed) {
+            m.stored.erase(h);
+            m.predicted.erase(h);
+          }
+          ops.push_back({Kind::kRemoved, std::move(removed)});
+        } else if (rng() % 3 == 0) {
+          ops.push_back({Kind::kCleared, {}});
+          m.stored.clear();
+          m.predicted.clear();
+        }
+      }
+      if (!ops.empty()) {
+        absl::StatusOr<int64_t> size = index->Apply(w, ops);
+        ASSERT_TRUE(size.ok()) << size.status();
+        ASSERT_EQ(*size, static_cast<int64_t>(m.stored.size())) << w;
+      }
+      // Sometimes a router dispatches a prompt (with a random tail) to it.
+      if (rng() % 3 == 0) {
+        std::vector<uint64_t> prompt = chains[rng() % chains.size()];
+        prompt.resize(rng() % (prompt.size() + 1));
+        for (int i = 0; i < 3; ++i) prompt.push_back(rng());
+        ASSERT_TRUE(index->RecordDispatch(w, prompt).ok());
+        for (uint64_t h : prompt) {
+          if (!m.stored.contains(h)) m.predicted.insert(h);
+        }
+      }
+      ASSERT_EQ(Sizes(*index, w).predicted,
+                static_cast<int64_t>(m.predicted.size()))
+          << w;
+    }
+    // Queries: chains, chain prefixes, chains with a divergent tail, for a
+    // random subset of candidates (plus one unknown worker).
+    for (int q = 0; q < 10; ++q, ++cases) {
+      std::vector<uint64_t> prompt = chains[rng() % chains.size()];
+      if (rng() % 3 == 0) prompt.resize(rng() % (prompt.size() + 1));
+      if (rng() % 3 == 0) {
+        for (int i = 0; i < 5; ++i) prompt.push_back(rng());
+      }
+      std::vector<std::string> candidates;
+      for (const std::string& w : workers) {
+        if (rng() % 3 != 0) candidates.push_back(w);
+      }
+      candidates.push_back("unknown");
+      std::vector<int64_t> expected;
+      for (const std::string& c : candidates) {
+        int64_t d = 0;
+        auto it = model.find(c);
+        while (it != model.end() && d < static_cast<int64_t>(prompt.size()) &&
+               (it->second.stored.contains(prompt[d]) ||
+                it->second.predicted.contains(prompt[d]))) {
+          ++d;
+        }
+        expected.push_back(d);
+      }
+      ASSERT_EQ(Match(*index, prompt, candidates), expected)
+          << "round " << round << " query " << q;
+    }
+  }
+  EXPECT_EQ(cases, 300);
+}
+
+TEST_F(PrefixIndexTest, PredictedEntriesExpireAndSkipHeldPages) {
+  auto index = MakeIndex({.predicted_ttl = absl::Milliseconds(300)});
+  const std::vector<uint64_t> chain = Chain(2, 6);
+  // b holds the first 3 pages itself: only 3 predictions are written.
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 3));
+  ASSERT_TRUE(index->RecordDispatch("a", chain).ok());
+  ASSERT_TRUE(index->RecordDispatch("b", chain).ok());
+  EXPECT_EQ(Sizes(*index, "a").predicted, 6);
+  EXPECT_EQ(Sizes(*index, "b").predicted, 3);
+  EXPECT_THAT(Match(*index, chain, {"a", "b"}), ElementsAre(6, 6));
+  const int64_t pttl = Integer({"PTTL", keys_.PredictedKey("a")});
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 300);
+  absl::SleepFor(absl::Milliseconds(400));
+  // Predictions expired; b's own entries did not.
+  EXPECT_THAT(Match(*index, chain, {"a", "b"}), ElementsAre(0, 3));
+  EXPECT_EQ(Integer({"EXISTS", keys_.PredictedKey("a")}), 0);
+  // A new dispatch extends a prediction's life.
+  ASSERT_TRUE(index->RecordDispatch("c", chain).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(index->RecordDispatch("c", Slice(chain, 0, 2)).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_THAT(Match(*index, chain, {"c"}), ElementsAre(2));
+}
+
+TEST_F(PrefixIndexTest, RemovalAndClearAreAuthoritative) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(3, 8);
+  Apply(*index, "w", Kind::kStored, Slice(chain, 0, 5));
+  ASSERT_TRUE(index->RecordDispatch("w", chain).ok());
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(8));
+  // A removal deletes predicted entries too.
+  Apply(*index, "w", Kind::kRemoved, {chain[4], chain[6]});
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(4));
+  EXPECT_EQ(Sizes(*index, "w").predicted, 2);  // pages 5 and 7
+  // Ops in one batch apply in order: remove then store again -> present.
+  std::vector<CacheEventOp> ops = {{Kind::kRemoved, {chain[0]}},
+                                   {Kind::kStored, {chain[0]}},
+                                   {Kind::kStored, {chain[4], chain[6]}}};
+  ASSERT_TRUE(index->Apply("w", ops).ok());
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(8));
+  ops = {{Kind::kStored, {chain[7]}},
+         {Kind::kCleared, {}},
+         {Kind::kStored, {chain[0]}}};
+  absl::StatusOr<int64_t> size = index->Apply("w", ops);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, 1);
+  EXPECT_EQ(Sizes(*index, "w").predicted, 0);  // a clear drops predictions
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(1));
+  ASSERT_TRUE(index->Clear("w").ok());
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(0));
+  EXPECT_EQ(Sizes(*index, "w").authoritative, 0);
+}
+
+TEST_F(PrefixIndexTest, EntryBoundsPerWorker) {
+  auto index = MakeIndex(
+      {.max_entries_per_worker = 100, .max_predicted_per_worker = 50});
+  // Authoritative: a safety valve, random eviction beyond the bound.
+  EXPECT_EQ(Apply(*index, "w", Kind::kStored, Chain(4, 150)), 100);
+  EXPECT_EQ(Sizes(*index, "w").authoritative, 100);
+  Apply(*index, "v", Kind::kStored, Chain(4, 80));  // others unaffected
+  EXPECT_EQ(Sizes(*index, "v").authoritative, 80);
+  // Predicted: the entries closest to expiry go first.
+  const std::vector<uint64_t> old_chain = Chain(5, 30);
+  const std::vector<uint64_t> new_chain = Chain(6, 40);
+  ASSERT_TRUE(index->RecordDispatch("p", old_chain).ok());
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(index->RecordDispatch("p", new_chain).ok());
+  EXPECT_EQ(Sizes(*index, "p").predicted, 50);
+  EXPECT_THAT(Match(*index, new_chain, {"p"}), ElementsAre(40));
+  int old_left = 0;
+  for (uint64_t h : old_chain) old_left += Match(*index, {h}, {"p"})[0];
+  EXPECT_EQ(old_left, 10);
+}
+
+TEST_F(PrefixIndexTest, AWorkersEntriesVanishIndexTtlAfterItsLastWrite) {
+  auto index = MakeIndex({.index_ttl = absl::Milliseconds(300)});
+  const std::vector<uint64_t> chain = Chain(7, 4);
+  Apply(*index, "w", Kind::kStored, chain);
+  const int64_t pttl = Integer({"PTTL", keys_.PrefixKey("w")});
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 300);
+  absl::SleepFor(absl::Milliseconds(200));
+  Apply(*index, "w", Kind::kStored, {chain[0]});  // refreshes the key
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(4));
+  absl::SleepFor(absl::Milliseconds(250));
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(0));
+  EXPECT_EQ(Integer({"EXISTS", keys_.PrefixKey("w")}), 0);
+}
+
+TEST_F(PrefixIndexTest, BatchesLargerThanLuaUnpackLimitsWork) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(8, 20000);
+  EXPECT_EQ(Apply(*index, "w", Kind::kStored, chain), 20000);
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(20000));
+  EXPECT_EQ(Apply(*index, "w", Kind::kRemoved, Slice(chain, 10000, 20000)),
+            10000);
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(10000));
+  ASSERT_TRUE(index->RecordDispatch("w", chain).ok());
+  EXPECT_EQ(Sizes(*index, "w").predicted, 10000);
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(20000));
+}
+
+TEST_F(PrefixIndexTest, ScriptsReloadAfterScriptFlush) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(9, 5);
+  Apply(*index, "w", Kind::kStored, chain);
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(5));
+  ASSERT_TRUE(redis_->Command({"SCRIPT", "FLUSH"}).ok());
+  // Every script is gone from the server; the next calls reload them.
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(5));
+  Apply(*index, "w", Kind::kRemoved, {chain[4]});
+  EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(4));
+}
+
+// The figure the router cares about: one MatchPrefixes round trip for a
+// 128K-token prompt (8192 pages of 16 tokens) over 8 candidates. Printed
+// (with a PING round trip as the baseline), not asserted; the depths are.
+TEST_F(PrefixIndexTest, MatchLatencyFor128KTokenPrompt) {
+  constexpr size_t kPages = 8192;
+  constexpr int kIterations = 25;
+  auto index = MakeIndex();
+  auto view = ClusterView::Create({.redis = redis_.get(), .cluster = "test"});
+  ASSERT_TRUE(view.ok());
+  const std::vector<uint64_t> prompt = Chain(8, kPages);
+  std::vector<std::string> candidates;
+  for (int i = 0; i < 8; ++i) candidates.push_back(absl::StrCat("prefill-", i));
+
+  // Server-side time per call of the command family `cmd` since the last
+  // CONFIG RESETSTAT, from INFO commandstats (ms).
+  auto server_ms = [&](const std::string& cmd) {
+    absl::StatusOr<RedisReply> info = redis_->Command({"INFO", "commandstats"});
+    if (!info.ok()) return -1.0;
+    const std::string tag = absl::StrCat("cmdstat_", cmd, ":");
+    const size_t at = info->str.find(tag);
+    if (at == std::string::npos) return 0.0;
+    const size_t u = info->str.find("usec_per_call=", at);
+    return std::atof(info->str.c_str() + u + 14) / 1000;
+  };
+  struct Row {
+    double p50, p95, server;
+  };
+  auto time_it = [&](const std::function<void()>& fn) {
+    std::vector<double> ms;
+    EXPECT_TRUE(redis_->Command({"CONFIG", "RESETSTAT"}).ok());
+    for (int i = 0; i < kIterations; ++i) {
+      const int64_t t0 = base::MonotonicNanos();
+      fn();
+      ms.push_back(static_cast<double>(base::MonotonicNanos() - t0) / 1e6);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double server = std::max(server_ms("evalsha"), server_ms("ping"));
+    return Row{ms[ms.size() / 2], ms[ms.size() * 95 / 100], server};
+  };
+  std::vector<std::pair<std::string, Row>> rows;
+  rows.emplace_back("PING round trip (baseline)",
+                    time_it([&] { ASSERT_TRUE(redis_->Ping().ok()); }));
+  auto expect_depths = [&](const std::vector<int64_t>& expected) {
+    absl::StatusOr<std::vector<int64_t>> d =
+        (*view)->MatchPrefixes(prompt, candidates);
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_EQ(*d, expected);
+  };
+  // Nothing cached anywhere: EXISTS + one SMISMEMBER of 32 per candidate.
+  rows.emplace_back("match, nothing cached", time_it([&] {
+                      expect_depths(std::vector<int64_t>(8, 0));
+                    }));
+  // The typical affinity case: one worker holds the prefix (its events).
+  Apply(*index, candidates[0], Kind::kStored, prompt);
+  std::vector<int64_t> one(8, 0);
+  one[0] = kPages;
+  rows.emplace_back("match, 1 of 8 holds all (typical)",
+                    time_it([&] { expect_depths(one); }));
+  // Candidate i holds the first (i+1)/8 of the prompt: 36K page lookups.
+  std::vector<int64_t> stairs;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(index->Clear(candidates[i]).ok());
+    Apply(*index, candidates[i], Kind::kStored,
+          Slice(prompt, 0, kPages * (i + 1) / 8));
+    stairs.push_back(static_cast<int64_t>(kPages * (i + 1) / 8));
+  }
+  rows.emplace_back("match, holding 1/8, 2/8 .. 8/8",
+                    time_it([&] { expect_depths(stairs); }));
+  // Worst case: every candidate holds the whole prompt (65536 lookups).
+  for (int i = 0; i < 8; ++i)
+    Apply(*index, candidates[i], Kind::kStored, prompt);
+  rows.emplace_back("match, all 8 hold all (worst case)", time_it([&] {
+                      expect_depths(std::vector<int64_t>(8, kPages));
+                    }));
+  // Dispatch to a worker that holds the prompt: SMISMEMBER only.
+  rows.emplace_back(
+      "RecordDispatch 8192, worker holds them", time_it([&] {
+        ASSERT_TRUE((*view)->RecordDispatch(candidates[0], prompt).ok());
+      }));
+  // Dispatch to workers that hold nothing: 8192 predictions each (the first
+  // 8 calls create them, later ones extend them).
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(index->Clear(candidates[i]).ok());
+  int next = 0;
+  rows.emplace_back(
+      "RecordDispatch 8192, worker holds none", time_it([&] {
+        ASSERT_TRUE(
+            (*view)->RecordDispatch(candidates[next++ % 8], prompt).ok());
+      }));
+  // Every candidate holds the prompt only as predictions (ZMSCORE path).
+  rows.emplace_back("match, all 8 predicted (dispatched)", time_it([&] {
+                      expect_depths(std::vector<int64_t>(8, kPages));
+                    }));
+  // A worker's stored event for a whole new prompt.
+  int ev = 0;
+  rows.emplace_back("worker stored event, 8192 new pages", time_it([&] {
+                      ASSERT_EQ(Apply(*index, absl::StrCat("ev-", ev++),
+                                      Kind::kStored, prompt),
+                                static_cast<int64_t>(kPages));
+                    }));
+  std::printf(
+      "\nMatchPrefixes latency, 128K-token prompt = %zu pages, "
+      "8 candidates, %d iterations, loopback redis-server 7:\n",
+      kPages, kIterations);
+  std::printf("  %-40s %10s %10s %14s\n", "case", "p50 ms", "p95 ms",
+              "server ms/call");
+  for (const auto& [name, t] : rows) {
+    std::printf("  %-40s %10.3f %10.3f %14.3f\n", name.c_str(), t.p50, t.p95,
+                t.server);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace swaserve::cluster
