@@ -27,6 +27,7 @@
 #include "lib/model/cpu_kernels.h"
 #include "lib/model/forward.h"
 #include "nlohmann/json.hpp"
+#include "bench/common/bench_model.h"
 
 namespace swaserve::model {
 namespace {
@@ -80,31 +81,7 @@ GemmRow BenchGemm(int M, int K, int N) {
   return {M, K, N, ours, blas};
 }
 
-ModelConfig BenchConfig(bool all_full) {
-  ModelConfig c = *BuiltinConfig("tiny", 2048);
-  c.hidden_size = 256;
-  c.num_layers = 14;
-  c.layer_types.assign(14, AttentionType::kSwa);
-  c.layer_types[0] = c.layer_types[7] = AttentionType::kFull;
-  if (all_full) c.layer_types.assign(14, AttentionType::kFull);
-  c.moe_layers.assign(14, true);
-  c.moe_layers[0] = false;
-  c.sliding_window = 128;
-  for (AttentionConfig* a : {&c.full, &c.swa}) {
-    a->num_heads = 4;
-    a->num_kv_heads = 2;
-    a->head_dim = 64;
-    a->v_head_dim = 64;
-    a->rotary_dim = 32;
-  }
-  c.n_routed_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 128;
-  c.intermediate_size = 512;
-  c.num_mtp_layers = 0;
-  c.dtype = kv::DType::kF32;
-  return c;
-}
+ModelConfig BenchConfig(bool all_full) { return bench::BenchModelConfig(all_full); }
 
 struct ModelRun {
   std::string name;

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/common/bench_model.h"
+
 #include "absl/synchronization/mutex.h"
 #include "lib/base/subprocess.h"
 #include "lib/kv/sequence.h"
@@ -30,30 +32,7 @@
 namespace swaserve::worker {
 namespace {
 
-model::ModelConfig BenchConfig() {
-  model::ModelConfig c = *model::BuiltinConfig("tiny", 2048);
-  c.hidden_size = 256;
-  c.num_layers = 14;
-  c.layer_types.assign(14, model::AttentionType::kSwa);
-  c.layer_types[0] = c.layer_types[7] = model::AttentionType::kFull;
-  c.moe_layers.assign(14, true);
-  c.moe_layers[0] = false;
-  c.sliding_window = 128;
-  for (model::AttentionConfig* a : {&c.full, &c.swa}) {
-    a->num_heads = 4;
-    a->num_kv_heads = 2;
-    a->head_dim = 64;
-    a->v_head_dim = 64;
-    a->rotary_dim = 32;
-  }
-  c.n_routed_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.moe_intermediate_size = 128;
-  c.intermediate_size = 512;
-  c.num_mtp_layers = 0;
-  c.dtype = kv::DType::kF32;
-  return c;
-}
+model::ModelConfig BenchConfig() { return bench::BenchModelConfig(); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

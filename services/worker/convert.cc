@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace swaserve::worker_service {
 
@@ -74,6 +75,26 @@ v1::FinishReason ToProto(worker::FinishReason r) {
     case worker::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
     default: return v1::FINISH_REASON_UNSPECIFIED;
   }
+}
+
+v1::WorkerLoad PoolLoad(const std::string& worker_id, v1::Role role, const kv::KvPools& pools) {
+  v1::WorkerLoad w;
+  w.set_worker_id(worker_id);
+  w.set_role(role);
+  w.set_free_full_pages(pools.full().num_free());
+  w.set_total_full_pages(pools.full().num_pages());
+  w.set_free_swa_pages(pools.swa().num_free());
+  w.set_total_swa_pages(pools.swa().num_pages());
+  w.set_timestamp_ms(absl::ToUnixMillis(absl::Now()));
+  return w;
+}
+
+grpc::ServerUnaryReactor* FinishWithLoad(grpc::CallbackServerContext* context,
+                                         v1::WorkerLoad load, v1::WorkerLoad* response) {
+  *response = std::move(load);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace swaserve::worker_service

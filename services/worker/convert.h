@@ -5,6 +5,8 @@
 #include "lib/model/sampling.h"
 #include "lib/worker/decode_core.h"
 #include "lib/worker/stop_checker.h"
+#include "grpcpp/grpcpp.h"
+#include "lib/kv/page_pool.h"
 #include "swaserve/v1/common.pb.h"
 
 namespace swaserve::worker_service {
@@ -20,5 +22,13 @@ absl::StatusOr<worker::StopOptions> ToStopOptions(const v1::SamplingParams& p,
 v1::TokenLogprob ToProto(const model::SampledToken& t);
 model::SampledToken FromProto(const v1::TokenLogprob& p);
 v1::FinishReason ToProto(worker::FinishReason r);
+
+// A load report with id, role, the pools' free/total pages and the time set
+// (the caller adds queue and batch figures).
+v1::WorkerLoad PoolLoad(const std::string& worker_id, v1::Role role, const kv::KvPools& pools);
+
+// Answers a GetLoad call with `load` (unary reactor, never blocks).
+grpc::ServerUnaryReactor* FinishWithLoad(grpc::CallbackServerContext* context,
+                                         v1::WorkerLoad load, v1::WorkerLoad* response);
 
 }  // namespace swaserve::worker_service

@@ -379,27 +379,16 @@ grpc::ServerUnaryReactor* DecodeService::CommitKv(grpc::CallbackServerContext* c
 
 v1::WorkerLoad DecodeService::Load() const {
   const worker::DecodeLoad l = shared_->options.core->GetLoad();
-  v1::WorkerLoad w;
-  w.set_worker_id(shared_->options.worker_id);
-  w.set_role(v1::ROLE_DECODE);
+  v1::WorkerLoad w = PoolLoad(shared_->options.worker_id, v1::ROLE_DECODE, *shared_->options.pools);
   w.set_running_requests(l.running);
   w.set_staged_requests(l.staged);
-  const kv::KvPools& p = *shared_->options.pools;
-  w.set_free_full_pages(p.full().num_free());
-  w.set_total_full_pages(p.full().num_pages());
-  w.set_free_swa_pages(p.swa().num_free());
-  w.set_total_swa_pages(p.swa().num_pages());
-  w.set_timestamp_ms(absl::ToUnixMillis(absl::Now()));
   return w;
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetLoad(grpc::CallbackServerContext* context,
                                                  const v1::GetLoadRequest*,
                                                  v1::WorkerLoad* response) {
-  *response = Load();
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishWithLoad(context, Load(), response);
 }
 
 }  // namespace swaserve::worker_service

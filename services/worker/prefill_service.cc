@@ -200,28 +200,17 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 
 v1::WorkerLoad PrefillService::Load() const {
   const worker::PrefillLoad l = shared_->options.core->GetLoad();
-  v1::WorkerLoad w;
-  w.set_worker_id(shared_->options.worker_id);
-  w.set_role(v1::ROLE_PREFILL);
+  v1::WorkerLoad w = PoolLoad(shared_->options.worker_id, v1::ROLE_PREFILL, *shared_->options.pools);
   w.set_queued_requests(l.queued_requests);
   w.set_queued_uncached_tokens(l.queued_uncached_tokens);
   w.set_running_requests(l.running_requests);
-  const kv::KvPools& p = *shared_->options.pools;
-  w.set_free_full_pages(p.full().num_free());
-  w.set_total_full_pages(p.full().num_pages());
-  w.set_free_swa_pages(p.swa().num_free());
-  w.set_total_swa_pages(p.swa().num_pages());
-  w.set_timestamp_ms(absl::ToUnixMillis(absl::Now()));
   return w;
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* context,
                                                   const v1::GetLoadRequest*,
                                                   v1::WorkerLoad* response) {
-  *response = Load();
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishWithLoad(context, Load(), response);
 }
 
 }  // namespace swaserve::worker_service
