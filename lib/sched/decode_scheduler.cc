@@ -23,7 +23,8 @@ DecodeScheduler::DecodeScheduler(const DecodeSchedulerOptions& options,
 
 DecodeScheduler::~DecodeScheduler() {
   double waiting_tokens = 0;
-  for (const auto& [key, r] : waiting_) waiting_tokens += r->info.context_tokens;
+  for (const auto& [key, r] : waiting_)
+    waiting_tokens += r->info.context_tokens;
   metrics_.AddQueued(-waiting_requests(), -waiting_tokens);
   metrics_.AddRunning(-running_requests());
 }
@@ -80,8 +81,8 @@ std::optional<std::string> DecodeScheduler::ChoosePreemptionVictim() const {
   return running_.rbegin()->second->info.id;
 }
 
-absl::Status DecodeScheduler::Preempt(absl::string_view id,
-                                      int context_tokens, int64_t now_ns) {
+absl::Status DecodeScheduler::Preempt(absl::string_view id, int context_tokens,
+                                      int64_t now_ns) {
   auto it = requests_.find(id);
   if (it == requests_.end() || !it->second->running) {
     return absl::NotFoundError(

@@ -37,12 +37,14 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
                      options.aging_tokens_per_second));
   }
   if (options.chunk_tokens <= 0 || options.step_token_budget <= 0 ||
-      options.max_requests_per_step <= 0 || options.max_refusals_per_step <= 0) {
+      options.max_requests_per_step <= 0 || options.max_partial_requests <= 0 ||
+      options.max_refusals_per_step <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_tokens, step_token_budget, max_requests_per_step and "
-        "max_refusals_per_step must be > 0, got ",
+        "chunk_tokens, step_token_budget, max_requests_per_step, "
+        "max_partial_requests and max_refusals_per_step must be > 0, got ",
         options.chunk_tokens, ", ", options.step_token_budget, ", ",
-        options.max_requests_per_step, ", ", options.max_refusals_per_step));
+        options.max_requests_per_step, ", ", options.max_partial_requests, ", ",
+        options.max_refusals_per_step));
   }
   if (!(options.refusal_block_after_seconds >= 0)) {
     return absl::InvalidArgumentError(
@@ -101,8 +103,7 @@ bool PrefillScheduler::Cancel(absl::string_view id) {
   const int remaining = r->info.prompt_tokens - r->next_token;
   queued_uncached_tokens_ -= remaining;
   if (r->start_seq == 0) {
-    queue_.erase(r);
-    by_arrival_.erase(r);
+    Unqueue(r);
     metrics_.AddQueued(-1, -remaining);
   } else {
     in_progress_.erase(r->start_seq);
@@ -112,6 +113,11 @@ bool PrefillScheduler::Cancel(absl::string_view id) {
   metrics_.CountCancelled();
   requests_.erase(it);
   return true;
+}
+
+void PrefillScheduler::Unqueue(Request* r) {
+  queue_.erase(r);
+  by_arrival_.erase(r);
 }
 
 bool PrefillScheduler::TakeChunk(Request* r, int n, bool first,
@@ -138,41 +144,50 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
   // 1. Requests in progress, oldest start first.
   for (auto& [seq, r] : in_progress_) {
     if (budget == 0 || step.chunks.size() == max_requests) break;
-    const int n = std::min({options_.chunk_tokens,
-                            r->info.prompt_tokens - r->next_token, budget});
+    const int n = std::min(
+        {options_.chunk_tokens, r->info.prompt_tokens - r->next_token, budget});
     budget -= n;
     if (TakeChunk(r, n, /*first=*/false, &step)) done.push_back(r);
   }
 
   // 2. New requests in policy order.
   int refusals = 0;
+  bool stop = false;
   const double block_after_ns = options_.refusal_block_after_seconds * 1e9;
-  for (auto it = queue_.begin();
-       it != queue_.end() && budget > 0 && step.chunks.size() < max_requests;) {
-    Request* r = *it;
+  auto room = [&] {
+    return !stop && budget > 0 && step.chunks.size() < max_requests;
+  };
+  // Requests that stay partial after this step.
+  int partial = static_cast<int>(in_progress_.size() - done.size());
+  // Tries to start queued `r`; sets `stop` when no other may be tried.
+  auto try_start = [&](Request* r) {
+    const int n =
+        std::min({options_.chunk_tokens, r->info.uncached_tokens(), budget});
+    const bool stays_partial = n < r->info.uncached_tokens();
+    if (stays_partial && partial >= options_.max_partial_requests) return;
     if (!can_start(r->info)) {
       if (static_cast<double>(now_ns - r->info.arrival_ns) >= block_after_ns ||
           ++refusals >= options_.max_refusals_per_step) {
-        break;
+        stop = true;
       }
-      ++it;
-      continue;
+      return;
     }
-    it = queue_.erase(it);
-    by_arrival_.erase(r);
+    Unqueue(r);
     r->start_seq = next_start_seq_++;
     metrics_.AddQueued(-1, 0);
     metrics_.AddRunning(1);
     metrics_.CountAdmitted();
     metrics_.ObserveWait(r->info.arrival_ns, now_ns);
-    const int n =
-        std::min({options_.chunk_tokens, r->info.uncached_tokens(), budget});
     budget -= n;
+    if (stays_partial) ++partial;
     if (TakeChunk(r, n, /*first=*/true, &step)) {
       done.push_back(r);
     } else {
       in_progress_.emplace(r->start_seq, r);
     }
+  };
+  for (auto it = queue_.begin(); it != queue_.end() && room();) {
+    try_start(*it++);  // advance first: starting erases the request
   }
 
   for (Request* r : done) {
@@ -180,7 +195,8 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     metrics_.AddRunning(-1);
     requests_.erase(requests_.find(r->info.id));  // destroys *r
   }
-  if (!step.empty()) metrics_.ObserveBatch(static_cast<int>(step.chunks.size()));
+  if (!step.empty())
+    metrics_.ObserveBatch(static_cast<int>(step.chunks.size()));
   return step;
 }
 

@@ -12,7 +12,8 @@
 //     does not sit idle and few requests are half-done at a time;
 //  2. then, while the step has token budget and request slots left, queued
 //     requests start in policy order, each with min(chunk_tokens, uncached,
-//     budget left) tokens:
+//     budget left) tokens; one that would not finish in this step is skipped
+//     (keeping its place) while max_partial_requests requests stay partial:
 //       kFcfs          by arrival time;
 //       kComputeAware  by uncached tokens minus a wait-time credit,
 //                        priority = uncached - aging_tokens_per_second * wait_s
@@ -24,16 +25,18 @@
 //     Ties go to the earlier arrival, then the smaller id, so the schedule is
 //     a deterministic function of the calls.
 //  Every step respects: total tokens <= step_token_budget, chunks <=
-//  max_requests_per_step, tokens per request <= chunk_tokens; every uncached
-//  token of a request is handed out exactly once, in order.
+//  max_requests_per_step, tokens per request <= chunk_tokens, requests in
+//  progress afterwards <= max_partial_requests; every uncached token of a
+//  request is handed out exactly once, in order.
 //
 // No starvation (compute-aware): a request R (uncached U, arrival t) can only
 // be overtaken by requests whose priority is lower, i.e. ones that arrived
 // before it or arrive before t + U / aging_tokens_per_second. So R starts at
 // the latest once the work queued at its arrival plus the work arriving in
-// the next U / aging seconds is done (tests/unit/sched states and checks the
-// exact bound). aging_tokens_per_second = 0 is pure shortest-first, which can
-// starve long requests; a very large value approaches FCFS.
+// the next U / aging seconds is done (tests/unit/sched/sched_property_test.cc
+// states and checks the exact bound, partial cap included).
+// aging_tokens_per_second = 0 is pure shortest-first, which can starve long
+// requests; a very large value approaches FCFS.
 //
 // Memory: before a queued request starts, NextStep() calls can_start(info).
 // true commits the scheduler to start it in this very step, so the callback
@@ -119,19 +122,30 @@ struct PrefillSchedulerOptions {
   Policy policy = Policy::kComputeAware;
   // Wait-time credit of kComputeAware, in tokens per second of waiting
   // (>= 0, finite). A request with U uncached tokens can be overtaken only
-  // by requests arriving within U / aging seconds after it. The default is
-  // about one CPU worker's prefill throughput, so a request is overtaken
-  // only by work arriving within about its own compute time; it was tuned in
-  // the trace simulation (bench/sched, bench/RESULTS.md "Scheduling"), where
-  // aging = 1x throughput met both targets. For a faster worker scale it
-  // with the worker's throughput (tokens/s).
-  double aging_tokens_per_second = 1500;
+  // by requests arriving within U / aging seconds after it: with aging = r x
+  // the worker's prefill throughput X (tokens/s), within 1/r times its own
+  // compute time. Set it to about 0.1 x X: in the trace simulation
+  // (bench/sched/sched_trace_sim, bench/RESULTS.md "Scheduling (lib/sched)")
+  // r = 0.1 cut P90 TTFT by 38-44% against FCFS, the longest TTFT 1.3-1.4x
+  // FCFS's; r = 0 (pure shortest-first) cuts P90 by ~50% but the longest
+  // TTFT grows to 3.1-3.3x FCFS's; larger r approaches FCFS (r = 0.15:
+  // 30-36%, r = 1: 11-12%). The default, 8, is 0.1 x the throughput of the
+  // CPU engine measured there (mimo-v2.5-pro-mini, one core, ~80 tokens/s);
+  // scale it with X.
+  double aging_tokens_per_second = 8;
   // Most tokens of one request in one step (the chunk size), > 0.
   int chunk_tokens = 512;
   // Most tokens of one step over all requests, > 0.
   int step_token_budget = 2048;
   // Most requests in one step, > 0.
   int max_requests_per_step = 8;
+  // Most requests left partially computed after a step (vLLM's
+  // max_num_partial_prefills): a queued request that would not finish in
+  // the step it starts in may start only while fewer than this many are in
+  // progress; requests that finish in one step may always start. Keeps a
+  // few long prompts in progress from taking every step's whole budget
+  // (they continue first) while short ones queue. > 0.
+  int max_partial_requests = 1;
   // Most can_start refusals per NextStep; after that no more new requests
   // are tried in that step (bounds the callback work when memory is full).
   // > 0.
@@ -210,11 +224,13 @@ class PrefillScheduler {
                    SchedMetrics metrics);
   // Appends a chunk of `n` tokens of `r` to `step`; true when it was the last.
   bool TakeChunk(Request* r, int n, bool first, PrefillStep* step);
+  // Removes queued `r` from the queue's indexes.
+  void Unqueue(Request* r);
 
   const PrefillSchedulerOptions options_;
   SchedMetrics metrics_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
-  std::set<Request*, PriorityLess> queue_;     // not started, policy order
+  std::set<Request*, PriorityLess> queue_;      // not started, policy order
   std::set<Request*, ArrivalLess> by_arrival_;  // not started, arrival order
   std::map<uint64_t, Request*> in_progress_;    // by start_seq
   uint64_t next_start_seq_ = 1;

@@ -45,16 +45,14 @@ absl::StatusOr<SchedMetrics> SchedMetrics::Create(metrics::Registry* registry,
                            "Requests started (prefill) or admitted into the "
                            "running batch (decode, readmissions included).",
                            labels));
-  ASSIGN_OR_RETURN(
-      metrics::CounterFamily * preempted,
-      registry->AddCounter("swaserve_sched_preempted_total",
-                           "Running requests preempted and re-queued.",
-                           labels));
-  ASSIGN_OR_RETURN(
-      metrics::CounterFamily * cancelled,
-      registry->AddCounter("swaserve_sched_cancelled_total",
-                           "Requests cancelled while queued or running.",
-                           labels));
+  ASSIGN_OR_RETURN(metrics::CounterFamily * preempted,
+                   registry->AddCounter(
+                       "swaserve_sched_preempted_total",
+                       "Running requests preempted and re-queued.", labels));
+  ASSIGN_OR_RETURN(metrics::CounterFamily * cancelled,
+                   registry->AddCounter(
+                       "swaserve_sched_cancelled_total",
+                       "Requests cancelled while queued or running.", labels));
   ASSIGN_OR_RETURN(std::vector<double> batch_buckets,
                    metrics::ExponentialBuckets(1, 2, 10));  // 1 .. 512
   ASSIGN_OR_RETURN(

@@ -57,7 +57,10 @@ struct WorkerConfig {
   int64_t decode_kv_mib = 256;
   double swa_full_ratio = 0.25;
   std::string policy = "compute_aware";
-  double aging_tokens_per_second = 1500;
+  // Library defaults (lib/sched/prefill_scheduler.h); scale aging with the
+  // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).
+  double aging_tokens_per_second = sched::PrefillSchedulerOptions{}.aging_tokens_per_second;
+  int64_t max_partial_requests = sched::PrefillSchedulerOptions{}.max_partial_requests;
   int64_t chunk_tokens = 512;
   int64_t step_token_budget = 2048;
   int64_t max_requests_per_step = 8;
@@ -149,6 +152,8 @@ int Run(int argc, char** argv) {
       .Add("prefill.policy", &c.policy, "compute_aware or fcfs")
       .Add("prefill.aging_tokens_per_second", &c.aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
+      .Add("prefill.max_partial_requests", &c.max_partial_requests,
+           "prompts that may be half-done at once (a long prompt starts only below this)")
       .Add("prefill.chunk_tokens", &c.chunk_tokens, "most tokens of one request per step")
       .Add("prefill.step_token_budget", &c.step_token_budget, "most tokens per step")
       .Add("prefill.max_requests_per_step", &c.max_requests_per_step, "most requests per step")
@@ -240,6 +245,7 @@ int Run(int argc, char** argv) {
     po.scheduler.chunk_tokens = static_cast<int>(c.chunk_tokens);
     po.scheduler.step_token_budget = static_cast<int>(c.step_token_budget);
     po.scheduler.max_requests_per_step = static_cast<int>(c.max_requests_per_step);
+    po.scheduler.max_partial_requests = static_cast<int>(c.max_partial_requests);
     po.max_prompt_tokens = static_cast<int>(c.max_prompt_tokens);
     po.registry = &registry;
     auto core = worker::PrefillCore::Create(po);

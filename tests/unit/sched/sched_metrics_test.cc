@@ -1,0 +1,149 @@
+#include "lib/sched/sched_metrics.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gtest/gtest.h"
+#include "lib/metrics/registry.h"
+#include "lib/sched/decode_scheduler.h"
+#include "lib/sched/prefill_scheduler.h"
+
+namespace swaserve::sched {
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+
+// The value of the sample `series` (name plus labels exactly as rendered),
+// or -1 when absent.
+double Sample(const metrics::Registry& registry, absl::string_view series) {
+  const std::string text = registry.RenderText();
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, series) && line.size() > series.size() &&
+        line[series.size()] == ' ') {
+      return std::strtod(std::string(line.substr(series.size() + 1)).c_str(),
+                         nullptr);
+    }
+  }
+  return -1;
+}
+
+TEST(SchedMetricsTest, NoRegistryRecordsNothing) {
+  auto m = SchedMetrics::Create(nullptr, "prefill");
+  ASSERT_TRUE(m.ok());
+  m->AddQueued(1, 2);  // must not crash
+  m->ObserveWait(0, kSec);
+}
+
+TEST(SchedMetricsTest, ConflictingFamilyFailsCreate) {
+  metrics::Registry registry;
+  ASSERT_TRUE(registry.AddGauge("swaserve_sched_queue_depth", "other").ok());
+  PrefillSchedulerOptions o;
+  o.registry = &registry;
+  EXPECT_EQ(PrefillScheduler::Create(o).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST(SchedMetricsTest, PrefillSchedulerReports) {
+  metrics::Registry registry;
+  PrefillSchedulerOptions o;
+  o.registry = &registry;
+  o.chunk_tokens = 100;
+  o.max_partial_requests = 2;
+  {
+    auto s = *PrefillScheduler::Create(o);
+    ASSERT_TRUE(s->Add({"a", 250, 0, 0}).ok());
+    ASSERT_TRUE(s->Add({"b", 40, 0, 0}).ok());
+    ASSERT_TRUE(s->Add({"c", 900, 0, 0}).ok());
+    EXPECT_EQ(Sample(registry, "swaserve_sched_queue_depth{role=\"prefill\"}"),
+              3);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_queued_tokens{role=\"prefill\"}"),
+        1190);
+    s->NextStep(2 * kSec);  // b (done), a (100), c (100)
+    EXPECT_EQ(Sample(registry, "swaserve_sched_queue_depth{role=\"prefill\"}"),
+              0);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_running_requests{role=\"prefill\"}"),
+        2);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_queued_tokens{role=\"prefill\"}"),
+        950);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_admitted_total{role=\"prefill\"}"), 3);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_wait_seconds_count{role=\"prefill\"}"),
+        3);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_wait_seconds_sum{role=\"prefill\"}"),
+        6);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_batch_size_sum{role=\"prefill\"}"), 3);
+    EXPECT_TRUE(s->Cancel("c"));
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_cancelled_total{role=\"prefill\"}"),
+        1);
+    EXPECT_EQ(
+        Sample(registry, "swaserve_sched_queued_tokens{role=\"prefill\"}"),
+        150);
+    ASSERT_TRUE(s->Add({"d", 10, 0, 0}).ok());
+  }
+  // Destroyed with "a" in progress and "d" queued: gauges return to 0.
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queue_depth{role=\"prefill\"}"),
+            0);
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_running_requests{role=\"prefill\"}"), 0);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queued_tokens{role=\"prefill\"}"),
+            0);
+}
+
+TEST(SchedMetricsTest, DecodeSchedulerReports) {
+  metrics::Registry registry;
+  DecodeSchedulerOptions o;
+  o.registry = &registry;
+  auto s = *DecodeScheduler::Create(o);
+  // The prefill scheduler shares the families on the same registry.
+  PrefillSchedulerOptions po;
+  po.registry = &registry;
+  ASSERT_TRUE(PrefillScheduler::Create(po).ok());
+  ASSERT_TRUE(s->Stage({"a", 100, 0}).ok());
+  ASSERT_TRUE(s->Stage({"b", 50, kSec}).ok());
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queue_depth{role=\"decode\"}"), 2);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queued_tokens{role=\"decode\"}"),
+            150);
+  auto all = [](const DecodeRequestInfo&) { return true; };
+  s->NextIteration(3 * kSec, all);
+  s->NextIteration(3 * kSec, all);
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_running_requests{role=\"decode\"}"), 2);
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_wait_seconds_sum{role=\"decode\"}"), 5);
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_batch_size_count{role=\"decode\"}"), 2);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_batch_size_sum{role=\"decode\"}"),
+            4);
+  ASSERT_TRUE(s->Preempt("b", 60, 4 * kSec).ok());
+  EXPECT_EQ(Sample(registry, "swaserve_sched_preempted_total{role=\"decode\"}"),
+            1);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queued_tokens{role=\"decode\"}"),
+            60);
+  s->NextIteration(4 * kSec, all);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_admitted_total{role=\"decode\"}"),
+            3);
+  ASSERT_TRUE(s->Finish("a").ok());
+  EXPECT_TRUE(s->Cancel("b"));
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_running_requests{role=\"decode\"}"), 0);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_queue_depth{role=\"decode\"}"), 0);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_cancelled_total{role=\"decode\"}"),
+            1);
+  EXPECT_EQ(
+      Sample(registry, "swaserve_sched_preempted_total{role=\"prefill\"}"), 0);
+}
+
+}  // namespace
+}  // namespace swaserve::sched
