@@ -333,6 +333,9 @@ void PagedAttention(const AttentionParams& p,
   KernelThreads& threads = KernelThreads::Get();
   threads.ParallelFor(std::min<int64_t>(threads.threads(), n), 1, [&](int64_t, int64_t) {
     Scratch& sc = ThreadScratch();
+    // Size this thread's scratch even if it gets no task this time, so a
+    // steady decode loop never allocates when the dynamic split changes.
+    sc.Reserve(p, 0);
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
       const Task& task = tasks[n - 1 - t];
       const AttentionSpan& sp = spans[task.span];
