@@ -2,11 +2,17 @@
 
 #include <immintrin.h>
 
+#if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics (max, roundscale, scalef) pass
 // _mm512_undefined_ps() as the unused merge source, which its own
 // -Wuninitialized flags at -O2; the values are never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Every function passing __m512 here is target("avx512f") and internal to
+// this file, so the vector ABI is the same on both sides of each call
+// (unoptimized builds do not inline them).
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -214,9 +220,6 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     // a time for independent chains.
     __m512 m_blk = neg_inf;
     int j = 0;
-    auto finish = [&](int jj, __m512 acc) {
-      FinishScore(acc, a + jj, lo_v, pos_v, scale, sbuf + jj * kLanes, valid + jj, &m_blk);
-    };
     for (; j + 4 <= nk; j += 4) {
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
@@ -227,10 +230,10 @@ __attribute__((target("avx512f"))) void Avx512Tile(
         a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[i]), a2);
         a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[i]), a3);
       }
-      finish(j, a0);
-      finish(j + 1, a1);
-      finish(j + 2, a2);
-      finish(j + 3, a3);
+      FinishScore(a0, a + j, lo_v, pos_v, scale, sbuf + (j) * kLanes, valid + (j), &m_blk);
+      FinishScore(a1, a + j + 1, lo_v, pos_v, scale, sbuf + (j + 1) * kLanes, valid + (j + 1), &m_blk);
+      FinishScore(a2, a + j + 2, lo_v, pos_v, scale, sbuf + (j + 2) * kLanes, valid + (j + 2), &m_blk);
+      FinishScore(a3, a + j + 3, lo_v, pos_v, scale, sbuf + (j + 3) * kLanes, valid + (j + 3), &m_blk);
     }
     for (; j < nk; ++j) {
       __m512 a0 = _mm512_setzero_ps();
@@ -238,7 +241,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
       for (int i = 0; i < hd; ++i) {
         a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + i * kLanes), _mm512_set1_ps(k0[i]), a0);
       }
-      finish(j, a0);
+      FinishScore(a0, a + j, lo_v, pos_v, scale, sbuf + (j) * kLanes, valid + (j), &m_blk);
     }
     // Online softmax: lanes without a key here keep m, get corr = exp(0) = 1
     // and add nothing, so they are unchanged bit for bit.
