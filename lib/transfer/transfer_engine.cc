@@ -64,12 +64,22 @@ absl::string_view TransportName(Transport transport) {
   return "?";
 }
 
+Primitive AutoPrimitive(Transport transport, bool destination_ucx_allocated) {
+  // Over shared memory a put into UCX-allocated memory is one memcpy by the
+  // sender into the receiver's mapped segment: memcpy speed, the best
+  // measured (bench/RESULTS.md, "KV transfer (UCX)").
+  if (transport == Transport::kSharedMemory && destination_ucx_allocated) {
+    return Primitive::kPut;
+  }
+  return AutoPrimitive(transport);
+}
+
 Primitive AutoPrimitive(Transport transport) {
-  // Measured on UCX 1.13 (bench/RESULTS.md, "KV transfer (UCX)"): the AM
-  // rendezvous beats ucp_put on shared memory (where puts into ordinary
-  // memory are emulated over AM anyway) and by ~5x on tcp. RDMA was not
-  // measured; the rendezvous is an RDMA read there and keeps receiver-side
-  // validation, so it stays the default.
+  // Into ordinary memory (measured, UCX 1.13): the AM rendezvous beats puts
+  // over shared memory (where UCP emulates them over AM bcopy) and by 4-6x
+  // over tcp (where puts crawl). RDMA was not measured; the rendezvous is an
+  // RDMA read there and keeps receiver-side validation, so it stays the
+  // default.
   switch (transport) {
     case Transport::kUnknown:
     case Transport::kSelf:
@@ -316,6 +326,7 @@ class Core {
     size_t size = 0;
     ucp_mem_h memh = nullptr;
     std::string ucx_rkey;
+    bool allocated = false;  // by UCX (Allocate)
     int users = 0;
     bool releasing = false;
     absl::Notification* released = nullptr;
@@ -330,7 +341,18 @@ class Core {
     bool closing = false;
     absl::flat_hash_set<uint64_t> sends;
     Core* core = nullptr;
+    // Unpacked rkeys by packed UCX rkey, with the sends using each. Unpacking
+    // the rkey of UCX-allocated shared memory maps the whole segment, which
+    // made every put transfer 100x slower when done per transfer; a few are
+    // kept (a mapping keeps a freed segment's memory alive until evicted).
+    struct CachedRkey {
+      ucp_rkey_h handle = nullptr;
+      int users = 0;
+      int64_t last_used = 0;
+    };
+    absl::flat_hash_map<std::string, CachedRkey> rkeys;
   };
+  static constexpr size_t kRkeyCacheSize = 4;
 
   struct BackEp {
     uint64_t engine_id = 0;
@@ -361,7 +383,8 @@ class Core {
     Transport transport = Transport::kUnknown;
     std::vector<Message> messages;
     std::vector<uint64_t> region_tags;
-    std::vector<ucp_rkey_h> ucx_rkeys;
+    std::vector<ucp_rkey_h> ucx_rkeys;  // owned by peer->rkeys
+    std::vector<std::string> rkey_keys;
     std::vector<uint64_t> registrations;  // RegionRec ids used for memh
     size_t next = 0;
     int inflight = 0;
@@ -492,6 +515,9 @@ class Core {
   void FailSend(SendState& s, absl::Status status, Reason reason);
   void FinishSend(uint64_t id);
   void ClosePeer(const std::shared_ptr<Peer>& peer, const absl::Status& why);
+  // Destroys unused cached rkeys beyond kRkeyCacheSize (every unused one
+  // once the peer is closing), least recently used first.
+  void TrimRkeyCache(Peer& peer);
   static void PeerErrorFn(void* arg, ucp_ep_h ep, ucs_status_t status);
   ucp_mem_h FindMemh(const void* p, size_t n, uint64_t* registration);
 
@@ -592,6 +618,7 @@ class Core {
   absl::flat_hash_map<std::string, std::shared_ptr<Peer>> peers_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<BackEp>> back_eps_;
   int64_t closing_eps_ = 0;
+  absl::flat_hash_set<ucp_ep_h> closed_this_round_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SendState>> sends_;
   absl::flat_hash_map<std::string, std::unique_ptr<ReceiveState>> receives_;
   int64_t pending_receives_ = 0;
@@ -867,6 +894,7 @@ void Core::Loop() {
   thread_id_ = std::this_thread::get_id();
   last_activity_ns_ = NowNanos();
   while (true) {
+    closed_this_round_.clear();
     RunTasks();
     unsigned events = 0;
     if (worker_ != nullptr) events = ucp_worker_progress(worker_);
@@ -895,7 +923,7 @@ void Core::Loop() {
       // A transfer is moving: poll. UCX 1.13's shared-memory rendezvous
       // does not raise a wakeup event for every step, so sleeping on the
       // event fd here stalls a transfer until the sleep times out.
-      std::this_thread::yield();
+      if (options_.yield_while_polling) std::this_thread::yield();
       continue;
     }
     if (now - last_activity_ns_ < DurationNanos(options_.spin_before_sleep)) {
@@ -1294,6 +1322,7 @@ absl::StatusOr<std::unique_ptr<Registration>> Core::Register(
     rec.data = static_cast<uint8_t*>(data);
     rec.size = size;
     rec.memh = memh;
+    rec.allocated = allocate;
     rec.ucx_rkey.assign(static_cast<const char*>(rkey), rkey_size);
     ucp_rkey_buffer_release(rkey);
     regions_by_address_[reinterpret_cast<uintptr_t>(data)] = id;
@@ -1315,8 +1344,10 @@ void Core::Deregister(uint64_t id) {
     auto it = regions_.find(id);
     if (it == regions_.end()) return false;
     RegionRec& rec = it->second;
-    if (!thread_running_) {
-      // The engine has stopped: nothing can use the memory any more.
+    if (!thread_running_ || rec.users == 0) {
+      // Unused (or the engine has stopped): unmap now, so that a caller
+      // that frees the memory right after (even inside a transfer callback)
+      // never frees registered memory.
       ucp_mem_unmap(context_, rec.memh);
       regions_by_address_.erase(reinterpret_cast<uintptr_t>(rec.data));
       stat_registrations_.fetch_sub(1, std::memory_order_relaxed);
@@ -1326,8 +1357,9 @@ void Core::Deregister(uint64_t id) {
       return false;
     }
     rec.releasing = true;
-    // From a callback we cannot wait for ourselves: the loop unmaps it once
-    // unused.
+    // In use: fail its users; the loop unmaps it once they have drained.
+    // From a callback we cannot wait for ourselves (documented: release a
+    // registration from a callback only once its transfers are done).
     rec.released = from_callback ? nullptr : &released;
     if (rec.users > 0) {
       const absl::Status why = absl::CancelledError(
@@ -1522,22 +1554,35 @@ absl::Status Core::PrepareSend(SendState& s, SendRequest& request) {
   s.peer = *peer;
   s.peer->sends.insert(s.id);
   s.transport = s.peer->transport;
+  bool all_allocated = true;
+  for (const wire::Rkey& k : rkeys) {
+    all_allocated = all_allocated && (k.flags & wire::kRkeyUcxAllocated);
+  }
   s.primitive = request.primitive != Primitive::kAuto ? request.primitive
                 : options_.primitive != Primitive::kAuto
                     ? options_.primitive
-                    : AutoPrimitive(s.transport);
+                    : AutoPrimitive(s.transport, all_allocated);
   if (s.primitive == Primitive::kPut) {
     for (size_t i = 0; i < rkeys.size(); ++i) {
-      ucp_rkey_h handle = nullptr;
-      const ucs_status_t st =
-          ucp_ep_rkey_unpack(s.peer->ep, rkeys[i].ucx_rkey.data(), &handle);
-      if (st != UCS_OK) {
-        return FromUcs(st, absl::StrCat("transfer '", d.transfer_id,
-                                        "': UCX cannot unpack the rkey of "
-                                        "region ",
-                                        i));
+      auto cached = s.peer->rkeys.find(rkeys[i].ucx_rkey);
+      if (cached == s.peer->rkeys.end()) {
+        ucp_rkey_h handle = nullptr;
+        const ucs_status_t st =
+            ucp_ep_rkey_unpack(s.peer->ep, rkeys[i].ucx_rkey.data(), &handle);
+        if (st != UCS_OK) {
+          return FromUcs(st, absl::StrCat("transfer '", d.transfer_id,
+                                          "': UCX cannot unpack the rkey of "
+                                          "region ",
+                                          i));
+        }
+        cached = s.peer->rkeys
+                     .emplace(rkeys[i].ucx_rkey, Peer::CachedRkey{handle, 0, 0})
+                     .first;
       }
-      s.ucx_rkeys.push_back(handle);
+      ++cached->second.users;
+      cached->second.last_used = NowNanos();
+      s.ucx_rkeys.push_back(cached->second.handle);
+      s.rkey_keys.push_back(rkeys[i].ucx_rkey);
     }
     // Puts land without the receiver looking: first let it check the
     // transfer id and the rkeys (BEGIN -> READY).
@@ -1625,13 +1670,34 @@ void Core::ClosePeer(const std::shared_ptr<Peer>& peer,
         absl::IsCancelled(why) ? Reason::kCancelled : Reason::kPeerFailure);
     MarkSend(id);
   }
+  TrimRkeyCache(*peer);
   CloseEp(peer->ep, peer, nullptr);
   peer->ep = nullptr;
 }
 
+void Core::TrimRkeyCache(Peer& peer) {
+  const size_t keep = peer.closing ? 0 : kRkeyCacheSize;
+  while (peer.rkeys.size() > keep) {
+    auto victim = peer.rkeys.end();
+    for (auto it = peer.rkeys.begin(); it != peer.rkeys.end(); ++it) {
+      if (it->second.users > 0) continue;
+      if (victim == peer.rkeys.end() ||
+          it->second.last_used < victim->second.last_used) {
+        victim = it;
+      }
+    }
+    if (victim == peer.rkeys.end()) return;  // all in use
+    ucp_rkey_destroy(victim->second.handle);
+    peer.rkeys.erase(victim);
+  }
+}
+
 void Core::CloseEp(ucp_ep_h ep, std::shared_ptr<Peer> peer,
                    std::shared_ptr<BackEp> back) {
-  if (ep == nullptr) return;
+  // An endpoint can be reached twice in one round (as a sender's reply_ep of
+  // two receives, and as our own endpoint back): close it once. Cleared every
+  // loop iteration, so a handle UCX reuses later is not mistaken for it.
+  if (ep == nullptr || !closed_this_round_.insert(ep).second) return;
   OpCtx* ctx = NewOp(OpKind::kClose);
   ctx->peer = std::move(peer);  // keeps the err_handler arg alive
   ctx->back = std::move(back);
@@ -1780,7 +1846,13 @@ void Core::FinishSend(uint64_t id) {
   if (it == sends_.end()) return;
   std::unique_ptr<SendState> s = std::move(it->second);
   sends_.erase(it);
-  for (ucp_rkey_h h : s->ucx_rkeys) ucp_rkey_destroy(h);
+  if (s->peer != nullptr) {
+    for (const std::string& key : s->rkey_keys) {
+      auto it = s->peer->rkeys.find(key);
+      if (it != s->peer->rkeys.end()) --it->second.users;
+    }
+    TrimRkeyCache(*s->peer);
+  }
   for (uint64_t reg : s->registrations) {
     auto r = regions_.find(reg);
     if (r != regions_.end()) --r->second.users;
@@ -1912,8 +1984,9 @@ absl::StatusOr<Destination> Core::ExpectTransfer(ReceiveRequest request,
       rr.pool = lr.pool;
       rr.base_address = reinterpret_cast<uint64_t>(slot.data);
       rr.length = slot.length;
-      rr.rkey = wire::PackRkey(wire::Rkey{slot.tag, rr.base_address, rr.length,
-                                          rec->second.ucx_rkey});
+      rr.rkey = wire::PackRkey(
+          wire::Rkey{slot.tag, rr.base_address, rr.length, rec->second.ucx_rkey,
+                     rec->second.allocated ? wire::kRkeyUcxAllocated : 0});
       dest.regions.push_back(std::move(rr));
     }
     for (const Slot& slot : r->regions) ++regions_[slot.registration].users;
@@ -2328,7 +2401,11 @@ void Core::CheckLiveness() {
 
 void Core::ForceCloseReplyEps(ReceiveState& r, const absl::Status& why) {
   std::vector<ucp_ep_h> eps(r.reply_eps.begin(), r.reply_eps.end());
-  r.reply_eps.clear();
+  // Forget them everywhere first, so that closing one (which may fail other
+  // receives and force-close theirs) never reaches them again.
+  for (auto& [id, other] : receives_) {
+    for (ucp_ep_h ep : eps) other->reply_eps.erase(ep);
+  }
   for (ucp_ep_h ep : eps) {
     // The endpoint may be one we own (UCX pairs our endpoint back to a
     // sender, or to a receiver we send to, with the sender's connection).
@@ -2340,7 +2417,6 @@ void Core::ForceCloseReplyEps(ReceiveState& r, const absl::Status& why) {
     for (auto& [blob, p] : peers_) {
       if (p->ep == ep) peer = p;
     }
-    for (auto& [id, other] : receives_) other->reply_eps.erase(ep);
     if (back != nullptr) {
       CloseBackEp(back, why);
     } else if (peer != nullptr) {

@@ -8,17 +8,18 @@
 // One TransferEngine per process: a UCP context, one UCP worker and a
 // progress thread that owns both. Every UCX call happens on that thread; the
 // public methods post work to it (and, where they return a value, wait for
-// it). Peers are identified by an opaque worker address (the UCX worker
-// address framed with an engine id and a checksum, see wire.h).
+// it). Peers are identified by an opaque worker address: the UCX worker
+// address framed with an engine id, the process identity (boot id, pid
+// namespace, pid, start time) and a checksum (wire.h).
 //
 // Receiver (decode), ARCHITECTURE §4 step 2:
 //   1. Register() its staging memory once (ucp_mem_map; the packed rkey is
 //      kept), then per request ExpectTransfer(transfer id, regions of that
 //      memory, expected byte count, timeout, callback). That returns a
 //      Destination: the worker address, and per region its base address,
-//      length and a packed rkey framed with a fresh random 64-bit tag. The
-//      service puts it in the gRPC handshake (kv_destination.h turns it into
-//      swaserve.v1.KvDestination).
+//      length and the packed rkey framed with a fresh random 64-bit tag (the
+//      tag makes the rkey valid for this transfer only). The service puts it
+//      in the gRPC handshake (kv_destination.h: swaserve.v1.KvDestination).
 //   2. The callback runs once: OK with the commit payload when every expected
 //      byte is visible in the staging memory and the sender committed; an
 //      error otherwise. When it runs, UCX holds no reference to the regions
@@ -27,6 +28,8 @@
 //   3. Send(destination, page copies [(local pointer, region, offset, bytes)],
 //      commit payload). Adjacent copies are merged into messages of up to
 //      max_message_bytes; at most max_inflight_messages are outstanding.
+//      Local memory inside a Registration of the sender's engine is sent
+//      with its memory handle (no per-message registration).
 //   4. On a new endpoint the sender first sends HELLO (its own worker
 //      address), so the receiver can open an endpoint back for replies.
 //   5. Data, by primitive (chosen per transport, see below):
@@ -35,12 +38,13 @@
 //          size). The receiver validates the header before a byte lands
 //          (unknown transfer id, wrong tag, range outside the region, region
 //          index) and receives the payload straight into the staging region
-//          (ucp_am_recv_data_nbx: rendezvous, no intermediate copy). A
-//          rejected message is dropped and answered with REJECT.
-//        kPut: ucp_put_nbx into base + offset with the unpacked rkey, then
-//          ucp_ep_flush_nbx (remote completion). The sender checks each range
-//          against the region length; the receiver checks totals and tags at
-//          commit (it sees no per-put traffic).
+//          (ucp_am_recv_data_nbx). A rejected message is dropped and answered
+//          with REJECT.
+//        kPut: BEGIN (transfer id + region tags) first; the receiver checks
+//          them and answers READY or REJECT, so nothing lands for an unknown
+//          transfer or a foreign rkey. Then ucp_put_nbx into base + offset
+//          with the unpacked rkey and ucp_ep_flush_nbx (remote completion).
+//          Ranges are checked against the region length by the sender only.
 //   6. COMMIT (after every message completed, i.e. the data is visible at the
 //      receiver): transfer id, the tags of every region, bytes sent by AM and
 //      by put, and the commit payload (services put a serialized
@@ -51,39 +55,66 @@
 //      the ACK, so a sender never reports success for data the receiver did
 //      not accept.
 // Errors and time bounds:
-//   * Endpoints use UCP_ERR_HANDLING_MODE_PEER and UCP keepalive
-//     (keepalive_interval): a dead peer fails every transfer on its
-//     endpoint with Unavailable. Shared memory needs MM_ERROR_HANDLING=y for
-//     that in UCX 1.13 (set by the engine; without it UCX silently falls
-//     back to tcp for error-handling endpoints).
-//   * Every send and receive has a deadline (timeout, default 30 s). A send
-//     past it fails with DeadlineExceeded; if messages are still outstanding
-//     its endpoint is force-closed (ucp_ep_close_nbx FORCE, which completes
-//     every request on it, so other sends to that peer fail too) — only then
-//     does the callback run, so the caller can free the pages. A receive past
-//     it fails with DeadlineExceeded once its outstanding receives have
-//     completed (UCX completes them with an error when the sender dies).
+//   * Endpoints use UCP_ERR_HANDLING_MODE_PEER, which ucp_ep_close_nbx(FORCE)
+//     needs. In UCX 1.13 shared memory only takes such endpoints with
+//     MM_ERROR_HANDLING=y (set by the engine; otherwise UCX silently uses
+//     tcp over loopback), and cma never does.
+//   * A dead peer: tcp reports it (connection reset) through the endpoint's
+//     error callback. UCX 1.13 does not notice a dead shared-memory peer
+//     (measured: a rendezvous to a SIGKILLed process stays pending forever,
+//     keepalive or not), so every keepalive_interval the engine checks
+//     whether the process of each peer on this host still exists (same boot
+//     id and pid namespace; pid and start time from /proc). Either way, the
+//     peer's transfers fail with Unavailable and its endpoints are
+//     force-closed, which completes every outstanding request on them.
+//   * Every send and receive has a deadline (timeout, default 30 s). Past
+//     it, it fails with DeadlineExceeded and, if requests are still
+//     outstanding, the endpoints they use are force-closed (other transfers
+//     on the same endpoint fail too). The callback runs only once no request
+//     references the memory, so the caller can free it right away: a failed
+//     transfer never leaves UCX writing into freed memory.
 //   * Validation failures are InvalidArgument (malformed rkey/address, range
 //     outside a region, wrong tag), NotFound (unknown transfer id) or
 //     FailedPrecondition (wrong total size); the message says what to do.
 //   * Late messages for a finished transfer are answered with its outcome for
 //     finished_linger, then with NotFound.
-// Choice of primitive (kAuto), measured with bench/transfer (bench/RESULTS.md
-// "KV transfer (UCX)") on UCX 1.13.1, 2-core VM, loopback:
-//   * shared memory (posix/sysv; with error handling UCX 1.13 does not use
-//     cma): active messages. A put into ordinary memory is emulated by UCP
-//     over AM bcopy and needs receiver progress anyway (no one-sidedness to
-//     gain), and it was slower than the AM rendezvous in the same run.
-//   * tcp: active messages. Puts over tcp run at about a fifth of the AM
-//     rendezvous rate (and the flush can stall for tens of seconds at 64 MiB).
-//   * RDMA transports (not present here, not measured): active messages as
-//     well — the rendezvous then is a zero-copy RDMA read by the receiver,
-//     and the receiver keeps validating every message; kPut can be forced.
+// Progress: while a send is active or a receive has seen its first message,
+// the thread polls ucp_worker_progress (yielding between empty polls):
+// UCX 1.13 does not raise a wakeup event for every step of a shared-memory
+// rendezvous or emulated put, and sleeping stalled them (measured: 16 MiB
+// sends at ~0.1 GB/s). Otherwise it sleeps on the worker's event fd, at
+// most 5 ms at a time.
+// Choice of primitive (kAuto = AutoPrimitive(transport, whether every
+// destination region is UCX-allocated)), measured with bench/transfer on
+// UCX 1.13.1 between two processes on a shared 2-vCPU VM (bench/RESULTS.md,
+// "KV transfer (UCX)"; figures there):
+//   * shared memory, staging from TransferEngine::Allocate: put. The sender
+//     maps the receiver's UCX-allocated segment (the unpacked rkey is cached
+//     per peer: unpacking maps the whole segment, and doing it per transfer
+//     cut puts to ~0.2 GB/s) and writes with one memcpy — the only
+//     single-copy path on this machine, at up to memcpy speed, like
+//     ucx_perftest's ucp_put_bw (which allocates its buffers the same way).
+//   * shared memory, ordinary staging memory: active messages. UCX 1.13
+//     emulates a put into ordinary memory over AM bcopy (no
+//     process_vm_writev; it needs the receiver's progress anyway): puts and
+//     the AM rendezvous measured within noise of each other (8-11 GB/s,
+//     puts a little slower at 64-256 MiB), and AM keeps per-message
+//     validation by the receiver.
+//   * tcp: active messages, 4-6x faster than puts (whose flush crawls:
+//     ucx_perftest's ucp_put_bw over tcp ran at 0.03-0.1 GB/s).
+//   * RDMA (rc/dc/ud; none here, not measured): active messages — the
+//     rendezvous is then a zero-copy RDMA read by the receiver and every
+//     message stays validated; SendRequest::primitive = kPut forces puts.
+// cma is unusable here: UCX 1.13 gives it no error handling, so endpoints in
+// UCP_ERR_HANDLING_MODE_PEER never select it. For the put path, allocate one
+// long-lived staging pool and carve transfers out of it: a sender keeps at
+// most 4 unpacked rkeys per peer.
 //
 // Thread-safety: TransferEngine's methods are thread-safe. Callbacks run on
-// the progress thread: keep them short, never block in them (SendAndWait,
-// Completion::Wait from a callback deadlock and are refused). Register,
-// ExpectTransfer and Stats may be called from callbacks.
+// the progress thread: keep them short, never block in them (SendAndWait
+// from a callback is refused; Completion::Wait there would deadlock).
+// Register, Allocate, ExpectTransfer, Send and Stats may be called from
+// callbacks.
 // Ownership: the caller owns all memory; registered memory must stay valid
 // until its Registration is destroyed, and memory named in a transfer until
 // that transfer's callback has run. A Registration may outlive the engine.
@@ -131,8 +162,11 @@ enum class Transport : uint8_t {
 };
 absl::string_view TransportName(Transport transport);  // "shm", "tcp", ...
 
-// The primitive kAuto uses on `transport` (see the README above for why).
+// The primitive kAuto uses on `transport` (see the README above for why),
+// and the one it uses when every destination region is UCX-allocated
+// (TransferEngine::Allocate) — puts over shared memory then.
 Primitive AutoPrimitive(Transport transport);
+Primitive AutoPrimitive(Transport transport, bool destination_ucx_allocated);
 
 struct TransferEngineOptions {
   // Shown in UCX logs and error messages.
@@ -145,7 +179,9 @@ struct TransferEngineOptions {
   Primitive primitive = Primitive::kAuto;
   // Deadline of a send or receive whose request gives none.
   absl::Duration default_timeout = absl::Seconds(30);
-  // UCP keepalive period: how fast an idle endpoint notices a dead peer.
+  // How often the engine checks that peers on this host are still alive,
+  // and UCP's keepalive period (UCX_KEEPALIVE_INTERVAL) for the others: how
+  // fast a dead peer is noticed.
   absl::Duration keepalive_interval = absl::Seconds(1);
   // How long a finished or failed receive is remembered, so late messages
   // for it get its real outcome rather than "unknown transfer id".
@@ -155,9 +191,13 @@ struct TransferEngineOptions {
   size_t max_message_bytes = size_t{8} << 20;
   // Data messages one send keeps outstanding.
   int max_inflight_messages = 16;
-  // After the last sign of activity the progress thread polls this long
-  // before it sleeps on the worker's event fd.
+  // With no transfer moving, the progress thread polls this long after the
+  // last sign of activity before it sleeps on the worker's event fd.
   absl::Duration spin_before_sleep = absl::Microseconds(100);
+  // While a transfer is moving the progress thread polls; true: it yields
+  // the CPU between empty polls (friendly to compute threads on the same
+  // cores), false: it spins (lowest latency on a dedicated core).
+  bool yield_while_polling = true;
   // Where to export metrics; null: none. The families are shared by every
   // engine that uses the same registry:
   //   swaserve_kv_transfer_bytes_total{direction="send|receive"}
@@ -172,8 +212,12 @@ struct TransferEngineOptions {
 
 // Registered memory (ucp_mem_map). Destroying it deregisters the memory;
 // transfers still using it are failed (Cancelled) first and the destructor
-// waits until UCX no longer touches it. Thread-compatible; may outlive the
-// engine that created it.
+// waits until UCX no longer touches it. Destroying it inside a transfer's
+// callback is fine (that transfer no longer uses it: it is deregistered
+// before the destructor returns, so the memory may be freed right after) —
+// only a registration other transfers still use cannot be waited for there
+// and is unmapped once they drain. Thread-compatible; may outlive the engine
+// that created it.
 class Registration {
  public:
   ~Registration();

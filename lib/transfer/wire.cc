@@ -83,7 +83,7 @@ uint64_t AddressHash(const WorkerAddress& a) {
 }
 
 uint64_t RkeyHash(const Rkey& k) {
-  const uint64_t fields[3] = {k.tag, k.base_address, k.length};
+  const uint64_t fields[4] = {k.tag, k.base_address, k.length, k.flags};
   return base::Hash64(k.ucx_rkey,
                       base::Hash64(fields, sizeof(fields), kRkeySeed));
 }
@@ -166,6 +166,7 @@ std::string PackRkey(const Rkey& rkey) {
   Put(out, rkey.tag);
   Put(out, rkey.base_address);
   Put(out, rkey.length);
+  Put(out, rkey.flags);
   Put(out, RkeyHash(rkey));
   Put(out, static_cast<uint64_t>(rkey.ucx_rkey.size()));
   out.append(rkey.ucx_rkey);
@@ -180,8 +181,8 @@ absl::StatusOr<Rkey> UnpackRkey(absl::string_view blob) {
   Rkey k;
   uint64_t hash = 0, length = 0;
   if (!r.Get(&k.tag) || !r.Get(&k.base_address) || !r.Get(&k.length) ||
-      !r.Get(&hash) || !r.Get(&length) || r.remaining() != length ||
-      !r.GetBytes(length, &k.ucx_rkey)) {
+      !r.Get(&k.flags) || !r.Get(&hash) || !r.Get(&length) ||
+      r.remaining() != length || !r.GetBytes(length, &k.ucx_rkey)) {
     return absl::InvalidArgumentError(
         "rkey is truncated (its length field does not match): the "
         "KvDestination was corrupted in transit");

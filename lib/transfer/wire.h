@@ -11,8 +11,8 @@
 //   * the worker address: "SWWA" | version | engine id | process identity
 //     (boot id, pid namespace, pid, start time) | XXH3 of all that and the
 //     UCX address | length | UCX worker address bytes;
-//   * each region's rkey: "SWRK" | version | tag | base | length | XXH3 of
-//     the UCX rkey | length | packed UCX rkey bytes.
+//   * each region's rkey: "SWRK" | version | tag | base | length | flags |
+//     XXH3 of all that and the UCX rkey | length | packed UCX rkey bytes.
 // The tag is a random 64-bit value chosen per (transfer, region) by the
 // receiver; every data message and the commit carry it back, so a sender
 // using a stale or foreign destination is rejected before a byte lands.
@@ -78,11 +78,17 @@ std::string PackWorkerAddress(const WorkerAddress& address);
 // produce intact.
 absl::StatusOr<WorkerAddress> UnpackWorkerAddress(absl::string_view blob);
 
+// Rkey::flags bit: the region lies in memory UCX allocated
+// (TransferEngine::Allocate), which a peer on this host can map and write
+// into directly (a single-copy put over shared memory).
+inline constexpr uint64_t kRkeyUcxAllocated = 1;
+
 struct Rkey {
   uint64_t tag = 0;
   uint64_t base_address = 0;
   uint64_t length = 0;
   std::string ucx_rkey;
+  uint64_t flags = 0;
 };
 std::string PackRkey(const Rkey& rkey);
 absl::StatusOr<Rkey> UnpackRkey(absl::string_view blob);
@@ -146,6 +152,11 @@ struct ReplyHeader {
 };
 static_assert(sizeof(ReplyHeader) == 24);
 
+// Encode*: the header bytes of one message (magic, version and kind filled
+// in; id/tag lengths taken from the arguments). Decode*: the inverse;
+// InvalidArgument for a header that is truncated, has trailing bytes, the
+// wrong magic/version/kind, or lengths beyond kMaxTransferIdBytes /
+// kMaxRegions.
 std::string EncodeHello(const HelloHeader& header);
 absl::StatusOr<HelloHeader> DecodeHello(const void* data, size_t size);
 
