@@ -34,7 +34,8 @@ StagedKvLayout StagedKvLayout::For(const kv::KvShape& shape, int num_tokens,
   return l;
 }
 
-absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayout& layout) {
+namespace {
+absl::Status ValidateLayout(const StagedKvLayout& layout) {
   if (layout.num_tokens <= 0 || layout.page_size <= 0 ||
       layout.first_swa_token % layout.page_size != 0 || layout.first_swa_token < 0 ||
       layout.first_swa_token >= layout.num_tokens + layout.page_size) {
@@ -42,18 +43,50 @@ absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayou
         "bad KV staging layout: ", layout.num_tokens, " tokens, page ", layout.page_size,
         ", SWA from token ", layout.first_swa_token));
   }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::Create(const StagedKvLayout& layout) {
+  RETURN_IF_ERROR(ValidateLayout(layout));
   std::unique_ptr<KvStaging> s(new KvStaging(layout));
   s->full_ = AllocRegion(layout.total_bytes());
-  s->swa_ = s->full_ + layout.full_bytes();
   if (s->full_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", layout.total_bytes(), " bytes of KV staging for ",
         layout.num_tokens, " tokens"));
   }
+  s->swa_ = s->full_ + layout.full_bytes();
   return s;
 }
 
-KvStaging::~KvStaging() { std::free(full_); }
+absl::StatusOr<std::unique_ptr<KvStaging>> KvStaging::CreateIn(
+    const StagedKvLayout& layout, std::shared_ptr<StagingArena> arena) {
+  RETURN_IF_ERROR(ValidateLayout(layout));
+  if (arena == nullptr) return absl::InvalidArgumentError("KvStaging::CreateIn needs an arena");
+  const std::optional<StagingArena::Block> block = arena->Allocate(layout.total_bytes());
+  if (!block.has_value()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV staging arena has no free run of ", layout.total_bytes(), " bytes for ",
+        layout.num_tokens, " tokens (largest free ", arena->largest_free(), " of ",
+        arena->capacity(), ")"));
+  }
+  std::unique_ptr<KvStaging> s(new KvStaging(layout));
+  s->full_ = arena->base() + block->offset;
+  s->swa_ = s->full_ + layout.full_bytes();
+  s->arena_offset_ = block->offset;
+  s->arena_block_bytes_ = block->size;
+  s->arena_ = std::move(arena);
+  return s;
+}
+
+KvStaging::~KvStaging() {
+  if (arena_ != nullptr) {
+    (void)arena_->Free(arena_offset_);  // cannot fail: the block is ours
+  } else {
+    std::free(full_);
+  }
+}
 
 absl::Status CopySequenceToStaging(const kv::Sequence& seq, const kv::KvPools& pools,
                                    KvStaging* staging) {

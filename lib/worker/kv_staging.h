@@ -19,6 +19,14 @@
 //                (the window the first generated token attends to).
 // Only the SWA KV of the last window moves, never the whole prompt's.
 //
+// Memory: Create() allocates a page-aligned block from the heap (a transfer
+// engine then registers it per request); CreateIn() carves it out of a
+// StagingArena (memory registered once, e.g. from TransferEngine::Allocate,
+// which gives single-copy puts over shared memory) and returns the block on
+// destruction. A KvStaging from CreateIn holds a shared_ptr to its arena, so
+// the arena — and the memory it keeps alive — outlives every staging carved
+// from it.
+//
 // Not thread-safe; the memory is stable for the object's lifetime (so a
 // transfer engine may register it).
 #pragma once
@@ -32,6 +40,7 @@
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/sequence.h"
+#include "lib/worker/staging_arena.h"
 
 namespace swaserve::worker {
 
@@ -58,8 +67,15 @@ struct StagedKvLayout {
 
 class KvStaging {
  public:
-  // Allocates both regions in one page-aligned block.
+  // Allocates both regions in one page-aligned heap block. InvalidArgument
+  // for a bad layout; ResourceExhausted when the allocation fails.
   static absl::StatusOr<std::unique_ptr<KvStaging>> Create(const StagedKvLayout& layout);
+  // Both regions in one block of `arena` (not null), returned to it when
+  // the staging is destroyed. InvalidArgument for a bad layout or a null
+  // arena; ResourceExhausted when the arena has no free run that large now
+  // (the caller may fall back to Create).
+  static absl::StatusOr<std::unique_ptr<KvStaging>> CreateIn(const StagedKvLayout& layout,
+                                                             std::shared_ptr<StagingArena> arena);
   ~KvStaging();
   KvStaging(const KvStaging&) = delete;
   KvStaging& operator=(const KvStaging&) = delete;
@@ -74,11 +90,23 @@ class KvStaging {
   const uint8_t* full_region() const { return full_; }
   const uint8_t* swa_region() const { return swa_; }
 
+  // The arena this staging was carved from (null: heap, from Create), the
+  // byte offset of data() from the arena's base (0 for heap staging) — what
+  // a receiver passes as the registration offset of the transfer — and the
+  // size of its arena block (size() rounded up to the arena's alignment; 0
+  // for heap staging).
+  const StagingArena* arena() const { return arena_.get(); }
+  size_t arena_offset() const { return arena_offset_; }
+  size_t arena_block_bytes() const { return arena_block_bytes_; }
+
  private:
   explicit KvStaging(const StagedKvLayout& layout) : layout_(layout) {}
   StagedKvLayout layout_;
   uint8_t* full_ = nullptr;
   uint8_t* swa_ = nullptr;
+  std::shared_ptr<StagingArena> arena_;  // null: full_ is from the heap
+  size_t arena_offset_ = 0;
+  size_t arena_block_bytes_ = 0;
 };
 
 // Copies the KV of the first layout.num_tokens tokens of `seq` (a prefilled

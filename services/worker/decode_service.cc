@@ -1,5 +1,6 @@
 #include "services/worker/decode_service.h"
 
+#include <atomic>
 #include <deque>
 #include <random>
 
@@ -27,16 +28,54 @@ struct DecodeService::Shared {
   metrics::Counter* streams_ok = nullptr;
   metrics::Counter* streams_failed = nullptr;
   metrics::Counter* streams_cancelled = nullptr;
+  metrics::Counter* staging_fallback = nullptr;
+
+  // The staging arena (null: none) and the registration of its memory (the
+  // arena keeps it alive too; this is what transfers name).
+  std::shared_ptr<transfer::Registration> arena_registration;
+  std::shared_ptr<worker::StagingArena> arena;
+  // Arena stagings whose transfer failed, out of use until `until_ns`
+  // (deadlines in order: the quarantine is one fixed duration).
+  struct Quarantined {
+    int64_t until_ns = 0;
+    std::unique_ptr<worker::KvStaging> staging;
+  };
+  std::deque<Quarantined> quarantine ABSL_GUARDED_BY(mu);
+  std::atomic<size_t> quarantined_bytes{0};
 
   uint64_t NextSeed() {
     absl::MutexLock lock(&mu);
     return seeds();
   }
+
+  void Quarantine(std::unique_ptr<worker::KvStaging> staging) {
+    quarantined_bytes += staging->arena_block_bytes();
+    absl::MutexLock lock(&mu);
+    quarantine.push_back(
+        {base::MonotonicNanos() + absl::ToInt64Nanoseconds(options.staging_quarantine),
+         std::move(staging)});
+  }
+
+  // Returns quarantined blocks whose time is up to the arena.
+  void ReleaseQuarantined() {
+    std::vector<std::unique_ptr<worker::KvStaging>> done;
+    {
+      absl::MutexLock lock(&mu);
+      const int64_t now = base::MonotonicNanos();
+      while (!quarantine.empty() && quarantine.front().until_ns <= now) {
+        done.push_back(std::move(quarantine.front().staging));
+        quarantine.pop_front();
+      }
+    }
+    for (const auto& d : done) quarantined_bytes -= d->arena_block_bytes();
+  }  // `done` returns the blocks here, outside mu
 };
 
 namespace {
 
 using Shared = DecodeService::Shared;
+
+constexpr char kArenaBytesMetric[] = "swaserve_decode_staging_arena_bytes";
 
 // The stream's state shared with transfer and token callbacks, which may
 // outlive the reactor.
@@ -137,18 +176,37 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
                                    o.eos_ids));
     state_->want_logprobs = req.sampling().logprobs();
     ASSIGN_OR_RETURN(transfer::KvStagingPlan plan, transfer::PlanStaging(shared_->shape, n, 0));
-    ASSIGN_OR_RETURN(std::unique_ptr<worker::KvStaging> staging,
-                     worker::KvStaging::Create(
-                         worker::StagedKvLayout::For(shared_->shape, n, plan.first_swa_token)));
+    const worker::StagedKvLayout layout =
+        worker::StagedKvLayout::For(shared_->shape, n, plan.first_swa_token);
+    // A block of the arena if it has room, else heap memory registered for
+    // this request.
+    std::unique_ptr<worker::KvStaging> staging;
+    if (shared_->arena != nullptr) {
+      shared_->ReleaseQuarantined();
+      absl::StatusOr<std::unique_ptr<worker::KvStaging>> in =
+          worker::KvStaging::CreateIn(layout, shared_->arena);
+      if (in.ok()) {
+        staging = *std::move(in);
+      } else if (in.status().code() == absl::StatusCode::kResourceExhausted) {
+        if (shared_->staging_fallback != nullptr) shared_->staging_fallback->Increment();
+        SWA_LOG(debug, "request {}: {}; staging in heap memory", req.request_id(),
+                std::string(in.status().message()));
+      } else {
+        return in.status();
+      }
+    }
+    std::unique_ptr<transfer::Registration> reg;
+    if (staging == nullptr) {
+      ASSIGN_OR_RETURN(staging, worker::KvStaging::Create(layout));
+      ASSIGN_OR_RETURN(reg, o.transfer->Register(staging->data(), staging->size()));
+    }
     if (staging->size() != plan.total_bytes()) {
       return absl::InternalError("KV staging and transfer plan disagree on the size");
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<transfer::Registration> reg,
-                     o.transfer->Register(staging->data(), staging->size()));
     // What the transfer callback needs once the KV is in.
     struct Pending {
       std::unique_ptr<worker::KvStaging> staging;
-      std::unique_ptr<transfer::Registration> reg;
+      std::unique_ptr<transfer::Registration> reg;  // heap staging only
       worker::DecodeJob job;
     };
     auto pending = std::make_shared<Pending>();
@@ -162,8 +220,8 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     ro.shape = shared_->shape;
     ro.num_tokens = n;
     ro.swa_slack = 0;
-    ro.staging = reg.get();
-    ro.offset = 0;
+    ro.staging = reg != nullptr ? reg.get() : shared_->arena_registration.get();
+    ro.offset = staging->arena_offset();
     ro.timeout = o.commit_timeout;
     pending->staging = std::move(staging);
     pending->reg = std::move(reg);
@@ -186,6 +244,10 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
             shared->wait_commit->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
           }
           if (!got.ok()) {
+            // A sender may still put into an arena block (see the header).
+            if (pending->staging->arena() != nullptr) {
+              shared->Quarantine(std::move(pending->staging));
+            }
             state->Push(std::nullopt, true,
                         rpc::ToGrpcStatus(rpc::ErrorWithDetail(
                             got.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
@@ -316,6 +378,29 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
   auto shared = std::make_shared<Shared>();
   shared->options = options;
   shared->shape = options.pools->shape();
+  if (options.staging_arena_bytes > 0) {
+    constexpr size_t kArenaAlign = 4096;
+    const size_t bytes = options.staging_arena_bytes / kArenaAlign * kArenaAlign;
+    if (bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV staging arena of ", options.staging_arena_bytes, " bytes is below one page"));
+    }
+    absl::StatusOr<std::unique_ptr<transfer::Registration>> reg =
+        options.transfer->Allocate(bytes);
+    if (!reg.ok()) {
+      return base::Annotate(reg.status(),
+                            absl::StrCat("allocating the ", bytes >> 20,
+                                         " MiB KV staging arena (a smaller "
+                                         "--decode.staging_arena_mib, or 0 for heap staging)"));
+    }
+    shared->arena_registration = *std::move(reg);
+    worker::StagingArenaOptions ao;
+    ao.base = shared->arena_registration->data();
+    ao.size = shared->arena_registration->size();
+    ao.alignment = kArenaAlign;
+    ao.owner = shared->arena_registration;
+    ASSIGN_OR_RETURN(shared->arena, worker::StagingArena::Create(ao));
+  }
   if (metrics::Registry* r = options.registry; r != nullptr) {
     ASSIGN_OR_RETURN(auto* ttft, r->AddHistogram("swaserve_decode_ttft_seconds",
                                                  "Decode stream start to first token, as seen "
@@ -339,11 +424,39 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
     shared->streams_ok = &streams->WithLabels({"ok"});
     shared->streams_failed = &streams->WithLabels({"error"});
     shared->streams_cancelled = &streams->WithLabels({"cancelled"});
+    if (shared->arena != nullptr) {
+      ASSIGN_OR_RETURN(auto* fallback,
+                       r->AddCounter("swaserve_decode_staging_fallback_total",
+                                     "Requests whose KV staging went to heap memory registered "
+                                     "per request because the staging arena had no room.",
+                                     {}));
+      shared->staging_fallback = &fallback->WithLabels();
+      // Reads only the arena and an atomic: never calls into the registry.
+      RETURN_IF_ERROR(r->AddCallbackGauge(
+          kArenaBytesMetric,
+          "KV staging arena bytes by state: in_use (requests waiting for or holding staged "
+          "KV), quarantined (after a failed transfer), free; they sum to the capacity.",
+          {"state"}, [arena = shared->arena, s = shared.get()] {
+            const double used = static_cast<double>(arena->bytes_in_use());
+            const double quarantined = static_cast<double>(s->quarantined_bytes.load());
+            return std::vector<metrics::CallbackSample>{
+                {{"in_use"}, used - quarantined},
+                {{"quarantined"}, quarantined},
+                {{"free"}, static_cast<double>(arena->capacity()) - used}};
+          }));
+    }
   }
   return std::unique_ptr<DecodeService>(new DecodeService(std::move(shared)));
 }
 
-DecodeService::~DecodeService() = default;
+DecodeService::~DecodeService() {
+  // The gauge's callback reads shared_: stop it first.
+  if (shared_->arena != nullptr && shared_->options.registry != nullptr) {
+    (void)shared_->options.registry->RemoveCallback(kArenaBytesMetric);
+  }
+}
+
+const worker::StagingArena* DecodeService::staging_arena() const { return shared_->arena.get(); }
 
 grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {

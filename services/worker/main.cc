@@ -69,6 +69,7 @@ struct WorkerConfig {
   int64_t default_max_tokens = 256;
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);
+  int64_t staging_arena_mib = 1024;
   absl::Duration transfer_timeout = absl::Seconds(30);
   std::string ucx_tls;
   absl::Duration drain = absl::Seconds(10);
@@ -163,6 +164,11 @@ int Run(int argc, char** argv) {
       .Add("decode.default_max_tokens", &c.default_max_tokens, "max_tokens when a request has 0")
       .Add("decode.max_max_tokens", &c.max_max_tokens, "largest max_tokens accepted")
       .Add("decode.commit_timeout", &c.commit_timeout, "how long a stream waits for its KV")
+      .Add("decode.staging_arena_mib", &c.staging_arena_mib,
+           "host memory (MiB) for staged KV, allocated once by UCX at start-up (shared memory: "
+           "single-copy puts from prefill workers on this host); requests that do not fit are "
+           "staged in heap memory; 0: always heap. Blocks of failed transfers stay unused for "
+           "--transfer.timeout")
       .Add("transfer.timeout", &c.transfer_timeout, "deadline of one KV transfer")
       .Add("transfer.ucx_tls", &c.ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
       .Add("drain", &c.drain, "how long in-flight calls may finish on SIGTERM")
@@ -184,6 +190,9 @@ int Run(int argc, char** argv) {
   if (c.model.empty()) return bad("--model is required");
   if (c.policy != "compute_aware" && c.policy != "fcfs") {
     return bad("--prefill.policy must be compute_aware or fcfs, got " + c.policy);
+  }
+  if (c.staging_arena_mib < 0) {
+    return bad("--decode.staging_arena_mib must be >= 0, got " + std::to_string(c.staging_arena_mib));
   }
   if (c.worker_id.empty()) c.worker_id = absl::StrCat(c.role, "-", getpid());
   if (absl::Status s = base::InitLogging({c.log_level, "worker"}); !s.ok()) return bad(s.ToString());
@@ -280,10 +289,21 @@ int Run(int argc, char** argv) {
     so.default_max_tokens = static_cast<int>(c.default_max_tokens);
     so.max_max_tokens = static_cast<int>(c.max_max_tokens);
     so.commit_timeout = c.commit_timeout;
+    so.staging_arena_bytes = static_cast<size_t>(c.staging_arena_mib) << 20;
+    // Prefill workers' puts into a failed transfer's block stop by their
+    // transfer timeout (the cluster's workers share it).
+    so.staging_quarantine = c.transfer_timeout;
     so.registry = &registry;
     auto svc = worker_service::DecodeService::Create(so);
     if (!svc.ok()) return fail(svc.status());
     decode_service = std::move(*svc);
+    if (const worker::StagingArena* arena = decode_service->staging_arena(); arena != nullptr) {
+      SWA_LOG(info, "{}: KV staging in a {} MiB UCX-allocated arena (heap staging when full)",
+              c.worker_id, arena->capacity() >> 20);
+    } else {
+      SWA_LOG(info, "{}: KV staging in heap memory registered per request "
+              "(--decode.staging_arena_mib=0)", c.worker_id);
+    }
     services.push_back(decode_service.get());
   }
   std::unique_ptr<cluster::RedisClient> redis;

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/logging.h"
 #include "lib/base/status.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
@@ -20,6 +21,7 @@ struct PrefillService::Shared {
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Decode::Stub>> stubs ABSL_GUARDED_BY(mu);
   std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
   metrics::Counter* kv_bytes = nullptr;
+  metrics::CounterFamily* kv_sends = nullptr;
 
   uint64_t NextSeed() {
     absl::MutexLock lock(&mu);
@@ -128,6 +130,16 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
               if (r.ok()) {
                 bytes->store(r->bytes);
                 if (shared->kv_bytes != nullptr) shared->kv_bytes->Increment(r->bytes);
+                if (shared->kv_sends != nullptr) {
+                  shared->kv_sends
+                      ->WithLabels({std::string(transfer::PrimitiveName(r->primitive)),
+                                    std::string(transfer::TransportName(r->transport))})
+                      .Increment();
+                }
+                SWA_LOG(debug, "KV transfer to {}: {} bytes, {} messages, {} over {}, {}", worker,
+                        r->bytes, r->messages, std::string(transfer::PrimitiveName(r->primitive)),
+                        std::string(transfer::TransportName(r->transport)),
+                        absl::FormatDuration(r->elapsed));
                 shipped(absl::OkStatus());
               } else {
                 shipped(rpc::ErrorWithDetail(r.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
@@ -186,6 +198,13 @@ absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
                                   "swaserve_prefill_kv_sent_bytes_total",
                                   "KV bytes shipped to decode workers (acknowledged)."));
     shared->kv_bytes = &b->WithLabels();
+    ASSIGN_OR_RETURN(shared->kv_sends,
+                     options.registry->AddCounter(
+                         "swaserve_prefill_kv_sends_total",
+                         "KV transfers to decode workers (acknowledged), by data primitive "
+                         "(put: single copy into the decode worker's UCX-allocated staging; am: "
+                         "active messages) and transport.",
+                         {"primitive", "transport"}));
   }
   return std::unique_ptr<PrefillService>(new PrefillService(std::move(shared)));
 }

@@ -31,6 +31,8 @@ struct PrefillServiceOptions {
   transfer::TransferEngine* transfer = nullptr;
   const kv::KvPools* pools = nullptr;
   absl::Duration transfer_timeout = absl::Seconds(30);
+  // Metrics (null: none): swaserve_prefill_kv_sent_bytes_total,
+  // swaserve_prefill_kv_sends_total{primitive="am|put",transport}.
   metrics::Registry* registry = nullptr;
 };
 

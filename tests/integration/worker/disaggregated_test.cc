@@ -8,10 +8,16 @@
 // hits, for 50 random prompts of mixed lengths sent concurrently; a client
 // cancelling mid-stream frees everything; a decode worker killed mid-request
 // gives a clear error to prefill's caller within bounded time, with no leak
-// in prefill.
+// in prefill. KV staging on the decode side: the default UCX-allocated arena
+// (puts over shared memory), an arena too small for some prompts (those fall
+// back to heap staging, same outputs), no arena, and the quarantine of a
+// failed transfer's arena block.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -98,7 +104,8 @@ class DisaggregatedTest : public ::testing::Test {
 
   // Greedy generation, straight-line, in this process.
   static std::vector<uint32_t> Reference(const std::vector<uint32_t>& prompt, int n) {
-    auto pools = *kv::KvPools::Create({engine_->config().KvShape(4), 512, 512, true});
+    const int pages = std::max(512, static_cast<int>(prompt.size()) / 4 + n / 4 + 8);
+    auto pools = *kv::KvPools::Create({engine_->config().KvShape(4), pages, pages, true});
     kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
     model::ForwardOutput out;
     EXPECT_TRUE(seq.Append(static_cast<int>(prompt.size())).ok());
@@ -172,18 +179,35 @@ class DisaggregatedTest : public ::testing::Test {
     return r;
   }
 
-  static double Metric(const Worker& w, const std::string& line_prefix) {
+  static std::string Scrape(const Worker& w) {
     std::string out;
     auto rc = base::RunCommand({"curl", "-s", absl::StrCat("http://127.0.0.1:", w.metrics_port,
                                                             "/metrics")},
                                &out, absl::Seconds(10));
     EXPECT_TRUE(rc.ok() && *rc == 0);
-    std::istringstream in(out);
+    return out;
+  }
+
+  // The value of the sample `line_prefix` (name{labels}); `missing` when
+  // absent and not `required`.
+  static double Metric(const Worker& w, const std::string& line_prefix, bool required = true,
+                       double missing = -1) {
+    std::istringstream in(Scrape(w));
     for (std::string line; std::getline(in, line);) {
       if (line.rfind(line_prefix + " ", 0) == 0) return std::stod(line.substr(line_prefix.size() + 1));
     }
-    ADD_FAILURE() << "no metric " << line_prefix;
-    return -1;
+    if (required) ADD_FAILURE() << "no metric " << line_prefix;
+    return missing;
+  }
+
+  // Every sample line of the family `name`, e.g. for the test log.
+  static std::string Samples(const Worker& w, const std::string& name) {
+    std::istringstream in(Scrape(w));
+    std::string out;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(name, 0) == 0) absl::StrAppend(&out, line, "\n");
+    }
+    return out;
   }
 
   static std::string* dir_;
@@ -254,6 +278,14 @@ TEST_F(DisaggregatedTest, GreedyOutputsIdenticalMonolithicAndDisaggregated) {
   ASSERT_TRUE(decode->decode->GetLoad(&ctx, v1::GetLoadRequest(), &load).ok());
   EXPECT_EQ(load.free_full_pages(), load.total_full_pages());
   EXPECT_EQ(load.running_requests(), 0u);
+  // Staged in the default arena (no fallback), every block returned.
+  for (auto* w : {decode.get(), both.get()}) {
+    EXPECT_EQ(Metric(*w, "swaserve_decode_staging_fallback_total"), 0) << w->id;
+    EXPECT_EQ(Metric(*w, "swaserve_decode_staging_arena_bytes{state=\"in_use\"}"), 0) << w->id;
+  }
+  std::cout << "KV sends, disaggregated:\n"
+            << Samples(*prefill, "swaserve_prefill_kv_sends_total")
+            << "KV sends, monolithic:\n" << Samples(*both, "swaserve_prefill_kv_sends_total");
   for (auto* w : {prefill.get(), decode.get(), both.get()}) {
     auto rc = w->process->Stop();
     ASSERT_TRUE(rc.ok());
@@ -324,6 +356,134 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   v1::WorkerLoad load;
   ASSERT_TRUE(prefill->prefill->GetLoad(&lctx, v1::GetLoadRequest(), &load).ok());
   EXPECT_EQ(load.running_requests(), 0u);
+}
+
+// A staging arena too small for some prompts: those are staged in heap
+// memory registered per request (counted as fallbacks), the rest in the
+// arena; outputs stay identical to the reference either way.
+TEST_F(DisaggregatedTest, ArenaFallbackToHeapStagingGivesIdenticalOutputs) {
+  auto prefill = StartWorker("prefill", "p5");
+  auto decode = StartWorker("decode", "d5", {"--decode.staging_arena_mib=1"});
+  ASSERT_FALSE(prefill->address.empty());
+  ASSERT_FALSE(decode->address.empty());
+  // Full KV alone of `big` tokens exceeds the 1 MiB arena; `small` prompts
+  // take at most 1/16 of it.
+  const kv::KvShape shape = engine_->config().KvShape(4);
+  const size_t token_bytes = shape.Full().TokenBytes() + shape.Swa().TokenBytes();
+  const int big = static_cast<int>((size_t{1} << 20) / shape.Full().TokenBytes()) + 8;
+  const int small = static_cast<int>((size_t{1} << 16) / token_bytes) - 8;
+  ASSERT_LE(big, 3000) << "tiny model KV larger than expected";
+  ASSERT_GT(small, 4);
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint32_t>> prompts;
+  int bigs = 0;
+  for (int i = 0; i < 12; ++i) {
+    const bool is_big = i % 4 == 0;
+    bigs += is_big;
+    std::vector<uint32_t> p(is_big ? big + static_cast<int>(rng() % 16) : 1 + rng() % small);
+    for (auto& t : p) t = rng() % 256;
+    prompts.push_back(std::move(p));
+  }
+  std::vector<Result> results(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Generate(*prefill, *decode, absl::StrCat("f", i), prompts[i], 4);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " (", prompts[i].size(), " tokens)"));
+    ASSERT_TRUE(results[i].prefill_status.ok()) << results[i].prefill_status.error_message();
+    ASSERT_TRUE(results[i].decode_status.ok()) << results[i].decode_status.error_message();
+    EXPECT_EQ(results[i].tokens, Reference(prompts[i], 4));
+  }
+  EXPECT_NE(decode->process->ReadLog().find("KV staging in a 1 MiB UCX-allocated arena"),
+            std::string::npos);
+  const double fallbacks = Metric(*decode, "swaserve_decode_staging_fallback_total");
+  EXPECT_GE(fallbacks, bigs);
+  EXPECT_LT(fallbacks, static_cast<double>(prompts.size())) << "the arena was never used";
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_arena_bytes{state=\"in_use\"}"), 0);
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_arena_bytes{state=\"free\"}"), 1 << 20);
+  // Over shared memory the arena's transfers are puts, the heap ones AMs.
+  const std::string sends = Samples(*prefill, "swaserve_prefill_kv_sends_total");
+  std::cout << "KV sends with a 1 MiB arena (" << fallbacks << " fallbacks):\n" << sends;
+  if (sends.find("transport=\"shm\"") != std::string::npos) {
+    EXPECT_GT(Metric(*prefill, "swaserve_prefill_kv_sends_total{primitive=\"put\",transport=\"shm\"}",
+                     false, 0),
+              0);
+    EXPECT_GE(Metric(*prefill, "swaserve_prefill_kv_sends_total{primitive=\"am\",transport=\"shm\"}",
+                     false, 0),
+              fallbacks);
+  }
+  for (auto* w : {prefill.get(), decode.get()}) {
+    auto rc = w->process->Stop();
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0) << w->id << " did not stop cleanly:\n" << w->process->ReadLog();
+  }
+}
+
+// Arena off (--decode.staging_arena_mib=0): every request is heap staging,
+// with no arena metrics.
+TEST_F(DisaggregatedTest, HeapStagingOnlyWhenArenaDisabled) {
+  auto prefill = StartWorker("prefill", "p6");
+  auto decode = StartWorker("decode", "d6", {"--decode.staging_arena_mib=0"});
+  ASSERT_FALSE(prefill->address.empty());
+  ASSERT_FALSE(decode->address.empty());
+  std::vector<uint32_t> prompt(70);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 11 + 3) % 256;
+  Result r = Generate(*prefill, *decode, "h1", prompt, 5);
+  ASSERT_TRUE(r.decode_status.ok()) << r.decode_status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 5));
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_fallback_total", false, -7), -7);
+  EXPECT_NE(decode->process->ReadLog().find("KV staging in heap memory"), std::string::npos);
+}
+
+// A transfer that fails after its destination went out (here: the client
+// cancels before prefill ships) keeps its arena block out of use for the
+// transfer timeout (a sender's late puts could still land there), then the
+// next request returns it.
+TEST_F(DisaggregatedTest, FailedTransferQuarantinesItsArenaBlock) {
+  auto prefill = StartWorker("prefill", "p7");
+  auto decode = StartWorker("decode", "d7", {"--decode.staging_arena_mib=4"});
+  ASSERT_FALSE(prefill->address.empty());
+  ASSERT_FALSE(decode->address.empty());
+  const std::string quarantined = "swaserve_decode_staging_arena_bytes{state=\"quarantined\"}";
+  const std::string in_use = "swaserve_decode_staging_arena_bytes{state=\"in_use\"}";
+  std::vector<uint32_t> prompt(90);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 5 + 2) % 256;
+  {
+    grpc::ClientContext dctx;
+    v1::DecodeRequest dreq;
+    dreq.set_request_id("q1");
+    dreq.set_transfer_id("t-q1");
+    for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
+    auto stream = decode->decode->Decode(&dctx, dreq);
+    v1::DecodeResponse first;
+    ASSERT_TRUE(stream->Read(&first));
+    ASSERT_TRUE(first.has_kv_destination());
+    EXPECT_GT(Metric(*decode, in_use), 0);
+    dctx.TryCancel();
+    v1::DecodeResponse more;
+    while (stream->Read(&more)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  double q = 0;
+  for (int i = 0; i < 100 && q == 0; ++i) {
+    q = Metric(*decode, quarantined);
+    if (q == 0) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GT(q, 0) << "the failed transfer's block was not quarantined";
+  EXPECT_EQ(Metric(*decode, in_use), 0);
+  // Past the quarantine (--transfer.timeout=5s) the next request frees it.
+  absl::SleepFor(absl::Seconds(5.5));
+  Result r = Generate(*prefill, *decode, "q2", prompt, 3);
+  ASSERT_TRUE(r.decode_status.ok()) << r.decode_status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 3));
+  EXPECT_EQ(Metric(*decode, quarantined), 0);
+  EXPECT_EQ(Metric(*decode, in_use), 0);
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_fallback_total"), 0);
 }
 
 }  // namespace

@@ -1,0 +1,666 @@
+#include "lib/router/router.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/base/hash.h"
+#include "lib/base/logging.h"
+#include "lib/base/status.h"
+#include "lib/metrics/buckets.h"
+#include "lib/model/chat_template.h"
+#include "lib/router/text_stream.h"
+#include "lib/rpc/status_conversion.h"
+#include "swaserve/v1/worker.grpc.pb.h"
+
+namespace swaserve::router {
+namespace {
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool CanPrefill(v1::Role r) { return r == v1::ROLE_PREFILL || r == v1::ROLE_BOTH; }
+bool CanDecode(v1::Role r) { return r == v1::ROLE_DECODE || r == v1::ROLE_BOTH; }
+
+// Whether a failed worker call may succeed on another worker: the worker's
+// own verdict when it sent one, else by code (a crashed or overloaded worker
+// yes, a bad request no).
+bool Retryable(const grpc::Status& s) {
+  if (std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s)) {
+    if (d->retryable()) return true;
+  }
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::string_view Label(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string CodeLabel(absl::StatusCode code) {
+  std::string s = absl::StatusCodeToString(code);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) {
+    return ch == ' ' ? '_' : static_cast<char>(std::tolower(ch));
+  });
+  return s;
+}
+
+}  // namespace
+
+void CancelFlag::Cancel() {
+  cancelled_.store(true, std::memory_order_release);
+  absl::MutexLock lock(&mu_);
+  if (fn_) fn_();
+}
+
+void CancelFlag::OnCancel(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  fn_ = std::move(fn);
+  if (cancelled_.load(std::memory_order_acquire) && fn_) fn_();
+}
+
+void CancelFlag::Clear() {
+  absl::MutexLock lock(&mu_);
+  fn_ = nullptr;
+}
+
+struct Router::Metrics {
+  metrics::CounterFamily* requests = nullptr;
+  metrics::CounterFamily* decisions = nullptr;
+  metrics::Histogram* decision_seconds = nullptr;
+  metrics::CounterFamily* retries = nullptr;
+  metrics::HistogramFamily* ttft = nullptr;
+  metrics::HistogramFamily* tpot = nullptr;
+  metrics::HistogramFamily* e2e = nullptr;
+  metrics::Counter* prompt_tokens = nullptr;
+  metrics::Counter* cached_tokens = nullptr;
+  metrics::Counter* generated_tokens = nullptr;
+  metrics::Gauge* inflight = nullptr;
+  metrics::Counter* redis_fallbacks = nullptr;
+
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(metrics::Registry* reg) {
+    auto m = std::make_unique<Metrics>();
+    ASSIGN_OR_RETURN(m->requests, reg->AddCounter("swaserve_router_requests_total",
+                                                  "Requests by final status code.", {"code"}));
+    ASSIGN_OR_RETURN(m->decisions,
+                     reg->AddCounter("swaserve_router_decisions_total",
+                                     "Routing decisions by leg (prefill, decode) and reason.",
+                                     {"leg", "reason"}));
+    ASSIGN_OR_RETURN(metrics::HistogramFamily * ds,
+                     reg->AddHistogram("swaserve_router_decision_seconds",
+                                       "Time to pick the workers of a request: Redis reads "
+                                       "(loads, prefix index) and the policy.",
+                                       {}, *metrics::ExponentialBuckets(50e-6, 2, 14)));
+    m->decision_seconds = &ds->WithLabels();
+    ASSIGN_OR_RETURN(m->retries, reg->AddCounter("swaserve_router_retries_total",
+                                                 "Worker legs retried on another worker.",
+                                                 {"leg"}));
+    ASSIGN_OR_RETURN(m->ttft, reg->AddHistogram("swaserve_router_ttft_seconds",
+                                                "Time to first token as the router sees it, "
+                                                "by length bucket.",
+                                                {"bucket"}, metrics::DefaultLatencyBuckets()));
+    ASSIGN_OR_RETURN(m->tpot, reg->AddHistogram("swaserve_router_tpot_seconds",
+                                                "Time per output token after the first, by "
+                                                "length bucket.",
+                                                {"bucket"}, metrics::DefaultLatencyBuckets()));
+    ASSIGN_OR_RETURN(m->e2e, reg->AddHistogram("swaserve_router_e2e_seconds",
+                                               "Request latency from arrival to the last "
+                                               "token, by length bucket.",
+                                               {"bucket"}, metrics::DefaultLatencyBuckets()));
+    ASSIGN_OR_RETURN(metrics::CounterFamily * pt,
+                     reg->AddCounter("swaserve_router_prompt_tokens_total",
+                                     "Prompt tokens of completed requests."));
+    ASSIGN_OR_RETURN(metrics::CounterFamily * ct,
+                     reg->AddCounter("swaserve_router_cached_tokens_total",
+                                     "Prompt tokens served from a prefix cache (hit rate = "
+                                     "cached / prompt)."));
+    ASSIGN_OR_RETURN(metrics::CounterFamily * gt,
+                     reg->AddCounter("swaserve_router_generated_tokens_total",
+                                     "Tokens generated."));
+    ASSIGN_OR_RETURN(metrics::GaugeFamily * inf,
+                     reg->AddGauge("swaserve_router_inflight_requests", "Requests in flight."));
+    ASSIGN_OR_RETURN(metrics::CounterFamily * fb,
+                     reg->AddCounter("swaserve_router_redis_fallbacks_total",
+                                     "Decisions made without loads or the prefix index "
+                                     "because Redis could not be read."));
+    m->prompt_tokens = &pt->WithLabels();
+    m->cached_tokens = &ct->WithLabels();
+    m->generated_tokens = &gt->WithLabels();
+    m->inflight = &inf->WithLabels();
+    m->redis_fallbacks = &fb->WithLabels();
+    return m;
+  }
+};
+
+struct Router::Request {
+  std::string id;
+  std::vector<uint32_t> tokens;
+  v1::SamplingParams sampling;
+  int bucket = 0;
+  std::string bucket_label;
+  int64_t start_ns = 0;
+  absl::Time deadline;
+  absl::flat_hash_set<std::string> excluded_prefill;
+  absl::flat_hash_set<std::string> excluded_decode;
+  // Page hashes per page size (workers normally share one).
+  int hash_page_size = 0;
+  std::vector<uint64_t> hashes;
+  int attempt = 0;
+  // Output so far (the first token reaching the client ends retries).
+  bool sent_any = false;
+  int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;
+  uint32_t completion_tokens = 0;
+  uint32_t cached_tokens = 0;
+};
+
+struct Router::Choice {
+  std::shared_ptr<const WorkerEndpoint> prefill;
+  std::shared_ptr<const WorkerEndpoint> decode;
+  int64_t expected_cached_tokens = 0;
+};
+
+Router::Router(const RouterOptions& options)
+    : options_(options), id_salt_(std::random_device{}() ^ static_cast<uint64_t>(NowNanos())) {}
+
+Router::~Router() = default;
+
+absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
+  if (options.view == nullptr || options.directory == nullptr || options.tokenizer == nullptr) {
+    return absl::InvalidArgumentError("Router needs a view, a directory and a tokenizer");
+  }
+  if (options.max_prefill_attempts < 1 || options.max_decode_attempts < 1) {
+    return absl::InvalidArgumentError("attempts per leg must be >= 1");
+  }
+  if (options.default_max_tokens == 0 || options.default_max_tokens > options.max_max_tokens) {
+    return absl::InvalidArgumentError("default_max_tokens must be in [1, max_max_tokens]");
+  }
+  RETURN_IF_ERROR(BucketFor(1, options.policy).status());
+  std::unique_ptr<Router> r(new Router(options));
+  metrics::Registry* reg =
+      options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
+  ASSIGN_OR_RETURN(r->metrics_, Metrics::Create(reg));
+  r->record_pool_ =
+      std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");
+  return r;
+}
+
+v1::ListModelsResponse Router::ListModels() const {
+  v1::ListModelsResponse out;
+  v1::ModelInfo* m = out.add_models();
+  m->set_id(options_.model_name);
+  m->set_created(options_.created_unix_seconds);
+  m->set_owned_by("swaserve");
+  if (!options_.policy.bucket_bounds.empty()) {
+    m->set_max_prompt_tokens(static_cast<uint32_t>(
+        std::min<int64_t>(options_.policy.bucket_bounds.back() - 1, UINT32_MAX)));
+  }
+  return out;
+}
+
+absl::Status Router::Health() {
+  ASSIGN_OR_RETURN(auto workers, options_.directory->Workers());
+  bool prefill = false, decode = false;
+  for (const auto& w : workers) {
+    prefill |= CanPrefill(w->info.role);
+    decode |= CanDecode(w->info.role);
+  }
+  if (!prefill || !decode) {
+    return absl::UnavailableError(absl::StrCat("no ", !prefill ? "prefill" : "decode",
+                                               " worker registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
+  auto invalid = [](absl::string_view msg) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kInvalidArgument,
+                                v1::ERROR_CODE_INVALID_REQUEST, msg);
+  };
+  if (!in.model().empty() && in.model() != options_.model_name) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kNotFound, v1::ERROR_CODE_UNKNOWN_MODEL,
+                                absl::StrCat("model '", in.model(), "' is not served here (",
+                                             options_.model_name, " is)"));
+  }
+  if (in.multimodal_size() > 0) {
+    return invalid("multimodal inputs are not served yet (no encoder service)");
+  }
+  const model::Tokenizer& tok = *options_.tokenizer;
+  switch (in.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      absl::StatusOr<std::vector<uint32_t>> ids = tok.Encode(in.text(), /*parse_special=*/true);
+      if (!ids.ok()) return invalid(absl::StrCat("prompt: ", ids.status().message()));
+      r.tokens = *std::move(ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const uint32_t vocab = static_cast<uint32_t>(tok.vocab_size());
+      for (uint32_t id : in.token_ids().ids()) {
+        if (id >= vocab) {
+          return invalid(absl::StrCat("token id ", id, " is outside the vocabulary (", vocab,
+                                      " tokens)"));
+        }
+      }
+      r.tokens.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+      break;
+    }
+    case v1::GenerateRequest::kChat: {
+      std::vector<model::ChatMessage> msgs;
+      for (const v1::ChatMessage& m : in.chat().messages()) msgs.push_back({m.role(), m.content()});
+      if (msgs.empty()) return invalid("chat has no messages");
+      model::ChatTemplateOptions co;
+      co.add_generation_prompt = in.chat().add_generation_prompt();
+      absl::StatusOr<std::vector<uint32_t>> ids = model::EncodeChat(tok, msgs, co);
+      if (!ids.ok()) return invalid(absl::StrCat("messages: ", ids.status().message()));
+      r.tokens = *std::move(ids);
+      break;
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return invalid("a prompt (text, token_ids or chat) is required");
+  }
+  if (r.tokens.empty()) return invalid("the prompt is empty");
+  r.sampling = in.sampling();
+  if (r.sampling.max_tokens() == 0) r.sampling.set_max_tokens(options_.default_max_tokens);
+  if (r.sampling.max_tokens() > options_.max_max_tokens) {
+    return invalid(absl::StrCat("max_tokens ", r.sampling.max_tokens(), " is above the limit ",
+                                options_.max_max_tokens));
+  }
+  if (!(r.sampling.temperature() >= 0.0f) || r.sampling.temperature() > 100.0f) {
+    return invalid("temperature must be in [0, 100]");
+  }
+  if (!(r.sampling.top_p() >= 0.0f) || r.sampling.top_p() > 1.0f) {
+    return invalid("top_p must be in [0, 1]");
+  }
+  if (r.sampling.top_logprobs() > 20) return invalid("top_logprobs must be in [0, 20]");
+  absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
+  if (!bucket.ok()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kOutOfRange, v1::ERROR_CODE_PROMPT_TOO_LONG,
+                                absl::StrCat("prompt of ", r.tokens.size(), " tokens: ",
+                                             bucket.status().message()));
+  }
+  r.bucket = *bucket;
+  r.bucket_label = absl::StrCat(r.bucket);
+  r.id = in.request_id().empty()
+             ? absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++)
+             : in.request_id();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Router::RouteResult> Router::Route(const v1::GenerateRequest& request) {
+  Request r;
+  r.start_ns = NowNanos();
+  RETURN_IF_ERROR(Prepare(request, r));
+  ASSIGN_OR_RETURN(Choice c, Decide(r, /*record=*/false));
+  RouteResult out;
+  out.prefill_worker = c.prefill->info.id;
+  out.decode_worker = c.decode->info.id;
+  out.bucket = r.bucket;
+  out.prompt_tokens = static_cast<int64_t>(r.tokens.size());
+  out.expected_cached_tokens = c.expected_cached_tokens;
+  return out;
+}
+
+absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
+  const int64_t t0 = NowNanos();
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
+  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> all =
+      options_.directory->Workers();
+  if (!all.ok()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
+                                absl::StrCat("worker registry unreadable: ",
+                                             all.status().message()),
+                                "", /*retryable=*/true);
+  }
+  auto model_ok = [&](const WorkerEndpoint& w) {
+    return w.info.model.empty() || w.info.model == options_.model_name;
+  };
+  std::vector<std::shared_ptr<const WorkerEndpoint>> pre, dec;
+  for (const auto& w : *all) {
+    if (!model_ok(*w)) continue;
+    if (CanPrefill(w->info.role) && w->info.bucket == r.bucket &&
+        !r.excluded_prefill.contains(w->info.id)) {
+      pre.push_back(w);
+    }
+    if (CanDecode(w->info.role) && !r.excluded_decode.contains(w->info.id)) dec.push_back(w);
+  }
+  if (pre.empty()) {
+    // No worker configured for this bucket: any prefill worker whose range
+    // admits the prompt (small deployments run one worker for all lengths).
+    for (const auto& w : *all) {
+      const cluster::WorkerInfo& i = w->info;
+      if (model_ok(*w) && CanPrefill(i.role) && !r.excluded_prefill.contains(i.id) &&
+          i.bucket_min_tokens <= n && (i.bucket_max_tokens == 0 || n <= i.bucket_max_tokens)) {
+        pre.push_back(w);
+      }
+    }
+  }
+  if (pre.empty()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
+                                absl::StrCat("no prefill worker for a prompt of ", n,
+                                             " tokens (bucket ", r.bucket, ")",
+                                             r.attempt > 0 ? " left after failures" : ""),
+                                "", /*retryable=*/true);
+  }
+  // Loads of every candidate in one round trip.
+  std::vector<std::string> ids;
+  for (const auto& w : pre) ids.push_back(w->info.id);
+  for (const auto& w : dec) ids.push_back(w->info.id);
+  absl::StatusOr<std::vector<std::optional<v1::WorkerLoad>>> loads = options_.view->GetLoads(ids);
+  if (!loads.ok()) {
+    metrics_->redis_fallbacks->Increment();
+    loads = std::vector<std::optional<v1::WorkerLoad>>(ids.size());
+  }
+  // Prefix depth of every prefill candidate in one round trip.
+  const int page = pre[0]->info.page_size > 0 ? pre[0]->info.page_size : 16;
+  if (r.hash_page_size != page) {
+    r.hashes = base::ChainedPageHashes(r.tokens, page);
+    r.hash_page_size = page;
+  }
+  std::vector<int64_t> depths(pre.size(), 0);
+  if (!r.hashes.empty()) {
+    absl::StatusOr<std::vector<int64_t>> d =
+        options_.view->MatchPrefixes(r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()));
+    if (d.ok() && d->size() == pre.size()) {
+      depths = *std::move(d);
+    } else {
+      metrics_->redis_fallbacks->Increment();
+    }
+  }
+  std::vector<PrefillCandidate> pc(pre.size());
+  for (size_t i = 0; i < pre.size(); ++i) {
+    PrefillCandidate& c = pc[i];
+    c.id = pre[i]->info.id;
+    const int wp = pre[i]->info.page_size > 0 ? pre[i]->info.page_size : page;
+    c.cached_tokens = std::min<int64_t>(depths[i] * wp, n);
+    c.healthy = options_.directory->Healthy(c.id);
+    const std::optional<v1::WorkerLoad>& l = (*loads)[i];
+    c.has_load = l.has_value();
+    if (l) {
+      c.queued_uncached_tokens = static_cast<int64_t>(l->queued_uncached_tokens());
+      c.running_requests = static_cast<int32_t>(l->running_requests());
+      c.queued_requests = static_cast<int32_t>(l->queued_requests());
+    }
+  }
+  // Ties (e.g. fresh prompts on idle workers) spread by request id instead
+  // of piling onto the lowest id.
+  const uint64_t tie = base::Hash64(r.id);
+  absl::StatusOr<Decision> pd = ChoosePrefill(n, pc, options_.policy, tie);
+  if (!pd.ok()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
+                                absl::StrCat("no healthy prefill worker for bucket ", r.bucket,
+                                             ": ", pd.status().message()),
+                                "", /*retryable=*/true);
+  }
+  Choice choice;
+  choice.prefill = pre[pd->index];
+  choice.expected_cached_tokens = pc[pd->index].cached_tokens;
+  metrics_->decisions->WithLabels({absl::string_view("prefill"), Label(ReasonName(pd->reason))}).Increment();
+  if (choice.prefill->info.role == v1::ROLE_BOTH &&
+      !r.excluded_decode.contains(choice.prefill->info.id)) {
+    choice.decode = choice.prefill;  // monolithic worker: its own decode
+    metrics_->decisions->WithLabels({"decode", "monolithic"}).Increment();
+  } else {
+    std::vector<DecodeCandidate> dc(dec.size());
+    for (size_t i = 0; i < dec.size(); ++i) {
+      DecodeCandidate& c = dc[i];
+      c.id = dec[i]->info.id;
+      c.healthy = options_.directory->Healthy(c.id);
+      c.max_running_requests = dec[i]->info.max_running_requests;
+      c.total_full_pages = dec[i]->info.full_pages;
+      c.total_swa_pages = dec[i]->info.swa_pages;
+      const std::optional<v1::WorkerLoad>& l = (*loads)[pre.size() + i];
+      c.has_load = l.has_value();
+      if (l) {
+        c.free_full_pages = static_cast<int64_t>(l->free_full_pages());
+        c.total_full_pages = static_cast<int64_t>(l->total_full_pages());
+        c.free_swa_pages = static_cast<int64_t>(l->free_swa_pages());
+        c.total_swa_pages = static_cast<int64_t>(l->total_swa_pages());
+        c.running_requests = static_cast<int32_t>(l->running_requests());
+        c.staged_requests = static_cast<int32_t>(l->staged_requests());
+      }
+    }
+    absl::StatusOr<Decision> dd =
+        dc.empty() ? absl::UnavailableError("none registered")
+                   : ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
+    if (!dd.ok()) {
+      return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
+                                  absl::StrCat("no healthy decode worker: ",
+                                               dd.status().message()),
+                                  "", /*retryable=*/true);
+    }
+    choice.decode = dec[dd->index];
+    metrics_->decisions->WithLabels({absl::string_view("decode"), Label(ReasonName(dd->reason))}).Increment();
+  }
+  metrics_->decision_seconds->Observe(static_cast<double>(NowNanos() - t0) * 1e-9);
+  // Predicted index entries, off the request's path.
+  if (record && !r.hashes.empty()) {
+    cluster::ClusterView* view = options_.view;
+    record_pool_->Schedule([view, id = choice.prefill->info.id, hashes = r.hashes] {
+      absl::Status s = view->RecordDispatch(id, hashes);
+      if (!s.ok()) SWA_LOG(debug, "recording a dispatch to {} failed: {}", id, s.ToString());
+    });
+  }
+  return choice;
+}
+
+absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel,
+                             std::string* retry_leg) {
+  retry_leg->clear();
+  const std::string transfer_id = absl::StrCat(r.id, "/", r.attempt);
+  const auto deadline = absl::ToChronoTime(r.deadline);
+  grpc::ClientContext dctx, pctx;
+  dctx.set_deadline(deadline);
+  pctx.set_deadline(deadline);
+  if (cancel != nullptr) {
+    cancel->OnCancel([&] {
+      dctx.TryCancel();
+      pctx.TryCancel();
+    });
+  }
+  struct ClearOnExit {
+    CancelFlag* f;
+    ~ClearOnExit() {
+      if (f != nullptr) f->Clear();
+    }
+  } clear_on_exit{cancel};
+  const std::string& pid = c.prefill->info.id;
+  const std::string& did = c.decode->info.id;
+
+  v1::DecodeRequest dreq;
+  dreq.set_request_id(r.id);
+  dreq.set_transfer_id(transfer_id);
+  dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
+  *dreq.mutable_sampling() = r.sampling;
+  dreq.set_cached_tokens(static_cast<uint32_t>(c.expected_cached_tokens));
+  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> stream =
+      c.decode->decode->Decode(&dctx, dreq);
+  v1::DecodeResponse msg;
+  if (!stream->Read(&msg) || !msg.has_kv_destination()) {
+    grpc::Status s = stream->Finish();
+    if (cancel != nullptr && cancel->cancelled()) return absl::CancelledError("client went away");
+    if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "no KV destination in the stream");
+    if (Retryable(s)) {
+      options_.directory->ReportFailure(did);
+      *retry_leg = "decode";
+    }
+    return rpc::ErrorWithDetail(rpc::FromGrpcCode(s.error_code()), v1::ERROR_CODE_WORKER_LOST,
+                                absl::StrCat("decode worker ", did, ": ", s.error_message()),
+                                did, Retryable(s));
+  }
+
+  // Prefill leg, concurrently with reading the token stream.
+  v1::PrefillResponse presp;
+  grpc::Status pstatus;
+  std::thread prefill_thread([&] {
+    v1::PrefillRequest preq;
+    preq.set_request_id(r.id);
+    preq.mutable_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
+    *preq.mutable_sampling() = r.sampling;
+    v1::DecodeTarget* t = preq.mutable_decode();
+    t->set_worker_id(did);
+    t->set_grpc_address(c.decode->info.grpc_address);
+    t->set_transfer_id(transfer_id);
+    *t->mutable_destination() = msg.kv_destination();
+    pstatus = c.prefill->prefill->Prefill(&pctx, preq, &presp);
+    if (!pstatus.ok()) dctx.TryCancel();  // the decode leg waits for KV that will not come
+  });
+
+  TextStream text(*options_.tokenizer,
+                  std::vector<std::string>(r.sampling.stop().begin(), r.sampling.stop().end()));
+  bool finished = false;
+  bool client_gone = false;
+  v1::GenerateResponse out;
+  while (!finished && stream->Read(&msg)) {
+    if (!msg.has_tokens()) continue;
+    const v1::TokenChunk& chunk = msg.tokens();
+    out.Clear();
+    out.set_request_id(r.id);
+    std::string piece;
+    for (uint32_t id : chunk.token_ids()) {
+      out.add_token_ids(id);
+      piece += text.Add(id);
+    }
+    *out.mutable_logprobs() = chunk.logprobs();
+    r.completion_tokens += static_cast<uint32_t>(chunk.token_ids_size());
+    const int64_t now = NowNanos();
+    if (chunk.token_ids_size() > 0) {
+      if (r.first_token_ns == 0) r.first_token_ns = now;
+      r.last_token_ns = now;
+    }
+    if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      piece += text.Finish();
+      out.set_finish_reason(chunk.finish_reason());
+      v1::Usage* u = out.mutable_usage();
+      *u = chunk.usage();
+      u->set_prompt_tokens(static_cast<uint32_t>(r.tokens.size()));
+      u->set_completion_tokens(r.completion_tokens);
+      r.cached_tokens = u->cached_tokens();
+      finished = true;
+    }
+    out.set_text(std::move(piece));
+    if (!sink.Write(out)) {
+      client_gone = true;
+      dctx.TryCancel();
+      pctx.TryCancel();
+      break;
+    }
+    r.sent_any = true;
+  }
+  if (!finished && !client_gone) dctx.TryCancel();
+  grpc::Status dstatus = stream->Finish();
+  prefill_thread.join();
+  if (client_gone || (cancel != nullptr && cancel->cancelled())) {
+    return absl::CancelledError("client went away");
+  }
+  if (finished) {
+    options_.directory->ReportSuccess(did);
+    if (pstatus.ok()) options_.directory->ReportSuccess(pid);
+    return absl::OkStatus();
+  }
+  // Failed. Whose fault? A failed prefill call cancels the decode stream.
+  if (!pstatus.ok()) {
+    if (Retryable(pstatus)) options_.directory->ReportFailure(pid);
+    if (!r.sent_any && Retryable(pstatus)) *retry_leg = "prefill";
+    return rpc::ErrorWithDetail(rpc::FromGrpcCode(pstatus.error_code()),
+                                v1::ERROR_CODE_WORKER_LOST,
+                                absl::StrCat("prefill worker ", pid, ": ", pstatus.error_message()),
+                                pid, Retryable(pstatus));
+  }
+  if (dstatus.ok()) dstatus = grpc::Status(grpc::StatusCode::INTERNAL, "stream ended early");
+  if (Retryable(dstatus)) options_.directory->ReportFailure(did);
+  if (!r.sent_any && Retryable(dstatus)) *retry_leg = "decode";
+  return rpc::ErrorWithDetail(
+      rpc::FromGrpcCode(dstatus.error_code()), v1::ERROR_CODE_WORKER_LOST,
+      absl::StrCat("decode worker ", did,
+                   r.sent_any ? " failed mid-stream: " : ": ", dstatus.error_message()),
+      did, !r.sent_any && Retryable(dstatus));
+}
+
+absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& sink,
+                              CancelFlag* cancel) {
+  Request r;
+  r.start_ns = NowNanos();
+  r.deadline = absl::Now() + options_.request_timeout;
+  const int inflight = inflight_.fetch_add(1) + 1;
+  metrics_->inflight->Increment();
+  struct Leave {
+    Router* self;
+    ~Leave() {
+      self->inflight_.fetch_sub(1);
+      self->metrics_->inflight->Decrement();
+    }
+  } leave{this};
+  absl::Status st;
+  if (options_.max_inflight_requests > 0 && inflight > options_.max_inflight_requests) {
+    st = rpc::ErrorWithDetail(absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_OVERLOADED,
+                              absl::StrCat("router overloaded: ", options_.max_inflight_requests,
+                                           " requests in flight"),
+                              "", /*retryable=*/true);
+  } else {
+    st = Prepare(request, r);
+  }
+  int prefill_attempts = 0, decode_attempts = 0;
+  while (st.ok()) {
+    if (cancel != nullptr && cancel->cancelled()) {
+      st = absl::CancelledError("client went away");
+      break;
+    }
+    absl::StatusOr<Choice> choice = Decide(r);
+    if (!choice.ok()) {
+      st = choice.status();
+      break;
+    }
+    std::string leg;
+    st = RunLegs(r, *choice, sink, cancel, &leg);
+    if (st.ok() || leg.empty()) break;
+    const bool more = leg == "prefill" ? ++prefill_attempts < options_.max_prefill_attempts
+                                       : ++decode_attempts < options_.max_decode_attempts;
+    if (!more) break;
+    SWA_LOG(warn, "request {}: {} leg failed ({}), retrying elsewhere", r.id, leg,
+            std::string(st.message()));
+    metrics_->retries->WithLabels({leg}).Increment();
+    if (leg == "prefill") {
+      r.excluded_prefill.insert(choice->prefill->info.id);
+    } else {
+      r.excluded_decode.insert(choice->decode->info.id);
+    }
+    ++r.attempt;
+    st = absl::OkStatus();
+  }
+  metrics_->requests->WithLabels({CodeLabel(st.code())}).Increment();
+  if (st.ok()) {
+    const int64_t end = NowNanos();
+    metrics_->e2e->WithLabels({r.bucket_label}).Observe(static_cast<double>(end - r.start_ns) *
+                                                        1e-9);
+    if (r.first_token_ns > 0) {
+      metrics_->ttft->WithLabels({r.bucket_label})
+          .Observe(static_cast<double>(r.first_token_ns - r.start_ns) * 1e-9);
+    }
+    if (r.completion_tokens > 1) {
+      metrics_->tpot->WithLabels({r.bucket_label})
+          .Observe(static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
+                   (r.completion_tokens - 1));
+    }
+    metrics_->prompt_tokens->Increment(static_cast<double>(r.tokens.size()));
+    metrics_->cached_tokens->Increment(r.cached_tokens);
+    metrics_->generated_tokens->Increment(r.completion_tokens);
+  }
+  return st;
+}
+
+}  // namespace swaserve::router

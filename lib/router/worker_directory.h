@@ -1,0 +1,114 @@
+// WorkerDirectory: the router's cached view of the registered workers, their
+// gRPC stubs and a circuit breaker per worker (issue 7, "Discovery and
+// health").
+//
+// The registry lives in Redis (cluster::ClusterView::ListWorkers, TTL'd
+// records); the directory re-reads it every refresh_interval on a background
+// thread, so a request never waits for the worker list (it reads Redis only
+// for loads and the prefix index). This is a cache of Redis, not router
+// state: a new router replica rebuilds it on its first refresh. A worker that
+// disappears from the registry loses its channel; one that re-registers with
+// a new incarnation (restart) gets a fresh channel and a closed breaker.
+//
+// Circuit breaker: `failures_to_open` consecutive failures (ReportFailure)
+// open the breaker for `open_for`; then the worker is offered again once
+// (half-open: the first Healthy() after the period re-arms it for another
+// `open_for`, so at most one trial per period) — a success (ReportSuccess)
+// closes it, a failure keeps it open. Open workers are skipped by the
+// router's policy.
+//
+// Ownership: does not own the ClusterView (must outlive it).
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "lib/base/clock.h"
+#include "lib/cluster/cluster_view.h"
+#include "swaserve/v1/worker.grpc.pb.h"
+
+namespace swaserve::router {
+
+struct CircuitBreakerOptions {
+  // Consecutive failures that open the breaker. Default 3.
+  int failures_to_open = 3;
+  // How long it stays open before a trial request. Default 10 s.
+  absl::Duration open_for = absl::Seconds(10);
+};
+
+struct WorkerDirectoryOptions {
+  // Required; not owned.
+  cluster::ClusterView* view = nullptr;
+  // How often the registry is re-read. Default 500 ms.
+  absl::Duration refresh_interval = absl::Milliseconds(500);
+  CircuitBreakerOptions breaker;
+  // Clock of the breaker (tests use a FakeClock). Default: real.
+  base::Clock* clock = nullptr;
+  // Start the background refresh thread. Default true; tests may refresh by
+  // hand (Refresh()).
+  bool background_refresh = true;
+};
+
+// One registered worker and the stubs to call it.
+struct WorkerEndpoint {
+  cluster::WorkerInfo info;
+  std::unique_ptr<v1::Prefill::Stub> prefill;
+  std::unique_ptr<v1::Decode::Stub> decode;
+};
+
+class WorkerDirectory {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerDirectory>> Create(
+      const WorkerDirectoryOptions& options);
+  ~WorkerDirectory();
+  WorkerDirectory(const WorkerDirectory&) = delete;
+  WorkerDirectory& operator=(const WorkerDirectory&) = delete;
+
+  // The workers of the last successful refresh, sorted by id. Refreshes
+  // first when none has succeeded yet (Unavailable if Redis is down then).
+  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> Workers();
+
+  // Re-reads the registry now.
+  absl::Status Refresh();
+
+  // Breaker state. Healthy() is false while the breaker is open; after
+  // open_for it returns true once and re-arms (half-open).
+  bool Healthy(absl::string_view worker_id);
+  void ReportSuccess(absl::string_view worker_id);
+  void ReportFailure(absl::string_view worker_id);
+  // Workers whose breaker is open now (a gauge for operators).
+  int OpenBreakers();
+
+ private:
+  explicit WorkerDirectory(const WorkerDirectoryOptions& options);
+  void RefreshLoop();
+
+  struct Breaker {
+    int consecutive_failures = 0;
+    absl::Time open_until = absl::InfinitePast();
+  };
+
+  const WorkerDirectoryOptions options_;
+  base::Clock* const clock_;
+  absl::Mutex mu_;
+  // By id; replaced wholesale on refresh (entries shared with in-flight
+  // requests stay valid through their shared_ptr).
+  std::vector<std::shared_ptr<const WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
+  bool refreshed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, Breaker> breakers_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace swaserve::router

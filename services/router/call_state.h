@@ -1,0 +1,59 @@
+// CallState: the hand-off between a thread running router::Router::Generate
+// (the producer: a GenerateSink) and the server that streams its output (the
+// consumer: the gRPC reactor, or an HTTP handler), for services/router.
+//
+// Write() queues a response and blocks while `max_queued` are waiting (a slow
+// client slows its own request, not the router); it returns false once the
+// consumer cancelled. Finish() records the final status. The consumer pops
+// without blocking (gRPC: notified through the callback set with
+// SetNotify) or blocking (HTTP: Pop with a timeout).
+//
+// Shared between the producer thread and the consumer through shared_ptr.
+// Thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/router/router.h"
+#include "swaserve/v1/router.pb.h"
+
+namespace swaserve::router_service {
+
+class CallState : public router::GenerateSink {
+ public:
+  explicit CallState(size_t max_queued = 64) : max_queued_(max_queued) {}
+
+  // Producer side.
+  bool Write(const v1::GenerateResponse& response) override;
+  void Finish(absl::Status status);
+
+  // Consumer side. kItem: *out holds the next response; kEmpty: nothing yet;
+  // kFinished: no more responses, final status in *status.
+  enum class Next { kItem, kEmpty, kFinished };
+  Next TryPop(v1::GenerateResponse* out, absl::Status* status);
+  // Blocks up to `timeout` for the next item or the end (kEmpty on timeout).
+  Next Pop(v1::GenerateResponse* out, absl::Status* status, absl::Duration timeout);
+  // Called (without the lock held) after each Write() and on Finish().
+  void SetNotify(std::function<void()> notify);
+  // The client went away: cancels the request and unblocks Write().
+  void Cancel();
+
+  router::CancelFlag& cancel_flag() { return cancel_; }
+
+ private:
+  const size_t max_queued_;
+  router::CancelFlag cancel_;
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> notify_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace swaserve::router_service

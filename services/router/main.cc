@@ -1,0 +1,261 @@
+// swaserve-router: a stateless router replica (ARCHITECTURE §4 step 1, §5):
+// gRPC swaserve.v1.Router and the OpenAI-compatible HTTP API in front of the
+// workers registered in Redis.
+//
+//   swaserve-router --model=DIR --redis=127.0.0.1:6379 --listen=0.0.0.0:50051
+//       --http.port=8000
+//
+// Replicas share Redis and nothing else; start as many as needed behind a
+// load balancer. Clients need only the router's ports; worker ports are
+// internal. --help lists every option.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "lib/api/api_keys.h"
+#include "lib/api/openai.h"
+#include "lib/base/config.h"
+#include "lib/base/logging.h"
+#include "lib/cluster/cluster_view.h"
+#include "lib/cluster/redis_client.h"
+#include "lib/metrics/registry.h"
+#include "lib/model/config.h"
+#include "lib/model/tokenizer.h"
+#include "lib/router/router.h"
+#include "lib/router/worker_directory.h"
+#include "lib/rpc/grpc_server.h"
+#include "lib/rpc/termination_signal.h"
+#include "services/router/grpc_service.h"
+#include "services/router/http_service.h"
+
+namespace swaserve {
+namespace {
+
+struct RouterConfig {
+  std::string model;
+  std::string model_name;
+  std::string redis = "127.0.0.1:6379";
+  std::string cluster = "default";
+  int64_t redis_pool = 16;
+  std::string listen = "0.0.0.0:50051";
+  std::string http_host = "0.0.0.0";
+  int64_t http_port = 8000;
+  int64_t http_threads = 256;
+  std::string port_file;
+  std::string log_level = "info";
+  std::string bucket_bounds = "65536,262144,1048576";
+  double cache_credit = router::PolicyOptions{}.cache_credit;
+  int64_t hotspot_abs_tokens = router::PolicyOptions{}.hotspot_abs_tokens;
+  double hotspot_rel = router::PolicyOptions{}.hotspot_rel;
+  int64_t default_max_tokens = 256;
+  int64_t max_max_tokens = 32768;
+  int64_t max_inflight = 4096;
+  int64_t max_body_bytes = 8 << 20;
+  int64_t max_prefill_attempts = 3;
+  int64_t max_decode_attempts = 2;
+  absl::Duration request_timeout = absl::Minutes(10);
+  absl::Duration refresh_interval = absl::Milliseconds(500);
+  int64_t breaker_failures = 3;
+  absl::Duration breaker_open = absl::Seconds(10);
+  std::string api_keys;
+  int64_t api_key_concurrency = 0;
+  absl::Duration drain = absl::Seconds(30);
+};
+
+absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "{\"grpc_port\": " << grpc_port << ", \"http_port\": " << http_port
+        << ", \"metrics_port\": " << http_port << ", \"pid\": " << getpid() << "}\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  auto signal = rpc::TerminationSignal::Create();  // first: before any thread
+  if (!signal.ok()) {
+    std::fprintf(stderr, "swaserve-router: %s\n", signal.status().ToString().c_str());
+    return 1;
+  }
+  RouterConfig c;
+  base::Config config("swaserve-router",
+                      "A stateless swaserve router: gRPC swaserve.v1.Router and OpenAI HTTP in "
+                      "front of the workers registered in Redis.");
+  config.Add("model", &c.model, "checkpoint directory (tokenizer.json, config.json); required")
+      .Add("model_name", &c.model_name, "model id clients use (default: the directory name)")
+      .Add("redis", &c.redis, "Redis host:port (worker registry, loads, prefix index)")
+      .Add("redis_pool", &c.redis_pool, "Redis connections (concurrent decisions)")
+      .Add("cluster", &c.cluster, "cluster name (Redis key prefix)")
+      .Add("listen", &c.listen, "gRPC listen address host:port (port 0: any free port)")
+      .Add("http.host", &c.http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
+      .Add("http.port", &c.http_port, "HTTP port (0: any free port)")
+      .Add("http.threads", &c.http_threads, "HTTP threads (a streaming request holds one)")
+      .Add("http.max_body_bytes", &c.max_body_bytes, "largest request body (413 beyond)")
+      .Add("port_file", &c.port_file, "write the bound ports here as JSON once serving")
+      .Add("log_level", &c.log_level, "trace, debug, info, warn, error")
+      .Add("policy.bucket_bounds", &c.bucket_bounds,
+           "upper bounds of the prompt-length buckets, comma-separated tokens")
+      .Add("policy.cache_credit", &c.cache_credit, "weight of a cached token against queued work")
+      .Add("policy.hotspot_abs_tokens", &c.hotspot_abs_tokens,
+           "hotspot guard: absolute load margin (tokens)")
+      .Add("policy.hotspot_rel", &c.hotspot_rel, "hotspot guard: relative load margin")
+      .Add("default_max_tokens", &c.default_max_tokens, "max_tokens when a request gives none")
+      .Add("max_max_tokens", &c.max_max_tokens, "largest max_tokens accepted")
+      .Add("max_inflight", &c.max_inflight, "requests in flight before 429 (0: unlimited)")
+      .Add("retry.prefill_attempts", &c.max_prefill_attempts, "attempts of a prefill leg")
+      .Add("retry.decode_attempts", &c.max_decode_attempts,
+           "attempts of a decode leg (before the first token)")
+      .Add("request_timeout", &c.request_timeout, "deadline of a request's worker calls")
+      .Add("refresh_interval", &c.refresh_interval, "how often the worker registry is re-read")
+      .Add("breaker.failures", &c.breaker_failures, "consecutive failures that open a breaker")
+      .Add("breaker.open_for", &c.breaker_open, "how long an open breaker skips a worker")
+      .Add("api_keys", &c.api_keys,
+           "file or directory (Kubernetes secret) of bearer API keys; empty: no auth")
+      .Add("api_key_concurrency", &c.api_key_concurrency,
+           "requests in flight per API key (0: unlimited)")
+      .Add("drain", &c.drain, "how long in-flight requests may finish on SIGTERM");
+  base::ParseConfigOrExit(config, argc, argv);
+  auto bad = [](const std::string& msg) {
+    std::fprintf(stderr, "swaserve-router: %s (see --help)\n", msg.c_str());
+    return 2;
+  };
+  if (c.model.empty()) return bad("--model is required");
+  router::PolicyOptions policy;
+  policy.bucket_bounds.clear();
+  for (absl::string_view part : absl::StrSplit(c.bucket_bounds, ',', absl::SkipWhitespace())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      return bad(absl::StrCat("--policy.bucket_bounds: not a positive integer: '", part, "'"));
+    }
+    policy.bucket_bounds.push_back(v);
+  }
+  policy.cache_credit = c.cache_credit;
+  policy.hotspot_abs_tokens = c.hotspot_abs_tokens;
+  policy.hotspot_rel = c.hotspot_rel;
+  if (c.model_name.empty()) {
+    c.model_name = std::filesystem::path(c.model).lexically_normal().filename().string();
+    if (c.model_name.empty()) {
+      c.model_name = std::filesystem::path(c.model).parent_path().filename().string();
+    }
+  }
+  if (absl::Status s = base::InitLogging({c.log_level, "router"}); !s.ok()) return bad(s.ToString());
+  auto fail = [](const absl::Status& s) {
+    SWA_LOG(err, "start-up failed: {}", s.ToString());
+    return 1;
+  };
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  auto tokenizer = model::Tokenizer::Load(c.model + "/tokenizer.json");
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+
+  cluster::RedisOptions ro;
+  if (absl::Status s = cluster::ParseRedisAddress(c.redis, &ro); !s.ok()) return bad(s.ToString());
+  ro.pool_size = static_cast<int>(std::max<int64_t>(1, c.redis_pool));
+  ro.metrics = &registry;
+  auto redis = cluster::RedisClient::Create(ro);
+  if (!redis.ok()) return fail(redis.status());
+  auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = c.cluster});
+  if (!view.ok()) return fail(view.status());
+  router::WorkerDirectoryOptions wdo;
+  wdo.view = view->get();
+  wdo.refresh_interval = c.refresh_interval;
+  wdo.breaker.failures_to_open = static_cast<int>(c.breaker_failures);
+  wdo.breaker.open_for = c.breaker_open;
+  auto directory = router::WorkerDirectory::Create(wdo);
+  if (!directory.ok()) return fail(directory.status());
+  if (absl::Status s = registry.AddCallbackGauge(
+          "swaserve_router_open_breakers", "Workers whose circuit breaker is open.",
+          [d = directory->get()] { return static_cast<double>(d->OpenBreakers()); });
+      !s.ok()) {
+    return fail(s);
+  }
+
+  router::RouterOptions opt;
+  opt.view = view->get();
+  opt.directory = directory->get();
+  opt.tokenizer = tokenizer->get();
+  opt.model_name = c.model_name;
+  opt.created_unix_seconds = absl::ToUnixSeconds(absl::Now());
+  opt.policy = policy;
+  opt.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
+  opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
+  opt.max_inflight_requests = static_cast<int>(c.max_inflight);
+  opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
+  opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);
+  opt.request_timeout = c.request_timeout;
+  opt.registry = &registry;
+  auto router = router::Router::Create(opt);
+  if (!router.ok()) return fail(router.status());
+
+  std::unique_ptr<api::ApiKeyStore> keys;
+  std::unique_ptr<api::ConcurrencyLimiter> limiter;
+  if (!c.api_keys.empty()) {
+    auto k = api::ApiKeyStore::Create({.path = c.api_keys});
+    if (!k.ok()) return fail(k.status());
+    keys = std::move(*k);
+    api::ConcurrencyLimiterOptions lo;
+    lo.per_key_limit = static_cast<uint32_t>(std::max<int64_t>(0, c.api_key_concurrency));
+    limiter = std::make_unique<api::ConcurrencyLimiter>(lo);
+    SWA_LOG(info, "API keys required ({} loaded from {})", keys->KeyNames().size(), c.api_keys);
+  }
+
+  router_service::RequestThreads request_threads;
+  router_service::RouterGrpcService grpc_service(router->get(), &request_threads);
+  rpc::GrpcServerOptions go;
+  go.listen_address = c.listen;
+  go.services = {&grpc_service};
+  go.health_service_names = {"swaserve.v1.Router"};
+  go.drain_deadline = c.drain;
+  go.name = "router";
+  auto server = rpc::GrpcServer::Create(go);
+  if (!server.ok()) return fail(server.status());
+
+  router_service::HttpServiceOptions ho;
+  ho.host = c.http_host;
+  ho.port = static_cast<int>(c.http_port);
+  ho.threads = static_cast<int>(c.http_threads);
+  ho.limits.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
+  ho.limits.max_tokens_limit = static_cast<uint32_t>(c.max_max_tokens);
+  ho.limits.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
+  ho.keys = keys.get();
+  ho.limiter = limiter.get();
+  ho.router = router->get();
+  ho.request_threads = &request_threads;
+  ho.tokenizer = tokenizer->get();
+  ho.registry = &registry;
+  auto http = router_service::HttpService::Create(ho);
+  if (!http.ok()) return fail(http.status());
+  if (!c.port_file.empty()) {
+    if (absl::Status s = WritePortFile(c.port_file, (*server)->port(), (*http)->port()); !s.ok()) {
+      return fail(s);
+    }
+  }
+  SWA_LOG(info, "router serving model {}: gRPC {}, HTTP {}:{} (OpenAI API, /health, /metrics)",
+          c.model_name, (*server)->address(), c.http_host, (*http)->port());
+  const int signo = rpc::ServeUntilTerminated(**server, **signal);
+  SWA_LOG(info, "router stopping (signal {})", signo);
+  (*http)->Stop();
+  if (!request_threads.WaitIdle(absl::Seconds(5))) {
+    SWA_LOG(warn, "{} requests still running at exit", request_threads.running());
+  }
+  return signo >= 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace swaserve
+
+int main(int argc, char** argv) { return swaserve::Run(argc, argv); }

@@ -1,0 +1,202 @@
+#include "tests/integration/router/local_cluster.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "lib/rpc/channel.h"
+
+namespace swaserve::testing {
+
+std::string LocalProcess::grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port); }
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
+    const LocalClusterOptions& options) {
+  absl::StatusOr<std::string> dir = base::MakeTempDir("local-cluster");
+  if (!dir.ok()) return dir.status();
+  std::unique_ptr<LocalCluster> c(new LocalCluster(options, *dir));
+  c->model_dir_ = *dir + "/model";
+  std::string out;
+  absl::StatusOr<int> rc = base::RunCommand(
+      {options.cli_bin, "make-model", "--shape=tiny", "--out=" + c->model_dir_}, &out,
+      absl::Seconds(120));
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) return absl::InternalError(absl::StrCat("make-model failed: ", out));
+  absl::StatusOr<std::unique_ptr<cluster::testing::RedisServer>> redis =
+      cluster::testing::RedisServer::Start();
+  if (!redis.ok()) return redis.status();
+  c->redis_ = std::move(*redis);
+  return c;
+}
+
+LocalCluster::~LocalCluster() {
+  // Routers first (they call workers), then workers, then Redis.
+  for (auto& [id, p] : procs_) {
+    if (p->is_router && p->process != nullptr) {
+      (void)p->process->Stop();
+    }
+  }
+  procs_.clear();
+  redis_.reset();
+  std::error_code ec;
+  if (::testing::Test::HasFailure()) {
+    std::fprintf(stderr, "LocalCluster: logs kept in %s\n", dir_.c_str());
+  } else {
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+std::string LocalCluster::redis_address() const {
+  return absl::StrCat("127.0.0.1:", redis_->port());
+}
+
+LocalProcess* LocalCluster::Get(const std::string& id) {
+  auto it = procs_.find(id);
+  return it == procs_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
+                                                  std::vector<std::string> argv, bool is_router) {
+  const std::string port_file = absl::StrCat(dir_, "/", id, ".ports.json");
+  std::filesystem::remove(port_file);
+  argv.push_back("--port_file=" + port_file);
+  auto p = std::make_unique<LocalProcess>();
+  p->id = id;
+  p->log_path = absl::StrCat(dir_, "/", id, ".log");
+  base::SubprocessOptions so;
+  so.argv = std::move(argv);
+  so.log_path = p->log_path;
+  so.stop_grace = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<base::Subprocess>> proc = base::Subprocess::Start(so);
+  if (!proc.ok()) return proc.status();
+  p->process = std::move(*proc);
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  while (!std::filesystem::exists(port_file)) {
+    if (!p->process->Running() || absl::Now() > deadline) {
+      return absl::InternalError(
+          absl::StrCat(id, " did not start; its log:\n", p->process->ReadLog()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::ifstream in(port_file);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return absl::InternalError("bad port file " + port_file);
+  p->grpc_port = j.value("grpc_port", 0);
+  p->http_port = is_router ? j.value("http_port", 0) : j.value("metrics_port", 0);
+  p->is_router = is_router;
+  LocalProcess* raw = p.get();
+  procs_[id] = std::move(p);
+  return raw;
+}
+
+absl::StatusOr<LocalProcess*> LocalCluster::StartWorker(const std::string& role,
+                                                        const std::string& id,
+                                                        std::vector<std::string> extra) {
+  std::vector<std::string> argv = {o_.worker_bin,
+                                   "--model=" + model_dir_,
+                                   "--role=" + role,
+                                   "--worker_id=" + id,
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics.host=127.0.0.1",
+                                   "--redis=" + redis_address(),
+                                   "--threads=1",
+                                   "--kv.prefill_mib=32",
+                                   "--kv.decode_mib=32",
+                                   "--drain=2s",
+                                   "--transfer.timeout=10s",
+                                   "--decode.commit_timeout=30s"};
+  argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  absl::StatusOr<LocalProcess*> p = Start(id, std::move(argv), false);
+  if (!p.ok()) return p;
+  // Registered: its record is in Redis (the router's directory sees it on
+  // its next refresh).
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    if (Metric(id, "swaserve_cluster_registered") == 1) return p;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(id, " did not register in Redis; log:\n",
+                                                  (*p)->process->ReadLog()));
+}
+
+absl::StatusOr<LocalProcess*> LocalCluster::StartRouter(const std::string& id,
+                                                        std::vector<std::string> extra) {
+  std::vector<std::string> argv = {o_.router_bin,          "--model=" + model_dir_,
+                                   "--model_name=tiny",    "--redis=" + redis_address(),
+                                   "--listen=127.0.0.1:0", "--http.host=127.0.0.1",
+                                   "--http.port=0",        "--refresh_interval=200ms",
+                                   "--drain=2s",           "--http.threads=64"};
+  argv.insert(argv.end(), o_.router_flags.begin(), o_.router_flags.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return Start(id, std::move(argv), true);
+}
+
+absl::Status LocalCluster::Kill(const std::string& id) {
+  LocalProcess* p = Get(id);
+  if (p == nullptr) return absl::NotFoundError(id);
+  absl::Status s = p->process->Signal(SIGKILL);
+  (void)p->process->Wait(absl::Seconds(10));
+  return s;
+}
+
+absl::Status LocalCluster::WaitHealthy(const std::string& router_id, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<HttpResult> r = Http(router_id, "GET", "/health");
+    if (r.ok() && r->status == 200) return absl::OkStatus();
+    last = r.ok() ? absl::StrCat(r->status, " ", r->body) : r.status().ToString();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(router_id, " not healthy: ", last));
+}
+
+absl::StatusOr<LocalCluster::HttpResult> LocalCluster::Http(
+    const std::string& router_id, const std::string& method, const std::string& path,
+    const std::string& body, const std::vector<std::pair<std::string, std::string>>& headers) {
+  LocalProcess* p = Get(router_id);
+  if (p == nullptr) return absl::NotFoundError(router_id);
+  httplib::Client cli("127.0.0.1", p->http_port);
+  cli.set_read_timeout(120, 0);
+  httplib::Headers h;
+  for (const auto& [k, v] : headers) h.emplace(k, v);
+  httplib::Result res = method == "GET" ? cli.Get(path.c_str(), h)
+                                        : cli.Post(path.c_str(), h, body, "application/json");
+  if (!res) {
+    return absl::UnavailableError(
+        absl::StrCat("HTTP ", method, " ", path, ": ", httplib::to_string(res.error())));
+  }
+  return HttpResult{res->status, res->body};
+}
+
+double LocalCluster::Metric(const std::string& id, const std::string& line_prefix) {
+  LocalProcess* p = Get(id);
+  if (p == nullptr || p->http_port == 0) return -1;
+  httplib::Client cli("127.0.0.1", p->http_port);
+  cli.set_read_timeout(10, 0);
+  httplib::Result res = cli.Get("/metrics");
+  if (!res || res->status != 200) return -1;
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(line_prefix + " ", 0) == 0) return std::stod(line.substr(line_prefix.size() + 1));
+  }
+  return -1;
+}
+
+std::unique_ptr<v1::Router::Stub> LocalCluster::RouterStub(const std::string& router_id) {
+  LocalProcess* p = Get(router_id);
+  if (p == nullptr) return nullptr;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = rpc::CreateChannel(p->grpc_address());
+  if (!ch.ok()) return nullptr;
+  return v1::Router::NewStub(*ch);
+}
+
+}  // namespace swaserve::testing

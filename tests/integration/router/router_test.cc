@@ -1,0 +1,403 @@
+// The router against real processes on loopback (label router;integration):
+// a redis-server, two prefill workers and a decode worker registered in it,
+// and swaserve-router replicas in front of them.
+//
+// Checks: the OpenAI HTTP API (completions and chat, streaming and not; the
+// error statuses for bad input, unknown model, oversized body and prompt,
+// missing workers, API keys and their concurrency limit), gRPC Generate
+// agreeing with HTTP, prefix affinity shared by two routers through Redis
+// only, and a prefill leg retried on another worker when one is killed.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "lib/rpc/channel.h"
+#include "tests/integration/router/local_cluster.h"
+
+namespace swaserve {
+namespace {
+
+using json = nlohmann::json;
+using testing::LocalCluster;
+
+class RouterIntegrationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::LocalClusterOptions o;
+    o.cli_bin = SWASERVE_CLI_BIN;
+    o.worker_bin = SWASERVE_WORKER_BIN;
+    o.router_bin = SWASERVE_ROUTER_BIN;
+    o.worker_flags = {"--model_name=tiny", "--kv.page_size=16", "--prefill.chunk_tokens=256"};
+    o.router_flags = {"--policy.bucket_bounds=2048,4096", "--http.max_body_bytes=65536",
+                      "--max_max_tokens=4096"};
+    auto c = LocalCluster::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+    for (const char* id : {"p1", "p2"}) {
+      auto w = cluster_->StartWorker("prefill", id);
+      ASSERT_TRUE(w.ok()) << w.status();
+    }
+    auto d = cluster_->StartWorker("decode", "d1");
+    ASSERT_TRUE(d.ok()) << d.status();
+    for (const char* id : {"r1", "r2"}) {
+      auto r = cluster_->StartRouter(id);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(cluster_->WaitHealthy(id, absl::Seconds(20)).ok());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+
+  static std::vector<uint32_t> RandomPrompt(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<uint32_t> ids(n);
+    for (uint32_t& t : ids) t = 100 + rng() % 50000;
+    return ids;
+  }
+
+  static json Post(const std::string& router, const std::string& path, const json& body,
+                   int expect_status = 200) {
+    auto r = cluster_->Http(router, "POST", path, body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return json();
+    EXPECT_EQ(r->status, expect_status) << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r->body;
+    return j;
+  }
+
+  // The data: frames of an SSE body, [DONE] excluded; asserts it ends with [DONE].
+  static std::vector<json> SseFrames(const std::string& body) {
+    std::vector<json> frames;
+    bool done = false;
+    for (absl::string_view line : absl::StrSplit(body, '\n', absl::SkipEmpty())) {
+      EXPECT_TRUE(absl::StartsWith(line, "data: ")) << line;
+      absl::string_view data = line.substr(6);
+      if (data == "[DONE]") {
+        done = true;
+        continue;
+      }
+      EXPECT_FALSE(done) << "frame after [DONE]";
+      frames.push_back(json::parse(std::string(data), nullptr, false));
+      EXPECT_FALSE(frames.back().is_discarded()) << data;
+    }
+    EXPECT_TRUE(done) << "no [DONE] in " << body;
+    return frames;
+  }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* RouterIntegrationTest::cluster_ = nullptr;
+
+TEST_F(RouterIntegrationTest, CompletionsStreamingEqualsNonStreaming) {
+  json req = {{"model", "tiny"},   {"prompt", "The quick brown fox"}, {"max_tokens", 12},
+              {"temperature", 0},  {"ignore_eos", true}};
+  json full = Post("r1", "/v1/completions", req);
+  ASSERT_TRUE(full.contains("choices")) << full;
+  EXPECT_EQ(full["object"], "text_completion");
+  EXPECT_EQ(full["model"], "tiny");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(full["usage"]["completion_tokens"], 12);
+  EXPECT_GT(full["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_TRUE(full["usage"]["prompt_tokens_details"].contains("cached_tokens"));
+
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  auto r = cluster_->Http("r2", "POST", "/v1/completions", req.dump());
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  std::string finish;
+  json usage;
+  for (const json& f : SseFrames(r->body)) {
+    if (f.contains("usage") && !f["usage"].is_null()) usage = f["usage"];
+    if (f["choices"].empty()) continue;
+    text += f["choices"][0]["text"].get<std::string>();
+    if (!f["choices"][0]["finish_reason"].is_null()) finish = f["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, full["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 12);
+}
+
+TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
+  json req = {{"model", "tiny"},
+              {"messages", {{{"role", "system"}, {"content", "Be brief."}},
+                            {{"role", "user"}, {"content", "Name a color."}}}},
+              {"max_tokens", 10},
+              {"temperature", 0},
+              {"ignore_eos", true}};
+  json full = Post("r1", "/v1/chat/completions", req);
+  ASSERT_TRUE(full.contains("choices")) << full;
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
+  const std::string http_text = full["choices"][0]["message"]["content"];
+
+  req["stream"] = true;
+  auto r = cluster_->Http("r1", "POST", "/v1/chat/completions", req.dump());
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  std::vector<json> frames = SseFrames(r->body);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames[0]["choices"][0]["delta"]["role"], "assistant");
+  for (const json& f : frames) {
+    if (!f["choices"].empty() && f["choices"][0]["delta"].contains("content")) {
+      text += f["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, http_text);
+
+  // The same conversation over gRPC.
+  auto stub = cluster_->RouterStub("r2");
+  ASSERT_NE(stub, nullptr);
+  v1::GenerateRequest g;
+  g.set_model("tiny");
+  v1::ChatMessage* m = g.mutable_chat()->add_messages();
+  m->set_role("system");
+  m->set_content("Be brief.");
+  m = g.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Name a color.");
+  g.mutable_chat()->set_add_generation_prompt(true);
+  g.mutable_sampling()->set_max_tokens(10);
+  g.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->Generate(&ctx, g);
+  v1::GenerateResponse resp;
+  std::string grpc_text;
+  int tokens = 0;
+  v1::Usage usage;
+  while (stream->Read(&resp)) {
+    grpc_text += resp.text();
+    tokens += resp.token_ids_size();
+    if (resp.has_usage()) usage = resp.usage();
+  }
+  grpc::Status s = stream->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(grpc_text, http_text);
+  EXPECT_EQ(tokens, 10);
+  EXPECT_EQ(usage.completion_tokens(), 10u);
+  EXPECT_EQ(usage.prompt_tokens(), full["usage"]["prompt_tokens"].get<uint32_t>());
+
+  v1::ListModelsResponse models;
+  grpc::ClientContext lctx;
+  ASSERT_TRUE(stub->ListModels(&lctx, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).id(), "tiny");
+  auto http_models = cluster_->Http("r1", "GET", "/v1/models");
+  ASSERT_TRUE(http_models.ok());
+  EXPECT_EQ(json::parse(http_models->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(RouterIntegrationTest, BadRequestsGetTheRightStatusNeverACrash) {
+  struct Case {
+    std::string name, path, body;
+    int status;
+  };
+  const std::string big_prompt = json(RandomPrompt(4200, 9)).dump();  // > 4096: no bucket
+  std::string bad_utf8 = R"({"model":"tiny","prompt":"ab)";
+  bad_utf8 += "\xff\xfe";
+  bad_utf8 += R"("})";
+  const std::vector<Case> cases = {
+      {"malformed json", "/v1/completions", R"({"model":"tiny","prompt":)", 400},
+      {"not an object", "/v1/completions", R"([1,2,3])", 400},
+      {"prompt wrong type", "/v1/completions", R"({"model":"tiny","prompt":{"a":1}})", 400},
+      {"max_tokens string", "/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":"5"})",
+       400},
+      {"negative max_tokens", "/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":-3})",
+       400},
+      {"huge max_tokens", "/v1/completions",
+       R"({"model":"tiny","prompt":"x","max_tokens":100000000000})", 400},
+      {"unknown field", "/v1/completions", R"({"model":"tiny","prompt":"x","bogus":1})", 400},
+      {"invalid utf-8", "/v1/completions", bad_utf8, 400},
+      {"empty messages", "/v1/chat/completions", R"({"model":"tiny","messages":[]})", 400},
+      {"bad role", "/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"wizard","content":"hi"}]})", 400},
+      {"unknown model", "/v1/completions", R"({"model":"gpt-9","prompt":"x"})", 404},
+      {"body over limit", "/v1/completions",
+       absl::StrCat(R"({"model":"tiny","prompt":")", std::string(70000, 'a'), R"("})"), 413},
+      {"prompt beyond largest bucket", "/v1/completions",
+       absl::StrCat(R"({"model":"tiny","max_tokens":1,"prompt":)", big_prompt, "}"), 413},
+      {"token id outside vocabulary", "/v1/completions",
+       R"({"model":"tiny","prompt":[1,2,999999999],"max_tokens":1})", 400},
+      {"unknown path", "/v1/embeddings", R"({})", 404},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto r = cluster_->Http("r1", "POST", c.path, c.body);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, c.status) << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string()) << r->body;
+  }
+  // Still serving.
+  json ok = Post("r1", "/v1/completions", {{"model", "tiny"}, {"prompt", "still"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["usage"]["completion_tokens"].get<int>() >= 1, true);
+}
+
+TEST_F(RouterIntegrationTest, TwoRoutersShareAffinityThroughRedis) {
+  // Warm each prompt's prefix on a chosen worker directly (prefill only, no
+  // decode leg): its cache events reach the Redis index. Both routers must
+  // then send the prompt to that worker, whatever their own history.
+  std::vector<std::string> holders;
+  for (int i = 0; i < 6; ++i) {
+    const std::string holder = i % 2 == 0 ? "p2" : "p1";  // p2 first: not the tie-break pick
+    holders.push_back(holder);
+    auto ch = rpc::CreateChannel(cluster_->Get(holder)->grpc_address());
+    ASSERT_TRUE(ch.ok());
+    auto stub = v1::Prefill::NewStub(*ch);
+    v1::PrefillRequest pr;
+    pr.set_request_id(absl::StrCat("warm-", i));
+    for (uint32_t t : RandomPrompt(320, 1000 + i)) pr.add_token_ids(t);
+    pr.mutable_sampling()->set_max_tokens(1);
+    v1::PrefillResponse presp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = stub->Prefill(&ctx, pr, &presp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // cache events -> Redis
+  for (int i = 0; i < 6; ++i) {
+    for (const char* router : {"r1", "r2"}) {
+      SCOPED_TRACE(absl::StrCat("prompt ", i, " via ", router, ", held by ", holders[i]));
+      json out = Post(router, "/v1/completions",
+                      {{"model", "tiny"},
+                       {"prompt", RandomPrompt(320, 1000 + i)},
+                       {"max_tokens", 2},
+                       {"ignore_eos", true}});
+      // Whole pages of the prompt's 320 tokens were cached on the holder
+      // (the last token is always recomputed).
+      EXPECT_GE(out["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 288) << out;
+    }
+  }
+  // And a prompt first routed by r1 is a hit when repeated through r2.
+  const std::vector<uint32_t> fresh = RandomPrompt(400, 77);
+  json first = Post("r1", "/v1/completions",
+                    {{"model", "tiny"}, {"prompt", fresh}, {"max_tokens", 2}});
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  json second = Post("r2", "/v1/completions",
+                     {{"model", "tiny"}, {"prompt", fresh}, {"max_tokens", 2}});
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 368) << second;
+  EXPECT_GE(cluster_->Metric("r2", R"(swaserve_router_decisions_total{leg="prefill",reason="cache_affinity"})"),
+            7);
+}
+
+TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
+  // A router of an empty cluster (another key prefix in the same Redis).
+  auto r3 = cluster_->StartRouter("r3", {"--cluster=empty"});
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  auto h = cluster_->Http("r3", "GET", "/health");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, 503);
+  json e = Post("r3", "/v1/completions", {{"model", "tiny"}, {"prompt", "x"}}, 503);
+  EXPECT_TRUE(e["error"]["message"].is_string());
+
+  const std::string keys = cluster_->dir() + "/keys.txt";
+  {
+    std::ofstream f(keys);
+    f << "# test keys\nteam-a:sk-aaaaaaaaaaaa\nteam-b:sk-bbbbbbbbbbbb\n";
+  }
+  auto r4 = cluster_->StartRouter("r4", {"--api_keys=" + keys, "--api_key_concurrency=1"});
+  ASSERT_TRUE(r4.ok()) << r4.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r4", absl::Seconds(20)).ok());
+  const std::string body = json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 2}}.dump();
+  auto no_key = cluster_->Http("r4", "POST", "/v1/completions", body);
+  ASSERT_TRUE(no_key.ok());
+  EXPECT_EQ(no_key->status, 401) << no_key->body;
+  auto wrong = cluster_->Http("r4", "POST", "/v1/completions", body,
+                              {{"Authorization", "Bearer sk-nope"}});
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(wrong->body.find("sk-nope"), std::string::npos);  // no key material echoed
+  auto good = cluster_->Http("r4", "POST", "/v1/completions", body,
+                             {{"Authorization", "Bearer sk-aaaaaaaaaaaa"}});
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->status, 200) << good->body;
+
+  // Concurrency limit 1 per key: a long request holds team-a's slot.
+  std::thread slow([&] {
+    auto r = cluster_->Http(
+        "r4", "POST", "/v1/completions",
+        json{{"model", "tiny"}, {"prompt", "long"}, {"max_tokens", 1500}, {"ignore_eos", true}}
+            .dump(),
+        {{"Authorization", "Bearer sk-aaaaaaaaaaaa"}});
+    EXPECT_TRUE(r.ok() && r->status == 200);
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (cluster_->Metric("r4", "swaserve_router_inflight_requests") < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto limited = cluster_->Http("r4", "POST", "/v1/completions", body,
+                                {{"Authorization", "Bearer sk-aaaaaaaaaaaa"}});
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->status, 429) << limited->body;
+  auto other = cluster_->Http("r4", "POST", "/v1/completions", body,
+                              {{"Authorization", "Bearer sk-bbbbbbbbbbbb"}});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->status, 200) << other->body;
+  slow.join();
+
+  // Keys reload when the file changes: team-b revoked, team-c added.
+  {
+    std::ofstream f(keys + ".new");
+    f << "team-a:sk-aaaaaaaaaaaa\nteam-c:sk-cccccccccccc\n";
+  }
+  std::filesystem::rename(keys + ".new", keys);
+  absl::SleepFor(absl::Seconds(3));
+  auto revoked = cluster_->Http("r4", "POST", "/v1/completions", body,
+                                {{"Authorization", "Bearer sk-bbbbbbbbbbbb"}});
+  auto added = cluster_->Http("r4", "POST", "/v1/completions", body,
+                              {{"Authorization", "Bearer sk-cccccccccccc"}});
+  ASSERT_TRUE(revoked.ok() && added.ok());
+  EXPECT_EQ(revoked->status, 401);
+  EXPECT_EQ(added->status, 200) << added->body;
+}
+
+// Last: kills a worker.
+TEST_F(RouterIntegrationTest, ZKilledPrefillWorkerIsRetriedElsewhere) {
+  // Warm prompts on p2 so the router's first choice for them is p2.
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(RandomPrompt(256, 5000 + i));
+  {
+    auto ch = rpc::CreateChannel(cluster_->Get("p2")->grpc_address());
+    ASSERT_TRUE(ch.ok());
+    auto stub = v1::Prefill::NewStub(*ch);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      v1::PrefillRequest pr;
+      pr.set_request_id(absl::StrCat("warm-k", i));
+      for (uint32_t t : prompts[i]) pr.add_token_ids(t);
+      pr.mutable_sampling()->set_max_tokens(1);
+      v1::PrefillResponse presp;
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(stub->Prefill(&ctx, pr, &presp).ok());
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(cluster_->Kill("p2").ok());
+  // p2's record outlives it (TTL): the router picks it, fails, retries p1.
+  for (const auto& p : prompts) {
+    json out = Post("r1", "/v1/completions",
+                    {{"model", "tiny"}, {"prompt", p}, {"max_tokens", 3}, {"ignore_eos", true}});
+    EXPECT_EQ(out["usage"]["completion_tokens"], 3) << out;
+  }
+  EXPECT_GE(cluster_->Metric("r1", R"(swaserve_router_retries_total{leg="prefill"})"), 1);
+}
+
+}  // namespace
+}  // namespace swaserve
