@@ -461,7 +461,11 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
 absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel,
                              std::string* retry_leg) {
   retry_leg->clear();
-  const std::string transfer_id = absl::StrCat(r.id, "/", r.attempt);
+  // Unique per dispatch even when clients reuse request ids (a decode
+  // worker refuses a transfer id it has seen recently).
+  const std::string transfer_id = absl::StrFormat("%s/%08x-%d-%d", r.id,
+                                                  static_cast<uint32_t>(id_salt_),
+                                                  next_id_.fetch_add(1), r.attempt);
   const auto deadline = absl::ToChronoTime(r.deadline);
   grpc::ClientContext dctx, pctx;
   dctx.set_deadline(deadline);

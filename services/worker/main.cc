@@ -271,6 +271,13 @@ int Run(int argc, char** argv) {
     auto pools = kv::KvPools::CreateForBudget(shape, c.decode_kv_mib << 20, c.swa_full_ratio);
     if (!pools.ok()) return fail(pools.status());
     decode_pools = std::move(*pools);
+    if (!prefill) {
+      // A decode worker's own pools (swaserve_kv_pages): what an operator
+      // watches for leaks and capacity. (Monolithic: the prefill side's.)
+      auto km = kv::KvMetrics::Create(&registry, decode_pools.get(), nullptr);
+      if (!km.ok()) return fail(km.status());
+      kv_metrics = std::move(*km);
+    }
     worker::DecodeCoreOptions dopt;
     dopt.engine = &lock;
     dopt.pools = decode_pools.get();

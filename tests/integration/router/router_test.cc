@@ -174,24 +174,29 @@ TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
   g.mutable_chat()->set_add_generation_prompt(true);
   g.mutable_sampling()->set_max_tokens(10);
   g.mutable_sampling()->set_ignore_eos(true);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto stream = stub->Generate(&ctx, g);
-  v1::GenerateResponse resp;
-  std::string grpc_text;
-  int tokens = 0;
-  v1::Usage usage;
-  while (stream->Read(&resp)) {
-    grpc_text += resp.text();
-    tokens += resp.token_ids_size();
-    if (resp.has_usage()) usage = resp.usage();
+  // A client-chosen request id, reused: ids need not be unique.
+  g.set_request_id("client-chosen-id");
+  for (int round = 0; round < 2; ++round) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = stub->Generate(&ctx, g);
+    v1::GenerateResponse resp;
+    std::string grpc_text;
+    int tokens = 0;
+    v1::Usage usage;
+    while (stream->Read(&resp)) {
+      EXPECT_EQ(resp.request_id(), "client-chosen-id");
+      grpc_text += resp.text();
+      tokens += resp.token_ids_size();
+      if (resp.has_usage()) usage = resp.usage();
+    }
+    grpc::Status s = stream->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(grpc_text, http_text);
+    EXPECT_EQ(tokens, 10);
+    EXPECT_EQ(usage.completion_tokens(), 10u);
+    EXPECT_EQ(usage.prompt_tokens(), full["usage"]["prompt_tokens"].get<uint32_t>());
   }
-  grpc::Status s = stream->Finish();
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(grpc_text, http_text);
-  EXPECT_EQ(tokens, 10);
-  EXPECT_EQ(usage.completion_tokens(), 10u);
-  EXPECT_EQ(usage.prompt_tokens(), full["usage"]["prompt_tokens"].get<uint32_t>());
 
   v1::ListModelsResponse models;
   grpc::ClientContext lctx;
