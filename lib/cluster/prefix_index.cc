@@ -125,7 +125,7 @@ for c = 1, #KEYS / 2 do
   local set, pred = KEYS[2 * c - 1], KEYS[2 * c]
   local has_pred = redis.call('EXISTS', pred) == 1
   local depth = 0
-  local chunk = 32
+  local chunk = 8
   local open = true
   while open and depth < n do
     local first = depth + 1

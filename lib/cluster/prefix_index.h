@@ -34,13 +34,15 @@
 // Match: a Lua script (loaded once, EVALSHA) receives each candidate's two
 // keys and the prompt's page hashes in prefix order, packed into one
 // argument (PackPageHashes) and cut apart lazily. Per candidate it checks
-// pages in growing chunks (32, 128, 512, then 2048 at a time) with
-// SMISMEMBER (integer replies: cheap), consults the predicted ZSET
-// (ZMSCORE) only from the first page the SET lacks and only when the
-// worker has predictions, and stops at the first page held neither way. So
-// the work is proportional to the matched depth, not the prompt, and a
-// candidate with nothing cached costs two O(1) calls. The result is exact:
-// depth(c) is the largest d such that pages 0..d-1 are all held by c.
+// pages in growing chunks (8, 32, 128, 512, then 2048 at a time) with
+// SMISMEMBER (integer replies: cheap; the small first chunk keeps the many
+// candidates that lack a prompt cheap, see bench/router/decision_bench),
+// consults the predicted ZSET (ZMSCORE) only from the first page the SET
+// lacks and only when the worker has predictions, and stops at the first
+// page held neither way. So the work is proportional to the matched depth,
+// not the prompt, and a candidate with nothing cached costs two small
+// calls. The result is exact: depth(c) is the largest d such that pages
+// 0..d-1 are all held by c.
 //
 // The index lives in one Redis instance (scripts touch several keys; Redis
 // Cluster is not supported). Ownership: does not own the RedisClient, which

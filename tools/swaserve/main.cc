@@ -1,11 +1,17 @@
 // swaserve: the command-line entry point of the project.
 //
 //   swaserve --help
+//   swaserve up [--config cluster.yaml] [--model=DIR] [--http_port=8000] ...
+//   swaserve generate --router=HOST:PORT --prompt TEXT [--max_tokens N] ...
+//   swaserve chat --router=HOST:PORT [--system TEXT] [--max_tokens N] ...
 //   swaserve version
 //   swaserve page-hashes --page_size=16 --tokens=1,2,3,...
 //   swaserve make-model --shape=tiny --out=DIR [--seed=N] [--vocab=N]
 //                       [--tokenizer=PATH|none] [--dtype=f32|bf16|f16] [--force]
 //   swaserve inspect DIR [--page_size=16]
+//   swaserve replay TRACE --router=HOST:PORT [--limit=N] [--concurrency=C]
+//                   [--length_scale=X] [--time_scale=Y] [--max_input_tokens=N]
+//                   [--max_output_tokens=N] [--vocab_size=V] [--json=FILE]
 //
 // Each subcommand takes --config FILE (YAML/JSON) and --key=value flags (see
 // lib/base/config.h); a bad flag or config file exits 2 with a message.
@@ -31,8 +37,11 @@
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/kv/kv_shape.h"
+#include "lib/loadgen/mooncake_trace.h"
+#include "lib/loadgen/replay.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/config.h"
+#include "tools/swaserve/commands.h"
 
 namespace swaserve {
 namespace {
@@ -44,6 +53,10 @@ constexpr char kTopUsage[] = R"(swaserve — serve hybrid SWA + MoE models, pref
 Usage: swaserve <command> [--config FILE] [--key=value ...]
 
 Commands:
+  up            start a whole cluster on this machine (redis-server, prefill
+                workers per length bucket, decode workers, router) until Ctrl-C
+  generate      send one prompt to a router (gRPC) and stream the answer
+  chat          chat with a router (gRPC): one message per line of stdin
   version       print the version and build options
   page-hashes   print the chained page hashes of a token sequence (the keys of
                 the prefix cache and the router's affinity index)
@@ -51,6 +64,8 @@ Commands:
                 tiny, mimo-v2.5-pro-mini)
   inspect       summarise a checkpoint: layers, heads, experts, parameters and
                 KV cache bytes per token and per request
+  replay        replay a Mooncake trace against a router's gRPC Generate and
+                report TTFT, TPOT, latency, throughput and cache hit rate
 
 Run 'swaserve <command> --help' for a command's options.
 )";
@@ -517,6 +532,139 @@ int Inspect(int argc, const char* const* argv) {
   return rc;
 }
 
+// ---------------------------------------------------------------------------
+// replay.
+
+int Replay(int argc, const char* const* argv) {
+  loadgen::ReplayOptions o;
+  int64_t limit = 0;
+  uint32_t vocab_size = o.vocab_size;
+  uint32_t first_token_id = o.first_token_id;
+  std::string json_path;
+  bool json_requests = false;
+  bool quiet = false;
+  std::string log_level;
+  base::Config config(
+      "swaserve replay",
+      "Usage: swaserve replay TRACE --router=HOST:PORT [options]\n"
+      "Replays a Mooncake-format JSONL trace (timestamp ms, input_length, "
+      "output_length, hash_ids of 512-token blocks) against "
+      "swaserve.v1.Router/Generate. Each prompt is synthesized as token ids, "
+      "block by block from the hash ids (requests with equal leading ids "
+      "share those leading tokens), with max_tokens = the scaled output "
+      "length, ignore_eos and temperature 0. Requests are sent at the trace's "
+      "times (scaled by --time_scale) in trace order; one that is due while "
+      "--concurrency calls are in flight waits at the client. TTFT and "
+      "end-to-end latency are measured from the send and exclude that client "
+      "queue wait, which is reported separately. Progress goes to stderr "
+      "about once a second, the report to stdout (and --json FILE).\n"
+      "Exit status: 0 when the replay ran (failed requests are counted in the "
+      "report), 1 when it could not run (missing trace, unreachable router), "
+      "2 for bad flags.");
+  config.Add("router", &o.router, "router gRPC address host:port (required)")
+      .Add("limit", &limit, "replay the first N requests (0: all)")
+      .Add("concurrency", &o.concurrency, "most requests in flight at once")
+      .Add("length_scale", &o.scale.length_scale,
+           "multiply prompt and output lengths (a 512-token block becomes "
+           "round(512*X) tokens)")
+      .Add("time_scale", &o.scale.time_scale,
+           "multiply arrival times (0.5 = twice the rate; 0 = as fast as the "
+           "concurrency allows)")
+      .Add("max_input_tokens", &o.scale.max_input_tokens,
+           "truncate longer prompts to whole blocks within this (0: no cap)")
+      .Add("max_output_tokens", &o.scale.max_output_tokens,
+           "cap max_tokens (0: no cap)")
+      .Add("vocab_size", &vocab_size,
+           "synthetic token ids are < this (the model's vocabulary)")
+      .Add("first_token_id", &first_token_id,
+           "synthetic token ids are >= this (skip special tokens)")
+      .Add("reconstruct_continuations", &o.reconstruct_continuations,
+           "a request that extends an earlier one's full blocks starts with "
+           "that request's whole prompt (needed for prefix hits on SWA "
+           "models; see shared/traces/README.md); default: plain per-block "
+           "synthesis")
+      .Add("model", &o.model, "GenerateRequest.model (empty: the default)")
+      .Add("deadline", &o.request_deadline, "deadline of each request")
+      .Add("connect_timeout", &o.connect_timeout,
+           "how long to wait for the router to accept a connection")
+      .Add("json", &json_path, "also write the report as JSON to this file")
+      .Add("json_requests", &json_requests,
+           "include every request's figures in the JSON")
+      .Add("quiet", &quiet, "no progress lines")
+      .Add("log_level", &log_level,
+           "log level (default $SWASERVE_LOG_LEVEL or info)");
+  std::vector<std::string> positional;
+  base::ParseConfigOrExit(config, argc, argv, &positional);
+  auto fail = [](int code, absl::string_view msg) {
+    std::fprintf(stderr, "swaserve replay: %s\n", std::string(msg).c_str());
+    return code;
+  };
+  if (absl::Status s =
+          base::InitLogging({.level = log_level, .name = "swaserve"});
+      !s.ok()) {
+    return fail(2, s.message());
+  }
+  if (positional.size() != 1) {
+    return fail(2, "expected exactly one argument: the trace file (JSONL)");
+  }
+  if (o.router.empty()) return fail(2, "--router=HOST:PORT is required");
+  if (limit < 0) return fail(2, "key 'limit': must be >= 0");
+  if (o.concurrency < 1) return fail(2, "key 'concurrency': must be >= 1");
+  if (!(o.scale.length_scale > 0)) {
+    return fail(2, "key 'length_scale': must be > 0");
+  }
+  if (!(o.scale.time_scale >= 0)) {
+    return fail(2, "key 'time_scale': must be >= 0");
+  }
+  if (o.scale.max_input_tokens < 0 || o.scale.max_output_tokens < 0) {
+    return fail(2,
+                "keys 'max_input_tokens', 'max_output_tokens': must be >= 0");
+  }
+  if (vocab_size <= first_token_id) {
+    return fail(2, "key 'vocab_size': must exceed first_token_id");
+  }
+  if (o.request_deadline <= absl::ZeroDuration()) {
+    return fail(2, "key 'deadline': must be > 0");
+  }
+  o.vocab_size = vocab_size;
+  o.first_token_id = first_token_id;
+
+  absl::StatusOr<std::vector<loadgen::TraceRequest>> trace =
+      loadgen::LoadMooncakeTrace(positional[0], limit);
+  if (!trace.ok()) return fail(1, trace.status().message());
+  std::fprintf(stderr,
+               "swaserve replay: %zu requests from %s -> %s (concurrency "
+               "%lld, length_scale %g, time_scale %g)\n",
+               trace->size(), positional[0].c_str(), o.router.c_str(),
+               static_cast<long long>(o.concurrency), o.scale.length_scale,
+               o.scale.time_scale);
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (!quiet) {
+    o.on_progress = [tty](const loadgen::ReplayProgress& p) {
+      const std::string line = loadgen::FormatProgress(p);
+      if (tty) {
+        std::fprintf(stderr, "\r%s\033[K", line.c_str());
+        if (p.done == p.total) std::fputc('\n', stderr);
+      } else {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+      std::fflush(stderr);
+    };
+  }
+  absl::StatusOr<loadgen::ReplayReport> report = loadgen::Replay(*trace, o);
+  if (!report.ok()) return fail(1, report.status().message());
+  std::fputs(report->ToText().c_str(), stdout);
+  std::fflush(stdout);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path, std::ios::binary | std::ios::trunc);
+    out << report->ToJson(json_requests) << "\n";
+    out.close();
+    if (!out) return fail(1, absl::StrCat(json_path, ": cannot write"));
+    std::fprintf(stderr, "swaserve replay: wrote %s\n", json_path.c_str());
+  }
+  return 0;
+}
+
 int Main(int argc, const char* const* argv) {
   if (argc < 2) {
     std::fputs(kTopUsage, stderr);
@@ -529,10 +677,14 @@ int Main(int argc, const char* const* argv) {
   }
   if (command == "--version") return Version(1, argv);
   // Subcommands see argv shifted by one (argv[0] = the command).
+  if (command == "up") return cli::Up(argc - 1, argv + 1);
+  if (command == "generate") return cli::Generate(argc - 1, argv + 1);
+  if (command == "chat") return cli::Chat(argc - 1, argv + 1);
   if (command == "version") return Version(argc - 1, argv + 1);
   if (command == "page-hashes") return PageHashes(argc - 1, argv + 1);
   if (command == "make-model") return MakeModel(argc - 1, argv + 1);
   if (command == "inspect") return Inspect(argc - 1, argv + 1);
+  if (command == "replay") return Replay(argc - 1, argv + 1);
   std::fprintf(stderr, "swaserve: unknown command '%s'\n\n%s", command.c_str(),
                kTopUsage);
   return 2;

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Real-cluster trace replay of the prefill scheduling policies (issue 6):
+# the Mooncake conversation trace, scaled to CPU sizes, replayed through a
+# local cluster (redis-server, 1 prefill worker, 1 decode worker, a router —
+# real processes on loopback, KV over UCX) once with FCFS prefill scheduling
+# and once with compute-aware priority + aging, then compared request by
+# request (bench/cluster/compare_replays.py).
+#
+#   bash bench/cluster/sched_replay.sh            # BUILD=build N=600 ...
+#
+# Knobs (environment): BUILD (build dir), N (requests), LENGTH_SCALE (token
+# lengths x this), TIME_SCALE (arrival times x this: smaller = busier),
+# MAX_OUT (output token cap), OUT (result dir), THREADS (prefill threads).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+N=${N:-600}
+LENGTH_SCALE=${LENGTH_SCALE:-0.0625}
+TIME_SCALE=${TIME_SCALE:-0.15}
+MAX_OUT=${MAX_OUT:-8}
+THREADS=${THREADS:-1}
+OUT=${OUT:-/tmp/swaserve-sched-replay}
+TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+mkdir -p "$OUT"
+[ -f "$OUT/model/config.json" ] || "$BUILD/bin/swaserve" make-model --shape=tiny --out="$OUT/model" >/dev/null
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+port_of() {  # file key: waits for a port file and prints one of its ports
+  for _ in $(seq 1 600); do [ -s "$1" ] && break; sleep 0.1; done
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
+}
+
+for policy in fcfs compute_aware; do
+  rm -f "$OUT"/*.ports
+  rport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$policy.log" 2>&1 &
+  pids+=($!)
+  common=(--model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport --listen=127.0.0.1:0
+          --metrics.host=127.0.0.1 --kv.prefill_mib=256 --kv.decode_mib=256 --log_level=warn)
+  "$BUILD/bin/swaserve-worker" "${common[@]}" --role=prefill --worker_id=p1 --threads="$THREADS" \
+      --prefill.policy="$policy" --port_file="$OUT/p1.ports" >"$OUT/p1-$policy.log" 2>&1 &
+  pids+=($!)
+  "$BUILD/bin/swaserve-worker" "${common[@]}" --role=decode --worker_id=d1 --threads=1 \
+      --port_file="$OUT/d1.ports" >"$OUT/d1-$policy.log" 2>&1 &
+  pids+=($!)
+  port_of "$OUT/p1.ports" grpc_port >/dev/null
+  port_of "$OUT/d1.ports" grpc_port >/dev/null
+  "$BUILD/bin/swaserve-router" --model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport \
+      --listen=127.0.0.1:0 --http.host=127.0.0.1 --http.port=0 --log_level=warn \
+      --port_file="$OUT/r1.ports" >"$OUT/r1-$policy.log" 2>&1 &
+  pids+=($!)
+  gport=$(port_of "$OUT/r1.ports" grpc_port)
+  hport=$(port_of "$OUT/r1.ports" http_port)
+  for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$hport/health" >/dev/null && break; sleep 0.1; done
+  echo "== $policy: replaying $N requests (length x$LENGTH_SCALE, time x$TIME_SCALE)" >&2
+  "$BUILD/bin/swaserve" replay "$TRACE" --router=127.0.0.1:$gport --limit="$N" \
+      --length_scale="$LENGTH_SCALE" --time_scale="$TIME_SCALE" --max_output_tokens="$MAX_OUT" \
+      --concurrency=1024 --vocab_size=50000 --first_token_id=100 --reconstruct_continuations \
+      --model=tiny --json="$OUT/$policy.json" --json_requests --quiet | tee "$OUT/$policy.txt"
+  cleanup
+  pids=()
+done
+python3 bench/cluster/compare_replays.py "$OUT/fcfs.json" "$OUT/compute_aware.json"

