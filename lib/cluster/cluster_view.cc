@@ -116,6 +116,31 @@ absl::StatusOr<std::vector<int64_t>> ClusterView::MatchPrefixes(
   return index_->Match(hashes, candidates);
 }
 
+absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads(
+    absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
+    absl::Span<const std::string> load_ids) {
+  std::vector<std::string> load_keys;
+  load_keys.reserve(load_ids.size());
+  for (const std::string& id : load_ids) {
+    RETURN_IF_ERROR(ValidateName(id, "worker id"));
+    load_keys.push_back(keys_.LoadKey(id));
+  }
+  std::vector<std::optional<std::string>> raw;
+  PrefixesAndLoads out;
+  ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw));
+  out.loads.resize(load_ids.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (!raw[i]) continue;
+    swaserve::v1::WorkerLoad load;
+    if (!load.ParseFromString(*raw[i])) {
+      SWA_LOG(warn, "cluster: undecodable load report of worker {}", load_ids[i]);
+      continue;
+    }
+    out.loads[i] = std::move(load);
+  }
+  return out;
+}
+
 absl::Status ClusterView::RecordDispatch(absl::string_view worker_id,
                                          absl::Span<const uint64_t> hashes) {
   return index_->RecordDispatch(worker_id, hashes);

@@ -67,6 +67,17 @@ class ClusterView {
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates);
 
+  // MatchPrefixes(hashes, candidates) and GetLoads(load_ids) in ONE round
+  // trip (the match script also reads the load reports).
+  struct PrefixesAndLoads {
+    std::vector<int64_t> depths;
+    std::vector<std::optional<swaserve::v1::WorkerLoad>> loads;
+  };
+  absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(
+      absl::Span<const uint64_t> hashes,
+      absl::Span<const std::string> candidates,
+      absl::Span<const std::string> load_ids);
+
   // Records that `hashes` were dispatched to `worker_id`: pages it does not
   // hold yet get predicted entries for predicted_ttl (prefix_index.h), so
   // sibling requests find them before the worker's own events arrive. One

@@ -107,9 +107,12 @@ return size
   return *script;
 }
 
-// KEYS = per candidate its SET and ZSET (2 keys each); ARGV[1] = the
-// prompt's packed page hashes in prefix order. Returns, per candidate, the
-// number of leading pages it holds. Members are cut out of ARGV[1] once, on
+// KEYS = per candidate its SET and ZSET (2 keys each), then optional value
+// keys; ARGV[1] = the prompt's packed page hashes in prefix order, ARGV[2]
+// (optional) = the number of candidates (default #KEYS / 2). Returns, per
+// candidate, the number of leading pages it holds, then (with value keys)
+// one more element: MGET of the value keys — so a router reads loads and
+// prefix depths in one round trip. Members are cut out of ARGV[1] once, on
 // demand, and shared by the candidates.
 const RedisScript& MatchScript() {
   static const RedisScript* script = new RedisScript{"prefix_match", R"lua(
@@ -121,7 +124,8 @@ local sub = string.sub
 local members = {}
 local cut = 0
 local result = {}
-for c = 1, #KEYS / 2 do
+local ncand = tonumber(ARGV[2]) or math.floor(#KEYS / 2)
+for c = 1, ncand do
   local set, pred = KEYS[2 * c - 1], KEYS[2 * c]
   local has_pred = redis.call('EXISTS', pred) == 1
   local depth = 0
@@ -155,6 +159,9 @@ for c = 1, #KEYS / 2 do
     if chunk < 2048 then chunk = chunk * 4 end
   end
   result[c] = depth
+end
+if #KEYS > 2 * ncand then
+  result[ncand + 1] = redis.call('MGET', unpack(KEYS, 2 * ncand + 1, #KEYS))
 end
 return result
 )lua"};
@@ -249,27 +256,47 @@ absl::Status PrefixIndex::RecordDispatch(absl::string_view worker_id,
 absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     absl::Span<const uint64_t> hashes,
     absl::Span<const std::string> candidates) {
+  return Match(hashes, candidates, {}, nullptr);
+}
+
+absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
+    absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
+    absl::Span<const std::string> value_keys,
+    std::vector<std::optional<std::string>>* values) {
   std::vector<std::string> keys;
-  keys.reserve(2 * candidates.size());
+  keys.reserve(2 * candidates.size() + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
     keys.push_back(keys_.PrefixKey(id));
     keys.push_back(keys_.PredictedKey(id));
   }
   std::vector<int64_t> depths(candidates.size(), 0);
-  if (candidates.empty() || hashes.empty()) return depths;
-  const std::string packed = PackPageHashes(hashes);
-  ASSIGN_OR_RETURN(
-      RedisReply reply,
-      redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(&packed, 1),
-                      "match_prefixes"));
-  if (!reply.is_array() || reply.elements.size() != candidates.size()) {
-    return absl::InternalError(absl::StrCat("prefix_match: expected ",
-                                            candidates.size(), " depths, got ",
-                                            reply.DebugString()));
+  if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
+  if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
+  for (const std::string& k : value_keys) keys.push_back(k);
+  const std::string args[2] = {PackPageHashes(hashes), absl::StrCat(candidates.size())};
+  ASSIGN_OR_RETURN(RedisReply reply,
+                   redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
+                                   "match_prefixes"));
+  const size_t want = candidates.size() + (value_keys.empty() ? 0 : 1);
+  if (!reply.is_array() || reply.elements.size() != want) {
+    return absl::InternalError(absl::StrCat("prefix_match: expected ", want,
+                                            " elements, got ", reply.DebugString()));
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     ASSIGN_OR_RETURN(depths[i], reply.elements[i].AsInteger());
+  }
+  if (!value_keys.empty()) {
+    const RedisReply& v = reply.elements[candidates.size()];
+    if (!v.is_array() || v.elements.size() != value_keys.size()) {
+      return absl::InternalError(
+          absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
+    }
+    if (values != nullptr) {
+      for (size_t i = 0; i < value_keys.size(); ++i) {
+        if (v.elements[i].type == RedisReply::Type::kString) (*values)[i] = v.elements[i].str;
+      }
+    }
   }
   return depths;
 }

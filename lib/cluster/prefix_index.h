@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,15 @@ class PrefixIndex {
   absl::StatusOr<std::vector<int64_t>> Match(
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates);
+
+  // The same, and in the same script call (one round trip) the values of
+  // `value_keys` (plain string keys, e.g. load reports; nullopt when
+  // absent) into *values (aligned with value_keys).
+  absl::StatusOr<std::vector<int64_t>> Match(
+      absl::Span<const uint64_t> hashes,
+      absl::Span<const std::string> candidates,
+      absl::Span<const std::string> value_keys,
+      std::vector<std::optional<std::string>>* values);
 
   // Deletes every entry of `worker_id`.
   absl::Status Clear(absl::string_view worker_id);

@@ -356,30 +356,27 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
                                              r.attempt > 0 ? " left after failures" : ""),
                                 "", /*retryable=*/true);
   }
-  // Loads of every candidate in one round trip.
+  // Loads of every candidate and the prefix depth of every prefill
+  // candidate: one round trip (the index's match script also reads the load
+  // reports).
   std::vector<std::string> ids;
   for (const auto& w : pre) ids.push_back(w->info.id);
   for (const auto& w : dec) ids.push_back(w->info.id);
-  absl::StatusOr<std::vector<std::optional<v1::WorkerLoad>>> loads = options_.view->GetLoads(ids);
-  if (!loads.ok()) {
-    metrics_->redis_fallbacks->Increment();
-    loads = std::vector<std::optional<v1::WorkerLoad>>(ids.size());
-  }
-  // Prefix depth of every prefill candidate in one round trip.
   const int page = pre[0]->info.page_size > 0 ? pre[0]->info.page_size : 16;
   if (r.hash_page_size != page) {
     r.hashes = base::ChainedPageHashes(r.tokens, page);
     r.hash_page_size = page;
   }
   std::vector<int64_t> depths(pre.size(), 0);
-  if (!r.hashes.empty()) {
-    absl::StatusOr<std::vector<int64_t>> d =
-        options_.view->MatchPrefixes(r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()));
-    if (d.ok() && d->size() == pre.size()) {
-      depths = *std::move(d);
-    } else {
-      metrics_->redis_fallbacks->Increment();
-    }
+  std::vector<std::optional<v1::WorkerLoad>> loads(ids.size());
+  absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = options_.view->MatchPrefixesAndLoads(
+      r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids);
+  if (got.ok() && got->depths.size() == pre.size() && got->loads.size() == ids.size()) {
+    depths = std::move(got->depths);
+    loads = std::move(got->loads);
+  } else {
+    // Redis unreadable: route on what the registry snapshot gives.
+    metrics_->redis_fallbacks->Increment();
   }
   std::vector<PrefillCandidate> pc(pre.size());
   for (size_t i = 0; i < pre.size(); ++i) {
@@ -388,7 +385,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     const int wp = pre[i]->info.page_size > 0 ? pre[i]->info.page_size : page;
     c.cached_tokens = std::min<int64_t>(depths[i] * wp, n);
     c.healthy = options_.directory->Healthy(c.id);
-    const std::optional<v1::WorkerLoad>& l = (*loads)[i];
+    const std::optional<v1::WorkerLoad>& l = loads[i];
     c.has_load = l.has_value();
     if (l) {
       c.queued_uncached_tokens = static_cast<int64_t>(l->queued_uncached_tokens());
@@ -423,7 +420,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
       c.max_running_requests = dec[i]->info.max_running_requests;
       c.total_full_pages = dec[i]->info.full_pages;
       c.total_swa_pages = dec[i]->info.swa_pages;
-      const std::optional<v1::WorkerLoad>& l = (*loads)[pre.size() + i];
+      const std::optional<v1::WorkerLoad>& l = loads[pre.size() + i];
       c.has_load = l.has_value();
       if (l) {
         c.free_full_pages = static_cast<int64_t>(l->free_full_pages());

@@ -7,9 +7,9 @@
 //      chat template), max_tokens and model checked;
 //   2. length bucket by prompt tokens (policy.h; beyond the largest:
 //      OutOfRange, which the HTTP API maps to 413);
-//   3. chained page hashes of the prompt; ONE Redis round trip for the
-//      loads of every candidate (MGET) and ONE for the matched prefix depth
-//      of every prefill candidate (EVALSHA of the index's Lua script);
+//   3. chained page hashes of the prompt; ONE Redis round trip (EVALSHA of
+//      the index's Lua script) for the matched prefix depth of every prefill
+//      candidate and the load reports of every candidate;
 //   4. policy: prefill worker (cached tokens vs queued compute, hotspot
 //      guard), decode worker (free KV pages, queue); a monolithic worker
 //      (role both) chosen for prefill also decodes; every decision counted

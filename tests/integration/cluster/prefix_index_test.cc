@@ -125,6 +125,45 @@ TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(PrefixIndexTest, MatchAlsoReadsValuesInTheSameRoundTrip) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(3, 12);
+  Apply(*index, "a", Kind::kStored, Slice(chain, 0, 9));
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 2));
+  ASSERT_TRUE(redis_->Command({"SET", "test:v1", std::string("\x00\x01load", 6)}).ok());
+  ASSERT_TRUE(redis_->Command({"SET", "test:v3", "three"}).ok());
+  std::vector<std::optional<std::string>> values;
+  absl::StatusOr<std::vector<int64_t>> d =
+      index->Match(chain, {"a", "b"}, {"test:v1", "test:v2", "test:v3"}, &values);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(*d, ElementsAre(9, 2));
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[0], std::string("\x00\x01load", 6));  // binary-safe
+  EXPECT_FALSE(values[1].has_value());
+  EXPECT_EQ(values[2], "three");
+  // No hashes: depths 0, values still read.
+  d = index->Match({}, {"a"}, {"test:v3"}, &values);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(*d, ElementsAre(0));
+  EXPECT_EQ(values[0], "three");
+  // The view's combined call decodes load reports.
+  auto view = ClusterView::Create({.redis = redis_.get(), .cluster = "test"});
+  ASSERT_TRUE(view.ok());
+  swaserve::v1::WorkerLoad load;
+  load.set_worker_id("a");
+  load.set_queued_uncached_tokens(777);
+  ASSERT_TRUE(
+      redis_->Command({"SET", (*view)->keys().LoadKey("a"), load.SerializeAsString()}).ok());
+  auto both = (*view)->MatchPrefixesAndLoads(chain, {"a", "b"}, {"a", "b", "c"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(both->depths, ElementsAre(9, 2));
+  ASSERT_EQ(both->loads.size(), 3u);
+  ASSERT_TRUE(both->loads[0].has_value());
+  EXPECT_EQ(both->loads[0]->queued_uncached_tokens(), 777u);
+  EXPECT_FALSE(both->loads[1].has_value());
+  EXPECT_FALSE(both->loads[2].has_value());
+}
+
 // Random chains with shared prefixes; per worker random batches of stored
 // prefixes, removals (suffixes and scattered pages: holes), clears, and
 // router dispatches (predicted entries); every query's depths must equal a
