@@ -573,14 +573,21 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
     if (pstatus.ok()) options_.directory->ReportSuccess(pid);
     return absl::OkStatus();
   }
-  // Failed. Whose fault? A failed prefill call cancels the decode stream.
-  if (!pstatus.ok()) {
+  // Failed. Whose fault? A failed prefill call cancels the decode stream;
+  // but a prefill that failed to ship KV to a dead decode worker names that
+  // worker in its ErrorDetail: then the decode leg is the one to retry.
+  std::optional<v1::ErrorDetail> pdetail = rpc::GetErrorDetail(pstatus);
+  const bool decode_fault = !pstatus.ok() && pdetail && pdetail->worker_id() == did;
+  if (!pstatus.ok() && !decode_fault) {
     if (Retryable(pstatus)) options_.directory->ReportFailure(pid);
     if (!r.sent_any && Retryable(pstatus)) *retry_leg = "prefill";
     return rpc::ErrorWithDetail(rpc::FromGrpcCode(pstatus.error_code()),
                                 v1::ERROR_CODE_WORKER_LOST,
                                 absl::StrCat("prefill worker ", pid, ": ", pstatus.error_message()),
                                 pid, Retryable(pstatus));
+  }
+  if (decode_fault && (dstatus.ok() || dstatus.error_code() == grpc::StatusCode::CANCELLED)) {
+    dstatus = pstatus;  // the decode worker's failure, as prefill saw it
   }
   if (dstatus.ok()) dstatus = grpc::Status(grpc::StatusCode::INTERNAL, "stream ended early");
   if (Retryable(dstatus)) options_.directory->ReportFailure(did);

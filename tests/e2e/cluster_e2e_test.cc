@@ -224,6 +224,12 @@ TEST_F(ClusterE2ETest, KilledDecodeWorkerEndsOnlyItsStreamsWithAClearError) {
   }
   EXPECT_GT(ok, 0) << "no stream survived on d1";
   EXPECT_GT(failed, 0) << "no stream was on d2";
+  // New requests while d2's record is still in Redis: none fails (a decode
+  // leg that fails before its first token is retried on another worker).
+  for (int i = 0; i < 8; ++i) {
+    GrpcResult r = GenerateIds(*stub_, RandomPrompt(40, 7100 + i), 4);
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  }
 }
 
 TEST_F(ClusterE2ETest, NewRouterAfterAKilledOneKeepsTheCacheHitRate) {
