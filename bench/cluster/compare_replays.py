@@ -21,12 +21,12 @@ def pct(values, q):
 
 def main():
     base, cand = (json.load(open(p)) for p in sys.argv[1:3])
-    b = {r["index"]: r for r in base["requests"]}
-    c = {r["index"]: r for r in cand["requests"]}
+    b = {r["index"]: r for r in base["results"]}
+    c = {r["index"]: r for r in cand["results"]}
     both = [i for i in b if i in c and b[i]["ok"] and c[i]["ok"] and b[i]["ttft_s"] >= 0
             and c[i]["ttft_s"] >= 0]
-    fails = sum(1 for r in base["requests"] if not r["ok"]), sum(
-        1 for r in cand["requests"] if not r["ok"])
+    fails = sum(1 for r in base["results"] if not r["ok"]), sum(
+        1 for r in cand["results"] if not r["ok"])
     print(f"requests compared: {len(both)} (failed: baseline {fails[0]}, candidate {fails[1]})")
     for name, rs in (("baseline", b), ("candidate", c)):
         t = [rs[i]["ttft_s"] for i in both]

@@ -309,19 +309,20 @@ TEST_F(ReplayTest, HonorsScaledTiming) {
   for (int i = 0; i < 5; ++i) trace.push_back(Req(1000 + 200 * i, 50, 2, {i}));
   ReplayOptions o = Options();
   o.scale.time_scale = 0.5;  // 100 ms apart
+  const absl::Time before = absl::Now();
   auto rep = Replay(trace, o);
   ASSERT_TRUE(rep.ok()) << rep.status();
   EXPECT_EQ(rep->succeeded, 5);
   const auto arrivals = fake_.arrivals();
   ASSERT_EQ(arrivals.size(), 5u);
-  const absl::Time first = arrivals.at("replay-0");
   for (int i = 0; i < 5; ++i) {
     EXPECT_DOUBLE_EQ(rep->results[i].due_s, 0.1 * i);
     EXPECT_LT(rep->results[i].queue_wait_s, 0.05) << i;
-    const double at =
-        absl::ToDoubleSeconds(arrivals.at(absl::StrCat("replay-", i)) - first);
-    EXPECT_GE(at, 0.1 * i - 0.01) << i;
-    EXPECT_LT(at, 0.1 * i + 0.08) << i;
+    // Never before its due time (the replay starts after `before`); not
+    // much after it (generous: sanitizer builds connect slowly).
+    const double at = absl::ToDoubleSeconds(arrivals.at(absl::StrCat("replay-", i)) - before);
+    EXPECT_GE(at, 0.1 * i) << i;
+    EXPECT_LT(at, 0.1 * i + 0.3) << i;
   }
   EXPECT_GE(rep->duration_s, 0.4);
 }
