@@ -40,6 +40,11 @@ def main():
     print(f"  per-request TTFT ratio candidate/baseline: p50 {pct(ratios,.5):.2f}"
           f"  p99 {pct(ratios,.99):.2f}  max {max(ratios):.2f};"
           f" {over} of {len(ratios)} over 2x (target 0)")
+    slow = [(b[i]["ttft_s"], c[i]["ttft_s"]) for i in both
+            if b[i]["ttft_s"] > 0 and c[i]["ttft_s"] > 2 * b[i]["ttft_s"]]
+    big = sum(1 for bb, cc in slow if cc - bb > 0.1)
+    print(f"  of those over 2x: {big} also waited > 100 ms longer; worst absolute increase"
+          f" {max([cc - bb for bb, cc in slow], default=0)*1e3:.0f} ms")
 
 
 if __name__ == "__main__":

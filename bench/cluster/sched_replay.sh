@@ -10,7 +10,9 @@
 #
 # Knobs (environment): BUILD (build dir), N (requests), LENGTH_SCALE (token
 # lengths x this), TIME_SCALE (arrival times x this: smaller = busier),
-# MAX_OUT (output token cap), OUT (result dir), THREADS (prefill threads).
+# MAX_OUT (output token cap), OUT (result dir), THREADS (prefill threads),
+# AGING (compute-aware wait credit, tokens per second waited; empty: the
+# worker's default), POLICIES (default "fcfs compute_aware").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -19,6 +21,8 @@ LENGTH_SCALE=${LENGTH_SCALE:-0.0625}
 TIME_SCALE=${TIME_SCALE:-0.15}
 MAX_OUT=${MAX_OUT:-8}
 THREADS=${THREADS:-1}
+AGING=${AGING:-}
+POLICIES=${POLICIES:-fcfs compute_aware}
 OUT=${OUT:-/tmp/swaserve-sched-replay}
 TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
 mkdir -p "$OUT"
@@ -33,7 +37,7 @@ port_of() {  # file key: waits for a port file and prints one of its ports
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
 }
 
-for policy in fcfs compute_aware; do
+for policy in $POLICIES; do
   rm -f "$OUT"/*.ports
   rport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
   redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$policy.log" 2>&1 &
@@ -41,7 +45,8 @@ for policy in fcfs compute_aware; do
   common=(--model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport --listen=127.0.0.1:0
           --metrics.host=127.0.0.1 --kv.prefill_mib=256 --kv.decode_mib=256 --log_level=warn)
   "$BUILD/bin/swaserve-worker" "${common[@]}" --role=prefill --worker_id=p1 --threads="$THREADS" \
-      --prefill.policy="$policy" --port_file="$OUT/p1.ports" >"$OUT/p1-$policy.log" 2>&1 &
+      --prefill.policy="$policy" ${AGING:+--prefill.aging_tokens_per_second=$AGING} \
+      --port_file="$OUT/p1.ports" >"$OUT/p1-$policy.log" 2>&1 &
   pids+=($!)
   "$BUILD/bin/swaserve-worker" "${common[@]}" --role=decode --worker_id=d1 --threads=1 \
       --port_file="$OUT/d1.ports" >"$OUT/d1-$policy.log" 2>&1 &
