@@ -507,6 +507,8 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   // Prefill leg, concurrently with reading the token stream.
   v1::PrefillResponse presp;
   grpc::Status pstatus;
+  absl::Mutex leg_mu;
+  bool tokens_seen = false;  // guarded by leg_mu
   std::thread prefill_thread([&] {
     v1::PrefillRequest preq;
     preq.set_request_id(r.id);
@@ -518,7 +520,12 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
     t->set_transfer_id(transfer_id);
     *t->mutable_destination() = msg.kv_destination();
     pstatus = c.prefill->prefill->Prefill(&pctx, preq, &presp);
-    if (!pstatus.ok()) dctx.TryCancel();  // the decode leg waits for KV that will not come
+    // Without its KV the decode leg would wait for a commit that will not
+    // come: cancel it — unless tokens already flow, which means the commit
+    // arrived and the decode leg no longer needs the prefill worker (it may
+    // die between committing and answering).
+    absl::MutexLock lock(&leg_mu);
+    if (!pstatus.ok() && !tokens_seen) dctx.TryCancel();
   });
 
   TextStream text(*options_.tokenizer,
@@ -529,6 +536,10 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   while (!finished && stream->Read(&msg)) {
     if (!msg.has_tokens()) continue;
     const v1::TokenChunk& chunk = msg.tokens();
+    if (chunk.token_ids_size() > 0 || chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      absl::MutexLock lock(&leg_mu);
+      tokens_seen = true;
+    }
     out.Clear();
     out.set_request_id(r.id);
     std::string piece;
@@ -570,7 +581,11 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   }
   if (finished) {
     options_.directory->ReportSuccess(did);
-    if (pstatus.ok()) options_.directory->ReportSuccess(pid);
+    if (pstatus.ok()) {
+      options_.directory->ReportSuccess(pid);
+    } else if (Retryable(pstatus)) {
+      options_.directory->ReportFailure(pid);  // died after committing
+    }
     return absl::OkStatus();
   }
   // Failed. Whose fault? A failed prefill call cancels the decode stream;
