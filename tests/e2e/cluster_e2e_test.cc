@@ -278,12 +278,20 @@ TEST_F(ClusterE2ETest, RedisRestartRecoversWithinSeconds) {
   const absl::Duration reregistered = absl::Now() - t0;
   EXPECT_LT(reregistered, absl::Seconds(10));
   EXPECT_TRUE(cluster_->WaitHealthy("r1", absl::Seconds(10)).ok());
-  // Routing works and affinity rebuilds from the workers' new events.
+  // Routing works and affinity rebuilds from the workers' new events (the
+  // restarted Redis is empty; the router's own client may still be in its
+  // reconnect backoff for a moment, routing by load meanwhile): a repeated
+  // prompt becomes a cache hit again within seconds.
   ASSERT_TRUE(GenerateIds(*stub_, prompt, 2).status.ok());
-  absl::SleepFor(absl::Milliseconds(300));
-  GrpcResult again = GenerateIds(*stub_, prompt, 2);
-  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
-  EXPECT_GE(again.usage.cached_tokens(), 240u);
+  bool hit = false;
+  while (!hit && absl::Now() - t0 < absl::Seconds(20)) {
+    absl::SleepFor(absl::Milliseconds(200));
+    GrpcResult again = GenerateIds(*stub_, prompt, 2);
+    ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+    hit = again.usage.cached_tokens() >= 240u;
+  }
+  EXPECT_TRUE(hit) << "no prefix hit within 20 s of Redis coming back";
+  std::printf("affinity back %.2f s after Redis came back\n", absl::ToDoubleSeconds(absl::Now() - t0));
   std::printf("workers re-registered %.2f s after Redis came back\n",
               absl::ToDoubleSeconds(reregistered));
 }
