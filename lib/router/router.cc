@@ -482,8 +482,10 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   const std::string& pid = c.prefill->info.id;
   const std::string& did = c.decode->info.id;
 
+  // Workers key requests by id (scheduling, cancellation): they get the
+  // per-dispatch id, which starts with the client's for the logs.
   v1::DecodeRequest dreq;
-  dreq.set_request_id(r.id);
+  dreq.set_request_id(transfer_id);
   dreq.set_transfer_id(transfer_id);
   dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
   *dreq.mutable_sampling() = r.sampling;
@@ -511,7 +513,7 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   bool tokens_seen = false;  // guarded by leg_mu
   std::thread prefill_thread([&] {
     v1::PrefillRequest preq;
-    preq.set_request_id(r.id);
+    preq.set_request_id(transfer_id);
     preq.mutable_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
     *preq.mutable_sampling() = r.sampling;
     v1::DecodeTarget* t = preq.mutable_decode();

@@ -26,6 +26,7 @@
 #include "lib/api/openai.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/port_file.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/cluster/redis_client.h"
 #include "lib/metrics/registry.h"
@@ -72,19 +73,6 @@ struct RouterConfig {
   absl::Duration drain = absl::Seconds(30);
 };
 
-absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << "{\"grpc_port\": " << grpc_port << ", \"http_port\": " << http_port
-        << ", \"metrics_port\": " << http_port << ", \"pid\": " << getpid() << "}\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
-}
 
 int Run(int argc, char** argv) {
   auto signal = rpc::TerminationSignal::Create();  // first: before any thread
@@ -240,7 +228,10 @@ int Run(int argc, char** argv) {
   auto http = router_service::HttpService::Create(ho);
   if (!http.ok()) return fail(http.status());
   if (!c.port_file.empty()) {
-    if (absl::Status s = WritePortFile(c.port_file, (*server)->port(), (*http)->port()); !s.ok()) {
+    if (absl::Status s = base::WritePortFile(c.port_file, {{"grpc_port", (*server)->port()},
+                                                           {"http_port", (*http)->port()},
+                                                           {"metrics_port", (*http)->port()}});
+        !s.ok()) {
       return fail(s);
     }
   }

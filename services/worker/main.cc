@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/port_file.h"
 #include "lib/cluster/redis_client.h"
 #include "lib/cluster/worker_registration.h"
 #include "lib/kv/kv_metrics.h"
@@ -114,19 +115,6 @@ class CacheEventForwarder {
   cluster::WorkerRegistration* reg_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
-absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port
-        << ", \"pid\": " << getpid() << "}\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
-}
 
 int Run(int argc, char** argv) {
   auto signal = rpc::TerminationSignal::Create();  // first: before any thread
@@ -337,7 +325,9 @@ int Run(int argc, char** argv) {
   SWA_LOG(info, "{} serving gRPC on port {}, metrics on {}:{}", c.worker_id, (*server)->port(),
           c.metrics_host, (*http)->port());
   if (!c.port_file.empty()) {
-    if (absl::Status s = WritePortFile(c.port_file, (*server)->port(), (*http)->port()); !s.ok()) {
+    if (absl::Status s = base::WritePortFile(
+            c.port_file, {{"grpc_port", (*server)->port()}, {"metrics_port", (*http)->port()}});
+        !s.ok()) {
       return fail(s);
     }
   }

@@ -7,6 +7,7 @@
 // missing workers, API keys and their concurrency limit), gRPC Generate
 // agreeing with HTTP, prefix affinity shared by two routers through Redis
 // only, and a prefill leg retried on another worker when one is killed.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -196,6 +197,25 @@ TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
     EXPECT_EQ(tokens, 10);
     EXPECT_EQ(usage.completion_tokens(), 10u);
     EXPECT_EQ(usage.prompt_tokens(), full["usage"]["prompt_tokens"].get<uint32_t>());
+  }
+
+  // The same client id on concurrent requests: workers never see a clash.
+  {
+    std::vector<std::thread> same;
+    std::atomic<int> ok{0};
+    for (int k = 0; k < 4; ++k) {
+      same.emplace_back([&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        auto stream = stub->Generate(&ctx, g);
+        v1::GenerateResponse resp;
+        while (stream->Read(&resp)) {
+        }
+        if (stream->Finish().ok()) ok.fetch_add(1);
+      });
+    }
+    for (std::thread& t : same) t.join();
+    EXPECT_EQ(ok.load(), 4);
   }
 
   v1::ListModelsResponse models;
