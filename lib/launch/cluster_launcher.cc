@@ -9,11 +9,11 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
 #include <thread>
 
+#include "lib/base/port_file.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -186,14 +186,15 @@ absl::Status ClusterLauncher::WaitPortFile(Child& child, absl::Time deadline) {
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return ChildFailed(child,
-                       absl::StrCat("wrote an unreadable port file ", path));
+  // Routers write their HTTP port as metrics_port too (it serves /metrics).
+  absl::StatusOr<int> grpc = base::ReadPort(path, "grpc_port");
+  absl::StatusOr<int> metrics = base::ReadPort(path, "metrics_port");
+  if (!grpc.ok() || !metrics.ok()) {
+    return ChildFailed(child, absl::StrCat("wrote an unreadable port file ", path, ": ",
+                                           (!grpc.ok() ? grpc : metrics).status().message()));
   }
-  child.info.grpc_port = j.value("grpc_port", 0);
-  child.info.metrics_port = j.value("http_port", j.value("metrics_port", 0));
+  child.info.grpc_port = *grpc;
+  child.info.metrics_port = *metrics;
   return absl::OkStatus();
 }
 

@@ -6,10 +6,10 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "lib/base/port_file.h"
 #include "gtest/gtest.h"
 #include "lib/rpc/channel.h"
 
@@ -85,11 +85,13 @@ absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  std::ifstream in(port_file);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) return absl::InternalError("bad port file " + port_file);
-  p->grpc_port = j.value("grpc_port", 0);
-  p->http_port = is_router ? j.value("http_port", 0) : j.value("metrics_port", 0);
+  // Routers write their HTTP port as metrics_port too (it serves /metrics).
+  absl::StatusOr<int> grpc = base::ReadPort(port_file, "grpc_port");
+  absl::StatusOr<int> http = base::ReadPort(port_file, "metrics_port");
+  if (!grpc.ok()) return grpc.status();
+  if (!http.ok()) return http.status();
+  p->grpc_port = *grpc;
+  p->http_port = *http;
   p->is_router = is_router;
   LocalProcess* raw = p.get();
   procs_[id] = std::move(p);
