@@ -45,6 +45,10 @@
 //          [--chunk 512] [--budget 2048] [--max-requests 8] [--max-partial 1]
 //          [--aging 0,3,...] [--main-aging A] [--cost a,b,c]
 //          [--prefix hash|none] [--limit N] [--show-worst N] [--per-request]
+//          [--guard R] [--guard-floor T]
+// --guard sets compute-aware's FCFS-wait guard ratio (fcfs_wait_ratio; the
+// library default 2, 0 = off) and --guard-floor its slack in tokens (default
+// one step budget); both apply to every compute-aware row.
 // --aging lists the compute-aware aging rates (tokens/s) to run; the table
 // shows each also as a multiple of the worker's measured throughput (a/X).
 // --main-aging is the setting the target lines and the JSON's main_aging
@@ -118,6 +122,9 @@ struct Flags {
   int max_partial = 1;
   std::vector<double> aging = {0, 2, 4, 6, 8, 12, 16, 24, 40, 80};
   double main_aging = 8;
+  double guard = PrefillSchedulerOptions().fcfs_wait_ratio;
+  int guard_floor = -1;
+  bool guard_context = true;
   int show_worst = 0;
   bool per_request = false;
   // 0, 0, 0: kDefaultCost.
@@ -194,6 +201,10 @@ Run Simulate(const std::vector<TraceRequest>& trace, const Flags& f,
   o.step_token_budget = f.budget;
   o.max_requests_per_step = f.max_requests;
   o.max_partial_requests = f.max_partial;
+  o.fcfs_wait_ratio = f.guard;
+  o.fcfs_wait_floor_tokens = f.guard_floor;
+  // The guard's work clock weighs attention like the cost model: c / b.
+  o.context_cost_per_token = f.guard_context ? cost.c / cost.b : 0;
   struct Worker {
     std::unique_ptr<PrefillScheduler> sched;
     bool busy = false;
@@ -408,6 +419,12 @@ int Main(int argc, char** argv) {
       f.aging = ParseDoubles(next());
     else if (a == "--main-aging")
       num(&f.main_aging);
+    else if (a == "--guard")
+      num(&f.guard);
+    else if (a == "--guard-tokens")
+      f.guard_context = false;
+    else if (a == "--guard-floor")
+      integer(&f.guard_floor);
     else if (a == "--limit")
       integer(&f.limit);
     else if (a == "--per-request")

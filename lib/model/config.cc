@@ -730,6 +730,24 @@ absl::Status ModelConfig::Validate() const {
   return absl::OkStatus();
 }
 
+double ContextCostPerToken(const ModelConfig& c) {
+  const double h = c.hidden_size;
+  double per_token = 0, per_key = 0;
+  for (int l = 0; l < c.num_layers && l < static_cast<int>(c.layer_types.size()); ++l) {
+    const AttentionConfig& a = c.attention(l);
+    per_token += h * (a.num_heads * a.head_dim + a.num_kv_heads * (a.head_dim + a.v_head_dim)) +
+                 static_cast<double>(a.num_heads) * a.v_head_dim * h;
+    const bool moe = l < static_cast<int>(c.moe_layers.size()) && c.moe_layers[l];
+    per_token += moe ? 3.0 * h * c.moe_intermediate_size * c.num_experts_per_tok +
+                           h * c.n_routed_experts  // router
+                     : 3.0 * h * c.intermediate_size;
+    if (c.layer_types[l] == AttentionType::kFull) {
+      per_key += static_cast<double>(a.num_heads) * (a.head_dim + a.v_head_dim);
+    }
+  }
+  return per_token > 0 ? per_key / per_token : 0;
+}
+
 int ModelConfig::num_full_layers() const {
   int n = 0;
   for (AttentionType t : layer_types) n += t == AttentionType::kFull;

@@ -127,4 +127,14 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Prefill work per key of attention context, relative to the rest of a
+// prompt token's work: multiply-adds per key of the full-attention layers
+// (num_heads x (head_dim + v_head_dim) each, for Q.K and P.V) over the
+// multiply-adds per token of the projections, MLPs and routed experts (the
+// SWA layers' attention reads at most W keys, a constant folded into the
+// latter; the LM head runs for one token per prompt and is left out). A
+// token at position s then costs about 1 + k * s: what the prefill
+// scheduler's FCFS-wait guard uses as context_cost_per_token.
+double ContextCostPerToken(const ModelConfig& config);
+
 }  // namespace swaserve::model

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
 
@@ -28,6 +31,12 @@ bool PrefillScheduler::ArrivalLess::operator()(const Request* a,
          std::tie(b->info.arrival_ns, b->info.id);
 }
 
+bool PrefillScheduler::DeadlineLess::operator()(const Request* a,
+                                                const Request* b) const {
+  return std::tie(a->deadline, a->info.arrival_ns, a->info.id) <
+         std::tie(b->deadline, b->info.arrival_ns, b->info.id);
+}
+
 absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
     const PrefillSchedulerOptions& options) {
   if (!(options.aging_tokens_per_second >= 0) ||
@@ -35,6 +44,18 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("aging_tokens_per_second must be finite and >= 0, got ",
                      options.aging_tokens_per_second));
+  }
+  if (!(options.context_cost_per_token >= 0) ||
+      !std::isfinite(options.context_cost_per_token)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_cost_per_token must be finite and >= 0, got ",
+                     options.context_cost_per_token));
+  }
+  if (!(options.fcfs_wait_ratio >= 0) ||
+      !std::isfinite(options.fcfs_wait_ratio)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fcfs_wait_ratio must be finite and >= 0, got ",
+                     options.fcfs_wait_ratio));
   }
   if (options.chunk_tokens <= 0 || options.step_token_budget <= 0 ||
       options.max_requests_per_step <= 0 || options.max_partial_requests <= 0 ||
@@ -53,8 +74,14 @@ absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
   }
   ASSIGN_OR_RETURN(SchedMetrics metrics,
                    SchedMetrics::Create(options.registry, "prefill"));
-  return std::unique_ptr<PrefillScheduler>(
-      new PrefillScheduler(options, metrics));
+  std::unique_ptr<PrefillScheduler> s(new PrefillScheduler(options, metrics));
+  if (s->guard_on()) {
+    PrefillSchedulerOptions shadow = options;
+    shadow.policy = PrefillSchedulerOptions::Policy::kFcfs;
+    shadow.registry = nullptr;
+    ASSIGN_OR_RETURN(s->shadow_, Create(shadow));
+  }
+  return s;
 }
 
 PrefillScheduler::PrefillScheduler(const PrefillSchedulerOptions& options,
@@ -88,9 +115,23 @@ absl::Status PrefillScheduler::Add(const PrefillRequestInfo& info) {
     r->key = info.uncached_tokens() +
              options_.aging_tokens_per_second * (info.arrival_ns * 1e-9);
   }
+  if (shadow_ != nullptr) {
+    // The shadow FCFS scheduler sees the same request under a fresh id (the
+    // caller may reuse an id once its request left this scheduler).
+    r->shadow_id = next_shadow_id_++;
+    r->add_clock = work_clock_;
+    r->cost = Cost(info.cached_tokens, info.uncached_tokens());
+    r->shadow_add_clock = shadow_->work_clock();
+    PrefillRequestInfo shadow_info = info;
+    shadow_info.id = absl::StrCat(r->shadow_id);
+    if (absl::Status st = shadow_->Add(shadow_info); !st.ok()) return st;
+    by_shadow_id_.emplace(r->shadow_id, r.get());
+  }
   queue_.insert(r.get());
   by_arrival_.insert(r.get());
   queued_uncached_tokens_ += info.uncached_tokens();
+  pending_cost_ += r->cost;
+  not_started_cost_ += r->cost;
   metrics_.AddQueued(1, info.uncached_tokens());
   it->second = std::move(r);
   return absl::OkStatus();
@@ -102,6 +143,8 @@ bool PrefillScheduler::Cancel(absl::string_view id) {
   Request* r = it->second.get();
   const int remaining = r->info.prompt_tokens - r->next_token;
   queued_uncached_tokens_ -= remaining;
+  pending_cost_ -= Cost(r->next_token, remaining);
+  if (shadow_ != nullptr) shadow_->Cancel(absl::StrCat(r->shadow_id));
   if (r->start_seq == 0) {
     Unqueue(r);
     metrics_.AddQueued(-1, -remaining);
@@ -118,6 +161,77 @@ bool PrefillScheduler::Cancel(absl::string_view id) {
 void PrefillScheduler::Unqueue(Request* r) {
   queue_.erase(r);
   by_arrival_.erase(r);
+  if (r->has_deadline) by_deadline_.erase(r);
+  if (shadow_ != nullptr) by_shadow_id_.erase(r->shadow_id);
+  not_started_cost_ -= r->cost;
+}
+
+void PrefillScheduler::AdvanceShadow(int64_t now_ns) {
+  const double ratio = options_.fcfs_wait_ratio;
+  const int64_t floor = options_.fcfs_wait_floor_tokens >= 0
+                            ? options_.fcfs_wait_floor_tokens
+                            : options_.step_token_budget;
+  while (shadow_->work_clock() < work_clock_) {
+    double at = shadow_->work_clock();
+    const PrefillStep step = shadow_->NextStep(now_ns);
+    if (step.empty()) break;
+    for (const PrefillChunk& c : step.chunks) {
+      if (c.first) {
+        uint64_t shadow_id = 0;
+        auto it = absl::SimpleAtoi(c.id, &shadow_id)
+                      ? by_shadow_id_.find(shadow_id)
+                      : by_shadow_id_.end();
+        if (it != by_shadow_id_.end()) {
+          // Still queued here: its FCFS wait is now known.
+          Request* r = it->second;
+          const double fcfs_wait =
+              std::max(at - r->shadow_add_clock, static_cast<double>(floor));
+          r->deadline = r->add_clock + ratio * fcfs_wait;
+          r->has_deadline = true;
+          by_deadline_.insert(r);
+          by_shadow_id_.erase(it);
+        }
+      }
+      at += Cost(c.start_token, c.num_tokens);
+    }
+  }
+}
+
+double PrefillScheduler::Cost(int start, int n) const {
+  // Sum over the tokens of 1 + k * (keys each attends to): for tokens
+  // [start, start + n), n + k * n * (start + n / 2) (the same for any
+  // chunking of the range).
+  return n + options_.context_cost_per_token * n * (start + 0.5 * n);
+}
+
+bool PrefillScheduler::guard_on() const {
+  return options_.policy == PrefillSchedulerOptions::Policy::kComputeAware &&
+         options_.fcfs_wait_ratio > 0;
+}
+
+bool PrefillScheduler::LayOutDeadlines() {
+  if (by_deadline_.empty()) return false;
+  // Work ahead of every queued request: what is handed out plus what the
+  // requests in progress still need (they continue first).
+  const double ahead = work_clock_ + (pending_cost_ - not_started_cost_);
+  // Whatever the order, no queued request starts later than `ahead` plus all
+  // the other queued work: if the earliest deadline is beyond that, every
+  // candidate is allowed.
+  if ((*by_deadline_.begin())->deadline >= ahead + not_started_cost_) {
+    return false;
+  }
+  double start = ahead;
+  double least = std::numeric_limits<double>::infinity();
+  for (Request* r : by_deadline_) {
+    r->slack_before = least;
+    least = std::min(least, r->deadline - start);
+    start += r->cost;
+  }
+  // Requests whose FCFS start the shadow has not reached yet have no
+  // deadline so far (it will be at least their wait so far plus the slack
+  // beyond now): they come after every known one.
+  least_slack_ = least;
+  return true;
 }
 
 bool PrefillScheduler::TakeChunk(Request* r, int n, bool first,
@@ -125,6 +239,9 @@ bool PrefillScheduler::TakeChunk(Request* r, int n, bool first,
   const bool last = r->next_token + n == r->info.prompt_tokens;
   step->chunks.push_back({r->info.id, r->next_token, n, first, last});
   r->next_token += n;
+  const double cost = Cost(r->next_token - n, n);
+  work_clock_ += cost;
+  pending_cost_ -= cost;
   queued_uncached_tokens_ -= n;
   metrics_.AddQueued(0, -n);
   return last;
@@ -141,11 +258,21 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
       static_cast<size_t>(options_.max_requests_per_step);
   std::vector<Request*> done;
 
-  // 1. Requests in progress, oldest start first.
+  // 1. Requests in progress, oldest start first. When the guard has a
+  // queued request past its deadline (it cannot wait for them), they leave
+  // room for its first chunk.
+  int reserve = 0;
+  if (guard_on() && !by_deadline_.empty()) {
+    const Request* head = *by_deadline_.begin();
+    if (head->deadline < work_clock_ + (pending_cost_ - not_started_cost_)) {
+      reserve = std::min(options_.chunk_tokens, head->info.uncached_tokens());
+    }
+  }
+  const size_t continue_slots = max_requests - (reserve > 0 ? 1 : 0);
   for (auto& [seq, r] : in_progress_) {
-    if (budget == 0 || step.chunks.size() == max_requests) break;
-    const int n = std::min(
-        {options_.chunk_tokens, r->info.prompt_tokens - r->next_token, budget});
+    if (budget <= reserve || step.chunks.size() >= continue_slots) break;
+    const int n = std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token,
+                            budget - reserve});
     budget -= n;
     if (TakeChunk(r, n, /*first=*/false, &step)) done.push_back(r);
   }
@@ -160,17 +287,20 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
   // Requests that stay partial after this step.
   int partial = static_cast<int>(in_progress_.size() - done.size());
   // Tries to start queued `r`; sets `stop` when no other may be tried.
-  auto try_start = [&](Request* r) {
+  // Returns whether it started.
+  auto try_start = [&](Request* r, bool urgent) {
     const int n =
         std::min({options_.chunk_tokens, r->info.uncached_tokens(), budget});
     const bool stays_partial = n < r->info.uncached_tokens();
-    if (stays_partial && partial >= options_.max_partial_requests) return;
+    if (stays_partial && partial >= options_.max_partial_requests && !urgent) {
+      return false;
+    }
     if (!can_start(r->info)) {
       if (static_cast<double>(now_ns - r->info.arrival_ns) >= block_after_ns ||
           ++refusals >= options_.max_refusals_per_step) {
         stop = true;
       }
-      return;
+      return false;
     }
     Unqueue(r);
     r->start_seq = next_start_seq_++;
@@ -185,9 +315,44 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     } else {
       in_progress_.emplace(r->start_seq, r);
     }
+    return true;
   };
-  for (auto it = queue_.begin(); it != queue_.end() && room();) {
-    try_start(*it++);  // advance first: starting erases the request
+  if (!guard_on()) {
+    for (auto it = queue_.begin(); it != queue_.end() && room();) {
+      try_start(*it++, false);  // advance first: starting erases it
+    }
+  } else {
+    // Each start re-lays the deadlines out (the started request's work moves
+    // ahead of everyone); requests tried and skipped in this step are not
+    // tried again.
+    absl::flat_hash_set<const Request*> tried;
+    bool started = true;
+    while (started && room()) {
+      started = false;
+      const bool laid_out = LayOutDeadlines();
+      // Work ahead of a request that waits for the requests in progress.
+      const double ahead = work_clock_ + (pending_cost_ - not_started_cost_);
+      bool guard_skipped = false;
+      for (auto it = queue_.begin(); it != queue_.end() && room();) {
+        Request* r = *it++;
+        if (tried.contains(r)) continue;
+        if (laid_out &&
+            (r->has_deadline ? r->slack_before : least_slack_) < r->cost) {
+          guard_skipped = true;  // would push an earlier deadline past it
+          continue;
+        }
+        // A request that would miss its deadline waiting for the requests
+        // in progress to finish may start beside them, beyond the partial
+        // cap (rare: the FCFS run would not have had them in progress).
+        const bool urgent = r->has_deadline && r->deadline < ahead;
+        if (try_start(r, urgent)) {
+          if (guard_skipped) ++guarded_starts_;
+          started = true;
+          break;
+        }
+        tried.insert(r);
+      }
+    }
   }
 
   for (Request* r : done) {
@@ -195,6 +360,7 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     metrics_.AddRunning(-1);
     requests_.erase(requests_.find(r->info.id));  // destroys *r
   }
+  if (shadow_ != nullptr) AdvanceShadow(now_ns);
   if (!step.empty())
     metrics_.ObserveBatch(static_cast<int>(step.chunks.size()));
   return step;

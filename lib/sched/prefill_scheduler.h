@@ -38,6 +38,36 @@
 // aging_tokens_per_second = 0 is pure shortest-first, which can starve long
 // requests; a very large value approaches FCFS.
 //
+// FCFS-relative wait guard (compute-aware, fcfs_wait_ratio > 0): aging bounds
+// how long a request waits, but not relative to what FCFS would have made it
+// wait: a long prompt that arrives at a quiet moment starts at once under
+// FCFS, yet every shorter prompt arriving during its first U / aging seconds
+// may overtake it. The guard measures waits on a work clock, the work handed
+// to steps so far (work_clock(); a token at prompt position s counts
+// 1 + context_cost_per_token * s, so that long-context chunks count what
+// they cost). A shadow FCFS scheduler (same options, policy kFcfs) is fed
+// the same requests and run, after each step, until its work clock reaches
+// this one's: when it starts a request that has not started here, that
+// request's FCFS wait W (shadow work clock at its start minus at its Add)
+// is known and it gets the deadline
+//   deadline = work clock at Add + fcfs_wait_ratio * max(W, floor)
+// (floor: fcfs_wait_floor_tokens, default one step's budget, as a request
+// arriving mid-step waits for the step boundary under any policy). Before
+// each start, the queued requests with deadlines are laid out in deadline
+// order behind the work in progress; a candidate (in priority order) may
+// start only if starting it first would push no request with an earlier
+// deadline past it (candidates without a deadline yet count as latest).
+// The deadline order itself is always allowed, so the guard turns priority
+// order into earliest-deadline-first exactly when shortest-first would break
+// some request's bound, and costs one comparison otherwise (the earliest
+// deadline against all queued work; the O(queued) layout runs only when
+// some request is near its deadline). A request past its deadline may
+// also start beyond max_partial_requests, and requests in progress leave
+// room in the step for its first chunk. It is not a proof: the shadow sees
+// this run's prefix hits and steps, not a real FCFS run's, so a few
+// requests still exceed ratio x their FCFS wait
+// (tests/unit/sched/fcfs_guard_property_test.cc, bench/RESULTS.md).
+//
 // Memory: before a queued request starts, NextStep() calls can_start(info).
 // true commits the scheduler to start it in this very step, so the callback
 // may reserve the request's KV pages for real (all of its uncached tokens; a
@@ -124,15 +154,33 @@ struct PrefillSchedulerOptions {
   // (>= 0, finite). A request with U uncached tokens can be overtaken only
   // by requests arriving within U / aging seconds after it: with aging = r x
   // the worker's prefill throughput X (tokens/s), within 1/r times its own
-  // compute time. Set it to about 0.1 x X: in the trace simulation
-  // (bench/sched/sched_trace_sim, bench/RESULTS.md "Scheduling (lib/sched)")
-  // r = 0.1 cut P90 TTFT by 38-44% against FCFS, the longest TTFT 1.3-1.4x
-  // FCFS's; r = 0 (pure shortest-first) cuts P90 by ~50% but the longest
-  // TTFT grows to 3.1-3.3x FCFS's; larger r approaches FCFS (r = 0.15:
-  // 30-36%, r = 1: 11-12%). The default, 8, is 0.1 x the throughput of the
-  // CPU engine measured there (mimo-v2.5-pro-mini, one core, ~80 tokens/s);
-  // scale it with X.
-  double aging_tokens_per_second = 8;
+  // compute time. Without the FCFS-wait guard, about 0.1 x X: in the trace
+  // simulation (bench/sched/sched_trace_sim, bench/RESULTS.md "Scheduling
+  // (lib/sched)") r = 0.1 cut P90 TTFT by 38-44% against FCFS, the longest
+  // TTFT 1.3-1.4x FCFS's; r = 0 (pure shortest-first) cuts P90 by ~50% but
+  // the longest TTFT grows to 3.1-3.3x FCFS's; larger r approaches FCFS
+  // (r = 0.15: 30-36%, r = 1: 11-12%). With the guard (the default), which
+  // bounds waits relative to FCFS itself, less aging keeps more of the gain:
+  // the default, 2, is 0.025 x the throughput of the CPU engine measured
+  // there (mimo-v2.5-pro-mini, one core, ~80 tokens/s); scale it with X.
+  double aging_tokens_per_second = 2;
+  // FCFS-relative wait guard of kComputeAware (class comment): a request
+  // should start before fcfs_wait_ratio x max(its wait under FCFS, floor)
+  // of work has been handed out since its arrival. 0 disables the guard;
+  // >= 0, finite. Below the 2x that issue 6 asks for, as the guard's view of
+  // FCFS is approximate: 1.6 halved the requests over 2x against 2.0 in
+  // the trace simulation (bench/RESULTS.md).
+  double fcfs_wait_ratio = 1.6;
+  // Least FCFS wait the guard assumes, in token-equivalents (>= 0; < 0
+  // means step_token_budget, one full step): a request arriving mid-step
+  // waits for the step boundary under any policy.
+  int fcfs_wait_floor_tokens = -1;
+  // The guard's work clock counts a prompt token as 1 + k x the keys it
+  // attends to (its position), k = context_cost_per_token: the cost of
+  // attention per key relative to the rest of a token's compute (the
+  // worker derives it from the model; bench/sched/sched_trace_sim from its
+  // cost fit). 0 counts plain tokens. >= 0, finite.
+  double context_cost_per_token = 0;
   // Most tokens of one request in one step (the chunk size), > 0.
   int chunk_tokens = 512;
   // Most tokens of one step over all requests, > 0.
@@ -200,6 +248,12 @@ class PrefillScheduler {
   int64_t OldestWaitNs(int64_t now_ns) const;
   // Whether `id` is queued or in progress.
   bool Contains(absl::string_view id) const;
+  // Work handed to steps so far, in token-equivalents (the guard's work
+  // clock; see context_cost_per_token).
+  double work_clock() const { return work_clock_; }
+  // Starts the FCFS-wait guard moved ahead of a request earlier in priority
+  // order.
+  int64_t guarded_starts() const { return guarded_starts_; }
 
   const PrefillSchedulerOptions& options() const { return options_; }
 
@@ -212,11 +266,27 @@ class PrefillScheduler {
     int next_token = 0;
     // Order of start; 0 while queued.
     uint64_t start_seq = 0;
+    // FCFS-wait guard (class comment): id in the shadow FCFS scheduler, work
+    // clocks here and there at Add(), and the deadline on this work clock
+    // once the shadow has started the request.
+    uint64_t shadow_id = 0;
+    double add_clock = 0;
+    double shadow_add_clock = 0;
+    bool has_deadline = false;
+    double deadline = 0;
+    // Work of the uncached tokens, Cost(cached_tokens, uncached_tokens).
+    double cost = 0;
+    // Scratch of the guard's layout: the least slack (deadline minus
+    // projected start) among requests with an earlier deadline.
+    double slack_before = 0;
   };
   struct PriorityLess {
     bool operator()(const Request* a, const Request* b) const;
   };
   struct ArrivalLess {
+    bool operator()(const Request* a, const Request* b) const;
+  };
+  struct DeadlineLess {
     bool operator()(const Request* a, const Request* b) const;
   };
 
@@ -226,15 +296,39 @@ class PrefillScheduler {
   bool TakeChunk(Request* r, int n, bool first, PrefillStep* step);
   // Removes queued `r` from the queue's indexes.
   void Unqueue(Request* r);
+  bool guard_on() const;
+  // Work of prompt tokens [start, start + n) in token-equivalents.
+  double Cost(int start, int n) const;
+  // Lays the queued requests out in deadline order and sets their
+  // slack_before; false when every request is safe whatever starts (the
+  // fast path), in which case slack_before is not set.
+  bool LayOutDeadlines();
+  // Runs the shadow FCFS scheduler until its work clock reaches this one's,
+  // giving deadlines to the requests it starts.
+  void AdvanceShadow(int64_t now_ns);
 
   const PrefillSchedulerOptions options_;
   SchedMetrics metrics_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   std::set<Request*, PriorityLess> queue_;      // not started, policy order
   std::set<Request*, ArrivalLess> by_arrival_;  // not started, arrival order
+  // FCFS-wait guard only: requests not started here whose deadline is
+  // known, the shadow FCFS scheduler, and requests not started here that
+  // the shadow has not started either, by shadow id.
+  std::set<Request*, DeadlineLess> by_deadline_;
+  std::unique_ptr<PrefillScheduler> shadow_;
+  absl::flat_hash_map<uint64_t, Request*> by_shadow_id_;
+  uint64_t next_shadow_id_ = 1;
+  double least_slack_ = 0;
   std::map<uint64_t, Request*> in_progress_;    // by start_seq
   uint64_t next_start_seq_ = 1;
   int64_t queued_uncached_tokens_ = 0;
+  // Work (Cost) not yet handed out, of queued and in-progress requests, and
+  // of the queued ones only; the work clock.
+  double pending_cost_ = 0;
+  double not_started_cost_ = 0;
+  double work_clock_ = 0;
+  int64_t guarded_starts_ = 0;
 };
 
 }  // namespace swaserve::sched

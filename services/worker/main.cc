@@ -62,6 +62,8 @@ struct WorkerConfig {
   // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).
   double aging_tokens_per_second = sched::PrefillSchedulerOptions{}.aging_tokens_per_second;
   int64_t max_partial_requests = sched::PrefillSchedulerOptions{}.max_partial_requests;
+  double fcfs_wait_ratio = sched::PrefillSchedulerOptions{}.fcfs_wait_ratio;
+  double context_cost_per_token = -1;  // < 0: from the model
   int64_t chunk_tokens = 512;
   int64_t step_token_budget = 2048;
   int64_t max_requests_per_step = 8;
@@ -141,6 +143,10 @@ int Run(int argc, char** argv) {
       .Add("prefill.policy", &c.policy, "compute_aware or fcfs")
       .Add("prefill.aging_tokens_per_second", &c.aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
+      .Add("prefill.fcfs_wait_ratio", &c.fcfs_wait_ratio,
+           "compute_aware: start every request before this x its wait under FCFS (0: no guard)")
+      .Add("prefill.context_cost_per_token", &c.context_cost_per_token,
+           "work per key of attention context relative to a token (< 0: from the model)")
       .Add("prefill.max_partial_requests", &c.max_partial_requests,
            "prompts that may be half-done at once (a long prompt starts only below this)")
       .Add("prefill.chunk_tokens", &c.chunk_tokens, "most tokens of one request per step")
@@ -243,6 +249,10 @@ int Run(int argc, char** argv) {
     po.scheduler.step_token_budget = static_cast<int>(c.step_token_budget);
     po.scheduler.max_requests_per_step = static_cast<int>(c.max_requests_per_step);
     po.scheduler.max_partial_requests = static_cast<int>(c.max_partial_requests);
+    po.scheduler.fcfs_wait_ratio = c.fcfs_wait_ratio;
+    po.scheduler.context_cost_per_token = c.context_cost_per_token >= 0
+                                              ? c.context_cost_per_token
+                                              : model::ContextCostPerToken((*engine)->config());
     po.max_prompt_tokens = static_cast<int>(c.max_prompt_tokens);
     po.registry = &registry;
     auto core = worker::PrefillCore::Create(po);

@@ -536,5 +536,29 @@ TEST(ModelConfig, LoadFromDirectoryAndFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Work per key of context over work per token, counted by hand for a
+// two-layer model (full dense layer, SWA MoE layer).
+TEST(ContextCostPerToken, CountsFullAttentionKeysOverTokenWork) {
+  ModelConfig c;
+  c.hidden_size = 4;
+  c.num_layers = 2;
+  c.layer_types = {AttentionType::kFull, AttentionType::kSwa};
+  c.moe_layers = {false, true};
+  c.full = {.num_heads = 2, .num_kv_heads = 1, .head_dim = 3, .v_head_dim = 2};
+  c.swa = {.num_heads = 1, .num_kv_heads = 1, .head_dim = 2, .v_head_dim = 2};
+  c.intermediate_size = 5;
+  c.moe_intermediate_size = 3;
+  c.n_routed_experts = 4;
+  c.num_experts_per_tok = 2;
+  // Layer 0: q/k/v 4*(2*3 + 1*(3+2)) = 44, o 2*2*4 = 16, MLP 3*4*5 = 60.
+  // Layer 1: q/k/v 4*(1*2 + 1*(2+2)) = 24, o 1*2*4 = 8, experts 3*4*3*2 = 72,
+  // router 4*4 = 16. Per key: layer 0 only, 2*(3+2) = 10.
+  EXPECT_DOUBLE_EQ(ContextCostPerToken(c), 10.0 / 240.0);
+  // No full-attention layer: context costs nothing extra.
+  c.layer_types = {AttentionType::kSwa, AttentionType::kSwa};
+  EXPECT_DOUBLE_EQ(ContextCostPerToken(c), 0.0);
+  EXPECT_DOUBLE_EQ(ContextCostPerToken(ModelConfig{}), 0.0);
+}
+
 }  // namespace
 }  // namespace swaserve::model

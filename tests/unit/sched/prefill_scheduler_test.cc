@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -392,6 +393,74 @@ TEST(PrefillSchedulerTest, OldestWait) {
   EXPECT_EQ(s->OldestWaitNs(0), 0);
   s->NextStep(10 * kSec);  // starts both (default budget)
   EXPECT_FALSE(s->oldest_arrival_ns().has_value());
+}
+
+// The FCFS-wait guard: a long prompt that FCFS would start at once is not
+// passed over indefinitely by a stream of short ones, even without aging;
+// without the guard (and aging) it waits as long as the stream lasts.
+// Returns the step in which "long" started (1-based), 0 if not in 20 steps.
+int LongStartStep(double ratio) {
+  PrefillSchedulerOptions o;
+  o.policy = Policy::kComputeAware;
+  o.aging_tokens_per_second = 0;
+  o.fcfs_wait_ratio = ratio;
+  o.chunk_tokens = 512;
+  o.step_token_budget = 1024;
+  o.max_partial_requests = 1;
+  auto s = Make(o);
+  EXPECT_TRUE(s->Add(Req("long", 4000, 0, 0)).ok());
+  for (int step = 1; step <= 20; ++step) {
+    // 4 x 256 short tokens per step: exactly the step budget.
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_TRUE(s->Add(Req(absl::StrCat("s", step, "-", k), 256, 0, step)).ok());
+    }
+    for (const PrefillChunk& c : s->NextStep(step).chunks) {
+      if (c.id == "long" && c.first) return step;
+    }
+  }
+  return 0;
+}
+
+TEST(PrefillSchedulerTest, FcfsWaitGuardStartsAPassedOverLongPrompt) {
+  // FCFS starts it in step 1 (wait 0, floor one step = 1,024 tokens): with
+  // ratio 1.6 it must start before 1,638 tokens have been handed out, i.e.
+  // in step 2 (step 1 ran before the shadow knew its FCFS wait).
+  EXPECT_EQ(LongStartStep(1.6), 2);
+  EXPECT_EQ(LongStartStep(0), 0);  // guard off: starved by the stream
+}
+
+TEST(PrefillSchedulerTest, FcfsWaitGuardOptionsAreValidated) {
+  PrefillSchedulerOptions o;
+  o.fcfs_wait_ratio = -1;
+  EXPECT_FALSE(PrefillScheduler::Create(o).ok());
+  o.fcfs_wait_ratio = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(PrefillScheduler::Create(o).ok());
+  o.fcfs_wait_ratio = 2;
+  o.context_cost_per_token = -0.5;
+  EXPECT_FALSE(PrefillScheduler::Create(o).ok());
+  o.context_cost_per_token = std::nan("");
+  EXPECT_FALSE(PrefillScheduler::Create(o).ok());
+  o.context_cost_per_token = 1e-3;
+  EXPECT_TRUE(PrefillScheduler::Create(o).ok());
+}
+
+// Work clock: a token at position s counts 1 + k * s; cancelled requests
+// are forgotten by the shadow too (an id reused afterwards is accepted).
+TEST(PrefillSchedulerTest, WorkClockWeighsContext) {
+  PrefillSchedulerOptions o;
+  o.context_cost_per_token = 0.01;
+  o.chunk_tokens = 100;
+  o.step_token_budget = 100;
+  auto s = Make(o);
+  ASSERT_TRUE(s->Add(Req("a", 200, 0, 0)).ok());
+  s->NextStep(0);  // tokens [0, 100): 100 + 0.01 * 100 * 50 = 150
+  EXPECT_DOUBLE_EQ(s->work_clock(), 150);
+  s->NextStep(1);  // [100, 200): 100 + 0.01 * 100 * 150 = 250
+  EXPECT_DOUBLE_EQ(s->work_clock(), 400);
+  ASSERT_TRUE(s->Add(Req("b", 50, 0, 2)).ok());
+  EXPECT_TRUE(s->Cancel("b"));
+  ASSERT_TRUE(s->Add(Req("b", 50, 0, 3)).ok());
+  EXPECT_EQ(Ids(s->NextStep(3)), std::vector<std::string>{"b"});
 }
 
 }  // namespace
