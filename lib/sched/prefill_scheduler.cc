@@ -346,7 +346,10 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
         // cap (rare: the FCFS run would not have had them in progress).
         const bool urgent = r->has_deadline && r->deadline < ahead;
         if (try_start(r, urgent)) {
-          if (guard_skipped) ++guarded_starts_;
+          if (guard_skipped) {
+            ++guarded_starts_;
+            metrics_.CountGuarded();
+          }
           started = true;
           break;
         }

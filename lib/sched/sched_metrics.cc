@@ -53,6 +53,12 @@ absl::StatusOr<SchedMetrics> SchedMetrics::Create(metrics::Registry* registry,
                    registry->AddCounter(
                        "swaserve_sched_cancelled_total",
                        "Requests cancelled while queued or running.", labels));
+  ASSIGN_OR_RETURN(metrics::CounterFamily * guarded,
+                   registry->AddCounter(
+                       "swaserve_sched_guarded_starts_total",
+                       "Prefill starts the FCFS-wait guard moved ahead of a "
+                       "request earlier in priority order (decode: 0).",
+                       labels));
   ASSIGN_OR_RETURN(std::vector<double> batch_buckets,
                    metrics::ExponentialBuckets(1, 2, 10));  // 1 .. 512
   ASSIGN_OR_RETURN(
@@ -67,6 +73,7 @@ absl::StatusOr<SchedMetrics> SchedMetrics::Create(metrics::Registry* registry,
   m.admitted_ = &admitted->WithLabels(values);
   m.preempted_ = &preempted->WithLabels(values);
   m.cancelled_ = &cancelled->WithLabels(values);
+  m.guarded_ = &guarded->WithLabels(values);
   m.batch_size_ = &batch->WithLabels(values);
   return m;
 }
@@ -96,6 +103,10 @@ void SchedMetrics::CountPreempted() {
 
 void SchedMetrics::CountCancelled() {
   if (cancelled_ != nullptr) cancelled_->Increment();
+}
+
+void SchedMetrics::CountGuarded() {
+  if (guarded_ != nullptr) guarded_->Increment();
 }
 
 void SchedMetrics::ObserveBatch(int requests) {

@@ -18,6 +18,9 @@
 //                                           count again)
 //   swaserve_sched_preempted_total{role}    decode preemptions (prefill: 0)
 //   swaserve_sched_cancelled_total{role}    Cancel() calls that found the id
+//   swaserve_sched_guarded_starts_total{role} prefill starts the FCFS-wait
+//                                           guard moved ahead of a request
+//                                           earlier in priority order
 //   swaserve_sched_batch_size{role}         histogram: requests in a non-empty
 //                                           prefill step / decode iteration
 //
@@ -53,6 +56,7 @@ class SchedMetrics {
   void CountAdmitted();
   void CountPreempted();
   void CountCancelled();
+  void CountGuarded();
   void ObserveBatch(int requests);
 
  private:
@@ -63,6 +67,7 @@ class SchedMetrics {
   metrics::Counter* admitted_ = nullptr;
   metrics::Counter* preempted_ = nullptr;
   metrics::Counter* cancelled_ = nullptr;
+  metrics::Counter* guarded_ = nullptr;
   metrics::Histogram* batch_size_ = nullptr;
 };
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -13,6 +15,7 @@
 #include "lib/base/status.h"
 #include "lib/kv/sequence.h"
 #include "lib/metrics/buckets.h"
+#include "lib/sched/decode_scheduler.h"
 
 namespace swaserve::worker {
 
@@ -96,20 +99,25 @@ struct DecodeCore::Impl {
   std::atomic<int64_t> admitted_total{0}, preempted_total{0}, finished_total{0};
   std::thread thread;
 
-  // Loop-owned.
-  std::deque<std::unique_ptr<Req>> waiting;
-  std::vector<std::unique_ptr<Req>> running;
+  // Loop-owned. The policy (admission order, batch, preemption victim) is
+  // sched::DecodeScheduler's; the requests themselves live in `reqs`, and
+  // `running` is the scheduler's batch (admission order) as pointers.
+  std::unique_ptr<sched::DecodeScheduler> sched;
+  absl::flat_hash_map<std::string, std::unique_ptr<Req>> reqs;
+  std::vector<Req*> running;
   model::ForwardOutput out;
   std::vector<model::ForwardItem> items;
 
   void Loop();
+  // Removes `id` from `reqs` and returns it.
+  std::unique_ptr<Req> Take(const std::string& id);
   void Admit();
   void Step();
   absl::Status Recompute(Req& r);
   void Emit(Req& r, std::vector<model::SampledToken> tokens, FinishReason finish,
             absl::Status error = absl::OkStatus());
   void End(std::unique_ptr<Req> r, FinishReason finish, absl::Status error = absl::OkStatus());
-  void Preempt(std::unique_ptr<Req> r);
+  void Preempt(Req& r);
   void PublishCounts();
 };
 
@@ -144,15 +152,25 @@ void DecodeCore::Impl::End(std::unique_ptr<Req> r, FinishReason finish, absl::St
   ids.erase(r->job.id);
 }
 
-void DecodeCore::Impl::Preempt(std::unique_ptr<Req> r) {
-  r->seq->Abort();
-  r->seq.reset();
-  r->recompute = true;
+std::unique_ptr<Req> DecodeCore::Impl::Take(const std::string& id) {
+  auto it = reqs.find(id);
+  std::unique_ptr<Req> r = std::move(it->second);
+  reqs.erase(it);
+  return r;
+}
+
+void DecodeCore::Impl::Preempt(Req& r) {
+  r.seq->Abort();
+  r.seq.reset();
+  r.recompute = true;
+  // Readmission rebuilds the KV of prompt + generated tokens but the last.
+  const int context = static_cast<int>(r.job.prompt.size() + r.generated.size()) - 1;
+  absl::Status st = sched->Preempt(r.job.id, context, base::MonotonicNanos());
+  if (!st.ok()) SWA_LOG(err, "decode: preempting {}: {}", r.job.id, st.ToString());
   preempted_total.fetch_add(1, std::memory_order_relaxed);
   if (m.preempted != nullptr) m.preempted->Increment();
-  SWA_LOG(info, "decode: preempted {} at {} generated tokens (KV pools full)", r->job.id,
-          r->generated.size());
-  waiting.push_front(std::move(r));
+  SWA_LOG(info, "decode: preempted {} at {} generated tokens (KV pools full)", r.job.id,
+          r.generated.size());
 }
 
 absl::Status DecodeCore::Impl::Recompute(Req& r) {
@@ -171,42 +189,58 @@ absl::Status DecodeCore::Impl::Recompute(Req& r) {
 }
 
 void DecodeCore::Impl::Admit() {
-  while (static_cast<int>(running.size()) < options.max_batch_size && !waiting.empty()) {
-    std::unique_ptr<Req>& r = waiting.front();
-    r->seq = std::make_unique<kv::Sequence>(
-        kv::SequenceOptions{options.pools, nullptr, 0, false});
-    absl::Status st = r->recompute ? Recompute(*r)
-                                   : AdmitFromStaging(*r->job.staging, *options.pools,
-                                                      r->seq.get());
-    if (!st.ok()) {
-      r->seq.reset();  // frees whatever was placed
-      if (absl::IsResourceExhausted(st) && !running.empty()) return;  // wait for pages
-      std::unique_ptr<Req> failed = std::move(r);
-      waiting.pop_front();
-      End(std::move(failed), FinishReason::kError,
-          absl::IsResourceExhausted(st)
-              ? absl::ResourceExhaustedError(absl::StrCat(
-                    "request does not fit in this decode worker's KV pools even alone: ",
-                    st.message()))
-              : st);
-      continue;
-    }
-    std::unique_ptr<Req> req = std::move(r);
-    waiting.pop_front();
-    admitted_total.fetch_add(1, std::memory_order_relaxed);
-    if (m.admitted != nullptr) m.admitted->Increment();
-    if (!req->recompute) {
-      req->job.staging.reset();  // host memory back as soon as the KV is in the pools
-      req->generated.push_back(req->job.first_token.token);
-      const StopReason why = req->stop->Add(req->job.first_token.token);
-      Emit(*req, {req->job.first_token}, FinishReason::kNone);
-      if (why != StopReason::kNone) {
-        End(std::move(req), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+  while (true) {
+    // can_admit places the request's KV in the pools (copy from staging, or
+    // recompute after a preemption): true commits the admission. A request
+    // that cannot be placed while others run waits for their pages (the
+    // scheduler admits strictly in order); one that fails otherwise is
+    // failed below and admission resumes behind it.
+    std::string failed_id;
+    absl::Status failed;
+    const sched::DecodeIteration it =
+        sched->NextIteration(base::MonotonicNanos(), [&](const sched::DecodeRequestInfo& info) {
+          Req& r = *reqs.at(info.id);
+          r.seq = std::make_unique<kv::Sequence>(
+              kv::SequenceOptions{options.pools, nullptr, 0, false});
+          absl::Status st = r.recompute
+                                ? Recompute(r)
+                                : AdmitFromStaging(*r.job.staging, *options.pools, r.seq.get());
+          if (st.ok()) return true;
+          r.seq.reset();  // frees whatever was placed
+          if (absl::IsResourceExhausted(st) && sched->running_requests() > 0) return false;
+          failed_id = info.id;
+          failed = absl::IsResourceExhausted(st)
+                       ? absl::ResourceExhaustedError(absl::StrCat(
+                             "request does not fit in this decode worker's KV pools even alone: ",
+                             st.message()))
+                       : st;
+          return false;
+        });
+    for (const std::string& id : it.admitted) {
+      Req& r = *reqs.at(id);
+      admitted_total.fetch_add(1, std::memory_order_relaxed);
+      if (m.admitted != nullptr) m.admitted->Increment();
+      if (r.recompute) {
+        r.recompute = false;
         continue;
       }
+      r.job.staging.reset();  // host memory back as soon as the KV is in the pools
+      r.generated.push_back(r.job.first_token.token);
+      const StopReason why = r.stop->Add(r.job.first_token.token);
+      Emit(r, {r.job.first_token}, FinishReason::kNone);
+      if (why != StopReason::kNone) {
+        (void)sched->Finish(id);
+        End(Take(id), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+      }
     }
-    req->recompute = false;
-    running.push_back(std::move(req));
+    running.clear();
+    for (const std::string& id : it.batch) {
+      auto r = reqs.find(id);
+      if (r != reqs.end()) running.push_back(r->second.get());
+    }
+    if (failed_id.empty()) return;
+    sched->Cancel(failed_id);
+    End(Take(failed_id), FinishReason::kError, std::move(failed));
   }
 }
 
@@ -222,17 +256,26 @@ void DecodeCore::Impl::Step() {
       continue;
     }
     if (running.size() == 1) {
-      std::unique_ptr<Req> r = std::move(running.back());
+      const std::string id = running.back()->job.id;
       running.pop_back();
+      std::unique_ptr<Req> r = Take(id);
+      (void)sched->Finish(id);
       absl::Status err = absl::ResourceExhaustedError(absl::StrCat(
           "request outgrew this decode worker's KV pools at ", r->seq->length(),
           " tokens: ", st.message()));
       End(std::move(r), FinishReason::kError, std::move(err));
       return;
     }
-    std::unique_ptr<Req> victim = std::move(running.back());
+    // The scheduler's victim is the most recently admitted request: the
+    // back of the batch.
+    const std::optional<std::string> victim = sched->ChoosePreemptionVictim();
+    Req* v = running.back();
+    if (!victim.has_value() || *victim != v->job.id) {
+      SWA_LOG(err, "decode: preemption victim {} is not the newest running request {}",
+              victim.value_or("(none)"), v->job.id);
+    }
     running.pop_back();
-    Preempt(std::move(victim));
+    Preempt(*v);
   }
   if (running.empty()) return;
   items.clear();
@@ -245,27 +288,30 @@ void DecodeCore::Impl::Step() {
     // A malformed batch is a bug; fail the requests rather than spin.
     SWA_LOG(err, "decode: forward failed: {}", st.ToString());
     while (!running.empty()) {
-      std::unique_ptr<Req> r = std::move(running.back());
+      const std::string id = running.back()->job.id;
       running.pop_back();
-      End(std::move(r), FinishReason::kError, st);
+      (void)sched->Finish(id);
+      End(Take(id), FinishReason::kError, st);
     }
     return;
   }
   if (m.batch != nullptr) m.batch->Observe(static_cast<double>(running.size()));
   const int V = options.engine->config().vocab_size;
-  std::vector<std::unique_ptr<Req>> still;
+  std::vector<Req*> still;
   still.reserve(running.size());
   for (size_t k = 0; k < running.size(); ++k) {
-    std::unique_ptr<Req>& r = running[k];
+    Req& r = *running[k];
     const float* row = out.logits.data() + static_cast<size_t>(out.first_row[k]) * V;
-    model::SampledToken tok = r->sampler->Sample(absl::MakeConstSpan(row, V));
-    r->generated.push_back(tok.token);
-    const StopReason why = r->stop->Add(tok.token);
-    Emit(*r, {std::move(tok)}, FinishReason::kNone);
+    model::SampledToken tok = r.sampler->Sample(absl::MakeConstSpan(row, V));
+    r.generated.push_back(tok.token);
+    const StopReason why = r.stop->Add(tok.token);
+    Emit(r, {std::move(tok)}, FinishReason::kNone);
     if (why != StopReason::kNone) {
-      End(std::move(r), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+      const std::string id = r.job.id;
+      (void)sched->Finish(id);
+      End(Take(id), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
     } else {
-      still.push_back(std::move(r));
+      still.push_back(&r);
     }
   }
   running = std::move(still);
@@ -276,45 +322,45 @@ void DecodeCore::Impl::Step() {
 
 void DecodeCore::Impl::PublishCounts() {
   absl::MutexLock lock(&mu);
-  staged_count = static_cast<int>(waiting.size() + incoming.size());
+  staged_count = sched->waiting_requests() + static_cast<int>(incoming.size());
   running_count = static_cast<int>(running.size());
   if (m.staged != nullptr) m.staged->Set(staged_count);
   if (m.running != nullptr) m.running->Set(running_count);
 }
 
 void DecodeCore::Impl::Loop() {
+  std::deque<std::unique_ptr<Req>> arrived;
   while (true) {
     std::vector<std::string> to_cancel;
     {
       absl::MutexLock lock(&mu);
       while (!stopping && incoming.empty() && cancels.empty() && running.empty() &&
-             waiting.empty()) {
+             sched->waiting_requests() == 0) {
         cv.Wait(&mu);
       }
       if (stopping) break;
-      while (!incoming.empty()) {
-        waiting.push_back(std::move(incoming.front()));
-        incoming.pop_front();
-      }
+      arrived.swap(incoming);
       to_cancel.swap(cancels);
     }
+    for (std::unique_ptr<Req>& r : arrived) {
+      const std::string id = r->job.id;
+      absl::Status st = sched->Stage(
+          {id, static_cast<int>(r->job.prompt.size()), base::MonotonicNanos()});
+      if (!st.ok()) {  // Submit checked the id is unique; a bug otherwise
+        End(std::move(r), FinishReason::kError, st);
+        continue;
+      }
+      reqs.emplace(id, std::move(r));
+    }
+    arrived.clear();
     for (const std::string& id : to_cancel) {
-      for (auto it = waiting.begin(); it != waiting.end(); ++it) {
-        if ((*it)->job.id == id) {
-          std::unique_ptr<Req> r = std::move(*it);
-          waiting.erase(it);
-          End(std::move(r), FinishReason::kCancelled);
-          break;
-        }
+      if (!reqs.contains(id)) continue;  // ended meanwhile
+      const bool was_running = sched->IsRunning(id);
+      sched->Cancel(id);
+      if (was_running) {
+        running.erase(std::find(running.begin(), running.end(), reqs.at(id).get()));
       }
-      for (auto it = running.begin(); it != running.end(); ++it) {
-        if ((*it)->job.id == id) {
-          std::unique_ptr<Req> r = std::move(*it);
-          running.erase(it);
-          End(std::move(r), FinishReason::kCancelled);
-          break;
-        }
-      }
+      End(Take(id), FinishReason::kCancelled);
     }
     Admit();
     PublishCounts();
@@ -327,16 +373,13 @@ void DecodeCore::Impl::Loop() {
     absl::MutexLock lock(&mu);
     rest.swap(incoming);
   }
-  for (auto& r : rest) waiting.push_back(std::move(r));
-  while (!waiting.empty()) {
-    std::unique_ptr<Req> r = std::move(waiting.front());
-    waiting.pop_front();
-    End(std::move(r), FinishReason::kCancelled);
-  }
-  while (!running.empty()) {
-    std::unique_ptr<Req> r = std::move(running.back());
-    running.pop_back();
-    End(std::move(r), FinishReason::kCancelled);
+  for (auto& r : rest) End(std::move(r), FinishReason::kCancelled);
+  running.clear();
+  std::vector<std::string> ids_left;
+  for (const auto& [id, r] : reqs) ids_left.push_back(id);
+  for (const std::string& id : ids_left) {
+    sched->Cancel(id);
+    End(Take(id), FinishReason::kCancelled);
   }
   PublishCounts();
 }
@@ -358,6 +401,8 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreO
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   RETURN_IF_ERROR(impl->m.Init(options.registry));
+  ASSIGN_OR_RETURN(impl->sched, sched::DecodeScheduler::Create(
+                                    {options.max_batch_size, options.registry}));
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->Loop(); });
   return std::unique_ptr<DecodeCore>(new DecodeCore(std::move(impl)));

@@ -9,7 +9,10 @@
 // freed and it is re-queued at the head of the waiting queue, to be
 // recomputed (prompt + generated tokens, chunked Forward) when pages free up.
 // Batch-invariant kernels make the recomputed KV, and so the continuation,
-// identical to an uninterrupted run.
+// identical to an uninterrupted run. The policy (admission order, the batch,
+// the preemption victim) is sched::DecodeScheduler's, which also exports the
+// swaserve_sched_*{role="decode"} metrics; this loop owns the requests, the
+// KV and the engine calls.
 //
 // Threading: one internal thread runs the loop and owns the engine calls,
 // the pools and every sequence. Submit/Cancel/GetLoad are thread-safe. Token

@@ -145,5 +145,27 @@ TEST(SchedMetricsTest, DecodeSchedulerReports) {
       Sample(registry, "swaserve_sched_preempted_total{role=\"prefill\"}"), 0);
 }
 
+// The guard's starts are counted: a long prompt FCFS would start at once is
+// moved ahead of a stream of short ones (prefill_scheduler_test.cc has the
+// same scenario without metrics).
+TEST(SchedMetricsTest, GuardedStartsAreCounted) {
+  metrics::Registry registry;
+  PrefillSchedulerOptions o;
+  o.registry = &registry;
+  o.aging_tokens_per_second = 0;
+  o.chunk_tokens = 512;
+  o.step_token_budget = 1024;
+  auto s = *PrefillScheduler::Create(o);
+  ASSERT_TRUE(s->Add({"long", 4000, 0, 0}).ok());
+  for (int step = 1; step <= 3; ++step) {
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_TRUE(s->Add({"s" + std::to_string(step * 10 + k), 256, 0, step}).ok());
+    }
+    s->NextStep(step);
+  }
+  EXPECT_EQ(s->guarded_starts(), 1);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_guarded_starts_total{role=\"prefill\"}"), 1);
+}
+
 }  // namespace
 }  // namespace swaserve::sched

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/unit/worker/test_model.h"
@@ -137,6 +138,19 @@ TEST_F(DecodeCoreTest, PreemptionRecomputesAndKeepsOutputsIdentical) {
     EXPECT_EQ(r.tokens, testing::ReferenceGreedy(prompts[i], 40)) << "request " << i;
   }
   EXPECT_GT(core_->GetLoad().preempted_total, 0) << "the test did not exercise preemption";
+  // The policy is sched::DecodeScheduler's: its role="decode" metrics agree
+  // with the core's own counters, and nothing is left queued or running.
+  const std::string text = registry_.RenderText();
+  const DecodeLoad load = core_->GetLoad();
+  EXPECT_NE(text.find(absl::StrCat("swaserve_sched_preempted_total{role=\"decode\"} ",
+                                   load.preempted_total)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(absl::StrCat("swaserve_sched_admitted_total{role=\"decode\"} ",
+                                   load.admitted_total)),
+            std::string::npos);
+  EXPECT_NE(text.find("swaserve_sched_queue_depth{role=\"decode\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("swaserve_sched_running_requests{role=\"decode\"} 0"), std::string::npos);
 }
 
 TEST_F(DecodeCoreTest, CancelMidStreamFreesEverything) {
