@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
-"""Compares two `swaserve replay --json_requests` reports of the same trace
-request by request: TTFT percentiles of each, the P90 reduction, and how many
-requests waited more than 2x their wait under the baseline (first file).
+"""Compares `swaserve replay --json_requests` reports of the same trace request
+by request: TTFT percentiles, the P90 reduction, and how many requests took
+more than 2x their TTFT under the baseline.
 
   python3 bench/cluster/compare_replays.py BASELINE.json CANDIDATE.json
+  python3 bench/cluster/compare_replays.py --baseline F1.json F2.json F3.json \\
+      --candidate C1.json C2.json C3.json
+
+With several baseline runs a request's reference TTFT is its median over them,
+and the noise floor is shown: each baseline run compared, the same way, with
+the median of the other baseline runs (same policy, so every request "over 2x"
+there is run-to-run noise). Near saturation that floor is not small, and a
+candidate can only be judged against it.
 """
 import json
+import statistics
 import sys
 
 
@@ -19,33 +28,59 @@ def pct(values, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def main():
-    base, cand = (json.load(open(p)) for p in sys.argv[1:3])
-    b = {r["index"]: r for r in base["results"]}
-    c = {r["index"]: r for r in cand["results"]}
-    both = [i for i in b if i in c and b[i]["ok"] and c[i]["ok"] and b[i]["ttft_s"] >= 0
-            and c[i]["ttft_s"] >= 0]
-    fails = sum(1 for r in base["results"] if not r["ok"]), sum(
-        1 for r in cand["results"] if not r["ok"])
-    print(f"requests compared: {len(both)} (failed: baseline {fails[0]}, candidate {fails[1]})")
-    for name, rs in (("baseline", b), ("candidate", c)):
-        t = [rs[i]["ttft_s"] for i in both]
-        print(f"  {name:9s} TTFT p50 {pct(t, .5)*1e3:8.1f} ms  p90 {pct(t, .9)*1e3:8.1f} ms"
-              f"  p99 {pct(t, .99)*1e3:8.1f} ms  mean {sum(t)/len(t)*1e3:8.1f} ms")
-    p90b = pct([b[i]["ttft_s"] for i in both], .9)
-    p90c = pct([c[i]["ttft_s"] for i in both], .9)
-    ratios = [c[i]["ttft_s"] / b[i]["ttft_s"] for i in both if b[i]["ttft_s"] > 0]
-    over = sum(1 for r in ratios if r > 2)
-    print(f"  P90 TTFT change: {100*(p90c/p90b-1):+.1f}% (target <= -30%)")
-    print(f"  per-request TTFT ratio candidate/baseline: p50 {pct(ratios,.5):.2f}"
-          f"  p99 {pct(ratios,.99):.2f}  max {max(ratios):.2f};"
-          f" {over} of {len(ratios)} over 2x (target 0)")
-    slow = [(b[i]["ttft_s"], c[i]["ttft_s"]) for i in both
-            if b[i]["ttft_s"] > 0 and c[i]["ttft_s"] > 2 * b[i]["ttft_s"]]
-    big = sum(1 for bb, cc in slow if cc - bb > 0.1)
-    print(f"  of those over 2x: {big} also waited > 100 ms longer; worst absolute increase"
-          f" {max([cc - bb for bb, cc in slow], default=0)*1e3:.0f} ms")
+def load(path):
+    rep = json.load(open(path))
+    return {r["index"]: r["ttft_s"] for r in rep["results"] if r["ok"] and r["ttft_s"] >= 0}
+
+
+def reference(runs):
+    common = set.intersection(*(set(r) for r in runs))
+    return {i: statistics.median(r[i] for r in runs) for i in common}
+
+
+def compare(ref, cand, label):
+    both = [i for i in ref if i in cand]
+    t_ref = [ref[i] for i in both]
+    t_c = [cand[i] for i in both]
+    ratios = [cand[i] / ref[i] for i in both if ref[i] > 0]
+    slow = [(ref[i], cand[i]) for i in both if ref[i] > 0 and cand[i] > 2 * ref[i]]
+    big = sum(1 for b, c in slow if c - b > 0.1)
+    p90r, p90c = pct(t_ref, .9), pct(t_c, .9)
+    print(f"  {label:28s} p50 {pct(t_c, .5)*1e3:7.1f}  p90 {p90c*1e3:7.1f}  p99 "
+          f"{pct(t_c, .99)*1e3:7.1f} ms | P90 vs ref {100*(p90c/p90r-1):+6.1f}% | over 2x: "
+          f"{len(slow):3d} of {len(ratios)} ({big} also > 100 ms longer), ratio p99 "
+          f"{pct(ratios, .99):.2f} max {max(ratios):.2f}")
+    return len(slow), 100 * (p90c / p90r - 1)
+
+
+def main(argv):
+    if "--baseline" in argv:
+        b = argv.index("--baseline")
+        c = argv.index("--candidate")
+        base_paths = argv[b + 1:c] if b < c else argv[b + 1:]
+        cand_paths = argv[c + 1:b] if c < b else argv[c + 1:]
+    else:
+        base_paths, cand_paths = argv[:1], argv[1:2]
+    if not base_paths or not cand_paths:
+        sys.exit(__doc__)
+    base = [load(p) for p in base_paths]
+    cands = [load(p) for p in cand_paths]
+    ref = reference(base)
+    t = list(ref.values())
+    print(f"reference: median TTFT of {len(base)} baseline run(s) per request, {len(ref)} requests;"
+          f" p50 {pct(t, .5)*1e3:.1f}  p90 {pct(t, .9)*1e3:.1f}  p99 {pct(t, .99)*1e3:.1f} ms")
+    if len(base) >= 3:
+        print("noise floor (each baseline run vs the median of the other baseline runs):")
+        for k, run in enumerate(base):
+            compare(reference(base[:k] + base[k + 1:]), run, f"baseline {base_paths[k]}")
+    print("candidates vs the reference:")
+    for path, run in zip(cand_paths, cands):
+        compare(ref, run, path)
+    if len(cands) > 1:
+        compare(ref, {i: statistics.median(r[i] for r in cands)
+                      for i in set.intersection(*(set(r) for r in cands))},
+                "median of the candidates")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -12,7 +12,15 @@
 # lengths x this), TIME_SCALE (arrival times x this: smaller = busier),
 # MAX_OUT (output token cap), OUT (result dir), THREADS (prefill threads),
 # AGING (compute-aware wait credit, tokens per second waited; empty: the
-# worker's default), POLICIES (default "fcfs compute_aware").
+# worker's default), POLICIES (default "fcfs compute_aware"; also
+# "compute_aware_noguard": compute-aware with the FCFS-wait guard off),
+# REPEAT (rounds, default 1: each round runs every policy once, in order, so
+# that slow drifts of the machine hit every policy alike).
+#
+# Near saturation two runs of the SAME policy differ a lot request by
+# request; with REPEAT >= 3 the comparison uses each request's median TTFT
+# over the FCFS runs and prints the FCFS-vs-FCFS noise floor
+# (compare_replays.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -23,6 +31,7 @@ MAX_OUT=${MAX_OUT:-8}
 THREADS=${THREADS:-1}
 AGING=${AGING:-}
 POLICIES=${POLICIES:-fcfs compute_aware}
+REPEAT=${REPEAT:-1}
 OUT=${OUT:-/tmp/swaserve-sched-replay}
 TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
 mkdir -p "$OUT"
@@ -37,35 +46,55 @@ port_of() {  # file key: waits for a port file and prints one of its ports
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
 }
 
-for policy in $POLICIES; do
+for round in $(seq 1 "$REPEAT"); do
+for label in $POLICIES; do
+  case "$label" in
+    fcfs|compute_aware) policy=$label; extra=() ;;
+    compute_aware_noguard) policy=compute_aware; extra=(--prefill.fcfs_wait_ratio=0) ;;
+    *) echo "unknown policy $label" >&2; exit 2 ;;
+  esac
+  run=$label; [ "$REPEAT" -gt 1 ] && run=$label-$round
   rm -f "$OUT"/*.ports
   rport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$policy.log" 2>&1 &
+  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$run.log" 2>&1 &
   pids+=($!)
   common=(--model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport --listen=127.0.0.1:0
           --metrics.host=127.0.0.1 --kv.prefill_mib=256 --kv.decode_mib=256 --log_level=warn)
   "$BUILD/bin/swaserve-worker" "${common[@]}" --role=prefill --worker_id=p1 --threads="$THREADS" \
-      --prefill.policy="$policy" ${AGING:+--prefill.aging_tokens_per_second=$AGING} \
-      --port_file="$OUT/p1.ports" >"$OUT/p1-$policy.log" 2>&1 &
+      --prefill.policy="$policy" ${AGING:+--prefill.aging_tokens_per_second=$AGING} "${extra[@]}" \
+      --port_file="$OUT/p1.ports" >"$OUT/p1-$run.log" 2>&1 &
   pids+=($!)
   "$BUILD/bin/swaserve-worker" "${common[@]}" --role=decode --worker_id=d1 --threads=1 \
-      --port_file="$OUT/d1.ports" >"$OUT/d1-$policy.log" 2>&1 &
+      --port_file="$OUT/d1.ports" >"$OUT/d1-$run.log" 2>&1 &
   pids+=($!)
   port_of "$OUT/p1.ports" grpc_port >/dev/null
   port_of "$OUT/d1.ports" grpc_port >/dev/null
   "$BUILD/bin/swaserve-router" --model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport \
       --listen=127.0.0.1:0 --http.host=127.0.0.1 --http.port=0 --log_level=warn \
-      --port_file="$OUT/r1.ports" >"$OUT/r1-$policy.log" 2>&1 &
+      --port_file="$OUT/r1.ports" >"$OUT/r1-$run.log" 2>&1 &
   pids+=($!)
   gport=$(port_of "$OUT/r1.ports" grpc_port)
   hport=$(port_of "$OUT/r1.ports" http_port)
   for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$hport/health" >/dev/null && break; sleep 0.1; done
-  echo "== $policy: replaying $N requests (length x$LENGTH_SCALE, time x$TIME_SCALE)" >&2
+  echo "== $run: replaying $N requests (length x$LENGTH_SCALE, time x$TIME_SCALE)" >&2
   "$BUILD/bin/swaserve" replay "$TRACE" --router=127.0.0.1:$gport --limit="$N" \
       --length_scale="$LENGTH_SCALE" --time_scale="$TIME_SCALE" --max_output_tokens="$MAX_OUT" \
       --concurrency=1024 --vocab_size=50000 --first_token_id=100 --reconstruct_continuations \
-      --model=tiny --json="$OUT/$policy.json" --json_requests --quiet | tee "$OUT/$policy.txt"
+      --model=tiny --json="$OUT/$run.json" --json_requests --quiet | tee "$OUT/$run.txt"
   cleanup
   pids=()
 done
-python3 bench/cluster/compare_replays.py "$OUT/fcfs.json" "$OUT/compute_aware.json"
+done
+if [ "$REPEAT" -gt 1 ]; then
+  for label in $POLICIES; do
+    [ "$label" = fcfs ] && continue
+    echo "== $label vs fcfs"
+    python3 bench/cluster/compare_replays.py --baseline "$OUT"/fcfs-*.json --candidate "$OUT/$label"-*.json
+  done
+else
+  for label in $POLICIES; do
+    [ "$label" = fcfs ] && continue
+    echo "== $label vs fcfs"
+    python3 bench/cluster/compare_replays.py "$OUT/fcfs.json" "$OUT/$label.json"
+  done
+fi
