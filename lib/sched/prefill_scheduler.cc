@@ -166,12 +166,12 @@ void PrefillScheduler::Unqueue(Request* r) {
   not_started_cost_ -= r->cost;
 }
 
-void PrefillScheduler::AdvanceShadow(int64_t now_ns) {
+void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
   const double ratio = options_.fcfs_wait_ratio;
   const int64_t floor = options_.fcfs_wait_floor_tokens >= 0
                             ? options_.fcfs_wait_floor_tokens
                             : options_.step_token_budget;
-  while (shadow_->work_clock() < work_clock_) {
+  while (shadow_->work_clock() < target) {
     double at = shadow_->work_clock();
     const PrefillStep step = shadow_->NextStep(now_ns);
     if (step.empty()) break;
@@ -252,6 +252,14 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns) {
 }
 
 PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
+  // The shadow runs ahead of this work clock by a step's worth of work, so
+  // that a request whose FCFS start falls within the step about to be built
+  // has its deadline before the step is decided, not after.
+  const double clock_before = work_clock_;
+  if (shadow_ != nullptr) {
+    AdvanceShadow(now_ns, work_clock_ + std::max(last_step_cost_,
+                                                  static_cast<double>(options_.step_token_budget)));
+  }
   PrefillStep step;
   int budget = options_.step_token_budget;
   const size_t max_requests =
@@ -363,7 +371,7 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     metrics_.AddRunning(-1);
     requests_.erase(requests_.find(r->info.id));  // destroys *r
   }
-  if (shadow_ != nullptr) AdvanceShadow(now_ns);
+  last_step_cost_ = work_clock_ - clock_before;
   if (!step.empty())
     metrics_.ObserveBatch(static_cast<int>(step.chunks.size()));
   return step;

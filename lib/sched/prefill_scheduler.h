@@ -303,9 +303,9 @@ class PrefillScheduler {
   // slack_before; false when every request is safe whatever starts (the
   // fast path), in which case slack_before is not set.
   bool LayOutDeadlines();
-  // Runs the shadow FCFS scheduler until its work clock reaches this one's,
+  // Runs the shadow FCFS scheduler until its work clock reaches `target`,
   // giving deadlines to the requests it starts.
-  void AdvanceShadow(int64_t now_ns);
+  void AdvanceShadow(int64_t now_ns, double target);
 
   const PrefillSchedulerOptions options_;
   SchedMetrics metrics_;
@@ -328,6 +328,8 @@ class PrefillScheduler {
   double pending_cost_ = 0;
   double not_started_cost_ = 0;
   double work_clock_ = 0;
+  // Work of the last step handed out (the shadow's look-ahead).
+  double last_step_cost_ = 0;
   int64_t guarded_starts_ = 0;
 };
 

@@ -423,8 +423,9 @@ int LongStartStep(double ratio) {
 
 TEST(PrefillSchedulerTest, FcfsWaitGuardStartsAPassedOverLongPrompt) {
   // FCFS starts it in step 1 (wait 0, floor one step = 1,024 tokens): with
-  // ratio 1.6 it must start before 1,638 tokens have been handed out, i.e.
-  // in step 2 (step 1 ran before the shadow knew its FCFS wait).
+  // ratio 1.6 it must start before 1,638 tokens have been handed out. Step 1
+  // hands out 1,024 short tokens (still within its deadline), step 2 two
+  // more short prompts and then it.
   EXPECT_EQ(LongStartStep(1.6), 2);
   EXPECT_EQ(LongStartStep(0), 0);  // guard off: starved by the stream
 }
