@@ -227,9 +227,9 @@ bool PrefillScheduler::LayOutDeadlines() {
     least = std::min(least, r->deadline - start);
     start += r->cost;
   }
-  // Requests whose FCFS start the shadow has not reached yet have no
-  // deadline so far (it will be at least their wait so far plus the slack
-  // beyond now): they come after every known one.
+  // Requests whose FCFS start the shadow (a step ahead) has not reached
+  // have no deadline yet; it will lie beyond the shadow's clock, after every
+  // known one, so starting one of them must leave every known one on time.
   least_slack_ = least;
   return true;
 }

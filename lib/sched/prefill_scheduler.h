@@ -29,8 +29,8 @@
 //  progress afterwards <= max_partial_requests; every uncached token of a
 //  request is handed out exactly once, in order.
 //
-// No starvation (compute-aware): a request R (uncached U, arrival t) can only
-// be overtaken by requests whose priority is lower, i.e. ones that arrived
+// No starvation (compute-aware, guard off): a request R (uncached U,
+// arrival t) can only be overtaken by requests whose priority is lower, i.e. ones that arrived
 // before it or arrive before t + U / aging_tokens_per_second. So R starts at
 // the latest once the work queued at its arrival plus the work arriving in
 // the next U / aging seconds is done (tests/unit/sched/sched_property_test.cc
@@ -46,8 +46,9 @@
 // to steps so far (work_clock(); a token at prompt position s counts
 // 1 + context_cost_per_token * s, so that long-context chunks count what
 // they cost). A shadow FCFS scheduler (same options, policy kFcfs) is fed
-// the same requests and run, after each step, until its work clock reaches
-// this one's: when it starts a request that has not started here, that
+// the same requests and run, before each step, until its work clock is a
+// step's work (the last step's, at least the budget) ahead of this one's:
+// when it starts a request that has not started here, that
 // request's FCFS wait W (shadow work clock at its start minus at its Add)
 // is known and it gets the deadline
 //   deadline = work clock at Add + fcfs_wait_ratio * max(W, floor)
@@ -63,7 +64,10 @@
 // deadline against all queued work; the O(queued) layout runs only when
 // some request is near its deadline). A request past its deadline may
 // also start beyond max_partial_requests, and requests in progress leave
-// room in the step for its first chunk. It is not a proof: the shadow sees
+// room in the step for its first chunk. Nothing starves with the guard on
+// either: the shadow (FCFS) gives every request a finite deadline, and a
+// request past it is passed only by requests with earlier deadlines (all
+// others now count as pushing it further). It is not a proof: the shadow sees
 // this run's prefix hits and steps, not a real FCFS run's, so a few
 // requests still exceed ratio x their FCFS wait
 // (tests/unit/sched/fcfs_guard_property_test.cc, bench/RESULTS.md).
