@@ -115,12 +115,12 @@ absl::Status PrefillScheduler::Add(const PrefillRequestInfo& info) {
     r->key = info.uncached_tokens() +
              options_.aging_tokens_per_second * (info.arrival_ns * 1e-9);
   }
+  r->cost = Cost(info.cached_tokens, info.uncached_tokens());
   if (shadow_ != nullptr) {
     // The shadow FCFS scheduler sees the same request under a fresh id (the
     // caller may reuse an id once its request left this scheduler).
     r->shadow_id = next_shadow_id_++;
     r->add_clock = work_clock_;
-    r->cost = Cost(info.cached_tokens, info.uncached_tokens());
     r->shadow_add_clock = shadow_->work_clock();
     PrefillRequestInfo shadow_info = info;
     shadow_info.id = absl::StrCat(r->shadow_id);
@@ -204,6 +204,12 @@ double PrefillScheduler::Cost(int start, int n) const {
   return n + options_.context_cost_per_token * n * (start + 0.5 * n);
 }
 
+double PrefillScheduler::WorkAhead() const {
+  // Handed out, plus what the requests in progress still need (they
+  // continue first): where the next queued request's work would start.
+  return work_clock_ + (pending_cost_ - not_started_cost_);
+}
+
 bool PrefillScheduler::guard_on() const {
   return options_.policy == PrefillSchedulerOptions::Policy::kComputeAware &&
          options_.fcfs_wait_ratio > 0;
@@ -211,9 +217,7 @@ bool PrefillScheduler::guard_on() const {
 
 bool PrefillScheduler::LayOutDeadlines() {
   if (by_deadline_.empty()) return false;
-  // Work ahead of every queued request: what is handed out plus what the
-  // requests in progress still need (they continue first).
-  const double ahead = work_clock_ + (pending_cost_ - not_started_cost_);
+  const double ahead = WorkAhead();
   // Whatever the order, no queued request starts later than `ahead` plus all
   // the other queued work: if the earliest deadline is beyond that, every
   // candidate is allowed.
@@ -272,7 +276,7 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
   int reserve = 0;
   if (guard_on() && !by_deadline_.empty()) {
     const Request* head = *by_deadline_.begin();
-    if (head->deadline < work_clock_ + (pending_cost_ - not_started_cost_)) {
+    if (head->deadline < WorkAhead()) {
       reserve = std::min(options_.chunk_tokens, head->info.uncached_tokens());
     }
   }
@@ -339,7 +343,7 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
       started = false;
       const bool laid_out = LayOutDeadlines();
       // Work ahead of a request that waits for the requests in progress.
-      const double ahead = work_clock_ + (pending_cost_ - not_started_cost_);
+      const double ahead = WorkAhead();
       bool guard_skipped = false;
       for (auto it = queue_.begin(); it != queue_.end() && room();) {
         Request* r = *it++;

@@ -303,6 +303,8 @@ class PrefillScheduler {
   bool guard_on() const;
   // Work of prompt tokens [start, start + n) in token-equivalents.
   double Cost(int start, int n) const;
+  // Work clock at which the next queued request's work would start.
+  double WorkAhead() const;
   // Lays the queued requests out in deadline order and sets their
   // slack_before; false when every request is safe whatever starts (the
   // fast path), in which case slack_before is not set.

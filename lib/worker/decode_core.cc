@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -111,6 +112,9 @@ struct DecodeCore::Impl {
   void Loop();
   // Removes `id` from `reqs` and returns it.
   std::unique_ptr<Req> Take(const std::string& id);
+  // Ends running request `id` (the caller removed it from `running`): out of
+  // the scheduler's batch, then End().
+  void EndRunning(std::string id, FinishReason finish, absl::Status error = absl::OkStatus());
   void Admit();
   void Step();
   absl::Status Recompute(Req& r);
@@ -157,6 +161,11 @@ std::unique_ptr<Req> DecodeCore::Impl::Take(const std::string& id) {
   std::unique_ptr<Req> r = std::move(it->second);
   reqs.erase(it);
   return r;
+}
+
+void DecodeCore::Impl::EndRunning(std::string id, FinishReason finish, absl::Status error) {
+  (void)sched->Finish(id);
+  End(Take(id), finish, std::move(error));
 }
 
 void DecodeCore::Impl::Preempt(Req& r) {
@@ -229,8 +238,7 @@ void DecodeCore::Impl::Admit() {
       const StopReason why = r.stop->Add(r.job.first_token.token);
       Emit(r, {r.job.first_token}, FinishReason::kNone);
       if (why != StopReason::kNone) {
-        (void)sched->Finish(id);
-        End(Take(id), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+        EndRunning(id, why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
       }
     }
     running.clear();
@@ -257,24 +265,28 @@ void DecodeCore::Impl::Step() {
     }
     if (running.size() == 1) {
       const std::string id = running.back()->job.id;
+      const int length = running.back()->seq->length();
       running.pop_back();
-      std::unique_ptr<Req> r = Take(id);
-      (void)sched->Finish(id);
-      absl::Status err = absl::ResourceExhaustedError(absl::StrCat(
-          "request outgrew this decode worker's KV pools at ", r->seq->length(),
-          " tokens: ", st.message()));
-      End(std::move(r), FinishReason::kError, std::move(err));
+      EndRunning(id, FinishReason::kError,
+                 absl::ResourceExhaustedError(absl::StrCat(
+                     "request outgrew this decode worker's KV pools at ", length,
+                     " tokens: ", st.message())));
       return;
     }
-    // The scheduler's victim is the most recently admitted request: the
-    // back of the batch.
+    // The scheduler picks the victim (the most recently admitted request,
+    // i.e. the back of the batch); requests before position i already
+    // have their token's page.
     const std::optional<std::string> victim = sched->ChoosePreemptionVictim();
-    Req* v = running.back();
-    if (!victim.has_value() || *victim != v->job.id) {
-      SWA_LOG(err, "decode: preemption victim {} is not the newest running request {}",
-              victim.value_or("(none)"), v->job.id);
+    auto pos = std::find_if(running.begin(), running.end(),
+                            [&](const Req* r) { return victim == r->job.id; });
+    if (pos == running.end()) {  // the batch mirrors the scheduler's: a bug
+      SWA_LOG(err, "decode: preemption victim {} is not in the running batch",
+              victim.value_or("(none)"));
+      std::abort();
     }
-    running.pop_back();
+    Req* v = *pos;
+    if (static_cast<size_t>(pos - running.begin()) < i) --i;
+    running.erase(pos);
     Preempt(*v);
   }
   if (running.empty()) return;
@@ -290,8 +302,7 @@ void DecodeCore::Impl::Step() {
     while (!running.empty()) {
       const std::string id = running.back()->job.id;
       running.pop_back();
-      (void)sched->Finish(id);
-      End(Take(id), FinishReason::kError, st);
+      EndRunning(id, FinishReason::kError, st);
     }
     return;
   }
@@ -307,9 +318,8 @@ void DecodeCore::Impl::Step() {
     const StopReason why = r.stop->Add(tok.token);
     Emit(r, {std::move(tok)}, FinishReason::kNone);
     if (why != StopReason::kNone) {
-      const std::string id = r.job.id;
-      (void)sched->Finish(id);
-      End(Take(id), why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+      EndRunning(r.job.id,
+                 why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
     } else {
       still.push_back(&r);
     }
