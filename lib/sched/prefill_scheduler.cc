@@ -21,20 +21,20 @@ int PrefillStep::total_tokens() const {
 
 bool PrefillScheduler::PriorityLess::operator()(const Request* a,
                                                 const Request* b) const {
-  return std::tie(a->key, a->info.arrival_ns, a->info.id) <
-         std::tie(b->key, b->info.arrival_ns, b->info.id);
+  return std::tie(a->key, a->info.arrival_ns, a->add_seq) <
+         std::tie(b->key, b->info.arrival_ns, b->add_seq);
 }
 
 bool PrefillScheduler::ArrivalLess::operator()(const Request* a,
                                                const Request* b) const {
-  return std::tie(a->info.arrival_ns, a->info.id) <
-         std::tie(b->info.arrival_ns, b->info.id);
+  return std::tie(a->info.arrival_ns, a->add_seq) <
+         std::tie(b->info.arrival_ns, b->add_seq);
 }
 
 bool PrefillScheduler::DeadlineLess::operator()(const Request* a,
                                                 const Request* b) const {
-  return std::tie(a->deadline, a->info.arrival_ns, a->info.id) <
-         std::tie(b->deadline, b->info.arrival_ns, b->info.id);
+  return std::tie(a->deadline, a->info.arrival_ns, a->add_seq) <
+         std::tie(b->deadline, b->info.arrival_ns, b->add_seq);
 }
 
 absl::StatusOr<std::unique_ptr<PrefillScheduler>> PrefillScheduler::Create(
@@ -109,6 +109,7 @@ absl::Status PrefillScheduler::Add(const PrefillRequestInfo& info) {
   }
   auto r = std::make_unique<Request>();
   r->info = info;
+  r->add_seq = next_add_seq_++;
   r->next_token = info.cached_tokens;
   if (options_.policy == PrefillSchedulerOptions::Policy::kComputeAware) {
     // uncached - aging * (now - arrival) ordered the same for every now.
@@ -121,11 +122,15 @@ absl::Status PrefillScheduler::Add(const PrefillRequestInfo& info) {
     // caller may reuse an id once its request left this scheduler).
     r->shadow_id = next_shadow_id_++;
     r->add_clock = work_clock_;
+    // The step in flight when it arrived was handed out before: the wait
+    // counts from arrival, up to that step's work before add_clock.
+    r->arrival_slack = last_step_cost_;
     r->shadow_add_clock = shadow_->work_clock();
     PrefillRequestInfo shadow_info = info;
     shadow_info.id = absl::StrCat(r->shadow_id);
     if (absl::Status st = shadow_->Add(shadow_info); !st.ok()) return st;
     by_shadow_id_.emplace(r->shadow_id, r.get());
+    TrackUnshadowed(r.get(), true);
   }
   queue_.insert(r.get());
   by_arrival_.insert(r.get());
@@ -162,17 +167,60 @@ void PrefillScheduler::Unqueue(Request* r) {
   queue_.erase(r);
   by_arrival_.erase(r);
   if (r->has_deadline) by_deadline_.erase(r);
-  if (shadow_ != nullptr) by_shadow_id_.erase(r->shadow_id);
+  if (shadow_ != nullptr && by_shadow_id_.erase(r->shadow_id) > 0) {
+    TrackUnshadowed(r, false);
+  }
   not_started_cost_ -= r->cost;
 }
 
-void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
+double PrefillScheduler::GuardFloor() const {
+  return options_.fcfs_wait_floor_tokens >= 0 ? options_.fcfs_wait_floor_tokens
+                                              : options_.step_token_budget;
+}
+
+double PrefillScheduler::DeadlineFor(const Request& r,
+                                     double fcfs_wait) const {
+  return r.add_clock +
+         std::max(options_.fcfs_wait_ratio * std::max(fcfs_wait, GuardFloor()) -
+                      r.arrival_slack,
+                  0.0);
+}
+
+void PrefillScheduler::TrackUnshadowed(Request* r, bool insert) {
+  // DeadlineFor(r, W) >= max(ratio * W + A, ratio * floor + B) with
+  // A = add_clock - arrival_slack - ratio * shadow_add_clock and
+  // B = add_clock - arrival_slack, W measured from shadow_add_clock.
+  const double b = r->add_clock - r->arrival_slack;
+  const double a = b - options_.fcfs_wait_ratio * r->shadow_add_clock;
+  if (insert) {
+    unshadowed_a_.emplace(a, r->shadow_id);
+    unshadowed_b_.emplace(b, r->shadow_id);
+  } else {
+    unshadowed_a_.erase({a, r->shadow_id});
+    unshadowed_b_.erase({b, r->shadow_id});
+  }
+}
+
+bool PrefillScheduler::ShadowBehind(double target) const {
+  const double shadow_clock = shadow_->work_clock();
+  if (shadow_clock < target) return true;
+  if (unshadowed_a_.empty()) return false;
+  // A request the shadow has not started has waited there at least
+  // shadow_clock - shadow_add_clock, so its deadline will be at least
+  // max(ratio * shadow_clock + A, ratio * floor + B) (TrackUnshadowed).
+  // The least A and the least B over those requests give a lower bound of
+  // every such deadline (not always attained: the shadow may then run a
+  // step more than needed, never less), in O(1).
   const double ratio = options_.fcfs_wait_ratio;
-  const int64_t floor = options_.fcfs_wait_floor_tokens >= 0
-                            ? options_.fcfs_wait_floor_tokens
-                            : options_.step_token_budget;
-  while (shadow_->work_clock() < target) {
-    double at = shadow_->work_clock();
+  return ratio * shadow_clock + unshadowed_a_.begin()->first < target &&
+         ratio * GuardFloor() + unshadowed_b_.begin()->first < target;
+}
+
+void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
+  while (ShadowBehind(target)) {
+    // A request's FCFS start is the start of the shadow step holding its
+    // first chunk (as its wait is measured up to the step it starts in).
+    const double at = shadow_->work_clock();
     const PrefillStep step = shadow_->NextStep(now_ns);
     if (step.empty()) break;
     for (const PrefillChunk& c : step.chunks) {
@@ -184,15 +232,13 @@ void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
         if (it != by_shadow_id_.end()) {
           // Still queued here: its FCFS wait is now known.
           Request* r = it->second;
-          const double fcfs_wait =
-              std::max(at - r->shadow_add_clock, static_cast<double>(floor));
-          r->deadline = r->add_clock + ratio * fcfs_wait;
+          r->deadline = DeadlineFor(*r, at - r->shadow_add_clock);
           r->has_deadline = true;
           by_deadline_.insert(r);
           by_shadow_id_.erase(it);
+          TrackUnshadowed(r, false);
         }
       }
-      at += Cost(c.start_token, c.num_tokens);
     }
   }
 }
@@ -202,6 +248,28 @@ double PrefillScheduler::Cost(int start, int n) const {
   // [start, start + n), n + k * n * (start + n / 2) (the same for any
   // chunking of the range).
   return n + options_.context_cost_per_token * n * (start + 0.5 * n);
+}
+
+double PrefillScheduler::StepWorkEstimate() const {
+  // The chunks the requests in progress would take (exact), the rest of the
+  // budget at a new chunk's average context, and at least the last step's
+  // work or the budget.
+  const int budget = options_.step_token_budget;
+  double work = 0;
+  int tokens = 0;
+  int chunks = 0;
+  for (const auto& [seq, r] : in_progress_) {
+    if (tokens >= budget || chunks >= options_.max_requests_per_step) break;
+    const int n = std::min({options_.chunk_tokens,
+                            r->info.prompt_tokens - r->next_token,
+                            budget - tokens});
+    work += Cost(r->next_token, n);
+    tokens += n;
+    ++chunks;
+  }
+  work += (budget - tokens) *
+          (1 + options_.context_cost_per_token * 0.5 * options_.chunk_tokens);
+  return std::max({work, last_step_cost_, static_cast<double>(budget)});
 }
 
 double PrefillScheduler::WorkAhead() const {
@@ -256,13 +324,15 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns) {
 }
 
 PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
-  // The shadow runs ahead of this work clock by a step's worth of work, so
-  // that a request whose FCFS start falls within the step about to be built
-  // has its deadline before the step is decided, not after.
+  // With the guard, the next step starts about `next_boundary` on the work
+  // clock: a request due before it must start in this step. The shadow runs
+  // until every deadline before it is known, so that it is known before
+  // this step is decided, not after.
   const double clock_before = work_clock_;
+  double next_boundary = clock_before;
   if (shadow_ != nullptr) {
-    AdvanceShadow(now_ns, work_clock_ + std::max(last_step_cost_,
-                                                  static_cast<double>(options_.step_token_budget)));
+    next_boundary += StepWorkEstimate();
+    AdvanceShadow(now_ns, next_boundary);
   }
   PrefillStep step;
   int budget = options_.step_token_budget;
@@ -270,17 +340,23 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
       static_cast<size_t>(options_.max_requests_per_step);
   std::vector<Request*> done;
 
-  // 1. Requests in progress, oldest start first. When the guard has a
-  // queued request past its deadline (it cannot wait for them), they leave
-  // room for its first chunk.
+  // 1. Requests in progress, oldest start first. With the guard, queued
+  // requests due before the next step (in deadline order) come first: the
+  // requests in progress leave them room for their first chunks.
+  std::vector<Request*> due;
   int reserve = 0;
-  if (guard_on() && !by_deadline_.empty()) {
-    const Request* head = *by_deadline_.begin();
-    if (head->deadline < WorkAhead()) {
-      reserve = std::min(options_.chunk_tokens, head->info.uncached_tokens());
+  if (guard_on()) {
+    for (Request* r : by_deadline_) {
+      if (r->deadline >= next_boundary || due.size() >= max_requests ||
+          reserve >= budget) {
+        break;
+      }
+      reserve += std::min(
+          {options_.chunk_tokens, r->info.uncached_tokens(), budget - reserve});
+      due.push_back(r);
     }
   }
-  const size_t continue_slots = max_requests - (reserve > 0 ? 1 : 0);
+  const size_t continue_slots = max_requests - due.size();
   for (auto& [seq, r] : in_progress_) {
     if (budget <= reserve || step.chunks.size() >= continue_slots) break;
     const int n = std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token,
@@ -334,16 +410,23 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
       try_start(*it++, false);  // advance first: starting erases it
     }
   } else {
-    // Each start re-lays the deadlines out (the started request's work moves
-    // ahead of everyone); requests tried and skipped in this step are not
-    // tried again.
+    // Due requests first, then: each start re-lays the deadlines out (the
+    // started request's work moves ahead of everyone); requests tried and
+    // skipped in this step are not tried again.
     absl::flat_hash_set<const Request*> tried;
+    for (Request* r : due) {
+      if (!room()) break;
+      const bool overtakes = r != *queue_.begin();
+      if (try_start(r, /*urgent=*/true) && overtakes) {
+        ++guarded_starts_;
+        metrics_.CountGuarded();
+      }
+      tried.insert(r);
+    }
     bool started = true;
     while (started && room()) {
       started = false;
       const bool laid_out = LayOutDeadlines();
-      // Work ahead of a request that waits for the requests in progress.
-      const double ahead = WorkAhead();
       bool guard_skipped = false;
       for (auto it = queue_.begin(); it != queue_.end() && room();) {
         Request* r = *it++;
@@ -353,10 +436,10 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
           guard_skipped = true;  // would push an earlier deadline past it
           continue;
         }
-        // A request that would miss its deadline waiting for the requests
-        // in progress to finish may start beside them, beyond the partial
-        // cap (rare: the FCFS run would not have had them in progress).
-        const bool urgent = r->has_deadline && r->deadline < ahead;
+        // A request due before the next step may start beyond the partial
+        // cap (the FCFS run would not have had the same requests in
+        // progress).
+        const bool urgent = r->has_deadline && r->deadline < next_boundary;
         if (try_start(r, urgent)) {
           if (guard_skipped) {
             ++guarded_starts_;

@@ -22,7 +22,7 @@
 //                      requests wait: it is the order of
 //                        uncached + aging_tokens_per_second * arrival_s,
 //                      kept in a balanced tree (O(log n) per operation).
-//     Ties go to the earlier arrival, then the smaller id, so the schedule is
+//     Ties go to the earlier arrival, then the earlier Add(), so the schedule is
 //     a deterministic function of the calls.
 //  Every step respects: total tokens <= step_token_budget, chunks <=
 //  max_requests_per_step, tokens per request <= chunk_tokens, requests in
@@ -46,30 +46,38 @@
 // to steps so far (work_clock(); a token at prompt position s counts
 // 1 + context_cost_per_token * s, so that long-context chunks count what
 // they cost). A shadow FCFS scheduler (same options, policy kFcfs) is fed
-// the same requests and run, before each step, until its work clock is a
-// step's work (the last step's, at least the budget) ahead of this one's:
-// when it starts a request that has not started here, that
-// request's FCFS wait W (shadow work clock at its start minus at its Add)
-// is known and it gets the deadline
-//   deadline = work clock at Add + fcfs_wait_ratio * max(W, floor)
-// (floor: fcfs_wait_floor_tokens, default one step's budget, as a request
-// arriving mid-step waits for the step boundary under any policy). Before
-// each start, the queued requests with deadlines are laid out in deadline
-// order behind the work in progress; a candidate (in priority order) may
-// start only if starting it first would push no request with an earlier
-// deadline past it (candidates without a deadline yet count as latest).
-// The deadline order itself is always allowed, so the guard turns priority
-// order into earliest-deadline-first exactly when shortest-first would break
-// some request's bound, and costs one comparison otherwise (the earliest
-// deadline against all queued work; the O(queued) layout runs only when
-// some request is near its deadline). A request past its deadline may
-// also start beyond max_partial_requests, and requests in progress leave
-// room in the step for its first chunk. Nothing starves with the guard on
-// either: the shadow (FCFS) gives every request a finite deadline, and a
-// request past it is passed only by requests with earlier deadlines (all
-// others now count as pushing it further). It is not a proof: the shadow sees
-// this run's prefix hits and steps, not a real FCFS run's, so a few
-// requests still exceed ratio x their FCFS wait
+// the same requests. When it starts a request that has not started here,
+// that request's FCFS wait W is known (shadow work clock at the start of
+// the step holding its first chunk minus at its Add) and it gets the
+// deadline
+//   deadline = A + max(fcfs_wait_ratio * max(W, floor) - S, 0)
+// where A is this work clock at Add (the end of the step in flight, which
+// was handed out before the request arrived), S that step's work (the wait
+// counts from arrival, up to S before A) and floor fcfs_wait_floor_tokens,
+// by default one step's budget (a request arriving mid-step waits for the
+// step boundary under any policy). Each NextStep() first estimates where
+// the step it builds will end (the next step's start: the chunks of the
+// requests in progress, the rest of the budget at a new chunk's context,
+// at least the last step's work) and runs the shadow until every deadline
+// before that point is known. Queued requests due before it start first,
+// in deadline order, ahead of the requests in progress and beyond
+// max_partial_requests. Before each further start, the queued requests with
+// deadlines are laid out in deadline order behind the work in progress; a
+// candidate (in priority order) may start only if starting it first would
+// push no request with an earlier deadline past it (candidates without a
+// deadline yet count as latest). The deadline order itself is always
+// allowed, so the guard turns priority order into earliest-deadline-first
+// exactly when shortest-first would break some request's bound, and costs
+// one comparison otherwise (the earliest deadline against all queued work;
+// the O(queued) layout runs only when some request is near its deadline).
+// Nothing starves with the guard on either: the shadow (FCFS) gives every
+// request a finite deadline, and a request past it is passed only by
+// requests with earlier deadlines (all others now count as pushing it
+// further). It is not a proof: the shadow sees this run's prefix hits,
+// request sizes and step boundaries, not a real FCFS run's, so a few
+// requests still exceed ratio x their FCFS wait, and under overload with
+// prefix hits many can (a delayed turn loses the prefix hit of the next
+// one, which then costs more, in the shadow too)
 // (tests/unit/sched/fcfs_guard_property_test.cc, bench/RESULTS.md).
 //
 // Memory: before a queued request starts, NextStep() calls can_start(info).
@@ -172,9 +180,11 @@ struct PrefillSchedulerOptions {
   // should start before fcfs_wait_ratio x max(its wait under FCFS, floor)
   // of work has been handed out since its arrival. 0 disables the guard;
   // >= 0, finite. Below the 2x that issue 6 asks for, as the guard's view of
-  // FCFS is approximate: 1.6 halved the requests over 2x against 2.0 in
-  // the trace simulation (bench/RESULTS.md).
-  double fcfs_wait_ratio = 1.6;
+  // FCFS is approximate: in the trace simulation (bench/RESULTS.md, prefix
+  // hits) 1.7 left no request over 2x at 70-85% utilisation and cut P90
+  // TTFT by 30-37% (2.0: 2 of 12,031 over 2x, P90 -45%); higher ratios keep
+  // more of shortest-first's gain.
+  double fcfs_wait_ratio = 1.7;
   // Least FCFS wait the guard assumes, in token-equivalents (>= 0; < 0
   // means step_token_budget, one full step): a request arriving mid-step
   // waits for the step boundary under any policy.
@@ -266,6 +276,9 @@ class PrefillScheduler {
     PrefillRequestInfo info;
     // Static priority: smaller starts first (class comment).
     double key = 0;
+    // Order of Add(): the last tie-break (a shadow given the same calls
+    // breaks ties the same way).
+    uint64_t add_seq = 0;
     // Next prompt position to hand out.
     int next_token = 0;
     // Order of start; 0 while queued.
@@ -276,6 +289,9 @@ class PrefillScheduler {
     uint64_t shadow_id = 0;
     double add_clock = 0;
     double shadow_add_clock = 0;
+    // Work of the step in flight at Add() (handed out before it arrived):
+    // its wait counts from arrival, up to this much before add_clock.
+    double arrival_slack = 0;
     bool has_deadline = false;
     double deadline = 0;
     // Work of the uncached tokens, Cost(cached_tokens, uncached_tokens).
@@ -309,8 +325,21 @@ class PrefillScheduler {
   // slack_before; false when every request is safe whatever starts (the
   // fast path), in which case slack_before is not set.
   bool LayOutDeadlines();
-  // Runs the shadow FCFS scheduler until its work clock reaches `target`,
-  // giving deadlines to the requests it starts.
+  // The guard's least FCFS wait, in token-equivalents.
+  double GuardFloor() const;
+  // Deadline of `r` given its FCFS wait on the shadow's work clock.
+  double DeadlineFor(const Request& r, double fcfs_wait) const;
+  // Upper estimate of the work of the step about to be built.
+  double StepWorkEstimate() const;
+  // Adds `r` (queued here, not started by the shadow) to or removes it from
+  // unshadowed_a_ / unshadowed_b_.
+  void TrackUnshadowed(Request* r, bool insert);
+  // Whether the shadow must run on for every deadline before `target` to
+  // be known: its clock is before `target`, or a request it has not started
+  // could get a deadline before `target`.
+  bool ShadowBehind(double target) const;
+  // Runs the shadow FCFS scheduler while ShadowBehind(target), giving
+  // deadlines to the requests it starts.
   void AdvanceShadow(int64_t now_ns, double target);
 
   const PrefillSchedulerOptions options_;
@@ -324,10 +353,14 @@ class PrefillScheduler {
   std::set<Request*, DeadlineLess> by_deadline_;
   std::unique_ptr<PrefillScheduler> shadow_;
   absl::flat_hash_map<uint64_t, Request*> by_shadow_id_;
+  // The same requests by the two terms of their least possible deadline
+  // (TrackUnshadowed), with their shadow ids.
+  std::set<std::pair<double, uint64_t>> unshadowed_a_, unshadowed_b_;
   uint64_t next_shadow_id_ = 1;
   double least_slack_ = 0;
   std::map<uint64_t, Request*> in_progress_;    // by start_seq
   uint64_t next_start_seq_ = 1;
+  uint64_t next_add_seq_ = 1;
   int64_t queued_uncached_tokens_ = 0;
   // Work (Cost) not yet handed out, of queued and in-progress requests, and
   // of the queued ones only; the work clock.

@@ -4,12 +4,14 @@
 // with compute-aware priority + the guard, and every request's wait
 // (arrival -> start of the step holding its first chunk) is compared:
 //
-//   wait_guarded <= ratio * max(wait_fcfs, floor) + slack
+//   wait_guarded <= 2 * max(wait_fcfs, floor) + slack
 //
-// floor = one full step at empty context (a request arriving mid-step waits
-// for the step boundary under any policy; the guard's own floor), slack =
-// the longest step of the run (the guard decides at step boundaries and its
-// FCFS shadow advances a step at a time). The simulated worker takes
+// (issue 6: "no request waits more than 2x its FCFS wait"), floor = one
+// full step at empty context (a request arriving mid-step waits for the
+// step boundary under any policy; the guard's own floor), slack = the
+// longest step of the run: a request arriving during a long-context step
+// waits for its end under any policy, and the step in flight at that moment
+// differs between the runs. The simulated worker takes
 // exactly the guard's cost per step (d0 + sum over tokens of 1 + k * position,
 // k = context_cost_per_token), so this checks the mechanism, not a cost
 // model; bench/sched/sched_trace_sim measures it on the Mooncake trace with a
@@ -138,8 +140,9 @@ Workload RandomWorkload(uint64_t seed) {
 }
 
 struct Outcome {
-  int violations = 0;
-  double worst = 0;  // wait_guarded - bound, in floors
+  int violations = 0;  // over the bound
+  int strict = 0;      // over 2 * max(wait_fcfs, floor), without the slack
+  double worst = 0;    // wait_guarded - bound, in floors
 };
 
 Outcome Compare(const Workload& w, double ratio, std::string* first) {
@@ -154,12 +157,13 @@ Outcome Compare(const Workload& w, double ratio, std::string* first) {
   const double floor_ns =
       w.d0_ns + static_cast<double>(w.options.step_token_budget) * w.unit_ns;
   const double slack_ns = static_cast<double>(std::max(longest_f, longest_g));
-  const double r = ratio > 0 ? ratio : 2;  // the bound checked when off
   Outcome out;
   for (size_t i = 0; i < w.reqs.size(); ++i) {
     EXPECT_GE(wf[i], 0);
     EXPECT_GE(wg[i], 0);
-    const double bound = r * std::max<double>(wf[i], floor_ns) + slack_ns;
+    const double strict = 2 * std::max<double>(wf[i], floor_ns);
+    if (wg[i] > strict) ++out.strict;
+    const double bound = strict + slack_ns;
     const double over = (wg[i] - bound) / floor_ns;
     out.worst = std::max(out.worst, over);
     if (over > 0) {
@@ -174,33 +178,42 @@ Outcome Compare(const Workload& w, double ratio, std::string* first) {
   return out;
 }
 
-// The guard is not a proof: its FCFS shadow advances at this run's step
-// boundaries and sees this run's prefix hits and in-progress requests, which
-// differ from a real FCFS run's, so a few requests still exceed the bound.
-// What is checked: over the 45,000 requests of 150 workloads, the guard at
-// the library default ratio keeps at most 0.5% of requests over 2x their
-// FCFS wait (+ one step) and at most a fifth as many as the same workloads
-// without guard and aging (measured when written: 48 vs 631 at ratio 1.6;
+// The guard is not a proof: its FCFS shadow sees this run's in-progress
+// requests and step boundaries, which differ from a real FCFS run's, so a
+// few requests still exceed the bound. What is checked: over the 45,000
+// requests of 150 workloads, the guard at the library default ratio keeps
+// at most 0.1% of requests over 2x their FCFS wait (+ one step) and at most
+// a twentieth as many as the same workloads without guard and aging
+// (measured when written: 3 vs 626; without the step's slack 68 vs 1,182;
 // printed on every run).
 TEST(FcfsGuardPropertyTest, GuardKeepsWaitsWithinTwiceFcfs) {
   int guarded = 0, unguarded = 0, requests = 0;
+  int guarded_strict = 0, unguarded_strict = 0;
   double worst = -1e9;
+  std::string worst_first;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     Workload w = RandomWorkload(seed);
     std::string first;
     const Outcome on = Compare(w, PrefillSchedulerOptions().fcfs_wait_ratio, &first);
     guarded += on.violations;
-    worst = std::max(worst, on.worst);
+    guarded_strict += on.strict;
+    if (on.worst > worst) {
+      worst = on.worst;
+      worst_first = absl::StrCat("seed ", seed, ": ", first);
+    }
     requests += static_cast<int>(w.reqs.size());
     w.options.aging_tokens_per_second = 0;
-    unguarded += Compare(w, 0, nullptr).violations;
+    const Outcome off = Compare(w, 0, nullptr);
+    unguarded += off.violations;
+    unguarded_strict += off.strict;
   }
-  std::printf("%d requests: over 2x FCFS wait + one step: %d with the guard (worst by %.2f "
-              "floors), %d without guard or aging\n",
-              requests, guarded, worst, unguarded);
+  std::printf("%d requests over 2x FCFS wait + one step: %d with the guard (worst by %.2f "
+              "floors), %d without guard or aging; over 2x without the step: %d vs %d\n",
+              requests, guarded, worst, unguarded, guarded_strict, unguarded_strict);
+  if (guarded > 0) std::printf("workload with the worst: %s\n", worst_first.c_str());
   EXPECT_GT(unguarded, 0) << "the workloads must be able to break the bound";
-  EXPECT_LE(guarded, requests / 200);
-  EXPECT_LE(guarded * 5, unguarded);
+  EXPECT_LE(guarded, requests / 1000);
+  EXPECT_LE(guarded * 20, unguarded);
 }
 
 // Without the guard the bound does not hold even with aging: aging bounds

@@ -115,22 +115,24 @@ TEST(PrefillSchedulerTest, ComputeAwareOrdersByUncachedTokens) {
               ElementsAre("short", "mostly-cached", "mid", "long"));
 }
 
-TEST(PrefillSchedulerTest, FcfsOrdersByArrivalThenId) {
+// Equal arrival times: the earlier Add() first (not the id order), so that
+// the guard's shadow, given the same calls under other ids, agrees.
+TEST(PrefillSchedulerTest, FcfsOrdersByArrivalThenAddOrder) {
   auto s = Make(OnePerStep(Policy::kFcfs));
   ASSERT_TRUE(s->Add(Req("b", 50, 0, 2)).ok());
   ASSERT_TRUE(s->Add(Req("c", 9000, 0, 1)).ok());
   ASSERT_TRUE(s->Add(Req("a", 10, 0, 2)).ok());
   ASSERT_TRUE(s->Add(Req("d", 1, 0, 3)).ok());
-  EXPECT_THAT(StartOrder(*s, 10), ElementsAre("c", "a", "b", "d"));
+  EXPECT_THAT(StartOrder(*s, 10), ElementsAre("c", "b", "a", "d"));
 }
 
-TEST(PrefillSchedulerTest, ComputeAwareTiesGoToEarlierArrivalThenId) {
+TEST(PrefillSchedulerTest, ComputeAwareTiesGoToEarlierArrivalThenAddOrder) {
   auto s = Make(OnePerStep(Policy::kComputeAware, /*aging=*/0));
   ASSERT_TRUE(s->Add(Req("z", 100, 0, 5)).ok());
   ASSERT_TRUE(s->Add(Req("y", 100, 0, 5)).ok());
   ASSERT_TRUE(s->Add(Req("x", 100, 0, 7)).ok());
   ASSERT_TRUE(s->Add(Req("w", 100, 0, 1)).ok());
-  EXPECT_THAT(StartOrder(*s, 10), ElementsAre("w", "y", "z", "x"));
+  EXPECT_THAT(StartOrder(*s, 10), ElementsAre("w", "z", "y", "x"));
 }
 
 // priority = uncached - aging * wait: with aging 500 tokens/s a 1000-token
@@ -428,6 +430,51 @@ TEST(PrefillSchedulerTest, FcfsWaitGuardStartsAPassedOverLongPrompt) {
   // more short prompts and then it.
   EXPECT_EQ(LongStartStep(1.6), 2);
   EXPECT_EQ(LongStartStep(0), 0);  // guard off: starved by the stream
+}
+
+// One chunk per step, so a request in progress holds the step: a request
+// whose deadline falls before the next step starts takes the step instead
+// (the in-progress one pauses), and its deadline counts from its arrival,
+// during the step in flight, not from that step's end.
+TEST(PrefillSchedulerTest, FcfsWaitGuardDueRequestTakesTheStepFromOneInProgress) {
+  PrefillSchedulerOptions o = OnePerStep(Policy::kComputeAware);
+  o.fcfs_wait_ratio = 1.7;
+  o.chunk_tokens = o.step_token_budget = 100;
+  o.max_partial_requests = 1;
+  auto s = Make(o);
+  ASSERT_TRUE(s->Add(Req("s0", 100, 0, 0)).ok());
+  EXPECT_THAT(Ids(s->NextStep(0)), ElementsAre("s0"));  // step 1: work 0-100
+  // Both arrive during step 1. FCFS starts "long" in step 2 (wait: the rest
+  // of step 1), so it must start before 1.7 x 100 of work from arrival,
+  // i.e. by work 170 - 100 = 70 past step 1's end: in step 2. Shortest-first
+  // alone would start "short" there and keep "long" waiting behind it.
+  ASSERT_TRUE(s->Add(Req("long", 1000, 0, 1)).ok());
+  ASSERT_TRUE(s->Add(Req("short", 300, 0, 1)).ok());
+  EXPECT_THAT(Ids(s->NextStep(2)), ElementsAre("long"));
+  // "short" (FCFS: after all of "long", 10 steps) starts when "long" ends.
+  std::vector<std::string> order;
+  for (int step = 3; step < 20; ++step) {
+    for (const PrefillChunk& c : s->NextStep(step).chunks) order.push_back(c.id);
+  }
+  EXPECT_THAT(order, ElementsAre("long", "long", "long", "long", "long", "long",
+                                 "long", "long", "long", "short", "short", "short"));
+  EXPECT_EQ(s->guarded_starts(), 1);
+
+  // A request in progress pauses for a due one. "b" arrives first (FCFS
+  // starts it at once: deadline 170); "a" (150 tokens) may go first, as its
+  // 150 of work would leave "b" on time, but it takes two steps, and after
+  // the first the next step would start at 200 > 170: "b" takes step 2.
+  auto t = Make(o);
+  ASSERT_TRUE(t->Add(Req("b", 1000, 0, 0)).ok());
+  ASSERT_TRUE(t->Add(Req("a", 150, 0, 0)).ok());
+  EXPECT_THAT(Ids(t->NextStep(0)), ElementsAre("a"));  // work 0-100
+  EXPECT_THAT(Ids(t->NextStep(1)), ElementsAre("b"));
+  EXPECT_THAT(Ids(t->NextStep(2)), ElementsAre("a"));  // in progress first
+  // A request that would push "b" past its deadline may not go first.
+  auto u = Make(o);
+  ASSERT_TRUE(u->Add(Req("b", 1000, 0, 0)).ok());
+  ASSERT_TRUE(u->Add(Req("a", 300, 0, 0)).ok());
+  EXPECT_THAT(Ids(u->NextStep(0)), ElementsAre("b"));
 }
 
 TEST(PrefillSchedulerTest, FcfsWaitGuardOptionsAreValidated) {

@@ -163,8 +163,11 @@ TEST(SchedMetricsTest, GuardedStartsAreCounted) {
     }
     s->NextStep(step);
   }
-  EXPECT_EQ(s->guarded_starts(), 1);
-  EXPECT_EQ(Sample(registry, "swaserve_sched_guarded_starts_total{role=\"prefill\"}"), 1);
+  // "long" in step 2 ahead of the short prompts, then in step 3 two that
+  // arrived during step 2 ahead of two older ones (FCFS would start them a
+  // step after those, so their deadlines fall before the next step).
+  EXPECT_EQ(s->guarded_starts(), 3);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_guarded_starts_total{role=\"prefill\"}"), 3);
 }
 
 }  // namespace
