@@ -17,6 +17,9 @@
 # REPEAT (rounds, default 1: each round runs every policy once, in order, so
 # that slow drifts of the machine hit every policy alike).
 #
+# Each run leaves $OUT/<run>.json (per request), <run>.txt (summary) and
+# p1-<run>.metrics (the prefill worker's Prometheus metrics at the end).
+#
 # Near saturation two runs of the SAME policy differ a lot request by
 # request; with REPEAT >= 3 the comparison uses each request's median TTFT
 # over the FCFS runs and prints the FCFS-vs-FCFS noise floor
@@ -81,6 +84,10 @@ for label in $POLICIES; do
       --length_scale="$LENGTH_SCALE" --time_scale="$TIME_SCALE" --max_output_tokens="$MAX_OUT" \
       --concurrency=1024 --vocab_size=50000 --first_token_id=100 --reconstruct_continuations \
       --model=tiny --json="$OUT/$run.json" --json_requests --quiet | tee "$OUT/$run.txt"
+  # The prefill worker's metrics after the run (scheduling wait histogram,
+  # guarded starts, queue depth...), for looking into a run afterwards.
+  curl -sf "http://127.0.0.1:$(port_of "$OUT/p1.ports" metrics_port)/metrics" \
+      >"$OUT/p1-$run.metrics" || echo "note: could not scrape the prefill worker's metrics" >&2
   cleanup
   pids=()
 done
