@@ -15,7 +15,10 @@
 # worker's default), POLICIES (default "fcfs compute_aware"; also
 # "compute_aware_noguard": compute-aware with the FCFS-wait guard off),
 # REPEAT (rounds, default 1: each round runs every policy once, in order, so
-# that slow drifts of the machine hit every policy alike).
+# that slow drifts of the machine hit every policy alike), PIN (1, the
+# default with >= 2 CPUs: the prefill worker on CPU 0 and every other
+# process on the other CPUs, so that the rest of the cluster does not slow
+# prefill steps down by a different amount under each policy; 0: no pinning).
 #
 # Each run leaves $OUT/<run>.json (per request), <run>.txt (summary) and
 # p1-<run>.metrics (the prefill worker's Prometheus metrics at the end).
@@ -35,6 +38,11 @@ THREADS=${THREADS:-1}
 AGING=${AGING:-}
 POLICIES=${POLICIES:-fcfs compute_aware}
 REPEAT=${REPEAT:-1}
+PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
+pin_prefill=(); pin_rest=()
+if [ "$PIN" = 1 ]; then
+  pin_prefill=(taskset -c 0); pin_rest=(taskset -c "1-$(( $(nproc) - 1 ))")
+fi
 OUT=${OUT:-/tmp/swaserve-sched-replay}
 TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
 mkdir -p "$OUT"
@@ -59,20 +67,20 @@ for label in $POLICIES; do
   run=$label; [ "$REPEAT" -gt 1 ] && run=$label-$round
   rm -f "$OUT"/*.ports
   rport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$run.log" 2>&1 &
+  "${pin_rest[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$OUT/redis-$run.log" 2>&1 &
   pids+=($!)
   common=(--model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport --listen=127.0.0.1:0
           --metrics.host=127.0.0.1 --kv.prefill_mib=256 --kv.decode_mib=256 --log_level=warn)
-  "$BUILD/bin/swaserve-worker" "${common[@]}" --role=prefill --worker_id=p1 --threads="$THREADS" \
+  "${pin_prefill[@]}" "$BUILD/bin/swaserve-worker" "${common[@]}" --role=prefill --worker_id=p1 --threads="$THREADS" \
       --prefill.policy="$policy" ${AGING:+--prefill.aging_tokens_per_second=$AGING} "${extra[@]}" \
       --port_file="$OUT/p1.ports" >"$OUT/p1-$run.log" 2>&1 &
   pids+=($!)
-  "$BUILD/bin/swaserve-worker" "${common[@]}" --role=decode --worker_id=d1 --threads=1 \
+  "${pin_rest[@]}" "$BUILD/bin/swaserve-worker" "${common[@]}" --role=decode --worker_id=d1 --threads=1 \
       --port_file="$OUT/d1.ports" >"$OUT/d1-$run.log" 2>&1 &
   pids+=($!)
   port_of "$OUT/p1.ports" grpc_port >/dev/null
   port_of "$OUT/d1.ports" grpc_port >/dev/null
-  "$BUILD/bin/swaserve-router" --model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport \
+  "${pin_rest[@]}" "$BUILD/bin/swaserve-router" --model="$OUT/model" --model_name=tiny --redis=127.0.0.1:$rport \
       --listen=127.0.0.1:0 --http.host=127.0.0.1 --http.port=0 --log_level=warn \
       --port_file="$OUT/r1.ports" >"$OUT/r1-$run.log" 2>&1 &
   pids+=($!)
@@ -80,7 +88,7 @@ for label in $POLICIES; do
   hport=$(port_of "$OUT/r1.ports" http_port)
   for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$hport/health" >/dev/null && break; sleep 0.1; done
   echo "== $run: replaying $N requests (length x$LENGTH_SCALE, time x$TIME_SCALE)" >&2
-  "$BUILD/bin/swaserve" replay "$TRACE" --router=127.0.0.1:$gport --limit="$N" \
+  "${pin_rest[@]}" "$BUILD/bin/swaserve" replay "$TRACE" --router=127.0.0.1:$gport --limit="$N" \
       --length_scale="$LENGTH_SCALE" --time_scale="$TIME_SCALE" --max_output_tokens="$MAX_OUT" \
       --concurrency=1024 --vocab_size=50000 --first_token_id=100 --reconstruct_continuations \
       --model=tiny --json="$OUT/$run.json" --json_requests --quiet | tee "$OUT/$run.txt"
