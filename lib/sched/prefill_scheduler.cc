@@ -299,9 +299,10 @@ bool PrefillScheduler::LayOutDeadlines() {
     least = std::min(least, r->deadline - start);
     start += r->cost;
   }
-  // Requests whose FCFS start the shadow (a step ahead) has not reached
-  // have no deadline yet; it will lie beyond the shadow's clock, after every
-  // known one, so starting one of them must leave every known one on time.
+  // Requests the shadow has not started have no deadline yet; theirs will
+  // not fall before the next step (AdvanceShadow ran until every such one
+  // was known), so a candidate among them counts as latest: starting it
+  // must leave every known deadline on time.
   least_slack_ = least;
   return true;
 }

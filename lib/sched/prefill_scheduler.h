@@ -367,7 +367,8 @@ class PrefillScheduler {
   double pending_cost_ = 0;
   double not_started_cost_ = 0;
   double work_clock_ = 0;
-  // Work of the last step handed out (the shadow's look-ahead).
+  // Work of the last step handed out: the step in flight for requests
+  // added now (arrival_slack) and a floor of StepWorkEstimate().
   double last_step_cost_ = 0;
   int64_t guarded_starts_ = 0;
 };
