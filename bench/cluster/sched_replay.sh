@@ -4,7 +4,9 @@
 # local cluster (redis-server, 1 prefill worker, 1 decode worker, a router —
 # real processes on loopback, KV over UCX) once with FCFS prefill scheduling
 # and once with compute-aware priority + aging, then compared request by
-# request (bench/cluster/compare_replays.py).
+# request (bench/cluster/compare_replays.py): TTFT, and each request's
+# prefill scheduling wait (Usage.prefill_queue_seconds) against 2x its FCFS
+# wait.
 #
 #   bash bench/cluster/sched_replay.sh            # BUILD=build N=600 ...
 #
@@ -104,12 +106,17 @@ if [ "$REPEAT" -gt 1 ]; then
   for label in $POLICIES; do
     [ "$label" = fcfs ] && continue
     echo "== $label vs fcfs"
-    python3 bench/cluster/compare_replays.py --baseline "$OUT"/fcfs-*.json --candidate "$OUT/$label"-*.json
+    for metric in ttft wait; do
+      python3 bench/cluster/compare_replays.py --metric $metric --worst 5 \
+          --baseline "$OUT"/fcfs-*.json --candidate "$OUT/$label"-*.json
+    done
   done
 else
   for label in $POLICIES; do
     [ "$label" = fcfs ] && continue
     echo "== $label vs fcfs"
-    python3 bench/cluster/compare_replays.py "$OUT/fcfs.json" "$OUT/$label.json"
+    for metric in ttft wait; do
+      python3 bench/cluster/compare_replays.py --metric $metric --worst 5 "$OUT/fcfs.json" "$OUT/$label.json"
+    done
   done
 fi

@@ -176,6 +176,9 @@ class GenerateCall final
     if (response_.has_usage()) {
       prompt_tokens_ = response_.usage().prompt_tokens();
       cached_tokens_ = response_.usage().cached_tokens();
+      if (response_.usage().has_prefill_queue_seconds()) {
+        prefill_queue_s_ = response_.usage().prefill_queue_seconds();
+      }
     }
     StartRead(&response_);
   }
@@ -191,6 +194,7 @@ class GenerateCall final
     r.output_tokens = output_tokens_;
     r.prompt_tokens = prompt_tokens_;
     r.cached_tokens = cached_tokens_;
+    r.prefill_queue_s = prefill_queue_s_;
     ReplayRun* run = run_;
     const bool ok = status.ok();
     delete this;
@@ -212,6 +216,7 @@ class GenerateCall final
   int64_t output_tokens_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t cached_tokens_ = 0;
+  double prefill_queue_s_ = -1;
 };
 
 nlohmann::json DistributionJson(const Distribution& d) {
@@ -233,7 +238,7 @@ ReplayReport BuildReport(std::vector<RequestResult> results, double duration_s,
   ReplayReport rep;
   rep.options = options;
   rep.duration_s = duration_s;
-  std::vector<double> wait, ttft, tpot, e2e;
+  std::vector<double> wait, ttft, tpot, e2e, prefill_queue;
   std::set<std::string> seen_errors;
   for (const RequestResult& r : results) {
     ++rep.requests;
@@ -259,11 +264,13 @@ ReplayReport BuildReport(std::vector<RequestResult> results, double duration_s,
     }
     rep.prompt_tokens += r.prompt_tokens;
     rep.cached_tokens += r.cached_tokens;
+    if (r.prefill_queue_s >= 0) prefill_queue.push_back(r.prefill_queue_s);
   }
   rep.queue_wait_s = Summarize(std::move(wait));
   rep.ttft_s = Summarize(std::move(ttft));
   rep.tpot_s = Summarize(std::move(tpot));
   rep.e2e_s = Summarize(std::move(e2e));
+  rep.prefill_queue_s = Summarize(std::move(prefill_queue));
   rep.cache_hit_rate = rep.prompt_tokens > 0
                            ? static_cast<double>(rep.cached_tokens) /
                                  static_cast<double>(rep.prompt_tokens)
@@ -310,6 +317,7 @@ std::string ReplayReport::ToText() const {
   row("TTFT (from send)", ttft_s);
   row("TPOT", tpot_s);
   row("end-to-end (from send)", e2e_s);
+  row("prefill sched. wait", prefill_queue_s);
   absl::StrAppendFormat(&out, "\n  %-22s %d  (%.1f tok/s)\n", "output tokens",
                         output_tokens, output_tokens_per_s);
   absl::StrAppendFormat(&out, "  %-22s %.2f\n", "requests/s", requests_per_s);
@@ -332,6 +340,7 @@ std::string ReplayReport::ToJson(bool include_requests) const {
   j["ttft_s"] = DistributionJson(ttft_s);
   j["tpot_s"] = DistributionJson(tpot_s);
   j["e2e_s"] = DistributionJson(e2e_s);
+  j["prefill_queue_s"] = DistributionJson(prefill_queue_s);
   j["duration_s"] = duration_s;
   j["output_tokens"] = output_tokens;
   j["output_tokens_per_s"] = output_tokens_per_s;
@@ -372,7 +381,8 @@ std::string ReplayReport::ToJson(bool include_requests) const {
                     {"max_tokens", r.max_tokens},
                     {"output_tokens", r.output_tokens},
                     {"prompt_tokens", r.prompt_tokens},
-                    {"cached_tokens", r.cached_tokens}});
+                    {"cached_tokens", r.cached_tokens},
+                    {"prefill_queue_s", r.prefill_queue_s}});
     }
     j["results"] = std::move(rs);
   }

@@ -107,6 +107,9 @@ struct RequestResult {
   // From the final Usage (0 when absent).
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  // Usage.prefill_queue_seconds: the prompt's scheduling wait in the prefill
+  // worker (-1 when absent).
+  double prefill_queue_s = -1;
 };
 
 struct ReplayReport {
@@ -122,6 +125,8 @@ struct ReplayReport {
   Distribution ttft_s;        // successful calls that received a token
   Distribution tpot_s;        // successful calls with > 1 output token
   Distribution e2e_s;         // successful calls
+  // Successful calls whose Usage carried the prefill scheduling wait.
+  Distribution prefill_queue_s;
 
   double duration_s = 0;
   int64_t output_tokens = 0;       // received, all calls

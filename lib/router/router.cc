@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
@@ -21,6 +22,10 @@
 
 namespace swaserve::router {
 namespace {
+
+// How long the last response of a stream may wait for the prefill worker's
+// answer (which carries the prompt's scheduling wait for Usage).
+constexpr absl::Duration kPrefillAnswerGrace = absl::Milliseconds(500);
 
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -511,6 +516,7 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   grpc::Status pstatus;
   absl::Mutex leg_mu;
   bool tokens_seen = false;  // guarded by leg_mu
+  absl::Notification prefill_done;  // presp and pstatus are set
   std::thread prefill_thread([&] {
     v1::PrefillRequest preq;
     preq.set_request_id(transfer_id);
@@ -522,6 +528,7 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
     t->set_transfer_id(transfer_id);
     *t->mutable_destination() = msg.kv_destination();
     pstatus = c.prefill->prefill->Prefill(&pctx, preq, &presp);
+    prefill_done.Notify();
     // Without its KV the decode leg would wait for a commit that will not
     // come: cancel it — unless tokens already flow, which means the commit
     // arrived and the decode leg no longer needs the prefill worker (it may
@@ -564,6 +571,14 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
       u->set_prompt_tokens(static_cast<uint32_t>(r.tokens.size()));
       u->set_completion_tokens(r.completion_tokens);
       r.cached_tokens = u->cached_tokens();
+      // The prefill worker answers right after its commit, which is what let
+      // the decode worker generate; but a short generation can finish first.
+      // Wait for that answer briefly (never long: a worker that dies after
+      // committing must not hold the client's last chunk) so that Usage can
+      // carry the prompt's scheduling wait.
+      if (prefill_done.WaitForNotificationWithTimeout(kPrefillAnswerGrace) && pstatus.ok()) {
+        u->set_prefill_queue_seconds(presp.queue_seconds());
+      }
       finished = true;
     }
     out.set_text(std::move(piece));

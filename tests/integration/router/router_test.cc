@@ -180,6 +180,7 @@ TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
   for (int round = 0; round < 2; ++round) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    const auto sent = std::chrono::steady_clock::now();
     auto stream = stub->Generate(&ctx, g);
     v1::GenerateResponse resp;
     std::string grpc_text;
@@ -197,6 +198,12 @@ TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
     EXPECT_EQ(tokens, 10);
     EXPECT_EQ(usage.completion_tokens(), 10u);
     EXPECT_EQ(usage.prompt_tokens(), full["usage"]["prompt_tokens"].get<uint32_t>());
+    // The prefill worker's scheduling wait, forwarded by the router: within
+    // the request's lifetime.
+    ASSERT_TRUE(usage.has_prefill_queue_seconds());
+    EXPECT_GE(usage.prefill_queue_seconds(), 0);
+    EXPECT_LT(usage.prefill_queue_seconds(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
   }
 
   // The same client id on concurrent requests: workers never see a clash.

@@ -3,7 +3,8 @@
 //
 // The fake streams max_tokens tokens, one per message, the first after
 // kFirstTokenDelay and the others kTokenInterval apart; the last message
-// carries finish_reason and usage (cached_tokens = prompt_tokens / 4). Prompt
+// carries finish_reason and usage (cached_tokens = prompt_tokens / 4, and
+// prefill_queue_seconds = prompt_tokens * 1e-4 for even prompts only). Prompt
 // lengths are markers: 7 fails with INVALID_ARGUMENT, 9 with
 // RESOURCE_EXHAUSTED, 11 never answers (until the client's deadline).
 #include "lib/loadgen/replay.h"
@@ -140,6 +141,7 @@ class FakeStream final : public grpc::ServerWriteReactor<GenerateResponse> {
       response_.mutable_usage()->set_prompt_tokens(prompt);
       response_.mutable_usage()->set_completion_tokens(total_);
       response_.mutable_usage()->set_cached_tokens(prompt / 4);
+      if (prompt % 2 == 0) response_.mutable_usage()->set_prefill_queue_seconds(prompt * 1e-4);
     }
     StartWrite(&response_);
   }
@@ -280,6 +282,18 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   EXPECT_EQ(rep->results[0].max_tokens, 1);
   EXPECT_EQ(rep->results[31].code, "INVALID_ARGUMENT");
   EXPECT_FALSE(rep->results[31].ok);
+  // The prefill scheduling wait, where Usage carried it (even prompts:
+  // input 100 + 37 i is even for even i).
+  for (int i = 0; i < 30; ++i) {
+    if (i % 2 == 0) {
+      EXPECT_DOUBLE_EQ(rep->results[i].prefill_queue_s, (100 + 37 * i) * 1e-4) << i;
+    } else {
+      EXPECT_EQ(rep->results[i].prefill_queue_s, -1) << i;
+    }
+  }
+  EXPECT_EQ(rep->prefill_queue_s.count, 15);
+  EXPECT_DOUBLE_EQ(rep->prefill_queue_s.min, 100e-4);
+  EXPECT_DOUBLE_EQ(rep->prefill_queue_s.max, (100 + 37 * 28) * 1e-4);
 
   // Progress ended with everything done.
   EXPECT_GE(progress_calls, 1);
@@ -300,6 +314,9 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   EXPECT_DOUBLE_EQ(j["cache_hit_rate"].get<double>(), rep->cache_hit_rate);
   EXPECT_DOUBLE_EQ(j["ttft_s"]["p99"].get<double>(), rep->ttft_s.p99);
   EXPECT_EQ(j["results"].size(), 35u);
+  EXPECT_DOUBLE_EQ(j["results"][2]["prefill_queue_s"].get<double>(), 174e-4);
+  EXPECT_EQ(j["prefill_queue_s"]["count"], 15);
+  EXPECT_THAT(text, HasSubstr("prefill sched. wait"));
   EXPECT_EQ(j["options"]["concurrency"], 8);
 }
 
