@@ -232,7 +232,8 @@ void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
         if (it != by_shadow_id_.end()) {
           // Still queued here: its FCFS wait is now known.
           Request* r = it->second;
-          r->deadline = DeadlineFor(*r, at - r->shadow_add_clock);
+          r->fcfs_wait = at - r->shadow_add_clock;
+          r->deadline = DeadlineFor(*r, r->fcfs_wait);
           r->has_deadline = true;
           by_deadline_.insert(r);
           by_shadow_id_.erase(it);
@@ -397,6 +398,20 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     metrics_.AddRunning(1);
     metrics_.CountAdmitted();
     metrics_.ObserveWait(r->info.arrival_ns, now_ns);
+    if (r->has_deadline) {
+      // The guard's own check: its wait on the work clock (counted from up
+      // to one step before Add, as the deadline is) against its FCFS wait,
+      // or, when larger, the floor or the step in flight at its arrival
+      // (which no order could shorten: started at the first step after
+      // Add, the ratio is at most 1). On time implies <= fcfs_wait_ratio.
+      metrics_.ObserveFcfsWaitRatio(
+          (clock_before - r->add_clock + r->arrival_slack) /
+          std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack}));
+      if (clock_before > r->deadline) {
+        ++late_starts_;
+        metrics_.CountLateStart();
+      }
+    }
     budget -= n;
     if (stays_partial) ++partial;
     if (TakeChunk(r, n, /*first=*/true, &step)) {

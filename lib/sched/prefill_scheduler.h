@@ -268,6 +268,11 @@ class PrefillScheduler {
   // Starts the FCFS-wait guard moved ahead of a request earlier in priority
   // order.
   int64_t guarded_starts() const { return guarded_starts_; }
+  // Starts at a step that began after the request's deadline (the guard
+  // missed it: more requests were due than one step holds, or memory
+  // refused it). Requests that start before the shadow knows their FCFS
+  // wait are not counted (they started no later than FCFS would have).
+  int64_t late_starts() const { return late_starts_; }
 
   const PrefillSchedulerOptions& options() const { return options_; }
 
@@ -294,6 +299,8 @@ class PrefillScheduler {
     double arrival_slack = 0;
     bool has_deadline = false;
     double deadline = 0;
+    // Its FCFS wait on the shadow's work clock, once has_deadline.
+    double fcfs_wait = 0;
     // Work of the uncached tokens, Cost(cached_tokens, uncached_tokens).
     double cost = 0;
     // Scratch of the guard's layout: the least slack (deadline minus
@@ -371,6 +378,7 @@ class PrefillScheduler {
   // added now (arrival_slack) and a floor of StepWorkEstimate().
   double last_step_cost_ = 0;
   int64_t guarded_starts_ = 0;
+  int64_t late_starts_ = 0;
 };
 
 }  // namespace swaserve::sched

@@ -66,6 +66,21 @@ absl::StatusOr<SchedMetrics> SchedMetrics::Create(metrics::Registry* registry,
       registry->AddHistogram("swaserve_sched_batch_size",
                              "Requests per prefill step or decode iteration.",
                              labels, batch_buckets));
+  ASSIGN_OR_RETURN(
+      metrics::HistogramFamily * ratio,
+      registry->AddHistogram(
+          "swaserve_sched_fcfs_wait_ratio",
+          "Prefill starts with the FCFS-wait guard on: scheduling wait / "
+          "max(the wait FCFS would have given it, one step, the step in "
+          "flight at arrival), on the guard's work clock; the guard keeps it "
+          "under fcfs_wait_ratio.",
+          labels, {0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 5, 10}));
+  ASSIGN_OR_RETURN(metrics::CounterFamily * late,
+                   registry->AddCounter(
+                       "swaserve_sched_guard_late_starts_total",
+                       "Prefill starts after the FCFS-wait guard's deadline "
+                       "(more requests due than a step holds, or memory).",
+                       labels));
   m.queue_depth_ = &depth->WithLabels(values);
   m.running_ = &running->WithLabels(values);
   m.queued_tokens_ = &tokens->WithLabels(values);
@@ -75,6 +90,8 @@ absl::StatusOr<SchedMetrics> SchedMetrics::Create(metrics::Registry* registry,
   m.cancelled_ = &cancelled->WithLabels(values);
   m.guarded_ = &guarded->WithLabels(values);
   m.batch_size_ = &batch->WithLabels(values);
+  m.fcfs_wait_ratio_ = &ratio->WithLabels(values);
+  m.late_starts_ = &late->WithLabels(values);
   return m;
 }
 
@@ -111,6 +128,14 @@ void SchedMetrics::CountGuarded() {
 
 void SchedMetrics::ObserveBatch(int requests) {
   if (batch_size_ != nullptr) batch_size_->Observe(requests);
+}
+
+void SchedMetrics::ObserveFcfsWaitRatio(double ratio) {
+  if (fcfs_wait_ratio_ != nullptr) fcfs_wait_ratio_->Observe(ratio);
+}
+
+void SchedMetrics::CountLateStart() {
+  if (late_starts_ != nullptr) late_starts_->Increment();
 }
 
 }  // namespace swaserve::sched

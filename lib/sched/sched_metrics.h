@@ -23,6 +23,15 @@
 //                                           earlier in priority order
 //   swaserve_sched_batch_size{role}         histogram: requests in a non-empty
 //                                           prefill step / decode iteration
+//   swaserve_sched_fcfs_wait_ratio{role}    histogram: prefill starts with the
+//                                           FCFS-wait guard on, whose FCFS
+//                                           wait the shadow knew: wait /
+//                                           max(FCFS wait, one step, the
+//                                           step in flight at arrival), on
+//                                           the guard's work clock (the guard
+//                                           keeps it <= fcfs_wait_ratio)
+//   swaserve_sched_guard_late_starts_total{role} of those, starts after the
+//                                           deadline (the guard missed it)
 //
 // Gauges are changed by increments, so several schedulers of one role on one
 // registry add up; a scheduler subtracts what it still holds when destroyed.
@@ -58,6 +67,8 @@ class SchedMetrics {
   void CountCancelled();
   void CountGuarded();
   void ObserveBatch(int requests);
+  void ObserveFcfsWaitRatio(double ratio);
+  void CountLateStart();
 
  private:
   metrics::Gauge* queue_depth_ = nullptr;
@@ -69,6 +80,8 @@ class SchedMetrics {
   metrics::Counter* cancelled_ = nullptr;
   metrics::Counter* guarded_ = nullptr;
   metrics::Histogram* batch_size_ = nullptr;
+  metrics::Histogram* fcfs_wait_ratio_ = nullptr;
+  metrics::Counter* late_starts_ = nullptr;
 };
 
 }  // namespace swaserve::sched

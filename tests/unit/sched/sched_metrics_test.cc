@@ -168,6 +168,49 @@ TEST(SchedMetricsTest, GuardedStartsAreCounted) {
   // step after those, so their deadlines fall before the next step).
   EXPECT_EQ(s->guarded_starts(), 3);
   EXPECT_EQ(Sample(registry, "swaserve_sched_guarded_starts_total{role=\"prefill\"}"), 3);
+  // The guard's own check: every start whose FCFS wait was known kept its
+  // wait / max(FCFS wait, floor) under the ratio (1.7), none was late.
+  const double n = Sample(registry, "swaserve_sched_fcfs_wait_ratio_count{role=\"prefill\"}");
+  EXPECT_GE(n, 5);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_fcfs_wait_ratio_bucket{role=\"prefill\",le=\"1.75\"}"),
+            n);
+  EXPECT_EQ(s->late_starts(), 0);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_guard_late_starts_total{role=\"prefill\"}"), 0);
+}
+
+// A request memory refuses past its deadline starts late: counted, and its
+// ratio lands above the guard's.
+TEST(SchedMetricsTest, LateStartsAreCounted) {
+  metrics::Registry registry;
+  PrefillSchedulerOptions o;
+  o.registry = &registry;
+  o.chunk_tokens = 512;
+  o.step_token_budget = 1024;
+  o.max_partial_requests = 2;
+  auto s = *PrefillScheduler::Create(o);
+  ASSERT_TRUE(s->Add({"long", 20000, 0, 0}).ok());
+  s->NextStep(0);  // "long" runs a step of 1024 tokens at a time
+  ASSERT_TRUE(s->Add({"x", 100, 0, 1}).ok());
+  int started_at = -1;
+  for (int step = 1; step <= 8 && started_at < 0; ++step) {
+    const PrefillStep st = s->NextStep(step, [&](const PrefillRequestInfo& info) {
+      return info.id != "x" || step >= 6;  // memory for "x" from step 6 on
+    });
+    for (const PrefillChunk& c : st.chunks) {
+      if (c.id == "x") started_at = step;
+    }
+  }
+  ASSERT_EQ(started_at, 6);
+  EXPECT_EQ(s->late_starts(), 1);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_guard_late_starts_total{role=\"prefill\"}"), 1);
+  // Both starts had a known FCFS wait: "long" started at once (ratio 0);
+  // "x", which FCFS would have started in step 1 (wait 0, so the floor of
+  // one 1024-token step counts), waited 5 steps of one 512-token chunk of
+  // "long" plus the step in flight: 3 floors, past the guard's 1.7.
+  EXPECT_EQ(Sample(registry, "swaserve_sched_fcfs_wait_ratio_count{role=\"prefill\"}"), 2);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_fcfs_wait_ratio_bucket{role=\"prefill\",le=\"0.25\"}"), 1);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_fcfs_wait_ratio_bucket{role=\"prefill\",le=\"2.5\"}"), 1);
+  EXPECT_EQ(Sample(registry, "swaserve_sched_fcfs_wait_ratio_bucket{role=\"prefill\",le=\"5\"}"), 2);
 }
 
 }  // namespace
