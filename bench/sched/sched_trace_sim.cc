@@ -187,6 +187,10 @@ struct Run {
   // Seconds from arrival to the end of the step in flight on its worker (0
   // when idle): the least wait any (non-preemptive) order could give it.
   std::vector<double> residual_s;
+  // The guard's own view at its start (PrefillChunk::fcfs_wait_ratio, -1
+  // when the shadow had not started it yet) and whether it started late.
+  std::vector<double> guard_ratio;
+  std::vector<char> guard_late;
   double busy_s = 0, span_s = 0;
   int64_t steps = 0, tokens = 0;
   // The FCFS-wait guard's counters, summed over workers.
@@ -234,6 +238,8 @@ Run Simulate(const std::vector<TraceRequest>& trace, const Flags& f,
   run.cached.assign(n, 0);
   run.queued_at_arrival.assign(n, 0);
   run.residual_s.assign(n, 0);
+  run.guard_ratio.assign(n, -1);
+  run.guard_late.assign(n, 0);
   std::vector<int64_t> arrival(n);
   for (size_t i = 0; i < n; ++i) {
     arrival[i] =
@@ -318,6 +324,8 @@ Run Simulate(const std::vector<TraceRequest>& trace, const Flags& f,
         if (ch.first) {
           const size_t i = index_of(ch.id);
           run.wait_s[i] = (t - arrival[i]) * 1e-9;
+          run.guard_ratio[i] = ch.fcfs_wait_ratio;
+          run.guard_late[i] = ch.late;
         }
       }
       const double dur = cost.StepSeconds(w.step);
@@ -639,7 +647,7 @@ int Main(int argc, char** argv) {
     {
       // Who waits more than 2x: FCFS wait, uncached tokens, and the reason.
       std::vector<double> all_u, over_u;
-      int quiet = 0, cache_lost = 0, first_boundary = 0;
+      int quiet = 0, cache_lost = 0, first_boundary = 0, late = 0, unknown = 0;
       for (size_t i = 0; i < trace.size(); ++i) {
         all_u.push_back(main_run->prompt[i] - main_run->cached[i]);
         if (main_run->wait_s[i] <= 2 * std::max(fcfs.wait_s[i], floor_s)) {
@@ -651,19 +659,24 @@ int Main(int argc, char** argv) {
         // Started by the first step after its arrival: the step in flight
         // alone made it wait that long, and no order could start it sooner.
         if (main_run->wait_s[i] <= main_run->residual_s[i] + 1e-9) ++first_boundary;
+        if (main_run->guard_late[i]) ++late;
+        if (main_run->guard_ratio[i] < 0) ++unknown;
       }
       std::printf(
           "  the %zu requests above 2x: %d had an FCFS wait under the floor; "
           "%d got fewer cached tokens than under FCFS; %d started in the first "
           "step after their arrival (the step in flight was longer than 2x "
-          "their FCFS wait; no order could start them sooner); median "
-          "uncached tokens %.0f (all requests: %.0f)\n",
-          over_u.size(), quiet, cache_lost, first_boundary,
+          "their FCFS wait; no order could start them sooner); %d started "
+          "after the guard's deadline; %d before the guard knew their FCFS "
+          "wait; median uncached tokens %.0f (all requests: %.0f)\n",
+          over_u.size(), quiet, cache_lost, first_boundary, late, unknown,
           Percentile(over_u, 0.5), Percentile(all_u, 0.5));
       j["over_2x"] = {{"requests", over_u.size()},
                       {"fcfs_wait_under_floor", quiet},
                       {"fewer_cached_tokens_than_fcfs", cache_lost},
                       {"started_in_first_step_after_arrival", first_boundary},
+                      {"started_after_guard_deadline", late},
+                      {"started_before_fcfs_wait_known", unknown},
                       {"median_uncached_tokens", Percentile(over_u, 0.5)},
                       {"median_uncached_tokens_all", Percentile(all_u, 0.5)}};
     }
@@ -679,19 +692,20 @@ int Main(int argc, char** argv) {
           "  the %d largest wait ratios (request, uncached tokens, wait, FCFS "
           "wait, "
           "queued tokens at arrival under FCFS / this policy, seconds left of "
-          "the step in flight at arrival):\n",
+          "the step in flight at arrival, the guard's own ratio, late):\n",
           f.show_worst);
       for (int k = 0; k < f.show_worst && k < static_cast<int>(idx.size());
            ++k) {
         const size_t i = idx[k];
         std::printf(
             "    %6zu %6d %8.2f %8.2f  ratio %5.2f  ttft %8.2f vs %8.2f  "
-            "queued %lld / %lld  in flight %.2f\n",
+            "queued %lld / %lld  in flight %.2f  guard %.2f%s\n",
             i, main_run->prompt[i] - main_run->cached[i], main_run->wait_s[i],
             fcfs.wait_s[i], ratio(i), main_run->ttft_s[i], fcfs.ttft_s[i],
             static_cast<long long>(fcfs.queued_at_arrival[i]),
             static_cast<long long>(main_run->queued_at_arrival[i]),
-            main_run->residual_s[i]);
+            main_run->residual_s[i], main_run->guard_ratio[i],
+            main_run->guard_late[i] ? " late" : "");
       }
     }
   }

@@ -311,7 +311,7 @@ bool PrefillScheduler::LayOutDeadlines() {
 bool PrefillScheduler::TakeChunk(Request* r, int n, bool first,
                                  PrefillStep* step) {
   const bool last = r->next_token + n == r->info.prompt_tokens;
-  step->chunks.push_back({r->info.id, r->next_token, n, first, last});
+  step->chunks.push_back({r->info.id, r->next_token, n, first, last, -1, false});
   r->next_token += n;
   const double cost = Cost(r->next_token - n, n);
   work_clock_ += cost;
@@ -398,23 +398,29 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     metrics_.AddRunning(1);
     metrics_.CountAdmitted();
     metrics_.ObserveWait(r->info.arrival_ns, now_ns);
+    double ratio = -1;
+    bool late = false;
     if (r->has_deadline) {
       // The guard's own check: its wait on the work clock (counted from up
       // to one step before Add, as the deadline is) against its FCFS wait,
       // or, when larger, the floor or the step in flight at its arrival
       // (which no order could shorten: started at the first step after
       // Add, the ratio is at most 1). On time implies <= fcfs_wait_ratio.
-      metrics_.ObserveFcfsWaitRatio(
-          (clock_before - r->add_clock + r->arrival_slack) /
-          std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack}));
-      if (clock_before > r->deadline) {
+      ratio = (clock_before - r->add_clock + r->arrival_slack) /
+              std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack});
+      metrics_.ObserveFcfsWaitRatio(ratio);
+      late = clock_before > r->deadline;
+      if (late) {
         ++late_starts_;
         metrics_.CountLateStart();
       }
     }
     budget -= n;
     if (stays_partial) ++partial;
-    if (TakeChunk(r, n, /*first=*/true, &step)) {
+    const bool finishes = TakeChunk(r, n, /*first=*/true, &step);
+    step.chunks.back().fcfs_wait_ratio = ratio;
+    step.chunks.back().late = late;
+    if (finishes) {
       done.push_back(r);
     } else {
       in_progress_.emplace(r->start_seq, r);

@@ -147,6 +147,12 @@ struct PrefillChunk {
   // The chunk ends the prompt: the worker samples the first token, and the
   // request has left the scheduler.
   bool last = false;
+  // First chunks with the FCFS-wait guard on, when the shadow knew the
+  // request's FCFS wait: the ratio swaserve_sched_fcfs_wait_ratio observes
+  // (wait / max(FCFS wait, floor, step in flight at arrival), work clock)
+  // and whether it started after its deadline. -1 / false otherwise.
+  double fcfs_wait_ratio = -1;
+  bool late = false;
 };
 
 // One forward step: continuing requests first (in start order), then new

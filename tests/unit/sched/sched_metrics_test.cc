@@ -189,18 +189,27 @@ TEST(SchedMetricsTest, LateStartsAreCounted) {
   o.max_partial_requests = 2;
   auto s = *PrefillScheduler::Create(o);
   ASSERT_TRUE(s->Add({"long", 20000, 0, 0}).ok());
-  s->NextStep(0);  // "long" runs a step of 1024 tokens at a time
+  const PrefillStep first = s->NextStep(0);  // "long", one 512-token chunk a step
+  ASSERT_EQ(first.chunks.size(), 1u);
+  EXPECT_EQ(first.chunks[0].fcfs_wait_ratio, 0);  // started at once
+  EXPECT_FALSE(first.chunks[0].late);
   ASSERT_TRUE(s->Add({"x", 100, 0, 1}).ok());
   int started_at = -1;
+  PrefillChunk x_chunk;
   for (int step = 1; step <= 8 && started_at < 0; ++step) {
     const PrefillStep st = s->NextStep(step, [&](const PrefillRequestInfo& info) {
       return info.id != "x" || step >= 6;  // memory for "x" from step 6 on
     });
     for (const PrefillChunk& c : st.chunks) {
-      if (c.id == "x") started_at = step;
+      if (c.id == "x") {
+        started_at = step;
+        x_chunk = c;
+      }
     }
   }
   ASSERT_EQ(started_at, 6);
+  EXPECT_TRUE(x_chunk.late);
+  EXPECT_NEAR(x_chunk.fcfs_wait_ratio, 3.0, 1e-9);  // see below
   EXPECT_EQ(s->late_starts(), 1);
   EXPECT_EQ(Sample(registry, "swaserve_sched_guard_late_starts_total{role=\"prefill\"}"), 1);
   // Both starts had a known FCFS wait: "long" started at once (ratio 0);
