@@ -405,7 +405,8 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
       // to one step before Add, as the deadline is) against its FCFS wait,
       // or, when larger, the floor or the step in flight at its arrival
       // (which no order could shorten: started at the first step after
-      // Add, the ratio is at most 1). On time implies <= fcfs_wait_ratio.
+      // Add, the ratio is at most 1). On time implies
+      // <= max(fcfs_wait_ratio, 1).
       ratio = (clock_before - r->add_clock + r->arrival_slack) /
               std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack});
       metrics_.ObserveFcfsWaitRatio(ratio);

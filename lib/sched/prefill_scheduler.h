@@ -275,8 +275,8 @@ class PrefillScheduler {
   // order.
   int64_t guarded_starts() const { return guarded_starts_; }
   // Starts at a step that began after the request's deadline (the guard
-  // missed it: more requests were due than one step holds, or memory
-  // refused it). Requests that start before the shadow knows their FCFS
+  // missed it: more requests were due than one step holds, a step ran past
+  // its estimate, or memory refused it). Requests that start before the shadow knows their FCFS
   // wait are not counted (they started no later than FCFS would have).
   int64_t late_starts() const { return late_starts_; }
 
