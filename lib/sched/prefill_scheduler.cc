@@ -252,9 +252,14 @@ double PrefillScheduler::Cost(int start, int n) const {
 }
 
 double PrefillScheduler::StepWorkEstimate() const {
-  // The chunks the requests in progress would take (exact), the rest of the
-  // budget at a new chunk's average context, and at least the last step's
-  // work or the budget.
+  // The chunks the requests in progress would take (exact), then the rest
+  // of the budget at a new chunk's average context, but no more than the
+  // work queued (the step is not filled beyond it), and at least the last
+  // step's work (a long-context step is followed by more of them). An
+  // estimate floored at the budget, as this was before, ran twice the real
+  // steps on the CPU cluster (~700 tokens a step): more requests came due
+  // early, which cost P90 for about as many requests over 2x
+  // (bench/RESULTS.md).
   const int budget = options_.step_token_budget;
   double work = 0;
   int tokens = 0;
@@ -268,9 +273,10 @@ double PrefillScheduler::StepWorkEstimate() const {
     tokens += n;
     ++chunks;
   }
-  work += (budget - tokens) *
-          (1 + options_.context_cost_per_token * 0.5 * options_.chunk_tokens);
-  return std::max({work, last_step_cost_, static_cast<double>(budget)});
+  work += std::min<double>(
+      (budget - tokens) * (1 + options_.context_cost_per_token * 0.5 * options_.chunk_tokens),
+      not_started_cost_);
+  return std::max(work, last_step_cost_);
 }
 
 double PrefillScheduler::WorkAhead() const {

@@ -57,8 +57,9 @@
 // by default one step's budget (a request arriving mid-step waits for the
 // step boundary under any policy). Each NextStep() first estimates where
 // the step it builds will end (the next step's start: the chunks of the
-// requests in progress, the rest of the budget at a new chunk's context,
-// at least the last step's work) and runs the shadow until every deadline
+// requests in progress, then the rest of the budget at a new chunk's
+// context but no more than the queued work, at least the last step's work)
+// and runs the shadow until every deadline
 // before that point is known. Queued requests due before it start first,
 // in deadline order, ahead of the requests in progress and beyond
 // max_partial_requests. Before each further start, the queued requests with
@@ -342,7 +343,7 @@ class PrefillScheduler {
   double GuardFloor() const;
   // Deadline of `r` given its FCFS wait on the shadow's work clock.
   double DeadlineFor(const Request& r, double fcfs_wait) const;
-  // Upper estimate of the work of the step about to be built.
+  // Estimate of the work of the step about to be built (class comment).
   double StepWorkEstimate() const;
   // Adds `r` (queued here, not started by the shadow) to or removes it from
   // unshadowed_a_ / unshadowed_b_.
