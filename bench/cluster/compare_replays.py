@@ -5,7 +5,7 @@ more than 2x their TTFT under the baseline.
 
   python3 bench/cluster/compare_replays.py BASELINE.json CANDIDATE.json
   python3 bench/cluster/compare_replays.py --baseline F1.json F2.json F3.json \\
-      --candidate C1.json C2.json C3.json [--metric wait] [--floor SECONDS]
+      --candidate C1.json C2.json C3.json [--metric wait] [--floor SECONDS] [--worst N]
 
 --metric wait compares the prefill scheduling wait instead (each request's
 Usage.prefill_queue_seconds: arrival at the prefill worker to the step that
@@ -21,6 +21,7 @@ the median of the other baseline runs (same policy, so every request "over 2x"
 there is run-to-run noise). Near saturation that floor is not small, and a
 candidate can only be judged against it.
 """
+import argparse
 import json
 import statistics
 import sys
@@ -36,16 +37,12 @@ def pct(values, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-FIELD = "ttft_s"
-FLOOR = 0.0
-
-
-def load(path):
+def load(path, field):
     rep = json.load(open(path))
-    out = {r["index"]: r.get(FIELD, -1) for r in rep["results"] if r["ok"]}
+    out = {r["index"]: r.get(field, -1) for r in rep["results"] if r["ok"]}
     out = {i: v for i, v in out.items() if v is not None and v >= 0}
     if not out:
-        sys.exit(f"{path}: no successful request has {FIELD}")
+        sys.exit(f"{path}: no successful request has {field}")
     return out
 
 
@@ -54,74 +51,60 @@ def reference(runs):
     return {i: statistics.median(r[i] for r in runs) for i in common}
 
 
-def compare(ref, cand, label):
+def compare(ref, cand, label, floor, worst):
     both = [i for i in ref if i in cand]
     t_ref = [ref[i] for i in both]
     t_c = [cand[i] for i in both]
-    ratios = [cand[i] / max(ref[i], FLOOR) for i in both if max(ref[i], FLOOR) > 0]
-    slow = [(ref[i], cand[i], i) for i in both
-            if max(ref[i], FLOOR) > 0 and cand[i] > 2 * max(ref[i], FLOOR)]
-    big = sum(1 for b, c, _ in slow if c - b > 0.1)
+    ratios = {i: cand[i] / max(ref[i], floor) for i in both if max(ref[i], floor) > 0}
+    slow = sorted((i for i, r in ratios.items() if r > 2), key=lambda i: -ratios[i])
+    big = sum(1 for i in slow if cand[i] - ref[i] > 0.1)
     p90r, p90c = pct(t_ref, .9), pct(t_c, .9)
     print(f"  {label:28s} p50 {pct(t_c, .5)*1e3:7.1f}  p90 {p90c*1e3:7.1f}  p99 "
           f"{pct(t_c, .99)*1e3:7.1f} ms | P90 vs ref {100*(p90c/p90r-1):+6.1f}% | over 2x: "
           f"{len(slow):3d} of {len(ratios)} ({big} also > 100 ms longer), ratio p99 "
-          f"{pct(ratios, .99):.2f} max {max(ratios):.2f}")
-    if SHOW_WORST and slow:
-        worst = sorted(slow, key=lambda x: x[1] / max(x[0], FLOOR), reverse=True)[:SHOW_WORST]
-        print("      worst: " + ", ".join(f"#{i} {c:.2f}s vs {b:.2f}s" for b, c, i in worst))
-    return len(slow), 100 * (p90c / p90r - 1)
+          f"{pct(ratios.values(), .99):.2f} max {max(ratios.values()):.2f}")
+    if worst and slow:
+        print("      worst: " + ", ".join(f"#{i} {cand[i]:.2f}s vs {ref[i]:.2f}s"
+                                         for i in slow[:worst]))
 
 
-SHOW_WORST = 0
-
-
-def main(argv):
-    global FIELD, FLOOR, SHOW_WORST
-    if "--metric" in argv:
-        k = argv.index("--metric")
-        metric = argv[k + 1]
-        del argv[k:k + 2]
-        if metric not in ("ttft", "wait"):
-            sys.exit(f"--metric {metric}: expected ttft or wait")
-        FIELD = "ttft_s" if metric == "ttft" else "prefill_queue_s"
-        FLOOR = 0.1 if metric == "wait" else 0.0
-    if "--floor" in argv:
-        k = argv.index("--floor")
-        FLOOR = float(argv[k + 1])
-        del argv[k:k + 2]
-    if "--worst" in argv:
-        k = argv.index("--worst")
-        SHOW_WORST = int(argv[k + 1])
-        del argv[k:k + 2]
-    if "--baseline" in argv:
-        b = argv.index("--baseline")
-        c = argv.index("--candidate")
-        base_paths = argv[b + 1:c] if b < c else argv[b + 1:]
-        cand_paths = argv[c + 1:b] if c < b else argv[c + 1:]
-    else:
-        base_paths, cand_paths = argv[:1], argv[1:2]
-    if not base_paths or not cand_paths:
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="*", help="BASELINE.json CANDIDATE.json")
+    ap.add_argument("--baseline", nargs="+", default=[])
+    ap.add_argument("--candidate", nargs="+", default=[])
+    ap.add_argument("--metric", choices=["ttft", "wait"], default="ttft")
+    ap.add_argument("--floor", type=float, default=None,
+                    help="least reference value in seconds (default: 0 for ttft, 0.1 for wait)")
+    ap.add_argument("--worst", type=int, default=0, help="list the N largest ratios over 2x")
+    a = ap.parse_args()
+    base_paths, cand_paths = a.baseline, a.candidate
+    if not base_paths and not cand_paths and len(a.runs) == 2:
+        base_paths, cand_paths = a.runs[:1], a.runs[1:]
+    if not base_paths or not cand_paths or (a.runs and a.baseline):
         sys.exit(__doc__)
-    base = [load(p) for p in base_paths]
-    cands = [load(p) for p in cand_paths]
+    field = "ttft_s" if a.metric == "ttft" else "prefill_queue_s"
+    floor = a.floor if a.floor is not None else (0.1 if a.metric == "wait" else 0.0)
+    base = [load(p, field) for p in base_paths]
+    cands = [load(p, field) for p in cand_paths]
     ref = reference(base)
     t = list(ref.values())
-    print(f"{FIELD} (over 2x: > 2 x max(reference, {FLOOR:g} s))")
+    print(f"{field} (over 2x: > 2 x max(reference, {floor:g} s))")
     print(f"reference: median of {len(base)} baseline run(s) per request, {len(ref)} requests;"
           f" p50 {pct(t, .5)*1e3:.1f}  p90 {pct(t, .9)*1e3:.1f}  p99 {pct(t, .99)*1e3:.1f} ms")
     if len(base) >= 3:
         print("noise floor (each baseline run vs the median of the other baseline runs):")
         for k, run in enumerate(base):
-            compare(reference(base[:k] + base[k + 1:]), run, f"baseline {base_paths[k]}")
+            compare(reference(base[:k] + base[k + 1:]), run, f"baseline {base_paths[k]}",
+                    floor, a.worst)
     print("candidates vs the reference:")
     for path, run in zip(cand_paths, cands):
-        compare(ref, run, path)
+        compare(ref, run, path, floor, a.worst)
     if len(cands) > 1:
         compare(ref, {i: statistics.median(r[i] for r in cands)
                       for i in set.intersection(*(set(r) for r in cands))},
-                "median of the candidates")
+                "median of the candidates", floor, a.worst)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

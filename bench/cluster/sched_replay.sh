@@ -102,21 +102,15 @@ for label in $POLICIES; do
   pids=()
 done
 done
-if [ "$REPEAT" -gt 1 ]; then
-  for label in $POLICIES; do
-    [ "$label" = fcfs ] && continue
-    echo "== $label vs fcfs"
-    for metric in ttft wait; do
-      python3 bench/cluster/compare_replays.py --metric $metric --worst 5 \
-          --baseline "$OUT"/fcfs-*.json --candidate "$OUT/$label"-*.json
-    done
+for label in $POLICIES; do
+  [ "$label" = fcfs ] && continue
+  echo "== $label vs fcfs"
+  if [ "$REPEAT" -gt 1 ]; then
+    runs=(--baseline "$OUT"/fcfs-*.json --candidate "$OUT/$label"-*.json)
+  else
+    runs=("$OUT/fcfs.json" "$OUT/$label.json")
+  fi
+  for metric in ttft wait; do
+    python3 bench/cluster/compare_replays.py --metric $metric --worst 5 "${runs[@]}"
   done
-else
-  for label in $POLICIES; do
-    [ "$label" = fcfs ] && continue
-    echo "== $label vs fcfs"
-    for metric in ttft wait; do
-      python3 bench/cluster/compare_replays.py --metric $metric --worst 5 "$OUT/fcfs.json" "$OUT/$label.json"
-    done
-  done
-fi
+done
