@@ -44,6 +44,12 @@ Usable from other scripts (make_golden.py, bench_torch_prefill.py):
   ref = MimoReference.load(dir, dtype=torch.float64)
   logits, hidden = ref.forward(tokens)             # [T, V], [T, H]
   mtp_logits, mtp_hidden = ref.mtp(k, tokens[1+k:], hidden[:T-1-k])
+Batched and autograd-friendly, the same semantics (tools/train/train_demo.py
+trains through it):
+  bp = BatchedPaths(ref)                           # weights may require grad
+  h = bp.hidden(tokens_BT)                         # [B, T, H]
+  logits = bp.logits(h)
+  hk = bp.mtp_hidden(k, tokens_BT[:, 1+k:], h_prev[:, :T-1-k]); bp.mtp_logits(k, hk)
 
 Run with Debian's python3 (/usr/bin/python3), which sees python3-torch.
 """
@@ -55,7 +61,7 @@ import struct
 import torch
 import torch.nn.functional as F
 
-__all__ = ["MimoConfig", "MimoReference", "load_safetensors", "rotary_dim"]
+__all__ = ["BatchedPaths", "MimoConfig", "MimoReference", "load_safetensors", "rotary_dim"]
 
 
 # ---------------------------------------------------------------------------
@@ -466,6 +472,156 @@ class MimoReference:
             ml, h = self.mtp(k, list(tokens)[1 + k:], h[:n])
             mtp.append(ml)
         return logits, mtp
+
+
+# ---------------------------------------------------------------------------
+# Batched, autograd-friendly paths (tools/train/train_demo.py).
+#
+# The same semantics as block()/forward()/mtp() above, for a batch of
+# sequences [B, T] and without in-place updates of tensors autograd needs, so
+# gradients flow to the weights in `self.w` (leaf tensors with
+# requires_grad). Differences that are not numerics: the whole [T, T] score
+# matrix is formed (no query blocks), the sink is a key column with a zero
+# value, q is scaled before Q.K, and the MoE router's top-k choice
+# is made without gradient (the chosen experts' unbiased sigmoid scores carry
+# it). These give the same values as the paths above up to rounding
+# (tools/train/train_demo.py checks it against forward_with_mtp on export).
+
+def _rope_batched(x, cos, sin, rd):
+    """x [..., T, D]: NeoX RoPE on the first rd dims, out of place."""
+    xr, xp = x[..., :rd], x[..., rd:]
+    return torch.cat([xr * cos + rotate_half(xr) * sin, xp], dim=-1)
+
+
+class BatchedPaths:
+    """Batched forward over a MimoReference's config and weights.
+
+    route_stats: when a list, each MoE layer appends (prefix, expert load
+    [E] = tokens routed to each expert) for the auxiliary-free balance
+    update of e_score_correction_bias.
+    """
+
+    def __init__(self, ref):
+        self.r = ref
+        self.c = ref.c
+        self.w = ref.w
+        self._masks = {}
+
+    def _mask(self, T, swa, device):
+        """Additive [T, T] mask: 0 where query q may see key k, -inf else."""
+        key = (T, swa)
+        m = self._masks.get(key)
+        if m is None:
+            qi = torch.arange(T, device=device)[:, None]
+            ki = torch.arange(T, device=device)[None, :]
+            hide = ki > qi
+            if swa:
+                hide = hide | (ki <= qi - self.c.window)
+            m = torch.zeros(T, T).masked_fill(hide, float("-inf"))
+            self._masks[key] = m
+        return m
+
+    def attention(self, p, x, geom, swa):
+        """x [B, T, H] (pre-normed) -> o_proj output [B, T, H].
+
+        GQA without repeating K/V: the rep query heads of KV head g are
+        stacked along the row axis. A sink is one more key whose K and V are
+        zero and whose score bias is the sink logit, so the softmax over
+        [scores, sink] is one softmax and needs no slicing."""
+        w, c = self.w, self.c
+        B, T, _ = x.shape
+        Hq, Hkv, D, Dv = geom.heads, geom.kv_heads, geom.head_dim, geom.v_head_dim
+        rep = Hq // Hkv
+        q = (x @ w[p + "self_attn.q_proj.weight"].t()).view(B, T, Hkv, rep, D).permute(0, 2, 3, 1, 4)
+        k = (x @ w[p + "self_attn.k_proj.weight"].t()).view(B, T, Hkv, D).permute(0, 2, 1, 3)
+        v = (x @ w[p + "self_attn.v_proj.weight"].t()).view(B, T, Hkv, Dv).permute(0, 2, 1, 3)
+        v = v * c.v_scale
+        cos, sin = rope_cos_sin(torch.arange(T), geom.rotary_dim, geom.theta, x.dtype)
+        q = _rope_batched(q, cos, sin, geom.rotary_dim) * (D ** -0.5)
+        k = _rope_batched(k, cos, sin, geom.rotary_dim)
+        bias = self._mask(T, swa, x.device).expand(Hkv, rep, T, T)
+        if geom.sink:
+            # One extra key: zero K (score 0) plus the sink logit as its bias,
+            # zero V. The [T, T + 1] bias is per head, not per sequence.
+            sink = w[p + "self_attn.attention_sink_bias"].view(Hkv, rep, 1, 1)
+            bias = torch.cat([bias, sink.expand(Hkv, rep, T, 1)], dim=-1)
+            k = torch.cat([k, k.new_zeros(B, Hkv, 1, D)], dim=2)
+            v = torch.cat([v, v.new_zeros(B, Hkv, 1, Dv)], dim=2)
+        nk = k.shape[2]
+        s = (q.reshape(B, Hkv, rep * T, D) @ k.transpose(-1, -2)).view(B, Hkv, rep, T, nk)
+        s = s + bias
+        probs = torch.softmax(s, dim=-1)
+        o = (probs.reshape(B, Hkv, rep * T, -1) @ v).view(B, Hkv, rep, T, Dv)
+        o = o.permute(0, 3, 1, 2, 4).reshape(B, T, Hq * Dv)
+        return o @ w[p + "self_attn.o_proj.weight"].t()
+
+    def dense_mlp(self, p, x):
+        w = self.w
+        h = F.silu(x @ w[p + "mlp.gate_proj.weight"].t()) * (x @ w[p + "mlp.up_proj.weight"].t())
+        return h @ w[p + "mlp.down_proj.weight"].t()
+
+    def moe(self, p, x, route_stats=None):
+        w, c = self.w, self.c
+        shape = x.shape
+        xf = x.reshape(-1, shape[-1])
+        scores = torch.sigmoid(xf @ w[p + "mlp.gate.weight"].t())       # [N, E]
+        with torch.no_grad():
+            biased = scores + w[p + "mlp.gate.e_score_correction_bias"][None, :]
+            idx = torch.topk(biased, c.top_k, dim=-1).indices          # [N, k]
+        weight = scores.gather(1, idx)
+        if c.norm_topk_prob:
+            weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)
+        weight = weight * c.routed_scaling_factor
+        E = c.n_routed_experts
+        if route_stats is not None:
+            route_stats.append((p, torch.bincount(idx.reshape(-1), minlength=E)))
+        out = torch.zeros_like(xf)
+        for e in range(E):
+            tok, slot = torch.where(idx == e)
+            if tok.numel() == 0:
+                continue
+            ep = f"{p}mlp.experts.{e}."
+            xe = xf[tok]
+            h = F.silu(xe @ w[ep + "gate_proj.weight"].t()) * (xe @ w[ep + "up_proj.weight"].t())
+            y = (h @ w[ep + "down_proj.weight"].t()) * weight[tok, slot][:, None]
+            out = out.index_add(0, tok, y)
+        return out.view(shape)
+
+    def block(self, p, x, geom, swa, moe, route_stats=None):
+        c, w = self.c, self.w
+        x = x + self.attention(p, rms_norm(x, w[p + "input_layernorm.weight"], c.eps), geom, swa)
+        post = p + "post_attention_layernorm.weight"
+        if post not in w:
+            post = p + "pre_mlp_layernorm.weight"
+        m = rms_norm(x, w[post], c.eps)
+        return x + (self.moe(p, m, route_stats) if moe else self.dense_mlp(p, m))
+
+    def hidden(self, tokens, route_stats=None):
+        """tokens [B, T] long -> last layer output before the final norm [B, T, H]."""
+        c, w = self.c, self.w
+        x = w["model.embed_tokens.weight"][tokens]
+        for l in range(c.num_layers):
+            swa = c.swa_layers[l]
+            x = self.block(f"model.layers.{l}.", x, c.swa if swa else c.full, swa,
+                           c.moe_layers[l], route_stats)
+        return x
+
+    def logits(self, h, norm="model.norm.weight"):
+        return rms_norm(h, self.w[norm], self.c.eps) @ self.r._lm_head().t()
+
+    def mtp_hidden(self, k, tokens, hidden):
+        """MTP layer k over [B, n]: tokens[:, p] = main token p + 1 + k,
+        hidden[:, p] = h_k at p -> block output [B, n, H] (before
+        final_layernorm)."""
+        c, w = self.c, self.w
+        p = f"model.mtp.layers.{k}."
+        e = rms_norm(w["model.embed_tokens.weight"][tokens], w[p + "enorm.weight"], c.eps)
+        h = rms_norm(hidden, w[p + "hnorm.weight"], c.eps)
+        x = torch.cat([e, h], dim=-1) @ w[p + "eh_proj.weight"].t()
+        return self.block(p, x, c.swa, True, False)
+
+    def mtp_logits(self, k, x):
+        return self.logits(x, f"model.mtp.layers.{k}.final_layernorm.weight")
 
 
 if __name__ == "__main__":
