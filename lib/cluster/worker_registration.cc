@@ -1,11 +1,15 @@
 #include "lib/cluster/worker_registration.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/memory/memory.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
@@ -133,7 +137,7 @@ void WorkerRegistration::PublishCacheCleared() {
 bool WorkerRegistration::WaitRegistered(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto cond = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stats_.registered;
+    return stats_.registered || !refused_.ok();
   };
   return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
 }
@@ -161,6 +165,39 @@ WorkerRegistration::Stats WorkerRegistration::stats() const {
   return s;
 }
 
+std::string DefaultWorkerId(absl::string_view role) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    std::snprintf(host, sizeof(host), "host");
+  }
+  absl::BitGen gen;
+  return absl::StrFormat("%s-%s-%d-%04x", role, host, static_cast<int>(getpid()),
+                         absl::Uniform<uint32_t>(gen, 0, 0x10000));
+}
+
+absl::Status WorkerRegistration::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
+absl::Status WorkerRegistration::CheckIdentity(const std::string& record) {
+  ASSIGN_OR_RETURN(RedisReply r, options_.redis->Command({"HGETALL", record}, "register"));
+  if (!r.is_array() || r.elements.empty()) return absl::OkStatus();
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+    fields.emplace_back(r.elements[i].str, r.elements[i + 1].str);
+  }
+  absl::StatusOr<WorkerInfo> other = DecodeWorkerInfo(fields);
+  if (!other.ok()) return absl::OkStatus();  // a malformed record is replaced
+  if (other->incarnation == options_.info.incarnation) return absl::OkStatus();
+  if (other->grpc_address == options_.info.grpc_address) return absl::OkStatus();
+  if (!options_.is_live || !options_.is_live(*other)) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      "worker id '", options_.info.id, "' is already registered by a live worker at ",
+      other->grpc_address, " (incarnation ", other->incarnation,
+      "); give this worker another --worker_id, or leave it empty for a unique default"));
+}
+
 absl::Status WorkerRegistration::Register() {
   bool first;
   {
@@ -168,6 +205,13 @@ absl::Status WorkerRegistration::Register() {
     first = !ever_registered_;
   }
   const std::string record = keys_.WorkerKey(options_.info.id);
+  if (absl::Status id = CheckIdentity(record); !id.ok()) {
+    if (absl::IsAlreadyExists(id)) {
+      absl::MutexLock lock(&mu_);
+      refused_ = id;
+    }
+    return id;
+  }
   RedisCommand hset = {"HSET", record};
   for (auto& [field, value] : EncodeWorkerInfo(options_.info)) {
     hset.push_back(field);
@@ -314,6 +358,10 @@ void WorkerRegistration::Run() {
     bool failed = false;
     if (!registered && now >= next_register) {
       absl::Status s = Register();
+      if (absl::IsAlreadyExists(s)) {
+        SWA_LOG(err, "cluster: {}", s.ToString());
+        return;  // refused for good: refused() says why
+      }
       if (s.ok()) {
         registered = true;
         next_heartbeat = now + options_.heartbeat_interval;
@@ -413,10 +461,13 @@ void WorkerRegistration::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   bool registered;
+  bool refused;
   {
     absl::MutexLock lock(&mu_);
     registered = stats_.registered;
+    refused = !refused_.ok();
   }
+  if (refused) return;  // the record is the live owner's, not ours
   if (options_.deregister_on_stop) {
     absl::Status s = Deregister();
     if (!s.ok()) {

@@ -103,7 +103,19 @@ struct WorkerRegistrationOptions {
   // Time source for started_at_ms and load timestamps; not owned. nullptr:
   // real time.
   base::Clock* clock = nullptr;
+  // Identity check (issue 16 "worker identity"): when Redis holds a record
+  // of this id from another incarnation at another gRPC address, this is
+  // asked whether that worker is alive (e.g. a gRPC health check of its
+  // address with a short deadline; must not block for long). True: the id
+  // is taken and registration is refused for good (refused()). A record at
+  // this worker's own address is a dead predecessor (this process holds the
+  // port now) and is replaced without asking. Empty: records are replaced.
+  std::function<bool(const WorkerInfo& other)> is_live;
 };
+
+// A registry id unique across hosts and restarts: <role>-<host>-<pid>-<4 hex
+// random digits>.
+std::string DefaultWorkerId(absl::string_view role);
 
 class WorkerRegistration {
  public:
@@ -132,13 +144,18 @@ class WorkerRegistration {
   WorkerRegistration(const WorkerRegistration&) = delete;
   WorkerRegistration& operator=(const WorkerRegistration&) = delete;
 
+  // Set when registration was refused for good (a live worker holds this
+  // id); the background thread then stops trying. OK otherwise.
+  absl::Status refused() const;
+
   // Queues cache events: pages (chained hashes) stored into, or removed from,
   // the worker's prefix cache. Never blocks on Redis.
   void PublishCacheEvent(bool stored, std::vector<uint64_t> hashes);
   // The worker's whole prefix cache was emptied.
   void PublishCacheCleared();
 
-  // Blocks until the record has been written (true) or `timeout` passed.
+  // Blocks until the record has been written or registration was refused
+  // (true; see refused()), or `timeout` passed (false).
   bool WaitRegistered(absl::Duration timeout);
   // Blocks until the event queue is empty and no batch is being written
   // (true), or `timeout` passed (false: e.g. Redis is down).
@@ -159,6 +176,8 @@ class WorkerRegistration {
 
   void Run();
   absl::Status Register();
+  // AlreadyExists when a live worker of another incarnation holds the id.
+  absl::Status CheckIdentity(const std::string& record);
   absl::Status Heartbeat(bool publish_load, bool refresh_record);
   // Writes queued events; returns false when a write failed.
   bool FlushEvents();
@@ -172,6 +191,7 @@ class WorkerRegistration {
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status refused_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Set by producers to wake the thread (first event queued, or a full
   // batch); cleared by the thread.

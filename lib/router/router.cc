@@ -16,16 +16,13 @@
 #include "lib/base/status.h"
 #include "lib/metrics/buckets.h"
 #include "lib/model/chat_template.h"
+#include "lib/router/failure.h"
 #include "lib/router/text_stream.h"
 #include "lib/rpc/status_conversion.h"
 #include "swaserve/v1/worker.grpc.pb.h"
 
 namespace swaserve::router {
 namespace {
-
-// How long the last response of a stream may wait for the prefill worker's
-// answer (which carries the prompt's scheduling wait for Usage).
-constexpr absl::Duration kPrefillAnswerGrace = absl::Milliseconds(500);
 
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -36,23 +33,9 @@ int64_t NowNanos() {
 bool CanPrefill(v1::Role r) { return r == v1::ROLE_PREFILL || r == v1::ROLE_BOTH; }
 bool CanDecode(v1::Role r) { return r == v1::ROLE_DECODE || r == v1::ROLE_BOTH; }
 
-// Whether a failed worker call may succeed on another worker: the worker's
-// own verdict when it sent one, else by code (a crashed or overloaded worker
-// yes, a bad request no).
-bool Retryable(const grpc::Status& s) {
-  if (std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s)) {
-    if (d->retryable()) return true;
-  }
-  switch (s.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::INTERNAL:
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return true;
-    default:
-      return false;
-  }
+// A worker incarnation: id + the random incarnation of its record.
+std::string ExclusionKey(const cluster::WorkerInfo& i) {
+  return absl::StrCat(i.id, "#", i.incarnation);
 }
 
 absl::string_view Label(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -97,6 +80,7 @@ struct Router::Metrics {
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* inflight = nullptr;
   metrics::Counter* redis_fallbacks = nullptr;
+  metrics::CounterFamily* migrations = nullptr;
 
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(metrics::Registry* reg) {
     auto m = std::make_unique<Metrics>();
@@ -143,6 +127,12 @@ struct Router::Metrics {
                      reg->AddCounter("swaserve_router_redis_fallbacks_total",
                                      "Decisions made without loads or the prefix index "
                                      "because Redis could not be read."));
+    ASSIGN_OR_RETURN(m->migrations,
+                     reg->AddCounter("swaserve_router_migrations_total",
+                                     "Requests re-dispatched mid-stream (prompt + tokens already "
+                                     "sent) after their decode worker died (worker_lost) or "
+                                     "drained (draining).",
+                                     {"reason"}));
     m->prompt_tokens = &pt->WithLabels();
     m->cached_tokens = &ct->WithLabels();
     m->generated_tokens = &gt->WithLabels();
@@ -160,6 +150,8 @@ struct Router::Request {
   std::string bucket_label;
   int64_t start_ns = 0;
   absl::Time deadline;
+  // Worker incarnations (ExclusionKey) that failed this request: a worker
+  // restarted under the same id is a new incarnation and eligible again.
   absl::flat_hash_set<std::string> excluded_prefill;
   absl::flat_hash_set<std::string> excluded_decode;
   // Page hashes per page size (workers normally share one).
@@ -172,6 +164,25 @@ struct Router::Request {
   int64_t last_token_ns = 0;
   uint32_t completion_tokens = 0;
   uint32_t cached_tokens = 0;
+  // The client's prompt length and max_tokens; `tokens` grows by the tokens
+  // already sent when the request migrates (generated[0, generated_in_tokens)
+  // are in `tokens`).
+  uint32_t prompt_tokens = 0;
+  uint32_t max_tokens = 0;
+  std::vector<uint32_t> generated;
+  size_t generated_in_tokens = 0;
+  int migrations = 0;
+  // Detokenization across legs (a migrated stream continues mid-text).
+  std::unique_ptr<TextStream> text;
+};
+
+struct Router::Outcome {
+  absl::Status status;
+  FailureKind kind = FailureKind::kWorker;
+  std::string leg;     // "prefill" | "decode" (failed attempts)
+  std::string worker;  // whose fault, when a worker's
+  std::string exclusion_key;  // that worker's incarnation (ExclusionKey)
+  bool draining = false;
 };
 
 struct Router::Choice {
@@ -202,6 +213,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   ASSIGN_OR_RETURN(r->metrics_, Metrics::Create(reg));
   r->record_pool_ =
       std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");
+  r->timers_ = std::make_unique<base::TimerQueue>();
   return r;
 }
 
@@ -338,17 +350,19 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   for (const auto& w : *all) {
     if (!model_ok(*w)) continue;
     if (CanPrefill(w->info.role) && w->info.bucket == r.bucket &&
-        !r.excluded_prefill.contains(w->info.id)) {
+        !r.excluded_prefill.contains(ExclusionKey(w->info))) {
       pre.push_back(w);
     }
-    if (CanDecode(w->info.role) && !r.excluded_decode.contains(w->info.id)) dec.push_back(w);
+    if (CanDecode(w->info.role) && !r.excluded_decode.contains(ExclusionKey(w->info))) {
+      dec.push_back(w);
+    }
   }
   if (pre.empty()) {
     // No worker configured for this bucket: any prefill worker whose range
     // admits the prompt (small deployments run one worker for all lengths).
     for (const auto& w : *all) {
       const cluster::WorkerInfo& i = w->info;
-      if (model_ok(*w) && CanPrefill(i.role) && !r.excluded_prefill.contains(i.id) &&
+      if (model_ok(*w) && CanPrefill(i.role) && !r.excluded_prefill.contains(ExclusionKey(i)) &&
           i.bucket_min_tokens <= n && (i.bucket_max_tokens == 0 || n <= i.bucket_max_tokens)) {
         pre.push_back(w);
       }
@@ -360,6 +374,40 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
                                              " tokens (bucket ", r.bucket, ")",
                                              r.attempt > 0 ? " left after failures" : ""),
                                 "", /*retryable=*/true);
+  }
+  // A prompt no candidate's KV pool can hold is a request error (413 /
+  // RESOURCE_EXHAUSTED naming the limit), found before any worker call and
+  // never counted against a worker. Records without pool sizes (0) fit.
+  auto capacity = [](const cluster::WorkerInfo& i) -> int64_t {
+    return i.full_pages > 0 && i.page_size > 0 ? i.full_pages * i.page_size : INT64_MAX;
+  };
+  {
+    int64_t largest = 0;
+    std::vector<std::shared_ptr<const WorkerEndpoint>> fit;
+    for (const auto& w : pre) {
+      largest = std::max(largest, capacity(w->info));
+      if (n <= capacity(w->info)) fit.push_back(w);
+    }
+    if (fit.empty()) {
+      return rpc::ErrorWithDetail(
+          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+          absl::StrCat("prompt of ", n, " tokens is larger than the KV pool of every prefill "
+                       "worker for it (the largest holds ", largest, " tokens)"));
+    }
+    pre = std::move(fit);
+    std::vector<std::shared_ptr<const WorkerEndpoint>> dfit;
+    largest = 0;
+    for (const auto& w : dec) {
+      largest = std::max(largest, capacity(w->info));
+      if (n + 1 <= capacity(w->info)) dfit.push_back(w);
+    }
+    if (!dec.empty() && dfit.empty()) {
+      return rpc::ErrorWithDetail(
+          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+          absl::StrCat("prompt of ", n, " tokens (plus one generated) is larger than the KV "
+                       "pool of every decode worker (the largest holds ", largest, " tokens)"));
+    }
+    dec = std::move(dfit);
   }
   // Loads of every candidate and the prefix depth of every prefill
   // candidate: one round trip (the index's match script also reads the load
@@ -401,7 +449,13 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   // Ties (e.g. fresh prompts on idle workers) spread by request id instead
   // of piling onto the lowest id.
   const uint64_t tie = base::Hash64(r.id);
+  // A half-open breaker's trial is taken only by the worker the policy
+  // picks (Pick); when another request took it first, choose again.
   absl::StatusOr<Decision> pd = ChoosePrefill(n, pc, options_.policy, tie);
+  while (pd.ok() && !options_.directory->Pick(pc[pd->index].id)) {
+    pc[pd->index].healthy = false;
+    pd = ChoosePrefill(n, pc, options_.policy, tie);
+  }
   if (!pd.ok()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
                                 absl::StrCat("no healthy prefill worker for bucket ", r.bucket,
@@ -413,7 +467,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   choice.expected_cached_tokens = pc[pd->index].cached_tokens;
   metrics_->decisions->WithLabels({absl::string_view("prefill"), Label(ReasonName(pd->reason))}).Increment();
   if (choice.prefill->info.role == v1::ROLE_BOTH &&
-      !r.excluded_decode.contains(choice.prefill->info.id)) {
+      !r.excluded_decode.contains(ExclusionKey(choice.prefill->info))) {
     choice.decode = choice.prefill;  // monolithic worker: its own decode
     metrics_->decisions->WithLabels({"decode", "monolithic"}).Increment();
   } else {
@@ -439,6 +493,10 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     absl::StatusOr<Decision> dd =
         dc.empty() ? absl::UnavailableError("none registered")
                    : ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
+    while (dd.ok() && !options_.directory->Pick(dc[dd->index].id)) {
+      dc[dd->index].healthy = false;
+      dd = ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
+    }
     if (!dd.ok()) {
       return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
                                   absl::StrCat("no healthy decode worker: ",
@@ -460,9 +518,8 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   return choice;
 }
 
-absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel,
-                             std::string* retry_leg) {
-  retry_leg->clear();
+Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
+                                CancelFlag* cancel) {
   // Unique per dispatch even when clients reuse request ids (a decode
   // worker refuses a transfer id it has seen recently).
   const std::string transfer_id = absl::StrFormat("%s/%08x-%d-%d", r.id,
@@ -472,10 +529,22 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   grpc::ClientContext dctx, pctx;
   dctx.set_deadline(deadline);
   pctx.set_deadline(deadline);
+  // Which calls this router cancelled itself (their CANCELLED is nobody's
+  // fault), and whether the client left.
+  std::atomic<bool> d_cancelled{false}, p_cancelled{false}, client_left{false};
+  auto cancel_decode = [&] {
+    d_cancelled = true;
+    dctx.TryCancel();
+  };
+  auto cancel_prefill = [&] {
+    p_cancelled = true;
+    pctx.TryCancel();
+  };
   if (cancel != nullptr) {
     cancel->OnCancel([&] {
-      dctx.TryCancel();
-      pctx.TryCancel();
+      client_left = true;
+      cancel_decode();
+      cancel_prefill();
     });
   }
   struct ClearOnExit {
@@ -486,6 +555,30 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   } clear_on_exit{cancel};
   const std::string& pid = c.prefill->info.id;
   const std::string& did = c.decode->info.id;
+  auto outcome = [&](const grpc::Status& s, bool self_cancelled, const std::string& leg,
+                     const std::string& worker, absl::string_view what) {
+    Outcome o;
+    std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+    o.kind = client_left ? FailureKind::kCancelled
+                         : ClassifyFailure(rpc::FromGrpcCode(s.error_code()), d, self_cancelled);
+    o.leg = leg;
+    o.worker = worker;
+    o.exclusion_key = ExclusionKey(leg == "prefill" ? c.prefill->info : c.decode->info);
+    o.draining = d && d->code() == v1::ERROR_CODE_DRAINING;
+    if (o.kind == FailureKind::kCancelled) {
+      o.status = absl::CancelledError("client went away");
+    } else if (o.kind == FailureKind::kRequest && d) {
+      o.status = rpc::ErrorWithDetail(rpc::FromGrpcCode(s.error_code()), d->code(),
+                                      s.error_message(), worker, /*retryable=*/false);
+    } else {
+      o.status = rpc::ErrorWithDetail(
+          rpc::FromGrpcCode(s.error_code()),
+          o.kind == FailureKind::kOverload ? v1::ERROR_CODE_OVERLOADED : v1::ERROR_CODE_WORKER_LOST,
+          absl::StrCat(leg, " worker ", worker, what, s.error_message()), worker,
+          RetryElsewhere(o.kind));
+    }
+    return o;
+  };
 
   // Workers key requests by id (scheduling, cancellation): they get the
   // per-dispatch id, which starts with the client's for the logs.
@@ -494,29 +587,37 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
   dreq.set_transfer_id(transfer_id);
   dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
   *dreq.mutable_sampling() = r.sampling;
-  dreq.set_cached_tokens(static_cast<uint32_t>(c.expected_cached_tokens));
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> stream =
       c.decode->decode->Decode(&dctx, dreq);
+  // The decode worker answers `accepted` at once (it allocates nothing
+  // yet): bound that answer by destination_timeout.
+  std::atomic<bool> accept_timed_out{false};
+  const uint64_t timer = timers_->Schedule(absl::Now() + options_.destination_timeout, [&] {
+    accept_timed_out = true;
+    dctx.TryCancel();
+  });
   v1::DecodeResponse msg;
-  if (!stream->Read(&msg) || !msg.has_kv_destination()) {
+  const bool accepted = stream->Read(&msg) && msg.has_accepted();
+  timers_->Cancel(timer);
+  if (!accepted) {
     grpc::Status s = stream->Finish();
-    if (cancel != nullptr && cancel->cancelled()) return absl::CancelledError("client went away");
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "no KV destination in the stream");
-    if (Retryable(s)) {
-      options_.directory->ReportFailure(did);
-      *retry_leg = "decode";
+    if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "no `accepted` first message");
+    if (accept_timed_out) {
+      s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       absl::StrCat("no answer within ",
+                                    absl::FormatDuration(options_.destination_timeout)));
     }
-    return rpc::ErrorWithDetail(rpc::FromGrpcCode(s.error_code()), v1::ERROR_CODE_WORKER_LOST,
-                                absl::StrCat("decode worker ", did, ": ", s.error_message()),
-                                did, Retryable(s));
+    return outcome(s, d_cancelled && !accept_timed_out, "decode", did, ": ");
   }
 
-  // Prefill leg, concurrently with reading the token stream.
+  // Prefill leg, concurrently with reading the token stream. It may queue
+  // at the prefill worker as long as the request's deadline allows; the
+  // decode stream waits for it without a timer of its own.
   v1::PrefillResponse presp;
   grpc::Status pstatus;
   absl::Mutex leg_mu;
-  bool tokens_seen = false;  // guarded by leg_mu
-  absl::Notification prefill_done;  // presp and pstatus are set
+  bool tokens_seen = false;       // guarded by leg_mu
+  bool prefill_returned = false;  // guarded by leg_mu
   std::thread prefill_thread([&] {
     v1::PrefillRequest preq;
     preq.set_request_id(transfer_id);
@@ -526,21 +627,18 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
     t->set_worker_id(did);
     t->set_grpc_address(c.decode->info.grpc_address);
     t->set_transfer_id(transfer_id);
-    *t->mutable_destination() = msg.kv_destination();
     pstatus = c.prefill->prefill->Prefill(&pctx, preq, &presp);
-    prefill_done.Notify();
     // Without its KV the decode leg would wait for a commit that will not
     // come: cancel it — unless tokens already flow, which means the commit
     // arrived and the decode leg no longer needs the prefill worker (it may
     // die between committing and answering).
     absl::MutexLock lock(&leg_mu);
-    if (!pstatus.ok() && !tokens_seen) dctx.TryCancel();
+    prefill_returned = true;
+    if (!pstatus.ok() && !tokens_seen) cancel_decode();
   });
 
-  TextStream text(*options_.tokenizer,
-                  std::vector<std::string>(r.sampling.stop().begin(), r.sampling.stop().end()));
   bool finished = false;
-  bool client_gone = false;
+  bool sink_refused = false;
   v1::GenerateResponse out;
   while (!finished && stream->Read(&msg)) {
     if (!msg.has_tokens()) continue;
@@ -554,7 +652,8 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
     std::string piece;
     for (uint32_t id : chunk.token_ids()) {
       out.add_token_ids(id);
-      piece += text.Add(id);
+      piece += r.text->Add(id);
+      r.generated.push_back(id);
     }
     *out.mutable_logprobs() = chunk.logprobs();
     r.completion_tokens += static_cast<uint32_t>(chunk.token_ids_size());
@@ -564,71 +663,100 @@ absl::Status Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink, Ca
       r.last_token_ns = now;
     }
     if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      piece += text.Finish();
+      piece += r.text->Finish();
       out.set_finish_reason(chunk.finish_reason());
       v1::Usage* u = out.mutable_usage();
-      *u = chunk.usage();
-      u->set_prompt_tokens(static_cast<uint32_t>(r.tokens.size()));
+      *u = chunk.usage();  // cached_tokens and the queue wait: as prefill reported them
+      u->set_prompt_tokens(r.prompt_tokens);
       u->set_completion_tokens(r.completion_tokens);
+      // After a migration the last leg's prompt included generated tokens:
+      // what it reused of the client's prompt is at most the prompt.
+      u->set_cached_tokens(std::min(u->cached_tokens(), r.prompt_tokens));
       r.cached_tokens = u->cached_tokens();
-      // The prefill worker answers right after its commit, which is what let
-      // the decode worker generate; but a short generation can finish first.
-      // Wait for that answer briefly (never long: a worker that dies after
-      // committing must not hold the client's last chunk) so that Usage can
-      // carry the prompt's scheduling wait.
-      if (prefill_done.WaitForNotificationWithTimeout(kPrefillAnswerGrace) && pstatus.ok()) {
-        u->set_prefill_queue_seconds(presp.queue_seconds());
-      }
       finished = true;
     }
     out.set_text(std::move(piece));
     if (!sink.Write(out)) {
-      client_gone = true;
-      dctx.TryCancel();
-      pctx.TryCancel();
+      sink_refused = true;
+      client_left = true;
+      cancel_decode();
+      cancel_prefill();
       break;
     }
     r.sent_any = true;
   }
-  if (!finished && !client_gone) dctx.TryCancel();
-  grpc::Status dstatus = stream->Finish();
-  prefill_thread.join();
-  if (client_gone || (cancel != nullptr && cancel->cancelled())) {
-    return absl::CancelledError("client went away");
+  if (!finished && !sink_refused) {
+    // A failed decode leg cancels the prefill leg at once (its KV has
+    // nowhere to go; the prefill worker keeps it in its prefix cache).
+    cancel_decode();
+    absl::MutexLock lock(&leg_mu);
+    if (!prefill_returned) cancel_prefill();
   }
+  grpc::Status dstatus = stream->Finish();
+  if (finished) {
+    // The prefill answer carries only statistics (the commit, which the
+    // stream needed, came before the first token): no grace wait for it on
+    // the answer path — a prefill worker hung after committing must not
+    // hold the end of the client's stream.
+    absl::MutexLock lock(&leg_mu);
+    if (!prefill_returned) cancel_prefill();
+  }
+  prefill_thread.join();
+  if (client_left) return outcome(grpc::Status::CANCELLED, true, "decode", did, "");
   if (finished) {
     options_.directory->ReportSuccess(did);
     if (pstatus.ok()) {
       options_.directory->ReportSuccess(pid);
-    } else if (Retryable(pstatus)) {
-      options_.directory->ReportFailure(pid);  // died after committing
+    } else if (!(p_cancelled && pstatus.error_code() == grpc::StatusCode::CANCELLED)) {
+      // Died after committing: its fault, though the request succeeded.
+      const Outcome late = outcome(pstatus, false, "prefill", pid, ": ");
+      if (FeedsBreaker(late.kind)) options_.directory->ReportFailure(pid);
     }
-    return absl::OkStatus();
+    Outcome ok;
+    ok.status = absl::OkStatus();
+    return ok;
   }
   // Failed. Whose fault? A failed prefill call cancels the decode stream;
   // but a prefill that failed to ship KV to a dead decode worker names that
   // worker in its ErrorDetail: then the decode leg is the one to retry.
   std::optional<v1::ErrorDetail> pdetail = rpc::GetErrorDetail(pstatus);
-  const bool decode_fault = !pstatus.ok() && pdetail && pdetail->worker_id() == did;
-  if (!pstatus.ok() && !decode_fault) {
-    if (Retryable(pstatus)) options_.directory->ReportFailure(pid);
-    if (!r.sent_any && Retryable(pstatus)) *retry_leg = "prefill";
-    return rpc::ErrorWithDetail(rpc::FromGrpcCode(pstatus.error_code()),
-                                v1::ERROR_CODE_WORKER_LOST,
-                                absl::StrCat("prefill worker ", pid, ": ", pstatus.error_message()),
-                                pid, Retryable(pstatus));
-  }
-  if (decode_fault && (dstatus.ok() || dstatus.error_code() == grpc::StatusCode::CANCELLED)) {
-    dstatus = pstatus;  // the decode worker's failure, as prefill saw it
-  }
+  // Its own failure, unless this router cancelled it (and that is what
+  // ended it).
+  const bool prefill_failed =
+      !pstatus.ok() && !(p_cancelled && pstatus.error_code() == grpc::StatusCode::CANCELLED);
+  const bool decode_fault = prefill_failed && pdetail && pdetail->worker_id() == did && did != pid;
+  if (prefill_failed && !decode_fault) return outcome(pstatus, false, "prefill", pid, ": ");
+  if (decode_fault) return outcome(pstatus, false, "decode", did, ": ");
   if (dstatus.ok()) dstatus = grpc::Status(grpc::StatusCode::INTERNAL, "stream ended early");
-  if (Retryable(dstatus)) options_.directory->ReportFailure(did);
-  if (!r.sent_any && Retryable(dstatus)) *retry_leg = "decode";
-  return rpc::ErrorWithDetail(
-      rpc::FromGrpcCode(dstatus.error_code()), v1::ERROR_CODE_WORKER_LOST,
-      absl::StrCat("decode worker ", did,
-                   r.sent_any ? " failed mid-stream: " : ": ", dstatus.error_message()),
-      did, !r.sent_any && Retryable(dstatus));
+  // CANCELLED that this router asked for because the prefill leg failed was
+  // handled above; any other CANCELLED came from the worker (shutdown).
+  return outcome(dstatus, d_cancelled && !r.sent_any && prefill_failed, "decode", did,
+                 r.sent_any ? " failed mid-stream: " : ": ");
+}
+
+absl::Status Router::Migrate(Request& r, const Outcome& o) {
+  // Re-dispatch prompt + every token already sent; the stream continues.
+  const std::string reason = o.draining ? "draining" : "worker_lost";
+  metrics_->migrations->WithLabels({reason}).Increment();
+  const size_t sent = r.generated.size() - r.generated_in_tokens;
+  r.tokens.insert(r.tokens.end(), r.generated.begin() + r.generated_in_tokens, r.generated.end());
+  r.generated_in_tokens = r.generated.size();
+  r.hash_page_size = 0;  // recompute the page hashes of the longer prompt
+  r.sampling.set_max_tokens(r.max_tokens - r.completion_tokens);
+  r.excluded_decode.insert(o.exclusion_key);
+  ++r.migrations;
+  SWA_LOG(warn, "request {}: decode worker {} {} after {} tokens; migrating ({} tokens re-sent)",
+          r.id, o.worker, o.draining ? "is draining" : "failed", r.completion_tokens, sent);
+  absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
+  if (!bucket.ok()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_WORKER_LOST,
+                                absl::StrCat("decode worker ", o.worker,
+                                             " failed mid-stream and the continued prompt (",
+                                             r.tokens.size(), " tokens) fits no bucket"),
+                                o.worker, false);
+  }
+  r.bucket = *bucket;
+  return absl::OkStatus();
 }
 
 absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& sink,
@@ -654,30 +782,60 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
   } else {
     st = Prepare(request, r);
   }
+  if (st.ok()) {
+    r.prompt_tokens = static_cast<uint32_t>(r.tokens.size());
+    r.max_tokens = r.sampling.max_tokens();
+    r.text = std::make_unique<TextStream>(
+        *options_.tokenizer,
+        std::vector<std::string>(r.sampling.stop().begin(), r.sampling.stop().end()));
+  }
   int prefill_attempts = 0, decode_attempts = 0;
+  absl::Time worker_wait_until = std::min(r.deadline, absl::Now() + options_.worker_wait);
   while (st.ok()) {
     if (cancel != nullptr && cancel->cancelled()) {
       st = absl::CancelledError("client went away");
       break;
     }
     absl::StatusOr<Choice> choice = Decide(r);
+    if (!choice.ok() && absl::IsUnavailable(choice.status()) && absl::Now() < worker_wait_until) {
+      // No worker to send to (the others failed this request, are
+      // restarting, or Redis restarted and they have not re-registered
+      // yet): wait for one to come back rather than lose the request.
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
     if (!choice.ok()) {
       st = choice.status();
       break;
     }
-    std::string leg;
-    st = RunLegs(r, *choice, sink, cancel, &leg);
-    if (st.ok() || leg.empty()) break;
-    const bool more = leg == "prefill" ? ++prefill_attempts < options_.max_prefill_attempts
-                                       : ++decode_attempts < options_.max_decode_attempts;
+    worker_wait_until = std::min(r.deadline, absl::Now() + options_.worker_wait);
+    Outcome o = RunLegs(r, *choice, sink, cancel);
+    st = o.status;
+    if (st.ok() || !RetryElsewhere(o.kind)) break;
+    if (FeedsBreaker(o.kind)) options_.directory->ReportFailure(o.worker);
+    if (absl::Now() >= r.deadline) break;
+    if (o.leg == "decode" && r.sent_any) {
+      if (r.migrations >= options_.max_migrations) break;
+      if (r.completion_tokens >= r.max_tokens) {
+        // Every token was sent; only the last chunk was lost.
+        st = FinishLocally(r, sink);
+        break;
+      }
+      st = Migrate(r, o);
+      if (!st.ok()) break;
+      ++r.attempt;
+      continue;
+    }
+    const bool more = o.leg == "prefill" ? ++prefill_attempts < options_.max_prefill_attempts
+                                         : ++decode_attempts < options_.max_decode_attempts;
     if (!more) break;
-    SWA_LOG(warn, "request {}: {} leg failed ({}), retrying elsewhere", r.id, leg,
-            std::string(st.message()));
-    metrics_->retries->WithLabels({leg}).Increment();
-    if (leg == "prefill") {
-      r.excluded_prefill.insert(choice->prefill->info.id);
-    } else {
-      r.excluded_decode.insert(choice->decode->info.id);
+    SWA_LOG(warn, "request {}: {} leg failed ({}: {}), retrying elsewhere", r.id, o.leg,
+            FailureKindName(o.kind), std::string(st.message()));
+    metrics_->retries->WithLabels({o.leg}).Increment();
+    // An overloaded worker is not excluded (it may have room next time);
+    // a faulty one is.
+    if (o.kind == FailureKind::kWorker) {
+      (o.leg == "prefill" ? r.excluded_prefill : r.excluded_decode).insert(o.exclusion_key);
     }
     ++r.attempt;
     st = absl::OkStatus();
@@ -696,11 +854,24 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
           .Observe(static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
                    (r.completion_tokens - 1));
     }
-    metrics_->prompt_tokens->Increment(static_cast<double>(r.tokens.size()));
+    metrics_->prompt_tokens->Increment(static_cast<double>(r.prompt_tokens));
     metrics_->cached_tokens->Increment(r.cached_tokens);
     metrics_->generated_tokens->Increment(r.completion_tokens);
   }
   return st;
+}
+
+absl::Status Router::FinishLocally(Request& r, GenerateSink& sink) {
+  v1::GenerateResponse out;
+  out.set_request_id(r.id);
+  out.set_text(r.text->Finish());
+  out.set_finish_reason(v1::FINISH_REASON_LENGTH);
+  v1::Usage* u = out.mutable_usage();
+  u->set_prompt_tokens(r.prompt_tokens);
+  u->set_completion_tokens(r.completion_tokens);
+  u->set_cached_tokens(r.cached_tokens);
+  if (!sink.Write(out)) return absl::CancelledError("client went away");
+  return absl::OkStatus();
 }
 
 }  // namespace swaserve::router

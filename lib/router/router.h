@@ -12,18 +12,33 @@
 //      candidate and the load reports of every candidate;
 //   4. policy: prefill worker (cached tokens vs queued compute, hotspot
 //      guard), decode worker (free KV pages, queue); a monolithic worker
-//      (role both) chosen for prefill also decodes; every decision counted
-//      by reason; the dispatch is recorded in the prefix index (predicted
+//      (role both) chosen for prefill also decodes; a prompt that no
+//      candidate's KV pool can hold fails here (ResourceExhausted,
+//      ERROR_CODE_TOO_LARGE_FOR_WORKER: HTTP 413) without a worker call; a
+//      worker whose breaker is half-open takes its one trial only when the
+//      policy picks it (WorkerDirectory::Pick); every decision counted by
+//      reason; the dispatch is recorded in the prefix index (predicted
 //      entries) off the request's path;
-//   5. legs: Decode.Decode on the decode worker (its first message is the KV
-//      staging destination), then Prefill.Prefill with that destination,
-//      while the decode stream's tokens are turned into text (TextStream:
-//      UTF-8 safe, cut at stop strings) and handed to the sink;
-//   6. retries: a failed prefill leg goes to another worker of the bucket, a
-//      decode leg that fails before the first token is retried on another
-//      decode worker (both legs start over with a new transfer id); after
-//      the first token reached the client the stream ends with the error.
-//      Failures feed the WorkerDirectory's circuit breakers.
+//   5. legs: Decode.Decode on the decode worker (its first message,
+//      `accepted`, within destination_timeout; it allocates nothing), then
+//      Prefill.Prefill naming that worker and the transfer id — the prompt
+//      may queue there as long as the request's deadline allows; the
+//      decode stream's tokens are turned into text (TextStream: UTF-8
+//      safe, cut at stop strings, kept across legs) and handed to the sink.
+//      A failed prefill leg cancels the decode leg and vice versa, at once;
+//      no wait for the prefill's answer once the stream has finished;
+//   6. failures, classified by failure.h: request errors end the request
+//      (no breaker); overloads and worker faults are retried on another
+//      worker (faults feed the WorkerDirectory's breakers): a failed
+//      prefill leg goes to another worker of the bucket, a decode leg that
+//      fails before the first token to another decode worker (both legs
+//      start over with a new transfer id; the prefill keeps KV it could not
+//      ship, so the retry hits). A decode leg that fails after tokens
+//      reached the client MIGRATES (up to max_migrations): prompt + every
+//      token sent is re-dispatched to another prefill/decode pair with
+//      max_tokens reduced, and the same client stream continues — greedy
+//      output identical to an uninterrupted run (batch- and chunk-invariant
+//      kernels); usage counts the client's prompt and every token.
 //
 // Generate() runs on the caller's thread and blocks until the request ends
 // (the services give each request its own thread: never call it from a gRPC
@@ -34,10 +49,12 @@
 //   swaserve_router_decisions_total{leg,reason}   leg = prefill | decode
 //   swaserve_router_decision_seconds              Redis reads + policy
 //   swaserve_router_retries_total{leg}
+//   swaserve_router_migrations_total{reason}      worker_lost | draining
 //   swaserve_router_ttft_seconds{bucket}          request start -> first token
 //   swaserve_router_tpot_seconds{bucket}          per output token after it
 //   swaserve_router_e2e_seconds{bucket}
-//   swaserve_router_prompt_tokens_total, _cached_tokens_total,
+//   swaserve_router_prompt_tokens_total, _cached_tokens_total (what the
+//   prefill workers reported reusing, never the router's estimate),
 //   swaserve_router_generated_tokens_total        (hit rate = cached/prompt)
 //   swaserve_router_inflight_requests             gauge
 //   swaserve_router_redis_fallbacks_total         index/load read failed:
@@ -59,6 +76,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lib/base/thread_pool.h"
+#include "lib/base/timer_queue.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/tokenizer.h"
@@ -81,13 +99,22 @@ struct RouterOptions {
   // max_tokens when a request has 0, and the largest accepted.
   uint32_t default_max_tokens = 256;
   uint32_t max_max_tokens = 32768;
-  // Attempts per leg (first try included).
-  int max_prefill_attempts = 3;
-  int max_decode_attempts = 2;
+  // Attempts per leg (first try included). Defaults 4 and 4.
+  int max_prefill_attempts = 4;
+  int max_decode_attempts = 4;
+  // How long a request waits for a worker to (re)appear when there is none
+  // to try (every candidate failed this request, is restarting, or Redis
+  // restarted and the workers have not re-registered yet); then
+  // Unavailable (HTTP 503). Bounded by the request's deadline. Default 10 s.
+  absl::Duration worker_wait = absl::Seconds(10);
   // Deadline of a whole request's worker calls. Default 10 min.
   absl::Duration request_timeout = absl::Minutes(10);
-  // How long to wait for the decode worker's KV destination. Default 30 s.
-  absl::Duration destination_timeout = absl::Seconds(30);
+  // How long to wait for the decode worker's first answer (`accepted`; it
+  // allocates nothing, so this is short). Default 10 s.
+  absl::Duration destination_timeout = absl::Seconds(10);
+  // Re-dispatches of one request after its decode worker died or drained
+  // mid-stream. Default 3.
+  int max_migrations = 3;
   // Requests in flight beyond which new ones get ResourceExhausted (HTTP
   // 429); 0 means unlimited. Default 4096.
   int max_inflight_requests = 4096;
@@ -170,14 +197,22 @@ class Router {
   absl::Status Prepare(const v1::GenerateRequest& in, Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
-  // One attempt of both legs. Sets *retry_leg ("prefill"/"decode") when the
-  // failure may be retried elsewhere.
-  absl::Status RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel,
-                       std::string* retry_leg);
+  struct Outcome;
+  // One attempt of both legs: OK, or the failure classified (failure.h)
+  // with the leg and the worker at fault.
+  Outcome RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel);
+  // Turns `r` into its continuation after its decode worker failed
+  // mid-stream: prompt + tokens sent, max_tokens reduced, that worker
+  // excluded.
+  absl::Status Migrate(Request& r, const Outcome& o);
+  // The last chunk (finish reason, usage) when every token was sent before
+  // the decode worker died.
+  absl::Status FinishLocally(Request& r, GenerateSink& sink);
 
   const RouterOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<base::ThreadPool> record_pool_;
+  std::unique_ptr<base::TimerQueue> timers_;  // destination timeouts
   std::atomic<int> inflight_{0};
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;

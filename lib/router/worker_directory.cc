@@ -107,9 +107,21 @@ bool WorkerDirectory::Healthy(absl::string_view worker_id) {
   if (it == breakers_.end()) return true;
   Breaker& b = it->second;
   if (b.consecutive_failures < options_.breaker.failures_to_open) return true;
+  // Half-open (the period is over): offered to the policy; the trial is
+  // taken only when the policy picks this worker (Pick).
+  return clock_->Now() >= b.open_until;
+}
+
+bool WorkerDirectory::Pick(absl::string_view worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = breakers_.find(worker_id);
+  if (it == breakers_.end()) return true;
+  Breaker& b = it->second;
+  if (b.consecutive_failures < options_.breaker.failures_to_open) return true;
   const absl::Time now = clock_->Now();
-  if (now < b.open_until) return false;
-  b.open_until = now + options_.breaker.open_for;  // half-open: one trial per period
+  if (now < b.open_until) return false;  // another request took the trial
+  b.open_until = now + options_.breaker.open_for;  // one trial per period
+  ++b.trials;
   return true;
 }
 

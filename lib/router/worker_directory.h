@@ -11,11 +11,23 @@
 // a new incarnation (restart) gets a fresh channel and a closed breaker.
 //
 // Circuit breaker: `failures_to_open` consecutive failures (ReportFailure)
-// open the breaker for `open_for`; then the worker is offered again once
-// (half-open: the first Healthy() after the period re-arms it for another
-// `open_for`, so at most one trial per period) — a success (ReportSuccess)
-// closes it, a failure keeps it open. Open workers are skipped by the
-// router's policy.
+// open the breaker for `open_for`; then the worker is offered to the policy
+// again (half-open: Healthy() is true, without side effects), and the trial
+// is taken only when the policy actually picks it (Pick() re-arms the
+// breaker for another `open_for`, so at most one trial per period; a second
+// request picking it in that period gets false and chooses again) — a
+// success (ReportSuccess) closes it, a failure keeps it open. Open workers
+// are skipped by the router's policy. Only worker faults are reported
+// (failure.h): a request error or an overload never moves a breaker.
+//
+// Breaker state is per router replica, in memory, not shared through Redis:
+// it is this replica's own evidence of reaching the worker (a network
+// partition may cut one replica off and not another), it changes on every
+// failure (sharing it would add Redis writes to the failure path, exactly
+// when Redis may be the thing failing), and the cluster-wide liveness signal
+// already is shared: a dead worker's registry record expires within its TTL
+// for every replica. A new replica starts with closed breakers and learns
+// within failures_to_open requests.
 //
 // Ownership: does not own the ClusterView (must outlive it).
 // Thread-safety: thread-safe.
@@ -85,6 +97,10 @@ class WorkerDirectory {
   // Breaker state. Healthy() is false while the breaker is open; after
   // open_for it returns true once and re-arms (half-open).
   bool Healthy(absl::string_view worker_id);
+  // The policy chose `worker_id`: takes the half-open trial when its
+  // breaker is open and the period is over. False when the breaker is open
+  // and the trial of this period was already taken (choose another).
+  bool Pick(absl::string_view worker_id);
   void ReportSuccess(absl::string_view worker_id);
   void ReportFailure(absl::string_view worker_id);
   // Workers whose breaker is open now (a gauge for operators).
@@ -97,6 +113,7 @@ class WorkerDirectory {
   struct Breaker {
     int consecutive_failures = 0;
     absl::Time open_until = absl::InfinitePast();
+    int trials = 0;
   };
 
   const WorkerDirectoryOptions options_;

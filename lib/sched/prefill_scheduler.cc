@@ -482,6 +482,21 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
     }
   }
 
+  // Due requests that could not start (their memory is not there) must not
+  // keep the budget they reserved from the requests in progress: an empty
+  // step with work in progress would wait for an event that only that work
+  // can produce (found by tests/unit/worker/prefill_admission_test.cc).
+  if (step.chunks.empty() && !in_progress_.empty()) {
+    budget = options_.step_token_budget;
+    for (auto& [seq, r] : in_progress_) {
+      if (budget <= 0 || step.chunks.size() >= max_requests) break;
+      const int n =
+          std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token, budget});
+      budget -= n;
+      if (TakeChunk(r, n, /*first=*/false, &step)) done.push_back(r);
+    }
+  }
+
   for (Request* r : done) {
     in_progress_.erase(r->start_seq);
     metrics_.AddRunning(-1);

@@ -29,6 +29,10 @@ struct Req {
   std::unique_ptr<StopChecker> stop;
   std::vector<uint32_t> generated;  // first token included
   bool recompute = false;           // preempted: KV to rebuild before running
+  // While recomputing in the batch: prompt + generated tokens but the last
+  // (the KV to rebuild) and how many of them are done.
+  std::vector<uint32_t> recompute_tokens;
+  int recompute_done = 0;
 };
 
 struct Metrics {
@@ -98,6 +102,7 @@ struct DecodeCore::Impl {
   int staged_count ABSL_GUARDED_BY(mu) = 0;
   int running_count ABSL_GUARDED_BY(mu) = 0;
   std::atomic<int64_t> admitted_total{0}, preempted_total{0}, finished_total{0};
+  std::atomic<int64_t> recompute_chunks{0}, recompute_chunks_with_decode{0};
   std::thread thread;
 
   // Loop-owned. The policy (admission order, batch, preemption victim) is
@@ -117,7 +122,10 @@ struct DecodeCore::Impl {
   void EndRunning(std::string id, FinishReason finish, absl::Status error = absl::OkStatus());
   void Admit();
   void Step();
-  absl::Status Recompute(Req& r);
+  absl::Status StartRecompute(Req& r);
+  // Appends the next recompute chunk of the oldest recomputing request in
+  // the batch to `items` (false: none, or its pages ran out).
+  Req* NextRecomputeChunk(int* tokens);
   void Emit(Req& r, std::vector<model::SampledToken> tokens, FinishReason finish,
             absl::Status error = absl::OkStatus());
   void End(std::unique_ptr<Req> r, FinishReason finish, absl::Status error = absl::OkStatus());
@@ -182,17 +190,26 @@ void DecodeCore::Impl::Preempt(Req& r) {
           r.generated.size());
 }
 
-absl::Status DecodeCore::Impl::Recompute(Req& r) {
-  // Rebuild the KV of prompt + generated tokens except the last (the next
-  // input), in chunks, exactly as a chunked prefill would.
-  std::vector<uint32_t> tokens = r.job.prompt;
-  tokens.insert(tokens.end(), r.generated.begin(), r.generated.end() - 1);
-  const int n = static_cast<int>(tokens.size());
-  for (int s = 0; s < n; s += options.recompute_chunk) {
-    const int c = std::min(options.recompute_chunk, n - s);
-    RETURN_IF_ERROR(r.seq->Append(c));
-    model::ForwardItem item{r.seq.get(), absl::MakeConstSpan(tokens).subspan(s, c), s, false};
-    RETURN_IF_ERROR(options.engine->Forward({&item, 1}, &out));
+absl::Status DecodeCore::Impl::StartRecompute(Req& r) {
+  // The KV of prompt + generated tokens except the last (the next input) is
+  // rebuilt in chunks interleaved with the running batch (Step), not here:
+  // admission only checks that the pages fit now, so a long preempted
+  // request does not stall everyone else's next token for its whole
+  // recompute.
+  r.recompute_tokens = r.job.prompt;
+  r.recompute_tokens.insert(r.recompute_tokens.end(), r.generated.begin(), r.generated.end() - 1);
+  r.recompute_done = 0;
+  const kv::KvShape& shape = options.pools->shape();
+  const int ps = shape.page_size;
+  const int64_t n = static_cast<int64_t>(r.recompute_tokens.size());
+  const int64_t need_full = (n + 1 + ps - 1) / ps;
+  const int64_t need_swa =
+      (std::min<int64_t>(n + 1, shape.sliding_window + options.recompute_chunk) + ps - 1) / ps + 1;
+  if (need_full > options.pools->full().num_free() || need_swa > options.pools->swa().num_free()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("recomputing ", n, " tokens needs ", need_full, " full and ", need_swa,
+                     " SWA pages; ", options.pools->full().num_free(), " and ",
+                     options.pools->swa().num_free(), " are free"));
   }
   return absl::OkStatus();
 }
@@ -212,7 +229,7 @@ void DecodeCore::Impl::Admit() {
           r.seq = std::make_unique<kv::Sequence>(
               kv::SequenceOptions{options.pools, nullptr, 0, false});
           absl::Status st = r.recompute
-                                ? Recompute(r)
+                                ? StartRecompute(r)
                                 : AdmitFromStaging(*r.job.staging, *options.pools, r.seq.get());
           if (st.ok()) return true;
           r.seq.reset();  // frees whatever was placed
@@ -229,10 +246,7 @@ void DecodeCore::Impl::Admit() {
       Req& r = *reqs.at(id);
       admitted_total.fetch_add(1, std::memory_order_relaxed);
       if (m.admitted != nullptr) m.admitted->Increment();
-      if (r.recompute) {
-        r.recompute = false;
-        continue;
-      }
+      if (r.recompute) continue;  // rebuilt chunk by chunk in Step
       r.job.staging.reset();  // host memory back as soon as the KV is in the pools
       r.generated.push_back(r.job.first_token.token);
       const StopReason why = r.stop->Add(r.job.first_token.token);
@@ -254,10 +268,15 @@ void DecodeCore::Impl::Admit() {
 
 void DecodeCore::Impl::Step() {
   const int64_t t0 = base::MonotonicNanos();
-  // One more token of KV per request; when the pools are full, preempt the
-  // most recently admitted request (the back of `running`).
+  // One more token of KV per decoding request (recomputing ones get their
+  // next chunk below); when the pools are full, preempt the most recently
+  // admitted request (the back of `running`).
   size_t i = 0;
   while (i < running.size()) {
+    if (running[i]->recompute) {
+      ++i;
+      continue;
+    }
     absl::Status st = running[i]->seq->Append(1);
     if (st.ok()) {
       ++i;
@@ -291,10 +310,18 @@ void DecodeCore::Impl::Step() {
   }
   if (running.empty()) return;
   items.clear();
+  std::vector<Req*> decoding;
   for (const auto& r : running) {
+    if (r->recompute) continue;
     const int pos = r->seq->length() - 1;
     items.push_back({r->seq.get(), absl::MakeConstSpan(&r->generated.back(), 1), pos, false});
+    decoding.push_back(r);
   }
+  // One chunk of one preempted request's recompute rides in the same ragged
+  // forward as the batch's decode tokens.
+  int chunk = 0;
+  Req* rec = NextRecomputeChunk(&chunk);
+  if (items.empty()) return;
   absl::Status st = options.engine->Forward(items, &out);
   if (!st.ok()) {
     // A malformed batch is a bug; fail the requests rather than spin.
@@ -306,12 +333,25 @@ void DecodeCore::Impl::Step() {
     }
     return;
   }
-  if (m.batch != nullptr) m.batch->Observe(static_cast<double>(running.size()));
+  if (m.batch != nullptr) m.batch->Observe(static_cast<double>(decoding.size()));
+  if (rec != nullptr) {
+    recompute_chunks.fetch_add(1, std::memory_order_relaxed);
+    if (!decoding.empty()) recompute_chunks_with_decode.fetch_add(1, std::memory_order_relaxed);
+    rec->recompute_done += chunk;
+    if (rec->recompute_done == static_cast<int>(rec->recompute_tokens.size())) {
+      rec->recompute = false;  // decodes from the next iteration on
+      rec->recompute_tokens.clear();
+      rec->seq->TrimWindow();
+    }
+  }
   const int V = options.engine->config().vocab_size;
   std::vector<Req*> still;
   still.reserve(running.size());
-  for (size_t k = 0; k < running.size(); ++k) {
-    Req& r = *running[k];
+  for (Req* r : running) {
+    if (r->recompute || r == rec) still.push_back(r);
+  }
+  for (size_t k = 0; k < decoding.size(); ++k) {
+    Req& r = *decoding[k];
     const float* row = out.logits.data() + static_cast<size_t>(out.first_row[k]) * V;
     model::SampledToken tok = r.sampler->Sample(absl::MakeConstSpan(row, V));
     r.generated.push_back(tok.token);
@@ -328,6 +368,30 @@ void DecodeCore::Impl::Step() {
   if (m.step_seconds != nullptr) {
     m.step_seconds->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
   }
+}
+
+Req* DecodeCore::Impl::NextRecomputeChunk(int* tokens) {
+  *tokens = 0;
+  for (size_t i = 0; i < running.size(); ++i) {
+    Req* r = running[i];
+    if (!r->recompute) continue;
+    const int n = static_cast<int>(r->recompute_tokens.size());
+    const int c = std::min(options.recompute_chunk, n - r->recompute_done);
+    absl::Status st = r->seq->Append(c);
+    if (!st.ok()) {
+      // Pages ran out since admission (the batch grew into them): back to
+      // the waiting requests, to start over when pages free up.
+      running.erase(running.begin() + static_cast<long>(i));
+      Preempt(*r);
+      return nullptr;
+    }
+    items.push_back({r->seq.get(),
+                     absl::MakeConstSpan(r->recompute_tokens).subspan(r->recompute_done, c),
+                     r->recompute_done, false});
+    *tokens = c;
+    return r;
+  }
+  return nullptr;
 }
 
 void DecodeCore::Impl::PublishCounts() {
@@ -488,6 +552,8 @@ DecodeLoad DecodeCore::GetLoad() const {
   l.admitted_total = impl_->admitted_total.load();
   l.preempted_total = impl_->preempted_total.load();
   l.finished_total = impl_->finished_total.load();
+  l.recompute_chunks_total = impl_->recompute_chunks.load();
+  l.recompute_chunks_with_decode_total = impl_->recompute_chunks_with_decode.load();
   return l;
 }
 

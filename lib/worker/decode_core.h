@@ -7,7 +7,10 @@
 // requests; cancellation frees everything; when the pools run out mid-
 // generation the most recently admitted request is preempted: its pages are
 // freed and it is re-queued at the head of the waiting queue, to be
-// recomputed (prompt + generated tokens, chunked Forward) when pages free up.
+// recomputed (prompt + generated tokens) when pages free up. The recompute
+// runs in the batch, one recompute_chunk per iteration riding in the same
+// ragged Forward as the other requests' decode tokens (issue 16: preemption
+// does not stall the batch); admission only checks that its pages fit.
 // Batch-invariant kernels make the recomputed KV, and so the continuation,
 // identical to an uninterrupted run. The policy (admission order, the batch,
 // the preemption victim) is sched::DecodeScheduler's, which also exports the
@@ -73,7 +76,7 @@ struct DecodeCoreOptions {
   // For stop strings; may be null.
   const model::Tokenizer* tokenizer = nullptr;
   int max_batch_size = 32;
-  // Tokens per Forward when recomputing a preempted request.
+  // Tokens of a preempted request's recompute per decode iteration.
   int recompute_chunk = 512;
   // Optional: swaserve_decode_* metrics.
   metrics::Registry* registry = nullptr;
@@ -85,6 +88,11 @@ struct DecodeLoad {
   int64_t admitted_total = 0;
   int64_t preempted_total = 0;
   int64_t finished_total = 0;
+  // Recompute chunks of preempted requests run, and how many of them rode
+  // in a forward that also decoded other requests' tokens (the batch kept
+  // moving while the recompute ran).
+  int64_t recompute_chunks_total = 0;
+  int64_t recompute_chunks_with_decode_total = 0;
 };
 
 class DecodeCore {

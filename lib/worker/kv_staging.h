@@ -41,6 +41,7 @@
 #include "lib/kv/page_pool.h"
 #include "lib/kv/sequence.h"
 #include "lib/worker/staging_arena.h"
+#include "lib/worker/staging_budget.h"
 
 namespace swaserve::worker {
 
@@ -99,8 +100,15 @@ class KvStaging {
   size_t arena_offset() const { return arena_offset_; }
   size_t arena_block_bytes() const { return arena_block_bytes_; }
 
+  // The staging budget's reservation covering this staging's bytes (decode
+  // workers): held until the staging is destroyed, so the budget counts
+  // exactly the staged memory that exists.
+  void set_reservation(std::unique_ptr<StagingBudget::Reservation> r) { reservation_ = std::move(r); }
+
  private:
   explicit KvStaging(const StagedKvLayout& layout) : layout_(layout) {}
+  // Declared first: released after the memory (destroyed last).
+  std::unique_ptr<StagingBudget::Reservation> reservation_;
   StagedKvLayout layout_;
   uint8_t* full_ = nullptr;
   uint8_t* swa_ = nullptr;

@@ -32,6 +32,10 @@ struct Req {
   // from its start until its last chunk).
   int64_t pending_full_pages = 0;
   bool started = false;
+  // Every prompt token's KV is computed (the last chunk ran): the pages go
+  // into the prefix cache even when shipping then fails or is cancelled,
+  // so the router's retry is a prefix hit.
+  bool computed = false;
   bool shipping = false;
   bool cancelled = false;  // while shipping
   // MTP over the prompt: per MTP layer k, the rows (layer k-1's output, or
@@ -113,6 +117,7 @@ struct PrefillCore::Impl {
   // Loop-owned.
   absl::flat_hash_map<std::string, std::unique_ptr<Req>> reqs;
   int64_t committed_full_pages = 0;  // sum of pending_full_pages of started
+  std::atomic<int64_t> released_hits{0};  // ReleaseQueuedHits requeues
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
   bool sched_blocked = false;
@@ -131,6 +136,18 @@ struct PrefillCore::Impl {
   std::vector<uint32_t> mtp_tokens;
   model::ForwardOutput mtp_out;
   void Accept(std::unique_ptr<Req> r);
+  // Admission deadlock breaker (see the header): when nothing runs and no
+  // queued request can start, queued requests other than the oldest give
+  // up their locked hits and are requeued as cold prompts. False when
+  // there was nothing to release; the oldest is then failed if it cannot
+  // start even so.
+  bool ReleaseQueuedHits();
+  bool AnyStarted() const {
+    for (const auto& [id, r] : reqs) {
+      if (r->started) return true;
+    }
+    return false;
+  }
   bool CanStart(const sched::PrefillRequestInfo& info);
   void RunStep(const sched::PrefillStep& step);
   void Complete(Req* r, absl::Status status);
@@ -149,6 +166,19 @@ void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
   if (options.cache != nullptr) hit = options.cache->MatchAndLock(r->hashes, n - 1);
   r->seq = std::make_unique<kv::Sequence>(
       kv::SequenceOptions{options.pools, options.cache, 0, true}, std::move(hit));
+  // Locking a hit makes its pages unevictable. Started requests count on
+  // free + evictable pages for the rest of their prompts (committed): a
+  // lock that would take pages from under them is not taken — the request
+  // queues as a cold prompt instead (its chunks would otherwise fail with
+  // ResourceExhausted mid-prompt).
+  if (options.cache != nullptr && r->seq->cached_tokens() > 0 &&
+      options.pools->full().num_free() + options.cache->EvictableFullPages() <
+          committed_full_pages) {
+    r->seq->Abort();
+    r->seq = std::make_unique<kv::Sequence>(
+        kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
+    ++released_hits;
+  }
   r->result.prompt_tokens = n;
   r->result.cached_tokens = r->seq->cached_tokens();
   r->result.computed_tokens = n - r->result.cached_tokens;
@@ -160,6 +190,56 @@ void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
     return;
   }
   reqs.emplace(r->job.id, std::move(r));
+}
+
+bool PrefillCore::Impl::ReleaseQueuedHits() {
+  Req* oldest = nullptr;
+  for (const auto& [id, r] : reqs) {
+    if (r->started) continue;
+    if (oldest == nullptr || r->arrival_ns < oldest->arrival_ns ||
+        (r->arrival_ns == oldest->arrival_ns && r->job.id < oldest->job.id)) {
+      oldest = r.get();
+    }
+  }
+  if (oldest == nullptr) return false;
+  std::vector<Req*> release;
+  for (const auto& [id, r] : reqs) {
+    if (!r->started && r.get() != oldest && r->seq->cached_tokens() > 0) release.push_back(r.get());
+  }
+  // Only the oldest still holds a hit: the scheduler's choice may be another
+  // request that the oldest's locked pages keep out, so release it too.
+  if (release.empty() && oldest->seq->cached_tokens() > 0) release.push_back(oldest);
+  std::sort(release.begin(), release.end(),
+            [](const Req* a, const Req* b) { return a->job.id < b->job.id; });
+  for (Req* r : release) {
+    const int n = static_cast<int>(r->job.prompt.size());
+    sched->Cancel(r->job.id);
+    r->seq->Abort();  // unlocks the hit: its pages become evictable
+    r->seq = std::make_unique<kv::Sequence>(
+        kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
+    r->result.cached_tokens = 0;
+    r->result.computed_tokens = n;
+    ++released_hits;
+    // Same arrival: the request keeps its place by wait time.
+    absl::Status st = sched->Add({r->job.id, n, 0, r->arrival_ns});
+    if (!st.ok()) Complete(r, st);
+  }
+  if (!release.empty()) {
+    SWA_LOG(info, "prefill: admission stalled on locked prefix hits; {} queued request(s) "
+            "released theirs and were requeued as cold prompts", release.size());
+    return true;
+  }
+  // No queued request holds pages, so every page is free or evictable, and
+  // still nothing starts (the pool is held elsewhere): a clear error for
+  // the oldest rather than a stall.
+  sched->Cancel(oldest->job.id);
+  Complete(oldest, absl::ResourceExhaustedError(absl::StrCat(
+                       "prompt of ", oldest->job.prompt.size(),
+                       " tokens cannot get its KV pages in this prefill worker's pool (",
+                       options.pools->full().num_free(), " free, ",
+                       options.cache != nullptr ? options.cache->EvictableFullPages() : 0,
+                       " evictable)")));
+  return true;
 }
 
 bool PrefillCore::Impl::CanStart(const sched::PrefillRequestInfo& info) {
@@ -182,7 +262,7 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     committed_full_pages -= r->pending_full_pages;
     r->pending_full_pages = 0;
   }
-  if (status.ok()) {
+  if (status.ok() || (r->computed && r->seq != nullptr)) {
     r->seq->Finish(r->hashes);  // prompt pages into the prefix cache
   } else if (r->seq != nullptr) {
     r->seq->Abort();
@@ -286,6 +366,7 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     if (m.ttft_seconds != nullptr) {
       m.ttft_seconds->Observe(static_cast<double>(t1 - r->arrival_ns) * 1e-9);
     }
+    r->computed = true;
     if (!r->job.ship) {
       Complete(r, absl::OkStatus());
       continue;
@@ -409,7 +490,18 @@ void PrefillCore::Impl::Loop() {
           return CanStart(info);
         });
     sched_blocked = step.empty();
-    if (!step.empty()) RunStep(step);
+    if (step.empty() && sched->queued_requests() + sched->in_progress_requests() > 0) {
+      SWA_LOG(debug, "prefill: no step: {} queued, {} in progress, started {}, free {}, evictable {}, committed {}",
+              sched->queued_requests(), sched->in_progress_requests(), AnyStarted(),
+              options.pools->full().num_free(),
+              options.cache != nullptr ? options.cache->EvictableFullPages() : 0, committed_full_pages);
+    }
+    if (!step.empty()) {
+      RunStep(step);
+    } else if (sched->queued_requests() > 0 && !AnyStarted()) {
+      // No event will come (nothing computes or ships): unblock now.
+      if (ReleaseQueuedHits()) sched_blocked = false;
+    }
     PublishLoad();
   }
   // Stopping: fail everything still here. Shipping requests are waited for
@@ -540,6 +632,7 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.completed_total = impl_->completed.load();
   l.computed_tokens_total = impl_->computed_total.load();
   l.cached_tokens_total = impl_->cached_total.load();
+  l.released_hits_total = impl_->released_hits.load();
   return l;
 }
 

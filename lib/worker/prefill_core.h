@@ -14,6 +14,19 @@
 // Memory: a request starts only when the full pages of all its uncached
 // tokens fit (free + evictable, minus what started requests still need);
 // requests that could never fit in these pools are rejected at Submit.
+// Queued requests hold their prefix hits locked (not evictable), so queued
+// hits plus a request's need can exceed the pool with nothing running: then
+// no event would ever unblock the queue. When that happens, queued requests
+// other than the oldest release their hits and are requeued as cold prompts
+// with their original arrival (the oldest's too if it alone holds one); the
+// queue always makes progress, and a request that cannot start even then
+// fails with ResourceExhausted instead of waiting forever. A new request
+// whose hit lock would take pages that started requests count on (free +
+// evictable below what they still need) queues without the hit instead.
+//
+// When shipping fails or the caller cancels during the ship, the computed
+// prompt still goes into the prefix cache (its KV is complete and valid),
+// so a retry of the same prompt hits.
 //
 // Cancellation (caller gone): the request leaves the scheduler, its pages are
 // freed, its callback gets Cancelled; a request already shipping completes
@@ -91,6 +104,9 @@ struct PrefillLoad {
   int64_t completed_total = 0;
   int64_t computed_tokens_total = 0;
   int64_t cached_tokens_total = 0;
+  // Queued requests that released their locked prefix hit to unblock
+  // admission (requeued as cold prompts).
+  int64_t released_hits_total = 0;
 };
 
 class PrefillCore {

@@ -20,11 +20,13 @@ namespace {
 
 constexpr char kJson[] = "application/json";
 
-// The error a failed Generate gets over HTTP. The prompt-too-long case is
-// 413 (issue 7), not OpenAI's 400.
+// The error a failed Generate gets over HTTP. A prompt too long for every
+// bucket, or too large for every worker's KV memory, is 413 (issues 7, 16),
+// not OpenAI's 400.
 api::ApiError ErrorFor(const absl::Status& s) {
   std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
-  if (d && d->code() == v1::ERROR_CODE_PROMPT_TOO_LONG) {
+  if (d && (d->code() == v1::ERROR_CODE_PROMPT_TOO_LONG ||
+            d->code() == v1::ERROR_CODE_TOO_LARGE_FOR_WORKER)) {
     api::ApiError e;
     e.http_status = 413;
     e.type = "invalid_request_error";

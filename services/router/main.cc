@@ -62,9 +62,12 @@ struct RouterConfig {
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
   int64_t max_body_bytes = 8 << 20;
-  int64_t max_prefill_attempts = 3;
-  int64_t max_decode_attempts = 2;
+  int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
+  int64_t max_decode_attempts = router::RouterOptions{}.max_decode_attempts;
   absl::Duration request_timeout = absl::Minutes(10);
+  absl::Duration destination_timeout = router::RouterOptions{}.destination_timeout;
+  int64_t max_migrations = router::RouterOptions{}.max_migrations;
+  absl::Duration worker_wait = router::RouterOptions{}.worker_wait;
   absl::Duration refresh_interval = absl::Milliseconds(500);
   int64_t breaker_failures = 3;
   absl::Duration breaker_open = absl::Seconds(10);
@@ -108,7 +111,14 @@ int Run(int argc, char** argv) {
       .Add("retry.prefill_attempts", &c.max_prefill_attempts, "attempts of a prefill leg")
       .Add("retry.decode_attempts", &c.max_decode_attempts,
            "attempts of a decode leg (before the first token)")
-      .Add("request_timeout", &c.request_timeout, "deadline of a request's worker calls")
+      .Add("request_timeout", &c.request_timeout,
+           "deadline of a request's worker calls (its queue wait at a prefill worker included)")
+      .Add("destination_timeout", &c.destination_timeout,
+           "how long the decode worker may take to accept a request (it allocates nothing then)")
+      .Add("worker_wait", &c.worker_wait,
+           "how long a request waits for a worker to (re)appear when none is left to try")
+      .Add("max_migrations", &c.max_migrations,
+           "re-dispatches of a request whose decode worker died or drained mid-stream")
       .Add("refresh_interval", &c.refresh_interval, "how often the worker registry is re-read")
       .Add("breaker.failures", &c.breaker_failures, "consecutive failures that open a breaker")
       .Add("breaker.open_for", &c.breaker_open, "how long an open breaker skips a worker")
@@ -185,6 +195,9 @@ int Run(int argc, char** argv) {
   opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
   opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);
   opt.request_timeout = c.request_timeout;
+  opt.destination_timeout = c.destination_timeout;
+  opt.max_migrations = static_cast<int>(c.max_migrations);
+  opt.worker_wait = c.worker_wait;
   opt.registry = &registry;
   auto router = router::Router::Create(opt);
   if (!router.ok()) return fail(router.status());

@@ -12,6 +12,7 @@
 #include "lib/rpc/status_conversion.h"
 #include "lib/transfer/kv_destination.h"
 #include "lib/worker/kv_staging.h"
+#include "lib/worker/staging_budget.h"
 #include "services/worker/convert.h"
 
 namespace swaserve::worker_service {
@@ -20,7 +21,12 @@ struct DecodeService::Shared {
   DecodeServiceOptions options;
   kv::KvShape shape;
   absl::Mutex mu;
-  absl::flat_hash_map<std::string, v1::KvDestination> destinations ABSL_GUARDED_BY(mu);
+  // Decode calls waiting for their KV, by transfer id (from the stream's
+  // start until it ends).
+  struct Pending;
+  absl::flat_hash_map<std::string, std::shared_ptr<Pending>> pending ABSL_GUARDED_BY(mu);
+  std::unique_ptr<worker::StagingBudget> budget;
+  std::atomic<bool> draining{false};
   std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
   metrics::Histogram* ttft = nullptr;
   metrics::Histogram* tpot = nullptr;
@@ -29,6 +35,7 @@ struct DecodeService::Shared {
   metrics::Counter* streams_failed = nullptr;
   metrics::Counter* streams_cancelled = nullptr;
   metrics::Counter* staging_fallback = nullptr;
+  metrics::Counter* staging_waits = nullptr;
 
   // The staging arena (null: none) and the registration of its memory (the
   // arena keeps it alive too; this is what transfers name).
@@ -76,6 +83,7 @@ namespace {
 using Shared = DecodeService::Shared;
 
 constexpr char kArenaBytesMetric[] = "swaserve_decode_staging_arena_bytes";
+constexpr char kBudgetBytesMetric[] = "swaserve_decode_staging_budget_bytes";
 
 // The stream's state shared with transfer and token callbacks, which may
 // outlive the reactor.
@@ -94,6 +102,8 @@ struct StreamState {
   bool want_logprobs = false;
   int64_t start_ns = 0;
   int64_t last_token_ns = 0;  // decode loop thread only
+  // From the commit (set before the job is submitted); < 0: unknown.
+  double prefill_queue_seconds = -1;
 
   // Queues a response; with `last`, the stream then finishes with `status`.
   void Push(std::optional<v1::DecodeResponse> response, bool last, grpc::Status status);
@@ -101,6 +111,129 @@ struct StreamState {
   // gRPC call happens after unlocking, in Pump).
   void Pump();
 };
+
+// The GetKvDestination call of a prefill worker, answered when the staging
+// budget grants its bytes. Shared with the grant callback and the stream,
+// which may outlive the reactor (OnDone clears it).
+struct DestinationCall {
+  absl::Mutex mu;
+  grpc::ServerUnaryReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  v1::KvDestination* response ABSL_GUARDED_BY(mu) = nullptr;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+
+  // Finishes the call once; false if it had already finished (or is gone).
+  bool Finish(const absl::StatusOr<v1::KvDestination>& dest) {
+    absl::MutexLock lock(&mu);
+    if (finished || reactor == nullptr) return false;
+    finished = true;
+    if (dest.ok()) *response = *dest;
+    reactor->Finish(dest.ok() ? grpc::Status::OK : rpc::ToGrpcStatus(dest.status()));
+    return true;
+  }
+};
+
+}  // namespace
+
+struct DecodeService::Shared::Pending {
+  std::shared_ptr<StreamState> state;
+  transfer::KvStagingPlan plan;
+  worker::StagedKvLayout layout;
+  worker::DecodeJob job;  // moved out by the transfer callback
+  // Guarded by Shared::mu.
+  bool acquiring = false;  // a GetKvDestination waits for the budget
+  std::optional<v1::KvDestination> destination;
+  std::shared_ptr<DestinationCall> call;
+};
+
+namespace {
+
+using Pending = Shared::Pending;
+
+// Drops a transfer id's pending entry: a GetKvDestination still waiting for
+// the budget leaves the line and is answered NOT_FOUND with `why`.
+void ForgetPending(Shared& shared, const std::string& transfer_id, absl::string_view why) {
+  std::shared_ptr<DestinationCall> call;
+  // Released outside the lock: its staging's budget reservation may grant
+  // a waiter, whose callback takes shared.mu.
+  std::shared_ptr<Pending> gone;
+  {
+    absl::MutexLock lock(&shared.mu);
+    auto it = shared.pending.find(transfer_id);
+    if (it == shared.pending.end()) return;
+    gone = std::move(it->second);
+    call = std::move(gone->call);
+    shared.pending.erase(it);
+  }
+  if (call != nullptr) {
+    shared.budget->Cancel(transfer_id);
+    call->Finish(absl::NotFoundError(absl::StrCat("transfer ", transfer_id, ": ", why)));
+  }
+}
+
+void OnTransferDone(const std::shared_ptr<Shared>& shared, const std::shared_ptr<Pending>& pending,
+                    std::unique_ptr<transfer::Registration> reg, int64_t t0,
+                    absl::StatusOr<transfer::ReceivedTransfer> got);
+
+// Allocates `pending`'s staging (an arena block if there is room, else heap
+// memory registered for this request), covered by `reservation`, and arms
+// the transfer (its timeout counts from now: the KV is about to ship).
+absl::StatusOr<v1::KvDestination> Stage(const std::shared_ptr<Shared>& shared,
+                                        const std::shared_ptr<Pending>& pending,
+                                        const std::string& transfer_id,
+                                        std::unique_ptr<worker::StagingBudget::Reservation> reservation) {
+  const DecodeServiceOptions& o = shared->options;
+  std::unique_ptr<worker::KvStaging> staging;
+  if (shared->arena != nullptr) {
+    shared->ReleaseQuarantined();
+    absl::StatusOr<std::unique_ptr<worker::KvStaging>> in =
+        worker::KvStaging::CreateIn(pending->layout, shared->arena);
+    if (in.ok()) {
+      staging = *std::move(in);
+    } else if (in.status().code() == absl::StatusCode::kResourceExhausted) {
+      if (shared->staging_fallback != nullptr) shared->staging_fallback->Increment();
+      SWA_LOG(debug, "transfer {}: {}; staging in heap memory", transfer_id,
+              std::string(in.status().message()));
+    } else {
+      return in.status();
+    }
+  }
+  std::unique_ptr<transfer::Registration> reg;
+  if (staging == nullptr) {
+    ASSIGN_OR_RETURN(staging, worker::KvStaging::Create(pending->layout));
+    ASSIGN_OR_RETURN(reg, o.transfer->Register(staging->data(), staging->size()));
+  }
+  if (staging->size() != pending->plan.total_bytes()) {
+    return absl::InternalError("KV staging and transfer plan disagree on the size");
+  }
+  staging->set_reservation(std::move(reservation));
+  transfer::KvReceiveOptions ro;
+  ro.transfer_id = transfer_id;
+  ro.shape = shared->shape;
+  ro.num_tokens = static_cast<int>(pending->job.prompt.size());
+  ro.swa_slack = 0;
+  ro.staging = reg != nullptr ? reg.get() : shared->arena_registration.get();
+  ro.offset = staging->arena_offset();
+  ro.timeout = o.commit_timeout;
+  pending->job.staging = std::move(staging);
+  {
+    absl::MutexLock lock(&pending->state->mu);
+    pending->state->transfer_pending = true;
+  }
+  const int64_t t0 = base::MonotonicNanos();
+  // The callback owns the registration (heap staging) until UCX is done.
+  auto reg_holder = std::make_shared<std::unique_ptr<transfer::Registration>>(std::move(reg));
+  absl::StatusOr<v1::KvDestination> dest = transfer::ExpectKvTransfer(
+      *o.transfer, ro,
+      [shared, pending, reg_holder, t0](absl::StatusOr<transfer::ReceivedTransfer> got) {
+        OnTransferDone(shared, pending, std::move(*reg_holder), t0, std::move(got));
+      });
+  if (!dest.ok()) {
+    absl::MutexLock lock(&pending->state->mu);
+    pending->state->transfer_pending = false;
+    pending->job.staging.reset();
+  }
+  return dest;
+}
 
 class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
  public:
@@ -141,6 +274,9 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     if (transfer_pending) {
       (void)shared_->options.transfer->CancelReceive(state_->transfer_id);
     }
+    ForgetPending(*shared_, state_->transfer_id, "the decode stream was cancelled");
+    // After `cancelled` is set: a transfer callback that submits later sees
+    // it and cancels what it submitted (Stage), so no request runs unheard.
     shared_->options.core->Cancel(state_->request_id);
     state_->Push(std::nullopt, true, grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
@@ -150,10 +286,7 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       absl::MutexLock lock(&state_->mu);
       state_->reactor = nullptr;
     }
-    {
-      absl::MutexLock lock(&shared_->mu);
-      shared_->destinations.erase(state_->transfer_id);
-    }
+    ForgetPending(*shared_, state_->transfer_id, "the decode stream ended");
     delete this;
   }
 
@@ -164,6 +297,11 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
  private:
   absl::Status Start(const v1::DecodeRequest& req) {
     const DecodeServiceOptions& o = shared_->options;
+    if (shared_->draining.load()) {
+      return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_DRAINING,
+                                  absl::StrCat("decode worker ", o.worker_id, " is draining"),
+                                  o.worker_id, /*retryable=*/true);
+    }
     if (req.transfer_id().empty()) return absl::InvalidArgumentError("transfer_id is required");
     if (req.prompt_token_ids().empty()) {
       return absl::InvalidArgumentError("prompt_token_ids is required");
@@ -175,117 +313,54 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
                      ToStopOptions(req.sampling(), o.default_max_tokens, o.max_max_tokens,
                                    o.eos_ids));
     state_->want_logprobs = req.sampling().logprobs();
-    ASSIGN_OR_RETURN(transfer::KvStagingPlan plan, transfer::PlanStaging(shared_->shape, n, 0));
-    const worker::StagedKvLayout layout =
-        worker::StagedKvLayout::For(shared_->shape, n, plan.first_swa_token);
-    // A block of the arena if it has room, else heap memory registered for
-    // this request.
-    std::unique_ptr<worker::KvStaging> staging;
-    if (shared_->arena != nullptr) {
-      shared_->ReleaseQuarantined();
-      absl::StatusOr<std::unique_ptr<worker::KvStaging>> in =
-          worker::KvStaging::CreateIn(layout, shared_->arena);
-      if (in.ok()) {
-        staging = *std::move(in);
-      } else if (in.status().code() == absl::StatusCode::kResourceExhausted) {
-        if (shared_->staging_fallback != nullptr) shared_->staging_fallback->Increment();
-        SWA_LOG(debug, "request {}: {}; staging in heap memory", req.request_id(),
-                std::string(in.status().message()));
-      } else {
-        return in.status();
-      }
+    // Requests that could never run here fail now, before any prefill
+    // compute: the prompt plus its first token must fit the pools, and its
+    // staging the budget. Request errors: no breaker counts them.
+    const int ps = shared_->shape.page_size;
+    const int64_t pages = (static_cast<int64_t>(n) + 1 + ps - 1) / ps;
+    if (pages > o.pools->full().num_pages()) {
+      return rpc::ErrorWithDetail(
+          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+          absl::StrCat("prompt of ", n, " tokens needs ", pages,
+                       " full KV pages; decode worker ", o.worker_id, " has ",
+                       o.pools->full().num_pages()),
+          o.worker_id, /*retryable=*/false);
     }
-    std::unique_ptr<transfer::Registration> reg;
-    if (staging == nullptr) {
-      ASSIGN_OR_RETURN(staging, worker::KvStaging::Create(layout));
-      ASSIGN_OR_RETURN(reg, o.transfer->Register(staging->data(), staging->size()));
-    }
-    if (staging->size() != plan.total_bytes()) {
-      return absl::InternalError("KV staging and transfer plan disagree on the size");
-    }
-    // What the transfer callback needs once the KV is in.
-    struct Pending {
-      std::unique_ptr<worker::KvStaging> staging;
-      std::unique_ptr<transfer::Registration> reg;  // heap staging only
-      worker::DecodeJob job;
-    };
     auto pending = std::make_shared<Pending>();
+    pending->state = state_;
+    ASSIGN_OR_RETURN(pending->plan, transfer::PlanStaging(shared_->shape, n, 0));
+    pending->layout = worker::StagedKvLayout::For(shared_->shape, n, pending->plan.first_swa_token);
+    if (pending->layout.total_bytes() > shared_->budget->capacity()) {
+      return rpc::ErrorWithDetail(
+          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+          absl::StrCat("prompt of ", n, " tokens needs ", pending->layout.total_bytes() >> 20,
+                       " MiB of KV staging; decode worker ", o.worker_id,
+                       "'s staging budget is ", shared_->budget->capacity() >> 20, " MiB"),
+          o.worker_id, /*retryable=*/false);
+    }
     pending->job.id = req.request_id();
     pending->job.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
     pending->job.sampling = sampling;
     pending->job.stop = std::move(stop);
-    pending->job.cached_tokens = static_cast<int>(req.cached_tokens());
-    transfer::KvReceiveOptions ro;
-    ro.transfer_id = req.transfer_id();
-    ro.shape = shared_->shape;
-    ro.num_tokens = n;
-    ro.swa_slack = 0;
-    ro.staging = reg != nullptr ? reg.get() : shared_->arena_registration.get();
-    ro.offset = staging->arena_offset();
-    ro.timeout = o.commit_timeout;
-    pending->staging = std::move(staging);
-    pending->reg = std::move(reg);
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->transfer_pending = true;
-    }
-    std::shared_ptr<StreamState> state = state_;
-    std::shared_ptr<Shared> shared = shared_;
-    const int64_t t0 = base::MonotonicNanos();
-    absl::StatusOr<v1::KvDestination> dest = transfer::ExpectKvTransfer(
-        *o.transfer, ro,
-        [state, shared, pending, t0](absl::StatusOr<transfer::ReceivedTransfer> got) mutable {
-          {
-            absl::MutexLock lock(&state->mu);
-            state->transfer_pending = false;
-          }
-          pending->reg.reset();  // UCX no longer touches the staging
-          if (shared->wait_commit != nullptr) {
-            shared->wait_commit->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
-          }
-          if (!got.ok()) {
-            // A sender may still put into an arena block (see the header).
-            if (pending->staging->arena() != nullptr) {
-              shared->Quarantine(std::move(pending->staging));
-            }
-            state->Push(std::nullopt, true,
-                        rpc::ToGrpcStatus(rpc::ErrorWithDetail(
-                            got.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
-                            absl::StrCat("KV transfer ", state->transfer_id,
-                                         " failed: ", got.status().message()),
-                            shared->options.worker_id, /*retryable=*/true)));
-            return;
-          }
-          absl::StatusOr<v1::CommitKvRequest> commit =
-              transfer::DecodeCommitPayload(got->commit_payload);
-          if (!commit.ok()) {
-            state->Push(std::nullopt, true, rpc::ToGrpcStatus(commit.status()));
-            return;
-          }
-          worker::DecodeJob job = std::move(pending->job);
-          job.first_token = FromProto(commit->first_token_logprob());
-          job.first_token.token = commit->first_token();
-          if (commit->cached_tokens() > 0) job.cached_tokens = static_cast<int>(commit->cached_tokens());
-          job.staging = std::move(pending->staging);
-          job.sink = [state, shared](const worker::TokenEvent& e) { OnTokens(*state, *shared, e); };
-          absl::Status st = shared->options.core->Submit(std::move(job));
-          if (!st.ok()) state->Push(std::nullopt, true, rpc::ToGrpcStatus(st));
-        });
-    if (!dest.ok()) {
-      absl::MutexLock lock(&state_->mu);
-      state_->transfer_pending = false;
-      return dest.status();
-    }
     {
       absl::MutexLock lock(&shared_->mu);
-      shared_->destinations[req.transfer_id()] = *dest;
+      if (!shared_->pending.emplace(req.transfer_id(), pending).second) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("transfer ", req.transfer_id(), " is already pending here"));
+      }
     }
+    // No memory yet: staging is allocated when prefill is about to ship
+    // (GetKvDestination), so the wait for the prefill leg costs nothing
+    // here and is bounded by the router keeping this stream open.
     v1::DecodeResponse first;
-    *first.mutable_kv_destination() = *std::move(dest);
+    first.mutable_accepted()->set_worker_id(o.worker_id);
     state_->Push(std::move(first), false, grpc::Status::OK);
     return absl::OkStatus();
   }
 
+  // The core's token events, turned into stream messages (public for the
+  // transfer callback, which installs it as the job's sink).
+ public:
   static void OnTokens(StreamState& state, Shared& shared, const worker::TokenEvent& e) {
     const int64_t now = base::MonotonicNanos();
     if (!e.tokens.empty()) {
@@ -320,14 +395,77 @@ class DecodeStream final : public grpc::ServerWriteReactor<v1::DecodeResponse> {
       u->set_prompt_tokens(e.prompt_tokens);
       u->set_completion_tokens(e.generated_tokens);
       u->set_cached_tokens(e.cached_tokens);
+      if (state.prefill_queue_seconds >= 0) {
+        u->set_prefill_queue_seconds(state.prefill_queue_seconds);
+      }
       if (shared.streams_ok != nullptr) shared.streams_ok->Increment();
     }
     state.Push(std::move(r), last, grpc::Status::OK);
   }
 
+
+ private:
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<StreamState> state_;
 };
+
+void OnTransferDone(const std::shared_ptr<Shared>& shared, const std::shared_ptr<Pending>& pending,
+                    std::unique_ptr<transfer::Registration> reg, int64_t t0,
+                    absl::StatusOr<transfer::ReceivedTransfer> got) {
+  StreamState* state = pending->state.get();
+  {
+    absl::MutexLock lock(&state->mu);
+    state->transfer_pending = false;
+  }
+  reg.reset();  // UCX no longer touches the staging
+  if (shared->wait_commit != nullptr) {
+    shared->wait_commit->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
+  }
+  if (!got.ok()) {
+    // A sender may still put into an arena block (see the header).
+    if (pending->job.staging != nullptr && pending->job.staging->arena() != nullptr) {
+      shared->Quarantine(std::move(pending->job.staging));
+    }
+    state->Push(std::nullopt, true,
+                rpc::ToGrpcStatus(rpc::ErrorWithDetail(
+                    got.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
+                    absl::StrCat("KV transfer ", state->transfer_id,
+                                 " failed: ", got.status().message()),
+                    shared->options.worker_id, /*retryable=*/true)));
+    return;
+  }
+  absl::StatusOr<v1::CommitKvRequest> commit = transfer::DecodeCommitPayload(got->commit_payload);
+  if (!commit.ok()) {
+    state->Push(std::nullopt, true, rpc::ToGrpcStatus(commit.status()));
+    return;
+  }
+  worker::DecodeJob job = std::move(pending->job);
+  job.first_token = FromProto(commit->first_token_logprob());
+  job.first_token.token = commit->first_token();
+  // What the prefill worker actually reused (usage reports it, never the
+  // router's estimate).
+  job.cached_tokens = static_cast<int>(commit->cached_tokens());
+  state->prefill_queue_seconds = commit->prefill_queue_seconds();
+  std::shared_ptr<StreamState> st_ptr = pending->state;
+  job.sink = [st_ptr, shared](const worker::TokenEvent& e) {
+    DecodeStream::OnTokens(*st_ptr, *shared, e);
+  };
+  const std::string id = job.id;
+  absl::Status st = shared->options.core->Submit(std::move(job));
+  if (!st.ok()) {
+    state->Push(std::nullopt, true, rpc::ToGrpcStatus(st));
+    return;
+  }
+  // The stream may have been cancelled while the KV arrived: OnCancel set
+  // `cancelled` before cancelling in the core, so either its Cancel came
+  // after this Submit, or this check sees the flag.
+  bool cancelled;
+  {
+    absl::MutexLock lock(&state->mu);
+    cancelled = state->cancelled;
+  }
+  if (cancelled) shared->options.core->Cancel(id);
+}
 
 void StreamState::Push(std::optional<v1::DecodeResponse> response, bool last,
                        grpc::Status status) {
@@ -378,6 +516,10 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
   auto shared = std::make_shared<Shared>();
   shared->options = options;
   shared->shape = options.pools->shape();
+  if (options.staging_budget_bytes == 0) {
+    return absl::InvalidArgumentError("the KV staging budget must be > 0 bytes");
+  }
+  shared->budget = std::make_unique<worker::StagingBudget>(options.staging_budget_bytes);
   if (options.staging_arena_bytes > 0) {
     constexpr size_t kArenaAlign = 4096;
     const size_t bytes = options.staging_arena_bytes / kArenaAlign * kArenaAlign;
@@ -424,6 +566,22 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
     shared->streams_ok = &streams->WithLabels({"ok"});
     shared->streams_failed = &streams->WithLabels({"error"});
     shared->streams_cancelled = &streams->WithLabels({"cancelled"});
+    ASSIGN_OR_RETURN(auto* waits,
+                     r->AddCounter("swaserve_decode_staging_waits_total",
+                                   "KV stagings that had to wait because the staging budget "
+                                   "was full when the prefill worker was ready to ship."));
+    shared->staging_waits = &waits->WithLabels();
+    // Reads only the budget (its own lock): never calls into the registry.
+    RETURN_IF_ERROR(r->AddCallbackGauge(
+        kBudgetBytesMetric,
+        "KV staging budget bytes: in_use (staged or being received), waiting (requests "
+        "in line for the budget), capacity (--decode.staging_budget_mib).",
+        {"state"}, [budget = shared->budget.get()] {
+          return std::vector<metrics::CallbackSample>{
+              {{"in_use"}, static_cast<double>(budget->in_use())},
+              {{"waiting"}, static_cast<double>(budget->waiting_bytes())},
+              {{"capacity"}, static_cast<double>(budget->capacity())}};
+        }));
     if (shared->arena != nullptr) {
       ASSIGN_OR_RETURN(auto* fallback,
                        r->AddCounter("swaserve_decode_staging_fallback_total",
@@ -450,9 +608,12 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
 }
 
 DecodeService::~DecodeService() {
-  // The gauge's callback reads shared_: stop it first.
-  if (shared_->arena != nullptr && shared_->options.registry != nullptr) {
-    (void)shared_->options.registry->RemoveCallback(kArenaBytesMetric);
+  // The gauges' callbacks read shared_: stop them first.
+  if (shared_->options.registry != nullptr) {
+    (void)shared_->options.registry->RemoveCallback(kBudgetBytesMetric);
+    if (shared_->arena != nullptr) {
+      (void)shared_->options.registry->RemoveCallback(kArenaBytesMetric);
+    }
   }
 }
 
@@ -463,32 +624,124 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
   return new DecodeStream(shared_, context, request);
 }
 
-grpc::ServerUnaryReactor* DecodeService::GetKvDestination(
-    grpc::CallbackServerContext* context, const v1::GetKvDestinationRequest* request,
-    v1::KvDestination* response) {
-  auto* reactor = context->DefaultReactor();
-  absl::MutexLock lock(&shared_->mu);
-  auto it = shared_->destinations.find(request->transfer_id());
-  if (it == shared_->destinations.end()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 absl::StrCat("no pending transfer ", request->transfer_id(),
-                                              " on decode worker ", shared_->options.worker_id)));
-  } else {
-    *response = it->second;
-    reactor->Finish(grpc::Status::OK);
+namespace {
+
+class DestinationReactor final : public grpc::ServerUnaryReactor {
+ public:
+  DestinationReactor(std::shared_ptr<Shared> shared, const v1::GetKvDestinationRequest* request,
+                     v1::KvDestination* response)
+      : shared_(std::move(shared)), call_(std::make_shared<DestinationCall>()) {
+    {
+      absl::MutexLock lock(&call_->mu);
+      call_->reactor = this;
+      call_->response = response;
+    }
+    transfer_id_ = request->transfer_id();
+    Start();
   }
-  return reactor;
+
+  void OnCancel() override {
+    // The prefill worker gave up (its deadline): leave the budget's line.
+    if (shared_->budget->Cancel(transfer_id_)) {
+      absl::MutexLock lock(&shared_->mu);
+      auto it = shared_->pending.find(transfer_id_);
+      if (it != shared_->pending.end()) {
+        it->second->acquiring = false;
+        it->second->call.reset();
+      }
+    }
+    call_->Finish(absl::CancelledError("GetKvDestination cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&call_->mu);
+      call_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  void Start() {
+    std::shared_ptr<Pending> pending;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      auto it = shared_->pending.find(transfer_id_);
+      if (it == shared_->pending.end()) {
+        call_->Finish(absl::NotFoundError(absl::StrCat(
+            "no pending transfer ", transfer_id_, " on decode worker ",
+            shared_->options.worker_id, " (its decode stream ended)")));
+        return;
+      }
+      pending = it->second;
+      if (pending->destination.has_value()) {  // already staged: idempotent
+        call_->Finish(*pending->destination);
+        return;
+      }
+      if (pending->acquiring) {
+        call_->Finish(absl::AbortedError(
+            absl::StrCat("transfer ", transfer_id_, " is already being staged")));
+        return;
+      }
+      pending->acquiring = true;
+      pending->call = call_;
+    }
+    std::shared_ptr<Shared> shared = shared_;
+    std::shared_ptr<DestinationCall> call = call_;
+    const std::string id = transfer_id_;
+    const bool waited = shared_->budget->in_use() + pending->layout.total_bytes() >
+                        shared_->budget->capacity();
+    if (waited && shared_->staging_waits != nullptr) shared_->staging_waits->Increment();
+    absl::Status st = shared_->budget->Acquire(
+        id, pending->layout.total_bytes(),
+        [shared, pending, call, id](std::unique_ptr<worker::StagingBudget::Reservation> res) {
+          {
+            absl::MutexLock lock(&shared->mu);
+            pending->acquiring = false;
+            pending->call.reset();
+            // The stream ended meanwhile: the reservation goes back.
+            auto it = shared->pending.find(id);
+            if (it == shared->pending.end() || it->second != pending) {
+              call->Finish(absl::NotFoundError(
+                  absl::StrCat("transfer ", id, ": the decode stream ended")));
+              return;
+            }
+          }
+          absl::StatusOr<v1::KvDestination> dest = Stage(shared, pending, id, std::move(res));
+          if (dest.ok()) {
+            absl::MutexLock lock(&shared->mu);
+            pending->destination = *dest;
+          }
+          if (!call->Finish(dest) && dest.ok()) {
+            // The caller is gone: nobody will send; the stream's own end
+            // (router cancel) cancels the receive and frees the staging.
+            SWA_LOG(debug, "transfer {} staged for a caller that left", id);
+          }
+        });
+    if (!st.ok()) {
+      {
+        absl::MutexLock lock(&shared_->mu);
+        pending->acquiring = false;
+        pending->call.reset();
+      }
+      call_->Finish(st);
+    }
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<DestinationCall> call_;
+  std::string transfer_id_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DecodeService::GetKvDestination(
+    grpc::CallbackServerContext*, const v1::GetKvDestinationRequest* request,
+    v1::KvDestination* response) {
+  return new DestinationReactor(shared_, request, response);
 }
 
-grpc::ServerUnaryReactor* DecodeService::CommitKv(grpc::CallbackServerContext* context,
-                                                  const v1::CommitKvRequest*,
-                                                  v1::CommitKvResponse*) {
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                               "the KV commit travels with the UCX transfer (lib/transfer "
-                               "COMMIT message); this RPC is not used"));
-  return reactor;
-}
+void DecodeService::StartDraining() { shared_->draining.store(true); }
 
 v1::WorkerLoad DecodeService::Load() const {
   const worker::DecodeLoad l = shared_->options.core->GetLoad();

@@ -1,31 +1,40 @@
 // swaserve.v1.Decode over a DecodeCore and a UCX TransferEngine
 // (ARCHITECTURE §4 steps 2 and 4).
 //
-// Decode(request) stream:
-//   1. takes the request's KV staging in host memory (full KV for every
-//      prompt token + SWA KV for the last window) and announces the
-//      transfer; the first response carries the KvDestination. The staging
-//      is a block of the staging arena when there is one and it has room:
-//      one TransferEngine::Allocate() at start-up (UCX-allocated shared
-//      memory, registered once: a sender on this host writes into it with
-//      single-copy puts). Otherwise — no arena, or no free run large enough
-//      — it is heap memory registered for this request alone (active
-//      messages over shared memory; counted in
-//      swaserve_decode_staging_fallback_total);
-//   2. the prefill worker writes the KV and commits over UCX (the commit
+// Decode(request) stream (issue 16: deadlines follow progress):
+//   1. checks the request (a prompt whose KV could never fit this worker's
+//      pools or staging budget fails now with RESOURCE_EXHAUSTED,
+//      ERROR_CODE_TOO_LARGE_FOR_WORKER, not retryable), records it as
+//      pending under its transfer id and sends `accepted`. No memory is
+//      held and no timer runs while the prefill leg queues and computes:
+//      the router keeps the stream open while that leg is alive and cancels
+//      it when the leg fails;
+//   2. GetKvDestination(transfer id), from the prefill worker about to ship,
+//      takes a reservation of the staging bytes from the StagingBudget
+//      (waiting in FIFO order while it is full; the caller's deadline bounds
+//      the wait), then the staging: a block of the staging arena when there
+//      is one and it has room (one TransferEngine::Allocate() at start-up:
+//      UCX-allocated shared memory, registered once: single-copy puts),
+//      otherwise heap memory registered for this request alone (counted in
+//      swaserve_decode_staging_fallback_total). The transfer timeout
+//      (commit_timeout) counts from here;
+//   3. the prefill worker writes the KV and commits over UCX (the commit
 //      payload is a CommitKvRequest: first token, last hidden state, cached
-//      tokens); the staged request then goes to the DecodeCore, which admits
-//      it when pool pages free up;
-//   3. generated tokens stream back, the last chunk with finish reason and
-//      usage.
-// No commit within commit_timeout → the stream ends with DEADLINE_EXCEEDED
-// (ERROR_CODE_TRANSFER_FAILED) and the staging is freed. An arena block whose
+//      tokens, the prefill queue wait); the staged request then goes to the
+//      DecodeCore, which admits it when pool pages free up (the staging and
+//      its reservation are freed then);
+//   4. generated tokens stream back, the last chunk with finish reason and
+//      usage (cached_tokens as the prefill worker reported it).
+// A transfer that does not complete within commit_timeout ends the stream
+// with DEADLINE_EXCEEDED (ERROR_CODE_TRANSFER_FAILED). An arena block whose
 // transfer failed is quarantined for staging_quarantine before reuse: puts
 // are one-sided, so a sender that has not yet seen the failure may still
-// write into it. A cancelled stream
-// cancels the pending transfer or the running request.
-// CommitKv: the commit travels in-band with the UCX transfer; the RPC
-// answers FAILED_PRECONDITION saying so.
+// write into it. A cancelled stream leaves the budget's line, cancels the
+// pending transfer and the running request (a commit racing the cancel is
+// cancelled in the core right after its submit).
+// Draining (StartDraining, on SIGTERM): new Decode calls get UNAVAILABLE
+// (ERROR_CODE_DRAINING, retryable); streams in progress continue until the
+// server's drain deadline, after which the router migrates what is left.
 //
 // Thread-safe (gRPC callback API; reactors never block).
 #pragma once
@@ -53,7 +62,12 @@ struct DecodeServiceOptions {
   std::vector<uint32_t> eos_ids;
   int default_max_tokens = 256;
   int max_max_tokens = 1 << 20;
+  // Bound on one KV transfer, from GetKvDestination (the prefill worker is
+  // about to ship) to the commit. Default 60 s.
   absl::Duration commit_timeout = absl::Seconds(60);
+  // Host bytes all staged requests may hold at once (arena and heap
+  // together); past it GetKvDestination waits in line. Default 4 GiB.
+  size_t staging_budget_bytes = size_t{4} << 30;
   // Bytes of the staging arena Create() allocates from `transfer` (rounded
   // down to whole 4 KiB pages); 0: no arena, every request's staging is heap
   // memory registered per request.
@@ -83,12 +97,12 @@ class DecodeService final : public v1::Decode::CallbackService {
   grpc::ServerUnaryReactor* GetKvDestination(grpc::CallbackServerContext* context,
                                              const v1::GetKvDestinationRequest* request,
                                              v1::KvDestination* response) override;
-  grpc::ServerUnaryReactor* CommitKv(grpc::CallbackServerContext* context,
-                                     const v1::CommitKvRequest* request,
-                                     v1::CommitKvResponse* response) override;
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
                                     const v1::GetLoadRequest* request,
                                     v1::WorkerLoad* response) override;
+
+  // Refuses new Decode calls from now on (SIGTERM; see the header comment).
+  void StartDraining();
 
   // The load report (also published to Redis).
   v1::WorkerLoad Load() const;

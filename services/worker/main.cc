@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/config.h"
+#include "lib/base/status.h"
 #include "lib/base/logging.h"
 #include "lib/base/port_file.h"
 #include "lib/cluster/redis_client.h"
@@ -31,6 +32,7 @@
 #include "lib/metrics/registry.h"
 #include "lib/model/forward.h"
 #include "lib/model/tokenizer.h"
+#include "lib/rpc/channel.h"
 #include "lib/rpc/grpc_server.h"
 #include "lib/rpc/termination_signal.h"
 #include "lib/transfer/transfer_engine.h"
@@ -73,6 +75,7 @@ struct WorkerConfig {
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);
   int64_t staging_arena_mib = 1024;
+  int64_t staging_budget_mib = 4096;
   absl::Duration transfer_timeout = absl::Seconds(30);
   std::string ucx_tls;
   absl::Duration drain = absl::Seconds(10);
@@ -157,7 +160,14 @@ int Run(int argc, char** argv) {
       .Add("decode.max_batch_size", &c.max_batch_size, "most requests per decode iteration")
       .Add("decode.default_max_tokens", &c.default_max_tokens, "max_tokens when a request has 0")
       .Add("decode.max_max_tokens", &c.max_max_tokens, "largest max_tokens accepted")
-      .Add("decode.commit_timeout", &c.commit_timeout, "how long a stream waits for its KV")
+      .Add("decode.commit_timeout", &c.commit_timeout,
+           "bound on one KV transfer, from the prefill worker asking for staging (it is "
+           "about to ship) to the commit; the wait for the prefill leg before that is bounded "
+           "by the router keeping the stream open, not by a timer")
+      .Add("decode.staging_budget_mib", &c.staging_budget_mib,
+           "host memory (MiB) all staged requests may hold at once, arena and heap together; "
+           "past it prefill workers ready to ship wait in line "
+           "(swaserve_decode_staging_budget_bytes)")
       .Add("decode.staging_arena_mib", &c.staging_arena_mib,
            "host memory (MiB) for staged KV, allocated once by UCX at start-up (shared memory: "
            "single-copy puts from prefill workers on this host); requests that do not fit are "
@@ -188,7 +198,13 @@ int Run(int argc, char** argv) {
   if (c.staging_arena_mib < 0) {
     return bad("--decode.staging_arena_mib must be >= 0, got " + std::to_string(c.staging_arena_mib));
   }
-  if (c.worker_id.empty()) c.worker_id = absl::StrCat(c.role, "-", getpid());
+  if (c.staging_budget_mib <= 0) {
+    return bad("--decode.staging_budget_mib must be > 0, got " +
+               std::to_string(c.staging_budget_mib));
+  }
+  // Unique across hosts and restarts (a registry id names one live process;
+  // WorkerRegistration refuses an id a live worker holds).
+  if (c.worker_id.empty()) c.worker_id = cluster::DefaultWorkerId(c.role);
   if (absl::Status s = base::InitLogging({c.log_level, "worker"}); !s.ok()) return bad(s.ToString());
   SWA_LOG(info, "swaserve-worker {} starting: role {}, model {}", c.worker_id, c.role, c.model);
 
@@ -295,6 +311,7 @@ int Run(int argc, char** argv) {
     so.max_max_tokens = static_cast<int>(c.max_max_tokens);
     so.commit_timeout = c.commit_timeout;
     so.staging_arena_bytes = static_cast<size_t>(c.staging_arena_mib) << 20;
+    so.staging_budget_bytes = static_cast<size_t>(c.staging_budget_mib) << 20;
     // Prefill workers' puts into a failed transfer's block stop by their
     // transfer timeout (the cluster's workers share it).
     so.staging_quarantine = c.transfer_timeout;
@@ -316,6 +333,11 @@ int Run(int argc, char** argv) {
   rpc::GrpcServerOptions go;
   // Leave the registry first, so routers stop sending while calls drain.
   go.on_drain_start = [&] {
+    // New calls are refused with ERROR_CODE_DRAINING (the router retries
+    // them elsewhere); calls in flight finish until the drain deadline, then
+    // the router migrates the decode streams that are left.
+    if (prefill_service != nullptr) prefill_service->StartDraining();
+    if (decode_service != nullptr) decode_service->StartDraining();
     forwarder.Set(nullptr);
     if (registration != nullptr) registration->Stop();
   };
@@ -343,14 +365,10 @@ int Run(int argc, char** argv) {
   }
   // Cluster membership (optional): the record, load reports, cache events.
   if (!c.redis.empty()) {
-    std::vector<std::string> hp = absl::StrSplit(c.redis, ':');
-    int port = 0;
-    if (hp.size() != 2 || !absl::SimpleAtoi(hp[1], &port)) {
-      return fail(absl::InvalidArgumentError("--redis must be host:port, got " + c.redis));
-    }
     cluster::RedisOptions ro;
-    ro.host = hp[0];
-    ro.port = port;
+    if (absl::Status s = cluster::ParseRedisAddress(c.redis, &ro); !s.ok()) {
+      return fail(base::Annotate(s, "--redis"));
+    }
     ro.metrics = &registry;
     auto rc = cluster::RedisClient::Create(ro);
     if (!rc.ok()) return fail(rc.status());
@@ -382,11 +400,25 @@ int Run(int argc, char** argv) {
       return l;
     };
     wo.metrics = &registry;
+    // A record of this id at another address belongs to a live worker if
+    // that address answers a health check: then this one must not start.
+    wo.is_live = [](const cluster::WorkerInfo& other) {
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = rpc::CreateChannel(other.grpc_address);
+      if (!ch.ok()) return false;
+      absl::StatusOr<rpc::HealthStatus> h = rpc::CheckHealth(*ch, "", absl::Milliseconds(500));
+      return h.ok() && *h == rpc::HealthStatus::kServing;
+    };
     auto reg = cluster::WorkerRegistration::Create(std::move(wo));
     if (!reg.ok()) return fail(reg.status());
     registration = std::move(*reg);
     forwarder.Set(registration.get());
-    if (!registration->WaitRegistered(absl::Seconds(5))) {
+    const bool done = registration->WaitRegistered(absl::Seconds(5));
+    if (absl::Status refused = registration->refused(); !refused.ok()) {
+      SWA_LOG(err, "{}", refused.ToString());
+      registration.reset();
+      return 1;
+    }
+    if (!done) {
       SWA_LOG(warn, "{}: Redis at {} not reachable yet; serving, will register when it is",
               c.worker_id, c.redis);
     }

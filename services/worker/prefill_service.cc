@@ -22,6 +22,7 @@ struct PrefillService::Shared {
   std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
   metrics::Counter* kv_bytes = nullptr;
   metrics::CounterFamily* kv_sends = nullptr;
+  std::atomic<bool> draining{false};
 
   uint64_t NextSeed() {
     absl::MutexLock lock(&mu);
@@ -56,8 +57,14 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Start(grpc::CallbackServerContext* context) {
+  absl::Status Start(grpc::CallbackServerContext*) {
     const v1::PrefillRequest& req = *request_;
+    if (shared_->draining.load()) {
+      return rpc::ErrorWithDetail(
+          absl::StatusCode::kUnavailable, v1::ERROR_CODE_DRAINING,
+          absl::StrCat("prefill worker ", shared_->options.worker_id, " is draining"),
+          shared_->options.worker_id, /*retryable=*/true);
+    }
     if (req.request_id().empty()) return absl::InvalidArgumentError("request_id is required");
     if (req.token_ids().empty()) return absl::InvalidArgumentError("token_ids is required");
     if (!req.multimodal().empty()) {
@@ -65,90 +72,17 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
           "multimodal items need the encoder service, which this cluster does not run yet");
     }
     ASSIGN_OR_RETURN(sampling_, ToSamplingOptions(req.sampling(), shared_->NextSeed()));
-    if (!req.has_decode()) return Submit(std::nullopt);
-    const v1::DecodeTarget& target = req.decode();
-    if (target.has_destination()) return Submit(target.destination());
-    // Ask the decode worker for the destination first (asynchronously).
-    if (target.grpc_address().empty() || target.transfer_id().empty()) {
-      return absl::InvalidArgumentError(
-          "decode target needs a destination, or grpc_address and transfer_id");
-    }
-    ASSIGN_OR_RETURN(v1::Decode::Stub * stub, shared_->StubFor(target.grpc_address()));
-    client_ = std::make_unique<grpc::ClientContext>();
-    client_->set_deadline(context->deadline());
-    dest_request_.set_transfer_id(target.transfer_id());
-    stub->async()->GetKvDestination(
-        client_.get(), &dest_request_, &dest_response_, [this](grpc::Status s) {
-          if (!s.ok()) {
-            FinishOnce(rpc::ToGrpcStatus(rpc::ErrorWithDetail(
-                absl::StatusCode::kUnavailable, v1::ERROR_CODE_WORKER_LOST,
-                absl::StrCat("cannot get the KV destination from decode worker ",
-                             request_->decode().worker_id(), ": ", s.error_message()),
-                request_->decode().worker_id(), true)));
-            return;
-          }
-          absl::Status st = Submit(dest_response_);
-          if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
-        });
-    return absl::OkStatus();
-  }
-
-  absl::Status Submit(std::optional<v1::KvDestination> destination) {
-    const v1::PrefillRequest& req = *request_;
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
     job.sampling = sampling_;
-    if (destination.has_value()) {
-      ASSIGN_OR_RETURN(transfer::Destination dest, transfer::DestinationFromProto(*destination));
-      job.ship = [shared = shared_, proto = *destination, dest = std::move(dest),
-                  bytes = &bytes_sent_, n = static_cast<int>(job.prompt.size()),
-                  worker = req.decode().worker_id()](
-                     const kv::Sequence& seq, const worker::PrefillResult& result,
-                     std::function<void(absl::Status)> shipped) {
-        absl::StatusOr<std::vector<transfer::PageCopy>> copies =
-            transfer::PlanKvCopies(seq, *shared->options.pools, proto);
-        if (!copies.ok()) return shipped(copies.status());
-        v1::CommitKvRequest commit;
-        commit.set_transfer_id(proto.transfer_id());
-        commit.set_num_tokens(n);
-        commit.set_first_token(result.first_token.token);
-        *commit.mutable_first_token_logprob() = ToProto(result.first_token);
-        commit.set_cached_tokens(result.cached_tokens);
-        v1::Tensor* h = commit.mutable_last_hidden_state();
-        h->set_dtype(v1::DTYPE_F32);
-        h->add_shape(static_cast<int64_t>(result.last_hidden.size()));
-        h->set_data(result.last_hidden.data(), result.last_hidden.size() * sizeof(float));
-        transfer::SendRequest send;
-        send.destination = dest;
-        send.copies = *std::move(copies);
-        send.commit_payload = transfer::EncodeCommitPayload(commit);
-        send.timeout = shared->options.transfer_timeout;
-        shared->options.transfer->Send(
-            std::move(send), [shipped, bytes, shared, worker](
-                                 absl::StatusOr<transfer::SendResult> r) {
-              if (r.ok()) {
-                bytes->store(r->bytes);
-                if (shared->kv_bytes != nullptr) shared->kv_bytes->Increment(r->bytes);
-                if (shared->kv_sends != nullptr) {
-                  shared->kv_sends
-                      ->WithLabels({std::string(transfer::PrimitiveName(r->primitive)),
-                                    std::string(transfer::TransportName(r->transport))})
-                      .Increment();
-                }
-                SWA_LOG(debug, "KV transfer to {}: {} bytes, {} messages, {} over {}, {}", worker,
-                        r->bytes, r->messages, std::string(transfer::PrimitiveName(r->primitive)),
-                        std::string(transfer::TransportName(r->transport)),
-                        absl::FormatDuration(r->elapsed));
-                shipped(absl::OkStatus());
-              } else {
-                shipped(rpc::ErrorWithDetail(r.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
-                                             absl::StrCat("KV transfer to decode worker ", worker,
-                                                          " failed: ", r.status().message()),
-                                             worker, /*retryable=*/true));
-              }
-            });
-      };
+    if (req.has_decode()) {
+      const v1::DecodeTarget& target = req.decode();
+      if (target.grpc_address().empty() || target.transfer_id().empty()) {
+        return absl::InvalidArgumentError("decode target needs grpc_address and transfer_id");
+      }
+      ASSIGN_OR_RETURN(v1::Decode::Stub * stub, shared_->StubFor(target.grpc_address()));
+      job.ship = MakeShip(shared_, stub, target, &bytes_sent_);
     }
     job.done = [this](absl::StatusOr<worker::PrefillResult> r) {
       if (!r.ok()) {
@@ -165,7 +99,121 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
       response_->set_transfer_seconds(r->transfer_seconds);
       FinishOnce(grpc::Status::OK);
     };
-    return shared_->options.core->Submit(std::move(job));
+    absl::Status st = shared_->options.core->Submit(std::move(job));
+    return ClassifySubmitError(st);
+  }
+
+  // A Submit error with the taxonomy's detail: request errors (too long for
+  // this bucket, too large for the pools, invalid input) are not retryable
+  // and never count against this worker's health; a stopping core is
+  // draining (retry elsewhere).
+  absl::Status ClassifySubmitError(const absl::Status& st) const {
+    if (st.ok()) return st;
+    const std::string& me = shared_->options.worker_id;
+    switch (st.code()) {
+      case absl::StatusCode::kOutOfRange:
+        return rpc::ErrorWithDetail(st.code(), v1::ERROR_CODE_PROMPT_TOO_LONG,
+                                    std::string(st.message()), me, /*retryable=*/false);
+      case absl::StatusCode::kResourceExhausted:
+        return rpc::ErrorWithDetail(st.code(), v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+                                    std::string(st.message()), me, /*retryable=*/false);
+      case absl::StatusCode::kInvalidArgument:
+        return rpc::ErrorWithDetail(st.code(), v1::ERROR_CODE_INVALID_REQUEST,
+                                    std::string(st.message()), me, /*retryable=*/false);
+      case absl::StatusCode::kFailedPrecondition:
+        return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_DRAINING,
+                                    std::string(st.message()), me, /*retryable=*/true);
+      default:
+        return st;
+    }
+  }
+
+  // Ships to the decode target once the KV is computed: asks the decode
+  // worker for its staging now (it allocates it only then, under its staging
+  // budget), then sends the KV with the commit over UCX.
+  static worker::ShipFn MakeShip(std::shared_ptr<Shared> shared, v1::Decode::Stub* stub,
+                                 const v1::DecodeTarget& target, std::atomic<uint64_t>* bytes) {
+    return [shared, stub, target, bytes](const kv::Sequence& seq,
+                                         const worker::PrefillResult& result,
+                                         std::function<void(absl::Status)> shipped) {
+      struct Call {
+        grpc::ClientContext ctx;
+        v1::GetKvDestinationRequest request;
+        v1::KvDestination response;
+      };
+      auto call = std::make_shared<Call>();
+      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + shared->options.transfer_timeout));
+      call->request.set_transfer_id(target.transfer_id());
+      const std::string worker = target.worker_id();
+      v1::CommitKvRequest commit;
+      commit.set_transfer_id(target.transfer_id());
+      commit.set_num_tokens(result.prompt_tokens);
+      commit.set_first_token(result.first_token.token);
+      *commit.mutable_first_token_logprob() = ToProto(result.first_token);
+      commit.set_cached_tokens(result.cached_tokens);
+      commit.set_prefill_queue_seconds(result.queue_seconds);
+      v1::Tensor* h = commit.mutable_last_hidden_state();
+      h->set_dtype(v1::DTYPE_F32);
+      h->add_shape(static_cast<int64_t>(result.last_hidden.size()));
+      h->set_data(result.last_hidden.data(), result.last_hidden.size() * sizeof(float));
+      stub->async()->GetKvDestination(
+          &call->ctx, &call->request, &call->response,
+          [shared, call, worker, bytes, shipped, commit = std::move(commit),
+           seq = &seq](grpc::Status s) mutable {
+            if (!s.ok()) {
+              // A full staging budget is load, not a fault of that worker.
+              const bool overload = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                                    s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+              return shipped(rpc::ErrorWithDetail(
+                  absl::StatusCode::kUnavailable,
+                  overload ? v1::ERROR_CODE_OVERLOADED : v1::ERROR_CODE_TRANSFER_FAILED,
+                  absl::StrCat("no KV staging from decode worker ", worker, ": ",
+                               s.error_message()),
+                  worker, /*retryable=*/true));
+            }
+            Send(shared, *seq, call->response, std::move(commit), worker, bytes,
+                 std::move(shipped));
+          });
+    };
+  }
+
+  static void Send(const std::shared_ptr<Shared>& shared, const kv::Sequence& seq,
+                   const v1::KvDestination& proto, v1::CommitKvRequest commit,
+                   const std::string& worker, std::atomic<uint64_t>* bytes,
+                   std::function<void(absl::Status)> shipped) {
+    absl::StatusOr<transfer::Destination> dest = transfer::DestinationFromProto(proto);
+    if (!dest.ok()) return shipped(dest.status());
+    absl::StatusOr<std::vector<transfer::PageCopy>> copies =
+        transfer::PlanKvCopies(seq, *shared->options.pools, proto);
+    if (!copies.ok()) return shipped(copies.status());
+    transfer::SendRequest send;
+    send.destination = *std::move(dest);
+    send.copies = *std::move(copies);
+    send.commit_payload = transfer::EncodeCommitPayload(commit);
+    send.timeout = shared->options.transfer_timeout;
+    shared->options.transfer->Send(
+        std::move(send), [shipped, bytes, shared, worker](absl::StatusOr<transfer::SendResult> r) {
+          if (!r.ok()) {
+            return shipped(rpc::ErrorWithDetail(r.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
+                                                absl::StrCat("KV transfer to decode worker ",
+                                                             worker, " failed: ",
+                                                             r.status().message()),
+                                                worker, /*retryable=*/true));
+          }
+          bytes->store(r->bytes);
+          if (shared->kv_bytes != nullptr) shared->kv_bytes->Increment(r->bytes);
+          if (shared->kv_sends != nullptr) {
+            shared->kv_sends
+                ->WithLabels({std::string(transfer::PrimitiveName(r->primitive)),
+                              std::string(transfer::TransportName(r->transport))})
+                .Increment();
+          }
+          SWA_LOG(debug, "KV transfer to {}: {} bytes, {} messages, {} over {}, {}", worker,
+                  r->bytes, r->messages, std::string(transfer::PrimitiveName(r->primitive)),
+                  std::string(transfer::TransportName(r->transport)),
+                  absl::FormatDuration(r->elapsed));
+          shipped(absl::OkStatus());
+        });
   }
 
   void FinishOnce(const grpc::Status& s) {
@@ -177,9 +225,6 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   const v1::PrefillRequest* request_;
   v1::PrefillResponse* response_;
   model::SamplingOptions sampling_;
-  std::unique_ptr<grpc::ClientContext> client_;
-  v1::GetKvDestinationRequest dest_request_;
-  v1::KvDestination dest_response_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<bool> finished_{false};
 };
@@ -216,6 +261,8 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
                                                   v1::PrefillResponse* response) {
   return new PrefillCall(shared_, context, request, response);
 }
+
+void PrefillService::StartDraining() { shared_->draining.store(true); }
 
 v1::WorkerLoad PrefillService::Load() const {
   const worker::PrefillLoad l = shared_->options.core->GetLoad();

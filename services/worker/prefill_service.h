@@ -2,13 +2,20 @@
 // (ARCHITECTURE §4 step 3).
 //
 // Prefill(request): queues the prompt in the core (prefix-cache match,
-// compute-aware scheduling, chunked prefill); once the first token is
-// sampled, ships full KV for every prompt token and SWA KV for the last
-// window to the decode target's staging area over UCX, with the commit
-// (first token, last hidden state, cached tokens) in-band; answers when the
-// decode worker acknowledged the commit. Without a decode target it only
-// warms the prefix cache. When the target carries no destination, the
-// service asks the decode worker (Decode.GetKvDestination) first.
+// compute-aware scheduling, chunked prefill) for as long as the call's
+// deadline allows; once the first token is sampled, asks the decode target
+// for its staging (Decode.GetKvDestination: the decode worker allocates it
+// only now, under its staging budget), ships full KV for every prompt token
+// and SWA KV for the last window there over UCX, with the commit (first
+// token, last hidden state, cached tokens, the queue wait) in-band; answers
+// when the decode worker acknowledged the commit. Without a decode target it
+// only warms the prefix cache. When the KV cannot be shipped the prompt's
+// pages still go into the prefix cache (PrefillCore), and the error names
+// the decode worker (ErrorDetail.worker_id), so the router retries that leg
+// elsewhere and the retry here is a prefix hit.
+// Errors follow the router's taxonomy: request errors (prompt beyond this
+// worker's bucket or pools, invalid input) carry a non-retryable
+// ErrorDetail; a draining worker answers UNAVAILABLE (ERROR_CODE_DRAINING).
 // A cancelled call stops the work and frees its memory.
 //
 // Thread-safe (gRPC callback API; reactors never block).
@@ -50,6 +57,10 @@ class PrefillService final : public v1::Prefill::CallbackService {
                                     v1::WorkerLoad* response) override;
 
   v1::WorkerLoad Load() const;
+
+  // Refuses new Prefill calls (UNAVAILABLE, ERROR_CODE_DRAINING) from now
+  // on; calls in progress finish (SIGTERM).
+  void StartDraining();
 
   struct Shared;
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "lib/base/port_file.h"
+#include "lib/base/status.h"
 #include "gtest/gtest.h"
 #include "lib/rpc/channel.h"
 
@@ -147,6 +148,13 @@ absl::Status LocalCluster::Kill(const std::string& id) {
   absl::Status s = p->process->Signal(SIGKILL);
   (void)p->process->Wait(absl::Seconds(10));
   return s;
+}
+
+absl::Status LocalCluster::Terminate(const std::string& id, absl::Duration timeout) {
+  LocalProcess* p = Get(id);
+  if (p == nullptr) return absl::NotFoundError(id);
+  RETURN_IF_ERROR(p->process->Signal(SIGTERM));
+  return p->process->Wait(timeout).status();
 }
 
 absl::Status LocalCluster::WaitHealthy(const std::string& router_id, absl::Duration timeout) {

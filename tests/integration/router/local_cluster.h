@@ -56,6 +56,8 @@ class LocalCluster {
                                             std::vector<std::string> extra = {});
   // SIGKILLs a process (a crash).
   absl::Status Kill(const std::string& id);
+  // SIGTERMs a process (a drain) and waits up to `timeout` for it to exit.
+  absl::Status Terminate(const std::string& id, absl::Duration timeout);
   LocalProcess* Get(const std::string& id);
 
   // Waits until the router's /health is 200.

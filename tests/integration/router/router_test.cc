@@ -332,7 +332,7 @@ TEST_F(RouterIntegrationTest, TwoRoutersShareAffinityThroughRedis) {
 
 TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
   // A router of an empty cluster (another key prefix in the same Redis).
-  auto r3 = cluster_->StartRouter("r3", {"--cluster=empty"});
+  auto r3 = cluster_->StartRouter("r3", {"--cluster=empty", "--worker_wait=500ms"});
   ASSERT_TRUE(r3.ok()) << r3.status();
   auto h = cluster_->Http("r3", "GET", "/health");
   ASSERT_TRUE(h.ok());

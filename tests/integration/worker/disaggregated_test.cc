@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
+#include "lib/rpc/status_conversion.h"
 #include "lib/kv/sequence.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/forward.h"
@@ -145,7 +146,7 @@ class DisaggregatedTest : public ::testing::Test {
     dreq.mutable_sampling()->set_max_tokens(max_tokens);
     auto stream = d.decode->Decode(&dctx, dreq);
     v1::DecodeResponse first;
-    if (!stream->Read(&first) || !first.has_kv_destination()) {
+    if (!stream->Read(&first) || !first.has_accepted()) {
       r.decode_status = stream->Finish();
       return r;
     }
@@ -160,7 +161,6 @@ class DisaggregatedTest : public ::testing::Test {
       target->set_worker_id(d.id);
       target->set_grpc_address(d.address);
       target->set_transfer_id("t-" + id);
-      *target->mutable_destination() = first.kv_destination();
       r.prefill_status = p.prefill->Prefill(&pctx, preq, &r.prefill);
     });
     v1::DecodeResponse msg;
@@ -320,7 +320,9 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   auto decode = StartWorker("decode", "d3");
   std::vector<uint32_t> prompt(3000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 13 + 1) % 256;
-  // Get a destination, kill the decode worker, then ask prefill to ship to it.
+  // Announce the request, kill the decode worker, then ask prefill to ship
+  // to it: the prefill computes, cannot get staging, fails naming d3 — and
+  // keeps the computed KV in its prefix cache.
   grpc::ClientContext dctx;
   v1::DecodeRequest dreq;
   dreq.set_request_id("k1");
@@ -330,7 +332,7 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   auto stream = decode->decode->Decode(&dctx, dreq);
   v1::DecodeResponse first;
   ASSERT_TRUE(stream->Read(&first));
-  ASSERT_TRUE(first.has_kv_destination());
+  ASSERT_TRUE(first.has_accepted());
   ASSERT_TRUE(decode->process->Signal(SIGKILL).ok());
   ASSERT_TRUE(decode->process->Wait(absl::Seconds(10)).ok());
   grpc::ClientContext pctx;
@@ -340,14 +342,17 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   v1::DecodeTarget* target = preq.mutable_decode();
   target->set_worker_id(decode->id);
   target->set_transfer_id("t-k1");
-  *target->mutable_destination() = first.kv_destination();
+  target->set_grpc_address(decode->address);
   v1::PrefillResponse presp;
   const absl::Time t0 = absl::Now();
   grpc::Status s = prefill->prefill->Prefill(&pctx, preq, &presp);
   const absl::Duration took = absl::Now() - t0;
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.error_message().find("KV transfer to decode worker d3 failed"), std::string::npos)
-      << s.error_message();
+  EXPECT_NE(s.error_message().find("decode worker d3"), std::string::npos) << s.error_message();
+  std::optional<v1::ErrorDetail> detail = rpc::GetErrorDetail(s);
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->worker_id(), "d3");  // the router retries the decode leg
+  EXPECT_TRUE(detail->retryable());
   EXPECT_LT(took, absl::Seconds(30)) << "failure not bounded in time";
   EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0);
   EXPECT_EQ(Metric(*prefill, "swaserve_kv_pages{pool=\"swa\",state=\"in_use\"}"), 0);
@@ -356,6 +361,73 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   v1::WorkerLoad load;
   ASSERT_TRUE(prefill->prefill->GetLoad(&lctx, v1::GetLoadRequest(), &load).ok());
   EXPECT_EQ(load.running_requests(), 0u);
+  // The retry of the same prompt hits the KV computed for the failed ship.
+  grpc::ClientContext rctx;
+  v1::PrefillRequest retry;
+  retry.set_request_id("k1-retry");
+  for (uint32_t t : prompt) retry.add_token_ids(t);
+  v1::PrefillResponse rresp;
+  ASSERT_TRUE(prefill->prefill->Prefill(&rctx, retry, &rresp).ok());
+  EXPECT_GE(rresp.cached_tokens(), prompt.size() - 4) << "the shipped-failed KV was thrown away";
+}
+
+// Issue 16 "bounded decode staging": all staged KV stays within
+// --decode.staging_budget_mib. With one request admitted at a time
+// (--decode.max_batch_size=1), each generating 600 tokens, the staged ones
+// hold the budget, so prefill
+// workers ready to ship wait in line (swaserve_decode_staging_waits_total)
+// instead of the worker allocating without bound; outputs stay identical.
+// A prompt whose staging exceeds the whole budget fails at once, as a
+// request error naming the budget.
+TEST_F(DisaggregatedTest, StagingStaysWithinItsBudgetAndWaitersAreServedInTurn) {
+  auto prefill = StartWorker("prefill", "p7");
+  auto decode = StartWorker("decode", "d7",
+                            {"--decode.staging_budget_mib=1", "--decode.staging_arena_mib=0",
+                             "--decode.max_batch_size=1"});
+  ASSERT_FALSE(prefill->address.empty());
+  ASSERT_FALSE(decode->address.empty());
+  const kv::KvShape shape = engine_->config().KvShape(4);
+  // Staging holds full KV of every token and SWA KV of one window only.
+  const size_t token_bytes = shape.Full().TokenBytes();
+  // About 0.4 MiB of staging each: two fit in the budget, a third waits.
+  const int n = static_cast<int>((size_t{4} << 20) / 10 / token_bytes);
+  ASSERT_GT(n, 16);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<uint32_t> p(static_cast<size_t>(n - i));
+    for (size_t j = 0; j < p.size(); ++j) p[j] = static_cast<uint32_t>((j * 7 + i * 13 + 1) % 256);
+    prompts.push_back(std::move(p));
+  }
+  std::vector<Result> results(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = Generate(*prefill, *decode, absl::StrCat("b", i), prompts[i], 600); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i));
+    ASSERT_TRUE(results[i].prefill_status.ok()) << results[i].prefill_status.error_message();
+    ASSERT_TRUE(results[i].decode_status.ok()) << results[i].decode_status.error_message();
+    EXPECT_EQ(results[i].tokens, Reference(prompts[i], 600));
+  }
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_budget_bytes{state=\"capacity\"}"), 1 << 20);
+  EXPECT_EQ(Metric(*decode, "swaserve_decode_staging_budget_bytes{state=\"in_use\"}"), 0);
+  const double waits = Metric(*decode, "swaserve_decode_staging_waits_total");
+  std::cout << "stagings that waited for the 1 MiB budget: " << waits << " of 6\n";
+  EXPECT_GT(waits, 0) << "the budget never filled: the test proves nothing";
+  // Larger than the whole budget: refused at Decode, before any prefill.
+  std::vector<uint32_t> huge(static_cast<size_t>((size_t{3} << 20) / token_bytes));
+  for (size_t j = 0; j < huge.size(); ++j) huge[j] = static_cast<uint32_t>(j % 256);
+  Result r = Generate(*prefill, *decode, "too-big", huge, 4);
+  EXPECT_EQ(r.decode_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << r.decode_status.error_message();
+  EXPECT_NE(r.decode_status.error_message().find("staging budget"), std::string::npos)
+      << r.decode_status.error_message();
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(r.decode_status);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->code(), v1::ERROR_CODE_TOO_LARGE_FOR_WORKER);
+  EXPECT_FALSE(d->retryable());
 }
 
 // A staging arena too small for some prompts: those are staged in heap
@@ -461,7 +533,14 @@ TEST_F(DisaggregatedTest, FailedTransferQuarantinesItsArenaBlock) {
     auto stream = decode->decode->Decode(&dctx, dreq);
     v1::DecodeResponse first;
     ASSERT_TRUE(stream->Read(&first));
-    ASSERT_TRUE(first.has_kv_destination());
+    ASSERT_TRUE(first.has_accepted());
+    EXPECT_EQ(Metric(*decode, in_use), 0) << "staging allocated before the prefill is ready";
+    // What a prefill worker about to ship does: now the staging exists.
+    grpc::ClientContext gctx;
+    v1::GetKvDestinationRequest greq;
+    greq.set_transfer_id("t-q1");
+    v1::KvDestination dest;
+    ASSERT_TRUE(decode->decode->GetKvDestination(&gctx, greq, &dest).ok());
     EXPECT_GT(Metric(*decode, in_use), 0);
     dctx.TryCancel();
     v1::DecodeResponse more;

@@ -2,6 +2,8 @@
 // events reach Redis (read back through cluster::ClusterView, as a router
 // does); Redis unavailable → the worker keeps serving and re-registers when
 // it returns.
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -127,6 +129,87 @@ TEST(WorkerMembership, RegistersPublishesAndSurvivesARedisRestart) {
   EXPECT_EQ(*rc, 0) << (*worker)->ReadLog();
   // A clean stop deregisters.
   EXPECT_FALSE(find().has_value());
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 16 "worker identity": a second worker registering a live worker's
+// id is refused with a clear error (not silently merged into one record);
+// once the first one is dead, the id may be taken again; default ids differ.
+TEST(WorkerMembership, ALiveIdIsRefusedAndADeadOnesIsTakenOver) {
+  auto redis = cluster::testing::RedisServer::Start();
+  if (!redis.ok() && absl::IsFailedPrecondition(redis.status())) GTEST_SKIP() << redis.status();
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  const std::string dir = *base::MakeTempDir("worker-identity");
+  auto config = model::BuiltinConfig("tiny", 256);
+  ASSERT_TRUE(model::WriteRandomCheckpoint(*config, 5, dir + "/model").ok());
+  auto start = [&](const std::string& name, const std::string& id) {
+    base::SubprocessOptions o;
+    o.argv = {SWASERVE_WORKER_BIN, "--model=" + dir + "/model", "--role=decode",
+              "--port_file=" + dir + "/" + name + ".json", "--threads=1", "--kv.decode_mib=8",
+              "--decode.staging_arena_mib=0", absl::StrCat("--redis=127.0.0.1:", (*redis)->port())};
+    if (!id.empty()) o.argv.push_back("--worker_id=" + id);
+    o.log_path = dir + "/" + name + ".log";
+    return base::Subprocess::Start(o);
+  };
+  auto client = cluster::RedisClient::Create((*redis)->ClientOptions());
+  ASSERT_TRUE(client.ok());
+  auto view = cluster::ClusterView::Create({client->get()});
+  ASSERT_TRUE(view.ok());
+  auto address_of = [&](const std::string& id) -> std::string {
+    auto workers = (*view)->ListWorkers();
+    if (!workers.ok()) return "";
+    for (const auto& w : *workers) {
+      if (w.id == id) return w.grpc_address;
+    }
+    return "";
+  };
+  auto wait_registered = [&](const std::string& id, const std::string& not_address) {
+    const absl::Time end = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < end) {
+      const std::string a = address_of(id);
+      if (!a.empty() && a != not_address) return a;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return std::string();
+  };
+  auto first = start("first", "dup");
+  ASSERT_TRUE(first.ok());
+  const std::string first_address = wait_registered("dup", "");
+  ASSERT_FALSE(first_address.empty()) << (*first)->ReadLog();
+  // The same id while the first is alive: refused, exits 1, says why.
+  auto second = start("second", "dup");
+  ASSERT_TRUE(second.ok());
+  absl::StatusOr<int> rc = (*second)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(rc.ok()) << "the duplicate worker did not exit";
+  EXPECT_EQ(*rc, 1);
+  EXPECT_NE((*second)->ReadLog().find("already registered by a live worker at " + first_address),
+            std::string::npos)
+      << (*second)->ReadLog();
+  EXPECT_EQ(address_of("dup"), first_address) << "the refused worker touched the live record";
+  // The first dies (kill -9: its record outlives it for the TTL); a new
+  // worker under the same id takes over at once.
+  ASSERT_TRUE((*first)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*first)->Wait(absl::Seconds(10)).ok());
+  auto third = start("third", "dup");
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(wait_registered("dup", first_address).empty()) << (*third)->ReadLog();
+  // Default ids: host + pid + random suffix, never equal.
+  auto a = start("a", ""), b = start("b", "");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  std::vector<std::string> defaults;
+  while (absl::Now() < end && defaults.size() < 2) {
+    defaults.clear();
+    auto workers = (*view)->ListWorkers();
+    if (workers.ok()) {
+      for (const auto& w : *workers) {
+        if (w.id.rfind("decode-", 0) == 0) defaults.push_back(w.id);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(defaults.size(), 2u) << (*a)->ReadLog();
+  EXPECT_NE(defaults[0], defaults[1]);
   std::filesystem::remove_all(dir);
 }
 

@@ -54,17 +54,30 @@ TEST_F(BreakerTest, OpensAfterConsecutiveFailuresAndRecovers) {
   clock_.Advance(absl::Seconds(9));
   EXPECT_FALSE(dir_->Healthy("w"));
   clock_.Advance(absl::Seconds(2));
-  EXPECT_TRUE(dir_->Healthy("w"));   // half-open: one trial
+  // Half-open: offered to the policy as often as it asks, without taking
+  // the trial (a policy that looks and picks another worker wastes none).
+  EXPECT_TRUE(dir_->Healthy("w"));
+  EXPECT_TRUE(dir_->Healthy("w"));
+  EXPECT_TRUE(dir_->Pick("w"));      // picked: the one trial of the period
   EXPECT_FALSE(dir_->Healthy("w"));  // re-armed for another period
+  EXPECT_FALSE(dir_->Pick("w"));     // a second request cannot take it too
   dir_->ReportFailure("w");          // the trial failed: open again
   clock_.Advance(absl::Seconds(5));
   EXPECT_FALSE(dir_->Healthy("w"));
   clock_.Advance(absl::Seconds(6));
   EXPECT_TRUE(dir_->Healthy("w"));
+  EXPECT_TRUE(dir_->Pick("w"));
   dir_->ReportSuccess("w");  // the trial succeeded: closed
   EXPECT_TRUE(dir_->Healthy("w"));
   EXPECT_TRUE(dir_->Healthy("w"));
   EXPECT_EQ(dir_->OpenBreakers(), 0);
+}
+
+TEST_F(BreakerTest, ClosedBreakersAlwaysPick) {
+  EXPECT_TRUE(dir_->Pick("fresh"));
+  dir_->ReportFailure("fresh");
+  EXPECT_TRUE(dir_->Pick("fresh"));  // 1 < 3: still closed
+  EXPECT_TRUE(dir_->Pick("fresh"));
 }
 
 TEST_F(BreakerTest, WorkersUnavailableWithoutRedis) {
