@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: installs dependencies, builds, and brings up a
 # local cluster with `swaserve up` (redis-server, prefill workers per length
-# bucket, a decode worker, the router; the tiny random model is made once).
+# bucket, a decode worker, the router; the trained demo model models/demo).
 # Ctrl-C stops everything. Extra arguments go to `swaserve up`.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

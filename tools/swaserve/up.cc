@@ -81,6 +81,22 @@ absl::Status EnsureTinyModel(const fs::path& dir) {
   return absl::OkStatus();
 }
 
+// The bundled trained demo model (models/demo of the source tree, see
+// models/demo/README.md): looked for in ./models/demo, then next to the
+// source tree this binary was built from. Empty when neither has it.
+std::string FindDemoModel() {
+  std::error_code ec;
+  std::vector<fs::path> candidates = {fs::current_path(ec) / "models" / "demo"};
+#ifdef SWASERVE_SOURCE_DIR
+  candidates.push_back(fs::path(SWASERVE_SOURCE_DIR) / "models" / "demo");
+#endif
+  for (const fs::path& dir : candidates) {
+    if (IsCheckpoint(dir))
+      return fs::absolute(dir, ec).lexically_normal().string();
+  }
+  return "";
+}
+
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char ch : s) {
@@ -115,19 +131,22 @@ int Up(int argc, const char* const* argv) {
                       "swaserve.v1.Router, then waits for "
                       "Ctrl-C (SIGINT) or SIGTERM and stops them all (router, "
                       "workers, Redis). Each process "
-                      "logs to <run_dir>/<name>.log. Without --model the "
-                      "bundled tiny random model is made "
-                      "once in <run_dir>/../model-tiny (or --model_cache). The "
+                      "logs to <run_dir>/<name>.log. Without --model it serves "
+                      "the bundled trained demo model (models/demo, "
+                      "KJV-trained; model id 'demo'); --model=tiny makes "
+                      "the tiny random model once in <run_dir>/../model-tiny "
+                      "(or --model_cache) and serves that. The "
                       "same keys work in --config "
                       "cluster.yaml (see deploy/local/cluster.yaml). Exit 0 "
                       "after a clean stop, 1 when the "
                       "cluster could not start, 2 for bad flags.");
   config
       .Add("model", &spec.model,
-           "checkpoint directory (empty: the tiny random model)")
+           "checkpoint directory (empty: the bundled demo model, models/demo; "
+           "'tiny': the tiny random model)")
       .Add("model_name", &spec.model_name,
-           "model id clients use (default: 'tiny' for the tiny model, else the "
-           "directory name)")
+           "model id clients use (default: 'demo' for the demo model, 'tiny' "
+           "for the tiny model, else the directory name)")
       .Add("model_cache", &model_cache,
            "where the tiny model is made and reused (default "
            "<run_dir>/../model-tiny)")
@@ -188,6 +207,17 @@ int Up(int argc, const char* const* argv) {
           1, absl::StrCat("cannot create ", spec.run_dir, ": ", ec.message()));
   }
   if (spec.model.empty()) {
+    spec.model = FindDemoModel();
+    if (spec.model.empty()) {
+      Say("the bundled demo model (models/demo) was not found; serving the "
+          "tiny random model instead (its text is gibberish)");
+      spec.model = "tiny";
+    } else {
+      Say(absl::StrCat("using the demo model in ", spec.model));
+      if (spec.model_name.empty()) spec.model_name = "demo";
+    }
+  }
+  if (spec.model == "tiny") {
     if (model_cache.empty()) {
       model_cache =
           (fs::absolute(spec.run_dir).lexically_normal().parent_path() /
@@ -227,13 +257,14 @@ int Up(int argc, const char* const* argv) {
   absl::StrAppend(&out, "  logs          ", e.run_dir, "/<name>.log\n");
   const std::string body = absl::StrCat(
       R"({"model":")", e.model_name,
-      R"(","messages":[{"role":"user","content":"Hello"}],"max_tokens":32,"stream":true})");
+      R"(","messages":[{"role":"user","content":"And God said unto Noah"}],"max_tokens":48,"temperature":0.7,"seed":1,"stream":true})");
   absl::StrAppend(
       &out, "\nTry:\n  curl -N ", e.http_url,
       "/v1/chat/completions -H 'Content-Type: application/json' -d ",
       ShellQuote(body), "\n");
-  absl::StrAppend(&out, "  ", cli, " generate --router=", e.grpc_address,
-                  " --prompt 'Hello' --max_tokens 32\n");
+  absl::StrAppend(
+      &out, "  ", cli, " generate --router=", e.grpc_address,
+      " --prompt 'In the beginning' --max_tokens 48 --temperature 0.8\n");
   absl::StrAppend(&out, "  ", cli, " chat --router=", e.grpc_address, "\n");
   absl::StrAppend(&out, "\nPress Ctrl-C to stop.\n");
   std::fputs(out.c_str(), stdout);
