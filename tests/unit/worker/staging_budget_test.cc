@@ -46,7 +46,10 @@ TEST(StagingBudget, WaitersAreGrantedInArrivalOrder) {
                   .ok());  // fits, but waits behind big
   EXPECT_EQ(order, std::vector<std::string>{"a"});
   EXPECT_EQ(b.waiters(), 2);
-  held.erase("a");
+  {
+    std::unique_ptr<StagingBudget::Reservation> a = std::move(held["a"]);
+    held.erase("a");
+  }  // releasing `a` grants the waiters (they insert into `held`)
   EXPECT_EQ(order, (std::vector<std::string>{"a", "big", "small"}));
   EXPECT_EQ(b.in_use(), 90u);
 }
@@ -104,7 +107,11 @@ TEST(StagingBudget, RandomSequencesKeepTheInvariants) {
         auto it = held.begin();
         std::advance(it, rng() % held.size());
         model_in_use -= it->second->bytes();
+        // Out of the map first: the release grants waiters, whose callbacks
+        // insert into `held`.
+        std::unique_ptr<StagingBudget::Reservation> r = std::move(it->second);
         held.erase(it);
+        r.reset();
         model_grant();
       } else if (op == 2 && !model_waiters.empty()) {
         const size_t i = rng() % model_waiters.size();
@@ -119,11 +126,15 @@ TEST(StagingBudget, RandomSequencesKeepTheInvariants) {
       ASSERT_EQ(b.waiters(), static_cast<int>(model_waiters.size()));
       ASSERT_EQ(granted_order, expected_order);
     }
-    held.clear();
-    model_in_use = 0;
-    model_grant();
-    while (!held.empty()) held.clear();
+    // Releasing everything grants every waiter left, in arrival order.
+    for (const auto& w : model_waiters) expected_order.push_back(w.first);
+    while (!held.empty()) {
+      std::map<int, std::unique_ptr<StagingBudget::Reservation>> batch;
+      batch.swap(held);
+    }  // each batch's release may grant waiters into `held`
     EXPECT_EQ(granted_order, expected_order);
+    EXPECT_EQ(b.in_use(), 0u);
+    EXPECT_EQ(b.waiters(), 0);
   }
 }
 
