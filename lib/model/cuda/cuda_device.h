@@ -1,5 +1,7 @@
 // CUDA device discovery and cudaError_t -> absl::Status conversion for
-// swaserve::model_cuda.
+// swaserve::model_cuda. Both live in lib/cuda/cuda_status.h
+// (swaserve::cuda_status, shared with lib/transfer/cuda); this header makes
+// them available under swaserve::model as before.
 //
 // This header includes no CUDA headers (ARCHITECTURE §7), so any target may
 // include it; only targets that link swaserve::model_cuda (built when
@@ -7,32 +9,22 @@
 #ifndef SWASERVE_LIB_MODEL_CUDA_CUDA_DEVICE_H_
 #define SWASERVE_LIB_MODEL_CUDA_CUDA_DEVICE_H_
 
-#include <string_view>
-
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "lib/cuda/cuda_status.h"
 
 namespace swaserve::model {
 
-// Converts a cudaError_t value (passed as int so that this header needs no
-// CUDA headers) into an absl::Status whose message is
-// "<context>: <cudaGetErrorName>: <cudaGetErrorString>". cudaSuccess -> OK.
-//
-//   no device, no/too old/mismatched driver, stub library, devices busy or
-//   prohibited, driver not ready, initialization error  -> kUnavailable
-//   binary built for other GPU architectures / newer PTX -> kFailedPrecondition
-//   out of device memory                                 -> kResourceExhausted
-//   invalid value / configuration / device ordinal       -> kInvalidArgument
-//   anything else (kernel faults, launch failures, ...)  -> kInternal
-absl::Status CudaErrorToStatus(int cuda_error, std::string_view context);
+// absl::Status CudaErrorToStatus(int cuda_error, std::string_view context):
+// "<context>: <cudaGetErrorName>: <cudaGetErrorString>", cudaSuccess -> OK;
+// the code mapping is documented in lib/cuda/cuda_status.h.
+using ::swaserve::cuda::CudaErrorToStatus;
 
-// Number of CUDA devices visible to this process (honours
-// CUDA_VISIBLE_DEVICES). kUnavailable, with the CUDA runtime's reason, when
-// there is no device or no usable driver; never returns 0.
-absl::StatusOr<int> CudaDeviceCount();
+// absl::StatusOr<int> CudaDeviceCount(): number of CUDA devices visible to
+// this process (honours CUDA_VISIBLE_DEVICES). kUnavailable, with the CUDA
+// runtime's reason, when there is no device or no usable driver; never 0.
+using ::swaserve::cuda::CudaDeviceCount;
 
 // True when at least one CUDA device can be used.
-bool CudaAvailable();
+inline bool CudaAvailable() { return ::swaserve::cuda::CudaDeviceAvailable(); }
 
 }  // namespace swaserve::model
 

@@ -124,59 +124,59 @@ absl::Status RunFromHost(const T* x_host, const float* weight_host,
       "cudaMemcpy y (after RmsNorm kernel)");
 }
 
+// The entry points' common frame: validates the arguments, does nothing for
+// rows == 0, else runs `run()` and prefixes its error with `fn`.
+template <typename T, typename Run>
+absl::Status Checked(std::string_view fn, const T* x, const float* weight,
+                     const float* y, int rows, int hidden, float eps,
+                     const Run& run) {
+  if (absl::Status s = ValidateArgs(fn, x, weight, y, rows, hidden, eps);
+      !s.ok() || rows == 0) {
+    return s;
+  }
+  return Annotate(fn, run());
+}
+
 }  // namespace
 
 absl::Status RmsNormCuda(const float* x_host, const float* weight_host,
                          float* y_host, int rows, int hidden, float eps) {
-  constexpr std::string_view kFn = "RmsNormCuda";
-  if (absl::Status s =
-          ValidateArgs(kFn, x_host, weight_host, y_host, rows, hidden, eps);
-      !s.ok() || rows == 0) {
-    return s;
-  }
-  return Annotate(kFn,
-                  RunFromHost(x_host, weight_host, y_host, rows, hidden, eps));
+  return Checked(
+      "RmsNormCuda", x_host, weight_host, y_host, rows, hidden, eps, [&] {
+        return RunFromHost(x_host, weight_host, y_host, rows, hidden, eps);
+      });
 }
 
 absl::Status RmsNormBf16Cuda(const uint16_t* x_bf16_host,
                              const float* weight_host, float* y_host, int rows,
                              int hidden, float eps) {
-  constexpr std::string_view kFn = "RmsNormBf16Cuda";
-  if (absl::Status s = ValidateArgs(kFn, x_bf16_host, weight_host, y_host, rows,
-                                    hidden, eps);
-      !s.ok() || rows == 0) {
-    return s;
-  }
-  return Annotate(
-      kFn, RunFromHost(x_bf16_host, weight_host, y_host, rows, hidden, eps));
+  return Checked("RmsNormBf16Cuda", x_bf16_host, weight_host, y_host, rows,
+                 hidden, eps, [&] {
+                   return RunFromHost(x_bf16_host, weight_host, y_host, rows,
+                                      hidden, eps);
+                 });
 }
 
 absl::Status LaunchRmsNormCuda(const float* x_device,
                                const float* weight_device, float* y_device,
                                int rows, int hidden, float eps,
                                CUstream_st* stream) {
-  constexpr std::string_view kFn = "LaunchRmsNormCuda";
-  if (absl::Status s = ValidateArgs(kFn, x_device, weight_device, y_device,
-                                    rows, hidden, eps);
-      !s.ok() || rows == 0) {
-    return s;
-  }
-  return Annotate(kFn, Launch(x_device, weight_device, y_device, rows, hidden,
-                              eps, stream));
+  return Checked("LaunchRmsNormCuda", x_device, weight_device, y_device, rows,
+                 hidden, eps, [&] {
+                   return Launch(x_device, weight_device, y_device, rows,
+                                 hidden, eps, stream);
+                 });
 }
 
 absl::Status LaunchRmsNormBf16Cuda(const uint16_t* x_bf16_device,
                                    const float* weight_device, float* y_device,
                                    int rows, int hidden, float eps,
                                    CUstream_st* stream) {
-  constexpr std::string_view kFn = "LaunchRmsNormBf16Cuda";
-  if (absl::Status s = ValidateArgs(kFn, x_bf16_device, weight_device, y_device,
-                                    rows, hidden, eps);
-      !s.ok() || rows == 0) {
-    return s;
-  }
-  return Annotate(kFn, Launch(x_bf16_device, weight_device, y_device, rows,
-                              hidden, eps, stream));
+  return Checked("LaunchRmsNormBf16Cuda", x_bf16_device, weight_device,
+                 y_device, rows, hidden, eps, [&] {
+                   return Launch(x_bf16_device, weight_device, y_device, rows,
+                                 hidden, eps, stream);
+                 });
 }
 
 }  // namespace swaserve::model

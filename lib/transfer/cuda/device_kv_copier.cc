@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "lib/base/logging.h"
+#include "lib/cuda/cuda_status.h"
 
 namespace swaserve::transfer {
 namespace {
@@ -25,32 +26,7 @@ namespace {
 constexpr size_t kMinSlotBytes = size_t{64} << 10;
 constexpr int kMaxStreams = 64;
 
-// cudaError_t -> absl::Status (the same mapping as lib/model/cuda's
-// CudaErrorToStatus; lib/transfer does not depend on lib/model).
-absl::Status CudaStatus(cudaError_t error, absl::string_view context) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  const std::string message = absl::StrCat(
-      context, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
-  switch (error) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorStubLibrary:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorSystemNotReady:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorInitializationError:
-      return absl::UnavailableError(message);
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(message);
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
+using ::swaserve::cuda::CudaErrorToStatus;
 
 // Makes options.device current for a scope and restores the previous one.
 class DeviceScope {
@@ -60,7 +36,7 @@ class DeviceScope {
       cudaGetLastError();
       previous_ = -1;
     }
-    status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+    status_ = CudaErrorToStatus(cudaSetDevice(device), "cudaSetDevice");
   }
   ~DeviceScope() {
     if (previous_ >= 0) cudaSetDevice(previous_);
@@ -150,26 +126,13 @@ std::vector<std::vector<Piece>> Batches(
 
 }  // namespace
 
-absl::StatusOr<int> CudaDeviceCount() {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    cudaGetLastError();  // not sticky for later, unrelated calls
-    return CudaStatus(error, "cudaGetDeviceCount");
-  }
-  if (count <= 0) return CudaStatus(cudaErrorNoDevice, "cudaGetDeviceCount");
-  return count;
-}
-
-bool CudaDeviceAvailable() { return CudaDeviceCount().ok(); }
-
 absl::StatusOr<MemoryKind> CudaMemoryKind(const void* ptr) {
   if (!CudaDeviceAvailable()) return MemoryKind::kHost;
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, ptr);
   if (error != cudaSuccess) {
     cudaGetLastError();
-    return CudaStatus(error, "cudaPointerGetAttributes");
+    return CudaErrorToStatus(error, "cudaPointerGetAttributes");
   }
   switch (attributes.type) {
     case cudaMemoryTypeHost:
@@ -222,7 +185,7 @@ absl::StatusOr<std::unique_ptr<DeviceKvCopier>> DeviceKvCopier::Create(
   if (!scope.status().ok()) return scope.status();
   for (int i = 0; i < options.streams; ++i) {
     cudaStream_t stream = nullptr;
-    if (absl::Status s = CudaStatus(
+    if (absl::Status s = CudaErrorToStatus(
             cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags");
         !s.ok()) {
@@ -231,7 +194,7 @@ absl::StatusOr<std::unique_ptr<DeviceKvCopier>> DeviceKvCopier::Create(
     copier->streams_.push_back(stream);
     void* slot = nullptr;
     if (absl::Status s =
-            CudaStatus(cudaHostAlloc(&slot, slot_bytes, cudaHostAllocPortable),
+            CudaErrorToStatus(cudaHostAlloc(&slot, slot_bytes, cudaHostAllocPortable),
                        "cudaHostAlloc (bounce buffer)");
         !s.ok()) {
       return s;
@@ -303,7 +266,7 @@ absl::Status DeviceKvCopier::PinHostRegion(void* data, size_t size) {
   } else if (error != cudaSuccess) {
     cudaGetLastError();
     absl::Status status =
-        CudaStatus(error, absl::StrCat("cudaHostRegister of ", size, " bytes"));
+        CudaErrorToStatus(error, absl::StrCat("cudaHostRegister of ", size, " bytes"));
     if (options_.host_path == DeviceKvCopierOptions::HostPath::kPinned) {
       return status;
     }
@@ -341,7 +304,7 @@ absl::Status DeviceKvCopier::UnpinHostRegion(void* data) {
   if (!scope.status().ok()) return scope.status();
   const cudaError_t error = cudaHostUnregister(data);
   if (error != cudaSuccess) cudaGetLastError();
-  return CudaStatus(error, "cudaHostUnregister");
+  return CudaErrorToStatus(error, "cudaHostUnregister");
 }
 
 DeviceKvCopierStats DeviceKvCopier::Stats() const {
@@ -400,7 +363,7 @@ absl::Status DeviceKvCopier::RunLocked(
                               stream)
             : cudaMemcpyAsync(c.device, c.host, c.bytes, cudaMemcpyHostToDevice,
                               stream);
-    status = CudaStatus(error, "cudaMemcpyAsync (pinned staging)");
+    status = CudaErrorToStatus(error, "cudaMemcpyAsync (pinned staging)");
     ++calls;
     direct_bytes += c.bytes;
   }
@@ -412,7 +375,7 @@ absl::Status DeviceKvCopier::RunLocked(
   // into caller memory after we return.
   for (cudaStream_t stream : streams_) {
     absl::Status s =
-        CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        CudaErrorToStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (status.ok()) status = s;
   }
   if (!status.ok()) {
@@ -436,7 +399,7 @@ absl::Status DeviceKvCopier::RunBounce(
   // Gather: once slot k's DMA finished, copy it out to its host targets.
   auto drain = [&](int k) -> absl::Status {
     if (pending[k] < 0) return absl::OkStatus();
-    absl::Status s = CudaStatus(cudaStreamSynchronize(streams_[k]),
+    absl::Status s = CudaErrorToStatus(cudaStreamSynchronize(streams_[k]),
                                 "cudaStreamSynchronize (bounce)");
     if (s.ok() && direction == Direction::kToHost) {
       const char* slot = static_cast<const char*>(slots_[k]);
@@ -464,7 +427,7 @@ absl::Status DeviceKvCopier::RunBounce(
                                 cudaMemcpyHostToDevice, streams_[k]);
       }
       ++calls;
-      status = CudaStatus(error, "cudaMemcpyAsync (bounce buffer)");
+      status = CudaErrorToStatus(error, "cudaMemcpyAsync (bounce buffer)");
       if (!status.ok()) break;
     }
     pending[k] = static_cast<int>(b);

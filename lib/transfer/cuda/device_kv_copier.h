@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "lib/cuda/cuda_status.h"
 #include "lib/transfer/device_transfer.h"
 
 // The CUDA runtime's stream type (cudaStream_t is CUstream_st*), declared so
@@ -128,11 +129,12 @@ class DeviceKvCopier final : public DeviceCopier {
   std::map<uintptr_t, Pinned> pinned_ ABSL_GUARDED_BY(pin_mu_);
 };
 
-// Number of usable CUDA devices; Unavailable (with the runtime's reason)
-// when none, never 0.
-absl::StatusOr<int> CudaDeviceCount();
-// True when at least one CUDA device is usable.
-bool CudaDeviceAvailable();
+// absl::StatusOr<int> CudaDeviceCount(): number of usable CUDA devices;
+// Unavailable (with the runtime's reason) when none, never 0.
+// bool CudaDeviceAvailable(): true when at least one CUDA device is usable.
+// Both live in lib/cuda/cuda_status.h (swaserve::cuda_status).
+using ::swaserve::cuda::CudaDeviceAvailable;
+using ::swaserve::cuda::CudaDeviceCount;
 // cudaPointerGetAttributes of `ptr`; with no usable device every pointer is
 // kHost.
 absl::StatusOr<MemoryKind> CudaMemoryKind(const void* ptr);

@@ -1,4 +1,4 @@
-#include "lib/model/cuda/cuda_device.h"
+#include "lib/cuda/cuda_status.h"
 
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace swaserve::model {
+namespace swaserve::cuda {
 
 absl::Status CudaErrorToStatus(int cuda_error, std::string_view context) {
   const auto error = static_cast<cudaError_t>(cuda_error);
@@ -60,6 +60,6 @@ absl::StatusOr<int> CudaDeviceCount() {
   return count;
 }
 
-bool CudaAvailable() { return CudaDeviceCount().ok(); }
+bool CudaDeviceAvailable() { return CudaDeviceCount().ok(); }
 
-}  // namespace swaserve::model
+}  // namespace swaserve::cuda
