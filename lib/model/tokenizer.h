@@ -38,8 +38,9 @@
 //
 // Decode concatenates the tokens' bytes (added tokens' content verbatim) and
 // repairs ill-formed UTF-8 with U+FFFD, so its result is always valid UTF-8;
-// ids outside the vocabulary are skipped. StreamingDecoder below emits text
-// incrementally without ever splitting a character.
+// ids outside the vocabulary are skipped. StreamingDecoder
+// (streaming_decoder.h, included here) emits text incrementally without ever
+// splitting a character.
 //
 // Thread-safety: a Tokenizer is immutable after creation except for per-thread
 // (thread_local) caches of per-word BPE results; all const methods may be
@@ -57,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "lib/model/streaming_decoder.h"
 
 namespace swaserve::model {
 
@@ -125,39 +127,13 @@ class Tokenizer {
   const std::vector<uint32_t>& eos_ids() const;
 
  private:
+  // Defined in tokenizer_rep.h (internal); the implementation is spread over
+  // tokenizer.cc, tokenizer_json.cc, tokenizer_pipeline.cc, tokenizer_bpe.cc.
   struct Rep;
   explicit Tokenizer(std::unique_ptr<Rep> rep);
 
   friend class StreamingDecoder;
   std::unique_ptr<Rep> rep_;
-};
-
-// Turns a stream of generated ids into text pieces that never end in the
-// middle of a UTF-8 character: Add() returns only complete characters and
-// holds back an incomplete trailing sequence (at most 3 bytes) until the
-// next ids complete it. Ill-formed sequences come out as U+FFFD. The
-// concatenation of all Add() results and Flush() equals
-// tokenizer.Decode(all ids).
-//
-// Holds a reference to the tokenizer, which must outlive it. Not thread-safe
-// (one decoder per request stream); cheap to create.
-class StreamingDecoder {
- public:
-  explicit StreamingDecoder(const Tokenizer& tokenizer,
-                            bool skip_special_tokens = false);
-
-  // Text completed by `id` (often empty while a character is incomplete).
-  std::string Add(uint32_t id);
-  // The held-back bytes, as U+FFFD (a stream that ended mid-character), and
-  // resets the decoder. Empty when nothing is held back.
-  std::string Flush();
-  // Bytes currently held back.
-  size_t pending_bytes() const { return pending_.size(); }
-
- private:
-  const Tokenizer& tokenizer_;
-  const bool skip_special_tokens_;
-  std::string pending_;
 };
 
 }  // namespace swaserve::model
