@@ -1,0 +1,246 @@
+#include "lib/api/openai_response.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "lib/api/openai_json.h"
+#include "nlohmann/json.hpp"
+#include "swaserve/v1/common.pb.h"
+#include "swaserve/v1/router.pb.h"
+
+namespace swaserve::api {
+namespace {
+
+namespace v1 = ::swaserve::v1;
+using openai_internal::Cat;
+using openai_internal::Dump;
+using openai_internal::ojson;
+
+// OpenAI's stand-in for a log-probability of -inf.
+constexpr double kMinLogprob = -9999.0;
+
+// A float as the shortest double that prints like it ("-0.1", not
+// "-0.10000000149011612"); non-finite values become kMinLogprob.
+double LogprobValue(float f) {
+  if (!std::isfinite(f)) return kMinLogprob;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
+  if (ec != std::errc()) return f;
+  double d = f;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+ojson Bytes(std::string_view s) {
+  ojson a = ojson::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+ojson FinishReasonJson(v1::FinishReason reason) {
+  std::string_view s = FinishReasonString(reason);
+  if (s.empty()) return nullptr;
+  return std::string(s);
+}
+
+ojson UsageObject(const std::optional<v1::Usage>& usage) {
+  v1::Usage u = usage.value_or(v1::Usage());
+  ojson j;
+  j["prompt_tokens"] = u.prompt_tokens();
+  j["completion_tokens"] = u.completion_tokens();
+  j["total_tokens"] = static_cast<uint64_t>(u.prompt_tokens()) +
+                      static_cast<uint64_t>(u.completion_tokens());
+  j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens()}};
+  return j;
+}
+
+// Completions-style logprobs: {tokens, token_logprobs, top_logprobs,
+// text_offset}.
+ojson CompletionLogprobs(const ResponseInput& in) {
+  if (!in.logprobs) return nullptr;
+  ojson tokens = ojson::array();
+  ojson token_logprobs = ojson::array();
+  ojson top_logprobs = ojson::array();
+  ojson text_offset = ojson::array();
+  size_t offset = in.text_offset_start;
+  for (const TokenLogprobText& t : in.token_logprobs) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(LogprobValue(t.logprob.logprob()));
+    ojson top = ojson::object();
+    for (int i = 0; i < t.logprob.top_size(); ++i) {
+      const std::string key = static_cast<size_t>(i) < t.top_tokens.size()
+                                  ? t.top_tokens[i]
+                                  : std::string();
+      top[key] = LogprobValue(t.logprob.top(i).logprob());
+    }
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(offset);
+    offset += t.token.size();
+  }
+  ojson j;
+  j["tokens"] = std::move(tokens);
+  j["token_logprobs"] = std::move(token_logprobs);
+  j["top_logprobs"] = std::move(top_logprobs);
+  j["text_offset"] = std::move(text_offset);
+  return j;
+}
+
+// Chat-style logprobs: {content: [{token, logprob, bytes, top_logprobs}]}.
+ojson ChatLogprobs(const ResponseInput& in) {
+  if (!in.logprobs) return nullptr;
+  ojson content = ojson::array();
+  for (const TokenLogprobText& t : in.token_logprobs) {
+    ojson entry;
+    entry["token"] = t.token;
+    entry["logprob"] = LogprobValue(t.logprob.logprob());
+    entry["bytes"] = Bytes(t.token);
+    ojson top = ojson::array();
+    for (int i = 0; i < t.logprob.top_size(); ++i) {
+      const std::string token = static_cast<size_t>(i) < t.top_tokens.size()
+                                    ? t.top_tokens[i]
+                                    : std::string();
+      ojson alt;
+      alt["token"] = token;
+      alt["logprob"] = LogprobValue(t.logprob.top(i).logprob());
+      alt["bytes"] = Bytes(token);
+      top.push_back(std::move(alt));
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  ojson j;
+  j["content"] = std::move(content);
+  return j;
+}
+
+ojson Header(const ResponseInput& in, std::string_view prefix,
+             std::string_view object) {
+  ojson j;
+  j["id"] = Cat({prefix, in.request_id});
+  j["object"] = std::string(object);
+  j["created"] = in.created;
+  j["model"] = in.model;
+  return j;
+}
+
+// A response or chunk with one choice: the header, then "choices":
+// [{index: 0, <content_key>: content, logprobs, finish_reason}], then for a
+// response its usage (zeros when absent) and for a chunk "usage": null when
+// the stream ends with a usage chunk.
+std::string SingleChoiceJson(const ResponseInput& in, std::string_view prefix,
+                             std::string_view object, const char* content_key,
+                             ojson content, ojson logprobs, bool is_response) {
+  ojson j = Header(in, prefix, object);
+  ojson choice;
+  choice["index"] = 0;
+  choice[content_key] = std::move(content);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = FinishReasonJson(in.finish_reason);
+  j["choices"] = ojson::array({std::move(choice)});
+  if (is_response) {
+    j["usage"] = UsageObject(in.usage);
+  } else if (in.include_usage) {
+    j["usage"] = nullptr;
+  }
+  return Dump(j);
+}
+
+}  // namespace
+
+std::vector<TokenLogprobText> MakeTokenLogprobs(
+    const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& logprobs,
+    const std::function<std::string(uint32_t)>& token_text) {
+  std::vector<TokenLogprobText> out;
+  out.reserve(logprobs.size());
+  for (const v1::TokenLogprob& lp : logprobs) {
+    TokenLogprobText t;
+    t.logprob = lp;
+    t.token = token_text(lp.token_id());
+    for (const auto& alt : lp.top()) {
+      t.top_tokens.push_back(token_text(alt.token_id()));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string_view FinishReasonString(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_CANCELLED:
+      return "abort";
+    default:
+      return "";
+  }
+}
+
+std::string CompletionResponseJson(const ResponseInput& in) {
+  return SingleChoiceJson(in, "cmpl-", "text_completion", "text", in.text,
+                          CompletionLogprobs(in), /*is_response=*/true);
+}
+
+std::string ChatResponseJson(const ResponseInput& in) {
+  return SingleChoiceJson(in, "chatcmpl-", "chat.completion", "message",
+                          {{"role", "assistant"}, {"content", in.text}},
+                          ChatLogprobs(in), /*is_response=*/true);
+}
+
+std::string CompletionChunkJson(const ResponseInput& in) {
+  return SingleChoiceJson(in, "cmpl-", "text_completion", "text", in.text,
+                          CompletionLogprobs(in), /*is_response=*/false);
+}
+
+std::string ChatChunkJson(const ResponseInput& in) {
+  ojson delta = ojson::object();
+  if (in.first_chunk) delta["role"] = "assistant";
+  if (in.first_chunk || !in.text.empty()) delta["content"] = in.text;
+  return SingleChoiceJson(in, "chatcmpl-", "chat.completion.chunk", "delta",
+                          std::move(delta), ChatLogprobs(in),
+                          /*is_response=*/false);
+}
+
+std::string UsageChunkJson(const ResponseInput& in, bool chat) {
+  ojson j = chat ? Header(in, "chatcmpl-", "chat.completion.chunk")
+                 : Header(in, "cmpl-", "text_completion");
+  j["choices"] = ojson::array();
+  j["usage"] = UsageObject(in.usage);
+  return Dump(j);
+}
+
+std::string UsageJson(const v1::Usage& usage) {
+  return Dump(UsageObject(usage));
+}
+
+std::string ModelsJson(const v1::ListModelsResponse& models) {
+  ojson data = ojson::array();
+  for (const v1::ModelInfo& m : models.models()) {
+    ojson entry;
+    entry["id"] = m.id();
+    entry["object"] = "model";
+    entry["created"] = m.created();
+    entry["owned_by"] =
+        m.owned_by().empty() ? std::string("swaserve") : m.owned_by();
+    data.push_back(std::move(entry));
+  }
+  ojson j;
+  j["object"] = "list";
+  j["data"] = std::move(data);
+  return Dump(j);
+}
+
+std::string SseFrame(std::string_view json_text) {
+  return Cat({"data: ", json_text, "\n\n"});
+}
+
+}  // namespace swaserve::api
