@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "bench/common/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
@@ -536,34 +537,6 @@ void PrintSummary() {
 }  // namespace swaserve::kv
 
 int main(int argc, char** argv) {
-  // Translate --json FILE / --json=FILE into Google Benchmark's out flags.
-  std::vector<std::string> args;
-  for (int i = 0; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string json;
-    if (arg == "--json") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "--json needs a file name\n");
-        return 2;
-      }
-      json = argv[++i];
-    } else if (arg.rfind("--json=", 0) == 0) {
-      json = arg.substr(7);
-    } else {
-      args.push_back(arg);
-      continue;
-    }
-    args.push_back("--benchmark_out=" + json);
-    args.push_back("--benchmark_out_format=json");
-  }
-  std::vector<char*> new_argv;
-  for (std::string& arg : args) new_argv.push_back(arg.data());
-  new_argv.push_back(nullptr);
-  int new_argc = static_cast<int>(args.size());
-  benchmark::Initialize(&new_argc, new_argv.data());
-  if (benchmark::ReportUnrecognizedArguments(new_argc, new_argv.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  swaserve::kv::PrintSummary();
-  benchmark::Shutdown();
-  return 0;
+  return swaserve::bench::RunBenchmarkMain(argc, argv, /*display=*/nullptr,
+                                           swaserve::kv::PrintSummary);
 }

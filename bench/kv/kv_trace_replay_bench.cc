@@ -57,7 +57,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -66,6 +65,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/prompt_synth.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/page_pool.h"
@@ -76,15 +77,11 @@
 namespace swaserve::kv {
 namespace {
 
-constexpr int kBlockTokens = 512;
-constexpr uint64_t kTokenSeed = 0x5EED5EED1234ABCDull;
-constexpr uint32_t kVocab = 152064;
+constexpr int kBlockTokens = bench::kTraceBlockTokens;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "kv_trace_replay_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+using bench::Die;
+using bench::ParseCount;
 
 // Sequence's keep_divergence_window (see lib/kv/sequence.h); off with
 // --no-divergence-window to measure what it adds.
@@ -101,21 +98,6 @@ struct Flags {
   int64_t limit = 0;
   bool infinite = true;
 };
-
-// "3M", "16.8M", "500K", "3000000".
-double ParseCount(absl::string_view s) {
-  double mult = 1;
-  if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) {
-    mult = 1e6;
-    s.remove_suffix(1);
-  } else if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) {
-    mult = 1e3;
-    s.remove_suffix(1);
-  }
-  double v = 0;
-  if (!absl::SimpleAtod(s, &v) || v <= 0) Die("bad count '" + std::string(s) + "'");
-  return v * mult;
-}
 
 std::vector<double> ParseList(absl::string_view s, bool counts) {
   std::vector<double> out;
@@ -141,11 +123,6 @@ std::string CountName(double v) {
     std::snprintf(buf, sizeof(buf), "%g", v);
   }
   return buf;
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -188,18 +165,6 @@ std::vector<TraceRequest> LoadTrace(const std::string& path, int64_t limit) {
   return out;
 }
 
-uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-uint32_t GenToken(int64_t block_id, int pos) {
-  return static_cast<uint32_t>(
-      Mix64(kTokenSeed ^ (static_cast<uint64_t>(block_id) * kBlockTokens + pos)) % kVocab);
-}
-
 // Prompts of all requests as chained page hashes, stored back to back.
 struct Prompts {
   std::vector<int> length;       // tokens
@@ -217,86 +182,15 @@ struct Prompts {
   }
 };
 
-class Synthesizer {
- public:
-  explicit Synthesizer(bool reconstruct) : reconstruct_(reconstruct) {}
-
-  // Fills `out` with the request's prompt tokens (in timestamp order: the
-  // block contents depend on what was seen before).
-  void Tokens(const TraceRequest& r, std::vector<uint32_t>* out, int* reconstructed) {
-    const std::vector<int64_t>& ids = r.hash_ids;
-    const int n = r.input_length;
-    *reconstructed = 0;
-    if (reconstruct_) {
-      // First block id not seen before; only it can start a continuation
-      // (any earlier request whose full blocks reached past it would have
-      // made it seen).
-      size_t p = 0;
-      while (p < ids.size() && seen_.contains(ids[p])) ++p;
-      if (p > 0 && p < ids.size()) {
-        auto it = by_last_full_.find(ids[p - 1]);
-        if (it != by_last_full_.end()) {
-          for (auto c = it->second.rbegin(); c != it->second.rend(); ++c) {
-            if (c->length < n) {
-              const int t = c->length - static_cast<int>(p) * kBlockTokens;
-              recipes_[ids[p]] = Recipe{c->tail_id, t};
-              *reconstructed = t;
-              break;
-            }
-          }
-        }
-      }
-    }
-    for (int64_t id : ids) seen_.insert(id);
-    const int full_blocks = n / kBlockTokens;
-    if (reconstruct_ && full_blocks >= 1 && n % kBlockTokens != 0) {
-      by_last_full_[ids[full_blocks - 1]].push_back(Ending{n, ids[full_blocks]});
-    }
-    out->resize(n);
-    for (size_t b = 0; b < ids.size(); ++b) {
-      const int begin = static_cast<int>(b) * kBlockTokens;
-      const int len = std::min(kBlockTokens, n - begin);
-      Fill(ids[b], 0, len, out->data() + begin);
-    }
-  }
-
- private:
-  struct Recipe {
-    int64_t src;  // block whose first t tokens this block starts with
-    int t;
-  };
-  struct Ending {
-    int length;       // the earlier request's input_length
-    int64_t tail_id;  // id of its partial last block
-  };
-
-  // Tokens [begin, end) of block `id` into block[begin..end).
-  void Fill(int64_t id, int begin, int end, uint32_t* block) const {
-    int from = begin;
-    auto it = recipes_.find(id);
-    if (it != recipes_.end() && it->second.t > begin) {
-      const int t = std::min(it->second.t, end);
-      Fill(it->second.src, begin, t, block);
-      from = t;
-    }
-    for (int i = from; i < end; ++i) block[i] = GenToken(id, i);
-  }
-
-  bool reconstruct_;
-  absl::flat_hash_set<int64_t> seen_;
-  absl::flat_hash_map<int64_t, std::vector<Ending>> by_last_full_;
-  absl::flat_hash_map<int64_t, Recipe> recipes_;
-};
-
 Prompts BuildPrompts(const std::vector<TraceRequest>& trace, int page_size, bool reconstruct) {
   const auto t0 = std::chrono::steady_clock::now();
   Prompts p;
-  Synthesizer synth(reconstruct);
+  bench::PromptSynthesizer synth(reconstruct);
   std::vector<uint32_t> tokens;
   p.offset.push_back(0);
   for (const TraceRequest& r : trace) {
     int recon = 0;
-    synth.Tokens(r, &tokens, &recon);
+    synth.Tokens(r.hash_ids, r.input_length, &tokens, &recon);
     if (recon > 0) {
       ++p.reconstructed_requests;
       p.reconstructed_tokens += recon;
@@ -502,6 +396,7 @@ void PrintRow(const ReplayResult& r, int ps) {
 }
 
 int Main(int argc, char** argv) {
+  bench::SetProgramName("kv_trace_replay_bench");
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -550,13 +445,7 @@ int Main(int argc, char** argv) {
   }
   if (flags.chunk <= 0) Die("--chunk must be > 0");
   if (flags.trace.empty()) {
-    flags.trace = "../shared/traces/mooncake_conversation_trace.jsonl";
-#ifdef SWASERVE_SOURCE_DIR
-    if (!FileExists(flags.trace)) {
-      flags.trace = std::string(SWASERVE_SOURCE_DIR) +
-                    "/../shared/traces/mooncake_conversation_trace.jsonl";
-    }
-#endif
+    flags.trace = bench::RepoPath(bench::kMooncakeTracePath, SWASERVE_SOURCE_DIR);
   }
 
   const KvShape dual_shape = KvShape::MiMoV25Pro();
@@ -813,9 +702,7 @@ int Main(int argc, char** argv) {
         {"targets", targets},
         {"readme_check", readme_check},
     };
-    std::ofstream f(flags.json);
-    f << out.dump(2) << "\n";
-    if (!f) Die("cannot write " + flags.json);
+    bench::WriteJsonFile(flags.json, out);
   }
   return 0;
 }

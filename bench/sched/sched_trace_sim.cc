@@ -55,7 +55,6 @@
 // refer to. --show-worst N lists the N requests with the largest wait
 // ratios under it; --per-request adds per-request arrays (prompt, cached,
 // wait, TTFT under FCFS and under it) to the JSON.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -72,6 +71,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/common/bench_util.h"
 #include "absl/strings/string_view.h"
 #include "lib/sched/prefill_scheduler.h"
 #include "nlohmann/json.hpp"
@@ -89,15 +89,9 @@ constexpr int kBlockTokens = 512;
 constexpr double kDefaultCost[3] = {0.1301, 7.41e-3, 4.358e-6};
 using Policy = PrefillSchedulerOptions::Policy;
 
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "sched_trace_sim: %s\n", message.c_str());
-  std::exit(1);
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
+using bench::Die;
+using bench::FileExists;
+using bench::Percentile;
 
 std::vector<double> ParseDoubles(absl::string_view s) {
   std::vector<double> out;
@@ -347,13 +341,6 @@ Run Simulate(const std::vector<TraceRequest>& trace, const Flags& f,
   return run;
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::ceil(q * v.size())) - 1;
-  return v[std::min(idx, v.size() - 1)];
-}
-
 struct Comparison {
   double p90_reduction = 0;  // 1 - P90 TTFT / FCFS P90 TTFT
   double wait_ratio_max = 0, wait_ratio_p99 = 0;
@@ -402,21 +389,13 @@ nlohmann::json RunJson(const Run& r) {
 }
 
 int Main(int argc, char** argv) {
+  bench::SetProgramName("sched_trace_sim");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
-    auto num = [&](double* out) {
-      const std::string v = next();
-      if (!absl::SimpleAtod(v, out)) Die("bad number for " + a + ": " + v);
-    };
-    auto integer = [&](int* out) {
-      const std::string v = next();
-      if (!absl::SimpleAtoi(v, out)) Die("bad integer for " + a + ": " + v);
-    };
+  for (bench::FlagReader r(argc, argv); r.Next();) {
+    const std::string& a = r.flag();
+    auto next = [&] { return r.Value(); };
+    auto num = [&](double* out) { r.Number(out); };
+    auto integer = [&](int* out) { r.Integer(out); };
     if (a == "--trace")
       f.trace = next();
     else if (a == "--json")
@@ -710,9 +689,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!f.json.empty()) {
-    std::ofstream out(f.json);
-    if (!out) Die("cannot write " + f.json);
-    out << j.dump(2) << "\n";
+    bench::WriteJsonFile(f.json, j);
   }
   return 0;
 }
