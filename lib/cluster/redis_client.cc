@@ -1,7 +1,6 @@
 #include "lib/cluster/redis_client.h"
 
 #include <hiredis/hiredis.h>
-#include <signal.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -16,20 +15,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "lib/base/clock.h"
+#include "lib/base/signals.h"
 #include "lib/metrics/buckets.h"
 
 namespace swaserve::cluster {
 namespace {
-
-void IgnoreSigpipeIfDefault() {
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
-  if (current.sa_handler != SIG_DFL) return;
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  sigaction(SIGPIPE, &ignore, nullptr);
-}
 
 timeval DurationToTimeval(absl::Duration d) {
   timeval tv = absl::ToTimeval(d);
@@ -317,7 +307,7 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
         absl::StrCat("pool_size must be in 1..64, got ", options.pool_size));
   }
   if (options.db < 0) return bad("db must be >= 0");
-  IgnoreSigpipeIfDefault();
+  base::IgnoreSigpipeIfDefault();
   auto client = absl::WrapUnique(new RedisClient(options));
   if (options.metrics != nullptr) {
     absl::StatusOr<std::vector<double>> buckets =

@@ -10,6 +10,33 @@
 namespace swaserve::metrics {
 namespace {
 
+// `text` with backslash and newline escaped (and double quotes, for label
+// values), as the text format wants them.
+std::string EscapeText(absl::string_view text, bool escape_quotes) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '"':
+        if (escape_quotes) {
+          out += "\\\"";
+          break;
+        }
+        out.push_back(c);
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // Appends `{name="value",...}` for the label pairs plus an optional extra
 // pair (the histogram `le`). Appends nothing when there are no pairs.
 void AppendLabels(const std::vector<std::string>& names,
@@ -73,42 +100,11 @@ std::string FormatValue(double value) {
 }
 
 std::string EscapeHelp(absl::string_view help) {
-  std::string out;
-  out.reserve(help.size());
-  for (const char c : help) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
+  return EscapeText(help, /*escape_quotes=*/false);
 }
 
 std::string EscapeLabelValue(absl::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (const char c : value) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
+  return EscapeText(value, /*escape_quotes=*/true);
 }
 
 void AppendTextFormat(const FamilySnapshot& family, std::string* out) {

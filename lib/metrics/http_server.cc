@@ -1,7 +1,6 @@
 #include "lib/metrics/http_server.h"
 
 #include <httplib.h>
-#include <signal.h>
 #include <sys/socket.h>
 
 #include <utility>
@@ -9,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/base/signals.h"
 #include "lib/metrics/exposition.h"
 
 namespace swaserve::metrics {
@@ -16,16 +16,6 @@ namespace {
 
 // How long Create waits for the accept loop to start.
 constexpr absl::Duration kStartTimeout = absl::Seconds(10);
-
-void IgnoreSigpipeIfDefault() {
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
-  if (current.sa_handler != SIG_DFL) return;
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  sigaction(SIGPIPE, &ignore, nullptr);
-}
 
 }  // namespace
 
@@ -44,7 +34,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
         absl::StrCat("metrics http server: num_threads must be >= 1, got ",
                      options.num_threads));
   }
-  IgnoreSigpipeIfDefault();
+  base::IgnoreSigpipeIfDefault();
 
   const Registry* registry =
       options.registry != nullptr ? options.registry : &DefaultRegistry();

@@ -92,6 +92,17 @@ struct Engine::Impl {
                         int R);
   void Attention(const Block& b, absl::Span<const ForwardItem> items, int R);
   void Mlp(const Block& b, int R);
+  // Fills `rows` with one (item, position) per token of `items`, in order;
+  // returns the row count.
+  int SetRows(absl::Span<const ForwardItem> items) {
+    rows.clear();
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (size_t j = 0; j < items[i].tokens.size(); ++j) {
+        rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
+      }
+    }
+    return static_cast<int>(rows.size());
+  }
   void Logits(absl::Span<const ForwardItem> items, const std::vector<float>& norm,
               ForwardOutput* out, bool keep_all_hidden);
 };
@@ -401,13 +412,7 @@ absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
   RETURN_IF_ERROR(CheckItems(config_, items));
   Impl& s = *impl_;
   const int H = config_.hidden_size;
-  s.rows.clear();
-  for (size_t i = 0; i < items.size(); ++i) {
-    for (size_t j = 0; j < items[i].tokens.size(); ++j) {
-      s.rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
-    }
-  }
-  const int R = static_cast<int>(s.rows.size());
+  const int R = s.SetRows(items);
   Grow(s.x, static_cast<size_t>(R) * H);
   int r = 0;
   for (const ForwardItem& it : items) {
@@ -430,13 +435,7 @@ absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
   RETURN_IF_ERROR(CheckItems(config_, items));
   Impl& s = *impl_;
   const int H = config_.hidden_size;
-  s.rows.clear();
-  for (size_t i = 0; i < items.size(); ++i) {
-    for (size_t j = 0; j < items[i].tokens.size(); ++j) {
-      s.rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
-    }
-  }
-  const int R = static_cast<int>(s.rows.size());
+  const int R = s.SetRows(items);
   if (hidden.size() != static_cast<size_t>(R) * H) {
     return absl::InvalidArgumentError(absl::StrCat("MTP needs ", R, " hidden rows of ", H,
                                                    " floats, got ", hidden.size(), " floats"));
