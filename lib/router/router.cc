@@ -583,8 +583,7 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
   // Workers key requests by id (scheduling, cancellation): they get the
   // per-dispatch id, which starts with the client's for the logs.
   v1::DecodeRequest dreq;
-  dreq.set_request_id(transfer_id);
-  dreq.set_transfer_id(transfer_id);
+  dreq.set_request_id(transfer_id);  // also names the KV transfer
   dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
   *dreq.mutable_sampling() = r.sampling;
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> stream =

@@ -5,34 +5,29 @@
 namespace swaserve::router_service {
 
 bool CallState::Write(const v1::GenerateResponse& response) {
-  std::function<void()> notify;
-  {
-    absl::MutexLock lock(&mu_);
-    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return cancelled_ || queue_.size() < max_queued_;
-    };
-    mu_.Await(absl::Condition(&room));
-    if (cancelled_) return false;
-    queue_.push_back(response);
-    notify = notify_;
-  }
-  if (notify) notify();
+  absl::MutexLock lock(&mu_);
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || queue_.size() < max_queued_;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (cancelled_) return false;
+  queue_.push_back(response);
   return true;
 }
 
 void CallState::Finish(absl::Status status) {
-  std::function<void()> notify;
-  {
-    absl::MutexLock lock(&mu_);
-    finished_ = true;
-    status_ = std::move(status);
-    notify = notify_;
-  }
-  if (notify) notify();
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
+  status_ = std::move(status);
 }
 
-CallState::Next CallState::TryPop(v1::GenerateResponse* out, absl::Status* status) {
+CallState::Next CallState::Pop(v1::GenerateResponse* out, absl::Status* status,
+                               absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || finished_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   if (!queue_.empty()) {
     *out = std::move(queue_.front());
     queue_.pop_front();
@@ -43,23 +38,6 @@ CallState::Next CallState::TryPop(v1::GenerateResponse* out, absl::Status* statu
     return Next::kFinished;
   }
   return Next::kEmpty;
-}
-
-CallState::Next CallState::Pop(v1::GenerateResponse* out, absl::Status* status,
-                               absl::Duration timeout) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !queue_.empty() || finished_;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-  }
-  return TryPop(out, status);
-}
-
-void CallState::SetNotify(std::function<void()> notify) {
-  absl::MutexLock lock(&mu_);
-  notify_ = std::move(notify);
 }
 
 void CallState::Cancel() {

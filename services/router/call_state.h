@@ -1,12 +1,11 @@
 // CallState: the hand-off between a thread running router::Router::Generate
-// (the producer: a GenerateSink) and the server that streams its output (the
-// consumer: the gRPC reactor, or an HTTP handler), for services/router.
+// (the producer: a GenerateSink) and the HTTP handler that streams its
+// output (the gRPC reactor writes through rpc::StreamWriter instead).
 //
 // Write() queues a response and blocks while `max_queued` are waiting (a slow
 // client slows its own request, not the router); it returns false once the
 // consumer cancelled. Finish() records the final status. The consumer pops
-// without blocking (gRPC: notified through the callback set with
-// SetNotify) or blocking (HTTP: Pop with a timeout).
+// with a timeout (Pop), so it can notice a client that left.
 //
 // Shared between the producer thread and the consumer through shared_ptr.
 // Thread-safe.
@@ -35,11 +34,8 @@ class CallState : public router::GenerateSink {
   // Consumer side. kItem: *out holds the next response; kEmpty: nothing yet;
   // kFinished: no more responses, final status in *status.
   enum class Next { kItem, kEmpty, kFinished };
-  Next TryPop(v1::GenerateResponse* out, absl::Status* status);
   // Blocks up to `timeout` for the next item or the end (kEmpty on timeout).
   Next Pop(v1::GenerateResponse* out, absl::Status* status, absl::Duration timeout);
-  // Called (without the lock held) after each Write() and on Finish().
-  void SetNotify(std::function<void()> notify);
   // The client went away: cancels the request and unblocks Write().
   void Cancel();
 
@@ -53,7 +49,6 @@ class CallState : public router::GenerateSink {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::function<void()> notify_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace swaserve::router_service

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "lib/rpc/status_conversion.h"
-#include "services/router/call_state.h"
+#include "lib/rpc/stream_writer.h"
 
 namespace swaserve::router_service {
 
@@ -33,90 +33,40 @@ int RequestThreads::running() {
 
 namespace {
 
-class GenerateReactor;
+// What the router's producer thread writes into: the client's stream, with
+// back-pressure (a slow client slows its own request, not the router).
+class StreamSink final : public router::GenerateSink {
+ public:
+  static constexpr size_t kMaxQueued = 64;
+  explicit StreamSink(std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer)
+      : writer_(std::move(writer)) {}
+  bool Write(const v1::GenerateResponse& response) override {
+    return writer_->WriteWhenRoom(response, kMaxQueued);
+  }
 
-// What the producer's notifications and the reactor's callbacks share; the
-// reactor pointer is cleared in OnDone, so a late notification is a no-op.
-struct Link {
-  absl::Mutex mu;
-  GenerateReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
-  bool writing ABSL_GUARDED_BY(mu) = false;
-  bool finished ABSL_GUARDED_BY(mu) = false;
-  v1::GenerateResponse buffer;  // the write in flight (owned while writing)
-  std::shared_ptr<CallState> call;
-
-  void Pump();
+ private:
+  std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer_;
 };
 
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(router::Router* router, RequestThreads* threads,
                   const v1::GenerateRequest& request)
-      : link_(std::make_shared<Link>()) {
-    link_->call = std::make_shared<CallState>();
-    {
-      absl::MutexLock lock(&link_->mu);
-      link_->reactor = this;
-    }
-    link_->call->SetNotify([link = link_] { link->Pump(); });
-    threads->Spawn([router, call = link_->call, request] {
-      absl::Status s = router->Generate(request, *call, &call->cancel_flag());
-      call->Finish(std::move(s));
+      : cancel_(std::make_shared<router::CancelFlag>()) {
+    threads->Spawn([router, writer = writer(), cancel = cancel_, request] {
+      StreamSink sink(writer);
+      absl::Status s = router->Generate(request, sink, cancel.get());
+      writer->Finish(rpc::ToGrpcStatus(s));
     });
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) link_->call->Cancel();
-    {
-      absl::MutexLock lock(&link_->mu);
-      link_->writing = false;
-    }
-    link_->Pump();
-  }
-  void OnCancel() override { link_->call->Cancel(); }
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&link_->mu);
-      link_->reactor = nullptr;
-    }
-    delete this;
-  }
-
-  void DoWrite(const v1::GenerateResponse* r) { StartWrite(r); }
-  void DoFinish(const grpc::Status& s) { Finish(s); }
-
  private:
-  std::shared_ptr<Link> link_;
-};
+  // The client went away: the request stops (WriteWhenRoom returns false
+  // once the writer is cancelled, right after this).
+  void OnCancelled() override { cancel_->Cancel(); }
 
-void Link::Pump() {
-  GenerateReactor* r = nullptr;
-  bool write = false;
-  absl::Status final_status;
-  {
-    absl::MutexLock lock(&mu);
-    if (reactor == nullptr || writing || finished) return;
-    r = reactor;
-    switch (call->TryPop(&buffer, &final_status)) {
-      case CallState::Next::kItem:
-        writing = true;
-        write = true;
-        break;
-      case CallState::Next::kFinished:
-        finished = true;
-        break;
-      case CallState::Next::kEmpty:
-        return;
-    }
-  }
-  // The reactor stays alive: it is deleted only after DoFinish, which only
-  // this path calls, once.
-  if (write) {
-    r->DoWrite(&buffer);
-  } else {
-    r->DoFinish(rpc::ToGrpcStatus(final_status));
-  }
-}
+  std::shared_ptr<router::CancelFlag> cancel_;
+};
 
 }  // namespace
 

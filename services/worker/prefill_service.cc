@@ -6,12 +6,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "lib/base/logging.h"
 #include "lib/base/status.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
-#include "lib/transfer/kv_destination.h"
-#include "services/worker/convert.h"
+#include "lib/worker/convert.h"
+#include "services/worker/load_reply.h"
 
 namespace swaserve::worker_service {
 
@@ -20,8 +19,6 @@ struct PrefillService::Shared {
   absl::Mutex mu;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Decode::Stub>> stubs ABSL_GUARDED_BY(mu);
   std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
-  metrics::Counter* kv_bytes = nullptr;
-  metrics::CounterFamily* kv_sends = nullptr;
   std::atomic<bool> draining{false};
 
   uint64_t NextSeed() {
@@ -49,7 +46,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   PrefillCall(std::shared_ptr<Shared> shared, grpc::CallbackServerContext* context,
               const v1::PrefillRequest* request, v1::PrefillResponse* response)
       : shared_(std::move(shared)), request_(request), response_(response) {
-    absl::Status st = Start(context);
+    absl::Status st = Start();
     if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
   }
 
@@ -57,7 +54,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Start(grpc::CallbackServerContext*) {
+  absl::Status Start() {
     const v1::PrefillRequest& req = *request_;
     if (shared_->draining.load()) {
       return rpc::ErrorWithDetail(
@@ -71,7 +68,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
       return absl::UnimplementedError(
           "multimodal items need the encoder service, which this cluster does not run yet");
     }
-    ASSIGN_OR_RETURN(sampling_, ToSamplingOptions(req.sampling(), shared_->NextSeed()));
+    ASSIGN_OR_RETURN(sampling_, worker::ToSamplingOptions(req.sampling(), shared_->NextSeed()));
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
@@ -82,7 +79,9 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
         return absl::InvalidArgumentError("decode target needs grpc_address and transfer_id");
       }
       ASSIGN_OR_RETURN(v1::Decode::Stub * stub, shared_->StubFor(target.grpc_address()));
-      job.ship = MakeShip(shared_, stub, target, &bytes_sent_);
+      job.ship = shared_->options.sender->MakeShip(target.transfer_id(), target.worker_id(),
+                                                   AskDestination(stub, target.transfer_id()),
+                                                   &bytes_sent_);
     }
     job.done = [this](absl::StatusOr<worker::PrefillResult> r) {
       if (!r.ok()) {
@@ -128,92 +127,24 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
   }
 
-  // Ships to the decode target once the KV is computed: asks the decode
-  // worker for its staging now (it allocates it only then, under its staging
-  // budget), then sends the KV with the commit over UCX.
-  static worker::ShipFn MakeShip(std::shared_ptr<Shared> shared, v1::Decode::Stub* stub,
-                                 const v1::DecodeTarget& target, std::atomic<uint64_t>* bytes) {
-    return [shared, stub, target, bytes](const kv::Sequence& seq,
-                                         const worker::PrefillResult& result,
-                                         std::function<void(absl::Status)> shipped) {
+  // Decode.GetKvDestination of the decode target, for the KV sender.
+  static worker::DestinationSource AskDestination(v1::Decode::Stub* stub,
+                                                  std::string transfer_id) {
+    return [stub, transfer_id](absl::Duration timeout, worker::DestinationFn done) {
       struct Call {
         grpc::ClientContext ctx;
         v1::GetKvDestinationRequest request;
         v1::KvDestination response;
       };
       auto call = std::make_shared<Call>();
-      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + shared->options.transfer_timeout));
-      call->request.set_transfer_id(target.transfer_id());
-      const std::string worker = target.worker_id();
-      v1::CommitKvRequest commit;
-      commit.set_transfer_id(target.transfer_id());
-      commit.set_num_tokens(result.prompt_tokens);
-      commit.set_first_token(result.first_token.token);
-      *commit.mutable_first_token_logprob() = ToProto(result.first_token);
-      commit.set_cached_tokens(result.cached_tokens);
-      commit.set_prefill_queue_seconds(result.queue_seconds);
-      v1::Tensor* h = commit.mutable_last_hidden_state();
-      h->set_dtype(v1::DTYPE_F32);
-      h->add_shape(static_cast<int64_t>(result.last_hidden.size()));
-      h->set_data(result.last_hidden.data(), result.last_hidden.size() * sizeof(float));
-      stub->async()->GetKvDestination(
-          &call->ctx, &call->request, &call->response,
-          [shared, call, worker, bytes, shipped, commit = std::move(commit),
-           seq = &seq](grpc::Status s) mutable {
-            if (!s.ok()) {
-              // A full staging budget is load, not a fault of that worker.
-              const bool overload = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                                    s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-              return shipped(rpc::ErrorWithDetail(
-                  absl::StatusCode::kUnavailable,
-                  overload ? v1::ERROR_CODE_OVERLOADED : v1::ERROR_CODE_TRANSFER_FAILED,
-                  absl::StrCat("no KV staging from decode worker ", worker, ": ",
-                               s.error_message()),
-                  worker, /*retryable=*/true));
-            }
-            Send(shared, *seq, call->response, std::move(commit), worker, bytes,
-                 std::move(shipped));
-          });
+      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      call->request.set_transfer_id(transfer_id);
+      stub->async()->GetKvDestination(&call->ctx, &call->request, &call->response,
+                                      [call, done = std::move(done)](grpc::Status s) {
+                                        if (!s.ok()) return done(rpc::FromGrpcStatus(s));
+                                        done(std::move(call->response));
+                                      });
     };
-  }
-
-  static void Send(const std::shared_ptr<Shared>& shared, const kv::Sequence& seq,
-                   const v1::KvDestination& proto, v1::CommitKvRequest commit,
-                   const std::string& worker, std::atomic<uint64_t>* bytes,
-                   std::function<void(absl::Status)> shipped) {
-    absl::StatusOr<transfer::Destination> dest = transfer::DestinationFromProto(proto);
-    if (!dest.ok()) return shipped(dest.status());
-    absl::StatusOr<std::vector<transfer::PageCopy>> copies =
-        transfer::PlanKvCopies(seq, *shared->options.pools, proto);
-    if (!copies.ok()) return shipped(copies.status());
-    transfer::SendRequest send;
-    send.destination = *std::move(dest);
-    send.copies = *std::move(copies);
-    send.commit_payload = transfer::EncodeCommitPayload(commit);
-    send.timeout = shared->options.transfer_timeout;
-    shared->options.transfer->Send(
-        std::move(send), [shipped, bytes, shared, worker](absl::StatusOr<transfer::SendResult> r) {
-          if (!r.ok()) {
-            return shipped(rpc::ErrorWithDetail(r.status().code(), v1::ERROR_CODE_TRANSFER_FAILED,
-                                                absl::StrCat("KV transfer to decode worker ",
-                                                             worker, " failed: ",
-                                                             r.status().message()),
-                                                worker, /*retryable=*/true));
-          }
-          bytes->store(r->bytes);
-          if (shared->kv_bytes != nullptr) shared->kv_bytes->Increment(r->bytes);
-          if (shared->kv_sends != nullptr) {
-            shared->kv_sends
-                ->WithLabels({std::string(transfer::PrimitiveName(r->primitive)),
-                              std::string(transfer::TransportName(r->transport))})
-                .Increment();
-          }
-          SWA_LOG(debug, "KV transfer to {}: {} bytes, {} messages, {} over {}, {}", worker,
-                  r->bytes, r->messages, std::string(transfer::PrimitiveName(r->primitive)),
-                  std::string(transfer::TransportName(r->transport)),
-                  absl::FormatDuration(r->elapsed));
-          shipped(absl::OkStatus());
-        });
   }
 
   void FinishOnce(const grpc::Status& s) {
@@ -233,24 +164,11 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
 
 absl::StatusOr<std::unique_ptr<PrefillService>> PrefillService::Create(
     const PrefillServiceOptions& options) {
-  if (options.core == nullptr || options.transfer == nullptr || options.pools == nullptr) {
-    return absl::InvalidArgumentError("PrefillService needs a core, a transfer engine and pools");
+  if (options.core == nullptr || options.sender == nullptr || options.pools == nullptr) {
+    return absl::InvalidArgumentError("PrefillService needs a core, a KV sender and pools");
   }
   auto shared = std::make_shared<Shared>();
   shared->options = options;
-  if (options.registry != nullptr) {
-    ASSIGN_OR_RETURN(auto* b, options.registry->AddCounter(
-                                  "swaserve_prefill_kv_sent_bytes_total",
-                                  "KV bytes shipped to decode workers (acknowledged)."));
-    shared->kv_bytes = &b->WithLabels();
-    ASSIGN_OR_RETURN(shared->kv_sends,
-                     options.registry->AddCounter(
-                         "swaserve_prefill_kv_sends_total",
-                         "KV transfers to decode workers (acknowledged), by data primitive "
-                         "(put: single copy into the decode worker's UCX-allocated staging; am: "
-                         "active messages) and transport.",
-                         {"primitive", "transport"}));
-  }
   return std::unique_ptr<PrefillService>(new PrefillService(std::move(shared)));
 }
 
@@ -266,7 +184,7 @@ void PrefillService::StartDraining() { shared_->draining.store(true); }
 
 v1::WorkerLoad PrefillService::Load() const {
   const worker::PrefillLoad l = shared_->options.core->GetLoad();
-  v1::WorkerLoad w = PoolLoad(shared_->options.worker_id, v1::ROLE_PREFILL, *shared_->options.pools);
+  v1::WorkerLoad w = worker::PoolLoad(shared_->options.worker_id, v1::ROLE_PREFILL, *shared_->options.pools);
   w.set_queued_requests(l.queued_requests);
   w.set_queued_uncached_tokens(l.queued_uncached_tokens);
   w.set_running_requests(l.running_requests);

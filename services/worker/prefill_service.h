@@ -1,18 +1,16 @@
-// swaserve.v1.Prefill over a PrefillCore and a UCX TransferEngine
-// (ARCHITECTURE §4 step 3).
+// swaserve.v1.Prefill: a thin gRPC front over lib/worker's PrefillCore (prefix
+// match, compute-aware scheduling, chunked prefill; ARCHITECTURE §4 step 3)
+// and KvSender (the KV hand-off; its header has the protocol and the error
+// taxonomy of a failed ship).
 //
-// Prefill(request): queues the prompt in the core (prefix-cache match,
-// compute-aware scheduling, chunked prefill) for as long as the call's
-// deadline allows; once the first token is sampled, asks the decode target
-// for its staging (Decode.GetKvDestination: the decode worker allocates it
-// only now, under its staging budget), ships full KV for every prompt token
-// and SWA KV for the last window there over UCX, with the commit (first
-// token, last hidden state, cached tokens, the queue wait) in-band; answers
-// when the decode worker acknowledged the commit. Without a decode target it
-// only warms the prefix cache. When the KV cannot be shipped the prompt's
-// pages still go into the prefix cache (PrefillCore), and the error names
-// the decode worker (ErrorDetail.worker_id), so the router retries that leg
-// elsewhere and the retry here is a prefix hit.
+// Prefill(request): queues the prompt in the core for as long as the call's
+// deadline allows; once the first token is sampled the sender asks the
+// decode target for its staging (a Decode.GetKvDestination call made here)
+// and ships the KV with the commit over UCX; answers when the decode worker
+// acknowledged the commit. Without a decode target it only warms the prefix
+// cache. When the KV cannot be shipped the prompt's pages still go into the
+// prefix cache (PrefillCore), and the error names the decode worker, so the
+// router retries that leg elsewhere and the retry here is a prefix hit.
 // Errors follow the router's taxonomy: request errors (prompt beyond this
 // worker's bucket or pools, invalid input) carry a non-retryable
 // ErrorDetail; a draining worker answers UNAVAILABLE (ERROR_CODE_DRAINING).
@@ -24,8 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "lib/metrics/registry.h"
-#include "lib/transfer/transfer_engine.h"
+#include "lib/worker/kv_sender.h"
 #include "lib/worker/prefill_core.h"
 #include "swaserve/v1/worker.grpc.pb.h"
 
@@ -35,12 +32,8 @@ struct PrefillServiceOptions {
   std::string worker_id;
   // Not owned; must outlive the service.
   worker::PrefillCore* core = nullptr;
-  transfer::TransferEngine* transfer = nullptr;
-  const kv::KvPools* pools = nullptr;
-  absl::Duration transfer_timeout = absl::Seconds(30);
-  // Metrics (null: none): swaserve_prefill_kv_sent_bytes_total,
-  // swaserve_prefill_kv_sends_total{primitive="am|put",transport}.
-  metrics::Registry* registry = nullptr;
+  const worker::KvSender* sender = nullptr;
+  const kv::KvPools* pools = nullptr;  // for GetLoad
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {

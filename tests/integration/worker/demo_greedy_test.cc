@@ -147,8 +147,7 @@ class DemoGreedyTest : public ::testing::Test {
     dctx.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(300));
     v1::DecodeRequest dreq;
-    dreq.set_request_id(id);
-    dreq.set_transfer_id("t-" + id);
+    dreq.set_request_id("t-" + id);
     for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
     dreq.mutable_sampling()->set_max_tokens(max_tokens);
     dreq.mutable_sampling()->set_ignore_eos(ignore_eos);

@@ -140,8 +140,7 @@ class DisaggregatedTest : public ::testing::Test {
     grpc::ClientContext dctx;
     dctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
     v1::DecodeRequest dreq;
-    dreq.set_request_id(id);
-    dreq.set_transfer_id("t-" + id);
+    dreq.set_request_id("t-" + id);
     for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
     dreq.mutable_sampling()->set_max_tokens(max_tokens);
     auto stream = d.decode->Decode(&dctx, dreq);
@@ -325,8 +324,7 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   // keeps the computed KV in its prefix cache.
   grpc::ClientContext dctx;
   v1::DecodeRequest dreq;
-  dreq.set_request_id("k1");
-  dreq.set_transfer_id("t-k1");
+  dreq.set_request_id("t-k1");
   for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
   dreq.mutable_sampling()->set_max_tokens(4);
   auto stream = decode->decode->Decode(&dctx, dreq);
@@ -527,8 +525,7 @@ TEST_F(DisaggregatedTest, FailedTransferQuarantinesItsArenaBlock) {
   {
     grpc::ClientContext dctx;
     v1::DecodeRequest dreq;
-    dreq.set_request_id("q1");
-    dreq.set_transfer_id("t-q1");
+    dreq.set_request_id("t-q1");
     for (uint32_t t : prompt) dreq.add_prompt_token_ids(t);
     auto stream = decode->decode->Decode(&dctx, dreq);
     v1::DecodeResponse first;

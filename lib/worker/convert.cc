@@ -1,11 +1,11 @@
-#include "services/worker/convert.h"
+#include "lib/worker/convert.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace swaserve::worker_service {
+namespace swaserve::worker {
 
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParams& p,
                                                          uint64_t default_seed) {
@@ -30,10 +30,9 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
   return o;
 }
 
-absl::StatusOr<worker::StopOptions> ToStopOptions(const v1::SamplingParams& p,
-                                                  int default_max_tokens, int max_max_tokens,
-                                                  std::vector<uint32_t> eos_ids) {
-  worker::StopOptions s;
+absl::StatusOr<StopOptions> ToStopOptions(const v1::SamplingParams& p, int default_max_tokens,
+                                          int max_max_tokens, std::vector<uint32_t> eos_ids) {
+  StopOptions s;
   const int64_t max_tokens = p.max_tokens() == 0 ? default_max_tokens : p.max_tokens();
   if (max_tokens > max_max_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.max_tokens ", max_tokens,
@@ -68,11 +67,11 @@ model::SampledToken FromProto(const v1::TokenLogprob& p) {
   return t;
 }
 
-v1::FinishReason ToProto(worker::FinishReason r) {
+v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
-    case worker::FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case worker::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case worker::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
     default: return v1::FINISH_REASON_UNSPECIFIED;
   }
 }
@@ -89,12 +88,4 @@ v1::WorkerLoad PoolLoad(const std::string& worker_id, v1::Role role, const kv::K
   return w;
 }
 
-grpc::ServerUnaryReactor* FinishWithLoad(grpc::CallbackServerContext* context,
-                                         v1::WorkerLoad load, v1::WorkerLoad* response) {
-  *response = std::move(load);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
-}
-
-}  // namespace swaserve::worker_service
+}  // namespace swaserve::worker

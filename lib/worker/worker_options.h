@@ -1,0 +1,78 @@
+// WorkerOptions: every option of a worker process (swaserve-prefill,
+// swaserve-decode, swaserve-worker), declared once with its default, and
+// registered as flags / config-file keys by AddWorkerFlags. The services'
+// wiring (services/worker/worker_server.h) reads only this struct.
+//
+// A plain struct: thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "lib/base/config.h"
+#include "lib/sched/prefill_scheduler.h"
+
+namespace swaserve::worker {
+
+// max_tokens of a request that gives none: the one default the router, the
+// OpenAI layer and the decode workers share.
+inline constexpr int kDefaultMaxTokens = 256;
+
+struct WorkerOptions {
+  // Every field is a flag / config key; AddWorkerFlags documents each.
+  std::string role = "both";
+  std::string model;
+  std::string worker_id;
+  std::string listen = "127.0.0.1:0";
+  std::string metrics_host = "127.0.0.1";
+  int64_t metrics_port = 0;
+  std::string port_file;
+  std::string log_level;
+  int64_t threads = 0;
+  int64_t page_size = 16;
+  int64_t prefill_kv_mib = 256;
+  int64_t decode_kv_mib = 256;
+  double swa_full_ratio = 0.25;
+  std::string policy = "compute_aware";
+  // Library defaults (lib/sched/prefill_scheduler.h); scale aging with the
+  // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).
+  double aging_tokens_per_second = sched::PrefillSchedulerOptions{}.aging_tokens_per_second;
+  int64_t max_partial_requests = sched::PrefillSchedulerOptions{}.max_partial_requests;
+  double fcfs_wait_ratio = sched::PrefillSchedulerOptions{}.fcfs_wait_ratio;
+  double context_cost_per_token = -1;  // < 0: from the model
+  int64_t chunk_tokens = 512;
+  int64_t step_token_budget = 2048;
+  int64_t max_requests_per_step = 8;
+  int64_t max_prompt_tokens = 0;
+  int64_t max_batch_size = 32;
+  int64_t default_max_tokens = kDefaultMaxTokens;
+  int64_t max_max_tokens = 1 << 20;
+  absl::Duration commit_timeout = absl::Seconds(60);
+  int64_t staging_arena_mib = 1024;
+  int64_t staging_budget_mib = 4096;
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  std::string ucx_tls;
+  absl::Duration drain = absl::Seconds(10);
+  std::string redis;
+  std::string cluster = "default";
+  std::string advertise_host = "127.0.0.1";
+  std::string model_name = "swaserve";
+  int64_t bucket = 0;
+  int64_t bucket_min_tokens = 0;
+};
+
+// Registers every field of *o as a key of `config` (`--kv.page_size=16`,
+// `kv: {page_size: 16}` in a file). *o must outlive `config`.
+void AddWorkerFlags(base::Config* config, WorkerOptions* o);
+
+// Checks the values AddWorkerFlags cannot (role, policy, sizes) and fills
+// nothing else (worker_id stays empty when not given: the caller derives it).
+// InvalidArgument naming the flag.
+absl::Status FinishWorkerOptions(WorkerOptions* o);
+
+inline bool HasPrefill(const WorkerOptions& o) { return o.role == "prefill" || o.role == "both"; }
+inline bool HasDecode(const WorkerOptions& o) { return o.role == "decode" || o.role == "both"; }
+
+}  // namespace swaserve::worker
