@@ -110,6 +110,17 @@
 // long-lived staging pool and carve transfers out of it: a sender keeps at
 // most 4 unpacked rkeys per peer.
 //
+// Where the code is (all internal to lib/transfer but this header):
+// transfer_engine.cc (TransferEngine; the progress thread and its task queue),
+// engine_state.h (what the progress thread owns, one loop iteration's
+// parts, shutdown), sender.h (steps 3-6, the send state machine),
+// receiver.h (steps 1-2 and 5-6, the receive state machine, replies),
+// peer_table.h (endpoints, HELLO, rkey cache, peer failures),
+// registration_table.h (Register / Allocate), ucx_request.h (UCX request
+// completion), process_identity.h (liveness of peers on this host),
+// transfer_metrics.h, ucx_util.h (status mapping, transport detection) and
+// wire.h (the wire format).
+//
 // Thread-safety: TransferEngine's methods are thread-safe. Callbacks run on
 // the progress thread: keep them short, never block in them (SendAndWait
 // from a callback is refused; Completion::Wait there would deadlock).

@@ -116,6 +116,15 @@ absl::Status Truncated(const char* what) {
 
 }  // namespace
 
+absl::Status CheckTransferId(absl::string_view transfer_id) {
+  if (transfer_id.empty() || transfer_id.size() > kMaxTransferIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer id must be 1..", kMaxTransferIdBytes,
+                     " bytes, got ", transfer_id.size()));
+  }
+  return absl::OkStatus();
+}
+
 std::string PackWorkerAddress(const WorkerAddress& address) {
   std::string out;
   BlobPrefix p;

@@ -47,6 +47,10 @@ inline constexpr size_t kMaxTransferIdBytes = 128;
 // Most regions one destination may have (one per pool today: 2).
 inline constexpr size_t kMaxRegions = 8;
 
+// OK for an id of 1..kMaxTransferIdBytes bytes; InvalidArgument saying so
+// otherwise.
+absl::Status CheckTransferId(absl::string_view transfer_id);
+
 // UCP active-message ids of the protocol.
 enum AmId : uint32_t {
   kAmHello = 0x5301,   // sender -> receiver, once per endpoint

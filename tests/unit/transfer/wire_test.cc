@@ -123,5 +123,15 @@ TEST(Wire, OverlongTransferIdIsRejected) {
   EXPECT_FALSE(DecodeData(encoded.data(), encoded.size()).ok());
 }
 
+TEST(Wire, CheckTransferIdBoundsTheLength) {
+  EXPECT_TRUE(CheckTransferId("a").ok());
+  EXPECT_TRUE(CheckTransferId(std::string(kMaxTransferIdBytes, 'x')).ok());
+  const absl::Status empty = CheckTransferId("");
+  EXPECT_TRUE(absl::IsInvalidArgument(empty));
+  EXPECT_EQ(empty.message(), "transfer id must be 1..128 bytes, got 0");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      CheckTransferId(std::string(kMaxTransferIdBytes + 1, 'x'))));
+}
+
 }  // namespace
 }  // namespace swaserve::transfer::wire
