@@ -47,6 +47,7 @@
 #include <string_view>
 #include <variant>
 
+#include "lib/base/request_defaults.h"
 #include "lib/api/openai_errors.h"
 #include "lib/api/openai_response.h"
 #include "swaserve/v1/router.pb.h"
@@ -60,7 +61,7 @@ struct ParseLimits {
   // Largest max_tokens / max_completion_tokens accepted.
   uint32_t max_tokens_limit = 1u << 20;
   // max_tokens when the request gives none (clamped to max_tokens_limit).
-  uint32_t default_max_tokens = 256;
+  uint32_t default_max_tokens = base::kDefaultMaxTokens;
   // Most stop strings.
   size_t max_stop = 4;
   // Most stop_token_ids.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "lib/base/port_file.h"
+#include "lib/base/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,17 +71,6 @@ std::string SelfDir() {
   return exe.parent_path().string();
 }
 
-std::string TailFile(const std::string& path, int lines) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::deque<std::string> tail;
-  for (std::string line; std::getline(in, line);) {
-    tail.push_back(std::move(line));
-    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
-  }
-  return absl::StrJoin(tail, "\n");
-}
-
 absl::Status ValidateBucketBounds(const std::vector<int64_t>& bounds) {
   if (bounds.empty()) {
     return absl::InvalidArgumentError(
@@ -132,17 +122,9 @@ void ClusterLauncher::Progress(const std::string& line) const {
   if (spec_.on_progress) spec_.on_progress(line);
 }
 
-std::string ClusterLauncher::PortFile(const std::string& name) const {
-  return absl::StrCat(spec_.run_dir, "/", name, ".ports.json");
-}
-
 absl::Status ClusterLauncher::ChildFailed(const Child& child,
                                           absl::string_view what) const {
-  std::string tail = TailFile(child.info.log_path);
-  if (tail.empty()) tail = "(empty)";
-  return absl::UnavailableError(absl::StrCat(child.info.name, " ", what,
-                                             " (log ", child.info.log_path,
-                                             "); last lines:\n", tail));
+  return ProcessFailed(child.svc, what);
 }
 
 absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
@@ -151,50 +133,21 @@ absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
   auto child = std::make_unique<Child>();
   child->info.name = name;
   child->info.role = role;
-  child->info.log_path = absl::StrCat(spec_.run_dir, "/", name, ".log");
-  base::SubprocessOptions so;
-  so.argv = std::move(argv);
-  so.log_path = child->info.log_path;
-  so.stop_grace = spec_.stop_grace;
-  absl::StatusOr<std::unique_ptr<base::Subprocess>> p =
-      base::Subprocess::Start(so);
-  if (!p.ok()) {
-    return absl::Status(
-        p.status().code(),
-        absl::StrCat(name, ": ", std::string(p.status().message())));
-  }
-  child->process = std::move(*p);
-  child->info.pid = child->process->pid();
+  ASSIGN_OR_RETURN(child->svc, SpawnService({.name = name,
+                                             .argv = std::move(argv),
+                                             .dir = spec_.run_dir,
+                                             .stop_grace = spec_.stop_grace,
+                                             .port_file = role != "redis"}));
+  child->info.log_path = child->svc.log_path;
+  child->info.pid = child->svc.process->pid();
   children_.push_back(std::move(child));
   return children_.back().get();
 }
 
 absl::Status ClusterLauncher::WaitPortFile(Child& child, absl::Time deadline) {
-  const std::string path = PortFile(child.info.name);
-  std::error_code ec;
-  while (!fs::exists(path, ec)) {
-    if (!child.process->Running()) {
-      absl::StatusOr<int> code = child.process->Wait(absl::ZeroDuration());
-      return ChildFailed(
-          child, absl::StrCat("exited with status ", code.ok() ? *code : -1,
-                              " before serving"));
-    }
-    if (absl::Now() > deadline) {
-      return ChildFailed(
-          child, absl::StrCat("did not start serving within ",
-                              absl::FormatDuration(spec_.start_timeout)));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  // Routers write their HTTP port as metrics_port too (it serves /metrics).
-  absl::StatusOr<int> grpc = base::ReadPort(path, "grpc_port");
-  absl::StatusOr<int> metrics = base::ReadPort(path, "metrics_port");
-  if (!grpc.ok() || !metrics.ok()) {
-    return ChildFailed(child, absl::StrCat("wrote an unreadable port file ", path, ": ",
-                                           (!grpc.ok() ? grpc : metrics).status().message()));
-  }
-  child.info.grpc_port = *grpc;
-  child.info.metrics_port = *metrics;
+  RETURN_IF_ERROR(WaitServing(child.svc, deadline, spec_.start_timeout));
+  child.info.grpc_port = child.svc.grpc_port;
+  child.info.metrics_port = child.svc.metrics_port;
   return absl::OkStatus();
 }
 
@@ -204,10 +157,10 @@ absl::Status ClusterLauncher::WaitHealthy(Child& router, absl::Time deadline) {
   cli.set_read_timeout(2, 0);
   std::string last = "no answer";
   while (true) {
-    if (!router.process->Running())
+    if (!router.svc.process->Running())
       return ChildFailed(router, "exited while starting");
     for (const auto& c : children_) {
-      if (c.get() != &router && !c->process->Running()) {
+      if (c.get() != &router && !c->svc.process->Running()) {
         return ChildFailed(*c, "exited while the router was starting");
       }
     }
@@ -268,10 +221,10 @@ absl::Status ClusterLauncher::StartRedis() {
     Child& c = **child;
     c.info.grpc_port = port;
     bool up = false;
-    while (c.process->Running() && absl::Now() < deadline) {
+    while (c.svc.process->Running() && absl::Now() < deadline) {
       if (base::WaitForTcpPort("127.0.0.1", port, absl::Milliseconds(100))
               .ok()) {
-        up = c.process->Running();
+        up = c.svc.process->Running();
         break;
       }
     }
@@ -281,7 +234,7 @@ absl::Status ClusterLauncher::StartRedis() {
       return absl::OkStatus();
     }
     last = ChildFailed(c, absl::StrCat("did not start on port ", port));
-    (void)c.process->Stop();
+    (void)c.svc.process->Stop();
     children_.pop_back();
   }
   return last;
@@ -342,19 +295,16 @@ absl::Status ClusterLauncher::DoStart() {
   // 2. Workers: all at once (model loads overlap), then wait for each.
   std::vector<Child*> workers;
   auto common = [&](const std::string& name, const std::string& role) {
-    return std::vector<std::string>{spec_.worker_bin,
-                                    "--model=" + spec_.model,
-                                    "--role=" + role,
-                                    "--worker_id=" + name,
-                                    "--listen=127.0.0.1:0",
-                                    "--metrics.host=127.0.0.1",
-                                    "--metrics.port=0",
-                                    "--redis=" + endpoints_.redis_address,
-                                    "--cluster=" + spec_.cluster,
-                                    "--model_name=" + spec_.model_name,
-                                    absl::StrCat("--threads=", threads),
-                                    "--port_file=" + PortFile(name)};
+    return WorkerArgv({.bin = spec_.worker_bin,
+                       .model = spec_.model,
+                       .role = role,
+                       .worker_id = name,
+                       .redis = endpoints_.redis_address,
+                       .cluster = spec_.cluster,
+                       .model_name = spec_.model_name,
+                       .threads = threads});
   };
+
   for (size_t i = 0; i < spec_.bucket_bounds.size(); ++i) {
     const std::string name = absl::StrCat("prefill-", i);
     const int64_t lo = i == 0 ? 0 : spec_.bucket_bounds[i - 1];
@@ -366,7 +316,6 @@ absl::Status ClusterLauncher::DoStart() {
     argv.push_back(absl::StrCat("--kv.prefill_mib=", spec_.kv_mib));
     argv.insert(argv.end(), spec_.prefill_flags.begin(),
                 spec_.prefill_flags.end());
-    fs::remove(PortFile(name), ec);
     Progress(absl::StrCat("starting ", name, " (bucket ", i, ": prompts of ",
                           lo, " to ", hi, " tokens) ..."));
     absl::StatusOr<Child*> c = Spawn(name, "prefill", std::move(argv));
@@ -379,7 +328,6 @@ absl::Status ClusterLauncher::DoStart() {
     argv.push_back(absl::StrCat("--kv.decode_mib=", spec_.kv_mib));
     argv.insert(argv.end(), spec_.decode_flags.begin(),
                 spec_.decode_flags.end());
-    fs::remove(PortFile(name), ec);
     Progress(absl::StrCat("starting ", name, " ..."));
     absl::StatusOr<Child*> c = Spawn(name, "decode", std::move(argv));
     if (!c.ok()) return c.status();
@@ -402,10 +350,8 @@ absl::Status ClusterLauncher::DoStart() {
       absl::StrCat("--listen=", spec_.host, ":", spec_.grpc_port),
       "--http.host=" + spec_.host,
       absl::StrCat("--http.port=", spec_.http_port),
-      "--policy.bucket_bounds=" + absl::StrJoin(spec_.bucket_bounds, ","),
-      "--port_file=" + PortFile("router")};
+      "--policy.bucket_bounds=" + absl::StrJoin(spec_.bucket_bounds, ",")};
   argv.insert(argv.end(), spec_.router_flags.begin(), spec_.router_flags.end());
-  fs::remove(PortFile("router"), ec);
   Progress(absl::StrCat("starting router (HTTP ", spec_.host, ":",
                         spec_.http_port, ", gRPC ", spec_.host, ":",
                         spec_.grpc_port, ") ..."));
@@ -442,9 +388,9 @@ std::vector<ProcessExit> ClusterLauncher::Poll() {
   std::vector<ProcessExit> out;
   if (stopped_) return out;
   for (auto& c : children_) {
-    if (c->reported || c->process->Running()) continue;
+    if (c->reported || c->svc.process->Running()) continue;
     c->reported = true;
-    absl::StatusOr<int> code = c->process->Wait(absl::ZeroDuration());
+    absl::StatusOr<int> code = c->svc.process->Wait(absl::ZeroDuration());
     ProcessExit e{c->info.name, c->info.pid, code.ok() ? *code : -1,
                   TailFile(c->info.log_path, 20)};
     dead_.push_back(e);
@@ -459,14 +405,14 @@ std::vector<ProcessExit> ClusterLauncher::Dead() {
 }
 
 void ClusterLauncher::StopGroup(const std::vector<Child*>& group) {
-  for (Child* c : group) (void)c->process->Signal(SIGTERM);
+  for (Child* c : group) (void)c->svc.process->Signal(SIGTERM);
   const absl::Time deadline = absl::Now() + spec_.stop_grace;
   for (Child* c : group) {
-    if (!c->process
+    if (!c->svc.process
              ->Wait(std::max(absl::ZeroDuration(), deadline - absl::Now()))
              .ok()) {
-      (void)c->process->Signal(SIGKILL);
-      (void)c->process->Wait(absl::Seconds(10));
+      (void)c->svc.process->Signal(SIGKILL);
+      (void)c->svc.process->Wait(absl::Seconds(10));
     }
   }
 }

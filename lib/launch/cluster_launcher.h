@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/base/subprocess.h"
+#include "lib/launch/service_process.h"
 
 namespace swaserve::launch {
 
@@ -149,7 +150,7 @@ class ClusterLauncher {
  private:
   struct Child {
     ProcessInfo info;
-    std::unique_ptr<base::Subprocess> process;
+    ServiceProcess svc;
     bool reported = false;
   };
   explicit ClusterLauncher(ClusterSpec spec) : spec_(std::move(spec)) {}
@@ -162,7 +163,6 @@ class ClusterLauncher {
   absl::Status ChildFailed(const Child& child, absl::string_view what) const;
   void Progress(const std::string& line) const;
   void StopGroup(const std::vector<Child*>& group);
-  std::string PortFile(const std::string& name) const;
 
   ClusterSpec spec_;
   Endpoints endpoints_;
@@ -176,9 +176,6 @@ std::string DefaultRunDir();
 
 // The directory of the running executable (dirname of /proc/self/exe).
 std::string SelfDir();
-
-// The last `lines` lines of a file ("" when unreadable).
-std::string TailFile(const std::string& path, int lines = 30);
 
 // "65536,262144" -> {65536, 262144}; errors name the bad item and require a
 // strictly increasing list of positive numbers.

@@ -75,6 +75,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/request_defaults.h"
 #include "lib/base/thread_pool.h"
 #include "lib/base/timer_queue.h"
 #include "lib/cluster/cluster_view.h"
@@ -97,7 +98,7 @@ struct RouterOptions {
   int64_t created_unix_seconds = 0;
   PolicyOptions policy;
   // max_tokens when a request has 0, and the largest accepted.
-  uint32_t default_max_tokens = 256;
+  uint32_t default_max_tokens = base::kDefaultMaxTokens;
   uint32_t max_max_tokens = 32768;
   // Attempts per leg (first try included). Defaults 4 and 4.
   int max_prefill_attempts = 4;

@@ -459,18 +459,9 @@ void DecodeCore::Impl::Loop() {
 }
 
 absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreOptions& options) {
-  if (options.engine == nullptr || options.pools == nullptr) {
-    return absl::InvalidArgumentError("DecodeCore needs an engine and KV pools");
-  }
+  RETURN_IF_ERROR(CheckEngineAndPools("DecodeCore", options.engine, options.pools));
   if (options.max_batch_size <= 0 || options.recompute_chunk <= 0) {
     return absl::InvalidArgumentError("max_batch_size and recompute_chunk must be > 0");
-  }
-  const kv::KvShape want = options.engine->config().KvShape(options.pools->shape().page_size);
-  const kv::KvShape& have = options.pools->shape();
-  if (want.Full().PageBytes() != have.Full().PageBytes() ||
-      want.Swa().PageBytes() != have.Swa().PageBytes() ||
-      want.sliding_window != have.sliding_window) {
-    return absl::InvalidArgumentError("the KV pools do not have the model's shape");
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -486,14 +477,7 @@ DecodeCore::DecodeCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 DecodeCore::~DecodeCore() { Stop(); }
 
-void DecodeCore::Stop() {
-  {
-    absl::MutexLock lock(&impl_->mu);
-    impl_->stopping = true;
-    impl_->cv.Signal();
-  }
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+void DecodeCore::Stop() { StopLoop(&impl_->mu, &impl_->cv, &impl_->stopping, &impl_->thread); }
 
 absl::Status DecodeCore::Submit(DecodeJob job) {
   if (!job.sink) return absl::InvalidArgumentError("decode job without a token sink");

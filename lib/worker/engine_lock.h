@@ -4,7 +4,11 @@
 // Thread-safe.
 #pragma once
 
+#include <thread>
+
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/kv/page_pool.h"
 #include "lib/model/forward.h"
 
 namespace swaserve::worker {
@@ -32,5 +36,34 @@ class EngineLock {
   model::Engine* engine_;
   absl::Mutex mu_;
 };
+
+// The cores' shared start-up check: `engine` and `pools` are set and the
+// pools have the model's KV shape at their page size. InvalidArgument naming
+// `core` ("DecodeCore") otherwise.
+inline absl::Status CheckEngineAndPools(const char* core, const EngineLock* engine,
+                                        const kv::KvPools* pools) {
+  if (engine == nullptr || pools == nullptr) {
+    return absl::InvalidArgumentError(std::string(core) + " needs an engine and KV pools");
+  }
+  const kv::KvShape want = engine->config().KvShape(pools->shape().page_size);
+  const kv::KvShape& have = pools->shape();
+  if (want.Full().PageBytes() != have.Full().PageBytes() ||
+      want.Swa().PageBytes() != have.Swa().PageBytes() ||
+      want.sliding_window != have.sliding_window) {
+    return absl::InvalidArgumentError("the KV pools do not have the model's shape");
+  }
+  return absl::OkStatus();
+}
+
+// The cores' shared stop: sets *stopping under `mu`, wakes the loop, joins
+// its thread. Idempotent.
+inline void StopLoop(absl::Mutex* mu, absl::CondVar* cv, bool* stopping, std::thread* thread) {
+  {
+    absl::MutexLock lock(mu);
+    *stopping = true;
+    cv->Signal();
+  }
+  if (thread->joinable()) thread->join();
+}
 
 }  // namespace swaserve::worker

@@ -545,16 +545,7 @@ void PrefillCore::Impl::Loop() {
 }
 
 absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCoreOptions& options) {
-  if (options.engine == nullptr || options.pools == nullptr) {
-    return absl::InvalidArgumentError("PrefillCore needs an engine and KV pools");
-  }
-  const kv::KvShape want = options.engine->config().KvShape(options.pools->shape().page_size);
-  const kv::KvShape& have = options.pools->shape();
-  if (want.Full().PageBytes() != have.Full().PageBytes() ||
-      want.Swa().PageBytes() != have.Swa().PageBytes() ||
-      want.sliding_window != have.sliding_window) {
-    return absl::InvalidArgumentError("the KV pools do not have the model's shape");
-  }
+  RETURN_IF_ERROR(CheckEngineAndPools("PrefillCore", options.engine, options.pools));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   sched::PrefillSchedulerOptions so = options.scheduler;
@@ -569,14 +560,7 @@ absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCo
 PrefillCore::PrefillCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PrefillCore::~PrefillCore() { Stop(); }
 
-void PrefillCore::Stop() {
-  {
-    absl::MutexLock lock(&impl_->mu);
-    impl_->stopping = true;
-    impl_->cv.Signal();
-  }
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+void PrefillCore::Stop() { StopLoop(&impl_->mu, &impl_->cv, &impl_->stopping, &impl_->thread); }
 
 absl::Status PrefillCore::Submit(PrefillJob job) {
   const Impl& s = *impl_;

@@ -11,14 +11,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "lib/base/request_defaults.h"
 #include "lib/base/config.h"
 #include "lib/sched/prefill_scheduler.h"
 
 namespace swaserve::worker {
-
-// max_tokens of a request that gives none: the one default the router, the
-// OpenAI layer and the decode workers share.
-inline constexpr int kDefaultMaxTokens = 256;
 
 struct WorkerOptions {
   // Every field is a flag / config key; AddWorkerFlags documents each.
@@ -47,7 +44,7 @@ struct WorkerOptions {
   int64_t max_requests_per_step = 8;
   int64_t max_prompt_tokens = 0;
   int64_t max_batch_size = 32;
-  int64_t default_max_tokens = kDefaultMaxTokens;
+  int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);
   int64_t staging_arena_mib = 1024;

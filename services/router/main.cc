@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/base/request_defaults.h"
 #include "lib/api/api_keys.h"
 #include "lib/api/openai.h"
 #include "lib/base/config.h"
@@ -58,7 +59,7 @@ struct RouterConfig {
   double cache_credit = router::PolicyOptions{}.cache_credit;
   int64_t hotspot_abs_tokens = router::PolicyOptions{}.hotspot_abs_tokens;
   double hotspot_rel = router::PolicyOptions{}.hotspot_rel;
-  int64_t default_max_tokens = 256;
+  int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
   int64_t max_body_bytes = 8 << 20;

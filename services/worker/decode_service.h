@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "lib/base/request_defaults.h"
 #include "lib/metrics/registry.h"
 #include "lib/worker/decode_core.h"
 #include "lib/worker/kv_receiver.h"
@@ -41,7 +42,7 @@ struct DecodeServiceOptions {
   const kv::KvPools* pools = nullptr;  // for GetLoad
   std::vector<uint32_t> eos_ids;
   // max_tokens of a request that sets 0, and the largest accepted.
-  int default_max_tokens = 256;
+  int default_max_tokens = base::kDefaultMaxTokens;
   int max_max_tokens = 1 << 20;
   // Metrics (null: none): swaserve_decode_ttft_seconds, _tpot_seconds,
   // _streams_total{result="ok|error|cancelled"} (the receiver exports the

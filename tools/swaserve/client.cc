@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/base/request_defaults.h"
 #include "lib/base/config.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
@@ -232,7 +233,7 @@ int Generate(int argc, const char* const* argv) {
 int Chat(int argc, const char* const* argv) {
   ClientOptions o;
   o.temperature = 0.7;
-  o.max_tokens = 256;
+  o.max_tokens = base::kDefaultMaxTokens;
   std::string system;
   base::Config config(
       "swaserve chat",

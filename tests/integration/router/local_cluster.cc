@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "lib/base/port_file.h"
+#include "lib/launch/service_process.h"
 #include "lib/base/status.h"
 #include "gtest/gtest.h"
 #include "lib/rpc/channel.h"
@@ -65,34 +65,15 @@ LocalProcess* LocalCluster::Get(const std::string& id) {
 
 absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
                                                   std::vector<std::string> argv, bool is_router) {
-  const std::string port_file = absl::StrCat(dir_, "/", id, ".ports.json");
-  std::filesystem::remove(port_file);
-  argv.push_back("--port_file=" + port_file);
+  ASSIGN_OR_RETURN(launch::ServiceProcess svc,
+                   launch::SpawnService({.name = id, .argv = std::move(argv), .dir = dir_}));
+  RETURN_IF_ERROR(launch::WaitServing(svc, absl::Now() + absl::Seconds(90), absl::Seconds(90)));
   auto p = std::make_unique<LocalProcess>();
   p->id = id;
-  p->log_path = absl::StrCat(dir_, "/", id, ".log");
-  base::SubprocessOptions so;
-  so.argv = std::move(argv);
-  so.log_path = p->log_path;
-  so.stop_grace = absl::Seconds(10);
-  absl::StatusOr<std::unique_ptr<base::Subprocess>> proc = base::Subprocess::Start(so);
-  if (!proc.ok()) return proc.status();
-  p->process = std::move(*proc);
-  const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  while (!std::filesystem::exists(port_file)) {
-    if (!p->process->Running() || absl::Now() > deadline) {
-      return absl::InternalError(
-          absl::StrCat(id, " did not start; its log:\n", p->process->ReadLog()));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  // Routers write their HTTP port as metrics_port too (it serves /metrics).
-  absl::StatusOr<int> grpc = base::ReadPort(port_file, "grpc_port");
-  absl::StatusOr<int> http = base::ReadPort(port_file, "metrics_port");
-  if (!grpc.ok()) return grpc.status();
-  if (!http.ok()) return http.status();
-  p->grpc_port = *grpc;
-  p->http_port = *http;
+  p->log_path = svc.log_path;
+  p->process = std::move(svc.process);
+  p->grpc_port = svc.grpc_port;
+  p->http_port = svc.metrics_port;  // routers: their HTTP port
   p->is_router = is_router;
   LocalProcess* raw = p.get();
   procs_[id] = std::move(p);
@@ -102,19 +83,13 @@ absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
 absl::StatusOr<LocalProcess*> LocalCluster::StartWorker(const std::string& role,
                                                         const std::string& id,
                                                         std::vector<std::string> extra) {
-  std::vector<std::string> argv = {o_.worker_bin,
-                                   "--model=" + model_dir_,
-                                   "--role=" + role,
-                                   "--worker_id=" + id,
-                                   "--listen=127.0.0.1:0",
-                                   "--metrics.host=127.0.0.1",
-                                   "--redis=" + redis_address(),
-                                   "--threads=1",
-                                   "--kv.prefill_mib=32",
-                                   "--kv.decode_mib=32",
-                                   "--drain=2s",
-                                   "--transfer.timeout=10s",
-                                   "--decode.commit_timeout=30s"};
+  std::vector<std::string> argv = launch::WorkerArgv(
+      {.bin = o_.worker_bin, .model = model_dir_, .role = role, .worker_id = id,
+       .redis = redis_address(), .threads = 1});
+  for (const char* f : {"--kv.prefill_mib=32", "--kv.decode_mib=32", "--drain=2s",
+                        "--transfer.timeout=10s", "--decode.commit_timeout=30s"}) {
+    argv.push_back(f);
+  }
   argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   absl::StatusOr<LocalProcess*> p = Start(id, std::move(argv), false);
