@@ -27,6 +27,7 @@
 #include "lib/api/openai.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/status.h"
 #include "lib/base/port_file.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/cluster/redis_client.h"
@@ -78,115 +79,117 @@ struct RouterConfig {
 };
 
 
-int Run(int argc, char** argv) {
-  auto signal = rpc::TerminationSignal::Create();  // first: before any thread
-  if (!signal.ok()) {
-    std::fprintf(stderr, "swaserve-router: %s\n", signal.status().ToString().c_str());
-    return 1;
-  }
-  RouterConfig c;
-  base::Config config("swaserve-router",
-                      "A stateless swaserve router: gRPC swaserve.v1.Router and OpenAI HTTP in "
-                      "front of the workers registered in Redis.");
-  config.Add("model", &c.model, "checkpoint directory (tokenizer.json, config.json); required")
-      .Add("model_name", &c.model_name, "model id clients use (default: the directory name)")
-      .Add("redis", &c.redis, "Redis host:port (worker registry, loads, prefix index)")
-      .Add("redis_pool", &c.redis_pool, "Redis connections (concurrent decisions)")
-      .Add("cluster", &c.cluster, "cluster name (Redis key prefix)")
-      .Add("listen", &c.listen, "gRPC listen address host:port (port 0: any free port)")
-      .Add("http.host", &c.http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
-      .Add("http.port", &c.http_port, "HTTP port (0: any free port)")
-      .Add("http.threads", &c.http_threads, "HTTP threads (a streaming request holds one)")
-      .Add("http.max_body_bytes", &c.max_body_bytes, "largest request body (413 beyond)")
-      .Add("port_file", &c.port_file, "write the bound ports here as JSON once serving")
-      .Add("log_level", &c.log_level, "trace, debug, info, warn, error")
-      .Add("policy.bucket_bounds", &c.bucket_bounds,
+void AddRouterFlags(base::Config* config, RouterConfig* c) {
+  config->Add("model", &c->model, "checkpoint directory (tokenizer.json, config.json); required")
+      .Add("model_name", &c->model_name, "model id clients use (default: the directory name)")
+      .Add("redis", &c->redis, "Redis host:port (worker registry, loads, prefix index)")
+      .Add("redis_pool", &c->redis_pool, "Redis connections (concurrent decisions)")
+      .Add("cluster", &c->cluster, "cluster name (Redis key prefix)")
+      .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
+      .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
+      .Add("http.port", &c->http_port, "HTTP port (0: any free port)")
+      .Add("http.threads", &c->http_threads, "HTTP threads (a streaming request holds one)")
+      .Add("http.max_body_bytes", &c->max_body_bytes, "largest request body (413 beyond)")
+      .Add("port_file", &c->port_file, "write the bound ports here as JSON once serving")
+      .Add("log_level", &c->log_level, "trace, debug, info, warn, error")
+      .Add("policy.bucket_bounds", &c->bucket_bounds,
            "upper bounds of the prompt-length buckets, comma-separated tokens")
-      .Add("policy.cache_credit", &c.cache_credit, "weight of a cached token against queued work")
-      .Add("policy.hotspot_abs_tokens", &c.hotspot_abs_tokens,
+      .Add("policy.cache_credit", &c->cache_credit, "weight of a cached token against queued work")
+      .Add("policy.hotspot_abs_tokens", &c->hotspot_abs_tokens,
            "hotspot guard: absolute load margin (tokens)")
-      .Add("policy.hotspot_rel", &c.hotspot_rel, "hotspot guard: relative load margin")
-      .Add("default_max_tokens", &c.default_max_tokens, "max_tokens when a request gives none")
-      .Add("max_max_tokens", &c.max_max_tokens, "largest max_tokens accepted")
-      .Add("max_inflight", &c.max_inflight, "requests in flight before 429 (0: unlimited)")
-      .Add("retry.prefill_attempts", &c.max_prefill_attempts, "attempts of a prefill leg")
-      .Add("retry.decode_attempts", &c.max_decode_attempts,
+      .Add("policy.hotspot_rel", &c->hotspot_rel, "hotspot guard: relative load margin")
+      .Add("default_max_tokens", &c->default_max_tokens, "max_tokens when a request gives none")
+      .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
+      .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
+      .Add("retry.prefill_attempts", &c->max_prefill_attempts, "attempts of a prefill leg")
+      .Add("retry.decode_attempts", &c->max_decode_attempts,
            "attempts of a decode leg (before the first token)")
-      .Add("request_timeout", &c.request_timeout,
+      .Add("request_timeout", &c->request_timeout,
            "deadline of a request's worker calls (its queue wait at a prefill worker included)")
-      .Add("destination_timeout", &c.destination_timeout,
+      .Add("destination_timeout", &c->destination_timeout,
            "how long the decode worker may take to accept a request (it allocates nothing then)")
-      .Add("worker_wait", &c.worker_wait,
+      .Add("worker_wait", &c->worker_wait,
            "how long a request waits for a worker to (re)appear when none is left to try")
-      .Add("max_migrations", &c.max_migrations,
+      .Add("max_migrations", &c->max_migrations,
            "re-dispatches of a request whose decode worker died or drained mid-stream")
-      .Add("refresh_interval", &c.refresh_interval, "how often the worker registry is re-read")
-      .Add("breaker.failures", &c.breaker_failures, "consecutive failures that open a breaker")
-      .Add("breaker.open_for", &c.breaker_open, "how long an open breaker skips a worker")
-      .Add("api_keys", &c.api_keys,
+      .Add("refresh_interval", &c->refresh_interval, "how often the worker registry is re-read")
+      .Add("breaker.failures", &c->breaker_failures, "consecutive failures that open a breaker")
+      .Add("breaker.open_for", &c->breaker_open, "how long an open breaker skips a worker")
+      .Add("api_keys", &c->api_keys,
            "file or directory (Kubernetes secret) of bearer API keys; empty: no auth")
-      .Add("api_key_concurrency", &c.api_key_concurrency,
+      .Add("api_key_concurrency", &c->api_key_concurrency,
            "requests in flight per API key (0: unlimited)")
-      .Add("drain", &c.drain, "how long in-flight requests may finish on SIGTERM");
-  base::ParseConfigOrExit(config, argc, argv);
-  auto bad = [](const std::string& msg) {
-    std::fprintf(stderr, "swaserve-router: %s (see --help)\n", msg.c_str());
-    return 2;
-  };
-  if (c.model.empty()) return bad("--model is required");
-  router::PolicyOptions policy;
-  policy.bucket_bounds.clear();
-  for (absl::string_view part : absl::StrSplit(c.bucket_bounds, ',', absl::SkipWhitespace())) {
+      .Add("drain", &c->drain, "how long in-flight requests may finish on SIGTERM");
+}
+
+// Checks and derives what the flags cannot: bucket bounds, the model name,
+// the Redis address. InvalidArgument naming the flag (exit 2).
+absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
+                                cluster::RedisOptions* redis) {
+  if (c->model.empty()) return absl::InvalidArgumentError("--model is required");
+  policy->bucket_bounds.clear();
+  for (absl::string_view part : absl::StrSplit(c->bucket_bounds, ',', absl::SkipWhitespace())) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return bad(absl::StrCat("--policy.bucket_bounds: not a positive integer: '", part, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--policy.bucket_bounds: not a positive integer: '", part, "'"));
     }
-    policy.bucket_bounds.push_back(v);
+    policy->bucket_bounds.push_back(v);
   }
-  policy.cache_credit = c.cache_credit;
-  policy.hotspot_abs_tokens = c.hotspot_abs_tokens;
-  policy.hotspot_rel = c.hotspot_rel;
-  if (c.model_name.empty()) {
-    c.model_name = std::filesystem::path(c.model).lexically_normal().filename().string();
-    if (c.model_name.empty()) {
-      c.model_name = std::filesystem::path(c.model).parent_path().filename().string();
+  policy->cache_credit = c->cache_credit;
+  policy->hotspot_abs_tokens = c->hotspot_abs_tokens;
+  policy->hotspot_rel = c->hotspot_rel;
+  if (c->model_name.empty()) {
+    c->model_name = std::filesystem::path(c->model).lexically_normal().filename().string();
+    if (c->model_name.empty()) {
+      c->model_name = std::filesystem::path(c->model).parent_path().filename().string();
     }
   }
-  if (absl::Status s = base::InitLogging({c.log_level, "router"}); !s.ok()) return bad(s.ToString());
-  auto fail = [](const absl::Status& s) {
-    SWA_LOG(err, "start-up failed: {}", s.ToString());
-    return 1;
-  };
-  metrics::Registry& registry = metrics::DefaultRegistry();
-  auto tokenizer = model::Tokenizer::Load(c.model + "/tokenizer.json");
-  if (!tokenizer.ok()) return fail(tokenizer.status());
+  RETURN_IF_ERROR(cluster::ParseRedisAddress(c->redis, redis));
+  redis->pool_size = static_cast<int>(std::max<int64_t>(1, c->redis_pool));
+  return absl::OkStatus();
+}
 
-  cluster::RedisOptions ro;
-  if (absl::Status s = cluster::ParseRedisAddress(c.redis, &ro); !s.ok()) return bad(s.ToString());
-  ro.pool_size = static_cast<int>(std::max<int64_t>(1, c.redis_pool));
+// Everything a running router owns, in creation order (destroyed in reverse).
+struct RouterProcess {
+  const RouterConfig& c;
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<cluster::RedisClient> redis;
+  std::unique_ptr<cluster::ClusterView> view;
+  std::unique_ptr<router::WorkerDirectory> directory;
+  std::unique_ptr<router::Router> router;
+  std::unique_ptr<api::ApiKeyStore> keys;
+  std::unique_ptr<api::ConcurrencyLimiter> limiter;
+  router_service::RequestThreads request_threads;
+  std::unique_ptr<router_service::RouterGrpcService> grpc_service;
+  std::unique_ptr<rpc::GrpcServer> server;
+  std::unique_ptr<router_service::HttpService> http;
+
+  absl::Status BuildRouter(const router::PolicyOptions& policy, cluster::RedisOptions ro);
+  absl::Status LoadApiKeys();
+  absl::Status StartServers();
+};
+
+absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
+                                        cluster::RedisOptions ro) {
+  ASSIGN_OR_RETURN(tokenizer, model::Tokenizer::Load(c.model + "/tokenizer.json"));
   ro.metrics = &registry;
-  auto redis = cluster::RedisClient::Create(ro);
-  if (!redis.ok()) return fail(redis.status());
-  auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = c.cluster});
-  if (!view.ok()) return fail(view.status());
+  ASSIGN_OR_RETURN(redis, cluster::RedisClient::Create(ro));
+  ASSIGN_OR_RETURN(view, cluster::ClusterView::Create({.redis = redis.get(), .cluster = c.cluster}));
   router::WorkerDirectoryOptions wdo;
-  wdo.view = view->get();
+  wdo.view = view.get();
   wdo.refresh_interval = c.refresh_interval;
   wdo.breaker.failures_to_open = static_cast<int>(c.breaker_failures);
   wdo.breaker.open_for = c.breaker_open;
-  auto directory = router::WorkerDirectory::Create(wdo);
-  if (!directory.ok()) return fail(directory.status());
-  if (absl::Status s = registry.AddCallbackGauge(
-          "swaserve_router_open_breakers", "Workers whose circuit breaker is open.",
-          [d = directory->get()] { return static_cast<double>(d->OpenBreakers()); });
-      !s.ok()) {
-    return fail(s);
-  }
-
+  ASSIGN_OR_RETURN(directory, router::WorkerDirectory::Create(wdo));
+  RETURN_IF_ERROR(registry.AddCallbackGauge(
+      "swaserve_router_open_breakers", "Workers whose circuit breaker is open.",
+      [d = directory.get()] { return static_cast<double>(d->OpenBreakers()); }));
   router::RouterOptions opt;
-  opt.view = view->get();
-  opt.directory = directory->get();
-  opt.tokenizer = tokenizer->get();
+  opt.view = view.get();
+  opt.directory = directory.get();
+  opt.tokenizer = tokenizer.get();
   opt.model_name = c.model_name;
   opt.created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   opt.policy = policy;
@@ -200,32 +203,30 @@ int Run(int argc, char** argv) {
   opt.max_migrations = static_cast<int>(c.max_migrations);
   opt.worker_wait = c.worker_wait;
   opt.registry = &registry;
-  auto router = router::Router::Create(opt);
-  if (!router.ok()) return fail(router.status());
+  ASSIGN_OR_RETURN(router, router::Router::Create(opt));
+  return absl::OkStatus();
+}
 
-  std::unique_ptr<api::ApiKeyStore> keys;
-  std::unique_ptr<api::ConcurrencyLimiter> limiter;
-  if (!c.api_keys.empty()) {
-    auto k = api::ApiKeyStore::Create({.path = c.api_keys});
-    if (!k.ok()) return fail(k.status());
-    keys = std::move(*k);
-    api::ConcurrencyLimiterOptions lo;
-    lo.per_key_limit = static_cast<uint32_t>(std::max<int64_t>(0, c.api_key_concurrency));
-    limiter = std::make_unique<api::ConcurrencyLimiter>(lo);
-    SWA_LOG(info, "API keys required ({} loaded from {})", keys->KeyNames().size(), c.api_keys);
-  }
+absl::Status RouterProcess::LoadApiKeys() {
+  if (c.api_keys.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(keys, api::ApiKeyStore::Create({.path = c.api_keys}));
+  api::ConcurrencyLimiterOptions lo;
+  lo.per_key_limit = static_cast<uint32_t>(std::max<int64_t>(0, c.api_key_concurrency));
+  limiter = std::make_unique<api::ConcurrencyLimiter>(lo);
+  SWA_LOG(info, "API keys required ({} loaded from {})", keys->KeyNames().size(), c.api_keys);
+  return absl::OkStatus();
+}
 
-  router_service::RequestThreads request_threads;
-  router_service::RouterGrpcService grpc_service(router->get(), &request_threads);
+absl::Status RouterProcess::StartServers() {
+  grpc_service =
+      std::make_unique<router_service::RouterGrpcService>(router.get(), &request_threads);
   rpc::GrpcServerOptions go;
   go.listen_address = c.listen;
-  go.services = {&grpc_service};
+  go.services = {grpc_service.get()};
   go.health_service_names = {"swaserve.v1.Router"};
   go.drain_deadline = c.drain;
   go.name = "router";
-  auto server = rpc::GrpcServer::Create(go);
-  if (!server.ok()) return fail(server.status());
-
+  ASSIGN_OR_RETURN(server, rpc::GrpcServer::Create(go));
   router_service::HttpServiceOptions ho;
   ho.host = c.http_host;
   ho.port = static_cast<int>(c.http_port);
@@ -235,27 +236,54 @@ int Run(int argc, char** argv) {
   ho.limits.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
   ho.keys = keys.get();
   ho.limiter = limiter.get();
-  ho.router = router->get();
+  ho.router = router.get();
   ho.request_threads = &request_threads;
-  ho.tokenizer = tokenizer->get();
+  ho.tokenizer = tokenizer.get();
   ho.registry = &registry;
-  auto http = router_service::HttpService::Create(ho);
-  if (!http.ok()) return fail(http.status());
-  if (!c.port_file.empty()) {
-    if (absl::Status s = base::WritePortFile(c.port_file, {{"grpc_port", (*server)->port()},
-                                                           {"http_port", (*http)->port()},
-                                                           {"metrics_port", (*http)->port()}});
-        !s.ok()) {
-      return fail(s);
-    }
-  }
+  ASSIGN_OR_RETURN(http, router_service::HttpService::Create(ho));
   SWA_LOG(info, "router serving model {}: gRPC {}, HTTP {}:{} (OpenAI API, /health, /metrics)",
-          c.model_name, (*server)->address(), c.http_host, (*http)->port());
-  const int signo = rpc::ServeUntilTerminated(**server, **signal);
+          c.model_name, server->address(), c.http_host, http->port());
+  if (c.port_file.empty()) return absl::OkStatus();
+  return base::WritePortFile(c.port_file, {{"grpc_port", server->port()},
+                                           {"http_port", http->port()},
+                                           {"metrics_port", http->port()}});
+}
+
+int Run(int argc, char** argv) {
+  auto signal = rpc::TerminationSignal::Create();  // first: before any thread
+  if (!signal.ok()) {
+    std::fprintf(stderr, "swaserve-router: %s\n", signal.status().ToString().c_str());
+    return 1;
+  }
+  RouterConfig c;
+  base::Config config("swaserve-router",
+                      "A stateless swaserve router: gRPC swaserve.v1.Router and OpenAI HTTP in "
+                      "front of the workers registered in Redis.");
+  AddRouterFlags(&config, &c);
+  base::ParseConfigOrExit(config, argc, argv);
+  auto bad = [](const std::string& msg) {
+    std::fprintf(stderr, "swaserve-router: %s (see --help)\n", msg.c_str());
+    return 2;
+  };
+  router::PolicyOptions policy;
+  cluster::RedisOptions ro;
+  if (absl::Status s = FinishRouterConfig(&c, &policy, &ro); !s.ok()) {
+    return bad(std::string(s.message()));
+  }
+  if (absl::Status s = base::InitLogging({c.log_level, "router"}); !s.ok()) return bad(s.ToString());
+  RouterProcess p{c};
+  absl::Status st = p.BuildRouter(policy, ro);
+  if (st.ok()) st = p.LoadApiKeys();
+  if (st.ok()) st = p.StartServers();
+  if (!st.ok()) {
+    SWA_LOG(err, "start-up failed: {}", st.ToString());
+    return 1;
+  }
+  const int signo = rpc::ServeUntilTerminated(*p.server, **signal);
   SWA_LOG(info, "router stopping (signal {})", signo);
-  (*http)->Stop();
-  if (!request_threads.WaitIdle(absl::Seconds(5))) {
-    SWA_LOG(warn, "{} requests still running at exit", request_threads.running());
+  p.http->Stop();
+  if (!p.request_threads.WaitIdle(absl::Seconds(5))) {
+    SWA_LOG(warn, "{} requests still running at exit", p.request_threads.running());
   }
   return signo >= 0 ? 0 : 1;
 }

@@ -109,6 +109,141 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+// The flags (and --config keys) of `swaserve up`.
+void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* model_cache) {
+  config->Add("model", &spec->model,
+           "checkpoint directory (empty: the bundled demo model, models/demo; "
+           "'tiny': the tiny random model)")
+      .Add("model_name", &spec->model_name,
+           "model id clients use (default: 'demo' for the demo model, 'tiny' "
+           "for the tiny model, else the directory name)")
+      .Add("model_cache", model_cache,
+           "where the tiny model is made and reused (default "
+           "<run_dir>/../model-tiny)")
+      .Add("redis", &spec->redis,
+           "host:port of a running Redis (empty: start redis-server)")
+      .Add("redis_port", &spec->redis_port,
+           "port of the started redis-server (0: a free one)")
+      .Add("cluster", &spec->cluster, "cluster name (Redis key prefix)")
+      .Add("host", &spec->host, "router bind host (HTTP and gRPC)")
+      .Add("http_port", &spec->http_port,
+           "router HTTP port: OpenAI API, /health, /metrics (0: free)")
+      .Add("grpc_port", &spec->grpc_port,
+           "router gRPC port, swaserve.v1.Router (0: free)")
+      .Add("buckets", &spec->bucket_bounds,
+           "exclusive upper bounds of the prompt-length buckets (tokens); one "
+           "prefill worker "
+           "each")
+      .Add("decode_workers", &spec->decode_workers, "number of decode workers")
+      .Add("worker_threads", &spec->worker_threads,
+           "kernel threads per worker (0: the cores divided among the workers)")
+      .Add("kv_mib", &spec->kv_mib, "KV pool per worker (MiB)")
+      .Add("run_dir", &spec->run_dir,
+           "logs and port files (default ./swaserve-run/<YYYYmmdd-HHMMSS>)")
+      .Add("worker_bin", &spec->worker_bin,
+           "swaserve-worker binary (default: next to this swaserve, else PATH)")
+      .Add("router_bin", &spec->router_bin,
+           "swaserve-router binary (default: next to this swaserve, else PATH)")
+      .Add("redis_server_bin", &spec->redis_server_bin, "redis-server binary")
+      .Add("extra_flags.prefill", &spec->prefill_flags,
+           "extra flags of every prefill worker")
+      .Add("extra_flags.decode", &spec->decode_flags,
+           "extra flags of every decode worker")
+      .Add("extra_flags.router", &spec->router_flags,
+           "extra flags of the router")
+      .Add("extra_flags.redis", &spec->redis_flags,
+           "extra arguments of redis-server")
+      .Add("start_timeout", &spec->start_timeout, "how long the start may take")
+      .Add("stop_grace", &spec->stop_grace,
+           "SIGTERM -> SIGKILL grace per process at stop");
+}
+
+// Fills spec->model: the bundled demo model when empty, the tiny random
+// model (made once in `model_cache`) for "tiny".
+absl::Status ResolveModel(launch::ClusterSpec* spec, std::string model_cache) {
+  if (spec->model.empty()) {
+    spec->model = FindDemoModel();
+    if (spec->model.empty()) {
+      Say("the bundled demo model (models/demo) was not found; serving the "
+          "tiny random model instead (its text is gibberish)");
+      spec->model = "tiny";
+    } else {
+      Say(absl::StrCat("using the demo model in ", spec->model));
+      if (spec->model_name.empty()) spec->model_name = "demo";
+    }
+  }
+  if (spec->model == "tiny") {
+    if (model_cache.empty()) {
+      model_cache =
+          (fs::absolute(spec->run_dir).lexically_normal().parent_path() /
+           "model-tiny")
+              .string();
+    }
+    if (absl::Status s = EnsureTinyModel(model_cache); !s.ok())
+      return s;
+    spec->model = model_cache;
+    if (spec->model_name.empty()) spec->model_name = "tiny";
+  }
+  return absl::OkStatus();
+}
+
+// The endpoints and what to try, once the cluster is up.
+void PrintEndpoints(const launch::ClusterLauncher& cluster, const std::string& self) {
+  const launch::Endpoints& e = cluster.endpoints();
+  const std::string cli =
+      self.empty() ? "swaserve" : absl::StrCat(self, "/swaserve");
+  std::string out;
+  absl::StrAppend(&out, "\nswaserve cluster is up: model ", e.model_name, "\n");
+  absl::StrAppend(&out, "  OpenAI HTTP   ", e.http_url, "/v1\n");
+  absl::StrAppend(&out, "  gRPC          ", e.grpc_address,
+                  " (swaserve.v1.Router)\n");
+  absl::StrAppend(&out, "  redis         ", e.redis_address, "\n");
+  absl::StrAppend(&out, "  health        ", e.http_url, "/health\n");
+  for (size_t i = 0; i < e.metrics_urls.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "  metrics       " : "                ",
+                    absl::StrFormat("%-10s %s\n", e.metrics_urls[i].first,
+                                    e.metrics_urls[i].second));
+  }
+  absl::StrAppend(&out, "  logs          ", e.run_dir, "/<name>.log\n");
+  const std::string body = absl::StrCat(
+      R"({"model":")", e.model_name,
+      R"(","messages":[{"role":"user","content":"And God said unto Noah"}],"max_tokens":48,"temperature":0.7,"seed":1,"stream":true})");
+  absl::StrAppend(
+      &out, "\nTry:\n  curl -N ", e.http_url,
+      "/v1/chat/completions -H 'Content-Type: application/json' -d ",
+      ShellQuote(body), "\n");
+  absl::StrAppend(
+      &out, "  ", cli, " generate --router=", e.grpc_address,
+      " --prompt 'In the beginning' --max_tokens 48 --temperature 0.8\n");
+  absl::StrAppend(&out, "  ", cli, " chat --router=", e.grpc_address, "\n");
+  absl::StrAppend(&out, "\nPress Ctrl-C to stop.\n");
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+
+}
+
+// Reports children that die until SIGINT/SIGTERM; returns the signal.
+int WaitForSignal(launch::ClusterLauncher& cluster, rpc::TerminationSignal& signal) {
+  int signo = 0;
+  while (true) {
+    std::optional<int> s = signal.WaitFor(absl::Seconds(1));
+    if (s.has_value()) {
+      signo = *s;
+      break;
+    }
+    for (const launch::ProcessExit& d : cluster.Poll()) {
+      std::fprintf(stderr,
+                   "swaserve up: %s (pid %d) exited unexpectedly with status "
+                   "%d; last log "
+                   "lines:\n%s\n",
+                   d.name.c_str(), static_cast<int>(d.pid), d.exit_code,
+                   d.log_tail.c_str());
+      std::fflush(stderr);
+    }
+  }
+  return signo;
+}
+
 }  // namespace
 
 int Up(int argc, const char* const* argv) {
@@ -140,52 +275,7 @@ int Up(int argc, const char* const* argv) {
                       "cluster.yaml (see deploy/local/cluster.yaml). Exit 0 "
                       "after a clean stop, 1 when the "
                       "cluster could not start, 2 for bad flags.");
-  config
-      .Add("model", &spec.model,
-           "checkpoint directory (empty: the bundled demo model, models/demo; "
-           "'tiny': the tiny random model)")
-      .Add("model_name", &spec.model_name,
-           "model id clients use (default: 'demo' for the demo model, 'tiny' "
-           "for the tiny model, else the directory name)")
-      .Add("model_cache", &model_cache,
-           "where the tiny model is made and reused (default "
-           "<run_dir>/../model-tiny)")
-      .Add("redis", &spec.redis,
-           "host:port of a running Redis (empty: start redis-server)")
-      .Add("redis_port", &spec.redis_port,
-           "port of the started redis-server (0: a free one)")
-      .Add("cluster", &spec.cluster, "cluster name (Redis key prefix)")
-      .Add("host", &spec.host, "router bind host (HTTP and gRPC)")
-      .Add("http_port", &spec.http_port,
-           "router HTTP port: OpenAI API, /health, /metrics (0: free)")
-      .Add("grpc_port", &spec.grpc_port,
-           "router gRPC port, swaserve.v1.Router (0: free)")
-      .Add("buckets", &spec.bucket_bounds,
-           "exclusive upper bounds of the prompt-length buckets (tokens); one "
-           "prefill worker "
-           "each")
-      .Add("decode_workers", &spec.decode_workers, "number of decode workers")
-      .Add("worker_threads", &spec.worker_threads,
-           "kernel threads per worker (0: the cores divided among the workers)")
-      .Add("kv_mib", &spec.kv_mib, "KV pool per worker (MiB)")
-      .Add("run_dir", &spec.run_dir,
-           "logs and port files (default ./swaserve-run/<YYYYmmdd-HHMMSS>)")
-      .Add("worker_bin", &spec.worker_bin,
-           "swaserve-worker binary (default: next to this swaserve, else PATH)")
-      .Add("router_bin", &spec.router_bin,
-           "swaserve-router binary (default: next to this swaserve, else PATH)")
-      .Add("redis_server_bin", &spec.redis_server_bin, "redis-server binary")
-      .Add("extra_flags.prefill", &spec.prefill_flags,
-           "extra flags of every prefill worker")
-      .Add("extra_flags.decode", &spec.decode_flags,
-           "extra flags of every decode worker")
-      .Add("extra_flags.router", &spec.router_flags,
-           "extra flags of the router")
-      .Add("extra_flags.redis", &spec.redis_flags,
-           "extra arguments of redis-server")
-      .Add("start_timeout", &spec.start_timeout, "how long the start may take")
-      .Add("stop_grace", &spec.stop_grace,
-           "SIGTERM -> SIGKILL grace per process at stop");
+  AddUpFlags(&config, &spec, &model_cache);
   base::ParseConfigOrExit(config, argc, argv);
   auto fail = [](int code, absl::string_view msg) {
     std::fprintf(stderr, "swaserve up: %s\n", std::string(msg).c_str());
@@ -206,29 +296,7 @@ int Up(int argc, const char* const* argv) {
       return fail(
           1, absl::StrCat("cannot create ", spec.run_dir, ": ", ec.message()));
   }
-  if (spec.model.empty()) {
-    spec.model = FindDemoModel();
-    if (spec.model.empty()) {
-      Say("the bundled demo model (models/demo) was not found; serving the "
-          "tiny random model instead (its text is gibberish)");
-      spec.model = "tiny";
-    } else {
-      Say(absl::StrCat("using the demo model in ", spec.model));
-      if (spec.model_name.empty()) spec.model_name = "demo";
-    }
-  }
-  if (spec.model == "tiny") {
-    if (model_cache.empty()) {
-      model_cache =
-          (fs::absolute(spec.run_dir).lexically_normal().parent_path() /
-           "model-tiny")
-              .string();
-    }
-    if (absl::Status s = EnsureTinyModel(model_cache); !s.ok())
-      return fail(1, s.message());
-    spec.model = model_cache;
-    if (spec.model_name.empty()) spec.model_name = "tiny";
-  }
+  if (absl::Status s = ResolveModel(&spec, model_cache); !s.ok()) return fail(1, s.message());
   const std::string self = launch::SelfDir();
   spec.on_progress = [](const std::string& line) { Say(line); };
   Say(absl::StrCat("swaserve up: run dir ", spec.run_dir, " (logs there)"));
@@ -239,54 +307,8 @@ int Up(int argc, const char* const* argv) {
                                 cluster.status().message(),
                                 "\n(everything that started was stopped)"));
   }
-  const launch::Endpoints& e = (*cluster)->endpoints();
-  const std::string cli =
-      self.empty() ? "swaserve" : absl::StrCat(self, "/swaserve");
-  std::string out;
-  absl::StrAppend(&out, "\nswaserve cluster is up: model ", e.model_name, "\n");
-  absl::StrAppend(&out, "  OpenAI HTTP   ", e.http_url, "/v1\n");
-  absl::StrAppend(&out, "  gRPC          ", e.grpc_address,
-                  " (swaserve.v1.Router)\n");
-  absl::StrAppend(&out, "  redis         ", e.redis_address, "\n");
-  absl::StrAppend(&out, "  health        ", e.http_url, "/health\n");
-  for (size_t i = 0; i < e.metrics_urls.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? "  metrics       " : "                ",
-                    absl::StrFormat("%-10s %s\n", e.metrics_urls[i].first,
-                                    e.metrics_urls[i].second));
-  }
-  absl::StrAppend(&out, "  logs          ", e.run_dir, "/<name>.log\n");
-  const std::string body = absl::StrCat(
-      R"({"model":")", e.model_name,
-      R"(","messages":[{"role":"user","content":"And God said unto Noah"}],"max_tokens":48,"temperature":0.7,"seed":1,"stream":true})");
-  absl::StrAppend(
-      &out, "\nTry:\n  curl -N ", e.http_url,
-      "/v1/chat/completions -H 'Content-Type: application/json' -d ",
-      ShellQuote(body), "\n");
-  absl::StrAppend(
-      &out, "  ", cli, " generate --router=", e.grpc_address,
-      " --prompt 'In the beginning' --max_tokens 48 --temperature 0.8\n");
-  absl::StrAppend(&out, "  ", cli, " chat --router=", e.grpc_address, "\n");
-  absl::StrAppend(&out, "\nPress Ctrl-C to stop.\n");
-  std::fputs(out.c_str(), stdout);
-  std::fflush(stdout);
-
-  int signo = 0;
-  while (true) {
-    std::optional<int> s = (*signal)->WaitFor(absl::Seconds(1));
-    if (s.has_value()) {
-      signo = *s;
-      break;
-    }
-    for (const launch::ProcessExit& d : (*cluster)->Poll()) {
-      std::fprintf(stderr,
-                   "swaserve up: %s (pid %d) exited unexpectedly with status "
-                   "%d; last log "
-                   "lines:\n%s\n",
-                   d.name.c_str(), static_cast<int>(d.pid), d.exit_code,
-                   d.log_tail.c_str());
-      std::fflush(stderr);
-    }
-  }
+  PrintEndpoints(**cluster, self);
+  const int signo = WaitForSignal(**cluster, **signal);
   Say(absl::StrCat("\nswaserve up: ", signo == SIGINT ? "SIGINT" : "SIGTERM",
                    ", stopping router, workers, redis ..."));
   (*cluster)->Stop();
