@@ -48,6 +48,71 @@ std::string CodeLabel(absl::StatusCode code) {
   return s;
 }
 
+using Endpoints = std::vector<std::shared_ptr<const WorkerEndpoint>>;
+
+// Drops candidates whose KV pool cannot hold the prompt (prefill) or the
+// prompt plus one generated token (decode); RESOURCE_EXHAUSTED
+// (TOO_LARGE_FOR_WORKER, naming the largest pool) when none is left. Records
+// without pool sizes (0) fit.
+absl::Status KeepThoseThatFit(int64_t n, Endpoints* pre, Endpoints* dec) {
+  auto capacity = [](const cluster::WorkerInfo& i) -> int64_t {
+    return i.full_pages > 0 && i.page_size > 0 ? i.full_pages * i.page_size : INT64_MAX;
+  };
+  int64_t largest = 0;
+  Endpoints fit;
+  for (const auto& w : *pre) {
+    largest = std::max(largest, capacity(w->info));
+    if (n <= capacity(w->info)) fit.push_back(w);
+  }
+  if (fit.empty()) {
+    return rpc::ErrorWithDetail(
+        absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+        absl::StrCat("prompt of ", n, " tokens is larger than the KV pool of every prefill "
+                     "worker for it (the largest holds ", largest, " tokens)"));
+  }
+  *pre = std::move(fit);
+  Endpoints dfit;
+  largest = 0;
+  for (const auto& w : *dec) {
+    largest = std::max(largest, capacity(w->info));
+    if (n + 1 <= capacity(w->info)) dfit.push_back(w);
+  }
+  if (!dec->empty() && dfit.empty()) {
+    return rpc::ErrorWithDetail(
+        absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
+        absl::StrCat("prompt of ", n, " tokens (plus one generated) is larger than the KV "
+                     "pool of every decode worker (the largest holds ", largest, " tokens)"));
+  }
+  *dec = std::move(dfit);
+  return absl::OkStatus();
+}
+
+// The decode policy's view of each decode candidate (`loads[i]` is dec[i]'s).
+std::vector<DecodeCandidate> DecodeCandidates(
+    const Endpoints& dec, absl::Span<const std::optional<v1::WorkerLoad>> loads,
+    WorkerDirectory& directory) {
+  std::vector<DecodeCandidate> dc(dec.size());
+  for (size_t i = 0; i < dec.size(); ++i) {
+    DecodeCandidate& c = dc[i];
+    c.id = dec[i]->info.id;
+    c.healthy = directory.Healthy(c.id);
+    c.max_running_requests = dec[i]->info.max_running_requests;
+    c.total_full_pages = dec[i]->info.full_pages;
+    c.total_swa_pages = dec[i]->info.swa_pages;
+    const std::optional<v1::WorkerLoad>& l = loads[i];
+    c.has_load = l.has_value();
+    if (l) {
+      c.free_full_pages = static_cast<int64_t>(l->free_full_pages());
+      c.total_full_pages = static_cast<int64_t>(l->total_full_pages());
+      c.free_swa_pages = static_cast<int64_t>(l->free_swa_pages());
+      c.total_swa_pages = static_cast<int64_t>(l->total_swa_pages());
+      c.running_requests = static_cast<int32_t>(l->running_requests());
+      c.staged_requests = static_cast<int32_t>(l->staged_requests());
+    }
+  }
+  return dc;
+}
+
 }  // namespace
 
 void CancelFlag::Cancel() {
@@ -377,38 +442,8 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   }
   // A prompt no candidate's KV pool can hold is a request error (413 /
   // RESOURCE_EXHAUSTED naming the limit), found before any worker call and
-  // never counted against a worker. Records without pool sizes (0) fit.
-  auto capacity = [](const cluster::WorkerInfo& i) -> int64_t {
-    return i.full_pages > 0 && i.page_size > 0 ? i.full_pages * i.page_size : INT64_MAX;
-  };
-  {
-    int64_t largest = 0;
-    std::vector<std::shared_ptr<const WorkerEndpoint>> fit;
-    for (const auto& w : pre) {
-      largest = std::max(largest, capacity(w->info));
-      if (n <= capacity(w->info)) fit.push_back(w);
-    }
-    if (fit.empty()) {
-      return rpc::ErrorWithDetail(
-          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
-          absl::StrCat("prompt of ", n, " tokens is larger than the KV pool of every prefill "
-                       "worker for it (the largest holds ", largest, " tokens)"));
-    }
-    pre = std::move(fit);
-    std::vector<std::shared_ptr<const WorkerEndpoint>> dfit;
-    largest = 0;
-    for (const auto& w : dec) {
-      largest = std::max(largest, capacity(w->info));
-      if (n + 1 <= capacity(w->info)) dfit.push_back(w);
-    }
-    if (!dec.empty() && dfit.empty()) {
-      return rpc::ErrorWithDetail(
-          absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_TOO_LARGE_FOR_WORKER,
-          absl::StrCat("prompt of ", n, " tokens (plus one generated) is larger than the KV "
-                       "pool of every decode worker (the largest holds ", largest, " tokens)"));
-    }
-    dec = std::move(dfit);
-  }
+  // never counted against a worker.
+  RETURN_IF_ERROR(KeepThoseThatFit(n, &pre, &dec));
   // Loads of every candidate and the prefix depth of every prefill
   // candidate: one round trip (the index's match script also reads the load
   // reports).
@@ -471,25 +506,8 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     choice.decode = choice.prefill;  // monolithic worker: its own decode
     metrics_->decisions->WithLabels({"decode", "monolithic"}).Increment();
   } else {
-    std::vector<DecodeCandidate> dc(dec.size());
-    for (size_t i = 0; i < dec.size(); ++i) {
-      DecodeCandidate& c = dc[i];
-      c.id = dec[i]->info.id;
-      c.healthy = options_.directory->Healthy(c.id);
-      c.max_running_requests = dec[i]->info.max_running_requests;
-      c.total_full_pages = dec[i]->info.full_pages;
-      c.total_swa_pages = dec[i]->info.swa_pages;
-      const std::optional<v1::WorkerLoad>& l = loads[pre.size() + i];
-      c.has_load = l.has_value();
-      if (l) {
-        c.free_full_pages = static_cast<int64_t>(l->free_full_pages());
-        c.total_full_pages = static_cast<int64_t>(l->total_full_pages());
-        c.free_swa_pages = static_cast<int64_t>(l->free_swa_pages());
-        c.total_swa_pages = static_cast<int64_t>(l->total_swa_pages());
-        c.running_requests = static_cast<int32_t>(l->running_requests());
-        c.staged_requests = static_cast<int32_t>(l->staged_requests());
-      }
-    }
+    std::vector<DecodeCandidate> dc =
+        DecodeCandidates(dec, absl::MakeConstSpan(loads).subspan(pre.size()), *options_.directory);
     absl::StatusOr<Decision> dd =
         dc.empty() ? absl::UnavailableError("none registered")
                    : ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
