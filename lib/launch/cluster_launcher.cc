@@ -269,8 +269,11 @@ absl::Status ClusterLauncher::DoStart() {
     return absl::InternalError(absl::StrCat("run_dir: cannot create ",
                                             spec_.run_dir, ": ", ec.message()));
   }
-  if (spec_.worker_bin.empty())
-    spec_.worker_bin = DefaultBinary("swaserve-worker");
+  // No worker_bin: each role's own binary (swaserve-prefill, swaserve-decode).
+  const std::string prefill_bin =
+      spec_.worker_bin.empty() ? DefaultBinary("swaserve-prefill") : spec_.worker_bin;
+  const std::string decode_bin =
+      spec_.worker_bin.empty() ? DefaultBinary("swaserve-decode") : spec_.worker_bin;
   if (spec_.router_bin.empty())
     spec_.router_bin = DefaultBinary("swaserve-router");
   const int num_workers =
@@ -295,7 +298,7 @@ absl::Status ClusterLauncher::DoStart() {
   // 2. Workers: all at once (model loads overlap), then wait for each.
   std::vector<Child*> workers;
   auto common = [&](const std::string& name, const std::string& role) {
-    return WorkerArgv({.bin = spec_.worker_bin,
+    return WorkerArgv({.bin = role == "prefill" ? prefill_bin : decode_bin,
                        .model = spec_.model,
                        .role = role,
                        .worker_id = name,

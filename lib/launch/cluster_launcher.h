@@ -73,9 +73,11 @@ struct ClusterSpec {
   std::vector<std::string> decode_flags;
   std::vector<std::string> router_flags;
   std::vector<std::string> redis_flags;
-  // Binaries. Empty: swaserve-worker / swaserve-router next to the running
-  // executable (dirname of /proc/self/exe) when there, else looked up on
-  // PATH; redis-server on PATH.
+  // Binaries. worker_bin empty: swaserve-prefill for prefill workers and
+  // swaserve-decode for decode workers; set: that binary (e.g.
+  // swaserve-worker, which takes --role) for both. Found next to the running
+  // executable (dirname of /proc/self/exe) when there, else on PATH, like
+  // swaserve-router; redis-server on PATH.
   std::string worker_bin;
   std::string router_bin;
   std::string redis_server_bin = "redis-server";

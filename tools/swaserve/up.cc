@@ -141,7 +141,8 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
       .Add("run_dir", &spec->run_dir,
            "logs and port files (default ./swaserve-run/<YYYYmmdd-HHMMSS>)")
       .Add("worker_bin", &spec->worker_bin,
-           "swaserve-worker binary (default: next to this swaserve, else PATH)")
+           "one worker binary for both roles, e.g. swaserve-worker (default: "
+           "swaserve-prefill and swaserve-decode next to this swaserve, else PATH)")
       .Add("router_bin", &spec->router_bin,
            "swaserve-router binary (default: next to this swaserve, else PATH)")
       .Add("redis_server_bin", &spec->redis_server_bin, "redis-server binary")
