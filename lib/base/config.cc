@@ -551,6 +551,27 @@ std::string Config::Dump() const {
   return out;
 }
 
+std::vector<std::string> Config::ChangedFlags() const {
+  std::vector<std::string> out;
+  for (const Option& o : options_) {
+    if (ValueText(o.target) == o.default_text) continue;
+    // As a flag: strings raw, lists comma-separated (what Set parses).
+    const std::string value = std::visit(
+        [&o](auto* v) -> std::string {
+          using T = std::remove_pointer_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::string>) return *v;
+          if constexpr (std::is_same_v<T, std::vector<std::string>> ||
+                        std::is_same_v<T, std::vector<int64_t>>) {
+            return absl::StrJoin(*v, ",");
+          }
+          return ValueText(o.target);
+        },
+        o.target);
+    out.push_back(absl::StrCat("--", o.key, "=", value));
+  }
+  return out;
+}
+
 void ParseConfigOrExit(Config& config, int argc, const char* const* argv,
                        std::vector<std::string>* positional) {
   absl::Status s = config.ParseArgs(argc, argv, positional);

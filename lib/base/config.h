@@ -76,6 +76,11 @@ class Config {
   // "key = value" lines of the effective configuration (for logs).
   std::string Dump() const;
 
+  // "--key=value" for every option whose value differs from the one it had
+  // when it was added, in the order added: a command line that reproduces
+  // this configuration for another process with the same options.
+  std::vector<std::string> ChangedFlags() const;
+
  private:
   struct Option {
     std::string key;

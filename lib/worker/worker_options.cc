@@ -4,60 +4,69 @@
 
 namespace swaserve::worker {
 
-void AddWorkerFlags(base::Config* config, WorkerOptions* o) {
-  config->Add("role", &o->role, "prefill, decode or both (monolithic)")
-      .Add("model", &o->model, "checkpoint directory (config.json + safetensors); required")
-      .Add("worker_id", &o->worker_id, "registry id (default: <role>-<host>-<pid>)")
-      .Add("listen", &o->listen, "gRPC listen address host:port (port 0: any free port)")
-      .Add("metrics.host", &o->metrics_host, "Prometheus /metrics bind host")
-      .Add("metrics.port", &o->metrics_port, "Prometheus /metrics port (0: any free port)")
-      .Add("port_file", &o->port_file, "write the bound ports here as JSON once serving")
-      .Add("log_level", &o->log_level, "trace, debug, info, warn, error")
-      .Add("threads", &o->threads, "kernel threads (0: all cores)")
-      .Add("kv.page_size", &o->page_size, "tokens per KV page")
-      .Add("kv.prefill_mib", &o->prefill_kv_mib, "KV pool bytes of the prefill side (MiB)")
-      .Add("kv.decode_mib", &o->decode_kv_mib, "KV pool bytes of the decode side (MiB)")
-      .Add("kv.swa_full_ratio", &o->swa_full_ratio, "SWA pool tokens per full pool token")
-      .Add("prefill.policy", &o->policy, "compute_aware or fcfs")
-      .Add("prefill.aging_tokens_per_second", &o->aging_tokens_per_second,
+void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view prefix) {
+  auto key = [prefix](absl::string_view k) { return absl::StrCat(prefix, k); };
+  config->Add(key("role"), &o->role, "prefill, decode or both (monolithic)")
+      .Add(key("model"), &o->model, "checkpoint directory (config.json + safetensors); required")
+      .Add(key("worker_id"), &o->worker_id, "registry id (default: <role>-<host>-<pid>)")
+      .Add(key("listen"), &o->listen, "gRPC listen address host:port (port 0: any free port)")
+      .Add(key("metrics.host"), &o->metrics_host, "Prometheus /metrics bind host")
+      .Add(key("metrics.port"), &o->metrics_port, "Prometheus /metrics port (0: any free port)")
+      .Add(key("port_file"), &o->port_file, "write the bound ports here as JSON once serving")
+      .Add(key("log_level"), &o->log_level, "trace, debug, info, warn, error")
+      .Add(key("threads"), &o->threads, "kernel threads (0: all cores)")
+      .Add(key("kv.page_size"), &o->page_size, "tokens per KV page")
+      .Add(key("kv.prefill_mib"), &o->prefill_kv_mib, "KV pool bytes of the prefill side (MiB)")
+      .Add(key("kv.decode_mib"), &o->decode_kv_mib, "KV pool bytes of the decode side (MiB)")
+      .Add(key("kv.swa_full_ratio"), &o->swa_full_ratio, "SWA pool tokens per full pool token")
+      .Add(key("prefill.policy"), &o->policy, "compute_aware or fcfs")
+      .Add(key("prefill.aging_tokens_per_second"), &o->aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
-      .Add("prefill.fcfs_wait_ratio", &o->fcfs_wait_ratio,
+      .Add(key("prefill.fcfs_wait_ratio"), &o->fcfs_wait_ratio,
            "compute_aware: start every request before this x its wait under FCFS (0: no guard)")
-      .Add("prefill.context_cost_per_token", &o->context_cost_per_token,
+      .Add(key("prefill.context_cost_per_token"), &o->context_cost_per_token,
            "work per key of attention context relative to a token (< 0: from the model)")
-      .Add("prefill.max_partial_requests", &o->max_partial_requests,
+      .Add(key("prefill.max_partial_requests"), &o->max_partial_requests,
            "prompts that may be half-done at once (a long prompt starts only below this)")
-      .Add("prefill.chunk_tokens", &o->chunk_tokens, "most tokens of one request per step")
-      .Add("prefill.step_token_budget", &o->step_token_budget, "most tokens per step")
-      .Add("prefill.max_requests_per_step", &o->max_requests_per_step, "most requests per step")
-      .Add("prefill.max_prompt_tokens", &o->max_prompt_tokens,
+      .Add(key("prefill.chunk_tokens"), &o->chunk_tokens, "most tokens of one request per step")
+      .Add(key("prefill.step_token_budget"), &o->step_token_budget, "most tokens per step")
+      .Add(key("prefill.max_requests_per_step"), &o->max_requests_per_step, "most requests per step")
+      .Add(key("prefill.max_prompt_tokens"), &o->max_prompt_tokens,
            "largest prompt accepted (the length bucket's upper bound; 0: any that fits)")
-      .Add("decode.max_batch_size", &o->max_batch_size, "most requests per decode iteration")
-      .Add("decode.default_max_tokens", &o->default_max_tokens, "max_tokens when a request has 0")
-      .Add("decode.max_max_tokens", &o->max_max_tokens, "largest max_tokens accepted")
-      .Add("decode.commit_timeout", &o->commit_timeout,
+      .Add(key("decode.max_batch_size"), &o->max_batch_size, "most requests per decode iteration")
+      .Add(key("decode.default_max_tokens"), &o->default_max_tokens, "max_tokens when a request has 0")
+      .Add(key("decode.max_max_tokens"), &o->max_max_tokens, "largest max_tokens accepted")
+      .Add(key("decode.commit_timeout"), &o->commit_timeout,
            "bound on one KV transfer, from the prefill worker asking for staging (it is "
            "about to ship) to the commit; the wait for the prefill leg before that is bounded "
            "by the router keeping the stream open, not by a timer")
-      .Add("decode.staging_budget_mib", &o->staging_budget_mib,
+      .Add(key("decode.staging_budget_mib"), &o->staging_budget_mib,
            "host memory (MiB) all staged requests may hold at once, arena and heap together; "
            "past it prefill workers ready to ship wait in line "
            "(swaserve_decode_staging_budget_bytes)")
-      .Add("decode.staging_arena_mib", &o->staging_arena_mib,
+      .Add(key("decode.staging_arena_mib"), &o->staging_arena_mib,
            "host memory (MiB) for staged KV, allocated once by UCX at start-up (shared memory: "
            "single-copy puts from prefill workers on this host); requests that do not fit are "
            "staged in heap memory; 0: always heap. Blocks of failed transfers stay unused for "
            "--transfer.timeout")
-      .Add("transfer.timeout", &o->transfer_timeout, "deadline of one KV transfer")
-      .Add("transfer.ucx_tls", &o->ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
-      .Add("drain", &o->drain, "how long in-flight calls may finish on SIGTERM")
-      .Add("redis", &o->redis, "Redis host:port for cluster membership (empty: standalone)")
-      .Add("cluster", &o->cluster, "cluster name (Redis key prefix)")
-      .Add("advertise_host", &o->advertise_host, "host other processes reach this worker at")
-      .Add("model_name", &o->model_name, "served model name (registry record)")
-      .Add("bucket", &o->bucket, "length bucket index of this prefill worker")
-      .Add("bucket_min_tokens", &o->bucket_min_tokens,
+      .Add(key("transfer.timeout"), &o->transfer_timeout, "deadline of one KV transfer")
+      .Add(key("transfer.ucx_tls"), &o->ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
+      .Add(key("drain"), &o->drain, "how long in-flight calls may finish on SIGTERM")
+      .Add(key("redis"), &o->redis, "Redis host:port for cluster membership (empty: standalone)")
+      .Add(key("cluster"), &o->cluster, "cluster name (Redis key prefix)")
+      .Add(key("advertise_host"), &o->advertise_host, "host other processes reach this worker at")
+      .Add(key("model_name"), &o->model_name, "served model name (registry record)")
+      .Add(key("bucket"), &o->bucket, "length bucket index of this prefill worker")
+      .Add(key("bucket_min_tokens"), &o->bucket_min_tokens,
            "smallest prompt of this worker's bucket (the largest is prefill.max_prompt_tokens)");
+}
+
+std::vector<std::string> WorkerFlags(WorkerOptions o) {
+  WorkerOptions defaults;
+  base::Config config("worker", "");
+  AddWorkerFlags(&config, &defaults);  // records the defaults
+  defaults = std::move(o);             // the values to render
+  return config.ChangedFlags();
 }
 
 absl::Status FinishWorkerOptions(WorkerOptions* o) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -61,8 +62,13 @@ struct WorkerOptions {
 };
 
 // Registers every field of *o as a key of `config` (`--kv.page_size=16`,
-// `kv: {page_size: 16}` in a file). *o must outlive `config`.
-void AddWorkerFlags(base::Config* config, WorkerOptions* o);
+// `kv: {page_size: 16}` in a file), each under `prefix` (`swaserve up` uses
+// "workers.prefill." and "workers.decode."). *o must outlive `config`.
+void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view prefix = "");
+
+// The flags that give a worker process `o` (every option that differs from
+// WorkerOptions' defaults), for a launcher.
+std::vector<std::string> WorkerFlags(WorkerOptions o);
 
 // Checks the values AddWorkerFlags cannot (role, policy, sizes) and fills
 // nothing else (worker_id stays empty when not given: the caller derives it).

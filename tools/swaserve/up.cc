@@ -17,6 +17,7 @@
 #include "lib/base/config.h"
 #include "lib/base/subprocess.h"
 #include "lib/launch/cluster_launcher.h"
+#include "lib/worker/worker_options.h"
 #include "lib/rpc/termination_signal.h"
 #include "tools/swaserve/commands.h"
 
@@ -277,7 +278,20 @@ int Up(int argc, const char* const* argv) {
                       "after a clean stop, 1 when the "
                       "cluster could not start, 2 for bad flags.");
   AddUpFlags(&config, &spec, &model_cache);
+  // Every worker option, typed and checked here (an unknown key fails now,
+  // not in a worker's log): workers.prefill.* for the prefill workers,
+  // workers.decode.* for the decode workers. The launcher's own flags
+  // (model, role, id, addresses, bucket, KV pool) come first; these follow,
+  // and extra_flags.* last.
+  worker::WorkerOptions prefill_options, decode_options;
+  worker::AddWorkerFlags(&config, &prefill_options, "workers.prefill.");
+  worker::AddWorkerFlags(&config, &decode_options, "workers.decode.");
   base::ParseConfigOrExit(config, argc, argv);
+  for (auto [flags, options] : {std::pair{&spec.prefill_flags, &prefill_options},
+                                std::pair{&spec.decode_flags, &decode_options}}) {
+    std::vector<std::string> typed = worker::WorkerFlags(*options);
+    flags->insert(flags->begin(), typed.begin(), typed.end());
+  }
   auto fail = [](int code, absl::string_view msg) {
     std::fprintf(stderr, "swaserve up: %s\n", std::string(msg).c_str());
     return code;

@@ -2,6 +2,7 @@
 // commands against real processes on loopback (label tools;integration): a
 // redis-server, two prefill workers (buckets 2048, 8192), a decode worker and
 // a router on free ports, with the tiny random model.
+#include <algorithm>
 #include "lib/launch/cluster_launcher.h"
 
 #include <dirent.h>
@@ -287,6 +288,21 @@ TEST_F(ClusterLauncherTest, StartFailureNamesTheProcessAndStopsTheRest) {
   }
 }
 
+// Worker options are typed at `swaserve up`: a bad key or value exits 2
+// naming it, before anything starts.
+TEST_F(ClusterLauncherTest, SwaserveUpChecksWorkerOptions) {
+  for (const char* bad : {"--workers.prefill.no_such_key=1",
+                          "--workers.decode.decode.max_batch_size=many"}) {
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "up", "--run_dir=" + *dir_ + "/run-bad", bad}, &out, absl::Seconds(30));
+    ASSERT_TRUE(rc.ok()) << rc.status();
+    EXPECT_EQ(*rc, 2) << out;
+    const std::string key = std::string(bad).substr(2, std::string(bad).find('=') - 2);
+    EXPECT_NE(out.find(key), std::string::npos) << out;
+  }
+}
+
 TEST_F(ClusterLauncherTest, SwaserveUpServesAndStopsOnSigterm) {
   const std::string run = *dir_ + "/run-up";
   const std::string log = *dir_ + "/up.log";
@@ -298,7 +314,8 @@ TEST_F(ClusterLauncherTest, SwaserveUpServesAndStopsOnSigterm) {
                     "--worker_threads=1", "--kv_mib=32", "--run_dir=" + run,
                     std::string("--worker_bin=") + kWorker,
                     std::string("--router_bin=") + kRouter,
-                    "--extra_flags.decode=--decode.staging_arena_mib=64"},
+                    "--extra_flags.decode=--decode.staging_arena_mib=64",
+                    "--workers.decode.decode.max_batch_size=3"},
            .log_path = log,
            .stop_grace = absl::Seconds(20)});
   ASSERT_TRUE(up.ok()) << up.status();
@@ -333,6 +350,17 @@ TEST_F(ClusterLauncherTest, SwaserveUpServesAndStopsOnSigterm) {
 
   const std::vector<pid_t> children = ChildrenOf((*up)->pid());
   EXPECT_EQ(children.size(), 5u);  // redis, 2 prefill, decode, router
+  // The typed worker option reached the decode worker, and only it.
+  int decode_with_option = 0, others_with_option = 0;
+  for (const pid_t pid : children) {
+    std::string cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    const bool has = cmdline.find("--decode.max_batch_size=3 ") != std::string::npos;
+    const bool decode = cmdline.find("--worker_id=decode-0 ") != std::string::npos;
+    (decode ? decode_with_option : others_with_option) += has ? 1 : 0;
+  }
+  EXPECT_EQ(decode_with_option, 1);
+  EXPECT_EQ(others_with_option, 0);
   ASSERT_TRUE((*up)->Signal(SIGTERM).ok());
   absl::StatusOr<int> rc = (*up)->Wait(absl::Seconds(20));
   ASSERT_TRUE(rc.ok()) << rc.status() << "\n" << ReadFile(log);

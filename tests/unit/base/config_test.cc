@@ -199,6 +199,31 @@ TEST_F(ConfigTest, HelpAndUsage) {
   EXPECT_THAT(config_.Dump(), HasSubstr("port = 8080"));
 }
 
+// ChangedFlags round-trips: parsing them into a fresh config with the same
+// options reproduces every value, and only changed options are listed.
+TEST_F(ConfigTest, ChangedFlagsReproduceTheConfiguration) {
+  EXPECT_TRUE(config_.ChangedFlags().empty());
+  ASSERT_TRUE(Parse({"--port=9", "--verbose", "--name=a b", "--hosts=x,y", "--buckets=1,2,3",
+                     "--timeout=250ms", "--redis.db=3", "--ratio=0.25"})
+                  .ok());
+  const std::vector<std::string> flags = config_.ChangedFlags();
+  EXPECT_THAT(flags, ::testing::ElementsAre("--port=9", "--verbose=true", "--ratio=0.25",
+                                            "--name=a b", "--hosts=x,y", "--buckets=1,2,3",
+                                            "--timeout=250ms", "--redis.db=3"));
+  Options copy;
+  Config again("again", "");
+  again.Add("port", &copy.port, "").Add("workers", &copy.workers, "")
+      .Add("small", &copy.small, "").Add("verbose", &copy.verbose, "")
+      .Add("ratio", &copy.ratio, "").Add("name", &copy.name, "")
+      .Add("hosts", &copy.hosts, "").Add("buckets", &copy.buckets, "")
+      .Add("timeout", &copy.timeout, "").Add("redis.address", &copy.redis_address, "")
+      .Add("redis.db", &copy.redis_db, "");
+  std::vector<const char*> argv = {"again"};
+  for (const std::string& f : flags) argv.push_back(f.c_str());
+  ASSERT_TRUE(again.ParseArgs(static_cast<int>(argv.size()), argv.data()).ok());
+  EXPECT_EQ(again.Dump(), config_.Dump());
+}
+
 TEST(ConfigDeathTest, ClashingDeclarationsAbort) {
   int64_t a = 0, b = 0;
   EXPECT_DEATH(
