@@ -22,6 +22,7 @@
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
+#include "lib/launch/service_process.h"
 #include "lib/kv/sequence.h"
 #include "lib/model/chat_template.h"
 #include "lib/model/checkpoint.h"
@@ -72,13 +73,12 @@ class DemoGreedyTest : public ::testing::Test {
                                              const std::string& id) {
     auto w = std::make_unique<Worker>();
     w->id = id;
-    const std::string port_file = absl::StrCat(*dir_, "/", id, ".json");
-    base::SubprocessOptions o;
-    o.argv = {SWASERVE_WORKER_BIN,
+    // Spawned and awaited like every service (lib/launch/service_process.h).
+    std::vector<std::string> argv = {SWASERVE_WORKER_BIN,
               std::string("--model=") + kModelDir,
               "--role=" + role,
               "--worker_id=" + id,
-              "--port_file=" + port_file,
+              
               "--threads=1",
               "--kv.page_size=16",
               "--prefill.chunk_tokens=64",
@@ -87,23 +87,18 @@ class DemoGreedyTest : public ::testing::Test {
               "--drain=2s",
               "--transfer.timeout=10s",
               "--decode.commit_timeout=30s"};
-    o.log_path = absl::StrCat(*dir_, "/", id, ".log");
-    o.stop_grace = absl::Seconds(10);
-    auto p = base::Subprocess::Start(o);
-    EXPECT_TRUE(p.ok()) << p.status();
-    w->process = std::move(*p);
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (!std::filesystem::exists(port_file) && absl::Now() < deadline) {
-      if (!w->process->Running()) break;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    if (!std::filesystem::exists(port_file)) {
-      ADD_FAILURE() << id << " did not start:\n" << w->process->ReadLog();
+    absl::StatusOr<launch::ServiceProcess> svc =
+        launch::SpawnService({.name = id, .argv = std::move(argv), .dir = *dir_});
+    EXPECT_TRUE(svc.ok()) << svc.status();
+    if (!svc.ok()) return w;
+    absl::Status serving =
+        launch::WaitServing(*svc, absl::Now() + absl::Seconds(60), absl::Seconds(60));
+    w->process = std::move(svc->process);
+    if (!serving.ok()) {
+      ADD_FAILURE() << serving;
       return w;
     }
-    std::ifstream in(port_file);
-    const nlohmann::json j = nlohmann::json::parse(in);
-    w->address = absl::StrCat("127.0.0.1:", j["grpc_port"].get<int>());
+    w->address = absl::StrCat("127.0.0.1:", svc->grpc_port);
     auto channel = rpc::CreateChannel(w->address);
     EXPECT_TRUE(channel.ok());
     w->decode = v1::Decode::NewStub(*channel);
@@ -153,17 +148,9 @@ class DemoGreedyTest : public ::testing::Test {
     dreq.mutable_sampling()->set_ignore_eos(ignore_eos);
     auto stream = d.decode->Decode(&dctx, dreq);
     // The first message announces the request: `accepted` (the decode worker
-    // allocates staging later) or, in the older protocol, `kv_destination`
-    // (copied into the prefill's DecodeTarget below). Reflection keeps this
-    // test independent of which one the proto has.
+    // allocates staging later, when the prefill worker asks for it).
     v1::DecodeResponse first;
-    const auto* accepted = first.GetDescriptor()->FindFieldByName("accepted");
-    const auto* kv_destination =
-        first.GetDescriptor()->FindFieldByName("kv_destination");
-    auto has = [&](const google::protobuf::FieldDescriptor* f) {
-      return f != nullptr && first.GetReflection()->HasField(first, f);
-    };
-    if (!stream->Read(&first) || !(has(accepted) || has(kv_destination))) {
+    if (!stream->Read(&first) || !first.has_accepted()) {
       r.decode_status = stream->Finish();
       return r;
     }
@@ -180,14 +167,6 @@ class DemoGreedyTest : public ::testing::Test {
       target->set_worker_id(d.id);
       target->set_grpc_address(d.address);
       target->set_transfer_id("t-" + id);
-      if (const auto* dest =
-              target->GetDescriptor()->FindFieldByName("destination");
-          dest != nullptr && has(kv_destination)) {
-        target->GetReflection()
-            ->MutableMessage(target, dest)
-            ->CopyFrom(
-                first.GetReflection()->GetMessage(first, kv_destination));
-      }
       v1::PrefillResponse presp;
       r.prefill_status = p.prefill->Prefill(&pctx, preq, &presp);
     });

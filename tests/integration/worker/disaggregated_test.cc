@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
+#include "lib/launch/service_process.h"
 #include "lib/rpc/status_conversion.h"
 #include "lib/kv/sequence.h"
 #include "lib/model/checkpoint.h"
@@ -69,33 +70,26 @@ class DisaggregatedTest : public ::testing::Test {
                                              std::vector<std::string> extra = {}) {
     auto w = std::make_unique<Worker>();
     w->id = id;
-    const std::string port_file = absl::StrCat(*dir_, "/", id, ".json");
-    std::filesystem::remove(port_file);
-    base::SubprocessOptions o;
-    o.argv = {SWASERVE_WORKER_BIN, "--model=" + *dir_ + "/model", "--role=" + role,
-              "--worker_id=" + id, "--port_file=" + port_file, "--threads=1",
+    // Spawned and awaited like every service (lib/launch/service_process.h).
+    std::vector<std::string> argv = {SWASERVE_WORKER_BIN, "--model=" + *dir_ + "/model", "--role=" + role,
+              "--worker_id=" + id,  "--threads=1",
               "--kv.page_size=4", "--prefill.chunk_tokens=32", "--prefill.step_token_budget=96",
               "--kv.prefill_mib=16", "--kv.decode_mib=16", "--drain=2s",
               "--transfer.timeout=5s", "--decode.commit_timeout=20s"};
-    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
-    o.log_path = absl::StrCat(*dir_, "/", id, ".log");
-    o.stop_grace = absl::Seconds(10);
-    auto p = base::Subprocess::Start(o);
-    EXPECT_TRUE(p.ok()) << p.status();
-    w->process = std::move(*p);
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (!std::filesystem::exists(port_file) && absl::Now() < deadline) {
-      if (!w->process->Running()) break;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    if (!std::filesystem::exists(port_file)) {
-      ADD_FAILURE() << id << " did not start:\n" << w->process->ReadLog();
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<launch::ServiceProcess> svc =
+        launch::SpawnService({.name = id, .argv = std::move(argv), .dir = *dir_});
+    EXPECT_TRUE(svc.ok()) << svc.status();
+    if (!svc.ok()) return w;
+    absl::Status serving =
+        launch::WaitServing(*svc, absl::Now() + absl::Seconds(60), absl::Seconds(60));
+    w->process = std::move(svc->process);
+    if (!serving.ok()) {
+      ADD_FAILURE() << serving;
       return w;
     }
-    std::ifstream in(port_file);
-    const nlohmann::json j = nlohmann::json::parse(in);
-    w->address = absl::StrCat("127.0.0.1:", j["grpc_port"].get<int>());
-    w->metrics_port = j["metrics_port"].get<int>();
+    w->address = absl::StrCat("127.0.0.1:", svc->grpc_port);
+    w->metrics_port = svc->metrics_port;
     auto channel = rpc::CreateChannel(w->address);
     EXPECT_TRUE(channel.ok());
     w->decode = v1::Decode::NewStub(*channel);
