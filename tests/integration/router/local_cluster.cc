@@ -44,10 +44,22 @@ LocalCluster::~LocalCluster() {
       (void)p->process->Stop();
     }
   }
+  // A suite's cluster is destroyed in TearDownTestSuite, where HasFailure()
+  // no longer sees the failed tests: ask the UnitTest too. On failure every
+  // process's log tail goes to stderr, so CI output shows what the processes
+  // saw (the directory itself goes with the CI machine).
+  const bool failed = ::testing::Test::HasFailure() ||
+                      ::testing::UnitTest::GetInstance()->failed_test_count() > 0;
+  std::vector<std::pair<std::string, std::string>> logs;
+  for (const auto& [id, p] : procs_) logs.emplace_back(id, p->log_path);
   procs_.clear();
   redis_.reset();
   std::error_code ec;
-  if (::testing::Test::HasFailure()) {
+  if (failed) {
+    for (const auto& [id, path] : logs) {
+      std::fprintf(stderr, "---- LocalCluster: last lines of %s (%s)\n%s\n", id.c_str(),
+                   path.c_str(), launch::TailFile(path, 80).c_str());
+    }
     std::fprintf(stderr, "LocalCluster: logs kept in %s\n", dir_.c_str());
   } else {
     std::filesystem::remove_all(dir_, ec);
