@@ -352,8 +352,10 @@ void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
   int r0 = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const int n = static_cast<int>(items[i].tokens.size());
-    out->first_row.push_back(static_cast<int>(need.size()));
-    if (items[i].all_logits) {
+    out->first_row.push_back(items[i].no_logits ? -1 : static_cast<int>(need.size()));
+    if (items[i].no_logits) {
+      // KV (and hidden states) only.
+    } else if (items[i].all_logits) {
       for (int j = 0; j < n; ++j) need.push_back(r0 + j);
     } else {
       need.push_back(r0 + n - 1);

@@ -55,13 +55,16 @@ struct ForwardItem {
   // Logits for every new token (speculative verification, prompt logprobs)
   // instead of only the last one.
   bool all_logits = false;
+  // No logits row at all (first_row is then -1): KV and hidden states only
+  // (MTP layers catching up on positions whose draft is not needed).
+  bool no_logits = false;
 };
 
 struct ForwardOutput {
   // Logits rows, vocab_size floats each: for each item in order, one row
   // (its last token) or tokens.size() rows (all_logits).
   std::vector<float> logits;
-  // First logits row of each item.
+  // First logits row of each item (-1 for a no_logits item).
   std::vector<int> first_row;
   // Final hidden state (after the last layer, before the final norm) of each
   // item's last token, hidden_size floats per item: the MTP input.

@@ -32,7 +32,98 @@ absl::Status Sampler::Validate(const SamplingOptions& o) {
 Sampler::Sampler(const SamplingOptions& options)
     : options_(options), rng_(options.seed) {}
 
+namespace {
+
+bool ByLogit(const std::pair<float, uint32_t>& a, const std::pair<float, uint32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+double TokenDistribution::Prob(uint32_t token) const {
+  for (const auto& [t, p] : probs) {
+    if (t == token) return p;
+  }
+  return 0;
+}
+
+double Sampler::Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+size_t Sampler::Candidates(absl::Span<const float> logits, std::vector<double>* weights,
+                           double* sum_out) {
+  const size_t n = logits.size();
+  // Candidates sorted by logit (descending, id ascending on ties).
+  scratch_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) scratch_[i] = {logits[i], i};
+  size_t keep = n;
+  if (options_.top_k > 0) keep = std::min<size_t>(keep, options_.top_k);
+  const bool use_top_p = options_.top_p > 0 && options_.top_p < 1;
+  if (use_top_p || keep < n) {
+    std::partial_sort(scratch_.begin(), scratch_.begin() + keep, scratch_.end(), ByLogit);
+  }
+  // Probabilities at the temperature over the kept candidates.
+  const float inv_t = 1.0f / options_.temperature;
+  const float top = (use_top_p || keep < n) ? scratch_[0].first
+                                            : *std::max_element(logits.begin(), logits.end());
+  std::vector<double>& p = *weights;
+  p.resize(keep);
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    p[i] = std::exp(static_cast<double>((scratch_[i].first - top) * inv_t));
+    sum += p[i];
+  }
+  if (use_top_p) {
+    double acc = 0;
+    size_t cut = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += p[i] / sum;
+      if (acc >= options_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    sum = 0;
+    for (size_t i = 0; i < keep; ++i) sum += p[i];
+  }
+  *sum_out = sum;
+  return keep;
+}
+
 SampledToken Sampler::Sample(absl::Span<const float> logits) {
+  uint32_t token;
+  if (options_.temperature <= 0) {
+    token = Argmax(logits);
+  } else {
+    double sum = 0;
+    const size_t keep = Candidates(logits, &weights_, &sum);
+    const double u = Uniform() * sum;
+    double acc = 0;
+    token = scratch_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += weights_[i];
+      if (u < acc) {
+        token = scratch_[i].second;
+        break;
+      }
+    }
+  }
+  return Describe(logits, token);
+}
+
+void Sampler::Distribution(absl::Span<const float> logits, TokenDistribution* out) {
+  out->probs.clear();
+  if (options_.temperature <= 0) {
+    out->probs.push_back({Argmax(logits), 1.0});
+    return;
+  }
+  double sum = 0;
+  const size_t keep = Candidates(logits, &weights_, &sum);
+  out->probs.reserve(keep);
+  for (size_t i = 0; i < keep; ++i) out->probs.push_back({scratch_[i].second, weights_[i] / sum});
+}
+
+SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) const {
   SampledToken out;
   const size_t n = logits.size();
   // Log-softmax normaliser of the raw logits (for logprobs).
@@ -40,69 +131,74 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
   double z = 0;
   for (float l : logits) z += std::exp(static_cast<double>(l - mx));
   const float log_z = mx + static_cast<float>(std::log(z));
+  out.token = token;
+  out.logprob = logits[token] - log_z;
+  if (options_.top_logprobs > 0) {
+    const size_t k = std::min<size_t>(options_.top_logprobs, n);
+    std::vector<std::pair<float, uint32_t>> all(n);
+    for (uint32_t i = 0; i < n; ++i) all[i] = {logits[i], i};
+    std::partial_sort(all.begin(), all.begin() + k, all.end(), ByLogit);
+    for (size_t i = 0; i < k; ++i) out.top.push_back({all[i].second, all[i].first - log_z});
+  }
+  return out;
+}
 
+uint32_t Sampler::Draft(absl::Span<const float> draft_logits, TokenDistribution* q) {
+  Distribution(draft_logits, q);
+  if (q->probs.size() == 1) return q->probs[0].first;
+  const double u = Uniform();
+  double acc = 0;
+  for (const auto& [t, p] : q->probs) {
+    acc += p;
+    if (u < acc) return t;
+  }
+  return q->probs.back().first;
+}
+
+bool Sampler::Verify(absl::Span<const float> target_logits, uint32_t token,
+                     const TokenDistribution& q, SampledToken* out) {
   if (options_.temperature <= 0) {
-    out.token = Argmax(logits);
-  } else {
-    // Candidates sorted by logit (descending, id ascending on ties).
-    scratch_.resize(n);
-    for (uint32_t i = 0; i < n; ++i) scratch_[i] = {logits[i], i};
-    size_t keep = n;
-    if (options_.top_k > 0) keep = std::min<size_t>(keep, options_.top_k);
-    auto cmp = [](const std::pair<float, uint32_t>& a, const std::pair<float, uint32_t>& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    const bool use_top_p = options_.top_p > 0 && options_.top_p < 1;
-    if (use_top_p || keep < n) {
-      std::partial_sort(scratch_.begin(), scratch_.begin() + keep, scratch_.end(), cmp);
-    }
-    // Probabilities at the temperature over the kept candidates.
-    const float inv_t = 1.0f / options_.temperature;
-    const float top = (use_top_p || keep < n) ? scratch_[0].first
-                                              : *std::max_element(logits.begin(), logits.end());
-    std::vector<double> p(keep);
-    double sum = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      p[i] = std::exp(static_cast<double>((scratch_[i].first - top) * inv_t));
-      sum += p[i];
-    }
-    if (use_top_p) {
-      double acc = 0;
-      size_t cut = keep;
-      for (size_t i = 0; i < keep; ++i) {
-        acc += p[i] / sum;
-        if (acc >= options_.top_p) {
-          cut = i + 1;
-          break;
-        }
-      }
-      keep = cut;
-      sum = 0;
-      for (size_t i = 0; i < keep; ++i) sum += p[i];
-    }
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
+    const uint32_t best = Argmax(target_logits);
+    *out = Describe(target_logits, best);
+    return best == token;
+  }
+  Distribution(target_logits, &p_);
+  // q densely (the residual below looks it up for every candidate of p).
+  dense_q_.assign(target_logits.size(), 0.0);
+  for (const auto& [t, p] : q.probs) dense_q_[t] = p;
+  const double pt = p_.Prob(token), qt = dense_q_[token];
+  // qt > 0: the draft was drawn from q. Accept with probability min(1, p/q).
+  if (qt > 0 && (pt >= qt || Uniform() * qt < pt)) {
+    *out = Describe(target_logits, token);
+    return true;
+  }
+  // Rejected: draw from the residual max(0, p - q), normalised.
+  double mass = 0;
+  for (const auto& [t, p] : p_.probs) mass += std::max(0.0, p - dense_q_[t]);
+  uint32_t pick = p_.probs.back().first;
+  if (mass > 0) {
+    const double u = Uniform() * mass;
     double acc = 0;
-    out.token = scratch_[keep - 1].second;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += p[i];
+    for (const auto& [t, p] : p_.probs) {
+      acc += std::max(0.0, p - dense_q_[t]);
       if (u < acc) {
-        out.token = scratch_[i].second;
+        pick = t;
+        break;
+      }
+    }
+  } else {  // p == q up to rounding: rejection had probability ~0; draw from p
+    const double u = Uniform();
+    double acc = 0;
+    for (const auto& [t, p] : p_.probs) {
+      acc += p;
+      if (u < acc) {
+        pick = t;
         break;
       }
     }
   }
-  out.logprob = logits[out.token] - log_z;
-  if (options_.top_logprobs > 0) {
-    const size_t k = std::min<size_t>(options_.top_logprobs, n);
-    scratch_.resize(n);
-    for (uint32_t i = 0; i < n; ++i) scratch_[i] = {logits[i], i};
-    std::partial_sort(scratch_.begin(), scratch_.begin() + k, scratch_.end(),
-                      [](const auto& a, const auto& b) {
-                        return a.first > b.first || (a.first == b.first && a.second < b.second);
-                      });
-    for (size_t i = 0; i < k; ++i) out.top.push_back({scratch_[i].second, scratch_[i].first - log_z});
-  }
-  return out;
+  *out = Describe(target_logits, pick);
+  return false;
 }
 
 }  // namespace swaserve::model

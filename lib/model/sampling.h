@@ -26,6 +26,19 @@ struct SamplingOptions {
   uint64_t seed = 0;
   // How many top alternatives' log-probabilities to report (0–20).
   int top_logprobs = 0;
+  // MTP draft tokens per decode step for this request: -1 uses the decode
+  // worker's setting, 0 turns speculation off; capped at the worker's.
+  int speculative_tokens = -1;
+};
+
+// A next-token distribution after temperature, top-k and top-p, exactly as
+// Sampler::Sample draws from it: (token, probability) over the kept
+// candidates, probabilities summing to 1. Greedy (temperature 0) is the
+// point mass on the argmax.
+struct TokenDistribution {
+  std::vector<std::pair<uint32_t, double>> probs;
+  // Probability of `token` (0 outside the kept candidates).
+  double Prob(uint32_t token) const;
 };
 
 struct SampledToken {
@@ -45,10 +58,39 @@ class Sampler {
   // Samples one token from one row of logits.
   SampledToken Sample(absl::Span<const float> logits);
 
+  // The distribution Sample() draws from for these logits.
+  void Distribution(absl::Span<const float> logits, TokenDistribution* out);
+
+  // `token` described against these logits: its logprob and the top
+  // alternatives, as Sample() reports them.
+  SampledToken Describe(absl::Span<const float> logits, uint32_t token) const;
+
+  // Speculative decoding (Leviathan et al. / Chen et al.): a draft token is
+  // drawn from the draft model's processed distribution q (Draft), then
+  // Verify accepts it with probability min(1, p(x) / q(x)) under the target
+  // model's processed distribution p, or else draws from the normalised
+  // residual max(0, p − q). The emitted tokens are then distributed exactly
+  // as Sample() on the target logits. Greedy: the draft is q's argmax and it
+  // is accepted iff it is p's argmax (otherwise p's argmax is emitted).
+  // Temperature, top-k and top-p are applied identically to p and q.
+  uint32_t Draft(absl::Span<const float> draft_logits, TokenDistribution* q);
+  // True: `token` accepted (`out` describes it). False: rejected, `out` is
+  // the replacement token.
+  bool Verify(absl::Span<const float> target_logits, uint32_t token,
+              const TokenDistribution& q, SampledToken* out);
+
  private:
+  // The kept candidates of Sample() in scratch_[0, keep) with their
+  // unnormalised weights; returns keep (temperature > 0 only).
+  size_t Candidates(absl::Span<const float> logits, std::vector<double>* weights, double* sum);
+  double Uniform();
+
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, uint32_t>> scratch_;
+  std::vector<double> weights_;
+  std::vector<double> dense_q_;
+  TokenDistribution p_;
 };
 
 // Index of the largest value (lowest index on ties).

@@ -27,6 +27,9 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
   o.top_k = static_cast<int>(std::min<uint32_t>(p.top_k(), 1u << 30));
   o.seed = p.has_seed() ? p.seed() : default_seed;
   o.top_logprobs = p.logprobs() ? static_cast<int>(p.top_logprobs()) : 0;
+  if (p.has_speculative_tokens()) {
+    o.speculative_tokens = static_cast<int>(std::min<uint32_t>(p.speculative_tokens(), 64));
+  }
   return o;
 }
 

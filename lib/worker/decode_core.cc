@@ -33,6 +33,14 @@ struct Req {
   // (the KV to rebuild) and how many of them are done.
   std::vector<uint32_t> recompute_tokens;
   int recompute_done = 0;
+  // MTP (null: the model has none, or this request does not speculate):
+  // its state, all committed tokens (prompt + generated), this step's draft
+  // work and the tokens fed to the main model (t_m then the drafts).
+  std::unique_ptr<MtpState> mtp;
+  std::vector<uint32_t> context;
+  DraftWork draft;
+  std::vector<uint32_t> step_tokens;
+  int k = 0;  // drafts this step
 };
 
 struct Metrics {
@@ -47,6 +55,13 @@ struct Metrics {
   metrics::Gauge* running = nullptr;
   metrics::Histogram* batch = nullptr;
   metrics::Histogram* step_seconds = nullptr;
+  metrics::Counter* mtp_drafted = nullptr;
+  metrics::Counter* mtp_accepted = nullptr;
+  metrics::Histogram* mtp_length = nullptr;
+  metrics::Family<metrics::Counter>* mtp_pos_drafted = nullptr;
+  metrics::Family<metrics::Counter>* mtp_pos_accepted = nullptr;
+  metrics::Histogram* mtp_draft_seconds = nullptr;
+  metrics::Histogram* mtp_verify_seconds = nullptr;
 
   absl::Status Init(metrics::Registry* r) {
     if (r == nullptr) return absl::OkStatus();
@@ -83,6 +98,38 @@ struct Metrics {
                                               "Wall time of one decode iteration.", {},
                                               *metrics::ExponentialBuckets(1e-4, 2, 16)));
     step_seconds = &s->WithLabels();
+    return InitMtp(r);
+  }
+
+  absl::Status InitMtp(metrics::Registry* r) {
+    ASSIGN_OR_RETURN(auto* d, r->AddCounter("swaserve_decode_mtp_drafted_tokens_total",
+                                            "Tokens drafted by the MTP layers."));
+    mtp_drafted = &d->WithLabels();
+    ASSIGN_OR_RETURN(auto* a, r->AddCounter("swaserve_decode_mtp_accepted_tokens_total",
+                                            "Drafted tokens the main model accepted."));
+    mtp_accepted = &a->WithLabels();
+    ASSIGN_OR_RETURN(auto* l, r->AddHistogram("swaserve_decode_mtp_acceptance_length",
+                                              "Tokens emitted per verify step of a request "
+                                              "(accepted drafts + 1).",
+                                              {}, {1, 2, 3, 4, 5, 6, 7, 8}));
+    mtp_length = &l->WithLabels();
+    ASSIGN_OR_RETURN(mtp_pos_drafted,
+                     r->AddCounter("swaserve_decode_mtp_position_drafted_total",
+                                   "Drafts verified at each draft position (1 = the token "
+                                   "after the last committed one).",
+                                   {"position"}));
+    ASSIGN_OR_RETURN(mtp_pos_accepted,
+                     r->AddCounter("swaserve_decode_mtp_position_accepted_total",
+                                   "Drafts accepted at each draft position.", {"position"}));
+    ASSIGN_OR_RETURN(auto* ds, r->AddHistogram("swaserve_decode_mtp_draft_seconds",
+                                               "Wall time of one iteration's MTP draft step.", {},
+                                               *metrics::ExponentialBuckets(1e-5, 2, 18)));
+    mtp_draft_seconds = &ds->WithLabels();
+    ASSIGN_OR_RETURN(auto* vs, r->AddHistogram("swaserve_decode_mtp_verify_seconds",
+                                               "Wall time of a decode iteration that verified "
+                                               "drafts (main forward and acceptance).",
+                                               {}, *metrics::ExponentialBuckets(1e-4, 2, 16)));
+    mtp_verify_seconds = &vs->WithLabels();
     return absl::OkStatus();
   }
 };
@@ -103,6 +150,7 @@ struct DecodeCore::Impl {
   int running_count ABSL_GUARDED_BY(mu) = 0;
   std::atomic<int64_t> admitted_total{0}, preempted_total{0}, finished_total{0};
   std::atomic<int64_t> recompute_chunks{0}, recompute_chunks_with_decode{0};
+  std::atomic<int64_t> mtp_steps{0}, mtp_drafted{0}, mtp_accepted{0};
   std::thread thread;
 
   // Loop-owned. The policy (admission order, batch, preemption victim) is
@@ -113,6 +161,8 @@ struct DecodeCore::Impl {
   std::vector<Req*> running;
   model::ForwardOutput out;
   std::vector<model::ForwardItem> items;
+  std::unique_ptr<MtpDrafter> drafter;  // null: no MTP layers or MTP off
+  int mtp_layers = 0;                   // draft tokens at most (0: MTP off)
 
   void Loop();
   // Removes `id` from `reqs` and returns it.
@@ -122,6 +172,15 @@ struct DecodeCore::Impl {
   void EndRunning(std::string id, FinishReason finish, absl::Status error = absl::OkStatus());
   void Admit();
   void Step();
+  // Step's parts: KV for this iteration's tokens of every decoding request
+  // (preempting when the pools run out; false: the batch failed), the MTP
+  // draft step, and acceptance + emission after the forward.
+  bool ReserveTokens();
+  void Draft(const std::vector<Req*>& decoding);
+  // Emits request r's tokens of this iteration; false when it ended.
+  bool VerifyAndEmit(Req& r, int item, int hidden_row);
+  // A new or readmitted request's MTP state (null when it does not draft).
+  void StartMtp(Req& r);
   absl::Status StartRecompute(Req& r);
   // Appends the next recompute chunk of the oldest recomputing request in
   // the batch to `items` (false: none, or its pages ran out).
@@ -147,6 +206,11 @@ void DecodeCore::Impl::Emit(Req& r, std::vector<model::SampledToken> tokens,
 }
 
 void DecodeCore::Impl::End(std::unique_ptr<Req> r, FinishReason finish, absl::Status error) {
+  if (r->seq != nullptr && options.inspect_kv) {
+    std::vector<uint32_t> tokens = r->job.prompt;
+    tokens.insert(tokens.end(), r->generated.begin(), r->generated.end());
+    options.inspect_kv(r->job.id, *r->seq, tokens);
+  }
   if (r->seq != nullptr) r->seq->Abort();
   r->seq.reset();
   r->job.staging.reset();
@@ -176,7 +240,33 @@ void DecodeCore::Impl::EndRunning(std::string id, FinishReason finish, absl::Sta
   End(Take(id), finish, std::move(error));
 }
 
+void DecodeCore::Impl::StartMtp(Req& r) {
+  r.mtp.reset();
+  if (drafter == nullptr) return;
+  const int want = r.job.sampling.speculative_tokens;
+  const int cap = want < 0 ? mtp_layers : std::min(want, mtp_layers);
+  if (cap <= 0) return;
+  const model::ModelConfig& c = options.engine->config();
+  r.mtp = std::make_unique<MtpState>(options.mtp, c.num_mtp_layers, c.hidden_size, cap);
+  r.context = r.job.prompt;
+  const int m = static_cast<int>(r.job.prompt.size());
+  const int rows = static_cast<int>(r.job.tail_hidden.size()) / c.hidden_size;
+  // The first draft step runs the MTP layers from m - rows, whose window
+  // must be staged (KvReceiverOptions::mtp_lookback); otherwise drafting
+  // starts once decode has produced its own rows.
+  const int need_from = std::max(0, m - rows - (c.sliding_window - 1));
+  const bool staged = r.seq->swa_first_page() * r.seq->page_size() <= need_from;
+  if (rows > 0 && rows <= m && staged &&
+      r.job.tail_hidden.size() == static_cast<size_t>(rows) * c.hidden_size) {
+    r.mtp->Reset(m, r.job.tail_hidden);
+  } else {
+    r.mtp->Pause();
+  }
+  r.job.tail_hidden = {};
+}
+
 void DecodeCore::Impl::Preempt(Req& r) {
+  if (r.mtp != nullptr) r.mtp->Pause();  // its MTP KV goes with the pages
   r.seq->Abort();
   r.seq.reset();
   r.recompute = true;
@@ -226,12 +316,17 @@ void DecodeCore::Impl::Admit() {
     const sched::DecodeIteration it =
         sched->NextIteration(base::MonotonicNanos(), [&](const sched::DecodeRequestInfo& info) {
           Req& r = *reqs.at(info.id);
-          r.seq = std::make_unique<kv::Sequence>(
-              kv::SequenceOptions{options.pools, nullptr, 0, false});
+          r.seq = std::make_unique<kv::Sequence>(kv::SequenceOptions{
+              .pools = options.pools,
+              .swa_slack = drafter != nullptr ? MtpSwaSlack(options.mtp, mtp_layers) : 0,
+              .evict_on_demand = false});
           absl::Status st = r.recompute
                                 ? StartRecompute(r)
                                 : AdmitFromStaging(*r.job.staging, *options.pools, r.seq.get());
-          if (st.ok()) return true;
+          if (st.ok()) {
+            if (!r.recompute) StartMtp(r);
+            return true;
+          }
           r.seq.reset();  // frees whatever was placed
           if (absl::IsResourceExhausted(st) && sched->running_requests() > 0) return false;
           failed_id = info.id;
@@ -249,6 +344,7 @@ void DecodeCore::Impl::Admit() {
       if (r.recompute) continue;  // rebuilt chunk by chunk in Step
       r.job.staging.reset();  // host memory back as soon as the KV is in the pools
       r.generated.push_back(r.job.first_token.token);
+      if (r.mtp != nullptr) r.context.push_back(r.job.first_token.token);
       const StopReason why = r.stop->Add(r.job.first_token.token);
       Emit(r, {r.job.first_token}, FinishReason::kNone);
       if (why != StopReason::kNone) {
@@ -266,18 +362,29 @@ void DecodeCore::Impl::Admit() {
   }
 }
 
-void DecodeCore::Impl::Step() {
-  const int64_t t0 = base::MonotonicNanos();
-  // One more token of KV per decoding request (recomputing ones get their
-  // next chunk below); when the pools are full, preempt the most recently
-  // admitted request (the back of `running`).
+bool DecodeCore::Impl::ReserveTokens() {
+  // KV for this iteration's tokens of every decoding request: t_m and its
+  // drafts (recomputing ones get their next chunk in Step). When the pools
+  // are full, a request first drops its drafts, then the most recently
+  // admitted request (the back of `running`) is preempted.
   size_t i = 0;
   while (i < running.size()) {
-    if (running[i]->recompute) {
+    Req& r = *running[i];
+    if (r.recompute) {
       ++i;
       continue;
     }
-    absl::Status st = running[i]->seq->Append(1);
+    r.k = 0;
+    if (r.mtp != nullptr) {
+      const int m = static_cast<int>(r.context.size()) - 1;
+      const int left = r.job.stop.max_tokens - static_cast<int>(r.generated.size());
+      r.k = std::min(r.mtp->ChooseDraftLength(m), std::max(0, left - 1));
+    }
+    absl::Status st = r.seq->Append(1 + r.k);
+    if (!st.ok() && r.k > 0) {
+      r.k = 0;
+      st = r.seq->Append(1);
+    }
     if (st.ok()) {
       ++i;
       continue;
@@ -290,14 +397,14 @@ void DecodeCore::Impl::Step() {
                  absl::ResourceExhaustedError(absl::StrCat(
                      "request outgrew this decode worker's KV pools at ", length,
                      " tokens: ", st.message())));
-      return;
+      return false;
     }
     // The scheduler picks the victim (the most recently admitted request,
     // i.e. the back of the batch); requests before position i already
     // have their token's page.
     const std::optional<std::string> victim = sched->ChoosePreemptionVictim();
     auto pos = std::find_if(running.begin(), running.end(),
-                            [&](const Req* r) { return victim == r->job.id; });
+                            [&](const Req* q) { return victim == q->job.id; });
     if (pos == running.end()) {  // the batch mirrors the scheduler's: a bug
       SWA_LOG(err, "decode: preemption victim {} is not in the running batch",
               victim.value_or("(none)"));
@@ -308,21 +415,67 @@ void DecodeCore::Impl::Step() {
     running.erase(pos);
     Preempt(*v);
   }
-  if (running.empty()) return;
-  items.clear();
+  return true;
+}
+
+void DecodeCore::Impl::Draft(const std::vector<Req*>& decoding) {
+  std::vector<DraftWork*> work;
+  for (Req* r : decoding) {
+    if (r->k == 0) continue;
+    DraftWork& d = r->draft;
+    d.state = r->mtp.get();
+    d.seq = r->seq.get();
+    d.tokens = r->context;
+    d.k = r->k;
+    d.sampler = r->sampler.get();
+    work.push_back(&d);
+  }
+  if (work.empty()) return;
+  const int64_t t0 = base::MonotonicNanos();
+  absl::Status st = drafter->Run(work);
+  if (!st.ok()) {
+    // A bug: decode on without drafts rather than fail the requests.
+    SWA_LOG(err, "decode: MTP draft step failed: {}", st.ToString());
+    for (Req* r : decoding) {
+      if (r->k == 0) continue;
+      (void)r->seq->Rollback(r->k);
+      r->k = 0;
+      r->mtp->Pause();
+    }
+  }
+  if (m.mtp_draft_seconds != nullptr) {
+    m.mtp_draft_seconds->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
+  }
+}
+
+void DecodeCore::Impl::Step() {
+  const int64_t t0 = base::MonotonicNanos();
+  if (!ReserveTokens() || running.empty()) return;
   std::vector<Req*> decoding;
-  for (const auto& r : running) {
-    if (r->recompute) continue;
-    const int pos = r->seq->length() - 1;
-    items.push_back({r->seq.get(), absl::MakeConstSpan(&r->generated.back(), 1), pos, false});
-    decoding.push_back(r);
+  for (Req* r : running) {
+    if (!r->recompute) decoding.push_back(r);
+  }
+  Draft(decoding);
+  items.clear();
+  bool keep_hidden = false, verifying = false;
+  for (Req* r : decoding) {
+    const int pos = r->seq->length() - 1 - r->k;
+    r->step_tokens.assign(1, r->generated.back());
+    if (r->k > 0) {
+      r->step_tokens.insert(r->step_tokens.end(), r->draft.drafts.begin(),
+                            r->draft.drafts.begin() + r->k);
+    }
+    items.push_back({.seq = r->seq.get(), .tokens = r->step_tokens, .start = pos,
+                     .all_logits = r->k > 0});
+    keep_hidden |= r->mtp != nullptr;
+    verifying |= r->k > 0;
   }
   // One chunk of one preempted request's recompute rides in the same ragged
   // forward as the batch's decode tokens.
   int chunk = 0;
   Req* rec = NextRecomputeChunk(&chunk);
   if (items.empty()) return;
-  absl::Status st = options.engine->Forward(items, &out);
+  absl::Status st = options.engine->Forward(items, &out, keep_hidden);
   if (!st.ok()) {
     // A malformed batch is a bug; fail the requests rather than spin.
     SWA_LOG(err, "decode: forward failed: {}", st.ToString());
@@ -344,30 +497,90 @@ void DecodeCore::Impl::Step() {
       rec->seq->TrimWindow();
     }
   }
-  const int V = options.engine->config().vocab_size;
   std::vector<Req*> still;
   still.reserve(running.size());
   for (Req* r : running) {
     if (r->recompute || r == rec) still.push_back(r);
   }
+  int hidden_row = 0;
   for (size_t k = 0; k < decoding.size(); ++k) {
     Req& r = *decoding[k];
-    const float* row = out.logits.data() + static_cast<size_t>(out.first_row[k]) * V;
-    model::SampledToken tok = r.sampler->Sample(absl::MakeConstSpan(row, V));
-    r.generated.push_back(tok.token);
-    const StopReason why = r.stop->Add(tok.token);
-    Emit(r, {std::move(tok)}, FinishReason::kNone);
-    if (why != StopReason::kNone) {
-      EndRunning(r.job.id,
-                 why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
-    } else {
-      still.push_back(&r);
-    }
+    const int rows = 1 + r.k;
+    if (VerifyAndEmit(r, static_cast<int>(k), hidden_row)) still.push_back(&r);
+    hidden_row += rows;
   }
   running = std::move(still);
-  if (m.step_seconds != nullptr) {
-    m.step_seconds->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
+  const double seconds = static_cast<double>(base::MonotonicNanos() - t0) * 1e-9;
+  if (m.step_seconds != nullptr) m.step_seconds->Observe(seconds);
+  if (verifying && m.mtp_verify_seconds != nullptr) m.mtp_verify_seconds->Observe(seconds);
+}
+
+bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
+  const int V = options.engine->config().vocab_size;
+  const int H = options.engine->config().hidden_size;
+  auto row = [&](int i) {
+    return absl::MakeConstSpan(out.logits.data() + static_cast<size_t>(out.first_row[item] + i) * V,
+                               V);
+  };
+  std::vector<model::SampledToken> toks;
+  int accepted = 0;
+  if (r.k == 0) {
+    toks.push_back(r.sampler->Sample(row(0)));
+  } else {
+    // Drafts in order until the first rejection (which emits its
+    // replacement); all accepted: one more token from the last row.
+    for (int i = 0; i < r.k; ++i) {
+      model::SampledToken t;
+      const bool ok = r.sampler->Verify(row(i), r.draft.drafts[i], r.draft.q[i], &t);
+      toks.push_back(std::move(t));
+      if (!ok) break;
+      ++accepted;
+    }
+    if (accepted == r.k) toks.push_back(r.sampler->Sample(row(r.k)));
+    r.mtp->Observe(r.k, accepted);
+    mtp_steps.fetch_add(1, std::memory_order_relaxed);
+    mtp_drafted.fetch_add(r.k, std::memory_order_relaxed);
+    mtp_accepted.fetch_add(accepted, std::memory_order_relaxed);
+    if (m.mtp_drafted != nullptr) {
+      m.mtp_drafted->Increment(r.k);
+      m.mtp_accepted->Increment(accepted);
+      m.mtp_length->Observe(accepted + 1);
+      for (int i = 0; i < r.k && i <= accepted; ++i) {
+        const std::string p = std::to_string(i + 1);
+        m.mtp_pos_drafted->WithLabels({p}).Increment();
+        if (i < accepted) m.mtp_pos_accepted->WithLabels({p}).Increment();
+      }
+    }
+    // The KV of rejected drafts goes (every layer's: the MTP layers'
+    // provisional positions are rewritten by the next draft step).
+    if (accepted < r.k) {
+      absl::Status st = r.seq->Rollback(r.k - accepted);
+      if (!st.ok()) {
+        EndRunning(r.job.id, FinishReason::kError, st);
+        return false;
+      }
+    }
   }
+  if (r.mtp != nullptr) {
+    // Main hidden states of the committed positions m .. m + accepted.
+    const int m_pos = static_cast<int>(r.context.size()) - 1;
+    r.mtp->AddMainRows(m_pos, absl::MakeConstSpan(out.all_hidden.data() +
+                                                      static_cast<size_t>(hidden_row) * H,
+                                                  static_cast<size_t>(accepted + 1) * H));
+  }
+  StopReason why = StopReason::kNone;
+  size_t emitted = 0;
+  while (emitted < toks.size() && why == StopReason::kNone) {
+    const uint32_t t = toks[emitted++].token;
+    r.generated.push_back(t);
+    if (r.mtp != nullptr) r.context.push_back(t);
+    why = r.stop->Add(t);
+  }
+  toks.resize(emitted);
+  Emit(r, std::move(toks), FinishReason::kNone);
+  if (why == StopReason::kNone) return true;
+  EndRunning(r.job.id, why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
+  return false;
 }
 
 Req* DecodeCore::Impl::NextRecomputeChunk(int* tokens) {
@@ -468,6 +681,17 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreO
   RETURN_IF_ERROR(impl->m.Init(options.registry));
   ASSIGN_OR_RETURN(impl->sched, sched::DecodeScheduler::Create(
                                     {options.max_batch_size, options.registry}));
+  const int K = options.engine->config().num_mtp_layers;
+  if (options.mtp.draft_tokens < -1 || options.mtp.draft_cost < 0 ||
+      !(options.mtp.ema_weight > 0 && options.mtp.ema_weight <= 1) ||
+      options.mtp.resume_tokens < 1 || options.mtp.probe_interval < 1 ||
+      options.mtp.max_probe_interval < options.mtp.probe_interval) {
+    return absl::InvalidArgumentError(
+        "MTP options: draft_tokens >= -1, draft_cost >= 0, ema_weight in (0, 1], "
+        "resume_tokens >= 1, 1 <= probe_interval <= max_probe_interval");
+  }
+  impl->mtp_layers = options.mtp.draft_tokens < 0 ? K : std::min(options.mtp.draft_tokens, K);
+  if (impl->mtp_layers > 0) impl->drafter = std::make_unique<MtpDrafter>(options.engine);
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->Loop(); });
   return std::unique_ptr<DecodeCore>(new DecodeCore(std::move(impl)));
@@ -538,6 +762,9 @@ DecodeLoad DecodeCore::GetLoad() const {
   l.finished_total = impl_->finished_total.load();
   l.recompute_chunks_total = impl_->recompute_chunks.load();
   l.recompute_chunks_with_decode_total = impl_->recompute_chunks_with_decode.load();
+  l.mtp_steps_total = impl_->mtp_steps.load();
+  l.mtp_drafted_total = impl_->mtp_drafted.load();
+  l.mtp_accepted_total = impl_->mtp_accepted.load();
   return l;
 }
 

@@ -37,6 +37,7 @@
 #include "lib/model/tokenizer.h"
 #include "lib/worker/engine_lock.h"
 #include "lib/worker/kv_staging.h"
+#include "lib/worker/mtp_drafter.h"
 #include "lib/worker/stop_checker.h"
 
 namespace swaserve::worker {
@@ -64,6 +65,10 @@ struct DecodeJob {
   model::SampledToken first_token;
   // The prompt's KV (layout for prompt.size() tokens), committed.
   std::unique_ptr<KvStaging> staging;
+  // Main hidden states of the last min(prompt, MTP layers) prompt positions
+  // (rows × hidden_size floats, PrefillResult::tail_hidden): where the MTP
+  // layers start. Empty: the request decodes without MTP until it has them.
+  std::vector<float> tail_hidden;
   int cached_tokens = 0;
   TokenSink sink;
 };
@@ -78,8 +83,18 @@ struct DecodeCoreOptions {
   int max_batch_size = 32;
   // Tokens of a preempted request's recompute per decode iteration.
   int recompute_chunk = 512;
+  // MTP speculative decoding (mtp_drafter.h); used when the model has MTP
+  // layers. The staged KV's SWA part must then start num MTP layers tokens
+  // earlier than the window needs (the first draft step rewrites those
+  // positions): KvReceiverOptions::mtp_lookback.
+  MtpOptions mtp;
   // Optional: swaserve_decode_* metrics.
   metrics::Registry* registry = nullptr;
+  // For tests: called on the loop thread with a request's sequence and its
+  // tokens (prompt + generated) just before its KV is released.
+  std::function<void(const std::string& id, const kv::Sequence& seq,
+                     absl::Span<const uint32_t> tokens)>
+      inspect_kv;
 };
 
 struct DecodeLoad {
@@ -93,6 +108,10 @@ struct DecodeLoad {
   // moving while the recompute ran).
   int64_t recompute_chunks_total = 0;
   int64_t recompute_chunks_with_decode_total = 0;
+  // MTP: verify steps (a request's forward with drafts), drafts, accepted.
+  int64_t mtp_steps_total = 0;
+  int64_t mtp_drafted_total = 0;
+  int64_t mtp_accepted_total = 0;
 };
 
 class DecodeCore {

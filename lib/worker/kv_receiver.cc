@@ -240,7 +240,7 @@ absl::Status KvReceiver::Expect(const std::string& transfer_id, DecodeJob job,
   }
   auto pending = std::make_shared<Pending>();
   pending->transfer_id = transfer_id;
-  ASSIGN_OR_RETURN(pending->plan, transfer::PlanStaging(shared_->shape, n, 0));
+  ASSIGN_OR_RETURN(pending->plan, transfer::PlanStaging(shared_->shape, n, o.mtp_lookback));
   pending->layout = StagedKvLayout::For(shared_->shape, n, pending->plan.first_swa_token);
   if (pending->layout.total_bytes() > shared_->budget->capacity()) {
     return rpc::ErrorWithDetail(
@@ -398,7 +398,7 @@ absl::StatusOr<v1::KvDestination> Shared::Stage(const std::shared_ptr<Shared>& s
   ro.transfer_id = pending->transfer_id;
   ro.shape = self->shape;
   ro.num_tokens = static_cast<int>(pending->job.prompt.size());
-  ro.swa_slack = 0;
+  ro.swa_slack = o.mtp_lookback;  // the plan the layout was made from
   ro.staging = reg != nullptr ? reg.get() : self->arena_registration.get();
   ro.offset = staging->arena_offset();
   ro.timeout = o.commit_timeout;
@@ -450,6 +450,11 @@ void Shared::OnTransferDone(const std::shared_ptr<Shared>& self,
   received.job = std::move(pending->job);
   received.job.first_token = FromProto(commit->first_token_logprob());
   received.job.first_token.token = commit->first_token();
+  const v1::Tensor& tail = commit->tail_hidden_states();
+  if (tail.data().size() % sizeof(float) == 0) {
+    received.job.tail_hidden.resize(tail.data().size() / sizeof(float));
+    std::memcpy(received.job.tail_hidden.data(), tail.data().data(), tail.data().size());
+  }
   // What the prefill worker actually reused (usage reports it, never the
   // router's estimate).
   received.job.cached_tokens = static_cast<int>(commit->cached_tokens());

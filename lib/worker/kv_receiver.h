@@ -64,6 +64,10 @@ struct KvReceiverOptions {
   // least the prefill workers' transfer timeout (their puts may land until
   // then). Default 30 s.
   absl::Duration staging_quarantine = absl::Seconds(30);
+  // SWA tokens staged before the first generated token's window, for the
+  // MTP layers' first draft step (the model's MTP layer count when decode
+  // speculates; DecodeCoreOptions::mtp). Default 0.
+  int mtp_lookback = 0;
   // Metrics (null: none): swaserve_decode_commit_wait_seconds,
   // swaserve_decode_staging_waits_total,
   // swaserve_decode_staging_budget_bytes{state="in_use|waiting|capacity"},

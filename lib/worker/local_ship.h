@@ -16,6 +16,9 @@ struct LocalDecodeParams {
   model::SamplingOptions sampling;  // the same options prefill sampled with
   StopOptions stop;
   TokenSink sink;
+  // SWA tokens staged before the window for decode's MTP layers (the
+  // model's MTP layer count; DecodeCoreOptions::mtp).
+  int mtp_lookback = 0;
 };
 
 // `decode` and `prefill_pools` must outlive every ship made with the result.

@@ -163,7 +163,12 @@ void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
   const int n = static_cast<int>(r->job.prompt.size());
   r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
   kv::CacheHit hit;
-  if (options.cache != nullptr) hit = options.cache->MatchAndLock(r->hashes, n - 1);
+  // With MTP layers the hit leaves the last K prompt positions to compute:
+  // decode's first draft step reads their main hidden states
+  // (PrefillResult::tail_hidden) and the SWA KV K tokens before the window,
+  // which a hit's locked window does not always cover otherwise.
+  const int K = options.engine->config().num_mtp_layers;
+  if (options.cache != nullptr) hit = options.cache->MatchAndLock(r->hashes, n - std::max(1, K));
   r->seq = std::make_unique<kv::Sequence>(
       kv::SequenceOptions{options.pools, options.cache, 0, true}, std::move(hit));
   // Locking a hit makes its pages unevictable. Started requests count on
@@ -263,7 +268,15 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     r->pending_full_pages = 0;
   }
   if (status.ok() || (r->computed && r->seq != nullptr)) {
-    r->seq->Finish(r->hashes);  // prompt pages into the prefix cache
+    // Prompt pages into the prefix cache: with MTP layers only pages whose
+    // every MTP layer's KV was written (layer j at p needs token p + j + 1,
+    // known to n: positions <= n - K), so a hit never reads unwritten KV.
+    const int K = options.engine->config().num_mtp_layers;
+    const int n = static_cast<int>(r->job.prompt.size());
+    const size_t safe =
+        K > 0 ? static_cast<size_t>(std::max(0, n - K + 1) / options.pools->shape().page_size)
+              : r->hashes.size();
+    r->seq->Finish(absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size())));
   } else if (r->seq != nullptr) {
     r->seq->Abort();
   }
@@ -346,6 +359,14 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
       first_token = r->result.first_token.token;
     }
     if (K > 0) {
+      // The main hidden states of the last K prompt positions (decode's MTP
+      // layers start there).
+      const int n = static_cast<int>(r->job.prompt.size());
+      const int from = std::max(items[i].start, n - K);
+      for (int p = from; p < items[i].start + rows; ++p) {
+        const float* h = out.all_hidden.data() + static_cast<size_t>(first_row + p - items[i].start) * H;
+        r->result.tail_hidden.insert(r->result.tail_hidden.end(), h, h + H);
+      }
       const int end = items[i].start + rows;
       absl::Status ms = RunMtp(*r, out.all_hidden.data() + static_cast<size_t>(first_row) * H,
                                items[i].start, rows, item_last[i] ? end + 1 : end, first_token);
@@ -418,7 +439,7 @@ absl::Status PrefillCore::Impl::RunMtp(Req& r, const float* hidden, int first, i
     if (ready == 0) continue;
     mtp_tokens.resize(ready);
     for (int j = 0; j < ready; ++j) mtp_tokens[j] = token_at(p0 + j + 1 + k);
-    model::ForwardItem item{r.seq.get(), mtp_tokens, p0, false};
+    model::ForwardItem item{.seq = r.seq.get(), .tokens = mtp_tokens, .start = p0, .no_logits = true};
     RETURN_IF_ERROR(options.engine->ForwardMtp(
         k, {&item, 1}, absl::MakeConstSpan(pending.data(), static_cast<size_t>(ready) * H),
         &mtp_out));

@@ -61,6 +61,10 @@ struct PrefillResult {
   // Final hidden state of the last prompt token (hidden_size floats): the
   // MTP input the decode worker drafts from.
   std::vector<float> last_hidden;
+  // Final hidden states of the last min(prompt, MTP layers) prompt
+  // positions, in order (rows × hidden_size floats; empty without MTP
+  // layers): where decode's MTP layers start (DecodeJob::tail_hidden).
+  std::vector<float> tail_hidden;
   int prompt_tokens = 0;
   int cached_tokens = 0;    // served from the prefix cache
   int computed_tokens = 0;  // computed here

@@ -34,6 +34,15 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.max_prompt_tokens"), &o->max_prompt_tokens,
            "largest prompt accepted (the length bucket's upper bound; 0: any that fits)")
       .Add(key("decode.max_batch_size"), &o->max_batch_size, "most requests per decode iteration")
+      .Add(key("decode.mtp_draft_tokens"), &o->mtp_draft_tokens,
+           "MTP draft tokens per decode step: -1 one per MTP layer of the model, 0 no "
+           "speculation (a request may ask for fewer: speculative_tokens)")
+      .Add(key("decode.mtp_adaptive"), &o->mtp_adaptive,
+           "adapt each request's draft length to its measured acceptance (drafting stops "
+           "where it does not pay, e.g. on random text)")
+      .Add(key("decode.mtp_draft_cost"), &o->mtp_draft_cost,
+           "cost of one more draft token relative to a plain decode step, for the adaptive "
+           "choice (bench/RESULTS.md has the measured figure)")
       .Add(key("decode.default_max_tokens"), &o->default_max_tokens, "max_tokens when a request has 0")
       .Add(key("decode.max_max_tokens"), &o->max_max_tokens, "largest max_tokens accepted")
       .Add(key("decode.commit_timeout"), &o->commit_timeout,
@@ -77,6 +86,11 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
   if (o->policy != "compute_aware" && o->policy != "fcfs") {
     return absl::InvalidArgumentError("--prefill.policy must be compute_aware or fcfs, got " +
                                       o->policy);
+  }
+  if (o->mtp_draft_tokens < -1 || o->mtp_draft_cost < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--decode.mtp_draft_tokens must be >= -1 and --decode.mtp_draft_cost >= 0, got ",
+        o->mtp_draft_tokens, " and ", o->mtp_draft_cost));
   }
   if (o->staging_arena_mib < 0) {
     return absl::InvalidArgumentError(

@@ -45,6 +45,11 @@ struct WorkerOptions {
   int64_t max_requests_per_step = 8;
   int64_t max_prompt_tokens = 0;
   int64_t max_batch_size = 32;
+  // MTP speculative decoding (lib/worker/mtp_drafter.h MtpOptions, whose
+  // defaults these repeat).
+  int64_t mtp_draft_tokens = -1;
+  bool mtp_adaptive = true;
+  double mtp_draft_cost = 0.1;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);

@@ -172,6 +172,9 @@ absl::Status Worker::BuildDecode() {
   dopt.pools = decode_pools.get();
   dopt.tokenizer = tokenizer.get();
   dopt.max_batch_size = static_cast<int>(o.max_batch_size);
+  dopt.mtp.draft_tokens = static_cast<int>(o.mtp_draft_tokens);
+  dopt.mtp.adaptive = o.mtp_adaptive;
+  dopt.mtp.draft_cost = o.mtp_draft_cost;
   dopt.registry = &registry;
   ASSIGN_OR_RETURN(decode_core, worker::DecodeCore::Create(dopt));
   worker::KvReceiverOptions ro;
@@ -184,6 +187,8 @@ absl::Status Worker::BuildDecode() {
   // Prefill workers' puts into a failed transfer's block stop by their
   // transfer timeout (the cluster's workers share it).
   ro.staging_quarantine = o.transfer_timeout;
+  // The MTP layers' first draft step reads SWA KV that many tokens earlier.
+  ro.mtp_lookback = o.mtp_draft_tokens != 0 ? engine->config().num_mtp_layers : 0;
   ro.registry = &registry;
   ASSIGN_OR_RETURN(receiver, worker::KvReceiver::Create(ro));
   if (const worker::StagingArena* arena = receiver->staging_arena(); arena != nullptr) {

@@ -1,0 +1,204 @@
+#include "lib/worker/mtp_drafter.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
+
+namespace swaserve::worker {
+
+int MtpSwaSlack(const MtpOptions& options, int mtp_layers) {
+  if (mtp_layers <= 0) return 0;
+  return std::max(options.resume_tokens, mtp_layers) + mtp_layers + 1;
+}
+
+MtpState::MtpState(const MtpOptions& options, int layers, int hidden_size, int request_cap)
+    : options_(options),
+      layers_(layers),
+      hidden_(hidden_size),
+      cap_(std::clamp(request_cap, 0, layers)),
+      frontier_(layers, 0),
+      pending_(layers),
+      accept_(layers, options.initial_acceptance),
+      probe_interval_(std::max(1, options.probe_interval)) {}
+
+void MtpState::Reset(int m, absl::Span<const float> rows) {
+  const int n = static_cast<int>(rows.size()) / hidden_;
+  for (int j = 0; j < layers_; ++j) {
+    frontier_[j] = m - n;
+    pending_[j].clear();
+  }
+  pending_[0].assign(rows.begin(), rows.end());
+  rows_end_ = m;
+  active_ = n > 0;
+}
+
+void MtpState::AddMainRows(int first, absl::Span<const float> rows) {
+  if (first != rows_end_) {
+    // A gap (a bug upstream, or rows skipped): restart later from new rows.
+    pending_[0].clear();
+    active_ = false;
+  }
+  std::vector<float>& p = pending_[0];
+  p.insert(p.end(), rows.begin(), rows.end());
+  rows_end_ = first + static_cast<int>(rows.size()) / hidden_;
+  // Not drafting, or lagging far behind: keep only what a restart reads.
+  const size_t keep = static_cast<size_t>(std::max(options_.resume_tokens, layers_)) * hidden_;
+  const size_t lag_cap = keep + static_cast<size_t>(layers_ + 1) * hidden_;
+  if (!active_ || p.size() > lag_cap) {
+    active_ = false;
+    if (p.size() > keep) p.erase(p.begin(), p.end() - static_cast<long>(keep));
+  }
+}
+
+void MtpState::Pause() {
+  active_ = false;
+  for (auto& p : pending_) p.clear();
+  rows_end_ = -1;  // the next AddMainRows starts afresh
+}
+
+int MtpState::ChooseDraftLength(int m) {
+  if (cap_ == 0) return 0;
+  int k = cap_;
+  if (options_.adaptive) {
+    double best = 1.0, e = 1.0, run = 1.0;
+    k = 0;
+    for (int i = 1; i <= cap_; ++i) {
+      run *= accept_[i - 1];
+      e += run;
+      const double rate = e / (1.0 + options_.draft_cost * i);
+      if (rate > best) {
+        best = rate;
+        k = i;
+      }
+    }
+    probing_ = false;
+    if (k == 0) {
+      if (++plain_steps_ < probe_interval_) return 0;
+      k = 1;
+      probing_ = true;
+    }
+  }
+  if (!active_) {
+    // Restart from the main rows kept while not drafting.
+    const int have = static_cast<int>(pending_[0].size()) / hidden_;
+    if (rows_end_ != m || have < std::min(layers_, m)) return 0;
+    std::vector<float> rows = std::move(pending_[0]);
+    Reset(m, rows);
+  }
+  return k;
+}
+
+void MtpState::Observe(int drafted, int accepted) {
+  const double w = options_.ema_weight;
+  for (int i = 0; i < drafted && i <= accepted; ++i) {
+    const double x = i < accepted ? 1.0 : 0.0;
+    accept_[i] = (1 - w) * accept_[i] + w * x;
+  }
+  if (probing_) {
+    plain_steps_ = 0;
+    probe_interval_ = accepted > 0 ? std::max(1, options_.probe_interval)
+                                   : std::min(probe_interval_ * 2,
+                                              std::max(1, options_.max_probe_interval));
+  } else if (drafted > 0) {
+    plain_steps_ = 0;
+  }
+}
+
+absl::Status MtpDrafter::Run(absl::Span<DraftWork* const> work) {
+  const model::ModelConfig& c = engine_->config();
+  const int H = c.hidden_size;
+  const int K = c.num_mtp_layers;
+  const size_t W = work.size();
+  inputs_.resize(W);
+  tokens_.resize(W);
+  std::vector<int> ends(W), starts(W);
+  std::vector<bool> live(W, true);
+  for (size_t w = 0; w < W; ++w) {
+    DraftWork& d = *work[w];
+    MtpState& st = *d.state;
+    if (!st.active_ || st.layers_ != K || d.k < 1 || d.k > K || d.tokens.empty()) {
+      return absl::InternalError("MTP draft step without an active state or a valid k");
+    }
+    const int m = static_cast<int>(d.tokens.size()) - 1;
+    if (st.rows_end_ != m ||
+        static_cast<int>(st.pending_[0].size()) != (m - st.frontier_[0]) * H) {
+      return absl::InternalError(absl::StrCat("MTP rows out of step: frontier ", st.frontier_[0],
+                                              ", rows to ", st.rows_end_, ", committed ", m));
+    }
+    d.drafts.clear();
+    d.q.clear();
+    d.q.resize(d.k);
+    inputs_[w] = std::move(st.pending_[0]);
+    st.pending_[0].clear();
+  }
+  for (int j = 0; j < K; ++j) {
+    items_.clear();
+    hidden_.clear();
+    std::vector<size_t> who;
+    for (size_t w = 0; w < W; ++w) {
+      if (!live[w]) continue;
+      DraftWork& d = *work[w];
+      MtpState& st = *d.state;
+      const int m = static_cast<int>(d.tokens.size()) - 1;
+      const int f = st.frontier_[j];
+      const int e = j < d.k ? m - 1 : m - j - 1;
+      const int n = e - f + 1;
+      if (n <= 0 || static_cast<int>(inputs_[w].size()) < n * H) {
+        live[w] = false;  // nothing this layer can do; later layers neither
+        st.active_ = false;  // restart from fresh rows
+        if (j < d.k) return absl::InternalError("MTP layer has no positions to draft from");
+        continue;
+      }
+      std::vector<uint32_t>& t = tokens_[w];
+      t.resize(n);
+      for (int i = 0; i < n; ++i) {
+        const int idx = f + i + j + 1;
+        t[i] = idx <= m ? d.tokens[idx] : d.drafts[idx - m - 1];
+      }
+      starts[w] = f;
+      ends[w] = e;
+      items_.push_back({.seq = d.seq, .tokens = t, .start = f, .no_logits = j >= d.k});
+      hidden_.insert(hidden_.end(), inputs_[w].begin(), inputs_[w].begin() + n * H);
+      who.push_back(w);
+    }
+    if (items_.empty()) break;
+    RETURN_IF_ERROR(engine_->ForwardMtp(j, items_, hidden_, &out_));
+    const int V = c.vocab_size;
+    size_t row = 0;
+    for (size_t i = 0; i < who.size(); ++i) {
+      const size_t w = who[i];
+      DraftWork& d = *work[w];
+      MtpState& st = *d.state;
+      const int m = static_cast<int>(d.tokens.size()) - 1;
+      const int f = starts[w];
+      const int n = ends[w] - f + 1;
+      if (j < d.k) {
+        const float* logits = out_.logits.data() + static_cast<size_t>(out_.first_row[i]) * V;
+        d.drafts.push_back(d.sampler->Draft(absl::MakeConstSpan(logits, V), &d.q[j]));
+      }
+      const float* outs = out_.all_hidden.data() + row * H;
+      row += n;
+      // Layer j is exact below m - j now.
+      st.frontier_[j] = m - j;
+      if (j + 1 < K) {
+        // Layer j+1's inputs: its pending rows, then this layer's outputs;
+        // it keeps the output at m - j - 1 (exact) as its next pending row.
+        std::vector<float> next = std::move(st.pending_[j + 1]);
+        next.insert(next.end(), outs, outs + static_cast<size_t>(n) * H);
+        const int keep_pos = m - j - 1;  // == new frontier of layer j+1
+        st.pending_[j + 1].assign(outs + static_cast<size_t>(keep_pos - f) * H,
+                                  outs + static_cast<size_t>(keep_pos - f + 1) * H);
+        inputs_[w] = std::move(next);
+      }
+    }
+  }
+  for (size_t w = 0; w < W; ++w) {
+    if (static_cast<int>(work[w]->drafts.size()) != work[w]->k) {
+      return absl::InternalError("MTP draft step drafted fewer tokens than asked");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace swaserve::worker
