@@ -197,6 +197,7 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "frequency_penalty",
                                               "user",
                                               "ignore_eos",
+                                              "speculative_tokens",
                                               "stop_token_ids",
                                               "logit_bias"};
 
@@ -352,6 +353,12 @@ Error ParseCommon(const json& body, const ParseLimits& limits,
     bool ignore_eos = false;
     if (Error e = ReadBool(*v, "ignore_eos", &ignore_eos)) return e;
     sampling.set_ignore_eos(ignore_eos);
+  }
+  // Extension: MTP draft tokens per decode step (0 turns speculation off).
+  if (const json* v = Find(body, "speculative_tokens")) {
+    uint64_t k = 0;
+    if (Error e = ReadInt(*v, "speculative_tokens", 0, 64, &k)) return e;
+    sampling.set_speculative_tokens(static_cast<uint32_t>(k));
   }
   if (const json* v = Find(body, "stop_token_ids")) {
     if (!v->is_array()) {

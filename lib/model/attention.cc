@@ -149,6 +149,20 @@ __attribute__((target("avx512f"))) inline void FinishScore(
 
 // Lanes [lane0, lane0 + nlanes) of the span's (query, head-in-group) pairs,
 // numbered query-major (lane index = query · group + g), for KV head kvh.
+// LoadKv with bf16 widened 16 at a time (bit for bit the scalar widening:
+// the bf16 bits become the f32's high half).
+__attribute__((target("avx512f"))) void LoadKvAvx512(kv::DType dt, const uint8_t* src,
+                                                     float* dst, int n) {
+  if (dt != kv::DType::kBF16) return LoadKv(dt, src, dst, n);
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < n; ++i) dst[i] = BF16ToF32(s[i]);
+}
+
 __attribute__((target("avx512f"))) void Avx512Tile(
     const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
     int nlanes, const float* q, float* out, Scratch& sc) {
@@ -210,8 +224,8 @@ __attribute__((target("avx512f"))) void Avx512Tile(
         krow[j] = reinterpret_cast<const float*>(kp);
         vrow[j] = reinterpret_cast<const float*>(vp);
       } else {
-        LoadKv(dt, kp, sc.kconv.data() + static_cast<size_t>(j) * hd, hd);
-        LoadKv(dt, vp, sc.vconv.data() + static_cast<size_t>(j) * vd, vd);
+        LoadKvAvx512(dt, kp, sc.kconv.data() + static_cast<size_t>(j) * hd, hd);
+        LoadKvAvx512(dt, vp, sc.vconv.data() + static_cast<size_t>(j) * vd, vd);
         krow[j] = sc.kconv.data() + static_cast<size_t>(j) * hd;
         vrow[j] = sc.vconv.data() + static_cast<size_t>(j) * vd;
       }
@@ -334,7 +348,17 @@ void PagedAttention(const AttentionParams& p,
   const int64_t n = static_cast<int64_t>(tasks.size());
   if (n == 0) return;
   KernelThreads& threads = KernelThreads::Get();
-  threads.ParallelFor(std::min<int64_t>(threads.threads(), n), 1, [&](int64_t, int64_t) {
+  // Small calls (a decode step's few queries) run on this thread: waking
+  // the pool costs more than the work. Each tile's arithmetic is the same
+  // either way.
+  int64_t work = 0;
+  for (const AttentionSpan& sp : spans) {
+    const int64_t keys = p.window > 0 ? std::min<int64_t>(p.window, sp.pos0 + sp.n)
+                                      : sp.pos0 + sp.n;
+    work += static_cast<int64_t>(sp.n) * p.num_heads * keys * (p.head_dim + p.v_head_dim);
+  }
+  const int64_t parts = work < (int64_t{1} << 19) ? 1 : std::min<int64_t>(threads.threads(), n);
+  threads.ParallelFor(parts, 1, [&](int64_t, int64_t) {
     Scratch& sc = ThreadScratch();
     // Size this thread's scratch even if it gets no task this time, so a
     // steady decode loop never allocates when the dynamic split changes.

@@ -161,7 +161,9 @@ __attribute__((target("avx512f"))) float DotAvx512(const float* a,
 
 // Rows [0, MR) × columns [n, n + 32) of y = x · w with w packed K×N:
 // acc[i][v] lane j holds y[i][n + 16v + j], summed over k in order.
-// Covers k in [k0, k1); when k0 > 0 the accumulators continue from the
+// The row loops are unrolled so that acc stays in registers (without the
+// pragma GCC kept it on the stack: 2.5x slower at 4 rows). Covers k in
+// [k0, k1); when k0 > 0 the accumulators continue from the
 // partial sums stored in y, so the per-element order is still k = 0..K-1.
 template <int MR>
 __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
@@ -172,6 +174,7 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
   const __mmask16 m0 = TailMask(std::min<int64_t>(16, nn));
   const __mmask16 m1 = nn > 16 ? TailMask(nn - 16) : static_cast<__mmask16>(0);
   __m512 acc[MR][2];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     if (k0 == 0) {
       acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -184,12 +187,14 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
   for (int64_t k = k0; k < k1; ++k, wp += N) {
     const __m512 w0 = _mm512_maskz_loadu_ps(m0, wp);
     const __m512 w1 = _mm512_maskz_loadu_ps(m1, wp + 16);
-    for (int i = 0; i < MR; ++i) {
+  #pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_set1_ps(x[i * K + k]);
       acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     _mm512_mask_storeu_ps(y + i * ldy + n, m0, acc[i][0]);
     if (nn > 16) _mm512_mask_storeu_ps(y + i * ldy + n + 16, m1, acc[i][1]);
@@ -259,7 +264,7 @@ void MatMul(const float* x, int64_t M, const PackedWeight& w, float* y,
   };
   // Split columns across threads (in multiples of the 32-column block) when
   // there is enough work; the split never changes an element's arithmetic.
-  if (M * w.N * w.K < (1 << 17)) {
+  if (M * w.N * w.K < (1 << 20)) {
     run(0, w.N);
   } else {
     KernelThreads::Get().ParallelFor(w.N, 32, run);

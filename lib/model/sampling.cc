@@ -47,6 +47,11 @@ double TokenDistribution::Prob(uint32_t token) const {
   return 0;
 }
 
+void Sampler::Skip(int samples) {
+  if (options_.temperature <= 0) return;
+  for (int i = 0; i < samples; ++i) (void)Uniform();
+}
+
 double Sampler::Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 size_t Sampler::Candidates(absl::Span<const float> logits, std::vector<double>* weights,

@@ -58,6 +58,11 @@ class Sampler {
   // Samples one token from one row of logits.
   SampledToken Sample(absl::Span<const float> logits);
 
+  // Skips what `samples` Sample() calls draw (none when greedy): a decode
+  // worker continues the random stream after the prefill worker's first
+  // token instead of drawing the same number again.
+  void Skip(int samples);
+
   // The distribution Sample() draws from for these logits.
   void Distribution(absl::Span<const float> logits, TokenDistribution* out);
 

@@ -62,6 +62,7 @@ struct Metrics {
   metrics::Family<metrics::Counter>* mtp_pos_accepted = nullptr;
   metrics::Histogram* mtp_draft_seconds = nullptr;
   metrics::Histogram* mtp_verify_seconds = nullptr;
+  metrics::Gauge* mtp_draft_cost = nullptr;
 
   absl::Status Init(metrics::Registry* r) {
     if (r == nullptr) return absl::OkStatus();
@@ -130,6 +131,11 @@ struct Metrics {
                                                "drafts (main forward and acceptance).",
                                                {}, *metrics::ExponentialBuckets(1e-4, 2, 16)));
     mtp_verify_seconds = &vs->WithLabels();
+    ASSIGN_OR_RETURN(auto* dc, r->AddGauge("swaserve_decode_mtp_draft_cost",
+                                           "Cost of one draft token in plain decode request-steps "
+                                           "at the last drafting step's batch size and draft "
+                                           "length (the adaptive choice's measured model)."));
+    mtp_draft_cost = &dc->WithLabels();
     return absl::OkStatus();
   }
 };
@@ -163,6 +169,11 @@ struct DecodeCore::Impl {
   std::vector<model::ForwardItem> items;
   std::unique_ptr<MtpDrafter> drafter;  // null: no MTP layers or MTP off
   int mtp_layers = 0;                   // draft tokens at most (0: MTP off)
+  std::unique_ptr<MtpCostModel> cost;   // with drafter
+  // Per-position acceptance over this worker's requests (a request's average
+  // when it ends): where new requests start.
+  std::vector<double> acceptance_prior;
+  int probe_interval_prior = 0;  // the last finished request's
 
   void Loop();
   // Removes `id` from `reqs` and returns it.
@@ -209,7 +220,14 @@ void DecodeCore::Impl::End(std::unique_ptr<Req> r, FinishReason finish, absl::St
   if (r->seq != nullptr && options.inspect_kv) {
     std::vector<uint32_t> tokens = r->job.prompt;
     tokens.insert(tokens.end(), r->generated.begin(), r->generated.end());
-    options.inspect_kv(r->job.id, *r->seq, tokens);
+    options.inspect_kv(r->job.id, *r->seq, tokens, r->mtp.get());
+  }
+  if (r->mtp != nullptr && r->mtp->steps() > 0) {
+    // The worker's prior moves toward what this request saw.
+    absl::Span<const double> a = r->mtp->acceptances();
+    if (acceptance_prior.size() != a.size()) acceptance_prior.assign(a.begin(), a.end());
+    for (size_t i = 0; i < a.size(); ++i) acceptance_prior[i] = 0.7 * acceptance_prior[i] + 0.3 * a[i];
+    probe_interval_prior = r->mtp->probe_interval();
   }
   if (r->seq != nullptr) r->seq->Abort();
   r->seq.reset();
@@ -247,7 +265,8 @@ void DecodeCore::Impl::StartMtp(Req& r) {
   const int cap = want < 0 ? mtp_layers : std::min(want, mtp_layers);
   if (cap <= 0) return;
   const model::ModelConfig& c = options.engine->config();
-  r.mtp = std::make_unique<MtpState>(options.mtp, c.num_mtp_layers, c.hidden_size, cap);
+  r.mtp = std::make_unique<MtpState>(options.mtp, c.num_mtp_layers, c.hidden_size, cap,
+                                     acceptance_prior, probe_interval_prior);
   r.context = r.job.prompt;
   const int m = static_cast<int>(r.job.prompt.size());
   const int rows = static_cast<int>(r.job.tail_hidden.size()) / c.hidden_size;
@@ -367,6 +386,9 @@ bool DecodeCore::Impl::ReserveTokens() {
   // drafts (recomputing ones get their next chunk in Step). When the pools
   // are full, a request first drops its drafts, then the most recently
   // admitted request (the back of `running`) is preempted.
+  // Now and then a step without drafts measures a plain step's time at this
+  // batch size (the adaptive choice's cost model).
+  const bool plain = cost != nullptr && cost->WantPlainStep(static_cast<int>(running.size()));
   size_t i = 0;
   while (i < running.size()) {
     Req& r = *running[i];
@@ -375,10 +397,11 @@ bool DecodeCore::Impl::ReserveTokens() {
       continue;
     }
     r.k = 0;
-    if (r.mtp != nullptr) {
+    if (r.mtp != nullptr && !plain) {
       const int m = static_cast<int>(r.context.size()) - 1;
       const int left = r.job.stop.max_tokens - static_cast<int>(r.generated.size());
-      r.k = std::min(r.mtp->ChooseDraftLength(m), std::max(0, left - 1));
+      r.k = std::min(r.mtp->ChooseDraftLength(m, *cost, static_cast<int>(running.size())),
+                     std::max(0, left - 1));
     }
     absl::Status st = r.seq->Append(1 + r.k);
     if (!st.ok() && r.k > 0) {
@@ -502,10 +525,12 @@ void DecodeCore::Impl::Step() {
   for (Req* r : running) {
     if (r->recompute || r == rec) still.push_back(r);
   }
-  int hidden_row = 0;
+  int hidden_row = 0, drafted = 0, drafting = 0;
   for (size_t k = 0; k < decoding.size(); ++k) {
     Req& r = *decoding[k];
     const int rows = 1 + r.k;
+    drafted += r.k;
+    drafting += r.k > 0;
     if (VerifyAndEmit(r, static_cast<int>(k), hidden_row)) still.push_back(&r);
     hidden_row += rows;
   }
@@ -513,6 +538,13 @@ void DecodeCore::Impl::Step() {
   const double seconds = static_cast<double>(base::MonotonicNanos() - t0) * 1e-9;
   if (m.step_seconds != nullptr) m.step_seconds->Observe(seconds);
   if (verifying && m.mtp_verify_seconds != nullptr) m.mtp_verify_seconds->Observe(seconds);
+  if (cost != nullptr && rec == nullptr) {
+    cost->Observe(static_cast<int>(decoding.size()), seconds, drafted, drafting);
+    if (m.mtp_draft_cost != nullptr && drafting > 0) {
+      const int k = (drafted + drafting / 2) / drafting;
+      m.mtp_draft_cost->Set(cost->StepCost(static_cast<int>(decoding.size()), k) / k);
+    }
+  }
 }
 
 bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
@@ -691,7 +723,12 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreO
         "resume_tokens >= 1, 1 <= probe_interval <= max_probe_interval");
   }
   impl->mtp_layers = options.mtp.draft_tokens < 0 ? K : std::min(options.mtp.draft_tokens, K);
-  if (impl->mtp_layers > 0) impl->drafter = std::make_unique<MtpDrafter>(options.engine);
+  if (impl->mtp_layers > 0) {
+    impl->drafter = std::make_unique<MtpDrafter>(options.engine);
+    // Fixed draft lengths need no cost model (nor its plain steps).
+    impl->cost = std::make_unique<MtpCostModel>(
+        options.mtp.draft_cost, options.mtp.measure_cost && options.mtp.adaptive);
+  }
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->Loop(); });
   return std::unique_ptr<DecodeCore>(new DecodeCore(std::move(impl)));
@@ -730,6 +767,10 @@ absl::Status DecodeCore::Submit(DecodeJob job) {
   RETURN_IF_ERROR(StopChecker::Validate(job.stop, impl_->options.tokenizer));
   auto r = std::make_unique<Req>();
   r->sampler = std::make_unique<model::Sampler>(job.sampling);
+  // Prefill sampled the first token from the same seed: continue its random
+  // stream (drawing its number again made the second token depend on the
+  // first's draw).
+  r->sampler->Skip(1);
   r->stop = std::make_unique<StopChecker>(job.stop, impl_->options.tokenizer);
   r->job = std::move(job);
   absl::MutexLock lock(&impl_->mu);

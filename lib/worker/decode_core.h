@@ -90,10 +90,11 @@ struct DecodeCoreOptions {
   MtpOptions mtp;
   // Optional: swaserve_decode_* metrics.
   metrics::Registry* registry = nullptr;
-  // For tests: called on the loop thread with a request's sequence and its
-  // tokens (prompt + generated) just before its KV is released.
+  // For tests: called on the loop thread with a request's sequence, its
+  // tokens (prompt + generated) and its MTP state (null without) just
+  // before its KV is released.
   std::function<void(const std::string& id, const kv::Sequence& seq,
-                     absl::Span<const uint32_t> tokens)>
+                     absl::Span<const uint32_t> tokens, const MtpState* mtp)>
       inspect_kv;
 };
 

@@ -12,7 +12,8 @@ int MtpSwaSlack(const MtpOptions& options, int mtp_layers) {
   return std::max(options.resume_tokens, mtp_layers) + mtp_layers + 1;
 }
 
-MtpState::MtpState(const MtpOptions& options, int layers, int hidden_size, int request_cap)
+MtpState::MtpState(const MtpOptions& options, int layers, int hidden_size, int request_cap,
+                   absl::Span<const double> prior, int probe_interval)
     : options_(options),
       layers_(layers),
       hidden_(hidden_size),
@@ -20,7 +21,10 @@ MtpState::MtpState(const MtpOptions& options, int layers, int hidden_size, int r
       frontier_(layers, 0),
       pending_(layers),
       accept_(layers, options.initial_acceptance),
-      probe_interval_(std::max(1, options.probe_interval)) {}
+      probe_interval_(std::clamp(probe_interval > 0 ? probe_interval : options.probe_interval, 1,
+                                 std::max(1, options.max_probe_interval))) {
+  if (prior.size() == accept_.size()) accept_.assign(prior.begin(), prior.end());
+}
 
 void MtpState::Reset(int m, absl::Span<const float> rows) {
   const int n = static_cast<int>(rows.size()) / hidden_;
@@ -57,7 +61,45 @@ void MtpState::Pause() {
   rows_end_ = -1;  // the next AddMainRows starts afresh
 }
 
-int MtpState::ChooseDraftLength(int m) {
+int MtpCostModel::Bucket(int batch) {
+  int b = 0;
+  while (b + 1 < 12 && (1 << (b + 1)) <= batch) ++b;
+  return b;
+}
+
+bool MtpCostModel::WantPlainStep(int batch) const {
+  if (!measure_) return false;
+  const PerBatch& p = b_[Bucket(batch)];
+  return p.plain_steps < 3 ? p.since_plain >= 4 : p.since_plain >= 32;
+}
+
+void MtpCostModel::Observe(int batch, double seconds, int drafted, int drafting) {
+  if (!measure_ || batch <= 0 || seconds <= 0) return;
+  PerBatch& p = b_[Bucket(batch)];
+  if (drafted == 0) {
+    // Plain steps of this bucket: their mean time (recent ones weigh more).
+    p.plain_seconds = p.plain_steps == 0 ? seconds : 0.8 * p.plain_seconds + 0.2 * seconds;
+    ++p.plain_steps;
+    p.since_plain = 0;
+    return;
+  }
+  ++p.since_plain;
+  if (p.plain_steps < 3 || drafting <= 0) return;
+  const int k = std::clamp(static_cast<int>(std::lround(static_cast<double>(drafted) / drafting)),
+                           1, kMaxDraft);
+  const double c = std::max(0.0, seconds / p.plain_seconds - 1.0) * batch / drafting;
+  p.cost[k] = p.cost_n[k] == 0 ? c : 0.9 * p.cost[k] + 0.1 * c;
+  ++p.cost_n[k];
+}
+
+double MtpCostModel::StepCost(int batch, int k) const {
+  if (k <= 0) return 0;
+  k = std::min(k, kMaxDraft);
+  const PerBatch& p = b_[Bucket(batch)];
+  return p.cost_n[k] > 0 ? p.cost[k] : initial_ * k;
+}
+
+int MtpState::ChooseDraftLength(int m, const MtpCostModel& cost, int batch) {
   if (cap_ == 0) return 0;
   int k = cap_;
   if (options_.adaptive) {
@@ -66,7 +108,7 @@ int MtpState::ChooseDraftLength(int m) {
     for (int i = 1; i <= cap_; ++i) {
       run *= accept_[i - 1];
       e += run;
-      const double rate = e / (1.0 + options_.draft_cost * i);
+      const double rate = e / (1.0 + cost.StepCost(batch, i));
       if (rate > best) {
         best = rate;
         k = i;
@@ -91,6 +133,7 @@ int MtpState::ChooseDraftLength(int m) {
 
 void MtpState::Observe(int drafted, int accepted) {
   const double w = options_.ema_weight;
+  ++steps_;
   for (int i = 0; i < drafted && i <= accepted; ++i) {
     const double x = i < accepted ? 1.0 : 0.0;
     accept_[i] = (1 - w) * accept_[i] + w * x;

@@ -39,8 +39,8 @@
 // Adaptive drafting. Per request, an exponential moving average of the
 // conditional acceptance at each draft position (a_i: draft i accepted given
 // drafts 1..i−1 were) gives the expected tokens per step
-// E(k) = 1 + Σ_{i<=k} Π_{l<=i} a_l; the step costs about 1 + draft_cost · k
-// decode steps; k maximises E(k) / (1 + draft_cost · k). When that is 0 the
+// E(k) = 1 + Σ_{i<=k} Π_{l<=i} a_l; the step costs 1 + C(k) plain steps, C
+// measured on this machine (MtpCostModel); k maximises E(k) / (1 + C(k)). When that is 0 the
 // request decodes plainly and probes with one draft every probe_interval
 // steps, the interval doubling after each rejected probe (up to
 // max_probe_interval), so random text costs next to nothing.
@@ -70,12 +70,18 @@ struct MtpOptions {
   // Adapt each request's draft length to its measured acceptance. Default on.
   bool adaptive = true;
   // Cost of one more draft token (an MTP layer step plus one more verified
-  // row) relative to a plain decode step, for the adaptive choice. Default
-  // 0.1 (measured with the demo model on the 2-core dev VM: bench/RESULTS.md).
-  double draft_cost = 0.1;
+  // row) relative to a plain decode step, for the adaptive choice, where the
+  // worker has not measured it yet (MtpCostModel). Default 0.3.
+  double draft_cost = 0.3;
+  // Measure the draft cost on this machine from step times (MtpCostModel);
+  // off: draft_cost stays fixed. Default on.
+  bool measure_cost = true;
   // Weight of the newest observation in the acceptance averages. Default 0.2.
   double ema_weight = 0.2;
-  // Acceptance a new request starts from at every position. Default 0.6.
+  // Acceptance the worker's first requests start from at every position;
+  // later ones start from the worker's running average over requests
+  // (MtpState::Prior), so a workload where drafts fail stops drafting from
+  // the first step. Default 0.6.
   double initial_acceptance = 0.6;
   // Plain steps between probes once drafting stopped paying, and the cap of
   // its doubling. Defaults 8 and 256.
@@ -90,10 +96,17 @@ struct MtpOptions {
 // SequenceOptions::swa_slack) so that MTP steps and rollbacks find their KV.
 int MtpSwaSlack(const MtpOptions& options, int mtp_layers);
 
+class MtpCostModel;
+
 // One request's MTP state. Create with the model's layer count (> 0).
 class MtpState {
  public:
-  MtpState(const MtpOptions& options, int layers, int hidden_size, int request_cap);
+  // `prior`: per-position acceptance to start from (empty: the options'
+  // initial_acceptance); `probe_interval` (0: the options'): where the probe
+  // interval starts (a worker passes its last requests', so that on a
+  // workload where drafts fail new requests do not probe often either).
+  MtpState(const MtpOptions& options, int layers, int hidden_size, int request_cap,
+           absl::Span<const double> prior = {}, int probe_interval = 0);
 
   // (Re)starts at committed length m + 1 (tokens t_0..t_m) from the main
   // hidden states of positions [m − rows, m), rows · hidden_size floats.
@@ -105,16 +118,20 @@ class MtpState {
   void Pause();
 
   // Draft length for the next step of a request with committed length
-  // m + 1 (0: plain decode step). Restarts the state when it resumes.
-  int ChooseDraftLength(int m);
+  // m + 1 (0: plain decode step) in a batch of `batch`, drafting k costing
+  // cost.StepCost(batch, k) plain steps. Restarts the state when it resumes.
+  int ChooseDraftLength(int m, const MtpCostModel& cost, int batch);
   // What the step's verification found: `drafted` drafts, the first
   // `accepted` of them accepted.
   void Observe(int drafted, int accepted);
 
   bool active() const { return active_; }
+  int steps() const { return steps_; }  // verify steps observed
+  int probe_interval() const { return probe_interval_; }
   int layers() const { return layers_; }
   int frontier(int layer) const { return frontier_[layer]; }
   double acceptance(int position) const { return accept_[position]; }
+  absl::Span<const double> acceptances() const { return accept_; }
 
  private:
   friend class MtpDrafter;
@@ -135,6 +152,43 @@ class MtpState {
   int plain_steps_ = 0;
   int probe_interval_ = 0;
   bool probing_ = false;
+  int steps_ = 0;
+};
+
+// What drafting costs, measured from the decode loop's step times, per
+// batch-size bucket (powers of two): the mean time of steps without drafts,
+// T0(B); a step of B requests of which R drafted about k tokens each, taking
+// T, gives the extra cost of one request drafting k as (T / T0(B) − 1) · B / R
+// plain request-steps. Averaged per (bucket, k): it covers the MTP layers
+// (their catch-up included), the extra verified rows and the MoE experts
+// those touch, on this machine, for this batch size — no linear model. An
+// unmeasured k costs initial_cost · k. The loop runs a plain step now and
+// then to keep T0 current (WantPlainStep).
+class MtpCostModel {
+ public:
+  static constexpr int kMaxDraft = 8;
+  MtpCostModel(double initial_cost, bool measure) : initial_(initial_cost), measure_(measure) {}
+  // True when the next step of `batch` requests should run without drafts:
+  // every 4th step until this bucket has 3 plain steps, then every 32nd.
+  bool WantPlainStep(int batch) const;
+  // A finished step: `drafted` drafts by `drafting` of `batch` requests
+  // (recompute steps excluded by the caller).
+  void Observe(int batch, double seconds, int drafted, int drafting);
+  // Extra cost of one request drafting k tokens, in plain request-steps.
+  double StepCost(int batch, int k) const;
+
+ private:
+  static int Bucket(int batch);
+  struct PerBatch {
+    double plain_seconds = 0;
+    int plain_steps = 0;
+    int since_plain = 0;
+    double cost[kMaxDraft + 1] = {};
+    int cost_n[kMaxDraft + 1] = {};
+  };
+  PerBatch b_[12];
+  double initial_;
+  bool measure_;
 };
 
 // One request's part of a draft step.

@@ -42,7 +42,8 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "where it does not pay, e.g. on random text)")
       .Add(key("decode.mtp_draft_cost"), &o->mtp_draft_cost,
            "cost of one more draft token relative to a plain decode step, for the adaptive "
-           "choice (bench/RESULTS.md has the measured figure)")
+           "choice until the worker has measured it from its step times "
+           "(swaserve_decode_mtp_draft_cost)")
       .Add(key("decode.default_max_tokens"), &o->default_max_tokens, "max_tokens when a request has 0")
       .Add(key("decode.max_max_tokens"), &o->max_max_tokens, "largest max_tokens accepted")
       .Add(key("decode.commit_timeout"), &o->commit_timeout,

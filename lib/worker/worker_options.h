@@ -49,7 +49,7 @@ struct WorkerOptions {
   // defaults these repeat).
   int64_t mtp_draft_tokens = -1;
   bool mtp_adaptive = true;
-  double mtp_draft_cost = 0.1;
+  double mtp_draft_cost = 0.3;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);

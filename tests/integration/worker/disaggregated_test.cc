@@ -273,6 +273,10 @@ TEST_F(DisaggregatedTest, GreedyOutputsIdenticalMonolithicAndDisaggregated) {
   EXPECT_EQ(load.running_requests(), 0u);
   // Staged in the default arena (no fallback), every block returned.
   for (auto* w : {decode.get(), both.get()}) {
+    // MTP speculation ran (decode workers draft by default) and changed
+    // nothing in the greedy outputs above.
+    EXPECT_GT(Metric(*w, "swaserve_decode_mtp_drafted_tokens_total"), 0) << w->id;
+    EXPECT_GE(Metric(*w, "swaserve_decode_mtp_accepted_tokens_total"), 0) << w->id;
     EXPECT_EQ(Metric(*w, "swaserve_decode_staging_fallback_total"), 0) << w->id;
     EXPECT_EQ(Metric(*w, "swaserve_decode_staging_arena_bytes{state=\"in_use\"}"), 0) << w->id;
   }

@@ -89,6 +89,7 @@ TEST(ParseCompletionTest, AllFields) {
                {"frequency_penalty", 0.0},
                {"user", "alice"},
                {"ignore_eos", true},
+               {"speculative_tokens", 2},
                {"stop_token_ids", {1, 2}},
                {"logprobs", 3},
                {"logit_bias", json::object()},
@@ -115,6 +116,8 @@ TEST(ParseCompletionTest, AllFields) {
   EXPECT_THAT(s.stop(), ElementsAre("\n", "END"));
   EXPECT_THAT(s.stop_token_ids(), ElementsAre(1u, 2u));
   EXPECT_TRUE(s.ignore_eos());
+  ASSERT_TRUE(s.has_speculative_tokens());
+  EXPECT_EQ(s.speculative_tokens(), 2u);
   EXPECT_TRUE(s.logprobs());
   EXPECT_EQ(s.top_logprobs(), 3u);
 }
@@ -148,12 +151,13 @@ TEST(ParseCompletionTest, NullMeansAbsent) {
   for (const char* f :
        {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
         "stream_options", "n", "echo", "presence_penalty", "frequency_penalty",
-        "user", "ignore_eos", "stop_token_ids", "logprobs", "logit_bias",
+        "user", "ignore_eos", "speculative_tokens", "stop_token_ids", "logprobs", "logit_bias",
         "best_of", "suffix"}) {
     body[f] = nullptr;
   }
   ParsedRequest p = MustParse(Completion(body));
   EXPECT_EQ(p.request.sampling().max_tokens(), 256u);
+  EXPECT_FALSE(p.request.sampling().has_speculative_tokens());
   EXPECT_EQ(p.logprobs_top, -1);
 }
 

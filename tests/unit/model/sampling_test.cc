@@ -94,5 +94,83 @@ TEST(Sampling, ValidateNamesTheParameter) {
   EXPECT_THAT(Sampler::Validate(o).message(), ::testing::HasSubstr("top_logprobs"));
 }
 
+// Chi-square statistic of `counts` (n draws) against probabilities `p`
+// (cells with p > 0); a count where p == 0 returns infinity.
+double ChiSquare(const std::map<uint32_t, int>& counts, const TokenDistribution& p, int n,
+                 int* df) {
+  double chi = 0;
+  *df = -1;
+  for (const auto& [t, prob] : p.probs) {
+    const double expect = prob * n;
+    const auto it = counts.find(t);
+    const double got = it == counts.end() ? 0 : it->second;
+    chi += (got - expect) * (got - expect) / expect;
+    ++*df;
+  }
+  for (const auto& [t, c] : counts) {
+    if (p.Prob(t) == 0) return INFINITY;
+  }
+  return chi;
+}
+
+// Speculative sampling (Draft then Verify) emits tokens distributed as the
+// target's processed distribution whatever the draft distribution, with
+// temperature, top-k and top-p applied alike to both. 200,000 draws, fixed
+// seed; the bound is the chi-square 0.9999 quantile (df <= 15: 44.3).
+TEST(Sampling, SpeculativeVerifyPreservesTheTargetDistribution) {
+  const std::vector<float> target = {2.0f, 1.5f, 1.4f, 0.3f, -0.5f, 0.9f, 1.1f, -2.0f,
+                                     0.0f, 0.7f, 1.9f, -1.0f, 0.4f, 0.2f, -0.1f, 1.0f};
+  const std::vector<float> draft = {0.1f, 2.5f, 0.3f, 1.8f, 0.2f, -1.0f, 1.2f, 0.5f,
+                                    2.2f, -0.3f, 0.0f, 0.8f, 1.5f, -2.0f, 0.6f, 0.9f};
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Case& c : {Case{1.0f, 0, 1.0f}, Case{0.7f, 5, 1.0f}, Case{1.3f, 0, 0.8f},
+                        Case{0.9f, 8, 0.9f}}) {
+    SCOPED_TRACE(testing::Message() << "T " << c.temperature << " top_k " << c.top_k
+                                    << " top_p " << c.top_p);
+    SamplingOptions o;
+    o.temperature = c.temperature;
+    o.top_k = c.top_k;
+    o.top_p = c.top_p;
+    o.seed = 42;
+    Sampler s(o);
+    TokenDistribution p;
+    s.Distribution(target, &p);
+    const int n = 200000;
+    std::map<uint32_t, int> counts;
+    int accepted = 0;
+    for (int i = 0; i < n; ++i) {
+      TokenDistribution q;
+      const uint32_t d = s.Draft(draft, &q);
+      SampledToken out;
+      accepted += s.Verify(target, d, q, &out);
+      ++counts[out.token];
+    }
+    int df = 0;
+    const double chi = ChiSquare(counts, p, n, &df);
+    EXPECT_LT(chi, 44.3) << "df " << df;
+    EXPECT_GT(accepted, n / 10);      // the drafts overlap the target
+    EXPECT_LT(accepted, n - n / 10);  // and differ from it
+  }
+}
+
+TEST(Sampling, GreedyVerifyAcceptsExactlyTheArgmax) {
+  Sampler s(SamplingOptions{});
+  const std::vector<float> target = {0.1f, 3.0f, 2.9f};
+  TokenDistribution q;
+  EXPECT_EQ(s.Draft(std::vector<float>{5.0f, 0.0f, 0.0f}, &q), 0u);
+  SampledToken out;
+  EXPECT_FALSE(s.Verify(target, 0, q, &out));
+  EXPECT_EQ(out.token, 1u);
+  EXPECT_EQ(s.Draft(std::vector<float>{0.0f, 5.0f, 0.0f}, &q), 1u);
+  EXPECT_TRUE(s.Verify(target, 1, q, &out));
+  EXPECT_EQ(out.token, 1u);
+  EXPECT_NEAR(out.logprob, 3.0f - std::log(std::exp(0.1f) + std::exp(3.0f) + std::exp(2.9f)),
+              1e-5);
+}
+
 }  // namespace
 }  // namespace swaserve::model

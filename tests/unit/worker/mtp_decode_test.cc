@@ -38,6 +38,7 @@ struct Outcome {
   std::vector<uint32_t> tokens;
   FinishReason finish = FinishReason::kNone;
   absl::Status error;
+  int cached = 0;
 };
 
 // Raw bytes of token t's KV in one layer (K then V).
@@ -51,6 +52,13 @@ class MtpPipeline : public ::testing::Test {
  protected:
   void Start(EngineLock* engine, MtpOptions mtp, bool prefix_cache = true,
              int decode_full_pages = 4096, int decode_swa_pages = 4096) {
+    // A test may start several pipelines: the old one goes first, users of
+    // the pools before the pools.
+    prefill_.reset();
+    decode_.reset();
+    cache_.reset();
+    prefill_pools_.reset();
+    decode_pools_.reset();
     engine_ = engine;
     const kv::KvShape shape = engine->config().KvShape(kPage);
     auto pools = [&](int pages, int swa_pages) {
@@ -71,7 +79,8 @@ class MtpPipeline : public ::testing::Test {
     d.mtp = mtp;
     d.registry = &registry_;
     d.inspect_kv = [this](const std::string& id, const kv::Sequence& seq,
-                          absl::Span<const uint32_t> tokens) { Inspect(id, seq, tokens); };
+                          absl::Span<const uint32_t> tokens,
+                          const MtpState* mtp) { Inspect(id, seq, tokens, mtp); };
     auto dc = DecodeCore::Create(d);
     ASSERT_TRUE(dc.ok()) << dc.status();
     decode_ = std::move(*dc);
@@ -109,6 +118,7 @@ class MtpPipeline : public ::testing::Test {
       if (e.finish != FinishReason::kNone) {
         o.finish = e.finish;
         o.error = e.error;
+        o.cached = e.cached_tokens;
         ++finished_;
       }
     };
@@ -144,7 +154,8 @@ class MtpPipeline : public ::testing::Test {
     std::map<std::pair<int, int>, std::string> full, swa;  // (layer, token)
     int swa_from = 0;
   };
-  void Inspect(const std::string& id, const kv::Sequence& seq, absl::Span<const uint32_t> tokens) {
+  void Inspect(const std::string& id, const kv::Sequence& seq, absl::Span<const uint32_t> tokens,
+               const MtpState* mtp) {
     if (!snapshot_ids_.contains(id)) return;
     KvSnapshot s;
     s.tokens.assign(tokens.begin(), tokens.end());
@@ -160,7 +171,10 @@ class MtpPipeline : public ::testing::Test {
     }
     const int swa_main = engine_->config().num_swa_layers();
     for (int l = 0; l < sh.swa_layers; ++l) {
-      const int end = l < swa_main ? s.length : s.length - 1 - (l - swa_main);
+      // MTP layer j is exact below its frontier.
+      const int end = l < swa_main ? s.length
+                      : mtp != nullptr && mtp->active() ? mtp->frontier(l - swa_main)
+                                                         : 0;
       for (int t = std::max(s.swa_from, s.length - engine_->config().sliding_window); t < end; ++t) {
         s.swa[{l, t}] = TokenKv(seq.SwaLayer(l), t, sk, sv);
       }
@@ -178,7 +192,7 @@ class MtpPipeline : public ::testing::Test {
   absl::flat_hash_set<std::string> snapshot_ids_;  // set before Start's first request
   absl::Mutex mu_;
   std::map<std::string, Outcome> out_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, KvSnapshot> snapshots_;
+  std::map<std::string, KvSnapshot> snapshots_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -192,22 +206,8 @@ EngineLock& DemoEngine() {
   return *lock;
 }
 
-// A tiny random model whose greedy text repeats itself (seed 5), so that
-// its drafts are often accepted.
-EngineLock& RepetitiveTinyEngine() {
-  static EngineLock* lock = [] {
-    const std::string dir = *base::MakeTempDir("mtp-tiny");
-    auto config = model::BuiltinConfig("tiny", 256);
-    EXPECT_TRUE(model::WriteRandomCheckpoint(*config, 5, dir).ok());
-    auto e = model::Engine::Create({.checkpoint_dir = dir});
-    EXPECT_TRUE(e.ok()) << e.status();
-    return new EngineLock(e->release());
-  }();
-  return *lock;
-}
-
 // Greedy generation of n tokens after `prompt` with `engine`, alone.
-std::vector<uint32_t> Greedy(EngineLock& engine, const std::vector<uint32_t>& prompt, int n) {
+[[maybe_unused]] std::vector<uint32_t> Greedy(EngineLock& engine, const std::vector<uint32_t>& prompt, int n) {
   auto pools = *kv::KvPools::Create({engine.config().KvShape(kPage), 2048, 2048, true});
   kv::Sequence seq(kv::SequenceOptions{.pools = pools.get()});
   model::ForwardOutput out;
@@ -232,42 +232,56 @@ MtpOptions Fixed(int k) {
   return o;
 }
 
+#ifndef SWASERVE_MTP_STATISTICS  // the unit tests (label decode;unit)
+
+// Roomy decode pools, then pools small enough that requests are preempted
+// (their MTP state restarts after the recompute) and drafts must give way
+// to pages.
 TEST_F(MtpPipeline, GreedyEqualsTheReferenceWithMixedDraftLengthsAndPrefixHits) {
-  if (getenv("SMALL")) {
-    Start(&testing::TestEngine(), Fixed(-1), true, 400, 120);
-  } else {
-    Start(&testing::TestEngine(), Fixed(-1));
+  for (const auto& [full_pages, swa_pages] : {std::pair{4096, 4096}, std::pair{120, 100}}) {
+    SCOPED_TRACE(absl::StrCat(full_pages, " full and ", swa_pages, " SWA decode pages"));
+    {
+      absl::MutexLock lock(&mu_);
+      out_.clear();
+      finished_ = 0;
+    }
+    Start(&testing::TestEngine(), Fixed(-1), true, full_pages, swa_pages);
+    std::mt19937 rng(5);
+    const std::vector<uint32_t> base = testing::RandomPrompt(3, 70);
+    std::vector<std::vector<uint32_t>> prompts;
+    std::vector<int> max_tokens;
+    for (int i = 0; i < 24; ++i) {
+      std::vector<uint32_t> p;
+      if (i % 2 == 0) p = base;  // prefix hits after the first
+      const auto tail = testing::RandomPrompt(100 + i, 1 + rng() % 40);
+      p.insert(p.end(), tail.begin(), tail.end());
+      prompts.push_back(p);
+      // Small pools: long generations, so that running requests outgrow them.
+      max_tokens.push_back(full_pages == 120 ? 50 + rng() % 30 : 2 + rng() % 30);
+      model::SamplingOptions s;
+      s.speculative_tokens = i % 4 == 3 ? 0 : (i % 4 == 2 ? 1 : -1);  // off, 1, all
+      Submit(absl::StrCat("r", i), p, max_tokens.back(), s);
+    }
+    WaitFinished(24);
+    for (int i = 0; i < 24; ++i) {
+      SCOPED_TRACE(absl::StrCat("request ", i));
+      const Outcome o = Get(absl::StrCat("r", i));
+      ASSERT_TRUE(o.error.ok()) << o.error;
+      EXPECT_EQ(o.tokens, testing::ReferenceGreedy(prompts[i], max_tokens[i]));
+    }
+    const DecodeLoad l = decode_->GetLoad();
+    EXPECT_GT(l.mtp_steps_total, 50);
+    EXPECT_GT(l.mtp_drafted_total, l.mtp_steps_total);  // 2 drafts per step mostly
+    if (full_pages == 120) {
+      EXPECT_GT(l.preempted_total, 0);
+    }
+    prefill_->Stop();
+    decode_->Stop();
   }
-  std::mt19937 rng(5);
-  const std::vector<uint32_t> base = testing::RandomPrompt(3, 70);
-  std::vector<std::vector<uint32_t>> prompts;
-  std::vector<int> max_tokens;
-  for (int i = 0; i < 24; ++i) {
-    std::vector<uint32_t> p;
-    if (i % 2 == 0) p = base;  // prefix hits after the first
-    const auto tail = testing::RandomPrompt(100 + i, 1 + rng() % 40);
-    p.insert(p.end(), tail.begin(), tail.end());
-    prompts.push_back(p);
-    max_tokens.push_back(2 + rng() % 30);
-    model::SamplingOptions s;
-    s.speculative_tokens = i % 4 == 3 ? 0 : (i % 4 == 2 ? 1 : -1);  // off, 1, all
-    Submit(absl::StrCat("r", i), p, max_tokens.back(), s);
-  }
-  WaitFinished(24);
-  for (int i = 0; i < 24; ++i) {
-    SCOPED_TRACE(absl::StrCat("request ", i));
-    const Outcome o = Get(absl::StrCat("r", i));
-    ASSERT_TRUE(o.error.ok()) << o.error;
-    EXPECT_EQ(o.tokens, testing::ReferenceGreedy(prompts[i], max_tokens[i]));
-  }
-  const DecodeLoad l = decode_->GetLoad();
-  EXPECT_GT(l.mtp_steps_total, 50);
-  EXPECT_GT(l.mtp_drafted_total, l.mtp_steps_total);  // 2 drafts per step mostly
-  std::printf("steps %ld drafted %ld accepted %ld\n", (long)l.mtp_steps_total, (long)l.mtp_drafted_total, (long)l.mtp_accepted_total);
 }
 
 TEST_F(MtpPipeline, DemoModelDraftsAreAcceptedAndGreedyIsUnchanged) {
-  EngineLock& engine = getenv("TINY5") ? RepetitiveTinyEngine() : DemoEngine();
+  EngineLock& engine = DemoEngine();
   Start(&engine, Fixed(-1));
   std::mt19937 rng(9);
   std::vector<std::vector<uint32_t>> prompts;
@@ -285,9 +299,294 @@ TEST_F(MtpPipeline, DemoModelDraftsAreAcceptedAndGreedyIsUnchanged) {
     EXPECT_EQ(o.tokens, Greedy(engine, prompts[i], 40));
   }
   const DecodeLoad l = decode_->GetLoad();
-  std::printf("steps %ld drafted %ld accepted %ld\n", (long)l.mtp_steps_total, (long)l.mtp_drafted_total, (long)l.mtp_accepted_total);
   EXPECT_GT(l.mtp_accepted_total, l.mtp_steps_total / 2);
 }
+
+// Teacher-forced KV of `tokens`' first `length` positions in fresh pools:
+// the main model over them in one forward, then each MTP layer over every
+// position whose input token is known (as prefill runs them).
+struct ReferenceKv {
+  std::unique_ptr<kv::KvPools> pools;
+  std::unique_ptr<kv::Sequence> seq;
+};
+ReferenceKv TeacherForced(EngineLock& engine, const std::vector<uint32_t>& tokens, int length) {
+  ReferenceKv r;
+  r.pools = *kv::KvPools::Create({engine.config().KvShape(kPage), 1024, 1024, true});
+  r.seq = std::make_unique<kv::Sequence>(kv::SequenceOptions{.pools = r.pools.get()});
+  EXPECT_TRUE(r.seq->Append(length).ok());
+  model::ForwardOutput out;
+  model::ForwardItem item{.seq = r.seq.get(), .tokens = absl::MakeConstSpan(tokens).first(length)};
+  EXPECT_TRUE(engine.Forward({&item, 1}, &out, /*keep_all_hidden=*/true).ok());
+  std::vector<float> hidden = out.all_hidden;
+  const int H = engine.config().hidden_size;
+  for (int j = 0; j < engine.config().num_mtp_layers; ++j) {
+    const int n = static_cast<int>(tokens.size()) - 1 - j;  // p + j + 1 < tokens.size()
+    const int rows = std::min(n, length);
+    std::vector<uint32_t> t(tokens.begin() + j + 1, tokens.begin() + j + 1 + rows);
+    model::ForwardItem m{.seq = r.seq.get(), .tokens = t, .no_logits = true};
+    EXPECT_TRUE(engine.ForwardMtp(j, {&m, 1}, absl::MakeConstSpan(hidden).first(rows * H), &out).ok());
+    hidden = out.all_hidden;
+  }
+  return r;
+}
+
+void ExpectKvEqualsTeacherForced(EngineLock& engine, const kv::KvShape& sh,
+                                 const std::map<std::pair<int, int>, std::string>& full,
+                                 const std::map<std::pair<int, int>, std::string>& swa,
+                                 const std::vector<uint32_t>& tokens, int length) {
+  ReferenceKv ref = TeacherForced(engine, tokens, length);
+  const size_t es = kv::DTypeSize(sh.dtype);
+  int compared = 0, mtp_compared = 0;
+  for (const auto& [key, bytes] : full) {
+    const std::string want = TokenKv(ref.seq->FullLayer(key.first), key.second,
+                                     sh.full_kv_heads * sh.full_k_head_dim * es,
+                                     sh.full_kv_heads * sh.full_v_head_dim * es);
+    ASSERT_EQ(bytes, want) << "full layer " << key.first << " token " << key.second;
+    ++compared;
+  }
+  for (const auto& [key, bytes] : swa) {
+    const std::string want = TokenKv(ref.seq->SwaLayer(key.first), key.second,
+                                     sh.swa_kv_heads * sh.swa_k_head_dim * es,
+                                     sh.swa_kv_heads * sh.swa_v_head_dim * es);
+    ASSERT_EQ(bytes, want) << "SWA pool layer " << key.first << " token " << key.second;
+    ++compared;
+    if (key.first >= engine.config().num_swa_layers()) ++mtp_compared;
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_GT(mtp_compared, 10);
+}
+
+TEST_F(MtpPipeline, KvAfterRollbacksEqualsARunThatNeverDrafted) {
+  for (EngineLock* engine : {&DemoEngine(), &testing::TestEngine()}) {
+    SCOPED_TRACE(engine == &DemoEngine() ? "demo model" : "tiny model");
+    TearDown();
+    snapshot_ids_ = {"k0", "k1", "k2"};
+    {
+      absl::MutexLock lock(&mu_);
+      out_.clear();
+      snapshots_.clear();
+      finished_ = 0;
+    }
+    Start(engine, Fixed(-1));
+    std::mt19937 rng(21);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<uint32_t> p;
+      for (int t = 0; t < 30 + 25 * i; ++t) p.push_back(rng() % engine->config().vocab_size);
+      Submit(absl::StrCat("k", i), p, 50 + 10 * i);
+    }
+    WaitFinished(3);
+    const DecodeLoad l = decode_->GetLoad();
+    EXPECT_GT(l.mtp_drafted_total, l.mtp_accepted_total);  // rollbacks happened
+    for (int i = 0; i < 3; ++i) {
+      absl::MutexLock lock(&mu_);
+      const KvSnapshot& s = snapshots_.at(absl::StrCat("k", i));
+      ASSERT_EQ(s.length + 1, static_cast<int>(s.tokens.size()));
+      ExpectKvEqualsTeacherForced(*engine, decode_pools_->shape(), s.full, s.swa, s.tokens,
+                                  s.length);
+    }
+    prefill_->Stop();
+    decode_->Stop();
+  }
+}
+
+#else  // the statistics test (its own binary, label decode;model)
+
+// Two-sample chi-square homogeneity of the token at one output position,
+// MTP off against on; cells with fewer than 10 expected draws pooled. True
+// when below the 0.9999 quantile (Wilson–Hilferty).
+bool SameDistribution(const std::map<uint32_t, int>& a, const std::map<uint32_t, int>& b,
+                      std::string* why) {
+  std::map<uint32_t, std::pair<double, double>> cells;
+  double na = 0, nb = 0;
+  for (const auto& [t, c] : a) cells[t].first += c, na += c;
+  for (const auto& [t, c] : b) cells[t].second += c, nb += c;
+  std::vector<std::pair<double, double>> pooled(1, {0, 0});
+  for (const auto& [t, c] : cells) {
+    if ((c.first + c.second) * std::min(na, nb) / (na + nb) < 10) {
+      pooled[0].first += c.first;
+      pooled[0].second += c.second;
+    } else {
+      pooled.push_back(c);
+    }
+  }
+  if (pooled[0].first + pooled[0].second == 0) pooled.erase(pooled.begin());
+  double chi = 0;
+  for (const auto& [x, y] : pooled) {
+    const double ex = (x + y) * na / (na + nb), ey = (x + y) * nb / (na + nb);
+    chi += (x - ex) * (x - ex) / ex + (y - ey) * (y - ey) / ey;
+  }
+  const double df = static_cast<double>(pooled.size()) - 1;
+  const double z = 3.719;  // one-sided 1e-4
+  const double bound = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  *why = absl::StrCat("chi-square ", chi, " with ", df, " degrees of freedom (bound ", bound, ")");
+  return chi < bound;
+}
+
+// With sampling, MTP leaves the output distribution unchanged: the same
+// prompt with 1,000 seeds, MTP off and on (the demo model, whose drafts are
+// accepted about half the time), and the tokens at output positions 1-3
+// (drafted and verified with MTP on) compared position by position.
+// In its own binary and ctest label ("model", not "unit": 25 s here, too
+// slow for the sanitizer build).
+using MtpPipelineStatistics = MtpPipeline;
+TEST_F(MtpPipelineStatistics, SamplingDistributionIsUnchangedByMtp) {
+  std::map<uint32_t, int> hist[2][3];
+  int64_t drafted = 0, accepted = 0;
+  std::vector<uint32_t> prompt;
+  std::mt19937 rng(3);
+  for (int t = 0; t < 16; ++t) prompt.push_back(rng() % 4000);
+  const int n = 1000;
+  for (int arm = 0; arm < 2; ++arm) {
+    TearDown();
+    {
+      absl::MutexLock lock(&mu_);
+      out_.clear();
+      finished_ = 0;
+    }
+    Start(&DemoEngine(), arm == 0 ? Fixed(0) : Fixed(-1), /*prefix_cache=*/true);
+    for (int i = 0; i < n; ++i) {
+      model::SamplingOptions s;
+      s.temperature = 0.8f;
+      s.top_k = 40;
+      s.top_p = 0.95f;
+      s.seed = 1000 + i;
+      Submit(absl::StrCat("s", i), prompt, 4, s);
+    }
+    WaitFinished(n);
+    for (int i = 0; i < n; ++i) {
+      const Outcome o = Get(absl::StrCat("s", i));
+      ASSERT_TRUE(o.error.ok()) << o.error;
+      ASSERT_EQ(o.tokens.size(), 4u);
+      for (int k = 0; k < 3; ++k) ++hist[arm][k][o.tokens[k + 1]];
+    }
+    const DecodeLoad l = decode_->GetLoad();
+    if (arm == 1) {
+      drafted = l.mtp_drafted_total;
+      accepted = l.mtp_accepted_total;
+    }
+    prefill_->Stop();
+    decode_->Stop();
+  }
+  EXPECT_GT(accepted, drafted / 5);
+  EXPECT_LT(accepted, drafted - drafted / 5);
+  for (int k = 0; k < 3; ++k) {
+    std::string why;
+    EXPECT_TRUE(SameDistribution(hist[0][k], hist[1][k], &why)) << "position " << k + 1 << ": " << why;
+    std::printf("position %d: %s\n", k + 1, why.c_str());
+  }
+}
+
+#endif  // SWASERVE_MTP_STATISTICS
+#ifndef SWASERVE_MTP_STATISTICS
+
+// The cost model: plain steps give T0 per batch size; a step where R of B
+// requests drafted about k each gives C(k) = (T / T0 - 1) * B / R; an
+// unmeasured k costs initial * k; plain steps are asked for every 4 steps
+// until T0 is known, then every 32.
+TEST(MtpCostModel, MeasuresTheCostOfEachDraftLengthPerBatchSize) {
+  MtpCostModel c(0.3, true);
+  EXPECT_DOUBLE_EQ(c.StepCost(1, 2), 0.6);
+  EXPECT_FALSE(c.WantPlainStep(1));
+  for (int i = 0; i < 4; ++i) c.Observe(1, 2e-3, 2, 1);  // drafts before any plain step
+  EXPECT_TRUE(c.WantPlainStep(1));
+  EXPECT_DOUBLE_EQ(c.StepCost(1, 2), 0.6);  // nothing to compare with yet
+  for (int i = 0; i < 3; ++i) c.Observe(1, 1e-3, 0, 0);  // plain, batch 1
+  for (int i = 0; i < 10; ++i) c.Observe(1, 2e-3, 2, 1);  // k = 2: twice a plain step
+  EXPECT_NEAR(c.StepCost(1, 2), 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(c.StepCost(1, 1), 0.3);  // k = 1 never ran
+  EXPECT_DOUBLE_EQ(c.StepCost(1, 0), 0);
+  for (int i = 0; i < 3; ++i) c.Observe(16, 4e-3, 0, 0);   // batch 16
+  for (int i = 0; i < 40; ++i) c.Observe(16, 6e-3, 48, 16);  // all draft 3: +50%
+  EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);
+  EXPECT_NEAR(c.StepCost(31, 3), 0.5, 1e-9);  // same bucket
+  EXPECT_DOUBLE_EQ(c.StepCost(1, 3), 0.9);    // other bucket, unmeasured
+  for (int i = 0; i < 40; ++i) c.Observe(16, 5e-3, 24, 8);  // half draft 3: +25%
+  EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);  // the same per drafting request
+  EXPECT_TRUE(c.WantPlainStep(16));  // 80 draft steps since the last plain one
+  c.Observe(16, 4e-3, 0, 0);
+  EXPECT_FALSE(c.WantPlainStep(17));
+  MtpCostModel fixed(0.3, false);
+  fixed.Observe(1, 1e-3, 0, 0);
+  fixed.Observe(1, 5e-3, 1, 1);
+  EXPECT_DOUBLE_EQ(fixed.StepCost(1, 1), 0.3);
+  EXPECT_FALSE(fixed.WantPlainStep(1));
+}
+
+// A prefix hit keeps a cold run's draft quality: B = base + its own tail
+// after A = base + another tail, against B alone on a fresh worker (fixed
+// draft length, so both runs draft alike). The MTP KV that B reuses from A's
+// cached pages equals what B computes cold, so the drafts, and the
+// acceptance, are identical. (The divergence is at least K tokens after the
+// hit's page boundary: closer, the cached MTP KV of the last K − 1 positions
+// carries A's continuation — see prefill_core.cc Accept.)
+TEST_F(MtpPipeline, PrefixHitKeepsTheDraftsOfAColdRun) {
+  std::mt19937 rng(31);
+  auto random = [&](int n) {
+    std::vector<uint32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back(rng() % 4000);
+    return v;
+  };
+  const std::vector<uint32_t> base = random(103);  // hit at 100, divergence at 103
+  for (int trial = 0; trial < 3; ++trial) {
+    std::vector<uint32_t> a = base, b = base;
+    const auto ta = random(20), tb = random(20);
+    a.insert(a.end(), ta.begin(), ta.end());
+    b.insert(b.end(), tb.begin(), tb.end());
+    int64_t drafted[2], accepted[2];
+    std::vector<uint32_t> tokens[2];
+    for (int warm = 0; warm < 2; ++warm) {
+      {
+        absl::MutexLock lock(&mu_);
+        out_.clear();
+        finished_ = 0;
+      }
+      Start(&DemoEngine(), Fixed(-1));
+      if (warm == 1) {
+        Submit("a", a, 40);
+        WaitFinished(1);
+      }
+      const DecodeLoad before = decode_->GetLoad();
+      Submit("b", b, 40);
+      WaitFinished(warm + 1);
+      const DecodeLoad after = decode_->GetLoad();
+      const Outcome o = Get("b");
+      ASSERT_TRUE(o.error.ok()) << o.error;
+      EXPECT_EQ(o.cached, warm == 1 ? 100 : 0);
+      drafted[warm] = after.mtp_drafted_total - before.mtp_drafted_total;
+      accepted[warm] = after.mtp_accepted_total - before.mtp_accepted_total;
+      tokens[warm] = o.tokens;
+      prefill_->Stop();
+      decode_->Stop();
+    }
+    SCOPED_TRACE(absl::StrCat("trial ", trial));
+    EXPECT_EQ(tokens[1], tokens[0]);
+    EXPECT_GT(accepted[0], 0);
+    EXPECT_EQ(drafted[1], drafted[0]);
+    EXPECT_EQ(accepted[1], accepted[0]);
+  }
+}
+
+// Adaptive drafting on text where drafts are never accepted (the tiny
+// random model): after the first few steps the requests decode plainly,
+// drafting only in rare probes, and greedy output is unchanged.
+TEST_F(MtpPipeline, AdaptiveDraftingStopsWhereDraftsAreRejected) {
+  Start(&testing::TestEngine(), MtpOptions{});
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(testing::RandomPrompt(500 + i, 20));
+    Submit(absl::StrCat("a", i), prompts.back(), 200);
+  }
+  WaitFinished(4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Get(absl::StrCat("a", i)).tokens, testing::ReferenceGreedy(prompts[i], 200));
+  }
+  const DecodeLoad l = decode_->GetLoad();
+  // 4 x 199 decode tokens: a few dozen drafts at most (initial steps, probes).
+  EXPECT_LT(l.mtp_drafted_total, 4 * 199 / 8) << l.mtp_drafted_total;
+  EXPECT_GT(l.mtp_drafted_total, 0);
+}
+
+#endif  // !SWASERVE_MTP_STATISTICS
 
 }  // namespace
 }  // namespace swaserve::worker
