@@ -18,7 +18,8 @@
 // a random-weight model of the tiny shape, whose drafts are almost never
 // accepted: the cost of adaptive drafting where drafting does not pay.
 //
-//   mtp_bench [--model models/demo] [--tokens 256] [--reps 3] [--json FILE]
+//   mtp_bench [--model models/demo] [--tokens 256] [--reps 3]
+//             [--only kjv|random|tiny-random] [--profile_only] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -248,6 +249,7 @@ int Main(int argc, char** argv) {
   std::string model_dir = "models/demo", json_path;
   int tokens = 256, reps = 3;
   bool profile_only = false;
+  std::string only;  // one prompt set: kjv | random | tiny-random
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -256,10 +258,11 @@ int Main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--profile_only") profile_only = true;
+    else if (a == "--only") only = next();
     else {
       std::fprintf(stderr,
-                   "usage: mtp_bench [--model DIR] [--tokens N] [--reps N] [--profile_only] "
-                   "[--json FILE]\n");
+                   "usage: mtp_bench [--model DIR] [--tokens N] [--reps N] [--only SET] "
+                   "[--profile_only] [--json FILE]\n");
       return 2;
     }
   }
@@ -310,6 +313,7 @@ int Main(int argc, char** argv) {
   for (const Set& set : {Set{"kjv", &engine, &kjv}, Set{"random", &engine, &random},
                          Set{"tiny-random", &tiny, &tiny_prompts}}) {
     if (profile_only) break;
+    if (!only.empty() && only != set.name) continue;
     const char* name = set.name;
     EngineLock* engine = set.engine;
     for (int batch : {1, 16}) {

@@ -192,6 +192,8 @@ struct DecodeCore::Impl {
   bool VerifyAndEmit(Req& r, int item, int hidden_row);
   // A new or readmitted request's MTP state (null when it does not draft).
   void StartMtp(Req& r);
+  // Submit's checks and the request they make.
+  absl::StatusOr<std::unique_ptr<Req>> Prepare(DecodeJob job);
   absl::Status StartRecompute(Req& r);
   // Appends the next recompute chunk of the oldest recomputing request in
   // the batch to `items` (false: none, or its pages ran out).
@@ -740,7 +742,7 @@ DecodeCore::~DecodeCore() { Stop(); }
 
 void DecodeCore::Stop() { StopLoop(&impl_->mu, &impl_->cv, &impl_->stopping, &impl_->thread); }
 
-absl::Status DecodeCore::Submit(DecodeJob job) {
+absl::StatusOr<std::unique_ptr<Req>> DecodeCore::Impl::Prepare(DecodeJob job) {
   if (!job.sink) return absl::InvalidArgumentError("decode job without a token sink");
   if (job.prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   if (job.staging == nullptr || job.staging->layout().num_tokens != static_cast<int>(job.prompt.size())) {
@@ -748,7 +750,7 @@ absl::Status DecodeCore::Submit(DecodeJob job) {
         "request ", job.id, ": staged KV does not cover its ", job.prompt.size(),
         " prompt tokens"));
   }
-  const StagedKvLayout want = StagedKvLayout::For(impl_->options.pools->shape(),
+  const StagedKvLayout want = StagedKvLayout::For(options.pools->shape(),
                                                   static_cast<int>(job.prompt.size()));
   const StagedKvLayout& have = job.staging->layout();
   if (have.first_swa_token > want.first_swa_token || have.first_swa_token % have.page_size != 0 ||
@@ -758,28 +760,49 @@ absl::Status DecodeCore::Submit(DecodeJob job) {
                                                    ": staged KV layout does not match this "
                                                    "worker's KV pools"));
   }
-  const int V = impl_->options.engine->config().vocab_size;
+  const int V = options.engine->config().vocab_size;
   if (job.first_token.token >= static_cast<uint32_t>(V)) {
     return absl::InvalidArgumentError(absl::StrCat("first token ", job.first_token.token,
                                                    " >= vocab size ", V));
   }
   RETURN_IF_ERROR(model::Sampler::Validate(job.sampling));
-  RETURN_IF_ERROR(StopChecker::Validate(job.stop, impl_->options.tokenizer));
+  RETURN_IF_ERROR(StopChecker::Validate(job.stop, options.tokenizer));
   auto r = std::make_unique<Req>();
   r->sampler = std::make_unique<model::Sampler>(job.sampling);
   // Prefill sampled the first token from the same seed: continue its random
   // stream (drawing its number again made the second token depend on the
   // first's draw).
   r->sampler->Skip(1);
-  r->stop = std::make_unique<StopChecker>(job.stop, impl_->options.tokenizer);
+  r->stop = std::make_unique<StopChecker>(job.stop, options.tokenizer);
   r->job = std::move(job);
+  return r;
+}
+
+absl::Status DecodeCore::Submit(DecodeJob job) {
+  std::vector<DecodeJob> one;
+  one.push_back(std::move(job));
+  return SubmitAll(std::move(one));
+}
+
+absl::Status DecodeCore::SubmitAll(std::vector<DecodeJob> jobs) {
+  std::vector<std::unique_ptr<Req>> reqs;
+  for (DecodeJob& job : jobs) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Req> r, impl_->Prepare(std::move(job)));
+    reqs.push_back(std::move(r));
+  }
   absl::MutexLock lock(&impl_->mu);
   if (impl_->stopping) return absl::FailedPreconditionError("decode core is stopping");
-  if (!impl_->ids.insert(r->job.id).second) {
-    return absl::AlreadyExistsError(absl::StrCat("request ", r->job.id, " is already here"));
+  absl::flat_hash_set<std::string> batch;
+  for (const auto& r : reqs) {
+    if (impl_->ids.contains(r->job.id) || !batch.insert(r->job.id).second) {
+      return absl::AlreadyExistsError(absl::StrCat("request ", r->job.id, " is already here"));
+    }
   }
-  impl_->incoming.push_back(std::move(r));
-  impl_->staged_count++;
+  for (auto& r : reqs) {
+    impl_->ids.insert(r->job.id);
+    impl_->incoming.push_back(std::move(r));
+    impl_->staged_count++;
+  }
   impl_->cv.Signal();
   return absl::OkStatus();
 }

@@ -128,6 +128,9 @@ class DecodeCore {
   // FailedPrecondition after Stop, AlreadyExists for a duplicate id. The
   // sink then receives the first token once the request is admitted.
   absl::Status Submit(DecodeJob job);
+  // Several jobs queued at once (all or none), so that the loop sees them in
+  // one iteration, in this order.
+  absl::Status SubmitAll(std::vector<DecodeJob> jobs);
   // Ends the request with kCancelled (staged or running); no-op if unknown.
   void Cancel(const std::string& id);
   DecodeLoad GetLoad() const;

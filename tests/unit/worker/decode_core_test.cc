@@ -60,9 +60,12 @@ class Collector {
 
 class DecodeCoreTest : public ::testing::Test {
  protected:
-  void Start(int full_pages, int swa_pages, int max_batch = 32) {
+  // `mtp`: MTP speculation as a worker runs it (default); off where a test
+  // counts pages step by step (mtp_decode_test.cc covers MTP under pressure).
+  void Start(int full_pages, int swa_pages, int max_batch = 32, bool mtp = true) {
     pools_ = testing::NewPools(full_pages, swa_pages);
     DecodeCoreOptions o;
+    if (!mtp) o.mtp.draft_tokens = 0;
     o.engine = &testing::TestEngine();
     o.pools = pools_.get();
     o.max_batch_size = max_batch;
@@ -127,10 +130,12 @@ TEST_F(DecodeCoreTest, PreemptionRecomputesAndKeepsOutputsIdentical) {
   Start(/*full_pages=*/40, /*swa_pages=*/256);
   Collector c;
   std::vector<std::vector<uint32_t>> prompts;
+  std::vector<DecodeJob> jobs;  // queued at once: they contend from the start
   for (int i = 0; i < 6; ++i) {
     prompts.push_back(testing::RandomPrompt(200 + i, 30 + 3 * i));
-    ASSERT_TRUE(core_->Submit(Job("p" + std::to_string(i), prompts[i], 40, c)).ok());
+    jobs.push_back(Job("p" + std::to_string(i), prompts[i], 40, c));
   }
+  ASSERT_TRUE(core_->SubmitAll(std::move(jobs)).ok());
   c.WaitFor(6);
   for (int i = 0; i < 6; ++i) {
     const auto r = c.Get("p" + std::to_string(i));
@@ -158,7 +163,9 @@ TEST_F(DecodeCoreTest, PreemptionRecomputesAndKeepsOutputsIdentical) {
 // decode tokens (before, it ran whole inside admission while everyone else
 // waited), and outputs stay identical to the reference.
 TEST_F(DecodeCoreTest, PreemptedRecomputeIsInterleavedWithTheRunningBatch) {
-  Start(/*full_pages=*/48, /*swa_pages=*/256);
+  // Without MTP: drafts would change how fast the pool fills, and with it
+  // which requests are admitted together (the premise below).
+  Start(/*full_pages=*/48, /*swa_pages=*/256, /*max_batch=*/32, /*mtp=*/false);
   Collector c;
   // Two short requests with long generations admitted first; a long prompt
   // last (the youngest: the preemption victim). When a short one finishes
@@ -173,7 +180,7 @@ TEST_F(DecodeCoreTest, PreemptedRecomputeIsInterleavedWithTheRunningBatch) {
   // recomputes while i1 still decodes.
   std::vector<DecodeJob> jobs;
   for (int i = 0; i < 3; ++i) jobs.push_back(Job("i" + std::to_string(i), prompts[i], lengths[i], c));
-  for (DecodeJob& j : jobs) ASSERT_TRUE(core_->Submit(std::move(j)).ok());
+  ASSERT_TRUE(core_->SubmitAll(std::move(jobs)).ok());
   c.WaitFor(3);
   for (int i = 0; i < 3; ++i) {
     const auto r = c.Get("i" + std::to_string(i));
