@@ -128,7 +128,7 @@ void Sampler::Distribution(absl::Span<const float> logits, TokenDistribution* ou
   for (size_t i = 0; i < keep; ++i) out->probs.push_back({scratch_[i].second, weights_[i] / sum});
 }
 
-SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) const {
+SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) {
   SampledToken out;
   const size_t n = logits.size();
   // Log-softmax normaliser of the raw logits (for logprobs).
@@ -140,10 +140,10 @@ SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) c
   out.logprob = logits[token] - log_z;
   if (options_.top_logprobs > 0) {
     const size_t k = std::min<size_t>(options_.top_logprobs, n);
-    std::vector<std::pair<float, uint32_t>> all(n);
-    for (uint32_t i = 0; i < n; ++i) all[i] = {logits[i], i};
-    std::partial_sort(all.begin(), all.begin() + k, all.end(), ByLogit);
-    for (size_t i = 0; i < k; ++i) out.top.push_back({all[i].second, all[i].first - log_z});
+    scratch_.resize(n);  // Sample() is done with it by now
+    for (uint32_t i = 0; i < n; ++i) scratch_[i] = {logits[i], i};
+    std::partial_sort(scratch_.begin(), scratch_.begin() + k, scratch_.end(), ByLogit);
+    for (size_t i = 0; i < k; ++i) out.top.push_back({scratch_[i].second, scratch_[i].first - log_z});
   }
   return out;
 }

@@ -68,7 +68,7 @@ class Sampler {
 
   // `token` described against these logits: its logprob and the top
   // alternatives, as Sample() reports them.
-  SampledToken Describe(absl::Span<const float> logits, uint32_t token) const;
+  SampledToken Describe(absl::Span<const float> logits, uint32_t token);
 
   // Speculative decoding (Leviathan et al. / Chen et al.): a draft token is
   // drawn from the draft model's processed distribution q (Draft), then

@@ -60,6 +60,9 @@ struct Metrics {
   metrics::Histogram* mtp_length = nullptr;
   metrics::Family<metrics::Counter>* mtp_pos_drafted = nullptr;
   metrics::Family<metrics::Counter>* mtp_pos_accepted = nullptr;
+  // Their children by draft position - 1, made on first use (the decode
+  // loop then does no label lookups).
+  std::vector<std::pair<metrics::Counter*, metrics::Counter*>> mtp_pos;
   metrics::Histogram* mtp_draft_seconds = nullptr;
   metrics::Histogram* mtp_verify_seconds = nullptr;
   metrics::Gauge* mtp_draft_cost = nullptr;
@@ -228,7 +231,9 @@ void DecodeCore::Impl::End(std::unique_ptr<Req> r, FinishReason finish, absl::St
     // The worker's prior moves toward what this request saw.
     absl::Span<const double> a = r->mtp->acceptances();
     if (acceptance_prior.size() != a.size()) acceptance_prior.assign(a.begin(), a.end());
-    for (size_t i = 0; i < a.size(); ++i) acceptance_prior[i] = 0.7 * acceptance_prior[i] + 0.3 * a[i];
+    for (size_t i = 0; i < a.size(); ++i) {
+      acceptance_prior[i] = 0.7 * acceptance_prior[i] + 0.3 * a[i];
+    }
     probe_interval_prior = r->mtp->probe_interval();
   }
   if (r->seq != nullptr) r->seq->Abort();
@@ -580,9 +585,13 @@ bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
       m.mtp_accepted->Increment(accepted);
       m.mtp_length->Observe(accepted + 1);
       for (int i = 0; i < r.k && i <= accepted; ++i) {
-        const std::string p = std::to_string(i + 1);
-        m.mtp_pos_drafted->WithLabels({p}).Increment();
-        if (i < accepted) m.mtp_pos_accepted->WithLabels({p}).Increment();
+        while (static_cast<int>(m.mtp_pos.size()) <= i) {
+          const std::string p = std::to_string(m.mtp_pos.size() + 1);
+          m.mtp_pos.emplace_back(&m.mtp_pos_drafted->WithLabels({p}),
+                                 &m.mtp_pos_accepted->WithLabels({p}));
+        }
+        m.mtp_pos[i].first->Increment();
+        if (i < accepted) m.mtp_pos[i].second->Increment();
       }
     }
     // The KV of rejected drafts goes (every layer's: the MTP layers'
