@@ -52,6 +52,7 @@ int CommonPages(const CacheNode* node, absl::Span<const uint64_t> hashes,
 CacheHit& CacheHit::operator=(CacheHit&& other) noexcept {
   page_size_ = other.page_size_;
   matched_tokens_ = other.matched_tokens_;
+  window_safe_tokens_ = other.window_safe_tokens_;
   full_pages_ = std::move(other.full_pages_);
   swa_pages_ = std::move(other.swa_pages_);
   swa_first_page_ = other.swa_first_page_;
@@ -62,6 +63,7 @@ CacheHit& CacheHit::operator=(CacheHit&& other) noexcept {
   other.node_ = nullptr;
   other.swa_locked_tokens_ = 0;
   other.matched_tokens_ = 0;
+  other.window_safe_tokens_ = 0;
   other.swa_first_page_ = 0;
   return *this;
 }
@@ -236,8 +238,12 @@ void PrefixCache::Tombstone(CacheNode* node, EvictResult* result) {
   Reindex(node);
 }
 
-MatchLengths PrefixCache::Match(absl::Span<const uint64_t> page_hashes) const {
+MatchLengths PrefixCache::Match(absl::Span<const uint64_t> page_hashes,
+                                int max_tokens) const {
   MatchLengths out;
+  page_hashes = page_hashes.subspan(
+      0, std::min<size_t>(page_hashes.size(),
+                          std::max(0, max_tokens) / static_cast<size_t>(page_size_)));
   const CacheNode* node = root_.get();
   size_t pos = 0;
   int live_start = 0;  // first page of the current run of live SWA pages
@@ -266,11 +272,11 @@ MatchLengths PrefixCache::Match(absl::Span<const uint64_t> page_hashes) const {
 }
 
 CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
-                                   int max_tokens) {
+                                   const MatchOptions& options) {
   CacheHit hit;
   hit.page_size_ = page_size_;
   const size_t limit = std::min<size_t>(
-      page_hashes.size(), std::max(0, max_tokens) / static_cast<size_t>(page_size_));
+      page_hashes.size(), std::max(0, options.max_tokens) / static_cast<size_t>(page_size_));
   page_hashes = page_hashes.subspan(0, limit);
   stats_.lookups.fetch_add(1, std::memory_order_relaxed);
   stats_.lookup_tokens.fetch_add(static_cast<int64_t>(limit) * page_size_,
@@ -283,12 +289,16 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   int safe = 0;
   CacheNode* safe_node = nullptr;
   int safe_k = 0;
+  CacheNode* full_node = nullptr;  // where the full-KV match ends
+  int full_k = 0;
   while (pos < page_hashes.size()) {
     auto it = node->children.find(page_hashes[pos]);
     if (it == node->children.end()) break;
     CacheNode* child = it->second.get();
     const int k = CommonPages(child, page_hashes, pos);
     const int end = static_cast<int>(pos) + k;
+    full_node = child;
+    full_k = k;
     bool is_safe = false;
     if (child->tombstone()) {
       is_safe = window_ <= 1;
@@ -308,8 +318,13 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
     node = child;
   }
   hit.matched_tokens_ = static_cast<int>(pos) * page_size_;
+  hit.window_safe_tokens_ = safe * page_size_;
   stats_.window_lost_tokens.fetch_add(int64_t{static_cast<int>(pos) - safe} * page_size_,
                                       std::memory_order_relaxed);
+  if (options.full_kv && static_cast<int>(pos) > safe) {
+    LockFullKv(hit, full_node, full_k);
+    return hit;
+  }
   if (safe == 0) return hit;
   stats_.hit_tokens.fetch_add(int64_t{safe} * page_size_, std::memory_order_relaxed);
 
@@ -347,6 +362,24 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   hit.swa_locked_tokens_ = swa_pages * page_size_;
   LockPath(end_node, swa_pages);
   return hit;
+}
+
+void PrefixCache::LockFullKv(CacheHit& hit, CacheNode* end_node, int k) {
+  // The hit ends where the full-KV match does; no SWA page is locked (the
+  // caller restores the window). Recency: full KV only.
+  if (k < end_node->pages()) end_node = Split(end_node, k);
+  std::vector<CacheNode*> path;
+  for (CacheNode* n = end_node; n != root_.get(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  ++tick_;
+  for (CacheNode* n : path) {
+    hit.full_pages_.insert(hit.full_pages_.end(), n->full.begin(), n->full.end());
+    n->full_tick = tick_;
+  }
+  hit.swa_first_page_ = static_cast<int>(hit.full_pages_.size());
+  hit.node_ = end_node;
+  hit.swa_locked_tokens_ = 0;
+  LockPath(end_node, 0);
 }
 
 void PrefixCache::LockPath(CacheNode* end, int swa_pages) {

@@ -17,6 +17,12 @@
 // Locks: MatchAndLock() puts a full lock on every node from the hit's end to
 // the root and a SWA lock on the nodes that cover the hit's last window (the
 // only SWA pages the request will read). Locked pages are never evicted.
+//
+// Full-KV hits (MatchOptions::full_kv, for window restore): when the full-KV
+// match M is longer than the window-safe one L, the hit locks the full pages
+// of [0, M) and no SWA page; the caller recomputes the window's SWA (and
+// MTP) KV from a bounded stretch before M (WindowRestoreStart in
+// sequence.h) and inserts it, which heals the tombstones on the path.
 // ReleaseSwa() drops the SWA lock early (once the request's own window has
 // moved past the hit); Unlock() drops everything. Invariant: full_lock >=
 // swa_lock on every node.
@@ -104,11 +110,17 @@ class CacheHit {
   CacheHit(const CacheHit&) = delete;
   CacheHit& operator=(const CacheHit&) = delete;
 
-  // Window-safe hit length in tokens (a multiple of page_size): the prefix
-  // whose KV the request reuses.
+  // Hit length in tokens (a multiple of page_size): the prefix whose full
+  // KV the request reuses. The window-safe length, unless this is a
+  // full-KV hit (needs_window_restore()): then the full-KV match.
   int tokens() const { return static_cast<int>(full_pages_.size()) * page_size_; }
   // Longest prefix with full KV in the cache (>= tokens()).
   int matched_tokens() const { return matched_tokens_; }
+  // Longest window-safe prefix (<= tokens()).
+  int window_safe_tokens() const { return window_safe_tokens_; }
+  // A full-KV hit: the SWA KV of its last window is not in the cache (no SWA
+  // page is locked); the caller must restore it before reading it.
+  bool needs_window_restore() const { return tokens() > window_safe_tokens_; }
   // Full-pool pages of tokens [0, tokens()).
   absl::Span<const PageId> full_pages() const { return full_pages_; }
   // SWA-pool pages of pages [swa_first_page(), tokens()/page_size); the hit's
@@ -122,6 +134,7 @@ class CacheHit {
   friend class PrefixCache;
   int page_size_ = 1;
   int matched_tokens_ = 0;
+  int window_safe_tokens_ = 0;
   std::vector<PageId> full_pages_;
   std::vector<PageId> swa_pages_;
   int swa_first_page_ = 0;
@@ -129,10 +142,20 @@ class CacheHit {
   int swa_locked_tokens_ = 0;     // tokens of SWA lock counted up from node_
 };
 
-// Result of a lookup without locking.
+// Result of a lookup without locking: both lengths a caller chooses from
+// (page aligned; safe_tokens <= matched_tokens).
 struct MatchLengths {
-  int matched_tokens = 0;  // full-KV prefix length
-  int safe_tokens = 0;     // window-safe prefix length (usable)
+  int matched_tokens = 0;  // full-KV prefix length M
+  int safe_tokens = 0;     // window-safe prefix length L (usable as is)
+};
+
+struct MatchOptions {
+  // At most this many tokens are matched (rounded down to pages). Pass the
+  // prompt length minus one so that at least one token is computed.
+  int max_tokens = INT32_MAX;
+  // Lock the full-KV match M instead of the window-safe L when M > L (a
+  // full-KV hit: see above). When M == L the hit is an ordinary one.
+  bool full_kv = false;
 };
 
 struct EvictResult {
@@ -168,15 +191,20 @@ class PrefixCache {
   int page_size() const { return page_size_; }
   int sliding_window() const { return window_; }
 
-  // Lookup without side effects (for schedulers and estimates).
-  MatchLengths Match(absl::Span<const uint64_t> page_hashes) const;
+  // Lookup without side effects (for schedulers and estimates); at most
+  // max_tokens tokens (rounded down to pages).
+  MatchLengths Match(absl::Span<const uint64_t> page_hashes,
+                     int max_tokens = INT32_MAX) const;
 
-  // Finds the longest window-safe prefix of `page_hashes`, locks it, and
-  // refreshes recency. At most max_tokens tokens are matched (pass the prompt
-  // length minus one so that at least one token is computed; rounded down to
-  // pages). May split a node at the hit's end or window boundary.
+  // Finds the longest window-safe prefix of `page_hashes` (or, with
+  // options.full_kv, the full-KV one), locks it, and refreshes recency. May
+  // split a node at the hit's end or window boundary.
   CacheHit MatchAndLock(absl::Span<const uint64_t> page_hashes,
-                        int max_tokens = INT32_MAX);
+                        const MatchOptions& options);
+  CacheHit MatchAndLock(absl::Span<const uint64_t> page_hashes,
+                        int max_tokens = INT32_MAX) {
+    return MatchAndLock(page_hashes, MatchOptions{.max_tokens = max_tokens});
+  }
 
   // Drops the hit's SWA lock (its window is no longer read). Idempotent.
   void ReleaseSwa(CacheHit& hit);
@@ -241,6 +269,8 @@ class PrefixCache {
   bool FullEvictable(const CacheNode* node) const;
   bool SwaEvictable(const CacheNode* node) const;
   void LockPath(CacheNode* node, int swa_tokens);
+  // Locks the full pages of the path ending `k` pages into `end_node`.
+  void LockFullKv(CacheHit& hit, CacheNode* end_node, int k);
   void UnlockSwa(CacheNode* node, int swa_tokens);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
             int num_pages);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
 
 namespace swaserve::kv {
 
@@ -22,6 +23,12 @@ int SwaWindowStart(int n_tokens, int window, int page_size) {
   return std::max(0, n_tokens - window + 1) / page_size * page_size;
 }
 
+int WindowRestoreStart(int full_tokens, int window, int page_size, int swa_chain_layers) {
+  const int64_t first = SwaWindowStart(full_tokens, window, page_size);
+  const int64_t reach = int64_t{std::max(0, swa_chain_layers - 1)} * std::max(0, window - 1);
+  return static_cast<int>(std::max<int64_t>(0, first - reach));
+}
+
 Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
     : pools_(options.pools),
       cache_(options.cache),
@@ -39,6 +46,8 @@ Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
   for (size_t j = 0; j < hit_.swa_pages().size(); ++j) {
     swa_pages_[swa_first_page_ + j] = hit_.swa_pages()[j];
   }
+  swa_shared_end_ = hit_pages_;
+  frontier_ = length_;
   const int diverge = hit_.matched_tokens() / page_size_ * page_size_;
   if (options.keep_divergence_window && diverge > hit_tokens_) {
     keep_end_ = diverge / page_size_;
@@ -72,12 +81,12 @@ Sequence::PageNeeds Sequence::NeedsFor(int n_tokens) const {
 
 void Sequence::TrimWindow() {
   if (done_) return;
-  const int new_first = KeepFromToken(length_) / page_size_;
-  for (int p = swa_first_page_; p < new_first; ++p) {
-    if (p >= keep_begin_ && p < keep_end_) continue;  // divergence window
+  const int new_first = KeepFromToken(std::min(length_, frontier_)) / page_size_;
+  for (int p = swa_first_page_; p < new_first && p < static_cast<int>(swa_pages_.size()); ++p) {
+    if (p >= keep_begin_ && p < keep_end_) continue;  // divergence / restored window
     PageId page = swa_pages_[p];
     if (page == kNoPage) continue;
-    if (!IsShared(p)) pools_->swa().Free({&page, 1});
+    if (!IsSharedSwa(p)) pools_->swa().Free({&page, 1});
     swa_pages_[p] = kNoPage;
   }
   swa_first_page_ = std::max(swa_first_page_, new_first);
@@ -92,23 +101,83 @@ absl::Status Sequence::Append(int n_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("cannot append ", n_tokens, " tokens"));
   }
   if (n_tokens == 0) return absl::OkStatus();
+  if (frontier_ < length_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot append at length ", length_, ": the window restore is at ", frontier_));
+  }
   TrimWindow();
   const PageNeeds needs = NeedsFor(n_tokens);
-  absl::StatusOr<Reservation> r = pools_->Reserve(needs.full, needs.swa);
+  RETURN_IF_ERROR(Allocate(needs.full, static_cast<int>(swa_pages_.size()), "append", n_tokens));
+  length_ += n_tokens;
+  frontier_ = length_;
+  return absl::OkStatus();
+}
+
+absl::Status Sequence::Allocate(int64_t n_full, int swa_from_page, const char* what,
+                                int n_tokens) {
+  const int pages_after = static_cast<int>(full_pages_.size() + n_full);
+  std::vector<int> swa_missing;
+  for (int p = swa_from_page; p < pages_after; ++p) {
+    if (p >= static_cast<int>(swa_pages_.size()) || swa_pages_[p] == kNoPage) {
+      swa_missing.push_back(p);
+    }
+  }
+  const int64_t n_swa = static_cast<int64_t>(swa_missing.size());
+  absl::StatusOr<Reservation> r = pools_->Reserve(n_full, n_swa);
   if (!r.ok() && cache_ != nullptr && evict_on_demand_) {
-    cache_->Evict(std::max<int64_t>(0, needs.full - pools_->full().num_free()),
-                  std::max<int64_t>(0, needs.swa - pools_->swa().num_free()));
-    r = pools_->Reserve(needs.full, needs.swa);
+    cache_->Evict(std::max<int64_t>(0, n_full - pools_->full().num_free()),
+                  std::max<int64_t>(0, n_swa - pools_->swa().num_free()));
+    r = pools_->Reserve(n_full, n_swa);
   }
   if (!r.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot append ", n_tokens, " tokens at length ", length_, ": ",
+        "cannot ", what, " ", n_tokens, " tokens at length ", length_, ": ",
         r.status().message()));
   }
   full_pages_.insert(full_pages_.end(), r->full.begin(), r->full.end());
-  swa_pages_.insert(swa_pages_.end(), r->swa.begin(), r->swa.end());
+  if (static_cast<int>(swa_pages_.size()) < pages_after) swa_pages_.resize(pages_after, kNoPage);
+  for (size_t i = 0; i < swa_missing.size(); ++i) swa_pages_[swa_missing[i]] = r->swa[i];
   pools_->Commit(*r);
-  length_ += n_tokens;
+  return absl::OkStatus();
+}
+
+absl::Status Sequence::BeginWindowRestore(int from_token) {
+  if (done_) return absl::FailedPreconditionError("sequence is finished");
+  if (!hit_.needs_window_restore() || length_ != hit_tokens_ || restore_from_ >= 0) {
+    return absl::InvalidArgumentError(
+        "a window restore needs a sequence fresh from a full-KV prefix-cache hit");
+  }
+  if (from_token < 0 || from_token >= hit_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat("window restore from token ", from_token,
+                                                   " of a ", hit_tokens_, "-token hit"));
+  }
+  restore_from_ = from_token;
+  frontier_ = from_token;
+  swa_shared_end_ = 0;  // the hit locked no SWA page
+  swa_first_page_ = from_token / page_size_;
+  // Keep the restored window (what a query at the hit's end reads) for the
+  // cache; the rest of the stretch goes as the window moves on.
+  keep_begin_ = std::max(swa_first_page_, SwaWindowStart(hit_tokens_, window_, page_size_) / page_size_);
+  keep_end_ = hit_pages_;
+  return absl::OkStatus();
+}
+
+absl::Status Sequence::Prepare(int from, int n) {
+  if (done_) return absl::FailedPreconditionError("sequence is finished");
+  if (from == length_ && frontier_ == length_) return Append(n);
+  if (restore_from_ < 0 || from != frontier_ || from >= length_ || n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot prepare tokens [", from, ", ", from + n, ") of a ", length_,
+        "-token sequence (next: ", frontier_, ")"));
+  }
+  TrimWindow();  // for a query at `from`: the frontier
+  const int end = from + n;
+  const int64_t full_needed = std::max<int64_t>(
+      0, (int64_t{std::max(end, length_)} + page_size_ - 1) / page_size_ -
+             static_cast<int64_t>(full_pages_.size()));
+  RETURN_IF_ERROR(Allocate(full_needed, from / page_size_, "prepare", n));
+  length_ = std::max(length_, end);
+  frontier_ = end;
   return absl::OkStatus();
 }
 
@@ -142,24 +211,30 @@ absl::Status Sequence::AppendPrefilled(int n_tokens, int first_swa_token) {
         "cannot place ", n_tokens, " transferred tokens: ", r.status().message()));
   }
   full_pages_ = r->full;
+  swa_shared_end_ = 0;
   swa_pages_.assign(first_page, kNoPage);
   swa_pages_.insert(swa_pages_.end(), r->swa.begin(), r->swa.end());
   swa_first_page_ = first_page;
   pools_->Commit(*r);
   length_ = n_tokens;
+  frontier_ = n_tokens;
   return absl::OkStatus();
 }
 
 void Sequence::FreePrivateFrom(int page_index) {
-  page_index = std::max(page_index, hit_pages_);
-  for (int p = page_index; p < static_cast<int>(full_pages_.size()); ++p) {
-    pools_->full().Free({&full_pages_[p], 1});
+  const int full_from = std::max(page_index, hit_pages_);
+  for (int p = full_from; p < static_cast<int>(full_pages_.size()); ++p) {
+    if (full_pages_[p] != kNoPage) pools_->full().Free({&full_pages_[p], 1});
   }
-  for (int p = page_index; p < static_cast<int>(swa_pages_.size()); ++p) {
+  // Restored SWA pages below the hit's end are private too.
+  const int swa_from = std::max(page_index, swa_shared_end_);
+  for (int p = swa_from; p < static_cast<int>(swa_pages_.size()); ++p) {
     if (swa_pages_[p] != kNoPage) pools_->swa().Free({&swa_pages_[p], 1});
+    swa_pages_[p] = kNoPage;
   }
-  if (page_index < static_cast<int>(full_pages_.size())) full_pages_.resize(page_index);
-  if (page_index < static_cast<int>(swa_pages_.size())) swa_pages_.resize(page_index);
+  if (full_from < static_cast<int>(full_pages_.size())) full_pages_.resize(full_from);
+  const int swa_keep = std::max(page_index, hit_pages_);
+  if (swa_keep < static_cast<int>(swa_pages_.size())) swa_pages_.resize(swa_keep);
 }
 
 absl::Status Sequence::Rollback(int n_tokens) {
@@ -183,6 +258,7 @@ absl::Status Sequence::Rollback(int n_tokens) {
   }
   FreePrivateFrom((new_len + page_size_ - 1) / page_size_);
   length_ = new_len;
+  frontier_ = std::min(frontier_, new_len);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,15 @@
 // likely to diverge too. Costs at most ⌈(W − 1)/page_size⌉ + 1 SWA pages per
 // such request until it finishes. SequenceOptions::keep_divergence_window.
 //
+// Window restore: a full-KV hit (CacheHit::needs_window_restore) shares the
+// full pages of [0, M) but no SWA page. BeginWindowRestore(s) plans the
+// recompute of positions [s, M): Prepare() then allocates private SWA pages
+// for them chunk by chunk (the forward pass writes only their SWA and MTP KV:
+// full KV below cached_tokens() is never written, and SWA keys before s are
+// never read — swa_key_start()), keeps the restored window [SwaWindowStart(M),
+// M) until Finish() (which hands it to the cache, healing the tombstones on
+// that path) and releases the rest of the stretch as the window moves on.
+//
 // A Sequence starts from an optional prefix-cache hit (whose pages it reads
 // but does not own) and owns every page it allocates. Finish() hands the
 // complete pages to the prefix cache (or frees them when there is none) and
@@ -84,6 +93,19 @@ struct SequenceOptions {
 // What a prefill worker ships and a decode worker stages (ARCHITECTURE §4).
 int SwaWindowStart(int n_tokens, int window, int page_size);
 
+// The first position a window restore must recompute so that the SWA KV of
+// every SWA-attention layer (MTP layers included) is exact on the window that
+// a query at `full_tokens` reads, [SwaWindowStart(full_tokens), full_tokens),
+// page aligned: max(0, SwaWindowStart − (swa_chain_layers − 1)·(W − 1)).
+// Why: full layers read the cached full KV, so only SWA layers widen the
+// dependency; the i-th SWA layer on the path (main SWA layers in order, then
+// MTP layer 0, 1, ... which read the main model's last hidden state) sees W − 1
+// earlier positions, so its input at p is exact once positions
+// [p − (i − 1)(W − 1), p] were recomputed. swa_chain_layers = the model's SWA
+// layers + MTP layers. The bound is tight: starting one position later
+// changes the last chain layer's KV at SwaWindowStart(full_tokens).
+int WindowRestoreStart(int full_tokens, int window, int page_size, int swa_chain_layers);
+
 class Sequence {
  public:
   // Starts from `hit` (may be empty); takes ownership of its locks.
@@ -121,7 +143,27 @@ class Sequence {
   // sequence or a bad first_swa_token; ResourceExhausted when it does not fit.
   absl::Status AppendPrefilled(int n_tokens, int first_swa_token);
 
-  // Releases SWA pages below keep_from (see above). Idempotent.
+  // Plans a window restore from from_token (see above): the sequence must
+  // come from a full-KV hit and have computed nothing yet; 0 <= from_token <
+  // cached_tokens(). InvalidArgument otherwise.
+  absl::Status BeginWindowRestore(int from_token);
+
+  // Pages for computing positions [from, from + n): from is length() (then
+  // the same as Append(n)) or, during a window restore, the next position of
+  // the restore stretch (SWA pages for its part below cached_tokens(), full
+  // and SWA pages for the part beyond). Trims the window for a query at
+  // `from` first. InvalidArgument for any other `from`; ResourceExhausted
+  // like Append.
+  absl::Status Prepare(int from, int n);
+
+  // Window restore in progress or planned: its first position, else -1.
+  int restore_from() const { return restore_from_; }
+  // SWA keys before this position are not read (no SWA KV exists there):
+  // restore_from() during a restore, else 0.
+  int swa_key_start() const { return restore_from_ < 0 ? 0 : restore_from_; }
+
+  // Releases SWA pages below keep_from (see above; during a window restore,
+  // counted from the end of the last prepared chunk). Idempotent.
   void TrimWindow();
 
   // Drops the last n tokens (rejected drafts). FailedPrecondition when that
@@ -153,6 +195,10 @@ class Sequence {
   int KeepFromToken(int length) const;
   void FreePrivateFrom(int page_index);
   bool IsShared(int page_index) const { return page_index < hit_pages_; }
+  bool IsSharedSwa(int page_index) const { return page_index < swa_shared_end_; }
+  // Allocates n_full full pages and SWA pages for page indices
+  // [swa_from_page, pages after the n_full new ones) that have none.
+  absl::Status Allocate(int64_t n_full, int swa_from_page, const char* what, int n_tokens);
 
   KvPools* pools_;
   PrefixCache* cache_;
@@ -171,6 +217,12 @@ class Sequence {
   // (the divergence window; empty when keep_begin_ == keep_end_).
   int keep_begin_ = 0;
   int keep_end_ = 0;
+  // SWA pages below this page index are the hit's (shared, not freed).
+  int swa_shared_end_ = 0;
+  // Window restore: first position (-1: none) and the end of the last
+  // prepared chunk (TrimWindow keeps what a query there reads).
+  int restore_from_ = -1;
+  int frontier_ = 0;
   bool done_ = false;
 };
 

@@ -30,8 +30,8 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kBk = kAttentionKeyBlock;
 
-int WindowStart(const AttentionParams& p, int pos) {
-  return p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+int WindowStart(const AttentionParams& p, const AttentionSpan& sp, int pos) {
+  return std::max(sp.first_key, p.window > 0 ? std::max(0, pos - p.window + 1) : 0);
 }
 
 // Per-thread scratch; vectors only grow, so steady state does not allocate.
@@ -78,7 +78,7 @@ void PortableQueryHead(const AttentionParams& p, const AttentionSpan& sp,
   const kv::DType dt = view.pool->geometry().dtype;
   const size_t es = kv::DTypeSize(dt);
   const int pos = sp.pos0 + qi;
-  const int lo = WindowStart(p, pos);
+  const int lo = WindowStart(p, sp, pos);
   const int n = pos - lo + 1;
   sc.Reserve(p, n);
   float* kbuf = sc.kconv.data();
@@ -192,7 +192,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     const int idx = lane0 + lane;
     const int qi = idx / group, h = kvh * group + idx % group;
     const int pos = sp.pos0 + qi;
-    lo_a[lane] = WindowStart(p, pos);
+    lo_a[lane] = WindowStart(p, sp, pos);
     pos_a[lane] = pos;
     kmin = std::min(kmin, lo_a[lane]);
     kmax = std::max(kmax, pos);

@@ -50,6 +50,9 @@ struct AttentionSpan {
   int row0 = 0;
   int pos0 = 0;
   int n = 0;
+  // Keys before this position are not read (a window restore's stretch
+  // starts here: no KV exists before it). 0: all keys of the causal range.
+  int first_key = 0;
 };
 
 // out[row][head][0..v_head_dim) = softmax(q·K^T · scale (+ sink)) · V for

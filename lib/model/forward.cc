@@ -205,8 +205,11 @@ void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items
   for (const ForwardItem& it : items) {
     const kv::Sequence& seq = *it.seq;
     const int n = static_cast<int>(it.tokens.size());
-    spans.push_back({swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer), r0,
-                     it.start, n});
+    spans.push_back({.view = swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer),
+                     .row0 = r0,
+                     .pos0 = it.start,
+                     .n = n,
+                     .first_key = swa ? seq.swa_key_start() : 0});
     r0 += n;
   }
   PagedAttention(p, spans, q.data(), attn.data());
@@ -316,9 +319,12 @@ absl::Status Engine::Impl::RunBlock(const Block& b,
     ApplyRope(q.data() + static_cast<size_t>(r) * nh * hd, nh, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
     ApplyRope(k.data() + static_cast<size_t>(r) * nkv * hd, nkv, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
   }
-  // Write the new tokens' KV into the pages.
+  // Write the new tokens' KV into the pages. Full KV below the sequence's
+  // cached prefix is the prefix cache's (shared pages, a window restore's
+  // stretch): read, never written.
   for (int r = 0; r < R; ++r) {
     const kv::Sequence& seq = *items[rows[r].item].seq;
+    if (!swa && rows[r].pos < seq.cached_tokens()) continue;
     const kv::LayerView view = swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer);
     const int page = rows[r].pos / view.page_size;
     if (page >= static_cast<int>(view.pages.size()) || view.pages[page] == kv::kNoPage ||

@@ -10,6 +10,12 @@
 // prefix-cache hits and chunked prefill need nothing special. SWA layers
 // read only keys k > q - W.
 //
+// Window restore (kv::Sequence::BeginWindowRestore): an item may cover
+// positions below the sequence's cached prefix; there the full layers read
+// the cached full KV and write nothing (shared pages), the SWA and MTP
+// layers write their KV, and SWA keys before Sequence::swa_key_start() are
+// not read.
+//
 // Per layer: RMSNorm → Q/K/V projections (V × attention_value_scale) → NeoX
 // RoPE on the first rotary_dim dims with the layer type's theta → GQA
 // attention with optional per-head sink logit → o_proj → residual → RMSNorm →
@@ -49,7 +55,9 @@ struct ForwardItem {
   kv::Sequence* seq = nullptr;
   // New tokens, at positions [start, start + tokens.size()); the sequence's
   // length must be >= start + tokens.size() and its KV for positions < start
-  // must have been written by earlier Forward calls (or a cache hit).
+  // must have been written by earlier Forward calls (or a cache hit; for a
+  // window restore, full KV only from the hit and SWA KV from
+  // swa_key_start()).
   absl::Span<const uint32_t> tokens;
   int start = 0;
   // Logits for every new token (speculative verification, prompt logprobs)

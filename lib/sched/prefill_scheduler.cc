@@ -244,11 +244,34 @@ void PrefillScheduler::AdvanceShadow(int64_t now_ns, double target) {
   }
 }
 
-double PrefillScheduler::Cost(int start, int n) const {
+double PrefillWork(double context_cost_per_token, int64_t start, int64_t n) {
   // Sum over the tokens of 1 + k * (keys each attends to): for tokens
-  // [start, start + n), n + k * n * (start + n / 2) (the same for any
-  // chunking of the range).
-  return n + options_.context_cost_per_token * n * (start + 0.5 * n);
+  // [start, start + n), n + k * n * (start + n / 2).
+  const double nd = static_cast<double>(n);
+  return nd + context_cost_per_token * nd * (static_cast<double>(start) + 0.5 * nd);
+}
+
+WindowRestoreChoice ChooseWindowRestore(const WindowRestoreInputs& in) {
+  WindowRestoreChoice c;
+  c.compute_from = in.window_safe_tokens;
+  if (in.full_tokens <= in.window_safe_tokens || in.restore_from <= in.window_safe_tokens ||
+      in.restore_from >= in.full_tokens) {
+    return c;
+  }
+  const double recompute = PrefillWork(in.context_cost_per_token, in.window_safe_tokens,
+                                       in.full_tokens - in.window_safe_tokens);
+  const double restore = PrefillWork(in.context_cost_per_token, in.restore_from,
+                                     in.full_tokens - in.restore_from);
+  const double saved = recompute - restore;
+  if (saved <= 0 || saved < in.min_saved_work) return c;
+  c.restore = true;
+  c.compute_from = in.restore_from;
+  c.saved_work = saved;
+  return c;
+}
+
+double PrefillScheduler::Cost(int start, int n) const {
+  return PrefillWork(options_.context_cost_per_token, start, n);
 }
 
 double PrefillScheduler::StepWorkEstimate() const {

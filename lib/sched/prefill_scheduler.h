@@ -228,6 +228,36 @@ struct PrefillSchedulerOptions {
   metrics::Registry* registry = nullptr;
 };
 
+// Work of prompt tokens [start, start + n) in token-equivalents: each
+// token counts 1 + k × the keys it attends to (its position), k =
+// context_cost_per_token (see PrefillSchedulerOptions). The same for any
+// chunking of the range.
+double PrefillWork(double context_cost_per_token, int64_t start, int64_t n);
+
+// Window restore (kv::WindowRestoreStart, ARCHITECTURE §3): a prompt whose
+// full KV is cached to M but whose window-safe hit ends at L < M either
+// computes from L (recomputing [L, M)) or restores the window: recomputes
+// only [s, M), s = the restore start, whose full layers attend over the
+// cached full KV, then continues from M. Both compute everything after M
+// alike, so the choice compares the work of [L, M) with that of [s, M).
+struct WindowRestoreInputs {
+  int window_safe_tokens = 0;  // L
+  int full_tokens = 0;         // M
+  int restore_from = 0;        // s
+  double context_cost_per_token = 0;
+  // Least work the restore must save, in token-equivalents (>= 0).
+  double min_saved_work = 0;
+};
+struct WindowRestoreChoice {
+  bool restore = false;
+  // Where the request's compute starts: s when restoring, else L. The
+  // scheduler's cached tokens (what it credits) are exactly this.
+  int compute_from = 0;
+  // Work of [L, M) minus the work of [s, M) (0 without a restore).
+  double saved_work = 0;
+};
+WindowRestoreChoice ChooseWindowRestore(const WindowRestoreInputs& in);
+
 class PrefillScheduler {
  public:
   using CanStartFn = absl::FunctionRef<bool(const PrefillRequestInfo&)>;

@@ -52,6 +52,9 @@ struct Metrics {
   metrics::Counter* ok = nullptr;
   metrics::Counter* failed = nullptr;
   metrics::Counter* cancelled = nullptr;
+  metrics::Counter* restores = nullptr;
+  metrics::Counter* restored_tokens = nullptr;
+  metrics::Counter* restore_saved_tokens = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -74,6 +77,18 @@ struct Metrics {
     ok = &req->WithLabels({"ok"});
     failed = &req->WithLabels({"error"});
     cancelled = &req->WithLabels({"cancelled"});
+    ASSIGN_OR_RETURN(auto* wr, r->AddCounter("swaserve_prefill_window_restore_requests_total",
+                                             "Completed prefills whose prefix hit restored the "
+                                             "SWA window of a full-KV match (window restore)."));
+    restores = &wr->WithLabels();
+    ASSIGN_OR_RETURN(auto* wt, r->AddCounter("swaserve_prefill_window_restore_tokens_total",
+                                             "Tokens recomputed by window restores (the "
+                                             "stretch before the full-KV match end)."));
+    restored_tokens = &wt->WithLabels();
+    ASSIGN_OR_RETURN(auto* ws, r->AddCounter("swaserve_prefill_window_restore_saved_tokens_total",
+                                             "Recompute tokens window restores saved against "
+                                             "computing from the window-safe hit."));
+    restore_saved_tokens = &ws->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -112,6 +127,7 @@ struct PrefillCore::Impl {
   bool stopping ABSL_GUARDED_BY(mu) = false;
   PrefillLoad load ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
+  std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0};
   std::thread thread;
 
   // Loop-owned.
@@ -136,6 +152,10 @@ struct PrefillCore::Impl {
   std::vector<uint32_t> mtp_tokens;
   model::ForwardOutput mtp_out;
   void Accept(std::unique_ptr<Req> r);
+  // The prefix hit for a new request: window-safe, or a full-KV hit with a
+  // planned window restore when that saves work. Sets r.seq and the result's
+  // cached/restored tokens.
+  void MatchPrefix(Req& r);
   // Admission deadlock breaker (see the header): when nothing runs and no
   // queued request can start, queued requests other than the oldest give
   // up their locked hits and are requeued as cold prompts. False when
@@ -158,19 +178,65 @@ struct PrefillCore::Impl {
   }
 };
 
-void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
-  const int ps = options.pools->shape().page_size;
-  const int n = static_cast<int>(r->job.prompt.size());
-  r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
-  kv::CacheHit hit;
+void PrefillCore::Impl::MatchPrefix(Req& r) {
+  const int n = static_cast<int>(r.job.prompt.size());
+  const kv::SequenceOptions so{options.pools, options.cache, 0, true};
+  r.result.restored_tokens = 0;
+  r.result.restore_saved_tokens = 0;
+  if (options.cache == nullptr) {
+    r.seq = std::make_unique<kv::Sequence>(so);
+    r.result.cached_tokens = 0;
+    return;
+  }
   // With MTP layers the hit leaves the last K prompt positions to compute:
   // decode's first draft step reads their main hidden states
   // (PrefillResult::tail_hidden) and the SWA KV K tokens before the window,
   // which a hit's locked window does not always cover otherwise.
-  const int K = options.engine->config().num_mtp_layers;
-  if (options.cache != nullptr) hit = options.cache->MatchAndLock(r->hashes, n - std::max(1, K));
-  r->seq = std::make_unique<kv::Sequence>(
-      kv::SequenceOptions{options.pools, options.cache, 0, true}, std::move(hit));
+  const model::ModelConfig& c = options.engine->config();
+  const int K = c.num_mtp_layers;
+  kv::MatchOptions mo{.max_tokens = n - std::max(1, K)};
+  sched::WindowRestoreChoice choice;
+  if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
+    const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
+    if (ml.matched_tokens > ml.safe_tokens) {
+      choice = sched::ChooseWindowRestore(
+          {.window_safe_tokens = ml.safe_tokens,
+           .full_tokens = ml.matched_tokens,
+           .restore_from = kv::WindowRestoreStart(ml.matched_tokens, c.sliding_window,
+                                                  options.pools->shape().page_size,
+                                                  c.num_swa_layers() + K),
+           .context_cost_per_token = options.scheduler.context_cost_per_token,
+           .min_saved_work = options.window_restore_min_saved_work});
+      mo.full_kv = choice.restore;
+    }
+  }
+  kv::CacheHit hit = options.cache->MatchAndLock(r.hashes, mo);
+  const int safe = hit.window_safe_tokens();
+  const bool restore = hit.needs_window_restore();
+  r.seq = std::make_unique<kv::Sequence>(so, std::move(hit));
+  if (restore) {
+    absl::Status st = r.seq->BeginWindowRestore(choice.compute_from);
+    if (!st.ok()) {
+      // Cannot happen (the cache answered Match and MatchAndLock alike on
+      // this thread); fall back to the window-safe hit rather than fail.
+      SWA_LOG(err, "prefill: window restore not possible: {}", st.ToString());
+      r.seq->Abort();
+      r.seq = std::make_unique<kv::Sequence>(
+          so, options.cache->MatchAndLock(r.hashes, mo.max_tokens));
+    } else {
+      r.result.restored_tokens = r.seq->cached_tokens() - choice.compute_from;
+      r.result.restore_saved_tokens = choice.compute_from - safe;
+    }
+  }
+  r.result.cached_tokens =
+      r.seq->restore_from() >= 0 ? r.seq->restore_from() : r.seq->cached_tokens();
+}
+
+void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
+  const int ps = options.pools->shape().page_size;
+  const int n = static_cast<int>(r->job.prompt.size());
+  r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
+  MatchPrefix(*r);
   // Locking a hit makes its pages unevictable. Started requests count on
   // free + evictable pages for the rest of their prompts (committed): a
   // lock that would take pages from under them is not taken — the request
@@ -182,10 +248,12 @@ void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
     r->seq->Abort();
     r->seq = std::make_unique<kv::Sequence>(
         kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
+    r->result.cached_tokens = 0;
+    r->result.restored_tokens = 0;
+    r->result.restore_saved_tokens = 0;
     ++released_hits;
   }
   r->result.prompt_tokens = n;
-  r->result.cached_tokens = r->seq->cached_tokens();
   r->result.computed_tokens = n - r->result.cached_tokens;
   absl::Status st = sched->Add({r->job.id, n, r->result.cached_tokens, r->arrival_ns});
   if (!st.ok()) {
@@ -224,6 +292,8 @@ bool PrefillCore::Impl::ReleaseQueuedHits() {
         kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
     r->result.cached_tokens = 0;
     r->result.computed_tokens = n;
+    r->result.restored_tokens = 0;
+    r->result.restore_saved_tokens = 0;
     ++released_hits;
     // Same arrival: the request keeps its place by wait time.
     absl::Status st = sched->Add({r->job.id, n, 0, r->arrival_ns});
@@ -292,7 +362,17 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     completed.fetch_add(1, std::memory_order_relaxed);
     computed_total.fetch_add(result.computed_tokens, std::memory_order_relaxed);
     cached_total.fetch_add(result.cached_tokens, std::memory_order_relaxed);
+    if (result.restored_tokens > 0) {
+      restores_total.fetch_add(1, std::memory_order_relaxed);
+      restored_total.fetch_add(result.restored_tokens, std::memory_order_relaxed);
+      restore_saved_total.fetch_add(result.restore_saved_tokens, std::memory_order_relaxed);
+    }
     if (m.ok != nullptr) {
+      if (result.restored_tokens > 0) {
+        m.restores->Increment();
+        m.restored_tokens->Increment(result.restored_tokens);
+        m.restore_saved_tokens->Increment(result.restore_saved_tokens);
+      }
       m.ok->Increment();
       m.prompt_tokens->Increment(result.prompt_tokens);
       m.cached_tokens->Increment(result.cached_tokens);
@@ -315,7 +395,8 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     if (it == reqs.end()) continue;  // cancelled meanwhile
     Req* r = it->second.get();
     const int64_t before = r->seq->full_pages().size();
-    absl::Status st = r->seq->Append(c.num_tokens);
+    // Append, or the next stretch of a window restore.
+    absl::Status st = r->seq->Prepare(c.start_token, c.num_tokens);
     if (!st.ok()) {
       sched->Cancel(c.id);
       Complete(r, st);
@@ -638,6 +719,9 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.computed_tokens_total = impl_->computed_total.load();
   l.cached_tokens_total = impl_->cached_total.load();
   l.released_hits_total = impl_->released_hits.load();
+  l.window_restores_total = impl_->restores_total.load();
+  l.restored_tokens_total = impl_->restored_total.load();
+  l.restore_saved_tokens_total = impl_->restore_saved_total.load();
   return l;
 }
 

@@ -24,6 +24,15 @@
 // whose hit lock would take pages that started requests count on (free +
 // evictable below what they still need) queues without the hit instead.
 //
+// Window restore: a prompt whose full KV is cached to M but whose SWA KV is
+// window-safe only to L < M (the SWA pages in between were evicted) takes a
+// full-KV hit and recomputes [s, M) (kv::WindowRestoreStart: the SWA and MTP
+// layers' KV of the window at M is then exact) with its full layers reading
+// the cached full KV, instead of recomputing [L, M); the scheduler sees it as
+// a hit of s tokens, and so do cached_tokens and the router's usage. The
+// restored window goes into the cache with the prompt, healing the path.
+// Metrics swaserve_prefill_window_restore_{requests,tokens,saved_tokens}_total.
+//
 // When shipping fails or the caller cancels during the ship, the computed
 // prompt still goes into the prefix cache (its KV is complete and valid),
 // so a retry of the same prompt hits.
@@ -66,8 +75,15 @@ struct PrefillResult {
   // layers): where decode's MTP layers start (DecodeJob::tail_hidden).
   std::vector<float> tail_hidden;
   int prompt_tokens = 0;
-  int cached_tokens = 0;    // served from the prefix cache
-  int computed_tokens = 0;  // computed here
+  // Served from the prefix cache. A window-restored hit counts its full-KV
+  // match minus the recomputed stretch (restored_tokens).
+  int cached_tokens = 0;
+  int computed_tokens = 0;  // computed here (restored_tokens included)
+  // Window restore: tokens recomputed before the full-KV match end for the
+  // SWA KV of its window (0: no restore), and the tokens that saved against
+  // computing from the window-safe hit.
+  int restored_tokens = 0;
+  int restore_saved_tokens = 0;
   double queue_seconds = 0;
   double compute_seconds = 0;
   double transfer_seconds = 0;
@@ -98,6 +114,13 @@ struct PrefillCoreOptions {
   // Largest prompt accepted (the worker's length bucket upper bound); 0: any
   // that fits in the pools.
   int max_prompt_tokens = 0;
+  // Window restore (kv/sequence.h): when a prompt's full KV is cached past
+  // its window-safe hit, recompute only the bounded stretch before the
+  // full-KV match end (kv::WindowRestoreStart) instead of everything from
+  // the window-safe hit, when sched::ChooseWindowRestore finds that saves at
+  // least this much work (token-equivalents of the scheduler's work clock).
+  // < 0: never restore.
+  double window_restore_min_saved_work = 64;
   metrics::Registry* registry = nullptr;
 };
 
@@ -111,6 +134,11 @@ struct PrefillLoad {
   // Queued requests that released their locked prefix hit to unblock
   // admission (requeued as cold prompts).
   int64_t released_hits_total = 0;
+  // Completed prefills that restored a window, and their restored and saved
+  // tokens (PrefillResult).
+  int64_t window_restores_total = 0;
+  int64_t restored_tokens_total = 0;
+  int64_t restore_saved_tokens_total = 0;
 };
 
 class PrefillCore {
