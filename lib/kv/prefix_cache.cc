@@ -322,6 +322,9 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   stats_.window_lost_tokens.fetch_add(int64_t{static_cast<int>(pos) - safe} * page_size_,
                                       std::memory_order_relaxed);
   if (options.full_kv && static_cast<int>(pos) > safe) {
+    // Counted like any lookup: `safe` window-safe tokens, the rest lost to
+    // the window-safe rule (the caller's restore recovers part of it).
+    stats_.hit_tokens.fetch_add(int64_t{safe} * page_size_, std::memory_order_relaxed);
     LockFullKv(hit, full_node, full_k);
     return hit;
   }

@@ -107,17 +107,18 @@ absl::Status Sequence::Append(int n_tokens) {
   }
   TrimWindow();
   const PageNeeds needs = NeedsFor(n_tokens);
-  RETURN_IF_ERROR(Allocate(needs.full, static_cast<int>(swa_pages_.size()), "append", n_tokens));
+  RETURN_IF_ERROR(Allocate(needs.full, static_cast<int>(swa_pages_.size()),
+                           static_cast<int>(full_pages_.size() + needs.full), "append", n_tokens));
   length_ += n_tokens;
   frontier_ = length_;
   return absl::OkStatus();
 }
 
-absl::Status Sequence::Allocate(int64_t n_full, int swa_from_page, const char* what,
-                                int n_tokens) {
+absl::Status Sequence::Allocate(int64_t n_full, int swa_from_page, int swa_to_page,
+                                const char* what, int n_tokens) {
   const int pages_after = static_cast<int>(full_pages_.size() + n_full);
   std::vector<int> swa_missing;
-  for (int p = swa_from_page; p < pages_after; ++p) {
+  for (int p = swa_from_page; p < swa_to_page; ++p) {
     if (p >= static_cast<int>(swa_pages_.size()) || swa_pages_[p] == kNoPage) {
       swa_missing.push_back(p);
     }
@@ -175,7 +176,8 @@ absl::Status Sequence::Prepare(int from, int n) {
   const int64_t full_needed = std::max<int64_t>(
       0, (int64_t{std::max(end, length_)} + page_size_ - 1) / page_size_ -
              static_cast<int64_t>(full_pages_.size()));
-  RETURN_IF_ERROR(Allocate(full_needed, from / page_size_, "prepare", n));
+  RETURN_IF_ERROR(Allocate(full_needed, from / page_size_, (end + page_size_ - 1) / page_size_,
+                           "prepare", n));
   length_ = std::max(length_, end);
   frontier_ = end;
   return absl::OkStatus();
@@ -277,6 +279,15 @@ LayerView Sequence::SwaLayer(int layer) const {
 void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
   if (done_) return;
   TrimWindow();  // the cache gets the trailing (and divergence) window only
+  if (restore_from_ >= 0) {
+    // The restore stretch before the restored window is exact only on the
+    // first SWA layers (see WindowRestoreStart): never handed to the cache.
+    const int end = std::min(keep_begin_, static_cast<int>(swa_pages_.size()));
+    for (int p = restore_from_ / page_size_; p < end; ++p) {
+      if (swa_pages_[p] != kNoPage) pools_->swa().Free({&swa_pages_[p], 1});
+      swa_pages_[p] = kNoPage;
+    }
+  }
   const int complete = length_ / page_size_;
   const int m = std::min<int>(static_cast<int>(page_hashes.size()), complete);
   if (cache_ != nullptr && m > 0) {

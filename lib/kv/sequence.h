@@ -34,7 +34,10 @@
 // full KV below cached_tokens() is never written, and SWA keys before s are
 // never read — swa_key_start()), keeps the restored window [SwaWindowStart(M),
 // M) until Finish() (which hands it to the cache, healing the tombstones on
-// that path) and releases the rest of the stretch as the window moves on.
+// that path) and releases the rest of the stretch as the window moves on
+// (the stretch before the window is exact only on the first SWA layers: it
+// never goes to the cache). The restored window is exact when the restore
+// starts at or before WindowRestoreStart(M, ...) — the caller's contract.
 //
 // A Sequence starts from an optional prefix-cache hit (whose pages it reads
 // but does not own) and owns every page it allocates. Finish() hands the
@@ -197,8 +200,9 @@ class Sequence {
   bool IsShared(int page_index) const { return page_index < hit_pages_; }
   bool IsSharedSwa(int page_index) const { return page_index < swa_shared_end_; }
   // Allocates n_full full pages and SWA pages for page indices
-  // [swa_from_page, pages after the n_full new ones) that have none.
-  absl::Status Allocate(int64_t n_full, int swa_from_page, const char* what, int n_tokens);
+  // [swa_from_page, swa_to_page) that have none, all-or-nothing.
+  absl::Status Allocate(int64_t n_full, int swa_from_page, int swa_to_page, const char* what,
+                        int n_tokens);
 
   KvPools* pools_;
   PrefixCache* cache_;

@@ -33,6 +33,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.max_requests_per_step"), &o->max_requests_per_step, "most requests per step")
       .Add(key("prefill.max_prompt_tokens"), &o->max_prompt_tokens,
            "largest prompt accepted (the length bucket's upper bound; 0: any that fits)")
+      .Add(key("prefill.window_restore_min_saved_work"), &o->window_restore_min_saved_work,
+           "window restore: recompute only the bounded stretch before a full-KV match when "
+           "that saves at least this much work in tokens (< 0: never restore)")
       .Add(key("decode.max_batch_size"), &o->max_batch_size, "most requests per decode iteration")
       .Add(key("decode.mtp_draft_tokens"), &o->mtp_draft_tokens,
            "MTP draft tokens per decode step: -1 one per MTP layer of the model, 0 no "

@@ -44,6 +44,8 @@ struct WorkerOptions {
   int64_t step_token_budget = 2048;
   int64_t max_requests_per_step = 8;
   int64_t max_prompt_tokens = 0;
+  // PrefillCoreOptions::window_restore_min_saved_work (< 0: off).
+  double window_restore_min_saved_work = 64;
   int64_t max_batch_size = 32;
   // MTP speculative decoding (lib/worker/mtp_drafter.h MtpOptions, whose
   // defaults these repeat).

@@ -143,6 +143,7 @@ absl::Status Worker::BuildPrefill() {
                                             ? o.context_cost_per_token
                                             : model::ContextCostPerToken(engine->config());
   po.max_prompt_tokens = static_cast<int>(o.max_prompt_tokens);
+  po.window_restore_min_saved_work = o.window_restore_min_saved_work;
   po.registry = &registry;
   ASSIGN_OR_RETURN(prefill_core, worker::PrefillCore::Create(po));
   worker::KvSenderOptions so;

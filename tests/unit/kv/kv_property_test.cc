@@ -9,6 +9,9 @@
 //  - a hit of L tokens is window-safe iff the pages covering tokens
 //    [L - W + 1, L) have SWA KV; Match/MatchAndLock return the longest one;
 //  - a sequence's SWA table follows the keep_from rule of sequence.h;
+//  - a full-KV hit locks exactly the full-KV match; its window restore
+//    allocates private SWA pages chunk by chunk from the restore start,
+//    keeps the window at the hit's end, and Finish heals the path with it;
 //  - locked pages are never evicted; page conservation per pool.
 
 #include <algorithm>
@@ -58,6 +61,13 @@ struct Request {
   // The divergence window the sequence keeps (page indices [begin, end)).
   int keep_begin = 0;
   int keep_end = 0;
+  // Window restore from a full-KV hit: whether one runs, and the end of the
+  // last prepared chunk (== length otherwise).
+  bool restoring = false;
+  int frontier = 0;
+  // SWA pages exist below this page index only (a restore allocates them
+  // as Prepare reaches them).
+  int swa_end_page = 0;
   bool Keeps(int page) const { return page >= keep_begin && page < keep_end; }
 };
 
@@ -142,6 +152,7 @@ class Harness {
             rollbacks_rejected = 0, finishes = 0, aborts = 0, evicted_full = 0,
             evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
     int64_t divergence_windows = 0, multi_run_inserts = 0;
+    int64_t restores = 0, restore_prepares = 0;
   };
   static Coverage& coverage() {
     static Coverage c;
@@ -259,14 +270,28 @@ class Harness {
   }
 
   // Checks a fresh hit against the model.
-  void CheckHit(const CacheHit& hit, const Hashes& h, int max_tokens) {
+  void CheckHit(const CacheHit& hit, const Hashes& h, int max_tokens, bool full_kv = false) {
     const Lens want = ModelMatch(h, max_tokens);
     ++lookups_;
-    hit_tokens_ += hit.tokens();
-    window_lost_ += hit.matched_tokens() - hit.tokens();
+    hit_tokens_ += hit.window_safe_tokens();
+    window_lost_ += hit.matched_tokens() - hit.window_safe_tokens();
     ++coverage().lookups;
-    coverage().hit_tokens += hit.tokens();
-    coverage().window_lost += hit.matched_tokens() - hit.tokens();
+    coverage().hit_tokens += hit.window_safe_tokens();
+    coverage().window_lost += hit.matched_tokens() - hit.window_safe_tokens();
+    ASSERT_EQ(hit.window_safe_tokens(), want.safe) << "not the longest window-safe prefix";
+    ASSERT_EQ(hit.matched_tokens(), want.matched);
+    if (full_kv && want.matched > want.safe) {
+      // A full-KV hit: the full pages of the whole match, no SWA page.
+      ASSERT_TRUE(hit.needs_window_restore());
+      ASSERT_EQ(hit.tokens(), want.matched);
+      ASSERT_TRUE(hit.swa_pages().empty());
+      ASSERT_FALSE(hit.swa_locked());
+      for (int p = 0; p < hit.tokens() / ps_; ++p) {
+        ASSERT_EQ(hit.full_pages()[p], model_.at(h[p]).full) << "page " << p;
+      }
+      return;
+    }
+    ASSERT_FALSE(hit.needs_window_restore());
     ASSERT_EQ(hit.tokens(), want.safe) << "MatchAndLock is not the longest window-safe prefix";
     ASSERT_GE(hit.matched_tokens(), hit.tokens());
     ASSERT_EQ(hit.locked(), hit.tokens() > 0);
@@ -320,14 +345,18 @@ class Harness {
     req.slack = std::vector<int>{0, 0, 1, 2, 4}[Rand(5)];
     const Hashes h = H(req.tokens, req.prompt_len);
     const int max_tokens = req.prompt_len - 1;
-    CacheHit hit = cache_->MatchAndLock(h, max_tokens);
+    const bool full_kv = Chance(35);
+    CacheHit hit = cache_->MatchAndLock(h, {.max_tokens = max_tokens, .full_kv = full_kv});
     ApplyEvents();
-    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens));
+    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens, full_kv));
     req.hit_pages = hit.tokens() / ps_;
     req.hit_hashes.assign(h.begin(), h.begin() + req.hit_pages);
     req.hit_full.assign(hit.full_pages().begin(), hit.full_pages().end());
     req.length = hit.tokens();
+    req.frontier = req.length;
+    req.swa_end_page = CeilDiv(req.length, ps_);
     req.swa_first = hit.tokens() > 0 ? hit.swa_first_page() : 0;
+    const int restore_from = hit.needs_window_restore() ? Rand(hit.tokens()) : -1;
     if (hit.matched_tokens() > hit.tokens()) {
       // Independent restatement of the rule in sequence.h.
       const int d = hit.matched_tokens();
@@ -342,6 +371,20 @@ class Harness {
     so.evict_on_demand = req.evict_on_demand = !Chance(15);
     req.seq = std::make_unique<Sequence>(so, std::move(hit));
     ASSERT_EQ(req.seq->cached_tokens(), req.length);
+    ASSERT_FALSE(req.seq->BeginWindowRestore(req.length).ok()) << "restore from the hit's end";
+    if (restore_from >= 0) {
+      absl::Status st = req.seq->BeginWindowRestore(restore_from);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_FALSE(req.seq->BeginWindowRestore(restore_from).ok()) << "restore planned twice";
+      // Independent restatement of the restore rules in sequence.h.
+      req.restoring = true;
+      req.frontier = restore_from;
+      req.swa_first = restore_from / ps_;
+      req.swa_end_page = req.swa_first;
+      req.keep_begin = std::max(req.swa_first, std::max(0, req.length - window_ + 1) / ps_);
+      req.keep_end = req.hit_pages;
+      ++coverage().restores;
+    }
     requests_.push_back(std::move(req));
   }
 
@@ -349,13 +392,41 @@ class Harness {
     return std::max(0, len - r.slack - (window_ - 1) - (ps_ - 1));
   }
   void ModelTrim(Request& r) {
-    r.swa_first = std::max(r.swa_first, KeepFrom(r, r.length) / ps_);
+    r.swa_first = std::max(r.swa_first, KeepFrom(r, std::min(r.length, r.frontier)) / ps_);
+  }
+
+  // The next chunk of a window restore (Prepare from the frontier); it may
+  // run past the hit's end.
+  void PrepareRestore(Request* r) {
+    last_op_ = "prepare restore";
+    const int n = 1 + Rand(std::min(3 * window_, r->length - r->frontier + window_));
+    const std::vector<PageId> full_before(r->seq->full_pages().begin(), r->seq->full_pages().end());
+    const std::vector<PageId> swa_before(r->seq->swa_pages().begin(), r->seq->swa_pages().end());
+    ASSERT_FALSE(r->seq->Append(1).ok()) << "Append during a window restore";
+    ASSERT_FALSE(r->seq->Prepare(r->frontier + 1, n).ok()) << "Prepare past the frontier";
+    absl::Status s = r->seq->Prepare(r->frontier, n);
+    ApplyEvents();  // evict_on_demand may have evicted
+    if (::testing::Test::HasFatalFailure()) return;
+    ModelTrim(*r);  // Prepare trims first, even when it then fails
+    ++coverage().restore_prepares;
+    if (!s.ok()) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      ASSERT_EQ(std::vector<PageId>(r->seq->full_pages().begin(), r->seq->full_pages().end()),
+                full_before)
+          << "a failed Prepare changed the page table";
+      return;
+    }
+    r->frontier += n;
+    r->length = std::max(r->length, r->frontier);
+    r->swa_end_page = CeilDiv(r->frontier, ps_);
+    while (static_cast<int>(r->tokens.size()) < r->length) r->tokens.push_back(Rand(4));
   }
 
   void AppendToRequest() {
     last_op_ = "append";
     Request* r = PickRequest();
     if (r == nullptr) return StartRequest();
+    if (r->frontier < r->length) return PrepareRestore(r);
     int n;
     if (r->length < r->prompt_len) {
       n = 1 + Rand(std::min(r->prompt_len - r->length, 3 * window_));
@@ -401,6 +472,8 @@ class Harness {
       return;
     }
     r->length += n;
+    r->frontier = r->length;
+    r->swa_end_page = CeilDiv(r->length, ps_);
     while (static_cast<int>(r->tokens.size()) < r->length) r->tokens.push_back(Rand(4));
   }
 
@@ -429,6 +502,8 @@ class Harness {
       // Back to nothing needs no SWA KV at all: accepting that is fine too,
       // and the window then starts from scratch.
       r->length = 0;
+      r->frontier = 0;
+      r->swa_end_page = 0;
       r->swa_first = 0;
       r->tokens.resize(r->prompt_len);
       return;
@@ -444,6 +519,8 @@ class Harness {
     }
     ASSERT_TRUE(s.ok()) << "Rollback(" << n << ") from " << r->length << ": " << s;
     r->length = new_len;
+    r->frontier = std::min(r->frontier, new_len);
+    r->swa_end_page = std::min(r->swa_end_page, CeilDiv(new_len, ps_));
     r->tokens.resize(std::max(r->prompt_len, new_len));
   }
 
@@ -463,12 +540,25 @@ class Harness {
       inserted_[h[p]] =
           ModelPage{full[p], p >= r->swa_first || r->Keeps(p) ? swa[p] : kNoPage};
     }
+    if (r->restoring) {
+      // The restored window heals the hit's tombstones.
+      // The stretch before it is freed, never inserted.
+      for (int p = 0; p < std::min(k, r->hit_pages); ++p) {
+        if (r->Keeps(p) && swa[p] != kNoPage) inserted_[h[p]] = ModelPage{full[p], swa[p]};
+      }
+    }
     r->seq->Finish(h);
     ++coverage().finishes;
     ASSERT_TRUE(r->seq->finished());
     ApplyEvents();
     if (::testing::Test::HasFatalFailure()) return;
     // Every private page is now either the cache's (as the model says) or free.
+    for (int p = 0; r->restoring && p < r->hit_pages; ++p) {
+      if (swa[p] == kNoPage) continue;
+      const bool swa_kept = p < k && model_.contains(h[p]) && model_.at(h[p]).swa == swa[p];
+      ASSERT_EQ(pools_->swa().state(swa[p]), swa_kept ? PageState::kCached : PageState::kFree)
+          << "restored SWA page " << p << " of a finished request";
+    }
     for (int p = r->hit_pages; p < static_cast<int>(full.size()); ++p) {
       const bool kept = p < k && model_.contains(h[p]) && model_.at(h[p]).full == full[p];
       ASSERT_EQ(pools_->full().state(full[p]), kept ? PageState::kCached : PageState::kFree)
@@ -667,8 +757,12 @@ class Harness {
           ASSERT_EQ(w, kNoPage) << "SWA page " << p << " kept below the window";
           continue;
         }
+        if (p >= r.swa_end_page) {
+          ASSERT_EQ(w, kNoPage) << "SWA page " << p << " allocated ahead of the restore";
+          continue;
+        }
         ASSERT_TRUE(pools_->swa().Valid(w)) << "SWA page " << p << " missing";
-        if (p < r.hit_pages) {
+        if (p < r.hit_pages && !r.restoring) {
           ASSERT_EQ(pools_->swa().state(w), PageState::kCached) << "locked SWA page evicted";
           ASSERT_EQ(model_.at(r.hit_hashes[p]).swa, w);
         } else {
@@ -768,14 +862,15 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "ops %lld, lookups %lld, hit tokens %lld, window-lost tokens %lld,\n"
       "appends %lld (%lld exhausted), rollbacks %lld (%lld rejected), "
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
-      "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld\n",
+      "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
+      "window restores %lld (%lld chunks)\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
       (long long)c.appends_exhausted, (long long)c.rollbacks,
       (long long)c.rollbacks_rejected, (long long)c.finishes,
       (long long)c.aborts, (long long)c.evicted_full, (long long)c.tombstoned,
       (long long)c.healed, (long long)c.divergence_windows,
-      (long long)c.multi_run_inserts);
+      (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
   EXPECT_GT(c.hit_tokens, 10000);
@@ -787,6 +882,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.healed, 100);
   EXPECT_GT(c.divergence_windows, 1000);
   EXPECT_GT(c.multi_run_inserts, 1000);
+  EXPECT_GT(c.restores, 1000);
+  EXPECT_GT(c.restore_prepares, 1000);
 }
 
 }  // namespace

@@ -868,5 +868,20 @@ TEST_F(SequenceTest, LayerViewsMatchTheGeometry) {
   }
 }
 
+TEST(WindowRestoreStartTest, ReachesBackOneWindowPerChainLayer) {
+  // The window a query at 1000 reads starts at page-aligned 880 (W = 121,
+  // pages of 16): one SWA layer needs nothing earlier; each further layer of
+  // the chain W - 1 = 120 more positions.
+  EXPECT_EQ(SwaWindowStart(1000, 121, 16), 880);
+  EXPECT_EQ(WindowRestoreStart(1000, 121, 16, 1), 880);
+  EXPECT_EQ(WindowRestoreStart(1000, 121, 16, 2), 760);
+  EXPECT_EQ(WindowRestoreStart(1000, 121, 16, 7), 880 - 6 * 120);
+  EXPECT_EQ(WindowRestoreStart(1000, 121, 16, 9), 0);  // clamped at the start
+  // MiMo-V2.5-Pro: 60 SWA layers + 1 MTP layer, W = 128, pages of 64: R ~ 7.7K.
+  EXPECT_EQ(100000 - WindowRestoreStart(100000, 128, 64, 61), 100000 - (99840 - 60 * 127));
+  // No window: nothing to restore before the end.
+  EXPECT_EQ(WindowRestoreStart(64, 0, 16, 5), 64);
+}
+
 }  // namespace
 }  // namespace swaserve::kv

@@ -511,5 +511,35 @@ TEST(PrefillSchedulerTest, WorkClockWeighsContext) {
   EXPECT_EQ(Ids(s->NextStep(3)), std::vector<std::string>{"b"});
 }
 
+TEST(WindowRestoreTest, ChoosesTheCheaperStartByWork) {
+  // Full KV to 10,000, window-safe to 2,000, restore from 9,000: restoring
+  // computes 1,000 tokens instead of 8,000.
+  WindowRestoreChoice c = ChooseWindowRestore(
+      {.window_safe_tokens = 2000, .full_tokens = 10000, .restore_from = 9000});
+  EXPECT_TRUE(c.restore);
+  EXPECT_EQ(c.compute_from, 9000);
+  EXPECT_DOUBLE_EQ(c.saved_work, 7000);
+  // With attention cost the saving counts the keys too: [2000, 10000) at
+  // 1 + k·pos per token minus [9000, 10000).
+  c = ChooseWindowRestore({.window_safe_tokens = 2000, .full_tokens = 10000,
+                           .restore_from = 9000, .context_cost_per_token = 1e-3});
+  EXPECT_NEAR(c.saved_work, PrefillWork(1e-3, 2000, 8000) - PrefillWork(1e-3, 9000, 1000), 1e-6);
+  EXPECT_GT(c.saved_work, 7000);
+  // The margin: a restore that saves less than it is not taken.
+  c = ChooseWindowRestore({.window_safe_tokens = 8990, .full_tokens = 10000,
+                           .restore_from = 9000, .min_saved_work = 64});
+  EXPECT_FALSE(c.restore);
+  EXPECT_EQ(c.compute_from, 8990);
+  // Nothing to restore: the restore start at or before the safe hit, or no
+  // full-KV match beyond it.
+  EXPECT_FALSE(ChooseWindowRestore({.window_safe_tokens = 500, .full_tokens = 10000,
+                                    .restore_from = 400}).restore);
+  EXPECT_FALSE(ChooseWindowRestore({.window_safe_tokens = 500, .full_tokens = 500,
+                                    .restore_from = 0}).restore);
+  // PrefillWork is chunking-invariant.
+  EXPECT_NEAR(PrefillWork(2e-4, 100, 900), PrefillWork(2e-4, 100, 400) + PrefillWork(2e-4, 500, 500),
+              1e-9);
+}
+
 }  // namespace
 }  // namespace swaserve::sched

@@ -25,12 +25,92 @@ struct Outcome {
   int cached = -1;
   bool prefill_done = false;
   absl::Status prefill_status;
+  int restored_tokens = 0;
+  // The KV shipped (with capture_kv_).
+  std::shared_ptr<KvStaging> kv;
 };
+
+// A straight-line run: the whole prompt in one forward, then each MTP layer
+// over every position whose next tokens are known; the KV as staged for a
+// decode worker, and the greedy first token.
+std::unique_ptr<KvStaging> StraightLineKv(const std::vector<uint32_t>& prompt, uint32_t* first) {
+  const model::ModelConfig& cfg = testing::TestEngine().config();
+  const int n = static_cast<int>(prompt.size());
+  auto pools = testing::NewPools(n / kPage + 8, n / kPage + 8);
+  kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
+  EXPECT_TRUE(seq.Append(n).ok());
+  model::ForwardOutput out;
+  model::ForwardItem item{&seq, prompt, 0, false};
+  EXPECT_TRUE(testing::TestEngine().Forward({&item, 1}, &out, true).ok());
+  *first = model::Argmax(out.logits);
+  std::vector<uint32_t> all = prompt;
+  all.push_back(*first);
+  std::vector<float> hidden = out.all_hidden;
+  for (int k = 0; k < cfg.num_mtp_layers; ++k) {
+    const int m = n - k;  // positions [0, n - k): token p + 1 + k <= n known
+    std::vector<uint32_t> tokens(all.begin() + 1 + k, all.begin() + 1 + k + m);
+    model::ForwardItem mi{&seq, tokens, 0, false};
+    model::ForwardOutput mo;
+    EXPECT_TRUE(testing::TestEngine()
+                    .ForwardMtp(k, {&mi, 1},
+                                absl::MakeConstSpan(hidden.data(), static_cast<size_t>(m) * cfg.hidden_size),
+                                &mo)
+                    .ok());
+    hidden = mo.all_hidden;
+  }
+  auto want = KvStaging::Create(StagedKvLayout::For(pools->shape(), n));
+  EXPECT_TRUE(want.ok());
+  EXPECT_TRUE(CopySequenceToStaging(seq, *pools, want->get()).ok());
+  return std::move(*want);
+}
+
+// Compares every (layer, token) slot the prefill computed: all full layers,
+// SWA layers and MTP layer 0 for every token, MTP layer k up to n - 1 - k
+// (its later positions need drafted tokens). Other slots were never written.
+// A prefix hit of `hit` tokens (> 0) brings MTP layer k's KV at [hit − 1 − k,
+// hit) computed with the inserting request's next tokens (prefill_core.cc,
+// RunMtp: costs acceptance, never correctness), and through the MTP layers'
+// attention that reaches the KV of layer k up to hit + k·(W − 1): not
+// compared.
+void ExpectSameKv(const kv::KvShape& shape, const KvStaging& got, const KvStaging& want, int n,
+                  const std::string& what, int hit = 0) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const model::ModelConfig& cfg = testing::TestEngine().config();
+  const StagedKvLayout& l = got.layout();
+  auto compare = [&](const kv::PoolGeometry& g, const uint8_t* a, const uint8_t* b, int layer,
+                     int from, int to, int first_token, const char* pool, int skip_from = 0,
+                     int skip_to = 0) {
+    const size_t k_bytes = static_cast<size_t>(g.num_kv_heads) * g.k_head_dim * kv::DTypeSize(g.dtype);
+    const size_t v_bytes = static_cast<size_t>(g.num_kv_heads) * g.v_head_dim * kv::DTypeSize(g.dtype);
+    for (int t = from; t < to; ++t) {
+      if (t >= skip_from && t < skip_to) continue;
+      const size_t page = static_cast<size_t>((t - first_token) / g.page_size) * g.PageBytes();
+      const size_t slot = t % g.page_size;
+      const size_t ko = page + g.KOffset(layer) + slot * g.KTokenStride();
+      const size_t vo = page + g.VOffset(layer) + slot * g.VTokenStride();
+      ASSERT_EQ(std::memcmp(a + ko, b + ko, k_bytes), 0) << what << " " << pool << " layer " << layer << " token " << t << " K";
+      ASSERT_EQ(std::memcmp(a + vo, b + vo, v_bytes), 0) << what << " " << pool << " layer " << layer << " token " << t << " V";
+    }
+  };
+  const kv::PoolGeometry fg = shape.Full(), sg = shape.Swa();
+  for (int layer = 0; layer < fg.num_layers; ++layer) {
+    compare(fg, got.full_region(), want.full_region(), layer, 0, n, 0, "full");
+  }
+  for (int layer = 0; layer < sg.num_layers; ++layer) {
+    const int k = layer - cfg.num_swa_layers();  // MTP layer index, or < 0
+    const int to = k <= 0 ? n : n - k;
+    compare(sg, got.swa_region(), want.swa_region(), layer, l.first_swa_token, to,
+            l.first_swa_token, k >= 0 ? "MTP" : "SWA", k >= 0 && hit > 0 ? hit - 1 - k : 0,
+            k >= 0 && hit > 0 ? hit + k * (cfg.sliding_window - 1) : 0);
+  }
+}
 
 class Pipeline : public ::testing::Test {
  protected:
-  void Start(int prefill_pages, int decode_pages, sched::PrefillSchedulerOptions so = {}) {
-    prefill_pools_ = testing::NewPools(prefill_pages, prefill_pages);
+  void Start(int prefill_pages, int decode_pages, sched::PrefillSchedulerOptions so = {},
+             int prefill_swa_pages = -1, double window_restore_min_saved_work = 64) {
+    prefill_pools_ = testing::NewPools(
+        prefill_pages, prefill_swa_pages < 0 ? prefill_pages : prefill_swa_pages);
     auto cache = kv::PrefixCache::Create({prefill_pools_.get(), nullptr});
     ASSERT_TRUE(cache.ok());
     cache_ = std::move(*cache);
@@ -50,6 +130,7 @@ class Pipeline : public ::testing::Test {
     so.step_token_budget = 48;
     p.scheduler = so;
     p.registry = &registry_;
+    p.window_restore_min_saved_work = window_restore_min_saved_work;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
@@ -89,11 +170,24 @@ class Pipeline : public ::testing::Test {
     PrefillJob j;
     j.id = id;
     j.prompt = prompt;
-    j.ship = MakeLocalShip(decode_.get(), prefill_pools_.get(), std::move(d));
+    ShipFn local = MakeLocalShip(decode_.get(), prefill_pools_.get(), std::move(d));
+    j.ship = [this, id, local, n = static_cast<int>(prompt.size())](
+                 const kv::Sequence& s, const PrefillResult& r,
+                 std::function<void(absl::Status)> shipped) {
+      if (capture_kv_) {
+        std::shared_ptr<KvStaging> kv =
+            *KvStaging::Create(StagedKvLayout::For(prefill_pools_->shape(), n));
+        EXPECT_TRUE(CopySequenceToStaging(s, *prefill_pools_, kv.get()).ok());
+        absl::MutexLock lock(&mu_);
+        out_[id].kv = std::move(kv);
+      }
+      local(s, r, std::move(shipped));
+    };
     j.done = [this, id](absl::StatusOr<PrefillResult> r) {
       absl::MutexLock lock(&mu_);
       out_[id].prefill_done = true;
       out_[id].prefill_status = r.status();
+      if (r.ok()) out_[id].restored_tokens = r->restored_tokens;
       if (!r.ok()) ++finished_;  // no decode leg
     };
     return prefill_->Submit(std::move(j));
@@ -114,6 +208,7 @@ class Pipeline : public ::testing::Test {
   std::unique_ptr<kv::PrefixCache> cache_;
   std::unique_ptr<DecodeCore> decode_;
   std::unique_ptr<PrefillCore> prefill_;
+  bool capture_kv_ = false;  // set before Start
   absl::Mutex mu_;
   std::map<std::string, Outcome> out_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
@@ -166,87 +261,85 @@ TEST_F(Pipeline, GreedyOutputsEqualTheReferenceWithAndWithoutPrefixHits) {
 // prefills the whole prompt at once and then runs each MTP layer over every
 // position whose next tokens are known.
 TEST_F(Pipeline, MtpKvOverThePromptMatchesAStraightLineRun) {
+  capture_kv_ = true;
   Start(4096, 4096);
-  const model::ModelConfig& cfg = testing::TestEngine().config();
-  ASSERT_GE(cfg.num_mtp_layers, 2);
+  ASSERT_GE(testing::TestEngine().config().num_mtp_layers, 2);
   const std::vector<uint32_t> prompt = testing::RandomPrompt(77, 61);
-  const int n = static_cast<int>(prompt.size());
-  // Straight line.
-  auto pools = testing::NewPools(256, 256);
-  kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
-  ASSERT_TRUE(seq.Append(n).ok());
-  model::ForwardOutput out;
-  model::ForwardItem item{&seq, prompt, 0, false};
-  ASSERT_TRUE(testing::TestEngine().Forward({&item, 1}, &out, true).ok());
-  const uint32_t first = model::Argmax(out.logits);
-  std::vector<uint32_t> all = prompt;
-  all.push_back(first);
-  std::vector<float> hidden = out.all_hidden;
-  for (int k = 0; k < cfg.num_mtp_layers; ++k) {
-    const int m = n - k;  // positions [0, n - k): token p + 1 + k <= n known
-    std::vector<uint32_t> tokens(all.begin() + 1 + k, all.begin() + 1 + k + m);
-    model::ForwardItem mi{&seq, tokens, 0, false};
-    model::ForwardOutput mo;
-    ASSERT_TRUE(testing::TestEngine()
-                    .ForwardMtp(k, {&mi, 1},
-                                absl::MakeConstSpan(hidden.data(), static_cast<size_t>(m) * cfg.hidden_size),
-                                &mo)
-                    .ok());
-    hidden = mo.all_hidden;
-  }
-  auto want = KvStaging::Create(StagedKvLayout::For(pools->shape(), n));
-  ASSERT_TRUE(want.ok());
-  ASSERT_TRUE(CopySequenceToStaging(seq, *pools, want->get()).ok());
+  uint32_t first = 0;
+  const std::unique_ptr<KvStaging> want = StraightLineKv(prompt, &first);
   // Through PrefillCore, 16-token chunks.
-  absl::Notification shipped;
-  std::unique_ptr<KvStaging> got;
-  PrefillJob j;
-  j.id = "mtp";
-  j.prompt = prompt;
-  j.ship = [&](const kv::Sequence& s, const PrefillResult& r, std::function<void(absl::Status)> done) {
-    EXPECT_EQ(r.first_token.token, first);
-    got = *KvStaging::Create(StagedKvLayout::For(prefill_pools_->shape(), n));
-    done(CopySequenceToStaging(s, *prefill_pools_, got.get()));
-    shipped.Notify();
-  };
-  absl::Notification finished;
-  j.done = [&](absl::StatusOr<PrefillResult> r) {
-    EXPECT_TRUE(r.ok()) << r.status();
-    finished.Notify();
-  };
-  ASSERT_TRUE(prefill_->Submit(std::move(j)).ok());
-  ASSERT_TRUE(shipped.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  ASSERT_EQ(got->size(), (*want)->size());
-  // Compare every (layer, token) slot that was computed: all full layers and
-  // SWA layers and MTP layer 0 for every token, MTP layer k up to n - 1 - k
-  // (its later positions need drafted tokens). Other slots were never written.
-  const kv::KvShape& shape = prefill_pools_->shape();
-  const StagedKvLayout& l = got->layout();
-  auto compare = [&](const kv::PoolGeometry& g, const uint8_t* a, const uint8_t* b, int layer,
-                     int from, int to, int first_token, const char* what) {
-    const size_t k_bytes = static_cast<size_t>(g.num_kv_heads) * g.k_head_dim * kv::DTypeSize(g.dtype);
-    const size_t v_bytes = static_cast<size_t>(g.num_kv_heads) * g.v_head_dim * kv::DTypeSize(g.dtype);
-    for (int t = from; t < to; ++t) {
-      const size_t page = static_cast<size_t>((t - first_token) / g.page_size) * g.PageBytes();
-      const size_t slot = t % g.page_size;
-      const size_t ko = page + g.KOffset(layer) + slot * g.KTokenStride();
-      const size_t vo = page + g.VOffset(layer) + slot * g.VTokenStride();
-      ASSERT_EQ(std::memcmp(a + ko, b + ko, k_bytes), 0) << what << " layer " << layer << " token " << t << " K";
-      ASSERT_EQ(std::memcmp(a + vo, b + vo, v_bytes), 0) << what << " layer " << layer << " token " << t << " V";
-    }
-  };
-  const kv::PoolGeometry fg = shape.Full(), sg = shape.Swa();
-  for (int layer = 0; layer < fg.num_layers; ++layer) {
-    compare(fg, got->full_region(), (*want)->full_region(), layer, 0, n, 0, "full");
+  ASSERT_TRUE(Submit("mtp", prompt, 1).ok());
+  WaitFinished(1);
+  const Outcome o = Get("mtp");
+  ASSERT_TRUE(o.prefill_status.ok()) << o.prefill_status;
+  ASSERT_EQ(o.tokens.size(), 1u);
+  EXPECT_EQ(o.tokens[0], first);
+  ASSERT_NE(o.kv, nullptr);
+  ExpectSameKv(prefill_pools_->shape(), *o.kv, *want, static_cast<int>(prompt.size()), "mtp");
+}
+
+// Window restore under SWA-pool pressure: prompts share long prefixes whose
+// SWA KV the small SWA pool keeps evicting (in whatever pattern LRU gives)
+// while their full KV stays; later prompts diverge inside those prefixes.
+// With restore on, many requests restore a window, and every request's KV
+// (shipped: full, SWA and MTP layers) and greedy output equal a straight-line
+// run's; with restore off the same workload restores nothing and gives the
+// same outputs.
+class WindowRestorePipeline : public Pipeline, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
+  const bool restore = GetParam();
+  capture_kv_ = true;
+  // 96 SWA pages of 4 tokens: about three requests' windows and chunks.
+  Start(4096, 4096, {}, 96, restore ? 0 : -1);
+  std::mt19937 rng(41);
+  std::vector<std::vector<uint32_t>> bases;
+  for (int b = 0; b < 3; ++b) bases.push_back(testing::RandomPrompt(300 + b, 240 + 40 * b));
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 36; ++i) {
+    const auto& base = bases[rng() % bases.size()];
+    // Diverge at a random point past the first ~100 tokens (a full-KV match
+    // long enough for a restore start past 0), or continue the whole base.
+    const int cut = i < 3 ? static_cast<int>(base.size())
+                          : 100 + static_cast<int>(rng() % (base.size() - 100));
+    std::vector<uint32_t> p(base.begin(), base.begin() + cut);
+    const auto tail = testing::RandomPrompt(2000 + i, 3 + rng() % 20);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(std::move(p));
   }
-  for (int layer = 0; layer < sg.num_layers; ++layer) {
-    const int k = layer - cfg.num_swa_layers();  // MTP layer index, or < 0
-    const int to = k <= 0 ? n : n - k;
-    compare(sg, got->swa_region(), (*want)->swa_region(), layer, l.first_swa_token, to,
-            l.first_swa_token, k >= 0 ? "MTP" : "SWA");
+  // Waves of 4 so that the cache state (and its evictions) evolves.
+  for (int i = 0; i < 36; ++i) {
+    ASSERT_TRUE(Submit("w" + std::to_string(i), prompts[i], 3).ok());
+    if (i % 4 == 3) WaitFinished(i + 1);
+  }
+  WaitFinished(36);
+  int restored = 0;
+  for (int i = 0; i < 36; ++i) {
+    const std::string id = "w" + std::to_string(i);
+    const Outcome o = Get(id);
+    ASSERT_TRUE(o.prefill_status.ok()) << id << " " << o.prefill_status;
+    EXPECT_EQ(o.tokens, testing::ReferenceGreedy(prompts[i], 3)) << id;
+    uint32_t first = 0;
+    const std::unique_ptr<KvStaging> want = StraightLineKv(prompts[i], &first);
+    ASSERT_NE(o.kv, nullptr) << id;
+    ExpectSameKv(prefill_pools_->shape(), *o.kv, *want, static_cast<int>(prompts[i].size()), id,
+                 o.cached);
+    restored += o.restored_tokens > 0;
+  }
+  const PrefillLoad load = prefill_->GetLoad();
+  EXPECT_EQ(load.window_restores_total, restored);
+  if (restore) {
+    EXPECT_GE(restored, 5) << "the workload did not exercise window restore";
+    EXPECT_GT(load.restore_saved_tokens_total, 0);
+  } else {
+    EXPECT_EQ(restored, 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(RestoreOnOff, WindowRestorePipeline, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("On") : std::string("Off");
+                         });
 
 TEST_F(Pipeline, TwoHundredConcurrentRequestsComplete) {
   Start(2048, 512);
