@@ -290,6 +290,82 @@ TEST_F(DisaggregatedTest, GreedyOutputsIdenticalMonolithicAndDisaggregated) {
   }
 }
 
+// Window restore with real workers: a prefill worker whose SWA pool holds
+// only ~800 tokens (--kv.swa_full_ratio=0.02) keeps the full KV of long
+// shared prefixes while their SWA KV is evicted; prompts diverging inside
+// those prefixes then restore the window. The same workload on a prefill
+// worker with restore off, and on a monolithic worker with it on: greedy
+// outputs all equal the straight-line reference; the restoring workers
+// restored windows and report more cached tokens than the one without.
+TEST_F(DisaggregatedTest, WindowRestoreKeepsGreedyOutputsIdentical) {
+  const std::vector<std::string> small_swa = {"--kv.swa_full_ratio=0.02",
+                                              "--prefill.window_restore_min_saved_work=0"};
+  auto restoring = StartWorker("prefill", "pr", small_swa);
+  auto plain = StartWorker("prefill", "pn",
+                           {"--kv.swa_full_ratio=0.02", "--prefill.window_restore_min_saved_work=-1"});
+  auto decode = StartWorker("decode", "dr");
+  auto both = StartWorker("both", "mr", small_swa);
+  for (auto* w : {restoring.get(), plain.get(), decode.get(), both.get()}) {
+    ASSERT_FALSE(w->address.empty()) << w->id;
+  }
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint32_t>> bases(3);
+  for (size_t b = 0; b < bases.size(); ++b) {
+    bases[b].resize(240 + 40 * b);
+    for (auto& t : bases[b]) t = rng() % 256;
+  }
+  const int kRequests = 32;
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) {
+    const auto& base = bases[rng() % bases.size()];
+    const int cut = i < 3 ? static_cast<int>(base.size())
+                          : 100 + static_cast<int>(rng() % (base.size() - 100));
+    std::vector<uint32_t> p(base.begin(), base.begin() + cut);
+    const int tail = 3 + rng() % 20;
+    for (int k = 0; k < tail; ++k) p.push_back(rng() % 256);
+    prompts.push_back(std::move(p));
+  }
+  std::vector<Result> on(kRequests), off(kRequests), mono(kRequests);
+  for (int wave = 0; wave < kRequests / 4; ++wave) {
+    std::vector<std::thread> threads;
+    for (int i = wave * 4; i < wave * 4 + 4; ++i) {
+      threads.emplace_back([&, i] { on[i] = Generate(*restoring, *decode, absl::StrCat("r", i), prompts[i], 4); });
+      threads.emplace_back([&, i] { off[i] = Generate(*plain, *decode, absl::StrCat("n", i), prompts[i], 4); });
+      threads.emplace_back([&, i] { mono[i] = Generate(*both, *both, absl::StrCat("m", i), prompts[i], 4); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  int64_t cached_on = 0, cached_off = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " (", prompts[i].size(), " tokens)"));
+    const std::vector<uint32_t> ref = Reference(prompts[i], 4);
+    for (const Result* r : {&on[i], &off[i], &mono[i]}) {
+      ASSERT_TRUE(r->prefill_status.ok() || r == &mono[i]) << r->prefill_status.error_message();
+      ASSERT_TRUE(r->decode_status.ok()) << r->decode_status.error_message();
+      EXPECT_EQ(r->tokens, ref);
+    }
+    cached_on += on[i].usage.cached_tokens();
+    cached_off += off[i].usage.cached_tokens();
+  }
+  const double restores = Metric(*restoring, "swaserve_prefill_window_restore_requests_total");
+  std::cout << "window restores: disaggregated " << restores << " ("
+            << Metric(*restoring, "swaserve_prefill_window_restore_tokens_total") << " tokens recomputed, "
+            << Metric(*restoring, "swaserve_prefill_window_restore_saved_tokens_total")
+            << " saved), monolithic "
+            << Metric(*both, "swaserve_prefill_window_restore_requests_total")
+            << "; cached tokens with restore " << cached_on << ", without " << cached_off << "\n";
+  EXPECT_GE(restores, 3) << "the workload did not exercise window restore";
+  EXPECT_GE(Metric(*both, "swaserve_prefill_window_restore_requests_total"), 3);
+  EXPECT_EQ(Metric(*plain, "swaserve_prefill_window_restore_requests_total"), 0);
+  EXPECT_GT(cached_on, cached_off);
+  for (auto* w : {restoring.get(), plain.get(), decode.get(), both.get()}) {
+    EXPECT_EQ(Metric(*w, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0) << w->id;
+    auto rc = w->process->Stop();
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0) << w->id << " did not stop cleanly:\n" << w->process->ReadLog();
+  }
+}
+
 TEST_F(DisaggregatedTest, ClientCancelMidStreamFreesBothSides) {
   auto prefill = StartWorker("prefill", "p2");
   auto decode = StartWorker("decode", "d2");
