@@ -72,6 +72,7 @@
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
+#include "lib/sched/prefill_scheduler.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::kv {
@@ -226,6 +227,10 @@ struct CacheSpec {
   double ratio = 0;      // SizePools ratio used (0 for infinite)
   bool infinite = false;
   std::string synthesis = "reconstructed";
+  // Window restore (issue 20): a full-KV match past the window-safe hit
+  // recomputes only the bounded stretch before it (kv::WindowRestoreStart,
+  // chain = the shape's SWA layers) when that saves >= 64 tokens.
+  bool restore = false;
 };
 
 struct ReplayResult {
@@ -235,6 +240,11 @@ struct ReplayResult {
   int64_t prompt_tokens = 0;
   int64_t hit_tokens = 0;
   int64_t matched_tokens = 0;      // full-KV match (before the window rule)
+  // Window restore: hits minus recomputed tokens (= hit_tokens without
+  // restore), restores and the tokens they recomputed.
+  int64_t effective_hit_tokens = 0;
+  int64_t restores = 0;
+  int64_t restored_tokens = 0;
   int64_t window_lost_tokens = 0;
   int64_t cached_full_pages = 0;   // at the end
   int64_t cached_swa_pages = 0;
@@ -249,6 +259,9 @@ struct ReplayResult {
   double seconds = 0;
 
   double HitRate() const { return prompt_tokens ? double(hit_tokens) / prompt_tokens : 0; }
+  double EffectiveHitRate() const {
+    return prompt_tokens ? double(effective_hit_tokens) / prompt_tokens : 0;
+  }
   int64_t CachedTokens(int ps) const { return cached_full_pages * ps; }
   double TokensPerGiBBudget(int ps) const {
     return pool_bytes > 0 ? CachedTokens(ps) / (pool_bytes / kGiB) : 0;
@@ -289,15 +302,41 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   for (size_t i = 0; i < n; ++i) {
     const int len = prompts.length[i];
     absl::Span<const uint64_t> hashes = prompts.Hashes(i);
-    CacheHit hit = cache->MatchAndLock(hashes, len - 1);
-    res.hit_tokens += hit.tokens();
+    MatchOptions mo{.max_tokens = len - 1};
+    sched::WindowRestoreChoice choice;
+    if (spec.restore) {
+      const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
+      if (ml.matched_tokens > ml.safe_tokens) {
+        choice = sched::ChooseWindowRestore(
+            {.window_safe_tokens = ml.safe_tokens,
+             .full_tokens = ml.matched_tokens,
+             .restore_from = WindowRestoreStart(ml.matched_tokens, spec.shape.sliding_window,
+                                                spec.shape.page_size, spec.shape.swa_layers),
+             .min_saved_work = 64});
+        mo.full_kv = choice.restore;
+      }
+    }
+    CacheHit hit = cache->MatchAndLock(hashes, mo);
+    res.hit_tokens += hit.window_safe_tokens();
     res.matched_tokens += hit.matched_tokens();
     res.prompt_tokens += len;
+    const bool restoring = hit.needs_window_restore();
+    const int full_hit = hit.tokens();
     Sequence seq(so, std::move(hit));
+    int next = seq.length();  // the next token to compute
+    if (restoring) {
+      absl::Status s = seq.BeginWindowRestore(choice.compute_from);
+      if (!s.ok()) Die(std::string(s.message()));
+      next = choice.compute_from;
+      ++res.restores;
+      res.restored_tokens += full_hit - next;
+    }
+    res.effective_hit_tokens += next;
     bool ok = true;
-    while (seq.length() < len) {
-      const int c = std::min(chunk, len - seq.length());
-      absl::Status s = seq.Append(c);
+    while (next < len) {
+      const int c = std::min(chunk, len - next);
+      absl::Status s = seq.Prepare(next, c);
+      next += c;
       if (!s.ok()) {
         if (res.failed == 0) {
           std::fprintf(stderr, "  [%s %s] request %zu (%d tokens) failed: %s\n",
@@ -357,6 +396,11 @@ nlohmann::json ToJson(const ReplayResult& r, int ps) {
       {"prompt_tokens", r.prompt_tokens},
       {"hit_tokens", r.hit_tokens},
       {"hit_rate", r.HitRate()},
+      {"window_restore", r.spec.restore},
+      {"effective_hit_tokens", r.effective_hit_tokens},
+      {"effective_hit_rate", r.EffectiveHitRate()},
+      {"window_restores", r.restores},
+      {"restored_tokens", r.restored_tokens},
       {"matched_tokens", r.matched_tokens},
       {"window_lost_tokens", r.window_lost_tokens},
       {"cached_tokens", r.CachedTokens(ps)},
@@ -375,17 +419,18 @@ nlohmann::json ToJson(const ReplayResult& r, int ps) {
 }
 
 void PrintHeader() {
-  std::printf("%-10s %7s %6s %9s %9s %8s %8s %8s %11s %12s %11s %9s %9s %5s %6s\n", "cache",
-              "budget", "ratio", "pool GiB", "hit rate", "matched", "win-lost", "cached M",
+  std::printf("%-12s %7s %6s %9s %9s %9s %8s %8s %8s %11s %12s %11s %9s %9s %5s %6s\n", "cache",
+              "budget", "ratio", "pool GiB", "hit rate", "eff. hit", "matched", "win-lost", "cached M",
               "tok/GiB bud", "tok/GiB used", "evict full", "evict swa", "tombst.", "fail",
               "sec");
 }
 
 void PrintRow(const ReplayResult& r, int ps) {
   const double pt = r.prompt_tokens ? static_cast<double>(r.prompt_tokens) : 1;
-  std::printf("%-10s %7s %6g %9.1f %8.2f%% %7.2f%% %7.2f%% %8.2f %11.0f %12.0f %11lld %9lld %9lld %5lld %6.1f\n",
+  std::printf("%-12s %7s %6g %9.1f %8.2f%% %8.2f%% %7.2f%% %7.2f%% %8.2f %11.0f %12.0f %11lld %9lld %9lld %5lld %6.1f\n",
               r.spec.name.c_str(), r.spec.budget.c_str(), r.spec.ratio,
-              r.pool_bytes / kGiB, 100.0 * r.HitRate(), 100.0 * r.matched_tokens / pt,
+              r.pool_bytes / kGiB, 100.0 * r.HitRate(), 100.0 * r.EffectiveHitRate(),
+              100.0 * r.matched_tokens / pt,
               100.0 * r.window_lost_tokens / pt, r.CachedTokens(ps) / 1e6,
               r.spec.infinite ? 0.0 : r.TokensPerGiBBudget(ps), r.TokensPerGiBUsed(ps),
               static_cast<long long>(r.evicted_full_pages),
@@ -484,6 +529,7 @@ int Main(int argc, char** argv) {
                    double mult, double ratio) {
     CacheSpec spec;
     spec.name = name;
+    spec.restore = name == "dual+restore";
     spec.budget = CountName(tokens_equiv);
     spec.shape = shape;
     spec.ratio = ratio;
@@ -498,6 +544,7 @@ int Main(int argc, char** argv) {
                       const Prompts& p) {
     CacheSpec spec;
     spec.name = name;
+    spec.restore = name == "dual+restore";
     spec.budget = "inf";
     spec.shape = shape;
     spec.infinite = true;
@@ -506,8 +553,8 @@ int Main(int argc, char** argv) {
     spec.swa_pages = spec.full_pages;
     return spec;
   };
-  // Dual-pool variants (one today; the tables take several).
-  const std::vector<std::string> duals = {"dual"};
+  // Dual-pool variants: without and with window restore.
+  const std::vector<std::string> duals = {"dual", "dual+restore"};
 
   nlohmann::json results = nlohmann::json::array();
   nlohmann::json targets = nlohmann::json::object();
@@ -553,7 +600,9 @@ int Main(int argc, char** argv) {
   }
 
   std::printf(
-      "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; matched = full-KV match "
+      "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; eff. hit = hit tokens minus "
+      "the tokens window restores recomputed (dual+restore: a restored hit counts its full-KV\n"
+      "  match minus the stretch recomputed; = hit rate without restore); matched = full-KV match "
       "before the window rule; win-lost = matched but not window-safe;\n"
       "  cached M = tokens with full KV cached at the end (millions); tok/GiB bud = cached "
       "tokens per GiB of the pools (the budget); tok/GiB used = per GiB\n"
@@ -562,11 +611,13 @@ int Main(int argc, char** argv) {
 
   // --- Ratios and targets ---------------------------------------------------
   std::printf("== Ratios against the single pool (same run) ==\n");
-  std::printf("%-10s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
-              "tok/GiB", "single tok/GiB", "x single", "hit", "single7x hit", "hit/7x hit",
+  std::printf("%-12s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
+              "tok/GiB", "single tok/GiB", "x single", "eff. hit", "single7x hit", "hit/7x hit",
               "both full?");
   for (size_t v = 0; v < duals.size(); ++v) {
     bool density_met = true, hit_met = true;
+    // Issue 3's target for the dual pool, issue 20's with window restore.
+    const double hit_target = duals[v] == "dual+restore" ? 0.95 : 0.9;
     int evaluated = 0;
     nlohmann::json per_budget = nlohmann::json::array();
     for (const Row& row : rows) {
@@ -574,35 +625,37 @@ int Main(int argc, char** argv) {
       const double density = row.single.TokensPerGiBBudget(ps) > 0
                                  ? d.TokensPerGiBBudget(ps) / row.single.TokensPerGiBBudget(ps)
                                  : 0;
-      const double hit_ratio = row.single7.HitRate() > 0 ? d.HitRate() / row.single7.HitRate() : 0;
+      const double hit_ratio =
+          row.single7.HitRate() > 0 ? d.EffectiveHitRate() / row.single7.HitRate() : 0;
       const bool full = d.Evicted() && row.single.Evicted();
-      std::printf("%-10s %7s %12.0f %14.0f %8.2fx %9.2f%% %12.2f%% %11.1f%% %11s\n",
+      std::printf("%-12s %7s %12.0f %14.0f %8.2fx %9.2f%% %12.2f%% %11.1f%% %11s\n",
                   d.spec.name.c_str(), CountName(row.budget).c_str(), d.TokensPerGiBBudget(ps),
-                  row.single.TokensPerGiBBudget(ps), density, 100 * d.HitRate(),
+                  row.single.TokensPerGiBBudget(ps), density, 100 * d.EffectiveHitRate(),
                   100 * row.single7.HitRate(), 100 * hit_ratio, full ? "yes" : "no");
       if (full) {
         ++evaluated;
         if (density < 5.0) density_met = false;
       }
-      if (hit_ratio < 0.9) hit_met = false;
+      if (hit_ratio < hit_target) hit_met = false;
       per_budget.push_back({{"budget", CountName(row.budget)},
                             {"tokens_per_gib_over_single", density},
                             {"hit_over_single7x_hit", hit_ratio},
                             {"both_caches_full", full},
                             {"density_met", full ? nlohmann::json(density >= 5.0) : nlohmann::json()},
-                            {"hit_met", hit_ratio >= 0.9}});
+                            {"hit_met", hit_ratio >= hit_target}});
     }
     const std::string& name = duals[v];
     std::printf("target (%s): cached tokens per GiB >= 5x single pool (budgets where both "
                 "filled up: %d of %zu): %s\n",
                 name.c_str(), evaluated, rows.size(),
                 evaluated == 0 ? "NOT EVALUATED" : (density_met ? "MET" : "NOT MET"));
-    std::printf("target (%s): hit rate >= 90%% of single pool with 7x the bytes (every "
-                "budget): %s\n",
-                name.c_str(), hit_met ? "MET" : "NOT MET");
+    std::printf("target (%s): effective hit rate >= %.0f%% of single pool with 7x the bytes "
+                "(every budget): %s\n",
+                name.c_str(), 100 * hit_target, hit_met ? "MET" : "NOT MET");
     targets[name] = {{"per_budget", per_budget},
                      {"density_5x_met", evaluated == 0 ? nlohmann::json() : nlohmann::json(density_met)},
-                     {"hit_90pct_of_single7x_met", hit_met}};
+                     {"hit_target_of_single7x", hit_target},
+                     {"hit_target_met", hit_met}};
   }
   if (!inf.empty()) {
     for (size_t v = 0; v + 1 < inf.size(); ++v) {
@@ -635,10 +688,11 @@ int Main(int argc, char** argv) {
     readme_check["single_plain"] = pinf.back().HitRate();
     readme_check["single_reconstructed"] = inf.back().HitRate();
     for (size_t v = 0; v < duals.size(); ++v) {
+      // Effective hits (= hits without restore): what a restore leaves.
       std::printf("%-52s %9.2f%% %10s\n", (pinf[v].spec.name + " (SWA), plain synthesis").c_str(),
-                  100 * pinf[v].HitRate(), "0.1%");
+                  100 * pinf[v].EffectiveHitRate(), "0.1%");
       std::printf("%-52s %9.2f%% %10s\n", (inf[v].spec.name + " (SWA), reconstructed").c_str(),
-                  100 * inf[v].HitRate(), "37.0%");
+                  100 * inf[v].EffectiveHitRate(), "37.0%");
       readme_check[pinf[v].spec.name + "_plain"] = pinf[v].HitRate();
       readme_check[inf[v].spec.name + "_reconstructed"] = inf[v].HitRate();
     }

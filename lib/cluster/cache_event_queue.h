@@ -1,5 +1,6 @@
 // CacheEventQueue: the bounded, ordered queue of a worker's prefix-cache
-// events (pages stored / removed / cache cleared) waiting to be written to
+// events (pages stored / removed / SWA KV dropped or healed / cache cleared)
+// waiting to be written to
 // the prefix-affinity index in Redis (WorkerRegistration drains it).
 //
 // Order matters (stored h, removed h, stored h must end with h present), so
@@ -37,7 +38,9 @@
 namespace swaserve::cluster {
 
 struct CacheEventOp {
-  enum class Kind { kStored, kRemoved, kCleared };
+  // kSwaRemoved / kSwaStored: the pages keep their full KV but lose (or
+  // regain) their SWA KV (kv::CacheEvent).
+  enum class Kind { kStored, kRemoved, kCleared, kSwaRemoved, kSwaStored };
   Kind kind = Kind::kStored;
   // Chained page hashes (empty for kCleared).
   std::vector<uint64_t> hashes;

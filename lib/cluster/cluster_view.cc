@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<int64_t>> ClusterView::MatchPrefixes(
 
 absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-    absl::Span<const std::string> load_ids) {
+    absl::Span<const std::string> load_ids, int window_pages) {
   std::vector<std::string> load_keys;
   load_keys.reserve(load_ids.size());
   for (const std::string& id : load_ids) {
@@ -127,7 +127,8 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   }
   std::vector<std::optional<std::string>> raw;
   PrefixesAndLoads out;
-  ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw));
+  ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, window_pages,
+                                             &out.window_safe));
   out.loads.resize(load_ids.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     if (!raw[i]) continue;
@@ -150,7 +151,7 @@ absl::Status ClusterView::ForgetWorker(absl::string_view worker_id) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
   std::vector<RedisCommand> commands = {
       {"DEL", keys_.WorkerKey(worker_id), keys_.LoadKey(worker_id),
-       keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id)},
+       keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id), keys_.SwaGoneKey(worker_id)},
       {"SREM", keys_.WorkersKey(), std::string(worker_id)},
   };
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,

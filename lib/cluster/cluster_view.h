@@ -69,14 +69,17 @@ class ClusterView {
 
   // MatchPrefixes(hashes, candidates) and GetLoads(load_ids) in ONE round
   // trip (the match script also reads the load reports).
+  // With window_pages > 0 (prefix_index.h), also whether each match ends
+  // window-safe.
   struct PrefixesAndLoads {
     std::vector<int64_t> depths;
+    std::vector<bool> window_safe;
     std::vector<std::optional<swaserve::v1::WorkerLoad>> loads;
   };
   absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates,
-      absl::Span<const std::string> load_ids);
+      absl::Span<const std::string> load_ids, int window_pages = 0);
 
   // Records that `hashes` were dispatched to `worker_id`: pages it does not
   // hold yet get predicted entries for predicted_ttl (prefix_index.h), so

@@ -63,6 +63,9 @@ std::string KeySchema::PrefixKey(absl::string_view id) const {
 std::string KeySchema::PredictedKey(absl::string_view id) const {
   return absl::StrCat(prefix_, "predicted:", id);
 }
+std::string KeySchema::SwaGoneKey(absl::string_view id) const {
+  return absl::StrCat(prefix_, "swa_gone:", id);
+}
 
 std::string EncodePageHash(uint64_t hash) {
   std::string out(8, '\0');
@@ -118,6 +121,9 @@ std::vector<std::pair<std::string, std::string>> EncodeWorkerInfo(
       {"full_pages", absl::StrCat(info.full_pages)},
       {"swa_pages", absl::StrCat(info.swa_pages)},
       {"max_running_requests", absl::StrCat(info.max_running_requests)},
+      {"sliding_window", absl::StrCat(info.sliding_window)},
+      {"swa_chain_layers", absl::StrCat(info.swa_chain_layers)},
+      {"window_restore", info.window_restore ? "1" : "0"},
       {"started_at_ms", absl::StrCat(info.started_at_ms)},
       {"incarnation", absl::StrFormat("%016x", info.incarnation)},
   };
@@ -159,6 +165,14 @@ absl::StatusOr<WorkerInfo> DecodeWorkerInfo(
       s = ParseInt(field, value, &info.swa_pages);
     } else if (field == "max_running_requests") {
       s = ParseInt(field, value, &info.max_running_requests);
+    } else if (field == "sliding_window") {
+      s = ParseInt(field, value, &info.sliding_window);
+    } else if (field == "swa_chain_layers") {
+      s = ParseInt(field, value, &info.swa_chain_layers);
+    } else if (field == "window_restore") {
+      int32_t v = 0;
+      s = ParseInt(field, value, &v);
+      info.window_restore = v != 0;
     } else if (field == "started_at_ms") {
       s = ParseInt(field, value, &info.started_at_ms);
     } else if (field == "incarnation") {

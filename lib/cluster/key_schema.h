@@ -22,6 +22,10 @@
 //                         routers, score = expiry in Unix ms on the Redis
 //                         server's clock; the key expires with its latest
 //                         member.
+//   <p>swa_gone:<id>      SET of page hashes the worker holds with full KV but
+//                         without SWA KV (tombstoned), from its cache events;
+//                         expires with <p>prefix:<id>. Tells the router
+//                         whether a match ends window-safe (prefix_index.h).
 //
 // Record fields (HASH <p>worker:<id>; all values are decimal text unless
 // noted; readers ignore unknown fields and default missing optional ones):
@@ -29,7 +33,10 @@
 //   bucket (length-bucket index), bucket_min_tokens, bucket_max_tokens,
 //   grpc_address ("host:port"), ucx_address (raw bytes of the packed UCX
 //   worker address), page_size, full_pages, swa_pages, max_running_requests,
-//   started_at_ms (Unix ms), incarnation (16 hex digits, random per process
+//   sliding_window, swa_chain_layers, window_restore (0/1; optional: the
+//   model's window, SWA + MTP layers, and whether the worker restores
+//   windows — the router's cached-token credit), started_at_ms (Unix ms),
+//   incarnation (16 hex digits, random per process
 //   start: a new value means the worker restarted and lost its cache).
 //
 // Worker ids and cluster names: 1–200 characters of [A-Za-z0-9._:-] (they
@@ -72,6 +79,7 @@ class KeySchema {
   std::string LoadKey(absl::string_view id) const;
   std::string PrefixKey(absl::string_view id) const;
   std::string PredictedKey(absl::string_view id) const;
+  std::string SwaGoneKey(absl::string_view id) const;
 
  private:
   explicit KeySchema(std::string prefix) : prefix_(std::move(prefix)) {}
@@ -107,6 +115,12 @@ struct WorkerInfo {
   int64_t full_pages = 0;
   int64_t swa_pages = 0;
   int32_t max_running_requests = 0;
+  // The model's sliding window W (0: none), its SWA-attention layers
+  // including MTP layers (kv::WindowRestoreStart's chain), and whether the
+  // worker restores windows (--prefill.window_restore_min_saved_work >= 0).
+  int32_t sliding_window = 0;
+  int32_t swa_chain_layers = 0;
+  bool window_restore = false;
   // When the process started (Unix ms) and its random incarnation.
   int64_t started_at_ms = 0;
   uint64_t incarnation = 0;

@@ -15,13 +15,14 @@ namespace {
 // string.sub only as far as a script needs them. Commands get at most 4000
 // members at a time (Lua's unpack limit is about 8000 values).
 
-// KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET.
-// ARGV[1] = index_ttl ms, ARGV[2] = cap of the SET (0 = none), then one
-// pair per op: kind ("S" stored, "R" removed, "C" cleared), packed hashes.
-// Returns the SET's size afterwards.
+// KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET,
+// KEYS[3] = its SWA-gone SET. ARGV[1] = index_ttl ms, ARGV[2] = cap of the
+// SETs (0 = none), then one pair per op: kind ("S" stored, "R" removed, "C"
+// cleared, "T" SWA KV dropped (tombstoned), "H" SWA KV stored again
+// (healed)), packed hashes. Returns the SET's size afterwards.
 const RedisScript& ApplyScript() {
-  static const RedisScript* script = new RedisScript{"prefix_apply", R"lua(
-local set, pred = KEYS[1], KEYS[2]
+  static const RedisScript* script = new RedisScript{"prefix_apply_v2", R"lua(
+local set, pred, gone = KEYS[1], KEYS[2], KEYS[3]
 local cap = tonumber(ARGV[2])
 local sub = string.sub
 for i = 3, #ARGV, 2 do
@@ -29,8 +30,8 @@ for i = 3, #ARGV, 2 do
   local packed = ARGV[i + 1]
   local n = #packed / 8
   if kind == 'C' then
-    redis.call('DEL', set, pred)
-  elseif kind == 'S' or kind == 'R' then
+    redis.call('DEL', set, pred, gone)
+  elseif kind == 'S' or kind == 'R' or kind == 'T' or kind == 'H' then
     local j = 1
     while j <= n do
       local last = math.min(n, j + 3999)
@@ -38,9 +39,15 @@ for i = 3, #ARGV, 2 do
       for m = j, last do members[#members + 1] = sub(packed, m * 8 - 7, m * 8) end
       if kind == 'S' then
         redis.call('SADD', set, unpack(members))
-      else
+        redis.call('SREM', gone, unpack(members))
+      elseif kind == 'R' then
         redis.call('SREM', set, unpack(members))
         redis.call('ZREM', pred, unpack(members))
+        redis.call('SREM', gone, unpack(members))
+      elseif kind == 'T' then
+        redis.call('SADD', gone, unpack(members))
+      else
+        redis.call('SREM', gone, unpack(members))
       end
       j = last + 1
     end
@@ -55,6 +62,13 @@ if cap > 0 and size > cap then
 end
 if size > 0 then
   redis.call('PEXPIRE', set, ARGV[1])
+end
+local ngone = redis.call('SCARD', gone)
+if cap > 0 and ngone > cap then
+  redis.call('SPOP', gone, ngone - cap)
+end
+if ngone > 0 then
+  redis.call('PEXPIRE', gone, ARGV[1])
 end
 return size
 )lua"};
@@ -107,15 +121,19 @@ return size
   return *script;
 }
 
-// KEYS = per candidate its SET and ZSET (2 keys each), then optional value
-// keys; ARGV[1] = the prompt's packed page hashes in prefix order, ARGV[2]
-// (optional) = the number of candidates (default #KEYS / 2). Returns, per
-// candidate, the number of leading pages it holds, then (with value keys)
-// one more element: MGET of the value keys — so a router reads loads and
-// prefix depths in one round trip. Members are cut out of ARGV[1] once, on
-// demand, and shared by the candidates.
+// KEYS = per candidate its SET, ZSET and SWA-gone SET (3 keys each), then
+// optional value keys; ARGV[1] = the prompt's packed page hashes in prefix
+// order, ARGV[2] = the number of candidates, ARGV[3] = window pages wp (the
+// pages whose SWA KV a hit at a page boundary needs: ceil((W - 1) / page);
+// 0: do not check). Returns, per candidate, the number of leading pages it
+// holds; then a table with, per candidate, 1 when the match ends window-safe
+// (none of its last wp pages is in the SWA-gone SET; pages held only by a
+// prediction count as live) else 0; then (with value keys) MGET of the value
+// keys — so a router reads loads and prefix depths in one round trip.
+// Members are cut out of ARGV[1] once, on demand, and shared by the
+// candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_match_v2", R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local packed = ARGV[1]
@@ -124,9 +142,11 @@ local sub = string.sub
 local members = {}
 local cut = 0
 local result = {}
-local ncand = tonumber(ARGV[2]) or math.floor(#KEYS / 2)
+local ncand = tonumber(ARGV[2])
+local wp = tonumber(ARGV[3]) or 0
+local safe = {}
 for c = 1, ncand do
-  local set, pred = KEYS[2 * c - 1], KEYS[2 * c]
+  local set, pred, gone = KEYS[3 * c - 2], KEYS[3 * c - 1], KEYS[3 * c]
   local has_pred = redis.call('EXISTS', pred) == 1
   local depth = 0
   local chunk = 8
@@ -159,9 +179,18 @@ for c = 1, ncand do
     if chunk < 2048 then chunk = chunk * 4 end
   end
   result[c] = depth
+  safe[c] = 1
+  if wp > 0 and depth > 0 and redis.call('EXISTS', gone) == 1 then
+    local first = math.max(1, depth - wp + 1)
+    local dropped = redis.call('SMISMEMBER', gone, unpack(members, first, depth))
+    for k = 1, #dropped do
+      if dropped[k] == 1 then safe[c] = 0 end
+    end
+  end
 end
-if #KEYS > 2 * ncand then
-  result[ncand + 1] = redis.call('MGET', unpack(KEYS, 2 * ncand + 1, #KEYS))
+result[ncand + 1] = safe
+if #KEYS > 3 * ncand then
+  result[ncand + 2] = redis.call('MGET', unpack(KEYS, 3 * ncand + 1, #KEYS))
 end
 return result
 )lua"};
@@ -218,23 +247,20 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
   args.push_back(absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl)));
   args.push_back(absl::StrCat(options_.max_entries_per_worker));
   for (const CacheEventOp& e : ops) {
+    const char* kind = "C";
     switch (e.kind) {
-      case CacheEventOp::Kind::kStored:
-        args.push_back("S");
-        args.push_back(PackPageHashes(e.hashes));
-        break;
-      case CacheEventOp::Kind::kRemoved:
-        args.push_back("R");
-        args.push_back(PackPageHashes(e.hashes));
-        break;
-      case CacheEventOp::Kind::kCleared:
-        args.push_back("C");
-        args.push_back("");
-        break;
+      case CacheEventOp::Kind::kStored: kind = "S"; break;
+      case CacheEventOp::Kind::kRemoved: kind = "R"; break;
+      case CacheEventOp::Kind::kCleared: kind = "C"; break;
+      case CacheEventOp::Kind::kSwaRemoved: kind = "T"; break;
+      case CacheEventOp::Kind::kSwaStored: kind = "H"; break;
     }
+    args.push_back(kind);
+    args.push_back(e.kind == CacheEventOp::Kind::kCleared ? "" : PackPageHashes(e.hashes));
   }
   const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
-                                         keys_.PredictedKey(worker_id)};
+                                         keys_.PredictedKey(worker_id),
+                                         keys_.SwaGoneKey(worker_id)};
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(ApplyScript(), keys, args, op));
   return reply.AsInteger();
@@ -262,23 +288,27 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
 absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
     absl::Span<const std::string> value_keys,
-    std::vector<std::optional<std::string>>* values) {
+    std::vector<std::optional<std::string>>* values, int window_pages,
+    std::vector<bool>* window_safe) {
   std::vector<std::string> keys;
-  keys.reserve(2 * candidates.size() + value_keys.size());
+  keys.reserve(3 * candidates.size() + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
     keys.push_back(keys_.PrefixKey(id));
     keys.push_back(keys_.PredictedKey(id));
+    keys.push_back(keys_.SwaGoneKey(id));
   }
   std::vector<int64_t> depths(candidates.size(), 0);
   if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
+  if (window_safe != nullptr) window_safe->assign(candidates.size(), true);
   if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
   for (const std::string& k : value_keys) keys.push_back(k);
-  const std::string args[2] = {PackPageHashes(hashes), absl::StrCat(candidates.size())};
+  const std::string args[3] = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
+                               absl::StrCat(std::max(0, window_pages))};
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
                                    "match_prefixes"));
-  const size_t want = candidates.size() + (value_keys.empty() ? 0 : 1);
+  const size_t want = candidates.size() + 1 + (value_keys.empty() ? 0 : 1);
   if (!reply.is_array() || reply.elements.size() != want) {
     return absl::InternalError(absl::StrCat("prefix_match: expected ", want,
                                             " elements, got ", reply.DebugString()));
@@ -286,8 +316,20 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   for (size_t i = 0; i < candidates.size(); ++i) {
     ASSIGN_OR_RETURN(depths[i], reply.elements[i].AsInteger());
   }
+  const RedisReply& flags = reply.elements[candidates.size()];
+  // An empty Lua table comes back as an empty array (no candidates).
+  if (!flags.is_array() || flags.elements.size() != candidates.size()) {
+    return absl::InternalError(
+        absl::StrCat("prefix_match: bad window-safe reply ", flags.DebugString()));
+  }
+  if (window_safe != nullptr) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      ASSIGN_OR_RETURN(const int64_t f, flags.elements[i].AsInteger());
+      (*window_safe)[i] = f != 0;
+    }
+  }
   if (!value_keys.empty()) {
-    const RedisReply& v = reply.elements[candidates.size()];
+    const RedisReply& v = reply.elements[candidates.size() + 1];
     if (!v.is_array() || v.elements.size() != value_keys.size()) {
       return absl::InternalError(
           absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
@@ -305,7 +347,8 @@ absl::Status PrefixIndex::Clear(absl::string_view worker_id) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
   return redis_
       ->Command(
-          {"DEL", keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id)},
+          {"DEL", keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id),
+           keys_.SwaGoneKey(worker_id)},
           "prefix_clear")
       .status();
 }

@@ -21,6 +21,17 @@
 //                  stored events arrive, so sibling requests co-locate.
 // A page is held by a worker when it is in its SET or live in its ZSET. A
 // removed event deletes the page from both.
+//   swa gone       <p>swa_gone:<id>   SET of the worker's pages whose SWA KV
+//                  was dropped (kSwaRemoved: tombstoned; kSwaStored and
+//                  stored/removed events take them out). A match of depth d
+//                  ends window-safe when none of pages [d − wp, d) is in it
+//                  (wp = ceil((W − 1) / page)): the worker then reuses all d
+//                  pages; otherwise it reuses what a window restore leaves
+//                  (the router's credit, lib/router/policy.h). Exact as long
+//                  as events arrive in order (the queue is FIFO); a lost or
+//                  dropped event clears the worker's entries (kCleared), so
+//                  the SET errs only toward "gone" for pages not yet
+//                  re-stored, never keeps a page live that is not.
 //
 // Bounds: predicted entries by predicted_ttl and max_predicted_per_worker
 // (the entries closest to expiry are evicted first); authoritative entries
@@ -120,12 +131,16 @@ class PrefixIndex {
 
   // The same, and in the same script call (one round trip) the values of
   // `value_keys` (plain string keys, e.g. load reports; nullopt when
-  // absent) into *values (aligned with value_keys).
+  // absent) into *values (aligned with value_keys); with window_pages > 0
+  // (ceil((W − 1) / page size)) and window_safe, whether each candidate's
+  // match ends window-safe: none of its last window_pages pages lost its
+  // SWA KV (true without the check).
   absl::StatusOr<std::vector<int64_t>> Match(
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates,
       absl::Span<const std::string> value_keys,
-      std::vector<std::optional<std::string>>* values);
+      std::vector<std::optional<std::string>>* values, int window_pages = 0,
+      std::vector<bool>* window_safe = nullptr);
 
   // Deletes every entry of `worker_id`.
   absl::Status Clear(absl::string_view worker_id);

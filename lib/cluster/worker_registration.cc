@@ -114,10 +114,18 @@ WorkerRegistration::~WorkerRegistration() { Stop(); }
 
 void WorkerRegistration::PublishCacheEvent(bool stored,
                                            std::vector<uint64_t> hashes) {
+  PublishCacheEvent(stored ? CacheEventOp::Kind::kStored : CacheEventOp::Kind::kRemoved,
+                    std::move(hashes));
+}
+
+void WorkerRegistration::PublishCacheEvent(CacheEventOp::Kind kind,
+                                           std::vector<uint64_t> hashes) {
   if (hashes.empty()) return;
-  events_.Push(
-      stored ? CacheEventOp::Kind::kStored : CacheEventOp::Kind::kRemoved,
-      hashes);
+  if (kind == CacheEventOp::Kind::kCleared) {
+    PublishCacheCleared();
+    return;
+  }
+  events_.Push(kind, hashes);
   const size_t queued = events_.queued_hashes();
   absl::MutexLock lock(&mu_);
   if (first_event_at_ == absl::InfiniteFuture()) {
@@ -226,7 +234,7 @@ absl::Status WorkerRegistration::Register() {
   };
   if (first && options_.clear_index_on_start) {
     commands.push_back({"DEL", keys_.PrefixKey(options_.info.id),
-                        keys_.PredictedKey(options_.info.id)});
+                        keys_.PredictedKey(options_.info.id), keys_.SwaGoneKey(options_.info.id)});
   }
   commands.push_back({"EXEC"});
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
@@ -328,7 +336,7 @@ absl::Status WorkerRegistration::Deregister() {
   const std::string& id = options_.info.id;
   std::vector<RedisCommand> commands = {
       {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id), keys_.PrefixKey(id),
-       keys_.PredictedKey(id)},
+       keys_.PredictedKey(id), keys_.SwaGoneKey(id)},
       {"SREM", keys_.WorkersKey(), id},
   };
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,

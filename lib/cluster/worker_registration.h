@@ -28,12 +28,8 @@
 //       .load_fn = [&] { return scheduler.Load(); }}));
 //   // kv::PrefixCacheOptions::on_event (lib/kv/prefix_cache.h):
 //   [&](const kv::CacheEvent& e) {
-//     if (e.type == kv::CacheEvent::Type::kStored) {
-//       reg->PublishCacheEvent(true, e.hashes);
-//     } else if (e.type == kv::CacheEvent::Type::kRemoved) {
-//       reg->PublishCacheEvent(false, e.hashes);
-//     }  // kSwaStored/kSwaRemoved are not indexed: the index tracks full KV;
-//   }    // a tombstoned window only shortens the worker's window-safe match.
+//     reg->PublishCacheEvent(kind of e.type, e.hashes);  // all four types:
+//   }    // the index tracks full KV and where SWA KV is gone (window-safe ends)
 //   ...
 //   reg->Stop();   // before shutting the gRPC server down
 //
@@ -151,6 +147,7 @@ class WorkerRegistration {
   // Queues cache events: pages (chained hashes) stored into, or removed from,
   // the worker's prefix cache. Never blocks on Redis.
   void PublishCacheEvent(bool stored, std::vector<uint64_t> hashes);
+  void PublishCacheEvent(CacheEventOp::Kind kind, std::vector<uint64_t> hashes);
   // The worker's whole prefix cache was emptied.
   void PublishCacheCleared();
 

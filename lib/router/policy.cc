@@ -1,5 +1,9 @@
 #include "lib/router/policy.h"
 
+#include <climits>
+
+#include "lib/kv/sequence.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -55,6 +59,21 @@ std::string_view ReasonName(Reason reason) {
       return "no_free_kv";
   }
   return "unknown";
+}
+
+int WindowPages(int sliding_window, int page_size) {
+  if (sliding_window <= 1 || page_size <= 0) return 0;
+  return (sliding_window - 1 + page_size - 1) / page_size;
+}
+
+int64_t PrefixCredit(const PrefixCreditInputs& in) {
+  if (in.full_tokens <= 0) return 0;
+  if (in.window_safe || in.sliding_window <= 1 || !in.window_restore ||
+      in.swa_chain_layers <= 0 || in.page_size <= 0 || in.full_tokens > INT32_MAX) {
+    return in.full_tokens;
+  }
+  return kv::WindowRestoreStart(static_cast<int>(in.full_tokens), in.sliding_window,
+                                in.page_size, in.swa_chain_layers);
 }
 
 absl::Status ValidatePolicyOptions(const PolicyOptions& options) {

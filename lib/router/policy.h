@@ -106,6 +106,27 @@ struct PolicyOptions {
 // OK when the options are usable; InvalidArgument naming the field.
 absl::Status ValidatePolicyOptions(const PolicyOptions& options);
 
+// The prefill worker's cached tokens the router credits for a prefix-index
+// match of full_tokens (M) tokens (issue 20): all of them when the match ends
+// window-safe (the index saw no SWA KV dropped in its last window) or the
+// model has no window; otherwise what the worker's window restore reuses,
+// kv::WindowRestoreStart(M) = max(L, M − R) for the window-safe L it cannot
+// see (a lower bound: the restore is taken whenever it beats L); and when the
+// worker does not restore, 0 would be exact only for L = 0, so the full M is
+// kept (the pre-restore behaviour, an upper bound).
+struct PrefixCreditInputs {
+  int64_t full_tokens = 0;
+  bool window_safe = true;
+  int sliding_window = 0;
+  int page_size = 16;
+  int swa_chain_layers = 0;
+  bool window_restore = false;
+};
+int64_t PrefixCredit(const PrefixCreditInputs& in);
+// Pages a window-safe check looks at: ceil((W − 1) / page_size); 0 without a
+// window.
+int WindowPages(int sliding_window, int page_size);
+
 struct PrefillCandidate {
   std::string id;
   // Matched prefix depth in tokens (the Redis prefix index).

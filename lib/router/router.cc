@@ -145,6 +145,7 @@ struct Router::Metrics {
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* inflight = nullptr;
   metrics::Counter* redis_fallbacks = nullptr;
+  metrics::Counter* window_unsafe_matches = nullptr;
   metrics::CounterFamily* migrations = nullptr;
 
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(metrics::Registry* reg) {
@@ -192,6 +193,11 @@ struct Router::Metrics {
                      reg->AddCounter("swaserve_router_redis_fallbacks_total",
                                      "Decisions made without loads or the prefix index "
                                      "because Redis could not be read."));
+    ASSIGN_OR_RETURN(metrics::CounterFamily * wu,
+                     reg->AddCounter("swaserve_router_window_unsafe_matches_total",
+                                     "Prefill candidates whose prefix-index match ends where the "
+                                     "worker dropped SWA KV (credited as a window restore)."));
+    m->window_unsafe_matches = &wu->WithLabels();
     ASSIGN_OR_RETURN(m->migrations,
                      reg->AddCounter("swaserve_router_migrations_total",
                                      "Requests re-dispatched mid-stream (prompt + tokens already "
@@ -457,11 +463,15 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   }
   std::vector<int64_t> depths(pre.size(), 0);
   std::vector<std::optional<v1::WorkerLoad>> loads(ids.size());
+  std::vector<bool> window_safe(pre.size(), true);
+  // Whether each match ends window-safe (all workers serve one model).
+  const int window_pages = WindowPages(pre[0]->info.sliding_window, page);
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = options_.view->MatchPrefixesAndLoads(
-      r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids);
+      r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids, window_pages);
   if (got.ok() && got->depths.size() == pre.size() && got->loads.size() == ids.size()) {
     depths = std::move(got->depths);
     loads = std::move(got->loads);
+    if (got->window_safe.size() == pre.size()) window_safe = std::move(got->window_safe);
   } else {
     // Redis unreadable: route on what the registry snapshot gives.
     metrics_->redis_fallbacks->Increment();
@@ -470,8 +480,19 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   for (size_t i = 0; i < pre.size(); ++i) {
     PrefillCandidate& c = pc[i];
     c.id = pre[i]->info.id;
-    const int wp = pre[i]->info.page_size > 0 ? pre[i]->info.page_size : page;
-    c.cached_tokens = std::min<int64_t>(depths[i] * wp, n);
+    const cluster::WorkerInfo& info = pre[i]->info;
+    const int wp = info.page_size > 0 ? info.page_size : page;
+    // A match whose last window lost its SWA KV is worth what the worker's
+    // window restore reuses (policy.h PrefixCredit).
+    c.cached_tokens = std::min<int64_t>(
+        PrefixCredit({.full_tokens = depths[i] * wp,
+                      .window_safe = window_safe[i],
+                      .sliding_window = info.sliding_window,
+                      .page_size = wp,
+                      .swa_chain_layers = info.swa_chain_layers,
+                      .window_restore = info.window_restore}),
+        n);
+    if (!window_safe[i]) metrics_->window_unsafe_matches->Increment();
     c.healthy = options_.directory->Healthy(c.id);
     const std::optional<v1::WorkerLoad>& l = loads[i];
     c.has_load = l.has_value();

@@ -78,8 +78,9 @@ struct Metrics {
     failed = &req->WithLabels({"error"});
     cancelled = &req->WithLabels({"cancelled"});
     ASSIGN_OR_RETURN(auto* wr, r->AddCounter("swaserve_prefill_window_restore_requests_total",
-                                             "Completed prefills whose prefix hit restored the "
-                                             "SWA window of a full-KV match (window restore)."));
+                                             "Prefills whose prefix hit restored the SWA window "
+                                             "of a full-KV match (window restore), counted when "
+                                             "the prompt was computed."));
     restores = &wr->WithLabels();
     ASSIGN_OR_RETURN(auto* wt, r->AddCounter("swaserve_prefill_window_restore_tokens_total",
                                              "Tokens recomputed by window restores (the "
@@ -350,6 +351,18 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
   } else if (r->seq != nullptr) {
     r->seq->Abort();
   }
+  // A restore counts once its prompt was computed, whatever happened to the
+  // ship (the router cancels the prefill leg when a short decode ends first).
+  if (r->computed && r->result.restored_tokens > 0) {
+    restores_total.fetch_add(1, std::memory_order_relaxed);
+    restored_total.fetch_add(r->result.restored_tokens, std::memory_order_relaxed);
+    restore_saved_total.fetch_add(r->result.restore_saved_tokens, std::memory_order_relaxed);
+    if (m.restores != nullptr) {
+      m.restores->Increment();
+      m.restored_tokens->Increment(r->result.restored_tokens);
+      m.restore_saved_tokens->Increment(r->result.restore_saved_tokens);
+    }
+  }
   const std::string id = r->job.id;
   auto done = std::move(r->job.done);
   PrefillResult result = std::move(r->result);
@@ -362,17 +375,7 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     completed.fetch_add(1, std::memory_order_relaxed);
     computed_total.fetch_add(result.computed_tokens, std::memory_order_relaxed);
     cached_total.fetch_add(result.cached_tokens, std::memory_order_relaxed);
-    if (result.restored_tokens > 0) {
-      restores_total.fetch_add(1, std::memory_order_relaxed);
-      restored_total.fetch_add(result.restored_tokens, std::memory_order_relaxed);
-      restore_saved_total.fetch_add(result.restore_saved_tokens, std::memory_order_relaxed);
-    }
     if (m.ok != nullptr) {
-      if (result.restored_tokens > 0) {
-        m.restores->Increment();
-        m.restored_tokens->Increment(result.restored_tokens);
-        m.restore_saved_tokens->Increment(result.restore_saved_tokens);
-      }
       m.ok->Increment();
       m.prompt_tokens->Increment(result.prompt_tokens);
       m.cached_tokens->Increment(result.cached_tokens);

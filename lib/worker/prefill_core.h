@@ -134,7 +134,8 @@ struct PrefillLoad {
   // Queued requests that released their locked prefix hit to unblock
   // admission (requeued as cold prompts).
   int64_t released_hits_total = 0;
-  // Completed prefills that restored a window, and their restored and saved
+  // Prefills that restored a window (counted once the prompt is computed,
+  // whether or not the ship then succeeded), and their restored and saved
   // tokens (PrefillResult).
   int64_t window_restores_total = 0;
   int64_t restored_tokens_total = 0;

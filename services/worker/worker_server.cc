@@ -47,18 +47,22 @@ class CacheEventForwarder {
     absl::MutexLock lock(&mu_);
     if (reg_ == nullptr) return;
     // The router's index tracks full KV by chained page hash (a prefix walk
-    // needs every page of the path); SWA tombstoning and healing only change
-    // where a window-safe hit can end, which the worker settles at match
-    // time, so they are not published.
+    // needs every page of the path) and which pages lost their SWA KV, so
+    // that it can tell whether a match ends window-safe (its credit for a
+    // match that needs a window restore is smaller).
+    using Kind = cluster::CacheEventOp::Kind;
     switch (e.type) {
       case kv::CacheEvent::Type::kStored:
-        reg_->PublishCacheEvent(true, e.hashes);
+        reg_->PublishCacheEvent(Kind::kStored, e.hashes);
         break;
       case kv::CacheEvent::Type::kRemoved:
-        reg_->PublishCacheEvent(false, e.hashes);
+        reg_->PublishCacheEvent(Kind::kRemoved, e.hashes);
         break;
       case kv::CacheEvent::Type::kSwaStored:
+        reg_->PublishCacheEvent(Kind::kSwaStored, e.hashes);
+        break;
       case kv::CacheEvent::Type::kSwaRemoved:
+        reg_->PublishCacheEvent(Kind::kSwaRemoved, e.hashes);
         break;
     }
   }
@@ -282,6 +286,9 @@ absl::Status Worker::Register() {
   wo.info.full_pages = pools->full().num_pages();
   wo.info.swa_pages = pools->swa().num_pages();
   wo.info.max_running_requests = static_cast<int32_t>(o.max_batch_size);
+  wo.info.sliding_window = engine->config().sliding_window;
+  wo.info.swa_chain_layers = engine->config().num_swa_layers() + engine->config().num_mtp_layers;
+  wo.info.window_restore = prefill && o.window_restore_min_saved_work >= 0;
   wo.load_fn = [this] { return Load(); };
   wo.metrics = &registry;
   // A record of this id at another address belongs to a live worker if

@@ -125,6 +125,50 @@ TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Window-safe ends (issue 20): SWA-removed events mark pages; a match is
+// window-safe when none of its last wp pages is marked; healing, re-storing,
+// removing and clearing unmark them.
+TEST_F(PrefixIndexTest, MatchReportsWhetherItEndsWindowSafe) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(1, 12);
+  Apply(*index, "a", Kind::kStored, chain);
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 8));
+  auto match = [&](int wp, const std::vector<uint64_t>& hashes) {
+    std::vector<bool> safe;
+    absl::StatusOr<std::vector<int64_t>> d =
+        index->Match(hashes, {"a", "b", "none"}, {}, nullptr, wp, &safe);
+    EXPECT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(*d, (std::vector<int64_t>{static_cast<int64_t>(std::min<size_t>(12, hashes.size())),
+                                        static_cast<int64_t>(std::min<size_t>(8, hashes.size())), 0}));
+    return safe;
+  };
+  EXPECT_EQ(match(3, chain), (std::vector<bool>{true, true, true}));
+  // "a" dropped the SWA KV of pages 0..9 (0-based): its match of 12 pages
+  // needs pages 9..11 (wp = 3) -> not window-safe; of 8 pages (a shorter
+  // prompt) neither. "b" is unaffected.
+  Apply(*index, "a", Kind::kSwaRemoved, Slice(chain, 0, 10));
+  EXPECT_EQ(match(3, chain), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(match(2, chain), (std::vector<bool>{true, true, true}));  // pages 10, 11 live
+  EXPECT_EQ(match(3, Slice(chain, 0, 8)), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(match(0, chain), (std::vector<bool>{true, true, true}));  // no check
+  // Healing page 9 makes 12 window-safe again for wp = 3.
+  Apply(*index, "a", Kind::kSwaStored, {chain[9]});
+  EXPECT_EQ(match(3, chain), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(match(4, chain), (std::vector<bool>{false, true, true}));
+  // A removed page leaves the SWA-gone set too; re-stored pages are live.
+  Apply(*index, "a", Kind::kRemoved, Slice(chain, 5, 12));
+  Apply(*index, "a", Kind::kStored, Slice(chain, 5, 12));
+  EXPECT_EQ(match(4, chain), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(Integer({"SCARD", keys_.SwaGoneKey("a")}), 5);
+  // Clearing the worker drops everything, the SWA-gone set included.
+  CacheEventOp clear{Kind::kCleared, {}};
+  ASSERT_TRUE(index->Apply("a", absl::MakeConstSpan(&clear, 1)).ok());
+  EXPECT_EQ(Integer({"EXISTS", keys_.SwaGoneKey("a")}), 0);
+  // The set expires with the index.
+  Apply(*index, "b", Kind::kSwaRemoved, {chain[7]});
+  EXPECT_GT(Integer({"PTTL", keys_.SwaGoneKey("b")}), 0);
+}
+
 TEST_F(PrefixIndexTest, MatchAlsoReadsValuesInTheSameRoundTrip) {
   auto index = MakeIndex();
   const std::vector<uint64_t> chain = Chain(3, 12);

@@ -154,6 +154,9 @@ void Apply(const std::vector<CacheEventOp>& ops, std::set<uint64_t>* index) {
       case Kind::kCleared:
         index->clear();
         break;
+      case Kind::kSwaRemoved:
+      case Kind::kSwaStored:
+        break;  // full-KV membership unchanged
     }
   }
 }

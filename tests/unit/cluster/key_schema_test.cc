@@ -71,6 +71,9 @@ WorkerInfo SampleInfo() {
   info.full_pages = 123456;
   info.swa_pages = 7890;
   info.max_running_requests = 64;
+  info.sliding_window = 128;
+  info.swa_chain_layers = 61;
+  info.window_restore = true;
   info.started_at_ms = 1'700'000'000'123;
   info.incarnation = 0xfedcba9876543210ull;
   return info;
@@ -90,9 +93,10 @@ TEST(WorkerInfo, RoundTripsThroughHashFields) {
                  "id", "role", "model", "bucket", "bucket_min_tokens",
                  "bucket_max_tokens", "grpc_address", "ucx_address",
                  "page_size", "full_pages", "swa_pages", "max_running_requests",
+                 "sliding_window", "swa_chain_layers", "window_restore",
                  "started_at_ms", "incarnation"));
   EXPECT_EQ(fields[1].second, "ROLE_PREFILL");
-  EXPECT_EQ(fields[13].second, "fedcba9876543210");
+  EXPECT_EQ(fields[16].second, "fedcba9876543210");
 }
 
 TEST(WorkerInfo, DecodeIgnoresUnknownAndDefaultsMissingOptionalFields) {

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/kv/sequence.h"
 
 namespace swaserve::router {
 namespace {
@@ -361,6 +362,40 @@ TEST(ChoosePrefill, RandomizedInvariants) {
   EXPECT_GT(guards, 100);
   EXPECT_GT(affinity, 100);
   EXPECT_GT(least, 100);
+}
+
+}  // namespace
+}  // namespace swaserve::router
+
+namespace swaserve::router {
+namespace {
+
+TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedAsAWindowRestore) {
+  // Window-safe, or no window, or a worker that does not restore: the whole
+  // full-KV match.
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = true, .sliding_window = 128,
+                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
+            10000);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 0,
+                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
+            10000);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 128,
+                          .page_size = 16, .swa_chain_layers = 61, .window_restore = false}),
+            10000);
+  // Not window-safe: what the restore reuses, M − R (the MiMo-V2.5-Pro
+  // shape: 60 SWA + 1 MTP layer, W = 128, R ~ 7.7K), clamped at 0.
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 128,
+                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
+            kv::WindowRestoreStart(10000, 128, 16, 61));
+  EXPECT_EQ(kv::WindowRestoreStart(10000, 128, 16, 61), 9872 - 60 * 127);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 4000, .window_safe = false, .sliding_window = 128,
+                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
+            0);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 0}), 0);
+  EXPECT_EQ(WindowPages(128, 16), 8);
+  EXPECT_EQ(WindowPages(129, 16), 8);
+  EXPECT_EQ(WindowPages(130, 16), 9);
+  EXPECT_EQ(WindowPages(0, 16), 0);
 }
 
 }  // namespace
