@@ -140,8 +140,8 @@ struct Router::Metrics {
   metrics::HistogramFamily* ttft = nullptr;
   metrics::HistogramFamily* tpot = nullptr;
   metrics::HistogramFamily* e2e = nullptr;
-  metrics::Counter* prompt_tokens = nullptr;
-  metrics::Counter* cached_tokens = nullptr;
+  metrics::CounterFamily* prompt_tokens = nullptr;  // {bucket}
+  metrics::CounterFamily* cached_tokens = nullptr;  // {bucket}
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* inflight = nullptr;
   metrics::Counter* redis_fallbacks = nullptr;
@@ -179,11 +179,13 @@ struct Router::Metrics {
                                                {"bucket"}, metrics::DefaultLatencyBuckets()));
     ASSIGN_OR_RETURN(metrics::CounterFamily * pt,
                      reg->AddCounter("swaserve_router_prompt_tokens_total",
-                                     "Prompt tokens of completed requests."));
+                                     "Prompt tokens of completed requests, by length bucket.",
+                                     {"bucket"}));
     ASSIGN_OR_RETURN(metrics::CounterFamily * ct,
                      reg->AddCounter("swaserve_router_cached_tokens_total",
-                                     "Prompt tokens served from a prefix cache (hit rate = "
-                                     "cached / prompt)."));
+                                     "Prompt tokens served from a prefix cache, by length bucket "
+                                     "(hit rate = cached / prompt).",
+                                     {"bucket"}));
     ASSIGN_OR_RETURN(metrics::CounterFamily * gt,
                      reg->AddCounter("swaserve_router_generated_tokens_total",
                                      "Tokens generated."));
@@ -198,17 +200,21 @@ struct Router::Metrics {
                                      "Prefill candidates whose prefix-index match ends where the "
                                      "worker dropped SWA KV (credited as a window restore)."));
     m->window_unsafe_matches = &wu->WithLabels();
+    // Children that may stay at 0 exist from the start, so dashboards and
+    // alerts see a 0 instead of no series.
+    for (const char* leg : {"prefill", "decode"}) m->retries->WithLabels({leg});
     ASSIGN_OR_RETURN(m->migrations,
                      reg->AddCounter("swaserve_router_migrations_total",
                                      "Requests re-dispatched mid-stream (prompt + tokens already "
                                      "sent) after their decode worker died (worker_lost) or "
                                      "drained (draining).",
                                      {"reason"}));
-    m->prompt_tokens = &pt->WithLabels();
-    m->cached_tokens = &ct->WithLabels();
+    m->prompt_tokens = pt;
+    m->cached_tokens = ct;
     m->generated_tokens = &gt->WithLabels();
     m->inflight = &inf->WithLabels();
     m->redis_fallbacks = &fb->WithLabels();
+    for (const char* reason : {"worker_lost", "draining"}) m->migrations->WithLabels({reason});
     return m;
   }
 };
@@ -282,6 +288,12 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   metrics::Registry* reg =
       options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
   ASSIGN_OR_RETURN(r->metrics_, Metrics::Create(reg));
+  // Per-bucket token counters exist from the start (rates of the hit rate
+  // need a first sample before the first request).
+  for (size_t b = 0; b < std::max<size_t>(1, options.policy.bucket_bounds.size()); ++b) {
+    r->metrics_->prompt_tokens->WithLabels({absl::StrCat(b)});
+    r->metrics_->cached_tokens->WithLabels({absl::StrCat(b)});
+  }
   r->record_pool_ =
       std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");
   r->timers_ = std::make_unique<base::TimerQueue>();
@@ -892,8 +904,8 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
           .Observe(static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
                    (r.completion_tokens - 1));
     }
-    metrics_->prompt_tokens->Increment(static_cast<double>(r.prompt_tokens));
-    metrics_->cached_tokens->Increment(r.cached_tokens);
+    metrics_->prompt_tokens->WithLabels({r.bucket_label}).Increment(static_cast<double>(r.prompt_tokens));
+    metrics_->cached_tokens->WithLabels({r.bucket_label}).Increment(r.cached_tokens);
     metrics_->generated_tokens->Increment(r.completion_tokens);
   }
   return st;

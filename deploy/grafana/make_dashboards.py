@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Writes the swaserve Grafana dashboards (dashboards/*.json) from one list of
+panels, so the JSON stays consistent and the tests (tests/deploy) can read
+every panel's PromQL from the same files Grafana loads.
+
+    python3 deploy/grafana/make_dashboards.py       # rewrites dashboards/*.json
+
+Metric names are the services' /metrics (WORKSPACE.md); recording rules
+(swaserve:*) come from deploy/prometheus/rules/swaserve.rules.yml.
+"""
+import json
+import os
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def panel(title, exprs, unit="short", desc=""):
+    return {"title": title, "exprs": exprs, "unit": unit, "description": desc}
+
+
+DASHBOARDS = {
+    "swaserve-overview": ("swaserve: latency and cache", [
+        panel("TTFT P50 / P90 / P99 by length bucket", [
+            ("histogram_quantile(0.5, sum by (le, bucket) (rate(swaserve_router_ttft_seconds_bucket[$__rate_interval])))", "p50 bucket {{bucket}}"),
+            ("histogram_quantile(0.9, sum by (le, bucket) (rate(swaserve_router_ttft_seconds_bucket[$__rate_interval])))", "p90 bucket {{bucket}}"),
+            ("histogram_quantile(0.99, sum by (le, bucket) (rate(swaserve_router_ttft_seconds_bucket[$__rate_interval])))", "p99 bucket {{bucket}}"),
+        ], "s", "Time to first token at the router, from the request's arrival."),
+        panel("TPOT P50 / P90 by length bucket", [
+            ("histogram_quantile(0.5, sum by (le, bucket) (rate(swaserve_router_tpot_seconds_bucket[$__rate_interval])))", "p50 bucket {{bucket}}"),
+            ("histogram_quantile(0.9, sum by (le, bucket) (rate(swaserve_router_tpot_seconds_bucket[$__rate_interval])))", "p90 bucket {{bucket}}"),
+        ], "s", "Time per output token after the first."),
+        panel("Requests by status code", [
+            ("sum by (code) (rate(swaserve_router_requests_total[$__rate_interval]))", "{{code}}"),
+        ], "reqps", "Final status of every request (OK, RESOURCE_EXHAUSTED, ...)."),
+        panel("Prefix-cache hit rate: cluster and per bucket", [
+            ("sum(rate(swaserve_router_cached_tokens_total[$__rate_interval])) / sum(rate(swaserve_router_prompt_tokens_total[$__rate_interval]))", "cluster"),
+            ("sum by (bucket) (rate(swaserve_router_cached_tokens_total[$__rate_interval])) / sum by (bucket) (rate(swaserve_router_prompt_tokens_total[$__rate_interval]))", "bucket {{bucket}}"),
+        ], "percentunit", "Cached / prompt tokens of completed requests (usage.cached_tokens)."),
+        panel("Prefix-cache hit rate per prefill worker", [
+            ("sum by (instance) (rate(swaserve_prefix_cache_hit_tokens_total[$__rate_interval])) / sum by (instance) (rate(swaserve_prefix_cache_lookup_tokens_total[$__rate_interval]))", "{{instance}}"),
+        ], "percentunit", "Window-safe hit tokens / looked-up tokens of each worker's prefix cache."),
+        panel("Tokens lost to the window-safe rule, and window restores", [
+            ("sum(rate(swaserve_prefix_cache_window_lost_tokens_total[$__rate_interval]))", "window-lost tokens/s"),
+            ("sum(rate(swaserve_prefill_window_restore_saved_tokens_total[$__rate_interval]))", "recompute saved by restores, tokens/s"),
+            ("sum(rate(swaserve_prefill_window_restore_tokens_total[$__rate_interval]))", "tokens recomputed by restores/s"),
+        ], "short", "Full-KV matches not window-safe, and what window restore recovers."),
+        panel("Router decisions by reason", [
+            ("sum by (leg, reason) (rate(swaserve_router_decisions_total[$__rate_interval]))", "{{leg}} {{reason}}"),
+        ], "ops", "Why each prefill/decode worker was chosen (cache affinity, load, hotspot guard)."),
+        panel("Migrations and retries", [
+            ("sum by (reason) (rate(swaserve_router_migrations_total[$__rate_interval]))", "migration {{reason}}"),
+            ("sum by (leg) (rate(swaserve_router_retries_total[$__rate_interval]))", "retry {{leg}}"),
+        ], "ops", "Streams moved to another worker pair, and retried worker calls."),
+    ]),
+    "swaserve-workers": ("swaserve: workers, KV and MTP", [
+        panel("KV pool usage: full vs SWA", [
+            ("sum by (pool, state) (swaserve_kv_pages)", "{{pool}} {{state}}"),
+        ], "short", "Pages per pool and state (free, reserved, in use, cached) over all workers."),
+        panel("Prefill queue", [
+            ("sum by (instance) (swaserve_sched_queued_tokens)", "queued tokens {{instance}}"),
+            ("sum by (instance) (swaserve_prefill_running_requests)", "running {{instance}}"),
+        ], "short", "Uncached tokens waiting in each prefill scheduler, and requests computing or shipping."),
+        panel("Decode: staged and running requests, staging bytes", [
+            ("sum by (instance) (swaserve_decode_staged_requests)", "staged {{instance}}"),
+            ("sum by (instance) (swaserve_decode_running_requests)", "running {{instance}}"),
+            ("sum by (instance, state) (swaserve_decode_staging_budget_bytes)", "staging bytes {{state}} {{instance}}"),
+        ], "short", "KV staged in host memory until admitted; the staging budget."),
+        panel("KV transfer bandwidth", [
+            ("sum by (instance) (rate(swaserve_kv_transfer_bytes_total[$__rate_interval]))", "{{instance}}"),
+        ], "Bps", "Bytes of KV shipped over UCX."),
+        panel("MTP acceptance", [
+            ("sum(rate(swaserve_decode_mtp_accepted_tokens_total[$__rate_interval])) / sum(rate(swaserve_decode_mtp_drafted_tokens_total[$__rate_interval]))", "accepted / drafted"),
+            ("sum by (position) (rate(swaserve_decode_mtp_position_accepted_total[$__rate_interval])) / sum by (position) (rate(swaserve_decode_mtp_position_drafted_total[$__rate_interval]))", "position {{position}}"),
+        ], "percentunit", "Share of drafted tokens the main model accepted, overall and per draft position."),
+        panel("Decode throughput", [
+            ("sum by (instance) (rate(swaserve_decode_generated_tokens_total[$__rate_interval]))", "{{instance}}"),
+        ], "short", "Generated tokens per second per decode worker."),
+        panel("Open circuit breakers (routers)", [
+            ("sum(swaserve_router_open_breakers)", "open breakers"),
+        ], "short", "Workers the routers stopped calling after repeated failures."),
+    ]),
+}
+
+
+def build(uid, title, panels):
+    out = []
+    for i, p in enumerate(panels):
+        out.append({
+            "id": i + 1,
+            "type": "timeseries",
+            "title": p["title"],
+            "description": p["description"],
+            "datasource": DS,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+            "fieldConfig": {"defaults": {"unit": p["unit"]}, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+            "targets": [{"refId": chr(ord("A") + j), "datasource": DS, "expr": e, "legendFormat": legend}
+                        for j, (e, legend) in enumerate(p["exprs"])],
+        })
+    return {
+        "uid": uid,
+        "title": title,
+        "tags": ["swaserve"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
+                                  "label": "Prometheus"}]},
+        "panels": out,
+    }
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for uid, (title, panels) in DASHBOARDS.items():
+        path = os.path.join(here, "dashboards", uid + ".json")
+        with open(path, "w") as f:
+            json.dump(build(uid, title, panels), f, indent=2)
+            f.write("\n")
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

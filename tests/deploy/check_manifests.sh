@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Offline checks of deploy/ (label "deploy"): both kustomize overlays render
+# with the objects deploy/README.md promises; the worker and router config
+# files parse with the real binaries; the Prometheus rules pass promtool's
+# checks and unit tests; the dashboards are what make_dashboards.py writes.
+#   bash tests/deploy/check_manifests.sh SOURCE_DIR BIN_DIR
+set -euo pipefail
+src=$1; bin=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+for tool in kubectl promtool python3; do
+  command -v "$tool" >/dev/null || fail "$tool not found on PATH (CI machines have it)"
+done
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+for overlay in cpu gpu; do
+  kubectl kustomize "$src/deploy/k8s/overlays/$overlay" > "$tmp/$overlay.yaml" \
+    || fail "kubectl kustomize overlays/$overlay"
+  python3 - "$tmp/$overlay.yaml" "$overlay" <<'PY' || fail "overlays/$2 content"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+overlay = sys.argv[2]
+def objs(kind): return [d for d in docs if d["kind"] == kind]
+names = lambda kind: sorted(d["metadata"]["name"] for d in objs(kind))
+assert names("StatefulSet") == ["decode", "prefill-b0", "prefill-b1", "prefill-b2", "redis"], names("StatefulSet")
+router = objs("Deployment")[0]
+assert router["metadata"]["name"] == "router" and router["spec"]["replicas"] >= 2
+assert [h["spec"]["minReplicas"] for h in objs("HorizontalPodAutoscaler")] == [2]
+assert len(objs("PodDisruptionBudget")) == 2 and len(objs("NetworkPolicy")) == 2
+assert objs("PodMonitor"), "no PodMonitor"
+assert all(d["metadata"].get("namespace") == "swaserve" for d in docs if d["kind"] != "Namespace")
+headless = [s["metadata"]["name"] for s in objs("Service") if s["spec"].get("clusterIP") == "None"]
+assert sorted(headless) == ["decode", "prefill-b0", "prefill-b1", "prefill-b2"], headless
+bounds = {"prefill-b0": ("0", "65536"), "prefill-b1": ("65536", "262144"), "prefill-b2": ("262144", "1048576")}
+for s in objs("StatefulSet"):
+    c = s["spec"]["template"]["spec"]["containers"][0]
+    name = s["metadata"]["name"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert probe in c, (name, probe)
+    assert "limits" in c["resources"] and "requests" in c["resources"], name
+    if name == "redis":
+        continue
+    cmd = c["command"]
+    # Workers advertise their pod IP, not 127.0.0.1.
+    assert "--advertise_host=$(POD_IP)" in cmd, (name, cmd)
+    env = {e["name"]: e.get("valueFrom", {}) for e in c["env"]}
+    assert env["POD_IP"]["fieldRef"]["fieldPath"] == "status.podIP", name
+    if name in bounds:
+        lo, hi = bounds[name]
+        assert f"--bucket_min_tokens={lo}" in cmd and f"--prefill.max_prompt_tokens={hi}" in cmd, cmd
+    gpu = c["resources"]["limits"].get("nvidia.com/gpu")
+    assert (gpu == "1") == (overlay == "gpu"), (name, gpu)
+    assert s["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 20  # > --drain
+# Only the router is reachable from outside the namespace.
+pub = [p for p in objs("NetworkPolicy") if p["spec"]["podSelector"]]
+assert [p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in pub] == ["router"]
+internal = [p for p in objs("NetworkPolicy") if not p["spec"]["podSelector"]][0]
+for rule in internal["spec"]["ingress"]:
+    for peer in rule["from"]:
+        assert "podSelector" in peer or peer.get("namespaceSelector", {}).get("matchLabels"), peer
+cms = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in objs("ConfigMap")}
+assert set(cms) == {"swaserve-config", "swaserve-prometheus", "swaserve-dashboards"}, set(cms)
+assert cms["swaserve-dashboards"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+print(f"overlays/{overlay}: {len(docs)} objects OK")
+PY
+done
+
+# The config files the pods mount parse (exit 2 = a bad key or type; the
+# missing model then fails start-up with 1).
+set +e
+"$bin/swaserve-worker" --config="$src/deploy/k8s/base/worker.yaml" --model=/nonexistent \
+  --role=prefill > "$tmp/w.log" 2>&1; rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q "not a checkpoint directory" "$tmp/w.log" || { cat "$tmp/w.log"; fail "worker.yaml (rc $rc)"; }
+set +e
+"$bin/swaserve-router" --config="$src/deploy/k8s/base/router-config.yaml" --model=/nonexistent \
+  > "$tmp/r.log" 2>&1; rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q "tokenizer" "$tmp/r.log" || { cat "$tmp/r.log"; fail "router-config.yaml (rc $rc)"; }
+
+promtool check rules "$src/deploy/prometheus/rules/swaserve.rules.yml"
+(cd "$src/deploy/prometheus/rules" && promtool test rules swaserve.rules.test.yml)
+
+# The dashboards are the generator's output.
+cp -r "$src/deploy/grafana" "$tmp/grafana"
+python3 "$tmp/grafana/make_dashboards.py" > /dev/null
+diff -r "$src/deploy/grafana/dashboards" "$tmp/grafana/dashboards" \
+  || fail "deploy/grafana/dashboards differ from make_dashboards.py's output (rerun it)"
+echo "deploy checks passed"

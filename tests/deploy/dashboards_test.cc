@@ -1,0 +1,130 @@
+// Every Grafana panel's PromQL (deploy/grafana/dashboards/*.json) and every
+// recording rule (deploy/prometheus/rules/swaserve.rules.yml) returns data
+// from a real Prometheus scraping a real local cluster (redis, a prefill and
+// a decode worker, a router) after traffic: no panel or rule names a metric
+// that does not exist. Label "deploy".
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/metrics/prometheus_server.h"
+#include "tests/integration/router/local_cluster.h"
+
+namespace swaserve {
+namespace {
+
+using nlohmann::json;
+
+TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
+  auto cluster = testing::LocalCluster::Create({.cli_bin = SWASERVE_CLI_BIN,
+                                                .worker_bin = SWASERVE_WORKER_BIN,
+                                                .router_bin = SWASERVE_ROUTER_BIN,
+                                                .worker_flags = {"--model_name=tiny"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  testing::LocalCluster& c = **cluster;
+  auto p1 = c.StartWorker("prefill", "p1");
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  auto d1 = c.StartWorker("decode", "d1");
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  auto r1 = c.StartRouter("r1");
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_TRUE(c.WaitHealthy("r1", absl::Seconds(60)).ok());
+
+  // Scraped every second under the jobs deploy/prometheus/prometheus.yml
+  // gives the pods, with the recording rules evaluated every second.
+  const std::string config = absl::StrCat(
+      "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n",
+      "rule_files:\n  - ", SWASERVE_SOURCE_DIR, "/deploy/prometheus/rules/swaserve.rules.yml\n",
+      "scrape_configs:\n",
+      "  - job_name: swaserve-router\n    static_configs:\n      - targets: ['127.0.0.1:",
+      (*r1)->http_port, "']\n",
+      "  - job_name: swaserve-prefill\n    static_configs:\n      - targets: ['127.0.0.1:",
+      (*p1)->http_port, "']\n",
+      "  - job_name: swaserve-decode\n    static_configs:\n      - targets: ['127.0.0.1:",
+      (*d1)->http_port, "']\n");
+  auto prom = metrics::testing::PrometheusServer::Start(config);
+  ASSERT_TRUE(prom.ok()) << prom.status();
+  metrics::testing::PrometheusServer& prometheus = **prom;
+  // Every target scraped once before the traffic, so that rates see it.
+  for (const absl::Time until = absl::Now() + absl::Seconds(30);;) {
+    const json up = prometheus.Query("count(up == 1) == 3 and count(swaserve_router_prompt_tokens_total) > 0");
+    if (up.is_array() && !up.empty()) break;
+    ASSERT_LT(absl::Now(), until) << "targets not scraped:\n" << prometheus.ReadLog();
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  absl::SleepFor(absl::Seconds(1));
+
+  // Traffic: prompts sharing a prefix (cache hits), several tokens each.
+  const std::string shared(600, 'a');
+  for (int i = 0; i < 8; ++i) {
+    json req = {{"model", "tiny"},
+                {"prompt", shared + " request " + std::to_string(i % 4)},
+                {"max_tokens", 8},
+                {"temperature", 0}};
+    auto r = c.Http("r1", "POST", "/v1/completions", req.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  // Until the scrapes after the traffic are in and the rules have run.
+  const absl::Time deadline = absl::Now() + absl::Seconds(40);
+  while (true) {
+    json hit = prometheus.Query("swaserve:prefix_hit_rate:ratio_5m > 0");
+    json ttft = prometheus.Query("sum(swaserve_router_ttft_seconds_count) >= 8");
+    if (hit.is_array() && !hit.empty() && ttft.is_array() && !ttft.empty()) break;
+    ASSERT_LT(absl::Now(), deadline)
+        << "no scraped traffic: hit rate " << prometheus.Query("swaserve:prefix_hit_rate:ratio_5m").dump()
+        << ", cached " << prometheus.Query("swaserve_router_cached_tokens_total").dump()
+        << ", ttft count " << prometheus.Query("swaserve_router_ttft_seconds_count").dump() << "\n"
+        << prometheus.ReadLog();
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  absl::SleepFor(absl::Seconds(2));
+
+  int checked = 0;
+  std::set<std::string> empty;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(SWASERVE_SOURCE_DIR) + "/deploy/grafana/dashboards")) {
+    std::ifstream in(entry.path());
+    const json dashboard = json::parse(in);
+    for (const json& panel : dashboard["panels"]) {
+      for (const json& target : panel["targets"]) {
+        // Grafana's $__rate_interval: at least 4 scrape intervals.
+        const std::string expr =
+            absl::StrReplaceAll(target["expr"].get<std::string>(), {{"$__rate_interval", "1m"}});
+        const json result = prometheus.Query(expr);
+        ++checked;
+        EXPECT_TRUE(result.is_array()) << "query failed: " << expr;
+        if (!result.is_array() || result.empty()) {
+          empty.insert(absl::StrCat(panel["title"].get<std::string>(), ": ", expr));
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 25);
+  for (const std::string& e : empty) ADD_FAILURE() << "panel returns no data: " << e;
+  // Every recording rule evaluates without error and has data.
+  const json rules = prometheus.Get("/api/v1/rules");
+  ASSERT_TRUE(rules.is_object());
+  int recording = 0;
+  for (const json& group : rules["groups"]) {
+    for (const json& rule : group["rules"]) {
+      EXPECT_EQ(rule.value("health", ""), "ok") << rule.dump();
+      if (rule["type"] != "recording") continue;
+      ++recording;
+      const json result = prometheus.Query(rule["name"].get<std::string>());
+      EXPECT_TRUE(result.is_array() && !result.empty()) << "recording rule has no data: " << rule["name"];
+    }
+  }
+  EXPECT_GE(recording, 10);
+  std::cout << checked << " panel queries and " << recording << " recording rules returned data\n";
+}
+
+}  // namespace
+}  // namespace swaserve
