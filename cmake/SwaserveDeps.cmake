@@ -17,6 +17,7 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng)  # swaserve dashboard's charts
 
 # CUDA: AUTO turns on when nvcc is found (on PATH, CUDACXX or /usr/local/cuda).
 set(SWASERVE_HAVE_CUDA OFF)

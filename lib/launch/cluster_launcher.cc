@@ -47,7 +47,7 @@ std::string DefaultBinary(const std::string& name) {
 }  // namespace
 
 std::string ProcessInfo::metrics_url() const {
-  if (role == "redis" || metrics_port == 0) return "";
+  if (role == "redis" || role == "prometheus" || metrics_port == 0) return "";
   return absl::StrCat("http://127.0.0.1:", metrics_port, "/metrics");
 }
 
@@ -137,7 +137,7 @@ absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
                                              .argv = std::move(argv),
                                              .dir = spec_.run_dir,
                                              .stop_grace = spec_.stop_grace,
-                                             .port_file = role != "redis"}));
+                                             .port_file = role != "redis" && role != "prometheus"}));
   child->info.log_path = child->svc.log_path;
   child->info.pid = child->svc.process->pid();
   children_.push_back(std::move(child));
@@ -378,6 +378,61 @@ absl::Status ClusterLauncher::DoStart() {
       endpoints_.metrics_urls.emplace_back(c->info.name, c->info.metrics_url());
     }
   }
+  if (spec_.prometheus) return StartPrometheus(deadline);
+  return absl::OkStatus();
+}
+
+absl::Status ClusterLauncher::StartPrometheus(absl::Time deadline) {
+  // One job per role (as deploy/prometheus/prometheus.yml names them on
+  // Kubernetes), the process name as instance.
+  std::string config = absl::StrCat(
+      "# Written by swaserve up: scrapes every process of this cluster.\n"
+      "global:\n  scrape_interval: 5s\n  scrape_timeout: 5s\n  evaluation_interval: 5s\n");
+  if (!spec_.prometheus_rules.empty()) {
+    absl::StrAppend(&config, "rule_files:\n  - '", spec_.prometheus_rules, "'\n");
+  }
+  absl::StrAppend(&config, "scrape_configs:\n");
+  for (const auto& c : children_) {
+    if (c->info.role == "redis" || c->info.metrics_port == 0) continue;
+    absl::StrAppend(&config, "  - job_name: '", c->info.name, "'\n    static_configs:\n",
+                    "      - targets: ['", ConnectHost(spec_.host), ":", c->info.metrics_port,
+                    "']\n        labels: {job: 'swaserve-", c->info.role, "', instance: '",
+                    c->info.name, "'}\n");
+  }
+  const std::string path = spec_.run_dir + "/prometheus.yml";
+  {
+    std::ofstream out(path);
+    out << config;
+    if (!out.good()) return absl::InternalError("cannot write " + path);
+  }
+  int port = spec_.prometheus_port;
+  if (port == 0) {
+    ASSIGN_OR_RETURN(port, base::PickFreePort());
+  }
+  Progress(absl::StrCat("starting prometheus (port ", port, ") ..."));
+  absl::StatusOr<Child*> child = Spawn(
+      "prometheus", "prometheus",
+      {spec_.prometheus_bin, "--config.file=" + path,
+       "--storage.tsdb.path=" + spec_.run_dir + "/prometheus-data",
+       absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"});
+  if (!child.ok()) {
+    return absl::Status(child.status().code(),
+                        absl::StrCat(child.status().message(),
+                                     " (install it, e.g. apt-get install prometheus)"));
+  }
+  Child& c = **child;
+  c.info.grpc_port = port;
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(1);
+  while (true) {
+    if (!c.svc.process->Running()) return ChildFailed(c, "exited while starting");
+    httplib::Result res = cli.Get("/-/ready");
+    if (res && res->status == 200) break;
+    if (absl::Now() > deadline) return ChildFailed(c, "not ready in time");
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  endpoints_.prometheus_url = absl::StrCat("http://127.0.0.1:", port);
+  Progress("prometheus ok (" + endpoints_.prometheus_url + ")");
   return absl::OkStatus();
 }
 
@@ -424,7 +479,7 @@ void ClusterLauncher::Stop() {
   if (stopped_) return;
   (void)Poll();  // note deaths before the stop makes every child exit
   stopped_ = true;
-  for (const char* role : {"router", "workers", "redis"}) {
+  for (const char* role : {"prometheus", "router", "workers", "redis"}) {
     std::vector<Child*> group;
     for (auto& c : children_) {
       const std::string& r = c->info.role;

@@ -18,7 +18,13 @@
 // decode worker are registered. Each process logs to <run_dir>/<name>.log.
 // On any failure everything started so far is stopped again.
 //
-// Process names: "redis", "prefill-<bucket>", "decode-<i>", "router".
+// With spec.prometheus, a Prometheus (Debian's `prometheus`) starts last,
+// scraping every process (jobs swaserve-<role>, instance = process name)
+// with the recording and alert rules of deploy/prometheus, its config and
+// TSDB in the run directory; it stops first.
+//
+// Process names: "redis", "prefill-<bucket>", "decode-<i>", "router",
+// "prometheus".
 //
 // Thread-compatible: one thread drives a ClusterLauncher.
 #pragma once
@@ -81,6 +87,12 @@ struct ClusterSpec {
   std::string worker_bin;
   std::string router_bin;
   std::string redis_server_bin = "redis-server";
+  // Start a Prometheus scraping the cluster (see above) on prometheus_port
+  // (0: a free port), with the rules file `prometheus_rules` (empty: none).
+  bool prometheus = false;
+  int prometheus_port = 9090;
+  std::string prometheus_bin = "prometheus";
+  std::string prometheus_rules;
   // Logs, port files and Redis' working directory. Empty:
   // ./swaserve-run/<YYYYmmdd-HHMMSS> (see DefaultRunDir). Created if missing.
   std::string run_dir;
@@ -94,8 +106,8 @@ struct ClusterSpec {
 
 // One started process.
 struct ProcessInfo {
-  std::string name;  // redis, prefill-0, decode-0, router
-  std::string role;  // redis, prefill, decode, router
+  std::string name;  // redis, prefill-0, decode-0, router, prometheus
+  std::string role;  // redis, prefill, decode, router, prometheus
   pid_t pid = 0;
   int grpc_port = 0;     // redis: its port
   int metrics_port = 0;  // router: the HTTP port (it serves /metrics)
@@ -113,6 +125,8 @@ struct Endpoints {
   int grpc_port = 0;
   // Every process's /metrics, in start order (router last).
   std::vector<std::pair<std::string, std::string>> metrics_urls;
+  // http://127.0.0.1:PORT of the started Prometheus (empty without one).
+  std::string prometheus_url;
 };
 
 // A child that exited while it should be running.
@@ -158,6 +172,7 @@ class ClusterLauncher {
   explicit ClusterLauncher(ClusterSpec spec) : spec_(std::move(spec)) {}
   absl::Status DoStart();
   absl::Status StartRedis();
+  absl::Status StartPrometheus(absl::Time deadline);
   absl::StatusOr<Child*> Spawn(const std::string& name, const std::string& role,
                                std::vector<std::string> argv);
   absl::Status WaitPortFile(Child& child, absl::Time deadline);

@@ -288,11 +288,15 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   metrics::Registry* reg =
       options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
   ASSIGN_OR_RETURN(r->metrics_, Metrics::Create(reg));
-  // Per-bucket token counters exist from the start (rates of the hit rate
-  // need a first sample before the first request).
+  // Per-bucket series exist from the start (a rate needs a sample from
+  // before a bucket's first request).
   for (size_t b = 0; b < std::max<size_t>(1, options.policy.bucket_bounds.size()); ++b) {
-    r->metrics_->prompt_tokens->WithLabels({absl::StrCat(b)});
-    r->metrics_->cached_tokens->WithLabels({absl::StrCat(b)});
+    const std::string label = absl::StrCat(b);
+    r->metrics_->prompt_tokens->WithLabels({label});
+    r->metrics_->cached_tokens->WithLabels({label});
+    r->metrics_->ttft->WithLabels({label});
+    r->metrics_->tpot->WithLabels({label});
+    r->metrics_->e2e->WithLabels({label});
   }
   r->record_pool_ =
       std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");

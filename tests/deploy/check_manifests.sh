@@ -7,15 +7,18 @@
 set -euo pipefail
 src=$1; bin=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
-for tool in kubectl promtool python3; do
+for tool in kubectl promtool; do
   command -v "$tool" >/dev/null || fail "$tool not found on PATH (CI machines have it)"
 done
+# Debian's python3 has python3-yaml (scripts/install-deps.sh).
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+"$py" -c "import yaml" || fail "python3-yaml missing (apt-get install python3-yaml)"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 for overlay in cpu gpu; do
   kubectl kustomize "$src/deploy/k8s/overlays/$overlay" > "$tmp/$overlay.yaml" \
     || fail "kubectl kustomize overlays/$overlay"
-  python3 - "$tmp/$overlay.yaml" "$overlay" <<'PY' || fail "overlays/$2 content"
+  "$py" - "$tmp/$overlay.yaml" "$overlay" <<'PY' || fail "overlays/$overlay content"
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 overlay = sys.argv[2]
@@ -82,7 +85,7 @@ promtool check rules "$src/deploy/prometheus/rules/swaserve.rules.yml"
 
 # The dashboards are the generator's output.
 cp -r "$src/deploy/grafana" "$tmp/grafana"
-python3 "$tmp/grafana/make_dashboards.py" > /dev/null
+"$py" "$tmp/grafana/make_dashboards.py" > /dev/null
 diff -r "$src/deploy/grafana/dashboards" "$tmp/grafana/dashboards" \
   || fail "deploy/grafana/dashboards differ from make_dashboards.py's output (rerun it)"
 echo "deploy checks passed"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
 #include "tests/integration/metrics/prometheus_server.h"
 #include "tests/integration/router/local_cluster.h"
 
@@ -124,6 +126,44 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
   }
   EXPECT_GE(recording, 10);
   std::cout << checked << " panel queries and " << recording << " recording rules returned data\n";
+
+  // swaserve dashboard renders the same panels from this Prometheus: a PNG
+  // per panel and every panel with series in the HTML legend.
+  const std::string out = c.dir() + "/dashboard";
+  std::string log;
+  absl::StatusOr<int> rc = base::RunCommand(
+      {SWASERVE_CLI_BIN, "dashboard", absl::StrCat("--prometheus=http://127.0.0.1:", prometheus.port()),
+       "--out=" + out, "--range=3m", "--step=2s"},
+      &log, absl::Seconds(120));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  ASSERT_EQ(*rc, 0) << log;
+  std::ifstream in(out + "/index.html");
+  std::stringstream html;
+  html << in.rdbuf();
+  const std::string page = html.str();
+  int panels = 0, pngs = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(SWASERVE_SOURCE_DIR) + "/deploy/grafana/dashboards")) {
+    std::ifstream d(entry.path());
+    const json dashboard = json::parse(d);
+    for (const json& panel : dashboard["panels"]) {
+      ++panels;
+      EXPECT_NE(page.find(panel["title"].get<std::string>()), std::string::npos) << panel["title"];
+    }
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    if (entry.path().extension() != ".png") continue;
+    std::ifstream png(entry.path(), std::ios::binary);
+    char sig[8] = {};
+    png.read(sig, 8);
+    EXPECT_EQ(std::string(sig, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << entry.path();
+    ++pngs;
+  }
+  EXPECT_EQ(pngs, panels);
+  const size_t no_data = page.find("no data");
+  EXPECT_EQ(no_data, std::string::npos)
+      << "a rendered panel had no series: "
+      << page.substr(no_data == std::string::npos ? 0 : std::max<size_t>(700, no_data) - 700, 700);
 }
 
 }  // namespace

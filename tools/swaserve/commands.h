@@ -14,4 +14,8 @@ int Generate(int argc, const char* const* argv);
 // swaserve chat: a REPL over Router.Generate with the conversation history.
 int Chat(int argc, const char* const* argv);
 
+// swaserve dashboard: deploy/grafana's dashboards rendered from a live
+// Prometheus to HTML + PNG charts (dashboard.cc).
+int Dashboard(int argc, const char* const* argv);
+
 }  // namespace swaserve::cli

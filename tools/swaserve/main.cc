@@ -66,6 +66,8 @@ Commands:
                 KV cache bytes per token and per request
   replay        replay a Mooncake trace against a router's gRPC Generate and
                 report TTFT, TPOT, latency, throughput and cache hit rate
+  dashboard     render the Grafana dashboards (deploy/grafana) from a live
+                Prometheus to an HTML page with PNG charts
 
 Run 'swaserve <command> --help' for a command's options.
 )";
@@ -685,6 +687,7 @@ int Main(int argc, const char* const* argv) {
   if (command == "make-model") return MakeModel(argc - 1, argv + 1);
   if (command == "inspect") return Inspect(argc - 1, argv + 1);
   if (command == "replay") return Replay(argc - 1, argv + 1);
+  if (command == "dashboard") return cli::Dashboard(argc - 1, argv + 1);
   std::fprintf(stderr, "swaserve: unknown command '%s'\n\n%s", command.c_str(),
                kTopUsage);
   return 2;

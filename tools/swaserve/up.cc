@@ -98,6 +98,21 @@ std::string FindDemoModel() {
   return "";
 }
 
+// deploy/prometheus/rules/swaserve.rules.yml of the current directory or
+// of this source tree; empty when neither has it.
+std::string FindPrometheusRules() {
+  std::error_code ec;
+  const fs::path rel = fs::path("deploy") / "prometheus" / "rules" / "swaserve.rules.yml";
+  std::vector<fs::path> candidates = {fs::current_path(ec) / rel};
+#ifdef SWASERVE_SOURCE_DIR
+  candidates.push_back(fs::path(SWASERVE_SOURCE_DIR) / rel);
+#endif
+  for (const fs::path& p : candidates) {
+    if (fs::is_regular_file(p, ec)) return fs::absolute(p, ec).lexically_normal().string();
+  }
+  return "";
+}
+
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char ch : s) {
@@ -147,6 +162,14 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
       .Add("router_bin", &spec->router_bin,
            "swaserve-router binary (default: next to this swaserve, else PATH)")
       .Add("redis_server_bin", &spec->redis_server_bin, "redis-server binary")
+      .Add("prometheus", &spec->prometheus,
+           "also start Prometheus scraping every process, with the rules of "
+           "deploy/prometheus (Debian's prometheus package)")
+      .Add("prometheus_port", &spec->prometheus_port, "Prometheus port (0: a free one)")
+      .Add("prometheus_bin", &spec->prometheus_bin, "prometheus binary")
+      .Add("prometheus_rules", &spec->prometheus_rules,
+           "rules file (default: deploy/prometheus/rules/swaserve.rules.yml of this "
+           "source tree, when there)")
       .Add("extra_flags.prefill", &spec->prefill_flags,
            "extra flags of every prefill worker")
       .Add("extra_flags.decode", &spec->decode_flags,
@@ -205,6 +228,10 @@ void PrintEndpoints(const launch::ClusterLauncher& cluster, const std::string& s
     absl::StrAppend(&out, i == 0 ? "  metrics       " : "                ",
                     absl::StrFormat("%-10s %s\n", e.metrics_urls[i].first,
                                     e.metrics_urls[i].second));
+  }
+  if (!e.prometheus_url.empty()) {
+    absl::StrAppend(&out, "  prometheus    ", e.prometheus_url,
+                    " (e.g. /graph?g0.expr=swaserve:prefix_hit_rate:ratio_5m)\n");
   }
   absl::StrAppend(&out, "  logs          ", e.run_dir, "/<name>.log\n");
   const std::string body = absl::StrCat(
@@ -312,6 +339,13 @@ int Up(int argc, const char* const* argv) {
           1, absl::StrCat("cannot create ", spec.run_dir, ": ", ec.message()));
   }
   if (absl::Status s = ResolveModel(&spec, model_cache); !s.ok()) return fail(1, s.message());
+  if (spec.prometheus && spec.prometheus_rules.empty()) {
+    spec.prometheus_rules = FindPrometheusRules();
+    if (spec.prometheus_rules.empty()) {
+      Say("deploy/prometheus/rules/swaserve.rules.yml not found: Prometheus runs without the "
+          "recording and alert rules (--prometheus_rules=FILE)");
+    }
+  }
   const std::string self = launch::SelfDir();
   spec.on_progress = [](const std::string& line) { Say(line); };
   Say(absl::StrCat("swaserve up: run dir ", spec.run_dir, " (logs there)"));

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -246,6 +247,56 @@ TEST_F(ClusterLauncherTest, ServesHttpGenerateAndChatAndStopsEverything) {
   for (const ProcessInfo& p : procs)
     EXPECT_FALSE(Alive(p.pid)) << p.name << " " << p.pid;
   EXPECT_TRUE(cluster.Poll().empty());  // a stop is not a death
+}
+
+// spec.prometheus (swaserve up --prometheus): a real Prometheus scrapes every
+// process under the jobs the dashboards use, with the recording rules of
+// deploy/prometheus; it stops with the cluster.
+TEST_F(ClusterLauncherTest, PrometheusScrapesEveryProcessWithTheRules) {
+  ClusterSpec spec = Spec("run-prometheus");
+  spec.prometheus = true;
+  spec.prometheus_port = 0;
+  spec.prometheus_rules = std::string(SWASERVE_SOURCE_DIR) + "/deploy/prometheus/rules/swaserve.rules.yml";
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ClusterLauncher& cluster = **c;
+  const Endpoints& e = cluster.endpoints();
+  ASSERT_FALSE(e.prometheus_url.empty());
+  std::vector<ProcessInfo> procs = cluster.processes();
+  ASSERT_EQ(procs.back().name, "prometheus");
+  const int port = procs.back().grpc_port;
+  httplib::Client prom("127.0.0.1", port);
+  prom.set_read_timeout(10, 0);
+  auto query = [&](const std::string& q) {
+    httplib::Result r = prom.Get("/api/v1/query", httplib::Params{{"query", q}}, httplib::Headers{});
+    if (!r || r->status != 200) return json();
+    return json::parse(r->body)["data"]["result"];
+  };
+  // Every process but Redis up, with the roles' job names.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  json up;
+  while (true) {
+    up = query("up == 1");
+    if (up.is_array() && up.size() == 4) break;
+    ASSERT_LT(absl::Now(), deadline) << up.dump() << "\n" << ReadFile(procs.back().log_path);
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  std::set<std::string> jobs;
+  for (const json& s : up) jobs.insert(s["metric"]["job"].get<std::string>() + "/" +
+                                       s["metric"]["instance"].get<std::string>());
+  EXPECT_EQ(jobs, (std::set<std::string>{"swaserve-prefill/prefill-0", "swaserve-prefill/prefill-1",
+                                         "swaserve-decode/decode-0", "swaserve-router/router"}));
+  // The rules are loaded (a recording rule's series appears once evaluated).
+  json rule;
+  while (true) {
+    rule = query("swaserve:kv_pages_used:ratio");
+    if (rule.is_array() && !rule.empty()) break;
+    ASSERT_LT(absl::Now(), deadline) << "recording rules not evaluated";
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  const pid_t pid = procs.back().pid;
+  cluster.Stop();
+  EXPECT_FALSE(Alive(pid)) << "prometheus still running after Stop";
 }
 
 TEST_F(ClusterLauncherTest, ReportsAChildThatDies) {
