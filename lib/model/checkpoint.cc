@@ -61,6 +61,7 @@ TensorDType DTypeFromName(const std::string& name) {
   if (name == "F32") return TensorDType::kF32;
   if (name == "BF16") return TensorDType::kBF16;
   if (name == "F16") return TensorDType::kF16;
+  if (name == "F8_E4M3") return TensorDType::kF8E4M3;
   return TensorDType::kOther;
 }
 
@@ -271,6 +272,8 @@ size_t TensorDTypeSize(TensorDType dtype) {
     case TensorDType::kBF16:
     case TensorDType::kF16:
       return 2;
+    case TensorDType::kF8E4M3:
+      return 1;
     case TensorDType::kOther:
       return 0;
   }
@@ -285,6 +288,8 @@ absl::string_view TensorDTypeName(TensorDType dtype) {
       return "BF16";
     case TensorDType::kF16:
       return "F16";
+    case TensorDType::kF8E4M3:
+      return "F8_E4M3";
     case TensorDType::kOther:
       return "?";
   }
@@ -531,6 +536,7 @@ std::map<std::string, std::vector<int64_t>> ExpectedTensors(
     attention(p, config.swa);
     dense_mlp(p);
   }
+  AddScaleTensors(config, &out);
   return out;
 }
 
@@ -538,6 +544,7 @@ ParamCounts CountParams(const ModelConfig& config) {
   ParamCounts c;
   int64_t experts = 0;
   for (const auto& [name, shape] : ExpectedTensors(config)) {
+    if (IsScaleTensor(name)) continue;  // FP8 block scales: not parameters
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     c.total += n;
@@ -686,10 +693,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
                                       ShapeString(info->shape), " in ", f));
       continue;
     }
-    if (info->dtype == TensorDType::kOther) {
-      problems.push_back(absl::StrCat(
-          "tensor ", Quoted(name), " in ", f, " has unsupported dtype ",
-          Quoted(info->dtype_name), " (expected F32, BF16 or F16)"));
+    if (std::string p = DTypeProblem(ck->config_, name, *info); !p.empty()) {
+      problems.push_back(absl::StrCat("tensor ", Quoted(name), " in ", f, " ", p));
     }
     if (info->shape != e->second) {
       problems.push_back(absl::StrCat("tensor ", Quoted(name), " in ", f,
@@ -746,6 +751,10 @@ absl::StatusOr<std::vector<float>> Checkpoint::ReadF32(
       }
       break;
     }
+    case TensorDType::kF8E4M3:
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, ": tensor ", Quoted(name),
+                       " is FP8 with block scales; read it with Weight()"));
     case TensorDType::kOther:
       return absl::InvalidArgumentError(
           absl::StrCat(dir_, ": tensor ", Quoted(name),

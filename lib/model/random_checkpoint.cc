@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <system_error>
@@ -94,18 +95,91 @@ Init InitFor(const std::string& name, const std::vector<int64_t>& shape) {
           1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)))};
 }
 
-void Fill(const std::string& name, const Init& init, uint64_t seed,
-          TensorDType dtype, absl::Span<uint8_t> out) {
+// The f32 values of tensor `name` (n elements).
+std::vector<float> Draw(const std::string& name, const Init& init,
+                        uint64_t seed, size_t n) {
   NormalStream normal(SplitMix64(seed ^ SplitMix64(Fnv1a64(name))));
-  const size_t size = TensorDTypeSize(dtype);
-  const size_t n = out.size() / size;
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(init.mean + init.std * normal.Next());
+  return v;
+}
+
+// Block-quantized E4M3 of an [rows, cols] matrix with power-of-two scales
+// (2^ceil(log2(amax / 448)) per block; 1 for an all-zero block): the
+// dequantized values fp8 * scale are then exact in BF16 and F32 as well, so
+// FP8, BF16 and F32 checkpoints can hold the very same weights.
+struct Fp8Blocks {
+  std::vector<uint8_t> q;
+  std::vector<float> scale;  // [ceil(rows / bo), ceil(cols / bi)]
+};
+
+Fp8Blocks QuantizeBlocks(const std::vector<float>& w, int64_t rows,
+                         int64_t cols, int bo, int bi) {
+  const int64_t sr = (rows + bo - 1) / bo, sc = (cols + bi - 1) / bi;
+  Fp8Blocks b;
+  b.scale.assign(sr * sc, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float& amax = b.scale[(r / bo) * sc + c / bi];
+      amax = std::max(amax, std::fabs(w[r * cols + c]));
+    }
+  }
+  for (float& s : b.scale) {
+    s = s > 0 ? std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(s / 448.0f))))
+              : 1.0f;
+  }
+  b.q.resize(w.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      b.q[r * cols + c] =
+          F32ToFp8E4M3(w[r * cols + c] / b.scale[(r / bo) * sc + c / bi]);
+    }
+  }
+  return b;
+}
+
+// How one tensor is written.
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorDType dtype = TensorDType::kF32;
+  // FP8 (or rounded to the FP8 grid): the block size; the scale tensor's
+  // plan names its weight in `weight`.
+  int block_out = 0;
+  int block_in = 0;
+  bool is_scale = false;
+  std::string weight;
+};
+
+void Fill(const TensorPlan& t, const std::map<std::string, std::vector<int64_t>>& all,
+          uint64_t seed, absl::Span<uint8_t> out) {
+  const std::string& src = t.is_scale ? t.weight : t.name;
+  const std::vector<int64_t>& shape = all.at(src);
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  std::vector<float> v = Draw(src, InitFor(src, shape), seed, n);
+  if (t.block_out > 0) {
+    const Fp8Blocks b = QuantizeBlocks(v, shape[0], shape[1], t.block_out, t.block_in);
+    if (t.is_scale) {
+      std::memcpy(out.data(), b.scale.data(), b.scale.size() * 4);
+      return;
+    }
+    if (t.dtype == TensorDType::kF8E4M3) {
+      std::memcpy(out.data(), b.q.data(), b.q.size());
+      return;
+    }
+    const int64_t sc = (shape[1] + t.block_in - 1) / t.block_in;
+    for (size_t i = 0; i < n; ++i) {  // the FP8 twin's values, exactly
+      const int64_t r = static_cast<int64_t>(i) / shape[1], c = static_cast<int64_t>(i) % shape[1];
+      v[i] = Fp8E4M3ToF32(b.q[i]) * b.scale[(r / t.block_out) * sc + c / t.block_in];
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(init.mean + init.std * normal.Next());
-    if (dtype == TensorDType::kF32) {
-      std::memcpy(out.data() + 4 * i, &v, 4);
+    if (t.dtype == TensorDType::kF32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
     } else {
       const uint16_t h =
-          dtype == TensorDType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+          t.dtype == TensorDType::kBF16 ? F32ToBf16(v[i]) : F32ToF16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
   }
@@ -133,6 +207,16 @@ absl::Status WriteRandomCheckpoint(
     const ModelConfig& config, uint64_t seed, const std::string& dir,
     const std::string& tokenizer_json,
     const SafetensorsWriter::ProgressFn& progress) {
+  RandomCheckpointOptions options;
+  options.tokenizer_json = tokenizer_json;
+  options.progress = progress;
+  return WriteRandomCheckpoint(config, seed, dir, options);
+}
+
+absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
+                                   const std::string& dir,
+                                   const RandomCheckpointOptions& options) {
+  const std::string& tokenizer_json = options.tokenizer_json;
   RETURN_IF_ERROR(base::Annotate(config.Validate(), "config"));
   std::error_code ec;
   if (!tokenizer_json.empty() && !fs::is_regular_file(tokenizer_json, ec)) {
@@ -166,16 +250,31 @@ absl::Status WriteRandomCheckpoint(
     }
   }
   const TensorDType dtype = ToTensorDType(config.dtype);
+  const std::map<std::string, std::vector<int64_t>> expected = ExpectedTensors(config);
   SafetensorsWriter writer;
-  for (const auto& [name, shape] : ExpectedTensors(config)) {
-    const Init init = InitFor(name, shape);
+  for (const auto& [name, shape] : expected) {
+    TensorPlan t;
+    t.name = name;
+    t.shape = shape;
+    t.dtype = dtype;
+    if (IsScaleTensor(name)) {
+      t.is_scale = true;
+      t.weight = name.substr(0, name.size() - std::string("_scale_inv").size());
+      t.dtype = TensorDType::kF32;
+    }
+    if (ExpectFp8(config, t.is_scale ? t.weight : name)) {
+      t.block_out = config.quant.block_out;
+      t.block_in = config.quant.block_in;
+      if (!t.is_scale) t.dtype = TensorDType::kF8E4M3;
+    } else if (options.fp8_grid_block_out > 0 && IsQuantizableProjection(name)) {
+      t.block_out = options.fp8_grid_block_out;
+      t.block_in = options.fp8_grid_block_in;
+    }
     RETURN_IF_ERROR(writer.AddLazy(
-        name, dtype, shape,
-        [name = name, init, seed, dtype](absl::Span<uint8_t> out) {
-          Fill(name, init, seed, dtype, out);
-        }));
+        name, t.dtype, shape,
+        [t, &expected, seed](absl::Span<uint8_t> out) { Fill(t, expected, seed, out); }));
   }
-  return writer.Write((root / "model.safetensors").string(), progress);
+  return writer.Write((root / "model.safetensors").string(), options.progress);
 }
 
 absl::StatusOr<ModelConfig> BuiltinConfig(absl::string_view name,
