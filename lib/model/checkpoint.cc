@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/logging.h"
 #include "lib/base/status.h"
 
 namespace swaserve::model {
@@ -490,9 +491,14 @@ std::map<std::string, std::vector<int64_t>> ExpectedTensors(
   const int64_t v = config.vocab_size;
   auto attention = [&](const std::string& p, const AttentionConfig& a) {
     const int64_t heads = a.num_heads, kv = a.num_kv_heads;
-    out[p + "self_attn.q_proj.weight"] = {heads * a.head_dim, h};
-    out[p + "self_attn.k_proj.weight"] = {kv * a.head_dim, h};
-    out[p + "self_attn.v_proj.weight"] = {kv * a.v_head_dim, h};
+    if (config.qkv_layout == QkvLayout::kFused) {
+      out[p + "self_attn.qkv_proj.weight"] = {
+          heads * a.head_dim + kv * (a.head_dim + a.v_head_dim), h};
+    } else {
+      out[p + "self_attn.q_proj.weight"] = {heads * a.head_dim, h};
+      out[p + "self_attn.k_proj.weight"] = {kv * a.head_dim, h};
+      out[p + "self_attn.v_proj.weight"] = {kv * a.v_head_dim, h};
+    }
     out[p + "self_attn.o_proj.weight"] = {h, heads * a.v_head_dim};
     if (a.sink) out[p + "self_attn.attention_sink_bias"] = {heads};
   };
@@ -669,6 +675,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
       // layer (SGLang renames it the same way). A checkpoint holding both
       // names is reported below as having an unexpected tensor.
       std::string name = t.name;
+      if (IsSkippedTensor(name)) {
+        ck->skipped_.push_back(name);
+        continue;
+      }
+      // transformers' name for the sink logits (conversion_mapping.py renames
+      // attention_sink_bias to sinks); both names in one checkpoint are
+      // reported below as an unexpected tensor.
+      constexpr absl::string_view kSinks = ".self_attn.sinks";
+      if (absl::EndsWith(name, kSinks) &&
+          !file->Find(absl::StrCat(name.substr(0, name.size() - 6), ".attention_sink_bias"))) {
+        name = absl::StrCat(name.substr(0, name.size() - 6), ".attention_sink_bias");
+      }
       constexpr absl::string_view kMtpAlias = ".pre_mlp_layernorm.weight";
       if (absl::StartsWith(name, "model.mtp.layers.") && absl::EndsWith(name, kMtpAlias) &&
           !file->Find(absl::StrCat(name.substr(0, name.size() - kMtpAlias.size()),
@@ -707,6 +725,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
       problems.push_back(absl::StrCat("missing tensor ", Quoted(name), " ",
                                       ShapeString(shape)));
     }
+  }
+  if (!ck->skipped_.empty()) {
+    SWA_LOG(info, "{}: skipped {} tensors of the vision/audio encoders (e.g. {}): only the "
+            "text model is served", dir, ck->skipped_.size(), ck->skipped_[0]);
   }
   if (!problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -91,6 +91,8 @@ class Checkpoint {
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
+  // Tensors left out by IsSkippedTensor (logged once at Open).
+  const std::vector<std::string>& skipped_tensors() const { return skipped_; }
   const TensorInfo* Find(absl::string_view name) const;
   // A 2-D projection weight as stored, for PackedWeight::Pack: its format,
   // data in the mapping and, for FP8, its `<name>_scale_inv` block scales
@@ -107,6 +109,7 @@ class Checkpoint {
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*, std::less<>> index_;
+  std::vector<std::string> skipped_;
 };
 
 // Writes one .safetensors file the way the reference (Rust/Python)
@@ -187,6 +190,12 @@ struct RandomCheckpointOptions {
   // random values.
   int fp8_grid_block_out = 0;
   int fp8_grid_block_in = 0;
+  // With fp8_grid on a split (q/k/v_proj) config: round q/k/v on the grid
+  // of the fused qkv_proj instead (its groups, ModelConfig::qkv_groups,
+  // each on blocks of their own), so the checkpoint holds the weights of its
+  // fused FP8 twin. A fused config always draws qkv_proj from the q/k/v_proj
+  // values of the same seed, group by group.
+  bool fused_qkv_grid = false;
 };
 // The general form. With an FP8 quantization_config, quantized projections
 // are written as F8_E4M3 with power-of-two block scales (`<name>_scale_inv`,
@@ -224,8 +233,35 @@ bool IsQuantizableProjection(absl::string_view name);
 // in ignored_layers, with an FP8 quantization_config).
 bool ExpectFp8(const ModelConfig& config, absl::string_view name);
 bool IsScaleTensor(absl::string_view name);  // "*.weight_scale_inv"
+// The rule for tensors outside the text model: names under visual.,
+// vision_tower., audio., audio_encoder. or audio_tower. (also below
+// "model.") belong to MiMo-V2.5's vision and audio encoders, which this
+// engine does not run; Checkpoint::Open skips them (and logs how many).
+// Every other tensor ExpectedTensors does not list is an error.
+bool IsSkippedTensor(absl::string_view name);
+// The rows of one group of a fused qkv_proj (ModelConfig::qkv_groups) for
+// attention geometry `a`: q, k and v rows, in that order.
+struct QkvGroupRows {
+  int64_t q = 0;
+  int64_t k = 0;
+  int64_t v = 0;
+  int64_t total() const { return q + k + v; }
+};
+QkvGroupRows FusedQkvGroupRows(const ModelConfig& config, const AttentionConfig& a);
+// A stored fused qkv_proj split into the Q, K and V projections, each as the
+// G runs of rows it has in the groups (for PackedWeight::Pack, which stacks
+// them back in head order). FP8 parts keep their rows' original block scales
+// (each group's scale rows; a part may start inside a block), so nothing is
+// requantized. InvalidArgument when the rows do not match the layout.
+struct FusedQkvParts {
+  std::vector<WeightPart> q, k, v;
+};
+absl::StatusOr<FusedQkvParts> SplitFusedQkv(const ModelConfig& config,
+                                            const AttentionConfig& a,
+                                            const WeightPart& fused);
 // Adds `<w>_scale_inv` [ceil(out / block_out), ceil(in / block_in)] for
-// every weight `w` of `expected` that ExpectFp8.
+// every weight `w` of `expected` that ExpectFp8 (a fused qkv_proj: [G x
+// ceil(group rows / block_out), ...], its groups padded to whole blocks).
 void AddScaleTensors(const ModelConfig& config,
                      std::map<std::string, std::vector<int64_t>>* expected);
 // What is wrong with `t`'s dtype for tensor `name` under `config` ("" when

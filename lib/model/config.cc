@@ -661,6 +661,19 @@ absl::Status ModelConfig::Validate() const {
           absl::StrCat(id, " is not a token id (vocab_size ", vocab_size, ")"));
     }
   }
+  if (qkv_layout == QkvLayout::kFused) {
+    const int g = qkv_groups();
+    for (const AttentionConfig* a : {&full, &swa}) {
+      if (a->num_heads % g != 0 || a->num_kv_heads % g != 0) {
+        return FieldError(
+            "attention_projection_layout",
+            absl::StrCat("fused_qkv groups rows by num_key_value_heads = ", g,
+                         ", which must divide every layer type's query and "
+                         "KV heads (", a->num_heads, ", ", a->num_kv_heads,
+                         ")"));
+      }
+    }
+  }
   if (quant.fp8 && (quant.block_out < 1 || quant.block_in < 1)) {
     return FieldError("quantization_config.weight_block_size",
                       "must be positive");

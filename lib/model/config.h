@@ -180,6 +180,13 @@ struct ModelConfig {
   // Checks every constraint; InvalidArgument naming the field.
   absl::Status Validate() const;
 
+  // Fused qkv_proj (qkv_layout kFused): the tensor-parallel groups its rows
+  // are stored in, as SGLang's MiMo-V2 loader reads them: num_key_value_heads
+  // of the full-attention layers. Each group holds, in order, its share of
+  // the Q rows (num_heads / G heads), K rows and V rows (num_kv_heads / G
+  // heads each) of the layer's geometry; FP8 block scales are laid out per
+  // group, each group's rows padded to whole blocks.
+  int qkv_groups() const { return full.num_kv_heads; }
   const AttentionConfig& attention(int layer) const {
     return layer_types[layer] == AttentionType::kFull ? full : swa;
   }

@@ -123,9 +123,22 @@ absl::Status Engine::Impl::LoadBlock(const std::string& p, AttentionType type,
   b->geo = type == AttentionType::kFull ? &c.full : &c.swa;
   ASSIGN_OR_RETURN(b->in_norm, Read(p + "input_layernorm.weight"));
   ASSIGN_OR_RETURN(b->post_norm, Read(p + "post_attention_layernorm.weight"));
-  ASSIGN_OR_RETURN(b->attn.q, ReadPacked(p + "self_attn.q_proj.weight"));
-  ASSIGN_OR_RETURN(b->attn.k, ReadPacked(p + "self_attn.k_proj.weight"));
-  ASSIGN_OR_RETURN(b->attn.v, ReadPacked(p + "self_attn.v_proj.weight"));
+  if (c.qkv_layout == QkvLayout::kFused) {
+    const std::string name = p + "self_attn.qkv_proj.weight";
+    ASSIGN_OR_RETURN(WeightPart fused, ckpt->Weight(name));
+    absl::StatusOr<FusedQkvParts> parts = SplitFusedQkv(c, *b->geo, fused);
+    if (!parts.ok()) return base::Annotate(parts.status(), name);
+    for (auto [dst, src] : {std::pair{&b->attn.q, &parts->q}, std::pair{&b->attn.k, &parts->k},
+                            std::pair{&b->attn.v, &parts->v}}) {
+      absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*src);
+      if (!packed.ok()) return base::Annotate(packed.status(), name);
+      *dst = *std::move(packed);
+    }
+  } else {
+    ASSIGN_OR_RETURN(b->attn.q, ReadPacked(p + "self_attn.q_proj.weight"));
+    ASSIGN_OR_RETURN(b->attn.k, ReadPacked(p + "self_attn.k_proj.weight"));
+    ASSIGN_OR_RETURN(b->attn.v, ReadPacked(p + "self_attn.v_proj.weight"));
+  }
   ASSIGN_OR_RETURN(b->attn.o, ReadPacked(p + "self_attn.o_proj.weight"));
   if (b->geo->sink) {
     ASSIGN_OR_RETURN(b->attn.sink, Read(p + "self_attn.attention_sink_bias"));

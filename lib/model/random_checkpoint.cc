@@ -138,6 +138,65 @@ Fp8Blocks QuantizeBlocks(const std::vector<float>& w, int64_t rows,
   return b;
 }
 
+// Dequantized values of `b` over [rows, cols] with (bo, bi) blocks.
+std::vector<float> Dequantize(const Fp8Blocks& b, int64_t rows, int64_t cols, int bo,
+                              int bi) {
+  const int64_t sc = (cols + bi - 1) / bi;
+  std::vector<float> v(b.q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      v[r * cols + c] = Fp8E4M3ToF32(b.q[r * cols + c]) * b.scale[(r / bo) * sc + c / bi];
+    }
+  }
+  return v;
+}
+
+// A fused qkv_proj's geometry, for tensors whose values come from one.
+struct QkvPlan {
+  int groups = 0;  // 0: not a q/k/v/qkv projection on the fused layout
+  QkvGroupRows rows;
+  int64_t hidden = 0;
+  std::string prefix;  // "model.layers.3.self_attn."
+  int part = -1;       // 0/1/2: the q/k/v_proj cut out of it; -1: qkv_proj
+};
+
+// The fused qkv_proj's f32 values, assembled group by group from the
+// q_proj, k_proj and v_proj draws (so split and fused checkpoints of one
+// seed hold the same weights).
+std::vector<float> FusedValues(const QkvPlan& p, uint64_t seed) {
+  const int64_t g = p.groups, H = p.hidden;
+  const int64_t part_rows[3] = {p.rows.q, p.rows.k, p.rows.v};
+  const char* names[3] = {"q_proj.weight", "k_proj.weight", "v_proj.weight"};
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(g * p.rows.total() * H));
+  std::vector<float> draws[3];
+  for (int i = 0; i < 3; ++i) {
+    draws[i] = Draw(p.prefix + names[i], InitFor(names[i], {0, H}), seed,
+                    static_cast<size_t>(g * part_rows[i] * H));
+  }
+  for (int64_t grp = 0; grp < g; ++grp) {
+    for (int i = 0; i < 3; ++i) {
+      const auto begin = draws[i].begin() + grp * part_rows[i] * H;
+      out.insert(out.end(), begin, begin + part_rows[i] * H);
+    }
+  }
+  return out;
+}
+
+// FP8 per group of a fused qkv_proj: each group's rows on a block grid of
+// their own (the published layout), scales concatenated.
+Fp8Blocks QuantizeGroups(const std::vector<float>& w, const QkvPlan& p, int bo, int bi) {
+  const int64_t gr = p.rows.total(), H = p.hidden;
+  Fp8Blocks out;
+  for (int64_t grp = 0; grp < p.groups; ++grp) {
+    const std::vector<float> sub(w.begin() + grp * gr * H, w.begin() + (grp + 1) * gr * H);
+    const Fp8Blocks b = QuantizeBlocks(sub, gr, H, bo, bi);
+    out.q.insert(out.q.end(), b.q.begin(), b.q.end());
+    out.scale.insert(out.scale.end(), b.scale.begin(), b.scale.end());
+  }
+  return out;
+}
+
 // How one tensor is written.
 struct TensorPlan {
   std::string name;
@@ -149,40 +208,89 @@ struct TensorPlan {
   int block_in = 0;
   bool is_scale = false;
   std::string weight;
+  QkvPlan qkv;
 };
 
-void Fill(const TensorPlan& t, const std::map<std::string, std::vector<int64_t>>& all,
-          uint64_t seed, absl::Span<uint8_t> out) {
+// The f32 values of `t` (for a scale plan: of its weight), after the FP8
+// grid when it has one; *blocks receives the quantization when it does.
+std::vector<float> Values(const TensorPlan& t,
+                          const std::map<std::string, std::vector<int64_t>>& all,
+                          uint64_t seed, Fp8Blocks* blocks) {
   const std::string& src = t.is_scale ? t.weight : t.name;
   const std::vector<int64_t>& shape = all.at(src);
+  if (t.qkv.groups > 0) {
+    const std::vector<float> fused = FusedValues(t.qkv, seed);
+    if (t.block_out == 0) return fused;
+    *blocks = QuantizeGroups(fused, t.qkv, t.block_out, t.block_in);
+    const int64_t gr = t.qkv.rows.total(), H = t.qkv.hidden;
+    std::vector<float> deq;
+    for (int64_t grp = 0; grp < t.qkv.groups; ++grp) {
+      Fp8Blocks b;
+      const int64_t sr = (gr + t.block_out - 1) / t.block_out * ((H + t.block_in - 1) / t.block_in);
+      b.q.assign(blocks->q.begin() + grp * gr * H, blocks->q.begin() + (grp + 1) * gr * H);
+      b.scale.assign(blocks->scale.begin() + grp * sr, blocks->scale.begin() + (grp + 1) * sr);
+      const std::vector<float> d = Dequantize(b, gr, H, t.block_out, t.block_in);
+      if (t.qkv.part < 0) {
+        deq.insert(deq.end(), d.begin(), d.end());
+        continue;
+      }
+      const int64_t off[3] = {0, t.qkv.rows.q, t.qkv.rows.q + t.qkv.rows.k};
+      const int64_t cnt[3] = {t.qkv.rows.q, t.qkv.rows.k, t.qkv.rows.v};
+      deq.insert(deq.end(), d.begin() + off[t.qkv.part] * H,
+                 d.begin() + (off[t.qkv.part] + cnt[t.qkv.part]) * H);
+    }
+    return deq;
+  }
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   std::vector<float> v = Draw(src, InitFor(src, shape), seed, n);
-  if (t.block_out > 0) {
-    const Fp8Blocks b = QuantizeBlocks(v, shape[0], shape[1], t.block_out, t.block_in);
-    if (t.is_scale) {
-      std::memcpy(out.data(), b.scale.data(), b.scale.size() * 4);
-      return;
-    }
-    if (t.dtype == TensorDType::kF8E4M3) {
-      std::memcpy(out.data(), b.q.data(), b.q.size());
-      return;
-    }
-    const int64_t sc = (shape[1] + t.block_in - 1) / t.block_in;
-    for (size_t i = 0; i < n; ++i) {  // the FP8 twin's values, exactly
-      const int64_t r = static_cast<int64_t>(i) / shape[1], c = static_cast<int64_t>(i) % shape[1];
-      v[i] = Fp8E4M3ToF32(b.q[i]) * b.scale[(r / t.block_out) * sc + c / t.block_in];
-    }
+  if (t.block_out == 0) return v;
+  *blocks = QuantizeBlocks(v, shape[0], shape[1], t.block_out, t.block_in);
+  return Dequantize(*blocks, shape[0], shape[1], t.block_out, t.block_in);
+}
+
+void Fill(const TensorPlan& t, const std::map<std::string, std::vector<int64_t>>& all,
+          uint64_t seed, absl::Span<uint8_t> out) {
+  Fp8Blocks b;
+  const std::vector<float> v = Values(t, all, seed, &b);
+  if (t.is_scale) {
+    std::memcpy(out.data(), b.scale.data(), b.scale.size() * 4);
+    return;
   }
-  for (size_t i = 0; i < n; ++i) {
+  if (t.dtype == TensorDType::kF8E4M3) {
+    std::memcpy(out.data(), b.q.data(), b.q.size());
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
     if (t.dtype == TensorDType::kF32) {
       std::memcpy(out.data() + 4 * i, &v[i], 4);
     } else {
-      const uint16_t h =
-          t.dtype == TensorDType::kBF16 ? F32ToBf16(v[i]) : F32ToF16(v[i]);
+      const uint16_t h = t.dtype == TensorDType::kBF16 ? F32ToBf16(v[i]) : F32ToF16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
   }
+}
+
+// The fused-qkv plan of tensor `name` ("" groups when it is not one).
+QkvPlan QkvPlanFor(const ModelConfig& c, const std::string& name, bool fused_grid) {
+  QkvPlan p;
+  const char* parts[4] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                          "self_attn.v_proj.weight", "self_attn.qkv_proj.weight"};
+  int which = -1;
+  for (int i = 0; i < 4; ++i) {
+    if (EndsWith(name, parts[i])) which = i;
+  }
+  if (which < 0 || (which < 3 && !fused_grid)) return p;
+  p.prefix = name.substr(0, name.size() - std::string(parts[which]).size()) + "self_attn.";
+  const AttentionConfig* a = &c.swa;
+  if (name.rfind("model.layers.", 0) == 0) {
+    a = &c.attention(std::stoi(name.substr(13)));
+  }
+  p.groups = c.qkv_groups();
+  p.rows = FusedQkvGroupRows(c, *a);
+  p.hidden = c.hidden_size;
+  p.part = which < 3 ? which : -1;
+  return p;
 }
 
 absl::Status WriteText(const fs::path& path, const std::string& text) {
@@ -270,6 +378,10 @@ absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
       t.block_out = options.fp8_grid_block_out;
       t.block_in = options.fp8_grid_block_in;
     }
+    // A split twin of a fused FP8 checkpoint: q/k/v on the fused grid.
+    t.qkv = QkvPlanFor(config, t.is_scale ? t.weight : name,
+                       options.fused_qkv_grid && t.block_out > 0 &&
+                           t.dtype != TensorDType::kF8E4M3 && !t.is_scale);
     RETURN_IF_ERROR(writer.AddLazy(
         name, t.dtype, shape,
         [t, &expected, seed](absl::Span<uint8_t> out) { Fill(t, expected, seed, out); }));

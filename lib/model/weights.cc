@@ -41,6 +41,25 @@ bool IsQuantizableProjection(absl::string_view name) {
   return false;
 }
 
+bool IsSkippedTensor(absl::string_view name) {
+  absl::string_view n = name;
+  if (absl::StartsWith(n, "model.")) n.remove_prefix(6);
+  for (absl::string_view p : {"visual.", "vision_tower.", "audio.", "audio_encoder.",
+                              "audio_tower."}) {
+    if (absl::StartsWith(n, p)) return true;
+  }
+  return false;
+}
+
+QkvGroupRows FusedQkvGroupRows(const ModelConfig& config, const AttentionConfig& a) {
+  const int g = config.qkv_groups();
+  QkvGroupRows r;
+  r.q = static_cast<int64_t>(a.num_heads / g) * a.head_dim;
+  r.k = static_cast<int64_t>(a.num_kv_heads / g) * a.head_dim;
+  r.v = static_cast<int64_t>(a.num_kv_heads / g) * a.v_head_dim;
+  return r;
+}
+
 bool ExpectFp8(const ModelConfig& config, absl::string_view name) {
   return config.quant.fp8 && IsQuantizableProjection(name) &&
          config.quant.Quantized(ModuleOf(name));
@@ -56,10 +75,13 @@ void AddScaleTensors(const ModelConfig& config,
   std::vector<std::pair<std::string, std::vector<int64_t>>> scales;
   for (const auto& [name, shape] : *expected) {
     if (!ExpectFp8(config, name) || shape.size() != 2) continue;
+    int64_t rows = CeilDiv(shape[0], config.quant.block_out);
+    if (absl::EndsWith(name, ".self_attn.qkv_proj.weight")) {
+      const int64_t g = config.qkv_groups();
+      rows = g * CeilDiv(shape[0] / g, config.quant.block_out);
+    }
     scales.emplace_back(absl::StrCat(name, kScaleSuffix),
-                        std::vector<int64_t>{
-                            CeilDiv(shape[0], config.quant.block_out),
-                            CeilDiv(shape[1], config.quant.block_in)});
+                        std::vector<int64_t>{rows, CeilDiv(shape[1], config.quant.block_in)});
   }
   for (auto& [name, shape] : scales) (*expected)[name] = std::move(shape);
 }
@@ -133,12 +155,14 @@ absl::StatusOr<WeightPart> Checkpoint::Weight(absl::string_view name) const {
   const std::string scale_name = absl::StrCat(name, kScaleSuffix);
   const TensorInfo* s = Find(scale_name);
   const int bo = config_.quant.block_out, bi = config_.quant.block_in;
+  const int64_t groups =
+      absl::EndsWith(name, ".self_attn.qkv_proj.weight") ? config_.qkv_groups() : 1;
+  const int64_t want_rows = bo > 0 ? groups * CeilDiv(p.rows / groups, bo) : 0;
   if (s == nullptr || s->dtype != TensorDType::kF32 || s->shape.size() != 2 ||
-      bo <= 0 || bi <= 0 || s->shape[0] != CeilDiv(p.rows, bo) ||
-      s->shape[1] != CeilDiv(p.K, bi)) {
+      bo <= 0 || bi <= 0 || s->shape[0] != want_rows || s->shape[1] != CeilDiv(p.K, bi)) {
     return absl::InvalidArgumentError(absl::StrCat(
         dir_, ": FP8 tensor \"", name, "\" needs F32 block scales \"",
-        scale_name, "\" [", bo > 0 ? CeilDiv(p.rows, bo) : 0, ", ",
+        scale_name, "\" [", want_rows, ", ",
         bi > 0 ? CeilDiv(p.K, bi) : 0, "]"));
   }
   p.format = WeightFormat::kFp8E4M3;
@@ -147,6 +171,43 @@ absl::StatusOr<WeightPart> Checkpoint::Weight(absl::string_view name) const {
   p.block_out = bo;
   p.block_in = bi;
   return p;
+}
+
+absl::StatusOr<FusedQkvParts> SplitFusedQkv(const ModelConfig& config,
+                                            const AttentionConfig& a,
+                                            const WeightPart& fused) {
+  const QkvGroupRows r = FusedQkvGroupRows(config, a);
+  const int64_t g = config.qkv_groups();
+  if (fused.rows != g * r.total()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fused qkv_proj has ", fused.rows, " rows; the layout (", g,
+        " groups of q ", r.q, " + k ", r.k, " + v ", r.v, " rows) needs ",
+        g * r.total()));
+  }
+  const size_t esize = fused.format == WeightFormat::kF32    ? 4
+                       : fused.format == WeightFormat::kFp8E4M3 ? 1
+                                                              : 2;
+  const bool fp8 = fused.format == WeightFormat::kFp8E4M3;
+  const int64_t group_scale_rows = fp8 ? CeilDiv(r.total(), fused.block_out) : 0;
+  FusedQkvParts out;
+  const int64_t offsets[3] = {0, r.q, r.q + r.k};
+  const int64_t counts[3] = {r.q, r.k, r.v};
+  std::vector<WeightPart>* dst[3] = {&out.q, &out.k, &out.v};
+  for (int64_t grp = 0; grp < g; ++grp) {
+    for (int i = 0; i < 3; ++i) {
+      WeightPart p = fused;
+      p.rows = counts[i];
+      p.data = static_cast<const uint8_t*>(fused.data) +
+               static_cast<size_t>(grp * r.total() + offsets[i]) * fused.K * esize;
+      if (fp8) {
+        // Each group's scales start on a block boundary of their own.
+        p.scale = fused.scale + grp * group_scale_rows * fused.scale_cols;
+        p.row0 = offsets[i];
+      }
+      dst[i]->push_back(p);
+    }
+  }
+  return out;
 }
 
 }  // namespace swaserve::model

@@ -23,6 +23,7 @@ namespace swaserve::model {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 ModelConfig Tiny(kv::DType dtype, int block_out = 0, int block_in = 0,
@@ -38,12 +39,19 @@ ModelConfig Tiny(kv::DType dtype, int block_out = 0, int block_in = 0,
   return c;
 }
 
+ModelConfig Fused(ModelConfig c) {
+  c.qkv_layout = QkvLayout::kFused;
+  return c;
+}
+
 std::string Write(const std::string& root, const std::string& name,
-                  const ModelConfig& c, int grid_out, int grid_in) {
+                  const ModelConfig& c, int grid_out, int grid_in,
+                  bool fused_grid = false) {
   const std::string dir = root + "/" + name;
   RandomCheckpointOptions o;
   o.fp8_grid_block_out = grid_out;
   o.fp8_grid_block_in = grid_in;
+  o.fused_qkv_grid = fused_grid;
   const absl::Status s = WriteRandomCheckpoint(c, 11, dir, o);
   EXPECT_TRUE(s.ok()) << s;
   return dir;
@@ -285,6 +293,100 @@ TEST_F(WeightsTest, MalformedQuantizationIsAClearError) {
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(std::string(e.status().message()), HasSubstr(q));
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("NaN"));
+}
+
+TEST_F(WeightsTest, FusedQkvComputesWhatTheSplitLayoutComputes) {
+  // BF16: the fused tensor holds the split tensors' rows group by group.
+  ExpectSame(RunModel(Write(root_, "fused", Fused(Tiny(kv::DType::kBF16)), 0, 0)),
+             RunModel(Write(root_, "split", Tiny(kv::DType::kBF16), 0, 0)), "fused vs split");
+  // FP8: scale blocks per group (the published layout); the split twin holds
+  // the same dequantized weights. 24 x 40 blocks: groups of 32 + 16 + 8 = 56
+  // (full) and 32 + 32 + 16 = 80 rows (SWA) are not whole blocks, so parts
+  // start inside blocks and groups are padded.
+  for (auto [bo, bi] : std::vector<std::pair<int, int>>{{128, 128}, {24, 40}}) {
+    const std::string tag = absl::StrCat(bo, "x", bi);
+    const std::string fp8 =
+        Write(root_, "fused-fp8-" + tag, Fused(Tiny(kv::DType::kBF16, bo, bi)), 0, 0);
+    absl::StatusOr<std::unique_ptr<Checkpoint>> ck = Checkpoint::Open(fp8);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const TensorInfo* s = (*ck)->Find("model.layers.0.self_attn.qkv_proj.weight_scale_inv");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->shape[0], 2 * ((56 + bo - 1) / bo)) << tag;  // 2 groups, padded each
+    ExpectSame(RunModel(fp8),
+               RunModel(Write(root_, "split-twin-" + tag, Tiny(kv::DType::kBF16), bo, bi, true)),
+               "fused fp8 vs split twin " + tag);
+  }
+}
+
+TEST_F(WeightsTest, FusedQkvLayoutMismatchesAreErrors) {
+  const std::string good = Write(root_, "good", Fused(Tiny(kv::DType::kBF16, 24, 40)), 0, 0);
+  const std::string qkv = "model.layers.0.self_attn.qkv_proj.weight";
+  // The scales of one unpadded grid (ceil(112 / 24) = 5 rows, not 2 x 3).
+  Rewrite(good, root_ + "/flat-scale", [&](const std::string& n, auto*, auto* shape, auto* data) {
+    if (n == qkv + "_scale_inv") {
+      (*shape)[0] = 5;
+      data->resize(5 * (*shape)[1] * 4);
+    }
+    return true;
+  });
+  EXPECT_THAT(OpenError(root_ + "/flat-scale"), HasSubstr("has shape [5, 2], expected [6, 2]"));
+  // A split tensor in a fused checkpoint is unexpected (named); encoder
+  // tensors are skipped.
+  Rewrite(good, root_ + "/stray2", [&](const std::string& n, auto*, auto*, auto*) { return true; });
+  auto file = *SafetensorsFile::Open(root_ + "/stray2/model.safetensors");
+  SafetensorsWriter w;
+  for (const TensorInfo& t : file->tensors()) {
+    ASSERT_TRUE(w.Add(t.name, t.dtype, t.shape,
+                      std::string(reinterpret_cast<const char*>(t.data), t.end - t.begin))
+                    .ok());
+  }
+  ASSERT_TRUE(w.Add("model.layers.0.self_attn.q_proj.weight", TensorDType::kF32, {1},
+                    std::string(4, '\0'))
+                  .ok());
+  ASSERT_TRUE(w.Add("visual.blocks.0.attn.qkv.weight", TensorDType::kF32, {2},
+                    std::string(8, '\0'))
+                  .ok());
+  ASSERT_TRUE(w.Add("model.audio_encoder.layers.0.fc1.weight", TensorDType::kF32, {2},
+                    std::string(8, '\0'))
+                  .ok());
+  file.reset();
+  ASSERT_TRUE(w.Write(root_ + "/stray2/model.safetensors").ok());
+  const std::string err = OpenError(root_ + "/stray2");
+  EXPECT_THAT(err, HasSubstr("unexpected tensor \"model.layers.0.self_attn.q_proj.weight\""));
+  EXPECT_THAT(err, Not(HasSubstr("visual.")));
+  EXPECT_THAT(err, Not(HasSubstr("audio_encoder")));
+}
+
+TEST_F(WeightsTest, EncoderTensorsAreSkippedByRule) {
+  EXPECT_TRUE(IsSkippedTensor("visual.blocks.0.attn.qkv.weight"));
+  EXPECT_TRUE(IsSkippedTensor("model.visual.patch_embed.proj.weight"));
+  EXPECT_TRUE(IsSkippedTensor("audio_tower.layers.1.fc2.weight"));
+  EXPECT_FALSE(IsSkippedTensor("model.layers.0.visual.weight"));
+  EXPECT_FALSE(IsSkippedTensor("visualizer.weight"));
+  const std::string good = Write(root_, "text", Tiny(kv::DType::kBF16), 0, 0);
+  Rewrite(good, root_ + "/with-vision", [](auto&, auto*, auto*, auto*) { return true; });
+  auto file = *SafetensorsFile::Open(root_ + "/with-vision/model.safetensors");
+  SafetensorsWriter w;
+  for (const TensorInfo& t : file->tensors()) {
+    // transformers' name for the sinks, too.
+    std::string name = t.name;
+    const std::string sink = ".self_attn.attention_sink_bias";
+    if (name.size() > sink.size() && name.compare(name.size() - sink.size(), sink.size(), sink) == 0) {
+      name = name.substr(0, name.size() - sink.size()) + ".self_attn.sinks";
+    }
+    ASSERT_TRUE(w.Add(name, t.dtype, t.shape,
+                      std::string(reinterpret_cast<const char*>(t.data), t.end - t.begin))
+                    .ok());
+  }
+  ASSERT_TRUE(w.Add("visual.blocks.0.attn.qkv.weight", TensorDType::kF32, {2},
+                    std::string(8, '\0'))
+                  .ok());
+  file.reset();
+  ASSERT_TRUE(w.Write(root_ + "/with-vision/model.safetensors").ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ck = Checkpoint::Open(root_ + "/with-vision");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ((*ck)->skipped_tensors(), std::vector<std::string>{"visual.blocks.0.attn.qkv.weight"});
+  ExpectSame(RunModel(root_ + "/with-vision"), RunModel(good), "sinks alias + skipped encoder");
 }
 
 }  // namespace
