@@ -196,6 +196,9 @@ struct RandomCheckpointOptions {
   // fused FP8 twin. A fused config always draws qkv_proj from the q/k/v_proj
   // values of the same seed, group by group.
   bool fused_qkv_grid = false;
+  // Write config.json in the transformers-native format
+  // (ModelConfig::ToNativeJson) instead of the hub format.
+  bool native_config = false;
 };
 // The general form. With an FP8 quantization_config, quantized projections
 // are written as F8_E4M3 with power-of-two block scales (`<name>_scale_inv`,

@@ -177,6 +177,14 @@ struct ModelConfig {
   // format; num_nextn_predict_layers written unless it was derived and 0).
   std::string ToJson() const;
 
+  // The same config in the transformers-native format (what transformers'
+  // MiMoV2FlashConfig saves: rope_parameters per layer type, layer_types,
+  // mlp_layer_types, no swa_* fields). Only a config that format can express:
+  // model_type mimo_v2_flash, SWA layers with the full layers' heads and
+  // dims, 2 x their KV heads and a sink, full layers without one, split
+  // q/k/v; InvalidArgument naming what it cannot express otherwise.
+  absl::StatusOr<std::string> ToNativeJson() const;
+
   // Checks every constraint; InvalidArgument naming the field.
   absl::Status Validate() const;
 

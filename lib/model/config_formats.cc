@@ -487,4 +487,50 @@ absl::StatusOr<std::vector<std::string>> CheckpointTensorNames(
 }
 
 }  // namespace config_internal
+absl::StatusOr<std::string> ModelConfig::ToNativeJson() const {
+  using config_internal::FieldError;
+  if (model_type != "mimo_v2_flash") {
+    return FieldError("model_type", "the transformers-native format is mimo_v2_flash's");
+  }
+  if (swa.num_heads != full.num_heads || swa.num_kv_heads != 2 * full.num_kv_heads ||
+      swa.head_dim != full.head_dim || swa.v_head_dim != full.v_head_dim || !swa.sink ||
+      full.sink) {
+    return FieldError("swa", "the transformers-native MiMo layout cannot express this SWA "
+                             "geometry (same heads and dims as full, 2 x its KV heads, sinks "
+                             "on SWA layers only)");
+  }
+  if (qkv_layout != QkvLayout::kSplit) {
+    return FieldError("attention_projection_layout", "transformers stores split q/k/v");
+  }
+  nlohmann::ordered_json hub = nlohmann::ordered_json::parse(ToJson());
+  const nlohmann::ordered_json dtype_name = hub["torch_dtype"];
+  nlohmann::ordered_json j;
+  for (const char* drop :
+       {"hybrid_layer_pattern", "moe_layer_freq", "swa_num_attention_heads",
+        "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "rope_theta",
+        "swa_rope_theta", "partial_rotary_factor", "add_full_attention_sink_bias",
+        "add_swa_attention_sink_bias", "scoring_func", "torch_dtype"}) {
+    hub.erase(drop);
+  }
+  for (auto it = hub.begin(); it != hub.end(); ++it) j[it.key()] = *it;
+  std::vector<std::string> types, mlp;
+  for (AttentionType t : layer_types) {
+    types.push_back(t == AttentionType::kSwa ? "sliding_attention" : "full_attention");
+  }
+  for (bool m : moe_layers) mlp.push_back(m ? "sparse" : "dense");
+  j["layer_types"] = types;
+  j["mlp_layer_types"] = mlp;
+  j["rope_parameters"] = {
+      {"full_attention",
+       {{"rope_type", "default"},
+        {"rope_theta", full.rope_theta},
+        {"partial_rotary_factor", partial_rotary_factor}}},
+      {"sliding_attention",
+       {{"rope_type", "default"},
+        {"rope_theta", swa.rope_theta},
+        {"partial_rotary_factor", partial_rotary_factor}}}};
+  j["dtype"] = dtype_name;
+  return j.dump(2) + "\n";
+}
+
 }  // namespace swaserve::model

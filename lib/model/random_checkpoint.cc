@@ -337,7 +337,11 @@ absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
     return absl::PermissionDeniedError(
         absl::StrCat(dir, ": cannot create directory: ", ec.message()));
   }
-  RETURN_IF_ERROR(WriteText(root / "config.json", config.ToJson()));
+  std::string config_json = config.ToJson();
+  if (options.native_config) {
+    ASSIGN_OR_RETURN(config_json, config.ToNativeJson());
+  }
+  RETURN_IF_ERROR(WriteText(root / "config.json", config_json));
   if (!tokenizer_json.empty()) {
     fs::copy_file(tokenizer_json, root / "tokenizer.json",
                   fs::copy_options::overwrite_existing, ec);

@@ -18,6 +18,7 @@
 #include "lib/kv/prefix_cache.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/forward.h"
+#include "tests/unit/model/golden_util.h"
 
 namespace swaserve::model {
 namespace {
@@ -57,51 +58,16 @@ std::string Write(const std::string& root, const std::string& name,
   return dir;
 }
 
-// Logits of every prompt position, the MTP layer 0 logits over the prompt,
-// and 6 greedy decode steps.
-struct ModelRun {
-  std::vector<float> logits, mtp_logits;
-  std::vector<uint32_t> greedy;
-};
+using testing_util::ModelRun;
 
 ModelRun RunModel(const std::string& dir) {
-  ModelRun r;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create({dir, 1});
   EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return r;
-  Engine& e = **engine;
-  auto pools = *kv::KvPools::Create({e.config().KvShape(4), 256, 256, true});
-  auto cache = *kv::PrefixCache::Create({pools.get(), nullptr});
-  kv::Sequence seq(kv::SequenceOptions{pools.get(), cache.get(), 0, false}, kv::CacheHit());
+  if (!engine.ok()) return ModelRun();
   std::mt19937 rng(3);
   std::vector<uint32_t> tokens(21);
   for (uint32_t& t : tokens) t = rng() % 256;
-  EXPECT_TRUE(seq.Append(tokens.size()).ok());
-  ForwardItem item{&seq, tokens, 0, true};
-  ForwardOutput out;
-  EXPECT_TRUE(e.Forward({&item, 1}, &out, /*keep_all_hidden=*/true).ok());
-  r.logits = out.logits;
-  const int H = e.config().hidden_size, V = e.config().vocab_size;
-  ForwardItem mtp{&seq, absl::MakeConstSpan(tokens).subspan(1), 0, true};
-  ForwardOutput mo;
-  EXPECT_TRUE(e.ForwardMtp(0, {&mtp, 1},
-                           absl::MakeConstSpan(out.all_hidden).first((tokens.size() - 1) * H),
-                           &mo)
-                  .ok());
-  r.mtp_logits = mo.logits;
-  uint32_t next = static_cast<uint32_t>(
-      std::max_element(out.logits.end() - V, out.logits.end()) - (out.logits.end() - V));
-  for (int step = 0; step < 6; ++step) {
-    r.greedy.push_back(next);
-    const int pos = static_cast<int>(seq.length());
-    EXPECT_TRUE(seq.Append(1).ok());
-    ForwardItem d{&seq, absl::MakeConstSpan(&r.greedy.back(), 1), pos};
-    ForwardOutput o;
-    EXPECT_TRUE(e.Forward({&d, 1}, &o).ok());
-    next = static_cast<uint32_t>(std::max_element(o.logits.begin(), o.logits.end()) -
-                                 o.logits.begin());
-  }
-  return r;
+  return testing_util::RunPrompt(**engine, tokens, (*engine)->config().dtype, 6);
 }
 
 void ExpectSame(const ModelRun& a, const ModelRun& b, const std::string& what) {
