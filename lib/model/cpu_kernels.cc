@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <type_traits>
 
 // GCC 12 reports the _mm512_undefined_* placeholders inside the widening
 // intrinsics (vpmovzx, vpslld) as maybe-uninitialized once inlined: a known
@@ -195,12 +196,24 @@ __attribute__((target("avx512f"))) inline __m512 F16x16(const uint16_t* p) {
 // pragma GCC kept it on the stack: 2.5x slower at 4 rows). Covers k in
 // [k0, k1); when k0 > 0 the accumulators continue from the
 // partial sums stored in y, so the per-element order is still k = 0..K-1.
+// Where a micro-kernel reads its weights: the packed weight itself, or (f32
+// only) a converted K-block panel of 32 columns, whose element (k, n) is
+// f32[(k - kbase) * ld + (n - nbase)].
+struct WeightView {
+  const PackedWeight* w = nullptr;
+  const float* f32 = nullptr;
+  int64_t ld = 0;
+  int64_t kbase = 0;
+  int64_t nbase = 0;
+};
+
 template <int MR, WeightFormat F>
 __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
-                                                    const PackedWeight& w,
+                                                    const WeightView& view,
                                                     int64_t n, int64_t nn,
                                                     int64_t k0, int64_t k1,
                                                     float* y, int64_t ldy) {
+  const PackedWeight& w = *view.w;
   const int64_t ld = w.ld;
   const __mmask16 m0 = TailMask(std::min<int64_t>(16, nn));
   const __mmask16 m1 = nn > 16 ? TailMask(nn - 16) : static_cast<__mmask16>(0);
@@ -223,7 +236,7 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
   for (int64_t k = k0; k < k1; ++k) {
     __m512 w0, w1;
     if constexpr (F == WeightFormat::kF32) {
-      const float* wp = w.data.data() + k * ld + n;
+      const float* wp = view.f32 + (k - view.kbase) * view.ld + (n - view.nbase);
       w0 = _mm512_maskz_loadu_ps(m0, wp);
       w1 = _mm512_maskz_loadu_ps(m1, wp + 16);
     } else if constexpr (F == WeightFormat::kBF16) {
@@ -257,6 +270,36 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
   }
 }
 
+// Converts rows [k0, k1) x columns [n, n + 32) of a narrow weight to f32
+// into panel[(k - k0) * 32 + j]: the very values the micro-kernel would
+// widen in place (so a product's arithmetic is the same either way).
+template <WeightFormat F>
+__attribute__((target("avx512f"))) void ConvertPanel(const PackedWeight& w, int64_t n,
+                                                     int64_t k0, int64_t k1, float* panel) {
+  const int64_t ld = w.ld;
+  for (int64_t k = k0; k < k1; ++k) {
+    float* out = panel + (k - k0) * 32;
+    if constexpr (F == WeightFormat::kBF16) {
+      _mm512_storeu_ps(out, Bf16x16(w.data16.data() + k * ld + n));
+      _mm512_storeu_ps(out + 16, Bf16x16(w.data16.data() + k * ld + n + 16));
+    } else if constexpr (F == WeightFormat::kF16) {
+      _mm512_storeu_ps(out, F16x16(w.data16.data() + k * ld + n));
+      _mm512_storeu_ps(out + 16, F16x16(w.data16.data() + k * ld + n + 16));
+    } else {
+      const float* cs = w.col_scale.data() + (k / w.block_in) * ld + n;
+      const uint8_t* wp = w.data8.data() + k * ld + n;
+      _mm512_storeu_ps(out, _mm512_mul_ps(Fp8x16(wp), _mm512_loadu_ps(cs)));
+      _mm512_storeu_ps(out + 16, _mm512_mul_ps(Fp8x16(wp + 16), _mm512_loadu_ps(cs + 16)));
+    }
+  }
+}
+
+// With at least kPanelRows rows, a narrow weight's K-block panel is
+// converted once and shared by every row block (prefill); below, each
+// micro-kernel widens its weights in place (decode: each weight is used by
+// few rows, a conversion pass would cost more than it saves).
+constexpr int64_t kPanelRows = 16;
+
 template <WeightFormat F>
 __attribute__((target("avx512f"))) void MatMulRangeAvx512(
     const float* x, int64_t M, const PackedWeight& w, int64_t n0, int64_t n1,
@@ -265,14 +308,28 @@ __attribute__((target("avx512f"))) void MatMulRangeAvx512(
   // K blocks of 256 keep a 256×32 weight panel (32 KiB in f32) in L1 while
   // every row block passes over it.
   constexpr int64_t kKc = 256;
+  const bool panel_mode = F != WeightFormat::kF32 && M >= kPanelRows;
+  alignas(64) float panel[kKc * 32];
   for (int64_t n = n0; n < n1; n += 32) {
     const int64_t nn = std::min<int64_t>(32, n1 - n);
     for (int64_t k0 = 0; k0 < K; k0 += kKc) {
       const int64_t k1 = std::min(K, k0 + kKc);
-      int64_t m = 0;
-      for (; m + 8 <= M; m += 8) MicroAvx512<8, F>(x + m * K, K, w, n, nn, k0, k1, y + m * ldy, ldy);
-      for (; m + 4 <= M; m += 4) MicroAvx512<4, F>(x + m * K, K, w, n, nn, k0, k1, y + m * ldy, ldy);
-      for (; m < M; ++m) MicroAvx512<1, F>(x + m * K, K, w, n, nn, k0, k1, y + m * ldy, ldy);
+      WeightView v{.w = &w, .f32 = w.data.data(), .ld = w.ld, .kbase = 0, .nbase = 0};
+      if (panel_mode) {
+        if constexpr (F != WeightFormat::kF32) ConvertPanel<F>(w, n, k0, k1, panel);
+        v = {.w = &w, .f32 = panel, .ld = 32, .kbase = k0, .nbase = n};
+      }
+      auto rows = [&](auto fmt) {
+        int64_t m = 0;
+        for (; m + 8 <= M; m += 8) MicroAvx512<8, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+        for (; m + 4 <= M; m += 4) MicroAvx512<4, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+        for (; m < M; ++m) MicroAvx512<1, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+      };
+      if (panel_mode) {
+        rows(std::integral_constant<WeightFormat, WeightFormat::kF32>());
+      } else {
+        rows(std::integral_constant<WeightFormat, F>());
+      }
     }
   }
 }

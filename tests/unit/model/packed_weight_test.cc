@@ -196,6 +196,9 @@ TEST(PackedWeight, NarrowFormatsEqualF32OfTheirValues) {
   }
 }
 
+// M = 1..15 widens narrow weights inside the micro-kernel; M >= 16 converts
+// each K-block panel once (cpu_kernels.cc kPanelRows): both must give the
+// same bits.
 TEST(PackedWeight, EveryFormatIsBatchInvariant) {
   std::mt19937 rng(6);
   const int K = 700, N = 77;  // several K blocks; a column tail
@@ -213,7 +216,7 @@ TEST(PackedWeight, EveryFormatIsBatchInvariant) {
     ASSERT_TRUE(pw.ok()) << pw.status();
     const std::vector<float> row = Random(rng, K);
     const std::vector<float> alone = Apply(*pw, row, 1);
-    for (int M : {2, 4, 5, 8, 9, 17, 64}) {
+    for (int M : {2, 4, 5, 8, 9, 15, 16, 17, 64}) {
       for (int at : {0, M / 2, M - 1}) {
         std::vector<float> x = Random(rng, M * K);
         std::memcpy(x.data() + at * K, row.data(), K * 4);
