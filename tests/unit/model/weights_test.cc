@@ -323,6 +323,17 @@ TEST_F(WeightsTest, FusedQkvLayoutMismatchesAreErrors) {
   EXPECT_THAT(err, Not(HasSubstr("audio_encoder")));
 }
 
+TEST_F(WeightsTest, MtpLayerCountComesFromTheTensorsWhenTheConfigOmitsIt) {
+  const std::string good = Write(root_, "with-count", Tiny(kv::DType::kBF16), 0, 0);
+  Rewrite(good, root_ + "/no-count", [](auto&, auto*, auto*, auto*) { return true; },
+          [](nlohmann::json& j) { j.erase("num_nextn_predict_layers"); });
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create({root_ + "/no-count", 1});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->config().num_mtp_layers, 2);
+  EXPECT_TRUE((*e)->config().mtp_layers_derived);
+  ExpectSame(RunModel(root_ + "/no-count"), RunModel(good), "derived MTP count");
+}
+
 TEST_F(WeightsTest, EncoderTensorsAreSkippedByRule) {
   EXPECT_TRUE(IsSkippedTensor("visual.blocks.0.attn.qkv.weight"));
   EXPECT_TRUE(IsSkippedTensor("model.visual.patch_embed.proj.weight"));
