@@ -39,8 +39,8 @@
 // (config.cc kInertFields: architectures, auto_map, transformers_version,
 // use_cache, initializer_range, attention_dropout, pad_token_id, ...;
 // vision_config / audio_config: only the text model is served). Every other
-// field is rejected by name: the engine never guesses at a field it does not
-// understand.
+// field with a non-null value is rejected by name: the engine never guesses
+// at a field it does not understand.
 //
 // quantization_config (null or absent: weights as torch_dtype):
 //   {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [bo, bi],

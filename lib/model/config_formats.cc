@@ -178,6 +178,7 @@ bool IsNativeFormat(const Json& root) {
 
 absl::Status CheckKnownFields(const Json& root) {
   for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it->is_null()) continue;  // null reads as absent (HF writes nulls)
     const std::string& key = it.key();
     auto is = [&](const char* k) { return key == k; };
     if (std::any_of(std::begin(kReadFields), std::end(kReadFields), is) ||

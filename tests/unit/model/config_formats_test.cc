@@ -197,6 +197,7 @@ TEST(HubConfig, UnknownFieldsAreRejectedByName) {
   j["moe_router_dtype"] = "bfloat16";
   j["initializer_range"] = 0.02;
   j["vision_config"] = {{"depth", 28}};
+  j["hybrid_block_size"] = nullptr;  // null reads as absent, known or not
   EXPECT_TRUE(Parse(j).ok()) << Parse(j).status();
 }
 
