@@ -12,7 +12,9 @@
 // GCC 12 reports the _mm512_undefined_* placeholders inside the widening
 // intrinsics (vpmovzx, vpslld) as maybe-uninitialized once inlined: a known
 // false positive.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace swaserve::model {
 
