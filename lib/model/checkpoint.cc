@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/logging.h"
 #include "lib/base/status.h"
 
 namespace swaserve::model {
@@ -61,6 +62,7 @@ TensorDType DTypeFromName(const std::string& name) {
   if (name == "F32") return TensorDType::kF32;
   if (name == "BF16") return TensorDType::kBF16;
   if (name == "F16") return TensorDType::kF16;
+  if (name == "F8_E4M3") return TensorDType::kF8E4M3;
   return TensorDType::kOther;
 }
 
@@ -271,6 +273,8 @@ size_t TensorDTypeSize(TensorDType dtype) {
     case TensorDType::kBF16:
     case TensorDType::kF16:
       return 2;
+    case TensorDType::kF8E4M3:
+      return 1;
     case TensorDType::kOther:
       return 0;
   }
@@ -285,6 +289,8 @@ absl::string_view TensorDTypeName(TensorDType dtype) {
       return "BF16";
     case TensorDType::kF16:
       return "F16";
+    case TensorDType::kF8E4M3:
+      return "F8_E4M3";
     case TensorDType::kOther:
       return "?";
   }
@@ -485,9 +491,14 @@ std::map<std::string, std::vector<int64_t>> ExpectedTensors(
   const int64_t v = config.vocab_size;
   auto attention = [&](const std::string& p, const AttentionConfig& a) {
     const int64_t heads = a.num_heads, kv = a.num_kv_heads;
-    out[p + "self_attn.q_proj.weight"] = {heads * a.head_dim, h};
-    out[p + "self_attn.k_proj.weight"] = {kv * a.head_dim, h};
-    out[p + "self_attn.v_proj.weight"] = {kv * a.v_head_dim, h};
+    if (config.qkv_layout == QkvLayout::kFused) {
+      out[p + "self_attn.qkv_proj.weight"] = {
+          heads * a.head_dim + kv * (a.head_dim + a.v_head_dim), h};
+    } else {
+      out[p + "self_attn.q_proj.weight"] = {heads * a.head_dim, h};
+      out[p + "self_attn.k_proj.weight"] = {kv * a.head_dim, h};
+      out[p + "self_attn.v_proj.weight"] = {kv * a.v_head_dim, h};
+    }
     out[p + "self_attn.o_proj.weight"] = {h, heads * a.v_head_dim};
     if (a.sink) out[p + "self_attn.attention_sink_bias"] = {heads};
   };
@@ -531,6 +542,7 @@ std::map<std::string, std::vector<int64_t>> ExpectedTensors(
     attention(p, config.swa);
     dense_mlp(p);
   }
+  AddScaleTensors(config, &out);
   return out;
 }
 
@@ -538,6 +550,7 @@ ParamCounts CountParams(const ModelConfig& config) {
   ParamCounts c;
   int64_t experts = 0;
   for (const auto& [name, shape] : ExpectedTensors(config)) {
+    if (IsScaleTensor(name)) continue;  // FP8 block scales: not parameters
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     c.total += n;
@@ -662,6 +675,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
       // layer (SGLang renames it the same way). A checkpoint holding both
       // names is reported below as having an unexpected tensor.
       std::string name = t.name;
+      if (IsSkippedTensor(name)) {
+        ck->skipped_.push_back(name);
+        continue;
+      }
+      // transformers' name for the sink logits (conversion_mapping.py renames
+      // attention_sink_bias to sinks); both names in one checkpoint are
+      // reported below as an unexpected tensor.
+      constexpr absl::string_view kSinks = ".self_attn.sinks";
+      if (absl::EndsWith(name, kSinks) &&
+          !file->Find(absl::StrCat(name.substr(0, name.size() - 6), ".attention_sink_bias"))) {
+        name = absl::StrCat(name.substr(0, name.size() - 6), ".attention_sink_bias");
+      }
       constexpr absl::string_view kMtpAlias = ".pre_mlp_layernorm.weight";
       if (absl::StartsWith(name, "model.mtp.layers.") && absl::EndsWith(name, kMtpAlias) &&
           !file->Find(absl::StrCat(name.substr(0, name.size() - kMtpAlias.size()),
@@ -686,10 +711,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
                                       ShapeString(info->shape), " in ", f));
       continue;
     }
-    if (info->dtype == TensorDType::kOther) {
-      problems.push_back(absl::StrCat(
-          "tensor ", Quoted(name), " in ", f, " has unsupported dtype ",
-          Quoted(info->dtype_name), " (expected F32, BF16 or F16)"));
+    if (std::string p = DTypeProblem(ck->config_, name, *info); !p.empty()) {
+      problems.push_back(absl::StrCat("tensor ", Quoted(name), " in ", f, " ", p));
     }
     if (info->shape != e->second) {
       problems.push_back(absl::StrCat("tensor ", Quoted(name), " in ", f,
@@ -702,6 +725,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
       problems.push_back(absl::StrCat("missing tensor ", Quoted(name), " ",
                                       ShapeString(shape)));
     }
+  }
+  if (!ck->skipped_.empty()) {
+    SWA_LOG(info, "{}: skipped {} tensors of the vision/audio encoders (e.g. {}): only the "
+            "text model is served", dir, ck->skipped_.size(), ck->skipped_[0]);
   }
   if (!problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -746,6 +773,10 @@ absl::StatusOr<std::vector<float>> Checkpoint::ReadF32(
       }
       break;
     }
+    case TensorDType::kF8E4M3:
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, ": tensor ", Quoted(name),
+                       " is FP8 with block scales; read it with Weight()"));
     case TensorDType::kOther:
       return absl::InvalidArgumentError(
           absl::StrCat(dir_, ": tensor ", Quoted(name),

@@ -24,10 +24,11 @@
 #include "absl/types/span.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/model/config.h"
+#include "lib/model/cpu_kernels.h"
 
 namespace swaserve::model {
 
-enum class TensorDType : uint8_t { kF32, kBF16, kF16, kOther };
+enum class TensorDType : uint8_t { kF32, kBF16, kF16, kF8E4M3, kOther };
 
 struct TensorInfo {
   std::string name;
@@ -80,16 +81,25 @@ std::map<std::string, std::vector<int64_t>> ExpectedTensors(
 class Checkpoint {
  public:
   // Opens and validates: every expected tensor present with the expected
-  // shape, no unexpected tensors, dtype F32/BF16/F16 (errors name the
-  // tensor and the file).
+  // shape, no unexpected tensors, each in a dtype its role allows (errors
+  // name the tensor and the file). With an FP8 quantization_config, each
+  // quantized projection (weights.h) must be F8_E4M3 with an F32
+  // `<name>_scale_inv` of shape [ceil(out / block_out), ceil(in /
+  // block_in)]; every other tensor F32, BF16 or F16.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& dir);
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
+  // Tensors left out by IsSkippedTensor (logged once at Open).
+  const std::vector<std::string>& skipped_tensors() const { return skipped_; }
   const TensorInfo* Find(absl::string_view name) const;
+  // A 2-D projection weight as stored, for PackedWeight::Pack: its format,
+  // data in the mapping and, for FP8, its `<name>_scale_inv` block scales
+  // (weights.cc). NotFound / InvalidArgument naming the tensor.
+  absl::StatusOr<WeightPart> Weight(absl::string_view name) const;
   // The tensor converted to f32 (bf16 and f16 widened); NotFound or
-  // InvalidArgument (shape mismatch against `shape` when non-empty).
+  // InvalidArgument (shape mismatch against `shape` when non-empty; FP8).
   absl::StatusOr<std::vector<float>> ReadF32(
       absl::string_view name, absl::Span<const int64_t> shape = {}) const;
 
@@ -99,6 +109,7 @@ class Checkpoint {
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*, std::less<>> index_;
+  std::vector<std::string> skipped_;
 };
 
 // Writes one .safetensors file the way the reference (Rust/Python)
@@ -138,7 +149,7 @@ class SafetensorsWriter {
   std::map<std::string, Entry> entries_;
 };
 
-// Bytes per element of F32/BF16/F16 (0 for kOther).
+// Bytes per element of F32/BF16/F16/F8_E4M3 (0 for kOther).
 size_t TensorDTypeSize(TensorDType dtype);
 // "F32", "BF16", "F16" (the safetensors spelling; "?" for kOther).
 absl::string_view TensorDTypeName(TensorDType dtype);
@@ -165,6 +176,37 @@ absl::Status WriteRandomCheckpoint(
     const std::string& tokenizer_json,
     const SafetensorsWriter::ProgressFn& progress);
 
+// Options of the general WriteRandomCheckpoint.
+struct RandomCheckpointOptions {
+  // Copied as tokenizer.json (with its tokenizer_config.json) when set.
+  std::string tokenizer_json;
+  // Called after each tensor (bytes written so far, total); may be empty.
+  SafetensorsWriter::ProgressFn progress;
+  // > 0 (both): quantizable projections (IsQuantizableProjection) that the
+  // config does not store as FP8 are rounded to the E4M3 grid with
+  // power-of-two scales over blocks of this size, exactly as an FP8 config
+  // with this weight_block_size writes them; the checkpoint then holds the
+  // very weights of its FP8 twin (same seed), in config.dtype. 0: plain
+  // random values.
+  int fp8_grid_block_out = 0;
+  int fp8_grid_block_in = 0;
+  // With fp8_grid on a split (q/k/v_proj) config: round q/k/v on the grid
+  // of the fused qkv_proj instead (its groups, ModelConfig::qkv_groups,
+  // each on blocks of their own), so the checkpoint holds the weights of its
+  // fused FP8 twin. A fused config always draws qkv_proj from the q/k/v_proj
+  // values of the same seed, group by group.
+  bool fused_qkv_grid = false;
+  // Write config.json in the transformers-native format
+  // (ModelConfig::ToNativeJson) instead of the hub format.
+  bool native_config = false;
+};
+// The general form. With an FP8 quantization_config, quantized projections
+// are written as F8_E4M3 with power-of-two block scales (`<name>_scale_inv`,
+// F32) from the same random values.
+absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
+                                   const std::string& dir,
+                                   const RandomCheckpointOptions& options);
+
 // Parameter counts of `config` (from ExpectedTensors).
 struct ParamCounts {
   int64_t total = 0;  // every weight, MTP layers included
@@ -182,5 +224,53 @@ ParamCounts CountParams(const ModelConfig& config);
 // both types, K 192 / V 128, scaled-down hidden size and experts).
 absl::StatusOr<ModelConfig> BuiltinConfig(absl::string_view name,
                                           int vocab_size);
+
+// Quantized weights (weights.cc).
+// Whether `name` is the weight of a linear projection that FP8 checkpoints
+// quantize: self_attn.{q,k,v,qkv,o}_proj, mlp.{gate,up,down}_proj (dense
+// and experts) and eh_proj. The MoE router (mlp.gate), embeddings, lm_head,
+// norms and sinks stay in torch_dtype, as in DeepSeek-V3-style FP8
+// checkpoints.
+bool IsQuantizableProjection(absl::string_view name);
+// Whether `config` says `name` is stored FP8 (a quantizable projection not
+// in ignored_layers, with an FP8 quantization_config).
+bool ExpectFp8(const ModelConfig& config, absl::string_view name);
+bool IsScaleTensor(absl::string_view name);  // "*.weight_scale_inv"
+// The rule for tensors outside the text model: names under visual.,
+// vision_tower., audio., audio_encoder. or audio_tower. (also below
+// "model.") belong to MiMo-V2.5's vision and audio encoders, which this
+// engine does not run; Checkpoint::Open skips them (and logs how many).
+// Every other tensor ExpectedTensors does not list is an error.
+bool IsSkippedTensor(absl::string_view name);
+// The rows of one group of a fused qkv_proj (ModelConfig::qkv_groups) for
+// attention geometry `a`: q, k and v rows, in that order.
+struct QkvGroupRows {
+  int64_t q = 0;
+  int64_t k = 0;
+  int64_t v = 0;
+  int64_t total() const { return q + k + v; }
+};
+QkvGroupRows FusedQkvGroupRows(const ModelConfig& config, const AttentionConfig& a);
+// A stored fused qkv_proj split into the Q, K and V projections, each as the
+// G runs of rows it has in the groups (for PackedWeight::Pack, which stacks
+// them back in head order). FP8 parts keep their rows' original block scales
+// (each group's scale rows; a part may start inside a block), so nothing is
+// requantized. InvalidArgument when the rows do not match the layout.
+struct FusedQkvParts {
+  std::vector<WeightPart> q, k, v;
+};
+absl::StatusOr<FusedQkvParts> SplitFusedQkv(const ModelConfig& config,
+                                            const AttentionConfig& a,
+                                            const WeightPart& fused);
+// Adds `<w>_scale_inv` [ceil(out / block_out), ceil(in / block_in)] for
+// every weight `w` of `expected` that ExpectFp8 (a fused qkv_proj: [G x
+// ceil(group rows / block_out), ...], its groups padded to whole blocks).
+void AddScaleTensors(const ModelConfig& config,
+                     std::map<std::string, std::vector<int64_t>>* expected);
+// What is wrong with `t`'s dtype for tensor `name` under `config` ("" when
+// nothing): e.g. "is BF16, but quantization_config makes it F8_E4M3 (list
+// the module in ignored_layers to keep it unquantized)".
+std::string DTypeProblem(const ModelConfig& config, absl::string_view name,
+                         const TensorInfo& t);
 
 }  // namespace swaserve::model

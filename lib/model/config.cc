@@ -17,10 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/status.h"
+#include "lib/model/config_json.h"
 
 namespace swaserve::model {
 namespace {
 
+using config_internal::Describe;
+using config_internal::FieldError;
+using config_internal::Fields;
 using Json = nlohmann::json;
 
 // Upper bounds that keep every derived size (tensor shapes, per-layer
@@ -31,115 +35,6 @@ constexpr int64_t kMaxDim = 1 << 20;  // hidden, head dims, MLP widths
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxExperts = 65536;
 constexpr int64_t kMaxVocab = 1 << 26;
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("field '", field, "': ", what));
-}
-
-std::string Describe(const Json& j) {
-  std::string text = j.dump();
-  if (text.size() > 40) text = absl::StrCat(text.substr(0, 37), "...");
-  return absl::StrCat(j.type_name(), " ", text);
-}
-
-// Typed access to the top-level object of config.json. A field may have
-// several accepted names; the first present, non-null one is used.
-class Fields {
- public:
-  explicit Fields(const Json& root) : root_(root) {}
-
-  // The value of the first of `names` present and not null, or nullptr.
-  const Json* Find(std::initializer_list<const char*> names,
-                   std::string* used) const {
-    for (const char* name : names) {
-      auto it = root_.find(name);
-      if (it != root_.end() && !it->is_null()) {
-        *used = name;
-        return &*it;
-      }
-    }
-    return nullptr;
-  }
-
-  // Reads an integer field into *out (left alone when absent and not
-  // required). Returns whether the field was present.
-  absl::StatusOr<bool> Int(std::initializer_list<const char*> names,
-                           bool required, int* out) const {
-    std::string name;
-    const Json* v = Find(names, &name);
-    if (v == nullptr) {
-      if (required) return FieldError(*names.begin(), "missing (required)");
-      return false;
-    }
-    ASSIGN_OR_RETURN(*out, AsInt(*v, name));
-    return true;
-  }
-
-  absl::StatusOr<bool> Double(std::initializer_list<const char*> names,
-                              double* out) const {
-    std::string name;
-    const Json* v = Find(names, &name);
-    if (v == nullptr) return false;
-    if (!v->is_number()) {
-      return FieldError(name,
-                        absl::StrCat("expected a number, got ", Describe(*v)));
-    }
-    const double d = v->get<double>();
-    if (!std::isfinite(d)) return FieldError(name, "must be finite");
-    *out = d;
-    return true;
-  }
-
-  absl::StatusOr<bool> Bool(std::initializer_list<const char*> names,
-                            bool* out) const {
-    std::string name;
-    const Json* v = Find(names, &name);
-    if (v == nullptr) return false;
-    if (!v->is_boolean()) {
-      return FieldError(
-          name, absl::StrCat("expected true or false, got ", Describe(*v)));
-    }
-    *out = v->get<bool>();
-    return true;
-  }
-
-  absl::StatusOr<bool> String(std::initializer_list<const char*> names,
-                              std::string* out) const {
-    std::string name;
-    const Json* v = Find(names, &name);
-    if (v == nullptr) return false;
-    if (!v->is_string()) {
-      return FieldError(name,
-                        absl::StrCat("expected a string, got ", Describe(*v)));
-    }
-    *out = v->get<std::string>();
-    return true;
-  }
-
-  static absl::StatusOr<int> AsInt(const Json& v, absl::string_view name) {
-    if (!v.is_number_integer()) {
-      return FieldError(name,
-                        absl::StrCat("expected an integer, got ", Describe(v)));
-    }
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-        return FieldError(name, absl::StrCat(u, " is out of range"));
-      }
-      return static_cast<int>(u);
-    }
-    const int64_t i = v.get<int64_t>();
-    if (i > std::numeric_limits<int>::max() ||
-        i < std::numeric_limits<int>::min()) {
-      return FieldError(name, absl::StrCat(i, " is out of range"));
-    }
-    return static_cast<int>(i);
-  }
-
- private:
-  const Json& root_;
-};
 
 // Reads a per-layer list of two classes: either an int list of 0/1 (`int_name`)
 // or a string list (`str_name`, with `str0`/`str1`). Both present: they must
@@ -244,10 +139,14 @@ absl::Status RejectUnsupported(const Json& root) {
     if (it == root.end() || it->is_null()) return nullptr;
     return &*it;
   };
-  if (present("quantization_config") != nullptr) {
-    return FieldError("quantization_config",
-                      "quantized checkpoints are not supported (weights must "
-                      "be float32, bfloat16 or float16)");
+  RETURN_IF_ERROR(config_internal::CheckKnownFields(root));
+  if (const Json* v = present("topk_method");
+      v != nullptr && !(v->is_string() && (v->get<std::string>() == "noaux_tc" ||
+                                           v->get<std::string>() == "greedy"))) {
+    return FieldError("topk_method",
+                      absl::StrCat("only \"noaux_tc\" (or \"greedy\", the same "
+                                   "with n_group 1) is supported, got ",
+                                   Describe(*v)));
   }
   if (const Json* v = present("attention_bias");
       v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
@@ -343,6 +242,45 @@ absl::Status ValidateAttention(const AttentionConfig& a, bool swa,
   return absl::OkStatus();
 }
 
+// The hub format's attention fields beyond the full-attention geometry: RoPE
+// thetas, partial rotary factor, sinks and the SWA geometry (defaulting to
+// the full one; RequireHubSwaFields refuses that default for MiMo).
+absl::Status ReadHubAttention(const Fields& f, ModelConfig* out) {
+  ModelConfig& c = *out;
+  RETURN_IF_ERROR(f.Double({"rope_theta"}, &c.full.rope_theta).status());
+  RETURN_IF_ERROR(
+      f.Bool({"add_full_attention_sink_bias"}, &c.full.sink).status());
+
+  // SWA geometry: defaults to the full one.
+  c.swa = c.full;
+  c.swa.sink = false;
+  RETURN_IF_ERROR(
+      f.Int({"swa_num_attention_heads"}, false, &c.swa.num_heads).status());
+  RETURN_IF_ERROR(
+      f.Int({"swa_num_key_value_heads"}, false, &c.swa.num_kv_heads)
+          .status());
+  RETURN_IF_ERROR(
+      f.Int({"swa_head_dim", "swa_qk_head_dim"}, false, &c.swa.head_dim)
+          .status());
+  c.swa.v_head_dim = c.full.v_head_dim;
+  RETURN_IF_ERROR(
+      f.Int({"swa_v_head_dim"}, false, &c.swa.v_head_dim).status());
+  RETURN_IF_ERROR(f.Double({"swa_rope_theta"}, &c.swa.rope_theta).status());
+  RETURN_IF_ERROR(
+      f.Bool({"add_swa_attention_sink_bias"}, &c.swa.sink).status());
+
+  RETURN_IF_ERROR(
+      f.Double({"partial_rotary_factor"}, &c.partial_rotary_factor).status());
+  if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) {
+    return FieldError(
+        "partial_rotary_factor",
+        absl::StrCat("must be in (0, 1], got ", c.partial_rotary_factor));
+  }
+  c.full.rotary_dim = RotaryDim(c.full.head_dim, c.partial_rotary_factor);
+  c.swa.rotary_dim = RotaryDim(c.swa.head_dim, c.partial_rotary_factor);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RotaryDim(int head_dim, double partial_rotary_factor) {
@@ -415,35 +353,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view json,
     }
     c.full.v_head_dim = c.full.head_dim;
     RETURN_IF_ERROR(f.Int({"v_head_dim"}, false, &c.full.v_head_dim).status());
-    RETURN_IF_ERROR(f.Double({"rope_theta"}, &c.full.rope_theta).status());
-    RETURN_IF_ERROR(
-        f.Bool({"add_full_attention_sink_bias"}, &c.full.sink).status());
-
-    // SWA geometry: defaults to the full one.
-    c.swa = c.full;
-    c.swa.sink = false;
-    RETURN_IF_ERROR(
-        f.Int({"swa_num_attention_heads"}, false, &c.swa.num_heads).status());
-    RETURN_IF_ERROR(
-        f.Int({"swa_num_key_value_heads"}, false, &c.swa.num_kv_heads)
-            .status());
-    RETURN_IF_ERROR(f.Int({"swa_head_dim"}, false, &c.swa.head_dim).status());
-    c.swa.v_head_dim = c.full.v_head_dim;
-    RETURN_IF_ERROR(
-        f.Int({"swa_v_head_dim"}, false, &c.swa.v_head_dim).status());
-    RETURN_IF_ERROR(f.Double({"swa_rope_theta"}, &c.swa.rope_theta).status());
-    RETURN_IF_ERROR(
-        f.Bool({"add_swa_attention_sink_bias"}, &c.swa.sink).status());
-
-    RETURN_IF_ERROR(
-        f.Double({"partial_rotary_factor"}, &c.partial_rotary_factor).status());
-    if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1)) {
-      return FieldError(
-          "partial_rotary_factor",
-          absl::StrCat("must be in (0, 1], got ", c.partial_rotary_factor));
-    }
-    c.full.rotary_dim = RotaryDim(c.full.head_dim, c.partial_rotary_factor);
-    c.swa.rotary_dim = RotaryDim(c.swa.head_dim, c.partial_rotary_factor);
+    const bool native = config_internal::IsNativeFormat(root);
+    if (!native) RETURN_IF_ERROR(ReadHubAttention(f, &c));
     RETURN_IF_ERROR(
         f.Double({"attention_value_scale"}, &c.attention_value_scale).status());
 
@@ -467,6 +378,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view json,
     RETURN_IF_ERROR(f.Int({"sliding_window", "sliding_window_size"}, false,
                           &c.sliding_window)
                         .status());
+    RETURN_IF_ERROR(config_internal::CheckSameInt(root, "attention_chunk_size",
+                                                  c.sliding_window,
+                                                  "sliding_window"));
 
     // MLPs (default: every layer dense).
     c.moe_layers.assign(c.num_layers, false);
@@ -492,8 +406,16 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view json,
     RETURN_IF_ERROR(f.Bool({"norm_topk_prob"}, &c.norm_topk_prob).status());
     RETURN_IF_ERROR(
         f.Double({"routed_scaling_factor"}, &c.routed_scaling_factor).status());
-    RETURN_IF_ERROR(
-        f.Int({"num_nextn_predict_layers"}, false, &c.num_mtp_layers).status());
+    ASSIGN_OR_RETURN(
+        const bool has_mtp,
+        f.Int({"num_nextn_predict_layers"}, false, &c.num_mtp_layers));
+    c.mtp_layers_derived = !has_mtp;
+    if (native) {
+      RETURN_IF_ERROR(config_internal::ApplyNativeAttention(root, &c));
+    } else {
+      RETURN_IF_ERROR(config_internal::RequireHubSwaFields(root, c));
+    }
+    RETURN_IF_ERROR(config_internal::ReadQuantAndLayout(root, &c));
 
     RETURN_IF_ERROR(
         f.Double({"rms_norm_eps", "layernorm_epsilon"}, &c.rms_norm_eps)
@@ -547,7 +469,21 @@ absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(file, ": read error"));
-  return FromJson(buf.str(), file);
+  ASSIGN_OR_RETURN(ModelConfig c, FromJson(buf.str(), file));
+  if (c.mtp_layers_derived) {
+    const std::string dir =
+        std::filesystem::path(file).parent_path().string();
+    absl::StatusOr<std::vector<std::string>> names =
+        config_internal::CheckpointTensorNames(dir.empty() ? "." : dir);
+    if (!names.ok()) return base::Annotate(names.status(), dir);
+    absl::StatusOr<int> count = config_internal::CountMtpLayers(*names);
+    if (!count.ok()) return base::Annotate(count.status(), dir);
+    c.num_mtp_layers = *count;
+    if (absl::Status s = c.Validate(); !s.ok()) {
+      return base::Annotate(s, file);
+    }
+  }
+  return c;
 }
 
 std::string ModelConfig::ToJson() const {
@@ -588,7 +524,13 @@ std::string ModelConfig::ToJson() const {
   j["scoring_func"] = "sigmoid";
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
-  j["num_nextn_predict_layers"] = num_mtp_layers;
+  if (!mtp_layers_derived || num_mtp_layers > 0) {
+    j["num_nextn_predict_layers"] = num_mtp_layers;
+  }
+  if (quant.fp8) j["quantization_config"] = config_internal::QuantToJson(quant);
+  if (qkv_layout == QkvLayout::kFused) {
+    j["attention_projection_layout"] = "fused_qkv";
+  }
   j["rms_norm_eps"] = rms_norm_eps;
   j["torch_dtype"] = TorchDTypeName(dtype);
   j["tie_word_embeddings"] = tie_word_embeddings;
@@ -718,6 +660,23 @@ absl::Status ModelConfig::Validate() const {
           "eos_token_id",
           absl::StrCat(id, " is not a token id (vocab_size ", vocab_size, ")"));
     }
+  }
+  if (qkv_layout == QkvLayout::kFused) {
+    const int g = qkv_groups();
+    for (const AttentionConfig* a : {&full, &swa}) {
+      if (a->num_heads % g != 0 || a->num_kv_heads % g != 0) {
+        return FieldError(
+            "attention_projection_layout",
+            absl::StrCat("fused_qkv groups rows by num_key_value_heads = ", g,
+                         ", which must divide every layer type's query and "
+                         "KV heads (", a->num_heads, ", ", a->num_kv_heads,
+                         ")"));
+      }
+    }
+  }
+  if (quant.fp8 && (quant.block_out < 1 || quant.block_in < 1)) {
+    return FieldError("quantization_config.weight_block_size",
+                      "must be positive");
   }
   switch (dtype) {
     case kv::DType::kF32:

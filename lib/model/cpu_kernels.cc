@@ -7,6 +7,14 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <type_traits>
+
+// GCC 12 reports the _mm512_undefined_* placeholders inside the widening
+// intrinsics (vpmovzx, vpslld) as maybe-uninitialized once inlined: a known
+// false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace swaserve::model {
 
@@ -159,18 +167,56 @@ __attribute__((target("avx512f"))) float DotAvx512(const float* a,
   return ReduceLanes(lanes);
 }
 
-// Rows [0, MR) × columns [n, n + 32) of y = x · w with w packed K×N:
-// acc[i][v] lane j holds y[i][n + 16v + j], summed over k in order.
+// 16 E4M3 bytes -> f32 x 2^-8: the E4M3 bits moved into an f16 (sign to
+// bit 15, exponent and mantissa shifted up 7: an f16 exponent bias of 15
+// against E4M3's 7, so the value is off by exactly 2^8, subnormals
+// included), then widened.
+__attribute__((target("avx512f"))) inline __m512 Fp8x16(const uint8_t* p) {
+  const __m512i v =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), 7);
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 8);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_or_si512(mag, sign)));
+}
+
+__attribute__((target("avx512f"))) inline __m512 Bf16x16(const uint16_t* p) {
+  const __m512i v =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+__attribute__((target("avx512f"))) inline __m512 F16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Rows [0, MR) × columns [n, n + 32) of y = x · w with w packed K×ld:
+// acc[i][v] lane j holds y[i][n + 16v + j], summed over k in order. Narrow
+// formats are widened to f32 (FP8: times its block's column scale) right
+// before the multiply-adds, so each weight element's f32 value, and each
+// output's sequence of operations, is the same whatever the batch.
 // The row loops are unrolled so that acc stays in registers (without the
 // pragma GCC kept it on the stack: 2.5x slower at 4 rows). Covers k in
 // [k0, k1); when k0 > 0 the accumulators continue from the
 // partial sums stored in y, so the per-element order is still k = 0..K-1.
-template <int MR>
+// Where a micro-kernel reads its weights: the packed weight itself, or (f32
+// only) a converted K-block panel of 32 columns, whose element (k, n) is
+// f32[(k - kbase) * ld + (n - nbase)].
+struct WeightView {
+  const PackedWeight* w = nullptr;
+  const float* f32 = nullptr;
+  int64_t ld = 0;
+  int64_t kbase = 0;
+  int64_t nbase = 0;
+};
+
+template <int MR, WeightFormat F>
 __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
-                                                    const float* w, int64_t N,
+                                                    const WeightView& view,
                                                     int64_t n, int64_t nn,
                                                     int64_t k0, int64_t k1,
                                                     float* y, int64_t ldy) {
+  const PackedWeight& w = *view.w;
+  const int64_t ld = w.ld;
   const __mmask16 m0 = TailMask(std::min<int64_t>(16, nn));
   const __mmask16 m1 = nn > 16 ? TailMask(nn - 16) : static_cast<__mmask16>(0);
   __m512 acc[MR][2];
@@ -183,12 +229,37 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
       acc[i][1] = _mm512_maskz_loadu_ps(m1, y + i * ldy + n + 16);
     }
   }
-  const float* wp = w + k0 * N + n;
-  for (int64_t k = k0; k < k1; ++k, wp += N) {
-    const __m512 w0 = _mm512_maskz_loadu_ps(m0, wp);
-    const __m512 w1 = _mm512_maskz_loadu_ps(m1, wp + 16);
-  #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
+  // FP8: the scale row of the current K block, advanced at block edges.
+  const int64_t bi = F == WeightFormat::kFp8E4M3 ? w.block_in : 1;
+  int64_t next_block = (k0 / bi + 1) * bi;
+  const float* cs = F == WeightFormat::kFp8E4M3
+                        ? w.col_scale.data() + (k0 / bi) * ld + n
+                        : nullptr;
+  for (int64_t k = k0; k < k1; ++k) {
+    __m512 w0, w1;
+    if constexpr (F == WeightFormat::kF32) {
+      const float* wp = view.f32 + (k - view.kbase) * view.ld + (n - view.nbase);
+      w0 = _mm512_maskz_loadu_ps(m0, wp);
+      w1 = _mm512_maskz_loadu_ps(m1, wp + 16);
+    } else if constexpr (F == WeightFormat::kBF16) {
+      const uint16_t* wp = w.data16.data() + k * ld + n;
+      w0 = Bf16x16(wp);
+      w1 = Bf16x16(wp + 16);
+    } else if constexpr (F == WeightFormat::kF16) {
+      const uint16_t* wp = w.data16.data() + k * ld + n;
+      w0 = F16x16(wp);
+      w1 = F16x16(wp + 16);
+    } else {
+      if (k == next_block) {
+        next_block += bi;
+        cs += ld;
+      }
+      const uint8_t* wp = w.data8.data() + k * ld + n;
+      w0 = _mm512_mul_ps(Fp8x16(wp), _mm512_loadu_ps(cs));
+      w1 = _mm512_mul_ps(Fp8x16(wp + 16), _mm512_loadu_ps(cs + 16));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_set1_ps(x[i * K + k]);
       acc[i][0] = _mm512_fmadd_ps(xv, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(xv, w1, acc[i][1]);
@@ -201,32 +272,91 @@ __attribute__((target("avx512f"))) void MicroAvx512(const float* x, int64_t K,
   }
 }
 
+// Converts rows [k0, k1) x columns [n, n + 32) of a narrow weight to f32
+// into panel[(k - k0) * 32 + j]: the very values the micro-kernel would
+// widen in place (so a product's arithmetic is the same either way).
+template <WeightFormat F>
+__attribute__((target("avx512f"))) void ConvertPanel(const PackedWeight& w, int64_t n,
+                                                     int64_t k0, int64_t k1, float* panel) {
+  const int64_t ld = w.ld;
+  for (int64_t k = k0; k < k1; ++k) {
+    float* out = panel + (k - k0) * 32;
+    if constexpr (F == WeightFormat::kBF16) {
+      _mm512_storeu_ps(out, Bf16x16(w.data16.data() + k * ld + n));
+      _mm512_storeu_ps(out + 16, Bf16x16(w.data16.data() + k * ld + n + 16));
+    } else if constexpr (F == WeightFormat::kF16) {
+      _mm512_storeu_ps(out, F16x16(w.data16.data() + k * ld + n));
+      _mm512_storeu_ps(out + 16, F16x16(w.data16.data() + k * ld + n + 16));
+    } else {
+      const float* cs = w.col_scale.data() + (k / w.block_in) * ld + n;
+      const uint8_t* wp = w.data8.data() + k * ld + n;
+      _mm512_storeu_ps(out, _mm512_mul_ps(Fp8x16(wp), _mm512_loadu_ps(cs)));
+      _mm512_storeu_ps(out + 16, _mm512_mul_ps(Fp8x16(wp + 16), _mm512_loadu_ps(cs + 16)));
+    }
+  }
+}
+
+// With at least kPanelRows rows, a narrow weight's K-block panel is
+// converted once and shared by every row block (prefill); below, each
+// micro-kernel widens its weights in place (decode: each weight is used by
+// few rows, a conversion pass would cost more than it saves).
+constexpr int64_t kPanelRows = 16;
+
+template <WeightFormat F>
 __attribute__((target("avx512f"))) void MatMulRangeAvx512(
     const float* x, int64_t M, const PackedWeight& w, int64_t n0, int64_t n1,
     float* y, int64_t ldy) {
-  const int64_t K = w.K, N = w.N;
-  // K blocks of 256 keep a 256×32 weight panel (32 KiB) in L1 while every
-  // row block passes over it.
+  const int64_t K = w.K;
+  // K blocks of 256 keep a 256×32 weight panel (32 KiB in f32) in L1 while
+  // every row block passes over it.
   constexpr int64_t kKc = 256;
+  const bool panel_mode = F != WeightFormat::kF32 && M >= kPanelRows;
+  alignas(64) float panel[kKc * 32];
   for (int64_t n = n0; n < n1; n += 32) {
     const int64_t nn = std::min<int64_t>(32, n1 - n);
     for (int64_t k0 = 0; k0 < K; k0 += kKc) {
       const int64_t k1 = std::min(K, k0 + kKc);
-      int64_t m = 0;
-      for (; m + 8 <= M; m += 8) MicroAvx512<8>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
-      for (; m + 4 <= M; m += 4) MicroAvx512<4>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
-      for (; m < M; ++m) MicroAvx512<1>(x + m * K, K, w.data.data(), N, n, nn, k0, k1, y + m * ldy, ldy);
+      WeightView v{.w = &w, .f32 = w.data.data(), .ld = w.ld, .kbase = 0, .nbase = 0};
+      if (panel_mode) {
+        if constexpr (F != WeightFormat::kF32) ConvertPanel<F>(w, n, k0, k1, panel);
+        v = {.w = &w, .f32 = panel, .ld = 32, .kbase = k0, .nbase = n};
+      }
+      auto rows = [&](auto fmt) {
+        int64_t m = 0;
+        for (; m + 8 <= M; m += 8) MicroAvx512<8, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+        for (; m + 4 <= M; m += 4) MicroAvx512<4, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+        for (; m < M; ++m) MicroAvx512<1, decltype(fmt)::value>(x + m * K, K, v, n, nn, k0, k1, y + m * ldy, ldy);
+      };
+      if (panel_mode) {
+        rows(std::integral_constant<WeightFormat, WeightFormat::kF32>());
+      } else {
+        rows(std::integral_constant<WeightFormat, F>());
+      }
     }
+  }
+}
+
+void MatMulRangeDispatch(const float* x, int64_t M, const PackedWeight& w,
+                         int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return MatMulRangeAvx512<WeightFormat::kF32>(x, M, w, n0, n1, y, ldy);
+    case WeightFormat::kBF16:
+      return MatMulRangeAvx512<WeightFormat::kBF16>(x, M, w, n0, n1, y, ldy);
+    case WeightFormat::kF16:
+      return MatMulRangeAvx512<WeightFormat::kF16>(x, M, w, n0, n1, y, ldy);
+    case WeightFormat::kFp8E4M3:
+      return MatMulRangeAvx512<WeightFormat::kFp8E4M3>(x, M, w, n0, n1, y, ldy);
   }
 }
 
 void MatMulRangePortable(const float* x, int64_t M, const PackedWeight& w,
                          int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int64_t K = w.K, N = w.N;
+  const int64_t K = w.K;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = n0; n < n1; ++n) {
       float acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], w.data[k * N + n], acc);
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], w.At(k, n), acc);
       y[m * ldy + n] = acc;
     }
   }
@@ -240,24 +370,13 @@ float Dot(const float* a, const float* b, int64_t n) {
   return HaveAvx512() ? DotAvx512(a, b, n) : DotPortable(a, b, n);
 }
 
-PackedWeight PackedWeight::FromOutIn(const float* w, int64_t N, int64_t K) {
-  PackedWeight p;
-  p.K = K;
-  p.N = N;
-  p.data.resize(static_cast<size_t>(K) * N);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t k = 0; k < K; ++k) p.data[k * N + n] = w[n * K + k];
-  }
-  return p;
-}
-
 void MatMul(const float* x, int64_t M, const PackedWeight& w, float* y,
             int64_t ldy) {
   if (M <= 0 || w.N <= 0) return;
   const bool avx = HaveAvx512();
   auto run = [&](int64_t n0, int64_t n1) {
     if (avx) {
-      MatMulRangeAvx512(x, M, w, n0, n1, y, ldy);
+      MatMulRangeDispatch(x, M, w, n0, n1, y, ldy);
     } else {
       MatMulRangePortable(x, M, w, n0, n1, y, ldy);
     }

@@ -60,7 +60,10 @@ void Grow(std::vector<float>& v, size_t n) {
 struct Engine::Impl {
   ModelConfig c;
   std::unique_ptr<Checkpoint> ckpt;
-  std::vector<float> embed, final_norm;
+  // The embedding rows as stored (F32, BF16 or F16; never FP8).
+  std::vector<uint8_t> embed;
+  WeightFormat embed_format = WeightFormat::kF32;
+  std::vector<float> final_norm;
   PackedWeight lm_head;
   std::vector<Block> layers;
   std::vector<MtpLayer> mtp;
@@ -77,14 +80,21 @@ struct Engine::Impl {
   absl::StatusOr<std::vector<float>> Read(const std::string& name) {
     return ckpt->ReadF32(name);
   }
-  // A projection weight [out, in], packed for MatMul.
-  absl::StatusOr<PackedWeight> ReadPacked(const std::string& name) {
-    const TensorInfo* t = ckpt->Find(name);
-    if (t == nullptr || t->shape.size() != 2) {
-      return absl::NotFoundError(absl::StrCat("no 2-D tensor ", name));
+  // A projection weight [out, in] (or several stacked along out), packed
+  // for MatMul in its stored format.
+  absl::StatusOr<PackedWeight> ReadPacked(
+      std::initializer_list<std::string> names) {
+    std::vector<WeightPart> parts;
+    for (const std::string& name : names) {
+      ASSIGN_OR_RETURN(WeightPart part, ckpt->Weight(name));
+      parts.push_back(part);
     }
-    ASSIGN_OR_RETURN(std::vector<float> w, ckpt->ReadF32(name));
-    return PackedWeight::FromOutIn(w.data(), t->shape[0], t->shape[1]);
+    absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(parts);
+    if (!packed.ok()) return base::Annotate(packed.status(), *names.begin());
+    return packed;
+  }
+  absl::StatusOr<PackedWeight> ReadPacked(const std::string& name) {
+    return ReadPacked({name});
   }
   absl::Status LoadBlock(const std::string& prefix, AttentionType type,
                          bool moe, int inter, Block* b);
@@ -113,20 +123,31 @@ absl::Status Engine::Impl::LoadBlock(const std::string& p, AttentionType type,
   b->geo = type == AttentionType::kFull ? &c.full : &c.swa;
   ASSIGN_OR_RETURN(b->in_norm, Read(p + "input_layernorm.weight"));
   ASSIGN_OR_RETURN(b->post_norm, Read(p + "post_attention_layernorm.weight"));
-  ASSIGN_OR_RETURN(b->attn.q, ReadPacked(p + "self_attn.q_proj.weight"));
-  ASSIGN_OR_RETURN(b->attn.k, ReadPacked(p + "self_attn.k_proj.weight"));
-  ASSIGN_OR_RETURN(b->attn.v, ReadPacked(p + "self_attn.v_proj.weight"));
+  if (c.qkv_layout == QkvLayout::kFused) {
+    const std::string name = p + "self_attn.qkv_proj.weight";
+    ASSIGN_OR_RETURN(WeightPart fused, ckpt->Weight(name));
+    absl::StatusOr<FusedQkvParts> parts = SplitFusedQkv(c, *b->geo, fused);
+    if (!parts.ok()) return base::Annotate(parts.status(), name);
+    for (auto [dst, src] : {std::pair{&b->attn.q, &parts->q}, std::pair{&b->attn.k, &parts->k},
+                            std::pair{&b->attn.v, &parts->v}}) {
+      absl::StatusOr<PackedWeight> packed = PackedWeight::Pack(*src);
+      if (!packed.ok()) return base::Annotate(packed.status(), name);
+      *dst = *std::move(packed);
+    }
+  } else {
+    ASSIGN_OR_RETURN(b->attn.q, ReadPacked(p + "self_attn.q_proj.weight"));
+    ASSIGN_OR_RETURN(b->attn.k, ReadPacked(p + "self_attn.k_proj.weight"));
+    ASSIGN_OR_RETURN(b->attn.v, ReadPacked(p + "self_attn.v_proj.weight"));
+  }
   ASSIGN_OR_RETURN(b->attn.o, ReadPacked(p + "self_attn.o_proj.weight"));
   if (b->geo->sink) {
     ASSIGN_OR_RETURN(b->attn.sink, Read(p + "self_attn.attention_sink_bias"));
   }
   auto load_dense = [&](const std::string& mp, int i, DenseMlp* d) -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<float> gate_up, Read(mp + "gate_proj.weight"));
-    ASSIGN_OR_RETURN(std::vector<float> up, Read(mp + "up_proj.weight"));
+    ASSIGN_OR_RETURN(d->gate_up, ReadPacked({mp + "gate_proj.weight",
+                                             mp + "up_proj.weight"}));  // [2I, H]
     ASSIGN_OR_RETURN(d->down, ReadPacked(mp + "down_proj.weight"));
     d->inter = i;
-    gate_up.insert(gate_up.end(), up.begin(), up.end());  // [2I, H]
-    d->gate_up = PackedWeight::FromOutIn(gate_up.data(), 2 * i, c.hidden_size);
     return absl::OkStatus();
   };
   b->moe = moe;
@@ -148,10 +169,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   ASSIGN_OR_RETURN(impl->ckpt, Checkpoint::Open(options.checkpoint_dir));
   impl->c = impl->ckpt->config();
   const ModelConfig& c = impl->c;
-  ASSIGN_OR_RETURN(impl->embed, impl->Read("model.embed_tokens.weight"));
+  ASSIGN_OR_RETURN(WeightPart embed, impl->ckpt->Weight("model.embed_tokens.weight"));
+  impl->embed_format = embed.format;
+  const size_t embed_bytes = static_cast<size_t>(embed.rows) * embed.K *
+                             (embed.format == WeightFormat::kF32 ? 4 : 2);
+  impl->embed.assign(static_cast<const uint8_t*>(embed.data),
+                     static_cast<const uint8_t*>(embed.data) + embed_bytes);
   ASSIGN_OR_RETURN(impl->final_norm, impl->Read("model.norm.weight"));
   if (c.tie_word_embeddings) {
-    impl->lm_head = PackedWeight::FromOutIn(impl->embed.data(), c.vocab_size, c.hidden_size);
+    ASSIGN_OR_RETURN(impl->lm_head, impl->ReadPacked("model.embed_tokens.weight"));
   } else {
     ASSIGN_OR_RETURN(impl->lm_head, impl->ReadPacked("lm_head.weight"));
   }
@@ -183,8 +209,44 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 }
 Engine::~Engine() = default;
 
-const float* Engine::Embedding(uint32_t token) const {
-  return impl_->embed.data() + static_cast<size_t>(token) * config_.hidden_size;
+size_t Engine::WeightBytes() const {
+  auto f = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  auto dense = [](const DenseMlp& d) { return d.gate_up.bytes() + d.down.bytes(); };
+  auto block = [&](const Block& b) {
+    size_t n = f(b.in_norm) + f(b.post_norm) + b.attn.q.bytes() + b.attn.k.bytes() +
+               b.attn.v.bytes() + b.attn.o.bytes() + f(b.attn.sink) + dense(b.dense) +
+               b.moe_mlp.router.bytes() + f(b.moe_mlp.bias);
+    for (const DenseMlp& e : b.moe_mlp.experts) n += dense(e);
+    return n;
+  };
+  const Impl& s = *impl_;
+  size_t n = s.embed.size() + f(s.final_norm) + s.lm_head.bytes();
+  for (const Block& b : s.layers) n += block(b);
+  for (const MtpLayer& m : s.mtp) {
+    n += f(m.enorm) + f(m.hnorm) + f(m.final_norm) + m.eh_proj.bytes() + block(m.block);
+  }
+  return n;
+}
+
+void Engine::Embedding(uint32_t token, float* out) const {
+  const int64_t H = config_.hidden_size;
+  const size_t row = static_cast<size_t>(token) * H;
+  const uint8_t* base = impl_->embed.data();
+  switch (impl_->embed_format) {
+    case WeightFormat::kF32:
+      std::memcpy(out, base + row * 4, sizeof(float) * H);
+      return;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16:
+      for (int64_t i = 0; i < H; ++i) {
+        uint16_t x;
+        std::memcpy(&x, base + (row + i) * 2, 2);
+        out[i] = impl_->embed_format == WeightFormat::kBF16 ? Bf16ToF32(x) : F16ToF32(x);
+      }
+      return;
+    case WeightFormat::kFp8E4M3:
+      break;  // rejected at load (DTypeProblem)
+  }
 }
 
 void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items,
@@ -425,7 +487,7 @@ absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
   int r = 0;
   for (const ForwardItem& it : items) {
     for (uint32_t t : it.tokens) {
-      std::memcpy(s.x.data() + static_cast<size_t>(r++) * H, Embedding(t), sizeof(float) * H);
+      Embedding(t, s.x.data() + static_cast<size_t>(r++) * H);
     }
   }
   for (const Block& b : s.layers) RETURN_IF_ERROR(s.RunBlock(b, items, R));
@@ -456,7 +518,8 @@ absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
     for (uint32_t t : it.tokens) {
       float* row = s.cat.data() + static_cast<size_t>(r) * 2 * H;
       const float eps = static_cast<float>(config_.rms_norm_eps);
-      RmsNorm(Embedding(t), m.enorm.data(), row, 1, H, eps);
+      Embedding(t, row);
+      RmsNorm(row, m.enorm.data(), row, 1, H, eps);  // in place
       RmsNorm(hidden.data() + static_cast<size_t>(r) * H, m.hnorm.data(), row + H, 1, H, eps);
       ++r;
     }

@@ -32,7 +32,9 @@
 // All kernels are batch-invariant (cpu_kernels.h): an item's outputs do not
 // depend on what else is in the batch or how its prompt was chunked.
 //
-// An Engine owns the weights (f32 in memory; projections packed for the GEMM)
+// An Engine owns the weights (kept in the checkpoint's format: F32, BF16, F16
+// or FP8 E4M3 with block scales; projections packed for the GEMM, which
+// widens them per 32-column panel, cpu_kernels.h)
 // and scratch buffers that only grow, so a steady decode loop that reuses
 // its ForwardOutput does not allocate. Forward is not reentrant (one
 // scheduler thread drives it); kernels use KernelThreads.
@@ -114,8 +116,11 @@ class Engine {
   absl::Status ForwardMtp(int k, absl::Span<const ForwardItem> items,
                           absl::Span<const float> hidden, ForwardOutput* out);
 
-  // Embedding row of a token (for tests and MTP callers).
-  const float* Embedding(uint32_t token) const;
+  // Embedding row of a token, widened to f32 into out[hidden_size].
+  void Embedding(uint32_t token, float* out) const;
+  // Bytes of weights held (packed projections in their stored format,
+  // embeddings, norms): what the model costs in memory.
+  size_t WeightBytes() const;
 
  private:
   struct Impl;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <system_error>
@@ -94,21 +95,202 @@ Init InitFor(const std::string& name, const std::vector<int64_t>& shape) {
           1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)))};
 }
 
-void Fill(const std::string& name, const Init& init, uint64_t seed,
-          TensorDType dtype, absl::Span<uint8_t> out) {
+// The f32 values of tensor `name` (n elements).
+std::vector<float> Draw(const std::string& name, const Init& init,
+                        uint64_t seed, size_t n) {
   NormalStream normal(SplitMix64(seed ^ SplitMix64(Fnv1a64(name))));
-  const size_t size = TensorDTypeSize(dtype);
-  const size_t n = out.size() / size;
-  for (size_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(init.mean + init.std * normal.Next());
-    if (dtype == TensorDType::kF32) {
-      std::memcpy(out.data() + 4 * i, &v, 4);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(init.mean + init.std * normal.Next());
+  return v;
+}
+
+// Block-quantized E4M3 of an [rows, cols] matrix with power-of-two scales
+// (2^ceil(log2(amax / 448)) per block; 1 for an all-zero block): the
+// dequantized values fp8 * scale are then exact in BF16 and F32 as well, so
+// FP8, BF16 and F32 checkpoints can hold the very same weights.
+struct Fp8Blocks {
+  std::vector<uint8_t> q;
+  std::vector<float> scale;  // [ceil(rows / bo), ceil(cols / bi)]
+};
+
+Fp8Blocks QuantizeBlocks(const std::vector<float>& w, int64_t rows,
+                         int64_t cols, int bo, int bi) {
+  const int64_t sr = (rows + bo - 1) / bo, sc = (cols + bi - 1) / bi;
+  Fp8Blocks b;
+  b.scale.assign(sr * sc, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float& amax = b.scale[(r / bo) * sc + c / bi];
+      amax = std::max(amax, std::fabs(w[r * cols + c]));
+    }
+  }
+  for (float& s : b.scale) {
+    s = s > 0 ? std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(s / 448.0f))))
+              : 1.0f;
+  }
+  b.q.resize(w.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      b.q[r * cols + c] =
+          F32ToFp8E4M3(w[r * cols + c] / b.scale[(r / bo) * sc + c / bi]);
+    }
+  }
+  return b;
+}
+
+// Dequantized values of `b` over [rows, cols] with (bo, bi) blocks.
+std::vector<float> Dequantize(const Fp8Blocks& b, int64_t rows, int64_t cols, int bo,
+                              int bi) {
+  const int64_t sc = (cols + bi - 1) / bi;
+  std::vector<float> v(b.q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      v[r * cols + c] = Fp8E4M3ToF32(b.q[r * cols + c]) * b.scale[(r / bo) * sc + c / bi];
+    }
+  }
+  return v;
+}
+
+// A fused qkv_proj's geometry, for tensors whose values come from one.
+struct QkvPlan {
+  int groups = 0;  // 0: not a q/k/v/qkv projection on the fused layout
+  QkvGroupRows rows;
+  int64_t hidden = 0;
+  std::string prefix;  // "model.layers.3.self_attn."
+  int part = -1;       // 0/1/2: the q/k/v_proj cut out of it; -1: qkv_proj
+};
+
+// The fused qkv_proj's f32 values, assembled group by group from the
+// q_proj, k_proj and v_proj draws (so split and fused checkpoints of one
+// seed hold the same weights).
+std::vector<float> FusedValues(const QkvPlan& p, uint64_t seed) {
+  const int64_t g = p.groups, H = p.hidden;
+  const int64_t part_rows[3] = {p.rows.q, p.rows.k, p.rows.v};
+  const char* names[3] = {"q_proj.weight", "k_proj.weight", "v_proj.weight"};
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(g * p.rows.total() * H));
+  std::vector<float> draws[3];
+  for (int i = 0; i < 3; ++i) {
+    draws[i] = Draw(p.prefix + names[i], InitFor(names[i], {0, H}), seed,
+                    static_cast<size_t>(g * part_rows[i] * H));
+  }
+  for (int64_t grp = 0; grp < g; ++grp) {
+    for (int i = 0; i < 3; ++i) {
+      const auto begin = draws[i].begin() + grp * part_rows[i] * H;
+      out.insert(out.end(), begin, begin + part_rows[i] * H);
+    }
+  }
+  return out;
+}
+
+// FP8 per group of a fused qkv_proj: each group's rows on a block grid of
+// their own (the published layout), scales concatenated.
+Fp8Blocks QuantizeGroups(const std::vector<float>& w, const QkvPlan& p, int bo, int bi) {
+  const int64_t gr = p.rows.total(), H = p.hidden;
+  Fp8Blocks out;
+  for (int64_t grp = 0; grp < p.groups; ++grp) {
+    const std::vector<float> sub(w.begin() + grp * gr * H, w.begin() + (grp + 1) * gr * H);
+    const Fp8Blocks b = QuantizeBlocks(sub, gr, H, bo, bi);
+    out.q.insert(out.q.end(), b.q.begin(), b.q.end());
+    out.scale.insert(out.scale.end(), b.scale.begin(), b.scale.end());
+  }
+  return out;
+}
+
+// How one tensor is written.
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorDType dtype = TensorDType::kF32;
+  // FP8 (or rounded to the FP8 grid): the block size; the scale tensor's
+  // plan names its weight in `weight`.
+  int block_out = 0;
+  int block_in = 0;
+  bool is_scale = false;
+  std::string weight;
+  QkvPlan qkv;
+};
+
+// The f32 values of `t` (for a scale plan: of its weight), after the FP8
+// grid when it has one; *blocks receives the quantization when it does.
+std::vector<float> Values(const TensorPlan& t,
+                          const std::map<std::string, std::vector<int64_t>>& all,
+                          uint64_t seed, Fp8Blocks* blocks) {
+  const std::string& src = t.is_scale ? t.weight : t.name;
+  const std::vector<int64_t>& shape = all.at(src);
+  if (t.qkv.groups > 0) {
+    const std::vector<float> fused = FusedValues(t.qkv, seed);
+    if (t.block_out == 0) return fused;
+    *blocks = QuantizeGroups(fused, t.qkv, t.block_out, t.block_in);
+    const int64_t gr = t.qkv.rows.total(), H = t.qkv.hidden;
+    std::vector<float> deq;
+    for (int64_t grp = 0; grp < t.qkv.groups; ++grp) {
+      Fp8Blocks b;
+      const int64_t sr = (gr + t.block_out - 1) / t.block_out * ((H + t.block_in - 1) / t.block_in);
+      b.q.assign(blocks->q.begin() + grp * gr * H, blocks->q.begin() + (grp + 1) * gr * H);
+      b.scale.assign(blocks->scale.begin() + grp * sr, blocks->scale.begin() + (grp + 1) * sr);
+      const std::vector<float> d = Dequantize(b, gr, H, t.block_out, t.block_in);
+      if (t.qkv.part < 0) {
+        deq.insert(deq.end(), d.begin(), d.end());
+        continue;
+      }
+      const int64_t off[3] = {0, t.qkv.rows.q, t.qkv.rows.q + t.qkv.rows.k};
+      const int64_t cnt[3] = {t.qkv.rows.q, t.qkv.rows.k, t.qkv.rows.v};
+      deq.insert(deq.end(), d.begin() + off[t.qkv.part] * H,
+                 d.begin() + (off[t.qkv.part] + cnt[t.qkv.part]) * H);
+    }
+    return deq;
+  }
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  std::vector<float> v = Draw(src, InitFor(src, shape), seed, n);
+  if (t.block_out == 0) return v;
+  *blocks = QuantizeBlocks(v, shape[0], shape[1], t.block_out, t.block_in);
+  return Dequantize(*blocks, shape[0], shape[1], t.block_out, t.block_in);
+}
+
+void Fill(const TensorPlan& t, const std::map<std::string, std::vector<int64_t>>& all,
+          uint64_t seed, absl::Span<uint8_t> out) {
+  Fp8Blocks b;
+  const std::vector<float> v = Values(t, all, seed, &b);
+  if (t.is_scale) {
+    std::memcpy(out.data(), b.scale.data(), b.scale.size() * 4);
+    return;
+  }
+  if (t.dtype == TensorDType::kF8E4M3) {
+    std::memcpy(out.data(), b.q.data(), b.q.size());
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t.dtype == TensorDType::kF32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
     } else {
-      const uint16_t h =
-          dtype == TensorDType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+      const uint16_t h = t.dtype == TensorDType::kBF16 ? F32ToBf16(v[i]) : F32ToF16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
   }
+}
+
+// The fused-qkv plan of tensor `name` ("" groups when it is not one).
+QkvPlan QkvPlanFor(const ModelConfig& c, const std::string& name, bool fused_grid) {
+  QkvPlan p;
+  const char* parts[4] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                          "self_attn.v_proj.weight", "self_attn.qkv_proj.weight"};
+  int which = -1;
+  for (int i = 0; i < 4; ++i) {
+    if (EndsWith(name, parts[i])) which = i;
+  }
+  if (which < 0 || (which < 3 && !fused_grid)) return p;
+  p.prefix = name.substr(0, name.size() - std::string(parts[which]).size()) + "self_attn.";
+  const AttentionConfig* a = &c.swa;
+  if (name.rfind("model.layers.", 0) == 0) {
+    a = &c.attention(std::stoi(name.substr(13)));
+  }
+  p.groups = c.qkv_groups();
+  p.rows = FusedQkvGroupRows(c, *a);
+  p.hidden = c.hidden_size;
+  p.part = which < 3 ? which : -1;
+  return p;
 }
 
 absl::Status WriteText(const fs::path& path, const std::string& text) {
@@ -133,6 +315,16 @@ absl::Status WriteRandomCheckpoint(
     const ModelConfig& config, uint64_t seed, const std::string& dir,
     const std::string& tokenizer_json,
     const SafetensorsWriter::ProgressFn& progress) {
+  RandomCheckpointOptions options;
+  options.tokenizer_json = tokenizer_json;
+  options.progress = progress;
+  return WriteRandomCheckpoint(config, seed, dir, options);
+}
+
+absl::Status WriteRandomCheckpoint(const ModelConfig& config, uint64_t seed,
+                                   const std::string& dir,
+                                   const RandomCheckpointOptions& options) {
+  const std::string& tokenizer_json = options.tokenizer_json;
   RETURN_IF_ERROR(base::Annotate(config.Validate(), "config"));
   std::error_code ec;
   if (!tokenizer_json.empty() && !fs::is_regular_file(tokenizer_json, ec)) {
@@ -145,7 +337,11 @@ absl::Status WriteRandomCheckpoint(
     return absl::PermissionDeniedError(
         absl::StrCat(dir, ": cannot create directory: ", ec.message()));
   }
-  RETURN_IF_ERROR(WriteText(root / "config.json", config.ToJson()));
+  std::string config_json = config.ToJson();
+  if (options.native_config) {
+    ASSIGN_OR_RETURN(config_json, config.ToNativeJson());
+  }
+  RETURN_IF_ERROR(WriteText(root / "config.json", config_json));
   if (!tokenizer_json.empty()) {
     fs::copy_file(tokenizer_json, root / "tokenizer.json",
                   fs::copy_options::overwrite_existing, ec);
@@ -166,16 +362,35 @@ absl::Status WriteRandomCheckpoint(
     }
   }
   const TensorDType dtype = ToTensorDType(config.dtype);
+  const std::map<std::string, std::vector<int64_t>> expected = ExpectedTensors(config);
   SafetensorsWriter writer;
-  for (const auto& [name, shape] : ExpectedTensors(config)) {
-    const Init init = InitFor(name, shape);
+  for (const auto& [name, shape] : expected) {
+    TensorPlan t;
+    t.name = name;
+    t.shape = shape;
+    t.dtype = dtype;
+    if (IsScaleTensor(name)) {
+      t.is_scale = true;
+      t.weight = name.substr(0, name.size() - std::string("_scale_inv").size());
+      t.dtype = TensorDType::kF32;
+    }
+    if (ExpectFp8(config, t.is_scale ? t.weight : name)) {
+      t.block_out = config.quant.block_out;
+      t.block_in = config.quant.block_in;
+      if (!t.is_scale) t.dtype = TensorDType::kF8E4M3;
+    } else if (options.fp8_grid_block_out > 0 && IsQuantizableProjection(name)) {
+      t.block_out = options.fp8_grid_block_out;
+      t.block_in = options.fp8_grid_block_in;
+    }
+    // A split twin of a fused FP8 checkpoint: q/k/v on the fused grid.
+    t.qkv = QkvPlanFor(config, t.is_scale ? t.weight : name,
+                       options.fused_qkv_grid && t.block_out > 0 &&
+                           t.dtype != TensorDType::kF8E4M3 && !t.is_scale);
     RETURN_IF_ERROR(writer.AddLazy(
-        name, dtype, shape,
-        [name = name, init, seed, dtype](absl::Span<uint8_t> out) {
-          Fill(name, init, seed, dtype, out);
-        }));
+        name, t.dtype, shape,
+        [t, &expected, seed](absl::Span<uint8_t> out) { Fill(t, expected, seed, out); }));
   }
-  return writer.Write((root / "model.safetensors").string(), progress);
+  return writer.Write((root / "model.safetensors").string(), options.progress);
 }
 
 absl::StatusOr<ModelConfig> BuiltinConfig(absl::string_view name,

@@ -67,9 +67,31 @@ __all__ = ["BatchedPaths", "MimoConfig", "MimoReference", "load_safetensors", "r
 # ---------------------------------------------------------------------------
 # Safetensors (no `safetensors` package: parse the format directly).
 
+def _e4m3_value(code):
+    """FP8 E4M3 (bias 7, S.1111.111 NaN, no infinities) by its definition."""
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> 3) & 15, code & 7
+    if e == 15 and m == 7:
+        return float("nan")
+    if e == 0:
+        return sign * (m / 8.0) * 2.0 ** -6
+    return sign * (1.0 + m / 8.0) * 2.0 ** (e - 7)
+
+
+def _e4m3_table():
+    import numpy as np
+    return np.array([_e4m3_value(c) for c in range(256)], dtype=np.float64)
+
+
+_E4M3 = None  # filled on first use (numpy imported lazily)
+
+
 def _read_safetensors_file(path, dtype):
     """Returns {name: tensor in `dtype`} for one .safetensors file."""
     import numpy as np
+    global _E4M3
+    if _E4M3 is None:
+        _E4M3 = _e4m3_table()
 
     with open(path, "rb") as f:
         raw = f.read()
@@ -91,7 +113,7 @@ def _read_safetensors_file(path, dtype):
             numel *= d
         buf = raw[base + begin: base + end]
         st = info["dtype"]
-        size = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}.get(st)
+        size = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "F8_E4M3": 1}.get(st)
         if size is None:
             raise ValueError(f"{path}: tensor {name}: unsupported dtype {st}")
         if len(buf) != numel * size:
@@ -104,6 +126,8 @@ def _read_safetensors_file(path, dtype):
         elif st == "BF16":
             u16 = np.frombuffer(buf, dtype="<u2", count=numel).astype(np.uint32)
             arr = (u16 << 16).view(np.float32)
+        elif st == "F8_E4M3":
+            arr = _E4M3[np.frombuffer(buf, dtype=np.uint8, count=numel)]
         else:
             arr = np.frombuffer(buf, dtype="<f8", count=numel)
         out[name] = torch.from_numpy(arr.copy()).reshape(shape).to(dtype)
@@ -173,20 +197,41 @@ class MimoConfig:
         assert len(self.swa_layers) == self.num_layers
         assert len(self.moe_layers) == self.num_layers
         self.window = int(get("sliding_window", 0, "sliding_window_size") or 0)
-        factor = float(get("partial_rotary_factor", 1.0))
-        self.partial_rotary_factor = factor
         kv = int(get("num_key_value_heads", heads))
         hd = int(get("head_dim", self.hidden_size // heads))
         vhd = int(get("v_head_dim", hd))
-        theta = float(get("rope_theta", 10000.0))
-        self.full = AttnGeom(heads, kv, hd, vhd, theta,
-                             get("add_full_attention_sink_bias", False), factor)
-        self.swa = AttnGeom(int(get("swa_num_attention_heads", heads)),
-                            int(get("swa_num_key_value_heads", kv)),
-                            int(get("swa_head_dim", hd)),
-                            int(get("swa_v_head_dim", vhd)),
-                            float(get("swa_rope_theta", theta)),
-                            get("add_swa_attention_sink_bias", False), factor)
+        rp = get("rope_parameters")
+        if rp is not None:
+            # transformers-native (MiMoV2FlashConfig): RoPE per layer type;
+            # MiMoV2FlashAttention gives SWA layers 2 x the KV heads and sinks.
+            full_rp = rp.get("full_attention", rp)
+            swa_rp = rp.get("sliding_attention", full_rp)
+            factor = float(full_rp["partial_rotary_factor"])
+            assert float(swa_rp["partial_rotary_factor"]) == factor
+            mimo = j.get("model_type") == "mimo_v2_flash"
+            self.full = AttnGeom(heads, kv, hd, vhd, full_rp["rope_theta"], False, factor)
+            self.swa = AttnGeom(heads, 2 * kv if mimo else kv, hd, vhd,
+                                swa_rp["rope_theta"], mimo, factor)
+        else:
+            factor = float(get("partial_rotary_factor", 1.0))
+            theta = float(get("rope_theta", 10000.0))
+            self.full = AttnGeom(heads, kv, hd, vhd, theta,
+                                 get("add_full_attention_sink_bias", False), factor)
+            self.swa = AttnGeom(int(get("swa_num_attention_heads", heads)),
+                                int(get("swa_num_key_value_heads", kv)),
+                                int(get("swa_head_dim", hd)),
+                                int(get("swa_v_head_dim", vhd)),
+                                float(get("swa_rope_theta", theta)),
+                                get("add_swa_attention_sink_bias", False), factor)
+        self.partial_rotary_factor = factor
+        q = get("quantization_config")
+        self.fp8_block = None
+        if q is not None:
+            assert q["quant_method"] == "fp8" and q.get("fmt", "e4m3") == "e4m3", q
+            self.fp8_block = tuple(int(b) for b in q["weight_block_size"])
+        self.fused_qkv = get("attention_projection_layout") == "fused_qkv"
+        # SGLang's MiMo-V2 loader: num_key_value_heads tensor-parallel groups.
+        self.qkv_groups = kv
         self.v_scale = float(get("attention_value_scale", 1.0))
         self.intermediate_size = int(get("intermediate_size", 0))
         self.moe_intermediate_size = int(get("moe_intermediate_size", 0))
@@ -202,6 +247,59 @@ class MimoConfig:
     def load(ckpt_dir):
         with open(os.path.join(ckpt_dir, "config.json")) as f:
             return MimoConfig(json.load(f))
+
+
+# ---------------------------------------------------------------------------
+# Released-checkpoint layouts: FP8 block scales, fused qkv_proj, HF names.
+
+def _dequant_blocks(w, scale, block):
+    """w * scale, each scale covering a block[0] x block[1] block (edges partial)."""
+    bo, bi = block
+    full = scale.repeat_interleave(bo, dim=0).repeat_interleave(bi, dim=1)
+    return w * full[: w.shape[0], : w.shape[1]].to(w.dtype)
+
+
+def _fused_geometry(config, name):
+    if name.startswith("model.layers."):
+        layer = int(name.split(".")[2])
+        return config.swa if config.swa_layers[layer] else config.full
+    return config.swa  # MTP layers
+
+
+def prepare_weights(config, weights):
+    """Dequantizes FP8 weights with their *_scale_inv block scales, splits a
+    fused self_attn.qkv_proj into q/k/v_proj, and accepts transformers'
+    self_attn.sinks for attention_sink_bias. A fused qkv_proj is
+    num_key_value_heads groups of [q | k | v] rows (its scales laid out per
+    group, each padded to whole blocks): dequantized group by group, then
+    the groups' q, k and v rows concatenated in head order."""
+    w = dict(weights)
+    for name in [n for n in w if n.endswith(".weight_scale_inv")]:
+        scale = w.pop(name)
+        wname = name[: -len("_scale_inv")]
+        q = w[wname]
+        if wname.endswith("self_attn.qkv_proj.weight"):
+            g = config.qkv_groups
+            gr = q.shape[0] // g
+            sg = -(-gr // config.fp8_block[0])
+            w[wname] = torch.cat([
+                _dequant_blocks(q[i * gr:(i + 1) * gr], scale[i * sg:(i + 1) * sg],
+                                config.fp8_block) for i in range(g)])
+        else:
+            w[wname] = _dequant_blocks(q, scale, config.fp8_block)
+    for name in [n for n in w if n.endswith("self_attn.qkv_proj.weight")]:
+        qkv = w.pop(name)
+        geom = _fused_geometry(config, name)
+        g = config.qkv_groups
+        rows = [geom.heads // g * geom.head_dim, geom.kv_heads // g * geom.head_dim,
+                geom.kv_heads // g * geom.v_head_dim]
+        groups = qkv.view(g, sum(rows), qkv.shape[1]).split(rows, dim=1)
+        prefix = name[: -len("qkv_proj.weight")]
+        for part, t in zip(("q_proj", "k_proj", "v_proj"), groups):
+            w[prefix + part + ".weight"] = t.reshape(-1, qkv.shape[1]).contiguous()
+    for name in [n for n in w if n.endswith(".self_attn.sinks")]:
+        w[name[: -len("sinks")] + "attention_sink_bias"] = w.pop(name)
+    return w
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +359,7 @@ class MimoReference:
     def load(ckpt_dir, dtype=torch.float64, **kw):
         config = MimoConfig.load(ckpt_dir)
         weights = load_safetensors(ckpt_dir, dtype)
-        return MimoReference(config, weights, dtype, **kw)
+        return MimoReference(config, prepare_weights(config, weights), dtype, **kw)
 
     def _lm_head(self):
         if "lm_head.weight" in self.w:

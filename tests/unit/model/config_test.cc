@@ -393,9 +393,9 @@ TEST(ModelConfig, ErrorsNameTheField) {
        [](Json& j) { j.erase("intermediate_size"); }, "intermediate_size"},
       {"quantization",
        [](Json& j) {
-         j["quantization_config"] = {{"quant_method", "fp8"}};
+         j["quantization_config"] = {{"quant_method", "awq"}};
        },
-       "quantization_config"},
+       "quantization_config.quant_method"},
       {"attention bias", [](Json& j) { j["attention_bias"] = true; },
        "attention_bias"},
       {"activation", [](Json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},

@@ -35,6 +35,7 @@
 #include "lib/model/checkpoint.h"
 #include "lib/model/config.h"
 #include "lib/model/forward.h"
+#include "tests/unit/model/golden_util.h"
 #include "lib/model/sampling.h"
 #include "lib/model/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -53,22 +54,8 @@ constexpr double kTolerance = 1e-4;
 constexpr double kLossTolerance = 0.01;  // relative
 constexpr int kPage = 16;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Fnv1a64Hex(const std::string& path) {
-  const std::string data = ReadFile(path);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return absl::StrFormat("%016x", h);
-}
+using testing_util::Fnv1a64Hex;
+using testing_util::ReadFile;
 
 constexpr char kRegenerate[] =
     "models/demo and tests/fixtures/model/demo_golden.json must come from the "

@@ -27,6 +27,7 @@
 #include "lib/model/checkpoint.h"
 #include "lib/model/config.h"
 #include "lib/model/forward.h"
+#include "tests/unit/model/golden_util.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::model {
@@ -38,23 +39,8 @@ constexpr char kFixture[] = SWASERVE_SOURCE_DIR "/tests/fixtures/model/tiny_gold
 constexpr double kTolerance = 1e-4;
 constexpr int kPage = 4;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// FNV-1a 64 of a file's bytes, 16 lower-case hex digits (as make_golden.py).
-std::string Fnv1a64Hex(const std::string& path) {
-  const std::string data = ReadFile(path);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return absl::StrFormat("%016x", h);
-}
+using testing_util::Fnv1a64Hex;
+using testing_util::ReadFile;
 
 struct GoldenSeq {
   std::vector<uint32_t> tokens;
@@ -89,15 +75,7 @@ std::string RegenerateHint(const Fixture& f) {
       " --out tests/fixtures/model/tiny_golden.json");
 }
 
-// max |a - g| / max |g| over a row.
-double RowRelDiff(const float* a, const std::vector<double>& g) {
-  double maxabs = 1e-30, diff = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    maxabs = std::max(maxabs, std::fabs(g[i]));
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - g[i]));
-  }
-  return diff / maxabs;
-}
+using testing_util::RowRelDiff;
 
 class ReferenceGoldenTest : public ::testing::Test {
  protected:
