@@ -67,6 +67,16 @@ print(f"overlays/{overlay}: {len(docs)} objects OK")
 PY
 done
 
+# Every rendered object validates against the Kubernetes 1.27.1 OpenAPI
+# schemas (npm kubernetes-models; package.json, installed by npm ci).
+command -v node >/dev/null || fail "node not found on PATH (scripts/install-deps.sh installs it)"
+[ -d "$src/node_modules/kubernetes-models" ] || fail "node_modules/kubernetes-models missing: run npm ci"
+for overlay in cpu gpu; do
+  "$py" -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))' \
+    "$tmp/$overlay.yaml" > "$tmp/$overlay.json"
+  (cd "$src" && node tests/deploy/validate_k8s.mjs < "$tmp/$overlay.json") || fail "overlays/$overlay schema"
+done
+
 # The config files the pods mount parse (exit 2 = a bad key or type; the
 # missing model then fails start-up with 1).
 set +e
