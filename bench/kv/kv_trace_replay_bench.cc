@@ -47,7 +47,7 @@
 // Usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]
 //          [--ratio R] [--budgets 1M,3M,...] [--sweep-budget 3M]
 //          [--sweep-ratios 0.005,0.01,...] [--limit N]
-//          [--no-infinite]
+//          [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -87,6 +87,9 @@ using bench::ParseCount;
 // Sequence's keep_divergence_window (see lib/kv/sequence.h); off with
 // --no-divergence-window to measure what it adds.
 bool g_keep_divergence_window = true;
+// SequenceOptions::swa_checkpoint_tokens of the dual+restore variant
+// (--checkpoint TOKENS; 0 = off).
+int g_checkpoint_tokens = 2048;
 
 struct Flags {
   std::string trace;
@@ -229,7 +232,10 @@ struct CacheSpec {
   std::string synthesis = "reconstructed";
   // Window restore (issue 20): a full-KV match past the window-safe hit
   // recomputes only the bounded stretch before it (kv::WindowRestoreStart,
-  // chain = the shape's SWA layers) when that saves >= 64 tokens.
+  // chain = the shape's SWA layers) when that saves >= 64 tokens. As in a
+  // worker with restore on: the cache keeps restorable tombstones
+  // (PrefixCacheOptions::keep_restorable_tombstones) and sequences keep cold
+  // SWA checkpoints every --checkpoint tokens (default 2048, the worker's).
   bool restore = false;
 };
 
@@ -285,6 +291,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   std::unique_ptr<KvPools> pools = *std::move(pools_or);
   PrefixCacheOptions co;
   co.pools = pools.get();
+  co.keep_restorable_tombstones = spec.restore;
   auto cache_or = PrefixCache::Create(co);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   std::unique_ptr<PrefixCache> cache = *std::move(cache_or);
@@ -293,6 +300,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   so.cache = cache.get();
   so.evict_on_demand = true;
   so.keep_divergence_window = g_keep_divergence_window;
+  so.swa_checkpoint_tokens = spec.restore ? g_checkpoint_tokens : 0;
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 
@@ -476,12 +484,14 @@ int Main(int argc, char** argv) {
       flags.infinite = false;
     } else if (a == "--no-divergence-window") {
       g_keep_divergence_window = false;
+    } else if (is("--checkpoint")) {
+      g_checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
           "  [--ratio R] [--budgets 1M,3M,8M,16.8M] [--sweep-budget 3M]\n"
           "  [--sweep-ratios 0.005,0.01,0.02,0.05,0.1 | --no-sweep] [--limit N]\n"
-          "  [--no-infinite] [--no-divergence-window]\n"
+          "  [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS (dual+restore; 0 off)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       return 0;
     } else {
@@ -514,7 +524,8 @@ int Main(int argc, char** argv) {
       "single-pool token %.0f B (70 layers), W %d, page %d\n"
       "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
       "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
-      "prompt inserted at the end of prefill; divergence windows %s\n"
+      "prompt inserted at the end of prefill; divergence windows %s; dual+restore: "
+      "restorable tombstones, SWA checkpoints every %d tokens\n"
       "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
       flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
       prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
@@ -523,7 +534,7 @@ int Main(int argc, char** argv) {
       dual_shape.Swa().TokenBytes(), single_token_bytes, dual_shape.sliding_window, ps,
       single_shape.sliding_window, flags.ratio, flags.chunk,
       g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
-      single_token_bytes);
+      g_checkpoint_tokens, single_token_bytes);
 
   auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,
                    double mult, double ratio) {

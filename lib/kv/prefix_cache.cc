@@ -80,6 +80,7 @@ PrefixCache::PrefixCache(const PrefixCacheOptions& options)
     : pools_(options.pools),
       page_size_(options.pools->shape().page_size),
       window_(options.pools->shape().sliding_window),
+      keep_tombstones_(options.keep_restorable_tombstones),
       on_event_(options.on_event),
       root_(std::make_unique<CacheNode>()) {
   root_->id = next_id_++;
@@ -217,8 +218,9 @@ void PrefixCache::DeleteLeaf(CacheNode* node, EvictResult* result) {
     if (parent == root_.get()) return;
     Reindex(parent);
     // Leaves are never tombstones: an unlocked tombstone parent left without
-    // children goes too.
-    if (parent->leaf() && parent->tombstone() && parent->full_lock == 0) {
+    // children goes too (unless tombstones are kept for restore).
+    if (!keep_tombstones_ && parent->leaf() && parent->tombstone() &&
+        parent->full_lock == 0) {
       node = parent;
       continue;
     }
@@ -423,7 +425,7 @@ void PrefixCache::Unlock(CacheHit& hit) {
   // (its SWA evicted after ReleaseSwa, then its children evicted): it goes
   // now, cascading to tombstone ancestors left childless and unlocked.
   CacheNode* end = hit.node_;
-  if (end->tombstone() && end->leaf() && end->full_lock == 0) {
+  if (!keep_tombstones_ && end->tombstone() && end->leaf() && end->full_lock == 0) {
     EvictResult ignored;
     DeleteLeaf(end, &ignored);
   }
@@ -432,12 +434,14 @@ void PrefixCache::Unlock(CacheHit& hit) {
 
 void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
                          absl::Span<const PageId> full_pages,
-                         absl::Span<const PageId> swa_pages) {
+                         absl::Span<const PageId> swa_pages,
+                         absl::Span<const uint8_t> swa_cold) {
   const int n = static_cast<int>(page_hashes.size());
   if (static_cast<int>(full_pages.size()) != n ||
-      static_cast<int>(swa_pages.size()) != n) {
-    std::fprintf(stderr, "PrefixCache::Insert: %d hashes, %zu full, %zu swa pages\n",
-                 n, full_pages.size(), swa_pages.size());
+      static_cast<int>(swa_pages.size()) != n ||
+      (!swa_cold.empty() && static_cast<int>(swa_cold.size()) != n)) {
+    std::fprintf(stderr, "PrefixCache::Insert: %d hashes, %zu full, %zu swa pages, %zu cold flags\n",
+                 n, full_pages.size(), swa_pages.size(), swa_cold.size());
     std::abort();
   }
   PagePool& full_pool = pools_->full();
@@ -458,6 +462,13 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
   int usable = n;
   while (usable > 0 && swa_pages[usable - 1] == kNoPage) --usable;
   auto live = [&](int i) { return swa_pages[i] != kNoPage; };
+  auto cold = [&](int i) { return !swa_cold.empty() && swa_cold[i] != 0; };
+  // Runs of SWA pages are split where liveness or coldness changes.
+  auto same_run = [&](int i, int j) {
+    return live(i) == live(j) && (!live(i) || cold(i) == cold(j));
+  };
+  // Recency of incoming SWA KV: cold pages rank below every hot one.
+  auto swa_tick_for = [&](int i) { return cold(i) ? ++cold_tick_ : tick_; };
 
   ++tick_;
   CacheNode* node = root_.get();
@@ -481,7 +492,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
           stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
         }
         c->full_tick = tick_;
-        c->swa_tick = tick_;
+        c->swa_tick = is_live ? swa_tick_for(from) : tick_;
         node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
         stats_.inserted_pages.fetch_add(to - from, std::memory_order_relaxed);
         Emit(CacheEvent::Type::kStored, c, 0, c->pages());
@@ -494,7 +505,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
       };
       for (int from = pos; from < usable;) {
         int to = from + 1;
-        while (to < usable && live(to) == live(from)) ++to;
+        while (to < usable && same_run(to, from)) ++to;
         add(from, to, live(from));
         from = to;
       }
@@ -516,7 +527,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
       // that one node covers exactly that run (a later run is healed when
       // the walk reaches the rest of the node).
       int run_end = first_live + 1;
-      while (run_end < end && live(run_end)) ++run_end;
+      while (run_end < end && same_run(run_end, first_live)) ++run_end;
       if (run_end < end) {
         child = Split(child, run_end - pos);  // child: [pos, run_end)
         end = run_end;
@@ -528,6 +539,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         pos = first_live;
       }
       child->swa.assign(swa_pages.begin() + pos, swa_pages.begin() + end);
+      child->swa_tick = swa_tick_for(pos);
       swa_pool.ToCache(child->swa);
       cached_swa_ += end - pos;
       stats_.healed_pages.fetch_add(end - pos, std::memory_order_relaxed);
@@ -540,7 +552,9 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
       }
     }
     child->full_tick = tick_;
-    if (!child->tombstone() && first_live < end) child->swa_tick = tick_;
+    // A hot incoming window refreshes a live node's SWA recency; a cold one
+    // never lowers it.
+    if (!child->tombstone() && first_live < end && !cold(first_live)) child->swa_tick = tick_;
     Reindex(child);
     pos = end;
     node = child;
@@ -558,7 +572,7 @@ EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {
   }
   while (result.swa_pages_freed < swa_pages && !swa_lru_.empty()) {
     CacheNode* n = swa_lru_.begin()->second;
-    if (n->leaf() && n->full_lock == 0) {
+    if (!keep_tombstones_ && n->leaf() && n->full_lock == 0) {
       DeleteLeaf(n, &result);
     } else {
       Tombstone(n, &result);
@@ -615,7 +629,9 @@ absl::Status PrefixCache::CheckInvariants() const {
     if (n->full.size() != n->hashes.size()) return fail(n, "has full pages != hashes");
     if (!n->tombstone() && n->swa.size() != n->hashes.size()) return fail(n, "has swa pages != hashes");
     if (n->tombstone()) ++tombstones;
-    if (n->tombstone() && n->leaf() && n->full_lock == 0) return fail(n, "is an unlocked tombstone leaf");
+    if (!keep_tombstones_ && n->tombstone() && n->leaf() && n->full_lock == 0) {
+      return fail(n, "is an unlocked tombstone leaf");
+    }
     if (n->swa_lock < 0 || n->full_lock < n->swa_lock) return fail(n, "has full_lock < swa_lock");
     if (n->full_lock < child_locks) return fail(n, "has fewer full locks than its children together");
     if (n->tombstone() && n->swa_lock > 0) return fail(n, "is a SWA-locked tombstone");

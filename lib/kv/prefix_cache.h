@@ -33,11 +33,22 @@
 // nodes without SWA lock: unlocked leaves are deleted, other nodes become
 // tombstones. Among equally recent nodes the root side goes first. A leaf is
 // never an unlocked tombstone: a node tombstoned after its request released
-// the SWA lock (ReleaseSwa) keeps its full KV while the request reads it, even
-// if its children are evicted meanwhile; it is deleted when the request
-// unlocks it (or gains children again when the request inserts). Recency is tracked separately for full KV (every node on
-// a matched path is touched) and SWA KV (only the nodes of the hit's last
-// window are touched), so out-of-window SWA ages out while hot prefixes stay.
+// the SWA lock (ReleaseSwa) keeps its full KV while the request reads it,
+// even if its children are evicted meanwhile; it is deleted when the request
+// unlocks it (or gains children again when the request inserts). Recency is
+// tracked separately for full KV (every node on a matched path is touched)
+// and SWA KV (only the nodes of the hit's last window are touched), so
+// out-of-window SWA ages out while hot prefixes stay. SWA KV inserted cold
+// (Insert's swa_cold: checkpoint windows) ranks below all hot SWA KV.
+//
+// Restorable tombstones (PrefixCacheOptions::keep_restorable_tombstones, for
+// workers that restore windows): the SWA pass only ever tombstones, and
+// tombstones left childless stay as leaves (full KV, a full-KV match for a
+// window restore) until the full pass takes them. This departs on purpose
+// from ARCHITECTURE §3's "leaves are never tombstones": with restore, a
+// tombstone leaf is worth its full KV, and SWA pressure no longer throws
+// full KV away (bench/RESULTS.md, Window restore: at SWA/full ratio 0.01 the
+// full-KV match at 1M rises from 23.0% to 27.9% of prompt tokens).
 //
 // Insert() hands a finished (or partially computed) request's pages to the
 // cache: pages that extend the tree become new nodes (tombstones where the
@@ -94,6 +105,15 @@ struct PrefixCacheOptions {
   // Called synchronously on every change (keep it cheap: queue and publish
   // elsewhere). May be empty.
   std::function<void(const CacheEvent&)> on_event;
+  // Restorable tombstones (for window restore): the SWA eviction pass only
+  // ever tombstones, so a leaf whose SWA KV is evicted keeps its full KV as a
+  // tombstone leaf until the full pass deletes it (LRU by full-KV recency).
+  // Such a leaf ends no window-safe hit but is a full-KV match a restore
+  // turns into a hit; SWA pressure then no longer throws away full KV.
+  // Off (default): tombstone leaves are useless, so unlocked ones are
+  // deleted with their full KV and "no unlocked tombstone leaf" is an
+  // invariant. Turn it on only where full-KV hits are restored.
+  bool keep_restorable_tombstones = false;
 };
 
 class PrefixCache;
@@ -219,9 +239,15 @@ class PrefixCache {
   // owns privately (kInUse) are taken over: adopted (-> kCached) or freed;
   // pages that are already the cache's own (from the caller's hit) are left
   // alone. The caller's hit, if any, stays locked: Unlock it afterwards.
+  //
+  // swa_cold (empty, or one flag per page): SWA pages flagged cold (the
+  // sequence's checkpoint windows) enter the SWA LRU below every hot node,
+  // oldest first, so they only use SWA space nothing hot wants; a hit that
+  // reads one makes it hot like any other.
   void Insert(absl::Span<const uint64_t> page_hashes,
               absl::Span<const PageId> full_pages,
-              absl::Span<const PageId> swa_pages);
+              absl::Span<const PageId> swa_pages,
+              absl::Span<const uint8_t> swa_cold = {});
 
   // Frees at least `full_pages` full-pool and `swa_pages` SWA-pool pages if
   // that many are evictable (see above); returns what was freed.
@@ -238,7 +264,7 @@ class PrefixCache {
 
   // Checks every structural invariant (for tests; O(size)): page ownership
   // and conservation against the pools, lock ordering, no unlocked tombstone
-  // leaf,
+  // leaf (unless restorable tombstones are kept),
   // LRU sets hold exactly the evictable nodes keyed by their current
   // recency, hash index consistency. Internal error naming the first
   // violation.
@@ -279,10 +305,15 @@ class PrefixCache {
   KvPools* pools_;
   int page_size_;
   int window_;
+  bool keep_tombstones_;
   std::function<void(const CacheEvent&)> on_event_;
   std::unique_ptr<CacheNode> root_;
   uint64_t next_id_ = 1;
-  uint64_t tick_ = 0;
+  // Recency ticks: hot ones start above every cold one (Insert's swa_cold),
+  // so cold SWA KV is always evicted first.
+  static constexpr uint64_t kHotTicks = uint64_t{1} << 48;
+  uint64_t tick_ = kHotTicks;
+  uint64_t cold_tick_ = 0;
   int64_t cached_full_ = 0;
   int64_t cached_swa_ = 0;
   std::set<std::pair<LruKey, CacheNode*>> full_lru_;  // full-evictable leaves

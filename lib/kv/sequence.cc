@@ -53,6 +53,40 @@ Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
     keep_end_ = diverge / page_size_;
     keep_begin_ = std::max(hit_pages_, std::max(0, diverge - (window_ - 1)) / page_size_);
   }
+  if (options.swa_checkpoint_tokens > 0 && window_ > 1) {
+    checkpoint_pages_ = (options.swa_checkpoint_tokens + page_size_ - 1) / page_size_;
+    checkpoint_floor_ = hit_tokens_;
+  }
+}
+
+bool Sequence::Kept(int p) const {
+  if (p >= keep_begin_ && p < keep_end_) return true;
+  if (checkpoint_pages_ == 0) return false;
+  // Checkpoints after page p whose window reaches back to it (several when
+  // the interval is shorter than the window); the window start grows with
+  // the checkpoint, so the first one past the floor decides.
+  for (int cp_page = (p / checkpoint_pages_ + 1) * checkpoint_pages_;; cp_page += checkpoint_pages_) {
+    const int start = SwaWindowStart(cp_page * page_size_, window_, page_size_);
+    if (start / page_size_ > p) return false;
+    if (start >= checkpoint_floor_) return true;
+  }
+}
+
+bool Sequence::DropKept() {
+  bool freed = false;
+  const int below = std::min(swa_first_page_, static_cast<int>(swa_pages_.size()));
+  for (int p = swa_shared_end_; p < below; ++p) {
+    if (swa_pages_[p] == kNoPage) continue;
+    // Restored stretch pages (restore_from_ <= p < keep_begin_) are freed
+    // too: they never go to the cache.
+    pools_->swa().Free({&swa_pages_[p], 1});
+    swa_pages_[p] = kNoPage;
+    freed = true;
+  }
+  keep_begin_ = keep_end_ = 0;
+  checkpoint_pages_ = 0;
+  kept_dropped_ = true;  // no window is kept from now on
+  return freed;
 }
 
 Sequence::~Sequence() {
@@ -83,7 +117,7 @@ void Sequence::TrimWindow() {
   if (done_) return;
   const int new_first = KeepFromToken(std::min(length_, frontier_)) / page_size_;
   for (int p = swa_first_page_; p < new_first && p < static_cast<int>(swa_pages_.size()); ++p) {
-    if (p >= keep_begin_ && p < keep_end_) continue;  // divergence / restored window
+    if (Kept(p)) continue;  // divergence / restored / checkpoint window
     PageId page = swa_pages_[p];
     if (page == kNoPage) continue;
     if (!IsSharedSwa(p)) pools_->swa().Free({&page, 1});
@@ -130,6 +164,10 @@ absl::Status Sequence::Allocate(int64_t n_full, int swa_from_page, int swa_to_pa
                   std::max<int64_t>(0, n_swa - pools_->swa().num_free()));
     r = pools_->Reserve(n_full, n_swa);
   }
+  if (!r.ok() && n_swa > pools_->swa().num_free() && !kept_dropped_ && DropKept()) {
+    // The windows kept for the cache give way to the request itself.
+    r = pools_->Reserve(n_full, n_swa);
+  }
   if (!r.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot ", what, " ", n_tokens, " tokens at length ", length_, ": ",
@@ -160,6 +198,7 @@ absl::Status Sequence::BeginWindowRestore(int from_token) {
   // cache; the rest of the stretch goes as the window moves on.
   keep_begin_ = std::max(swa_first_page_, SwaWindowStart(hit_tokens_, window_, page_size_) / page_size_);
   keep_end_ = hit_pages_;
+  restore_exact_page_ = keep_begin_;
   return absl::OkStatus();
 }
 
@@ -282,7 +321,7 @@ void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
   if (restore_from_ >= 0) {
     // The restore stretch before the restored window is exact only on the
     // first SWA layers (see WindowRestoreStart): never handed to the cache.
-    const int end = std::min(keep_begin_, static_cast<int>(swa_pages_.size()));
+    const int end = std::min(restore_exact_page_, static_cast<int>(swa_pages_.size()));
     for (int p = restore_from_ / page_size_; p < end; ++p) {
       if (swa_pages_[p] != kNoPage) pools_->swa().Free({&swa_pages_[p], 1});
       swa_pages_[p] = kNoPage;
@@ -291,9 +330,18 @@ void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
   const int complete = length_ / page_size_;
   const int m = std::min<int>(static_cast<int>(page_hashes.size()), complete);
   if (cache_ != nullptr && m > 0) {
+    // Checkpoint windows go in cold (below the trailing and divergence
+    // windows in the SWA LRU).
+    std::vector<uint8_t> cold;
+    if (checkpoint_pages_ > 0) {
+      cold.assign(m, 0);
+      for (int p = 0; p < m && p < swa_first_page_; ++p) {
+        cold[p] = swa_pages_[p] != kNoPage && !(p >= keep_begin_ && p < keep_end_);
+      }
+    }
     cache_->Insert(page_hashes.subspan(0, m),
                    absl::MakeConstSpan(full_pages_).subspan(0, m),
-                   absl::MakeConstSpan(swa_pages_).subspan(0, m));
+                   absl::MakeConstSpan(swa_pages_).subspan(0, m), cold);
     // The cache took over every private page below m.
     for (int p = 0; p < m; ++p) {
       full_pages_[p] = kNoPage;

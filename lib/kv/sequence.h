@@ -89,6 +89,17 @@ struct SequenceOptions {
   bool evict_on_demand = true;
   // Keep the SWA window at the hit's full-match end for the cache (above).
   bool keep_divergence_window = true;
+  // SWA checkpoints: every this many tokens (rounded up to whole pages; 0 =
+  // off, the default) the sequence keeps the SWA window ending there,
+  // [SwaWindowStart(k·C), k·C), for the cache, like the divergence window,
+  // for every checkpoint k·C past the hit whose window lies wholly in tokens
+  // the sequence computed exactly (>= cached_tokens()). A later prompt that
+  // diverges from this one between two checkpoints then has a window-safe
+  // hit at most C tokens short of its full-KV match. Costs
+  // ⌈(W − 1)/page_size⌉ + 1 SWA pages per C tokens while the sequence runs
+  // and in the cache (LRU-evicted like any window). Kept pages are dropped
+  // (all of them) when an allocation does not fit otherwise.
+  int swa_checkpoint_tokens = 0;
 };
 
 // The first token (page aligned) whose SWA KV the token at position
@@ -193,9 +204,17 @@ class Sequence {
   void Abort();
 
   bool finished() const { return done_; }
+  // The windows kept for the cache (divergence, restored, checkpoints) were
+  // given up so that an allocation fits (see swa_checkpoint_tokens).
+  bool kept_windows_dropped() const { return kept_dropped_; }
 
  private:
   int KeepFromToken(int length) const;
+  // Page p is in the divergence / restored window or a checkpoint window.
+  bool Kept(int page_index) const;
+  // Frees every kept SWA page below the window (checkpoints and divergence
+  // window); true if it freed any.
+  bool DropKept();
   void FreePrivateFrom(int page_index);
   bool IsShared(int page_index) const { return page_index < hit_pages_; }
   bool IsSharedSwa(int page_index) const { return page_index < swa_shared_end_; }
@@ -221,12 +240,20 @@ class Sequence {
   // (the divergence window; empty when keep_begin_ == keep_end_).
   int keep_begin_ = 0;
   int keep_end_ = 0;
+  // Checkpoint interval in pages (0: none) and the first token a
+  // checkpoint window may start at (exactly computed KV only).
+  int checkpoint_pages_ = 0;
+  int checkpoint_floor_ = 0;
+  bool kept_dropped_ = false;
   // SWA pages below this page index are the hit's (shared, not freed).
   int swa_shared_end_ = 0;
   // Window restore: first position (-1: none) and the end of the last
   // prepared chunk (TrimWindow keeps what a query there reads).
   int restore_from_ = -1;
   int frontier_ = 0;
+  // Window restore: SWA pages from restore_from_ up to this page index are
+  // inexact (never cached).
+  int restore_exact_page_ = 0;
   bool done_ = false;
 };
 

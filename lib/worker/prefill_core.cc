@@ -181,7 +181,11 @@ struct PrefillCore::Impl {
 
 void PrefillCore::Impl::MatchPrefix(Req& r) {
   const int n = static_cast<int>(r.job.prompt.size());
-  const kv::SequenceOptions so{options.pools, options.cache, 0, true};
+  const kv::SequenceOptions so{.pools = options.pools,
+                               .cache = options.cache,
+                               .swa_slack = 0,
+                               .evict_on_demand = true,
+                               .swa_checkpoint_tokens = options.swa_checkpoint_tokens};
   r.result.restored_tokens = 0;
   r.result.restore_saved_tokens = 0;
   if (options.cache == nullptr) {

@@ -121,6 +121,11 @@ struct PrefillCoreOptions {
   // least this much work (token-equivalents of the scheduler's work clock).
   // < 0: never restore.
   double window_restore_min_saved_work = 64;
+  // SWA checkpoints (kv::SequenceOptions::swa_checkpoint_tokens): every
+  // this many prompt tokens a request keeps the SWA window ending there for
+  // the prefix cache, cold, so that a later prompt diverging from it is
+  // window-safe at most this far back. 0 (the default): off.
+  int swa_checkpoint_tokens = 0;
   metrics::Registry* registry = nullptr;
 };
 

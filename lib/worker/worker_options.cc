@@ -35,7 +35,11 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "largest prompt accepted (the length bucket's upper bound; 0: any that fits)")
       .Add(key("prefill.window_restore_min_saved_work"), &o->window_restore_min_saved_work,
            "window restore: recompute only the bounded stretch before a full-KV match when "
-           "that saves at least this much work in tokens (< 0: never restore)")
+           "that saves at least this much work in tokens (< 0: never restore; >= 0 also keeps "
+           "the full KV of prompts whose SWA KV is evicted, for restores)")
+      .Add(key("prefill.swa_checkpoint_tokens"), &o->swa_checkpoint_tokens,
+           "keep the SWA window every this many prompt tokens in the prefix cache (cold: "
+           "evicted first), so prompts diverging mid-way hit at most this far back (0: off)")
       .Add(key("decode.max_batch_size"), &o->max_batch_size, "most requests per decode iteration")
       .Add(key("decode.mtp_draft_tokens"), &o->mtp_draft_tokens,
            "MTP draft tokens per decode step: -1 one per MTP layer of the model, 0 no "
@@ -87,6 +91,11 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
     return absl::InvalidArgumentError("--role must be prefill, decode or both, got " + o->role);
   }
   if (o->model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill.swa_checkpoint_tokens must be between 0 (off) and 2^30, got ",
+        o->swa_checkpoint_tokens));
+  }
   if (o->policy != "compute_aware" && o->policy != "fcfs") {
     return absl::InvalidArgumentError("--prefill.policy must be compute_aware or fcfs, got " +
                                       o->policy);

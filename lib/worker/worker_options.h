@@ -46,6 +46,9 @@ struct WorkerOptions {
   int64_t max_prompt_tokens = 0;
   // PrefillCoreOptions::window_restore_min_saved_work (< 0: off).
   double window_restore_min_saved_work = 64;
+  // PrefillCoreOptions::swa_checkpoint_tokens (0: off). 2048 is the best of
+  // 1K-8K on the Mooncake trace replay (bench/RESULTS.md, window restore).
+  int64_t swa_checkpoint_tokens = 2048;
   int64_t max_batch_size = 32;
   // MTP speculative decoding (lib/worker/mtp_drafter.h MtpOptions, whose
   // defaults these repeat).

@@ -126,7 +126,11 @@ absl::Status Worker::BuildPrefill() {
   ASSIGN_OR_RETURN(prefill_pools,
                    kv::KvPools::CreateForBudget(shape, o.prefill_kv_mib << 20, o.swa_full_ratio));
   ASSIGN_OR_RETURN(cache, kv::PrefixCache::Create(
-                              {prefill_pools.get(), [this](const kv::CacheEvent& e) { forwarder(e); }}));
+                              {.pools = prefill_pools.get(),
+                               .on_event = [this](const kv::CacheEvent& e) { forwarder(e); },
+                               // Full KV whose window was evicted is worth
+                               // keeping only where windows are restored.
+                               .keep_restorable_tombstones = o.window_restore_min_saved_work >= 0}));
   // KV metrics describe the prefill side's pools and prefix cache (the
   // cache hit rate an SRE watches); in monolithic mode the decode pools
   // show in swaserve_decode_* and the load reports.
@@ -148,6 +152,7 @@ absl::Status Worker::BuildPrefill() {
                                             : model::ContextCostPerToken(engine->config());
   po.max_prompt_tokens = static_cast<int>(o.max_prompt_tokens);
   po.window_restore_min_saved_work = o.window_restore_min_saved_work;
+  po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
   po.registry = &registry;
   ASSIGN_OR_RETURN(prefill_core, worker::PrefillCore::Create(po));
   worker::KvSenderOptions so;

@@ -68,7 +68,27 @@ struct Request {
   // SWA pages exist below this page index only (a restore allocates them
   // as Prepare reaches them).
   int swa_end_page = 0;
-  bool Keeps(int page) const { return page >= keep_begin && page < keep_end; }
+  bool dropped = false;  // kept windows given up
+  // Window restore: SWA KV from this page on is exact (the restored window).
+  int restore_exact = 0;
+  // SWA checkpoints (SequenceOptions::swa_checkpoint_tokens, a multiple of
+  // the page size here; 0: none): the windows ending at multiples of it that
+  // start at or after checkpoint_floor. Dropped (with the divergence /
+  // restored window) when the sequence gives its kept windows up.
+  int checkpoint = 0;
+  int checkpoint_floor = 0;
+  int window = 0;
+  int ps = 1;
+  bool Keeps(int page) const {
+    if (page >= keep_begin && page < keep_end) return true;
+    if (checkpoint == 0) return false;
+    // Independent restatement: every checkpoint whose window covers the page.
+    for (int cp = checkpoint; cp <= (page + 1) * ps + window + checkpoint; cp += checkpoint) {
+      const int start = std::max(0, cp - window + 1) / ps * ps;
+      if (start >= checkpoint_floor && page * ps >= start && page * ps < cp) return true;
+    }
+    return false;
+  }
 };
 
 struct RawHit {
@@ -103,6 +123,8 @@ class Harness {
     pools_ = std::move(*pools);
     PrefixCacheOptions co;
     co.pools = pools_.get();
+    co.keep_restorable_tombstones = keep_tombstones_ = Chance(50);
+    checkpoint_ = Chance(50) ? ps_ * (1 + Rand(2 * window_ / ps_ + 2)) : 0;
     co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     EXPECT_TRUE(cache.ok()) << cache.status();
@@ -125,7 +147,9 @@ class Harness {
   std::string Describe() const {
     return "W=" + std::to_string(window_) + " page_size=" + std::to_string(ps_) +
            " full_pages=" + std::to_string(pools_->full().num_pages()) +
-           " swa_pages=" + std::to_string(pools_->swa().num_pages());
+           " swa_pages=" + std::to_string(pools_->swa().num_pages()) +
+           " keep_tombstones=" + std::to_string(keep_tombstones_) +
+           " checkpoint=" + std::to_string(checkpoint_);
   }
 
   void Run(int ops) {
@@ -153,6 +177,8 @@ class Harness {
             evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
     int64_t divergence_windows = 0, multi_run_inserts = 0;
     int64_t restores = 0, restore_prepares = 0;
+    int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
+            tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
   };
   static Coverage& coverage() {
     static Coverage c;
@@ -368,6 +394,11 @@ class Harness {
     so.pools = pools_.get();
     so.cache = cache_.get();
     so.swa_slack = req.slack;
+    so.swa_checkpoint_tokens = checkpoint_;
+    req.window = window_;
+    req.ps = ps_;
+    req.checkpoint = window_ > 1 ? checkpoint_ : 0;
+    req.checkpoint_floor = req.length;
     so.evict_on_demand = req.evict_on_demand = !Chance(15);
     req.seq = std::make_unique<Sequence>(so, std::move(hit));
     ASSERT_EQ(req.seq->cached_tokens(), req.length);
@@ -383,6 +414,7 @@ class Harness {
       req.swa_end_page = req.swa_first;
       req.keep_begin = std::max(req.swa_first, std::max(0, req.length - window_ + 1) / ps_);
       req.keep_end = req.hit_pages;
+      req.restore_exact = req.keep_begin;
       ++coverage().restores;
     }
     requests_.push_back(std::move(req));
@@ -404,10 +436,16 @@ class Harness {
     const std::vector<PageId> swa_before(r->seq->swa_pages().begin(), r->seq->swa_pages().end());
     ASSERT_FALSE(r->seq->Append(1).ok()) << "Append during a window restore";
     ASSERT_FALSE(r->seq->Prepare(r->frontier + 1, n).ok()) << "Prepare past the frontier";
+    int64_t swa_missing = 0;
+    for (int p = r->frontier / ps_; p < CeilDiv(r->frontier + n, ps_); ++p) {
+      swa_missing += r->seq->swa_page(p) == kNoPage;
+    }
+    const bool could_drop = CouldDropKept(*r, swa_missing);
     absl::Status s = r->seq->Prepare(r->frontier, n);
     ApplyEvents();  // evict_on_demand may have evicted
     if (::testing::Test::HasFatalFailure()) return;
     ModelTrim(*r);  // Prepare trims first, even when it then fails
+    ASSERT_NO_FATAL_FAILURE(ModelDrop(*r, could_drop));
     ++coverage().restore_prepares;
     if (!s.ok()) {
       ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
@@ -420,6 +458,31 @@ class Harness {
     r->length = std::max(r->length, r->frontier);
     r->swa_end_page = CeilDiv(r->frontier, ps_);
     while (static_cast<int>(r->tokens.size()) < r->length) r->tokens.push_back(Rand(4));
+  }
+
+  // Whether an allocation needing `swa` SWA pages may make the sequence
+  // give up its kept windows: only when free plus evictable SWA pages fall
+  // short (checked before the call; the trim it starts with frees only
+  // private pages, which can only help, so this is an upper bound).
+  bool CouldDropKept(const Request& r, int64_t swa) const {
+    int64_t trimmed = 0;  // private SWA pages the call's trim releases
+    for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
+      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && (r.restoring || p >= r.hit_pages)) {
+        ++trimmed;
+      }
+    }
+    const int64_t evictable = r.evict_on_demand ? cache_->EvictableSwaPages() : 0;
+    return pools_->swa().num_free() + trimmed + evictable < swa;
+  }
+  // After an allocation: if the sequence gave its kept windows up, that was
+  // allowed, and the model forgets them.
+  void ModelDrop(Request& r, bool could_drop) {
+    if (!r.seq->kept_windows_dropped() || r.dropped) return;
+    ASSERT_TRUE(could_drop) << "kept windows dropped although the pool had room";
+    r.dropped = true;
+    r.keep_begin = r.keep_end = 0;
+    r.checkpoint = 0;
+    ++coverage().kept_drops;
   }
 
   void AppendToRequest() {
@@ -439,10 +502,12 @@ class Harness {
     const int new_pages = CeilDiv(r->length + n, ps_) - CeilDiv(r->length, ps_);
     ASSERT_EQ(needs.full, new_pages);
     ASSERT_EQ(needs.swa, new_pages) << "Append allocates SWA for every new token";
+    const bool could_drop = CouldDropKept(*r, needs.swa);
     absl::Status s = r->seq->Append(n);
     ApplyEvents();  // evict_on_demand may have evicted
     if (::testing::Test::HasFatalFailure()) return;
     ModelTrim(*r);  // Append trims first, even when it then fails
+    ASSERT_NO_FATAL_FAILURE(ModelDrop(*r, could_drop));
     ++coverage().appends;
     if (!s.ok()) {
       ++coverage().appends_exhausted;
@@ -539,12 +604,19 @@ class Harness {
     for (int p = std::max(0, r->hit_pages); p < k; ++p) {
       inserted_[h[p]] =
           ModelPage{full[p], p >= r->swa_first || r->Keeps(p) ? swa[p] : kNoPage};
+      if (p < r->swa_first && r->checkpoint > 0 && r->Keeps(p) &&
+          !(p >= r->keep_begin && p < r->keep_end)) {
+        ++coverage().checkpoint_pages_inserted;
+      }
     }
     if (r->restoring) {
       // The restored window heals the hit's tombstones.
       // The stretch before it is freed, never inserted.
       for (int p = 0; p < std::min(k, r->hit_pages); ++p) {
-        if (r->Keeps(p) && swa[p] != kNoPage) inserted_[h[p]] = ModelPage{full[p], swa[p]};
+        // (Or, once the kept window was given up, its pages still in the
+        // current window: exact all the same.)
+        const bool exact = r->Keeps(p) || (p >= r->swa_first && p >= r->restore_exact);
+        if (exact && swa[p] != kNoPage) inserted_[h[p]] = ModelPage{full[p], swa[p]};
       }
     }
     r->seq->Finish(h);
@@ -608,6 +680,11 @@ class Harness {
         << before << "after:\n" << cache_->DebugString();
     ASSERT_LE(res.full_pages_freed, ef);
     ASSERT_LE(res.swa_pages_freed, es);
+    if (keep_tombstones_ && f == 0) {
+      // Restorable tombstones: SWA eviction never takes full KV with it.
+      ASSERT_EQ(fr, 0) << "SWA eviction removed full KV";
+      if (sr > 0) ++coverage().tombstone_leaves;
+    }
   }
 
   void MatchOp() {
@@ -718,6 +795,7 @@ class Harness {
   void CheckAll() {
     absl::Status st = cache_->CheckInvariants();
     ASSERT_TRUE(st.ok()) << st << "\n" << cache_->DebugString();
+
     ASSERT_TRUE(events_.empty());
     // Model vs cache.
     ASSERT_EQ(static_cast<int64_t>(model_.size()), cache_->cached_full_pages());
@@ -761,7 +839,12 @@ class Harness {
           ASSERT_EQ(w, kNoPage) << "SWA page " << p << " allocated ahead of the restore";
           continue;
         }
-        ASSERT_TRUE(pools_->swa().Valid(w)) << "SWA page " << p << " missing";
+        ASSERT_TRUE(pools_->swa().Valid(w))
+            << "SWA page " << p << " missing (length " << r.length << ", SWA from page "
+            << r.swa_first << ", hit pages " << r.hit_pages << ", restoring " << r.restoring
+            << ", frontier " << r.frontier << ", checkpoint " << r.checkpoint << " from token "
+            << r.checkpoint_floor << ", kept [" << r.keep_begin << ", " << r.keep_end
+            << "), dropped " << r.dropped << ")";
         if (p < r.hit_pages && !r.restoring) {
           ASSERT_EQ(pools_->swa().state(w), PageState::kCached) << "locked SWA page evicted";
           ASSERT_EQ(model_.at(r.hit_hashes[p]).swa, w);
@@ -825,6 +908,8 @@ class Harness {
   }
 
   std::mt19937_64 rng_;
+  bool keep_tombstones_ = false;
+  int checkpoint_ = 0;
   int window_ = 8;
   int ps_ = 4;
   int step_ = 0;
@@ -869,14 +954,17 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "appends %lld (%lld exhausted), rollbacks %lld (%lld rejected), "
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
-      "window restores %lld (%lld chunks)\n",
+      "window restores %lld (%lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
+      "SWA-only evictions keeping full KV %lld\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
       (long long)c.appends_exhausted, (long long)c.rollbacks,
       (long long)c.rollbacks_rejected, (long long)c.finishes,
       (long long)c.aborts, (long long)c.evicted_full, (long long)c.tombstoned,
       (long long)c.healed, (long long)c.divergence_windows,
-      (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares);
+      (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares,
+      (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
+      (long long)c.tombstone_leaves);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
   EXPECT_GT(c.hit_tokens, 10000);
@@ -890,6 +978,9 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.multi_run_inserts, 1000);
   EXPECT_GT(c.restores, 1000);
   EXPECT_GT(c.restore_prepares, 1000);
+  EXPECT_GT(c.checkpoint_pages_inserted, 1000);
+  EXPECT_GT(c.kept_drops, 10);
+  EXPECT_GT(c.tombstone_leaves, 500);
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ class PrefixCacheTest : public ::testing::Test {
     pools_ = std::move(*pools);
     PrefixCacheOptions co;
     co.pools = pools_.get();
+    co.keep_restorable_tombstones = keep_tombstones_;
     co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -179,6 +180,7 @@ class PrefixCacheTest : public ::testing::Test {
   std::unique_ptr<PrefixCache> cache_;
   std::vector<CacheEvent> events_;
   int ps_ = 4;
+  bool keep_tombstones_ = false;  // PrefixCacheOptions::keep_restorable_tombstones
 };
 
 #define CHECK_CACHE() ASSERT_NO_FATAL_FAILURE(Check())
@@ -661,6 +663,90 @@ TEST_F(PrefixCacheTest, SwaPassDeletesUnlockedLeaves) {
   EXPECT_EQ(r.full_pages_freed, 2);
   EXPECT_EQ(r.swa_pages_freed, 2);
   EXPECT_EQ(M(a), Lens(0, 0));
+}
+
+TEST_F(PrefixCacheTest, RestorableTombstonesKeepFullKvUnderSwaPressure) {
+  keep_tombstones_ = true;
+  Init(8);
+  const Hashes a = H({1, 2, 3, 4});
+  Inserted in = Insert(a);
+  ClearEvents();
+  // The SWA pass tombstones the leaf instead of deleting it.
+  EvictResult r = cache_->Evict(0, 1);
+  CHECK_CACHE();
+  EXPECT_EQ(r.full_pages_freed, 0);
+  EXPECT_EQ(r.swa_pages_freed, 4);
+  EXPECT_TRUE(Events(CacheEvent::Type::kRemoved).empty());
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(a));
+  ExpectCached(pools_->full(), in.full);
+  ExpectFree(pools_->swa(), in.swa);
+  EXPECT_EQ(cache_->EvictableSwaPages(), 0);
+  EXPECT_EQ(cache_->EvictableFullPages(), 4);
+  // Not window-safe anywhere, but a full-KV match a restore can use.
+  const Hashes longer = H({1, 2, 3, 4, 5});
+  EXPECT_EQ(M(longer), Lens(16, 0));
+  CacheHit hit = cache_->MatchAndLock(longer, {.full_kv = true});
+  EXPECT_TRUE(hit.needs_window_restore());
+  EXPECT_EQ(hit.tokens(), 16);
+  EXPECT_EQ(std::vector<PageId>(hit.full_pages().begin(), hit.full_pages().end()), in.full);
+  cache_->Unlock(hit);
+  CHECK_CACHE();
+  // Unlocking keeps the tombstone leaf (the default deletes it).
+  EXPECT_EQ(cache_->cached_full_pages(), 4);
+  // The full pass takes it like any leaf.
+  ClearEvents();
+  r = cache_->Evict(1, 0);
+  CHECK_CACHE();
+  EXPECT_EQ(r.full_pages_freed, 4);
+  EXPECT_EQ(Events(CacheEvent::Type::kRemoved), Sorted(a));
+  EXPECT_EQ(M(longer), Lens(0, 0));
+}
+
+TEST_F(PrefixCacheTest, RestorableTombstoneParentsStayWhenTheirChildGoes) {
+  keep_tombstones_ = true;
+  Init(8);
+  const Hashes a = H({1, 2, 3, 4});
+  Insert(a, /*live_from=*/2);  // [tomb 0,1 | live 2,3]
+  const Hashes b = H({1, 2, 7, 8});
+  Insert(b, /*live_from=*/2);  // [tomb 0,1] gets a second live child
+  EvictResult r = cache_->Evict(1, 0);  // the LRU leaf: a's [2,4)
+  CHECK_CACHE();
+  EXPECT_EQ(r.full_pages_freed, 2);
+  EXPECT_EQ(M(b), Lens(16, 16));
+  r = cache_->Evict(1, 0);  // b's leaf; its tombstone parent stays
+  CHECK_CACHE();
+  EXPECT_EQ(r.full_pages_freed, 2);
+  EXPECT_EQ(cache_->cached_full_pages(), 2);
+  EXPECT_EQ(M(a), Lens(8, 0));
+}
+
+TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
+  Init(8);
+  const Hashes a = H({1, 2});
+  Inserted in_a = Insert(a);  // hot, older
+  // b: a cold checkpoint window (pages 0, 1), a tombstone, the hot
+  // trailing window (pages 3, 4).
+  const Hashes b = H({5, 6, 7, 8, 9});
+  std::vector<PageId> full = Take(pools_->full(), 5);
+  std::vector<PageId> swa = Take(pools_->swa(), 5);
+  pools_->swa().Free({&swa[2], 1});
+  swa[2] = kNoPage;
+  const std::vector<uint8_t> cold = {1, 1, 0, 0, 0};
+  cache_->Insert(b, full, swa, cold);
+  CHECK_CACHE();
+  ClearEvents();
+  EvictResult r = cache_->Evict(0, 1);
+  CHECK_CACHE();
+  // The newer but cold pages go first; the hot ones (a, b's tail) stay.
+  EXPECT_EQ(r.swa_pages_freed, 2);
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(Prefix(b, 2)));
+  ExpectCached(pools_->swa(), in_a.swa);
+  EXPECT_EQ(M(a), Lens(8, 8));
+  r = cache_->Evict(0, 1);
+  CHECK_CACHE();
+  // Then LRU among the hot: a (older) before b's tail.
+  EXPECT_EQ(Events(CacheEvent::Type::kRemoved), Sorted(a));
+  EXPECT_EQ(M(b), Lens(20, 20));
 }
 
 TEST_F(PrefixCacheTest, HealingInsertRestoresSwaOfATombstone) {

@@ -76,6 +76,7 @@ class SequenceTest : public ::testing::Test {
  protected:
   void Init(int window, int page_size, int64_t full_pages, int64_t swa_pages,
             bool memory = false, bool with_cache = true) {
+    cache_.reset();  // before the pools it frees into (tests may Init twice)
     KvPoolsOptions o;
     o.shape = Shape(window, page_size);
     o.full_pages = full_pages;
@@ -87,6 +88,7 @@ class SequenceTest : public ::testing::Test {
     if (with_cache) {
       PrefixCacheOptions co;
       co.pools = pools_.get();
+      co.keep_restorable_tombstones = keep_tombstones_;
       absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
       ASSERT_TRUE(cache.ok()) << cache.status();
       cache_ = std::move(*cache);
@@ -203,6 +205,7 @@ class SequenceTest : public ::testing::Test {
 
   std::unique_ptr<KvPools> pools_;
   std::unique_ptr<PrefixCache> cache_;
+  bool keep_tombstones_ = false;  // PrefixCacheOptions::keep_restorable_tombstones
   int window_ = 8;
   int ps_ = 4;
 };
@@ -639,6 +642,89 @@ TEST_F(SequenceTest, KeepsTheDivergenceWindowAndFinishHealsThePath) {
     EXPECT_EQ(m.safe_tokens, keep ? 24 : 0);
     ASSERT_TRUE(cache_->CheckInvariants().ok()) << cache_->DebugString();
     TearDown();
+  }
+}
+
+TEST_F(SequenceTest, CheckpointWindowsGoToTheCacheColdAndMakeLaterDivergencesSafe) {
+  for (int checkpoint : {16, 0}) {
+    SCOPED_TRACE(::testing::Message() << "swa_checkpoint_tokens " << checkpoint);
+    Init(8, 4, 64, 64);
+    const std::vector<uint32_t> a = Tokens(64, 1);
+    SequenceOptions o = Opts();
+    o.swa_checkpoint_tokens = checkpoint;
+    {
+      Sequence seq(o);
+      for (int i = 0; i < 8; ++i) ASSERT_TRUE(seq.Append(8).ok());
+      seq.TrimWindow();
+      // keep_from(64) = 54: pages 13..15; the windows of the checkpoints at
+      // 16, 32 and 48 tokens: [8, 16), [24, 32), [40, 48) = pages 2-3, 6-7,
+      // 10-11 (the one at 64 is the trailing window).
+      EXPECT_EQ(seq.swa_first_page(), 13);
+      for (int p = 0; p < 13; ++p) {
+        const bool kept = checkpoint > 0 && (p == 2 || p == 3 || p == 6 || p == 7 ||
+                                             p == 10 || p == 11);
+        EXPECT_EQ(seq.swa_page(p) != kNoPage, kept) << p;
+      }
+      EXPECT_EQ(pools_->swa().num_in_use(), checkpoint > 0 ? 9 : 3);
+      EXPECT_FALSE(seq.kept_windows_dropped());
+      seq.Finish(H(a));
+    }
+    // A prompt that diverges from a at token 44: window-safe at the
+    // checkpoint at 32 (without checkpoints: nowhere).
+    std::vector<uint32_t> b(a.begin(), a.begin() + 44);
+    const std::vector<uint32_t> tail = Tokens(20, 2);
+    b.insert(b.end(), tail.begin(), tail.end());
+    MatchLengths m = cache_->Match(H(b));
+    EXPECT_EQ(m.matched_tokens, 44);
+    EXPECT_EQ(m.safe_tokens, checkpoint > 0 ? 32 : 0);
+    if (checkpoint == 0) continue;
+    // Checkpoints are cold: SWA pressure takes them before the trailing window.
+    EvictResult r = cache_->Evict(0, 6);
+    EXPECT_EQ(r.swa_pages_freed, 6);
+    EXPECT_EQ(cache_->cached_swa_pages(), 3);
+    EXPECT_EQ(cache_->Match(H(a), 63).safe_tokens, 60);
+    EXPECT_EQ(cache_->Match(H(b)).safe_tokens, 0);
+  }
+}
+
+TEST_F(SequenceTest, KeptWindowsGiveWayWhenTheSwaPoolRunsShort) {
+  // 8 SWA pages; a checkpoint every 8 tokens keeps every page, so the
+  // sequence would run out at 32 tokens: it gives the kept windows up.
+  Init(8, 4, 64, 8);
+  const std::vector<uint32_t> a = Tokens(64, 1);
+  SequenceOptions o = Opts();
+  o.swa_checkpoint_tokens = 8;
+  Sequence seq(o);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok());
+  EXPECT_EQ(pools_->swa().num_free(), 0);
+  EXPECT_FALSE(seq.kept_windows_dropped());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok()) << i;
+  EXPECT_TRUE(seq.kept_windows_dropped());
+  seq.TrimWindow();
+  for (int p = 0; p < seq.swa_first_page(); ++p) EXPECT_EQ(seq.swa_page(p), kNoPage) << p;
+  seq.Finish(H(a));
+  EXPECT_EQ(cache_->Match(H(a), 63).safe_tokens, 60);
+  EXPECT_EQ(cache_->cached_swa_pages(), 3);
+}
+
+TEST_F(SequenceTest, SwaPressureWithRestorableTombstonesKeepsFullKv) {
+  for (bool keep : {true, false}) {
+    SCOPED_TRACE(keep ? "keep_restorable_tombstones" : "default");
+    keep_tombstones_ = keep;
+    Init(8, 4, 64, 6);
+    const std::vector<uint32_t> a = Tokens(32, 1);
+    {
+      Sequence seq(Opts());
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok());
+      seq.Finish(H(a));  // 8 full pages, SWA for pages 5..7
+    }
+    // Another prompt needs the SWA pool: a's window is evicted.
+    Sequence other(Opts());
+    ASSERT_TRUE(other.Append(16).ok());
+    const MatchLengths m = cache_->Match(H(a), 31);
+    EXPECT_EQ(m.safe_tokens, 0);
+    EXPECT_EQ(m.matched_tokens, keep ? 28 : 0) << "full KV kept for a window restore";
+    other.Abort();
   }
 }
 
