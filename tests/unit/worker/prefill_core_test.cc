@@ -108,10 +108,14 @@ void ExpectSameKv(const kv::KvShape& shape, const KvStaging& got, const KvStagin
 class Pipeline : public ::testing::Test {
  protected:
   void Start(int prefill_pages, int decode_pages, sched::PrefillSchedulerOptions so = {},
-             int prefill_swa_pages = -1, double window_restore_min_saved_work = 64) {
+             int prefill_swa_pages = -1, double window_restore_min_saved_work = 64,
+             int swa_checkpoint_tokens = 0) {
     prefill_pools_ = testing::NewPools(
         prefill_pages, prefill_swa_pages < 0 ? prefill_pages : prefill_swa_pages);
-    auto cache = kv::PrefixCache::Create({prefill_pools_.get(), nullptr});
+    // As a worker does: restorable tombstones wherever windows are restored.
+    auto cache = kv::PrefixCache::Create(
+        {.pools = prefill_pools_.get(),
+         .keep_restorable_tombstones = window_restore_min_saved_work >= 0});
     ASSERT_TRUE(cache.ok());
     cache_ = std::move(*cache);
     decode_pools_ = testing::NewPools(decode_pages, decode_pages);
@@ -131,6 +135,7 @@ class Pipeline : public ::testing::Test {
     p.scheduler = so;
     p.registry = &registry_;
     p.window_restore_min_saved_work = window_restore_min_saved_work;
+    p.swa_checkpoint_tokens = swa_checkpoint_tokens;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
@@ -285,23 +290,28 @@ TEST_F(Pipeline, MtpKvOverThePromptMatchesAStraightLineRun) {
 // (shipped: full, SWA and MTP layers) and greedy output equal a straight-line
 // run's; with restore off the same workload restores nothing and gives the
 // same outputs.
-class WindowRestorePipeline : public Pipeline, public ::testing::WithParamInterface<bool> {};
+// Restore off, on, and on with SWA checkpoints every 32 tokens.
+enum class RestoreMode { kOff, kOn, kOnWithCheckpoints };
+class WindowRestorePipeline : public Pipeline, public ::testing::WithParamInterface<RestoreMode> {};
 
 TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
-  const bool restore = GetParam();
+  const bool restore = GetParam() != RestoreMode::kOff;
+  const int checkpoint = GetParam() == RestoreMode::kOnWithCheckpoints ? 32 : 0;
   capture_kv_ = true;
   // 96 SWA pages of 4 tokens: about three requests' windows and chunks.
-  Start(4096, 4096, {}, 96, restore ? 0 : -1);
+  Start(4096, 4096, {}, 96, restore ? 0 : -1, checkpoint);
   std::mt19937 rng(41);
   std::vector<std::vector<uint32_t>> bases;
   for (int b = 0; b < 3; ++b) bases.push_back(testing::RandomPrompt(300 + b, 240 + 40 * b));
   std::vector<std::vector<uint32_t>> prompts;
+  std::vector<int> cuts;  // where each prompt leaves its base
   for (int i = 0; i < 36; ++i) {
     const auto& base = bases[rng() % bases.size()];
     // Diverge at a random point past the first ~100 tokens (a full-KV match
     // long enough for a restore start past 0), or continue the whole base.
     const int cut = i < 3 ? static_cast<int>(base.size())
                           : 100 + static_cast<int>(rng() % (base.size() - 100));
+    cuts.push_back(cut);
     std::vector<uint32_t> p(base.begin(), base.begin() + cut);
     const auto tail = testing::RandomPrompt(2000 + i, 3 + rng() % 20);
     p.insert(p.end(), tail.begin(), tail.end());
@@ -313,7 +323,7 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
     if (i % 4 == 3) WaitFinished(i + 1);
   }
   WaitFinished(36);
-  int restored = 0;
+  int restored = 0, at_checkpoint = 0;
   for (int i = 0; i < 36; ++i) {
     const std::string id = "w" + std::to_string(i);
     const Outcome o = Get(id);
@@ -325,10 +335,18 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
     ExpectSameKv(prefill_pools_->shape(), *o.kv, *want, static_cast<int>(prompts[i].size()), id,
                  o.cached);
     restored += o.restored_tokens > 0;
+    // A hit inside a base prompt (not at its end), at a checkpoint.
+    at_checkpoint += checkpoint > 0 && o.restored_tokens == 0 && o.cached > 0 &&
+                     o.cached % checkpoint == 0 && o.cached + kPage < cuts[i];
   }
   const PrefillLoad load = prefill_->GetLoad();
   EXPECT_EQ(load.window_restores_total, restored);
-  if (restore) {
+  std::printf("restores %d, hits at a checkpoint %d, cached tokens %lld\n", restored,
+              at_checkpoint, static_cast<long long>(load.cached_tokens_total));
+  if (checkpoint > 0) {
+    EXPECT_GE(at_checkpoint, 3) << "the workload did not hit checkpoint windows";
+    EXPECT_GE(restored, 1) << "the workload did not exercise window restore";
+  } else if (restore) {
     EXPECT_GE(restored, 5) << "the workload did not exercise window restore";
     EXPECT_GT(load.restore_saved_tokens_total, 0);
   } else {
@@ -336,9 +354,16 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RestoreOnOff, WindowRestorePipeline, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? std::string("On") : std::string("Off");
+INSTANTIATE_TEST_SUITE_P(RestoreOnOff, WindowRestorePipeline,
+                         ::testing::Values(RestoreMode::kOn, RestoreMode::kOff,
+                                           RestoreMode::kOnWithCheckpoints),
+                         [](const ::testing::TestParamInfo<RestoreMode>& p) {
+                           switch (p.param) {
+                             case RestoreMode::kOff: return std::string("Off");
+                             case RestoreMode::kOn: return std::string("On");
+                             case RestoreMode::kOnWithCheckpoints: break;
+                           }
+                           return std::string("OnWithCheckpoints");
                          });
 
 TEST_F(Pipeline, TwoHundredConcurrentRequestsComplete) {
