@@ -6,7 +6,8 @@
 # full KV stays cached while SWA windows are evicted), and a synthetic
 # Mooncake-format trace of conversations that share a long prompt and
 # diverge mid-prompt at random block boundaries. Replayed one request at a
-# time, once with window restore on and once off; prints the prefill compute
+# time, three times: window restore on, restore plus SWA checkpoints every
+# 2048 tokens (the worker's defaults), and neither; prints the prefill compute
 # (prompt minus cached tokens, from the replay's usage), the restores (the
 # prefill worker's counters) and TTFT and wall time from the replay report.
 #
@@ -53,12 +54,15 @@ metric() {  # port name{labels}: one sample's value (0 when absent)
   curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k {print $2; found=1} END {if (!found) print 0}'
 }
 
-for mode in on off; do
-  case $mode in on) work=64 ;; off) work=-1 ;; esac
+# on: restore only; ckpt: restore + SWA checkpoints every 2048 tokens (the
+# worker's defaults); off: neither.
+for mode in on ckpt off; do
+  case $mode in on) work=64 ckpt=0 ;; ckpt) work=64 ckpt=2048 ;; off) work=-1 ckpt=0 ;; esac
   rm -rf "$OUT/run-$mode"
   "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets=65536 --http_port=0 --grpc_port=50071 \
       --workers.prefill.kv.swa_full_ratio="$RATIO" --workers.prefill.metrics.port=9471 \
-      --workers.prefill.prefill.window_restore_min_saved_work=$work >"$OUT/up-$mode.log" 2>&1 &
+      --workers.prefill.prefill.window_restore_min_saved_work=$work \
+      --workers.prefill.prefill.swa_checkpoint_tokens=$ckpt >"$OUT/up-$mode.log" 2>&1 &
   up=$!
   for _ in $(seq 1 600); do grep -q "Ctrl-C" "$OUT/up-$mode.log" 2>/dev/null && break; sleep 0.2; done
   "$BUILD/bin/swaserve" replay "$OUT/trace.jsonl" --router=127.0.0.1:50071 --concurrency=1 --time_scale=0 \
@@ -88,7 +92,7 @@ def load(mode):
 # Prompt and cached tokens from the replay's usage (every request; a restored
 # hit counts its full-KV match minus the stretch recomputed); restores from
 # the prefill worker's counters.
-res = {mode: load(mode) for mode in ("on", "off")}
+res = {mode: load(mode) for mode in ("on", "ckpt", "off")}
 print(f"{'restore':8} {'requests':>8} {'prompt tok':>11} {'cached':>10} {'computed':>10} {'computed/req':>12} "
       f"{'restores':>8} {'recomputed':>10} {'saved':>8} {'TTFT p50 ms':>11} {'TTFT mean ms':>12} {'wall s':>7} {'failed':>6}")
 computed = {}
@@ -102,8 +106,9 @@ for mode, (m, rep) in res.items():
           f"{m['swaserve_prefill_window_restore_saved_tokens_total']:8.0f} "
           f"{1000 * rep['ttft_s']['p50']:11.1f} {1000 * rep['ttft_s']['mean']:12.1f} "
           f"{rep['duration_s']:7.1f} {rep['failed']:6d}")
-saved = computed["off"] - computed["on"]
-print(f"prefill compute saved by window restore: {saved} tokens "
-      f"({100 * saved / max(computed['off'], 1):.1f}% of the prefill compute without it), "
-      f"{saved / max(res['on'][1]['succeeded'], 1):.0f} per request")
+for mode, what in (("on", "window restore"), ("ckpt", "window restore + SWA checkpoints")):
+    saved = computed["off"] - computed[mode]
+    print(f"prefill compute saved by {what}: {saved} tokens "
+          f"({100 * saved / max(computed['off'], 1):.1f}% of the prefill compute without it), "
+          f"{saved / max(res[mode][1]['succeeded'], 1):.0f} per request")
 EOF
