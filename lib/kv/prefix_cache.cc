@@ -1,5 +1,7 @@
 #include "lib/kv/prefix_cache.h"
 
+#include "lib/kv/prefix_cache_node.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -9,45 +11,6 @@
 
 namespace swaserve::kv {
 
-// A radix-tree node: a span of whole pages. See prefix_cache.h.
-struct CacheNode {
-  CacheNode* parent = nullptr;
-  // Keyed by the child's first page hash.
-  absl::flat_hash_map<uint64_t, std::unique_ptr<CacheNode>> children;
-  std::vector<uint64_t> hashes;
-  std::vector<PageId> full;
-  std::vector<PageId> swa;  // empty: tombstone (the root has none either)
-  int start_page = 0;       // pages from the root to this node's start
-  int full_lock = 0;
-  int swa_lock = 0;
-  uint64_t full_tick = 0;
-  uint64_t swa_tick = 0;
-  uint64_t id = 0;
-  // Current keys in the LRU sets (valid when the flag is set).
-  bool in_full_lru = false;
-  bool in_swa_lru = false;
-  uint64_t full_key_tick = 0;
-  uint64_t swa_key_tick = 0;
-  int key_depth = 0;
-
-  int pages() const { return static_cast<int>(hashes.size()); }
-  int end_page() const { return start_page + pages(); }
-  bool tombstone() const { return swa.empty(); }
-  bool leaf() const { return children.empty(); }
-};
-
-namespace {
-
-// Length of the common prefix of a node's hashes and hashes[pos..].
-int CommonPages(const CacheNode* node, absl::Span<const uint64_t> hashes,
-                size_t pos) {
-  const size_t n = std::min<size_t>(node->hashes.size(), hashes.size() - pos);
-  size_t k = 0;
-  while (k < n && node->hashes[k] == hashes[pos + k]) ++k;
-  return static_cast<int>(k);
-}
-
-}  // namespace
 
 CacheHit& CacheHit::operator=(CacheHit&& other) noexcept {
   page_size_ = other.page_size_;
@@ -73,11 +36,21 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
   if (options.pools == nullptr) {
     return absl::InvalidArgumentError("PrefixCache needs pools");
   }
+  if (options.l2 != nullptr) {
+    const KvShape& a = options.pools->shape();
+    const KvShape& b = options.l2->shape();
+    if (a.page_size != b.page_size || a.sliding_window != b.sliding_window ||
+        options.pools->full().page_bytes() != options.l2->full().page_bytes() ||
+        options.pools->swa().page_bytes() != options.l2->swa().page_bytes()) {
+      return absl::InvalidArgumentError("PrefixCache: the L2 pools must have the L1 pools' shape");
+    }
+  }
   return std::unique_ptr<PrefixCache>(new PrefixCache(options));
 }
 
 PrefixCache::PrefixCache(const PrefixCacheOptions& options)
     : pools_(options.pools),
+      l2_(options.l2),
       page_size_(options.pools->shape().page_size),
       window_(options.pools->shape().sliding_window),
       keep_tombstones_(options.keep_restorable_tombstones),
@@ -93,8 +66,9 @@ PrefixCache::~PrefixCache() {
     CacheNode* n = stack.back();
     stack.pop_back();
     if (n != root_.get()) {
-      pools_->full().Free(n->full);
-      if (!n->swa.empty()) pools_->swa().Free(n->swa);
+      KvPools& pools = PoolsOf(n);
+      pools.full().Free(n->full);
+      if (!n->swa.empty()) pools.swa().Free(n->swa);
     }
     for (auto& [h, child] : n->children) stack.push_back(child.get());
   }
@@ -111,7 +85,9 @@ PrefixCache::~PrefixCache() {
 }
 
 bool PrefixCache::FullEvictable(const CacheNode* n) const {
-  return n != root_.get() && n->leaf() && n->full_lock == 0;
+  // No child in its own tier (children are in the same or a lower tier).
+  const bool bottom = n->tier == 0 ? n->l1_children == 0 : n->leaf();
+  return n != root_.get() && bottom && n->full_lock == 0;
 }
 
 bool PrefixCache::SwaEvictable(const CacheNode* n) const {
@@ -123,11 +99,11 @@ bool PrefixCache::SwaEvictable(const CacheNode* n) const {
 
 void PrefixCache::Unindex(CacheNode* n) {
   if (n->in_full_lru) {
-    full_lru_.erase({LruKey{n->full_key_tick, n->key_depth, n->id}, n});
+    full_lru_[n->key_tier].erase({LruKey{n->full_key_tick, n->key_depth, n->id}, n});
     n->in_full_lru = false;
   }
   if (n->in_swa_lru) {
-    swa_lru_.erase({LruKey{n->swa_key_tick, n->key_depth, n->id}, n});
+    swa_lru_[n->key_tier].erase({LruKey{n->swa_key_tick, n->key_depth, n->id}, n});
     n->in_swa_lru = false;
   }
 }
@@ -136,14 +112,15 @@ void PrefixCache::Reindex(CacheNode* n) {
   if (n == root_.get()) return;
   Unindex(n);
   n->key_depth = n->start_page;
+  n->key_tier = n->tier;
   if (FullEvictable(n)) {
     n->full_key_tick = n->full_tick;
-    full_lru_.insert({LruKey{n->full_tick, n->key_depth, n->id}, n});
+    full_lru_[n->tier].insert({LruKey{n->full_tick, n->key_depth, n->id}, n});
     n->in_full_lru = true;
   }
   if (SwaEvictable(n)) {
     n->swa_key_tick = n->swa_tick;
-    swa_lru_.insert({LruKey{n->swa_tick, n->key_depth, n->id}, n});
+    swa_lru_[n->tier].insert({LruKey{n->swa_tick, n->key_depth, n->id}, n});
     n->in_swa_lru = true;
   }
 }
@@ -175,6 +152,8 @@ CacheNode* PrefixCache::Split(CacheNode* node, int pages) {
   node->full.erase(node->full.begin(), node->full.begin() + pages);
   prefix->start_page = node->start_page;
   node->start_page += pages;
+  prefix->tier = node->tier;
+  prefix->l1_children = node->tier == 0 ? 1 : 0;
   prefix->full_lock = node->full_lock;
   prefix->swa_lock = node->swa_lock;
   prefix->full_tick = node->full_tick;
@@ -200,20 +179,26 @@ void PrefixCache::DeleteLeaf(CacheNode* node, EvictResult* result) {
   while (true) {
     CacheNode* parent = node->parent;
     Unindex(node);
-    pools_->full().Free(node->full);
-    cached_full_ -= node->pages();
-    result->full_pages_freed += node->pages();
+    KvPools& pools = PoolsOf(node);
+    const int t = node->tier;
+    // EvictResult counts L1 pages (what L1 allocations can use).
+    const int64_t l1 = t == 0 ? node->pages() : 0;
+    pools.full().Free(node->full);
+    cached_full_[t] -= node->pages();
+    result->full_pages_freed += l1;
     stats_.evicted_full_pages.fetch_add(node->pages(), std::memory_order_relaxed);
+    if (t == 1) stats_.l2_evicted_full_pages.fetch_add(node->pages(), std::memory_order_relaxed);
     if (!node->tombstone()) {
-      pools_->swa().Free(node->swa);
-      cached_swa_ -= node->pages();
-      result->swa_pages_freed += node->pages();
+      pools.swa().Free(node->swa);
+      cached_swa_[t] -= node->pages();
+      result->swa_pages_freed += l1;
       stats_.evicted_swa_pages.fetch_add(node->pages(), std::memory_order_relaxed);
     } else {
       stats_.tombstone_nodes.fetch_sub(1, std::memory_order_relaxed);
     }
     Emit(CacheEvent::Type::kRemoved, node, 0, node->pages());
     stats_.nodes.fetch_sub(1, std::memory_order_relaxed);
+    if (t == 0) --parent->l1_children;
     parent->children.erase(node->hashes[0]);  // destroys node
     if (parent == root_.get()) return;
     Reindex(parent);
@@ -229,9 +214,9 @@ void PrefixCache::DeleteLeaf(CacheNode* node, EvictResult* result) {
 }
 
 void PrefixCache::Tombstone(CacheNode* node, EvictResult* result) {
-  pools_->swa().Free(node->swa);
-  cached_swa_ -= node->pages();
-  result->swa_pages_freed += node->pages();
+  PoolsOf(node).swa().Free(node->swa);
+  cached_swa_[node->tier] -= node->pages();
+  if (node->tier == 0) result->swa_pages_freed += node->pages();
   stats_.evicted_swa_pages.fetch_add(node->pages(), std::memory_order_relaxed);
   stats_.tombstoned_nodes.fetch_add(1, std::memory_order_relaxed);
   stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
@@ -254,6 +239,20 @@ MatchLengths PrefixCache::Match(absl::Span<const uint64_t> page_hashes,
     auto it = node->children.find(page_hashes[pos]);
     if (it == node->children.end()) break;
     const CacheNode* child = it->second.get();
+    if (child->tier != 0) {
+      // The rest of the match is in L2 (tiers only grow down the path).
+      size_t lower = pos;
+      while (lower < page_hashes.size()) {
+        const int k = CommonPages(child, page_hashes, lower);
+        lower += k;
+        if (k < child->pages() || lower == page_hashes.size()) break;
+        auto next = child->children.find(page_hashes[lower]);
+        if (next == child->children.end()) break;
+        child = next->second.get();
+      }
+      out.lower_tier_tokens = static_cast<int>(lower - pos) * page_size_;
+      break;
+    }
     const int k = CommonPages(child, page_hashes, pos);
     const int end = static_cast<int>(pos) + k;
     if (child->tombstone()) {
@@ -295,7 +294,7 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   int full_k = 0;
   while (pos < page_hashes.size()) {
     auto it = node->children.find(page_hashes[pos]);
-    if (it == node->children.end()) break;
+    if (it == node->children.end() || it->second->tier != 0) break;  // L1 only
     CacheNode* child = it->second.get();
     const int k = CommonPages(child, page_hashes, pos);
     const int end = static_cast<int>(pos) + k;
@@ -483,17 +482,18 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         c->hashes.assign(page_hashes.begin() + from, page_hashes.begin() + to);
         c->full.assign(full_pages.begin() + from, full_pages.begin() + to);
         full_pool.ToCache(c->full);
-        cached_full_ += to - from;
+        cached_full_[0] += to - from;
         if (is_live) {
           c->swa.assign(swa_pages.begin() + from, swa_pages.begin() + to);
           swa_pool.ToCache(c->swa);
-          cached_swa_ += to - from;
+          cached_swa_[0] += to - from;
         } else {
           stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
         }
         c->full_tick = tick_;
         c->swa_tick = is_live ? swa_tick_for(from) : tick_;
         node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
+        ++node->l1_children;
         stats_.inserted_pages.fetch_add(to - from, std::memory_order_relaxed);
         Emit(CacheEvent::Type::kStored, c, 0, c->pages());
         // Stored without SWA KV: say so, so an index can tell these pages
@@ -515,6 +515,9 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
     CacheNode* child = it->second.get();
     int k = CommonPages(child, page_hashes, pos);
     if (k < child->pages()) child = Split(child, k);
+    // An L2 node on the path takes the incoming (L1) pages instead: the
+    // path from the root stays in L1 down to the new pages.
+    if (child->tier != 0) AdoptIntoL1(child, full_pages.subspan(pos, k));
     // Full KV: the tree's pages win; incoming duplicates are freed.
     for (int i = 0; i < k; ++i) {
       if (full_pages[pos + i] != child->full[i]) release_full(full_pages[pos + i]);
@@ -541,7 +544,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
       child->swa.assign(swa_pages.begin() + pos, swa_pages.begin() + end);
       child->swa_tick = swa_tick_for(pos);
       swa_pool.ToCache(child->swa);
-      cached_swa_ += end - pos;
+      cached_swa_[0] += end - pos;
       stats_.healed_pages.fetch_add(end - pos, std::memory_order_relaxed);
       stats_.tombstone_nodes.fetch_sub(1, std::memory_order_relaxed);
       Emit(CacheEvent::Type::kSwaStored, child, 0, child->pages());
@@ -567,11 +570,15 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
 
 EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {
   EvictResult result;
-  while (result.full_pages_freed < full_pages && !full_lru_.empty()) {
-    DeleteLeaf(full_lru_.begin()->second, &result);
+  while (result.full_pages_freed < full_pages && !full_lru_[0].empty()) {
+    const int64_t before = result.full_pages_freed;
+    EvictFullL1(full_lru_[0].begin()->second, &result);
+    // A node L2 can neither take nor let go of (L2 smaller than the node,
+    // its L2 subtree locked by a load-back) stays: stop rather than spin.
+    if (result.full_pages_freed == before) break;
   }
-  while (result.swa_pages_freed < swa_pages && !swa_lru_.empty()) {
-    CacheNode* n = swa_lru_.begin()->second;
+  while (result.swa_pages_freed < swa_pages && !swa_lru_[0].empty()) {
+    CacheNode* n = swa_lru_[0].begin()->second;
     if (!keep_tombstones_ && n->leaf() && n->full_lock == 0) {
       DeleteLeaf(n, &result);
     } else {
@@ -593,12 +600,12 @@ int64_t PrefixCache::EvictableFullPages() const {
       if (c->full_lock > 0) stack.push_back(c.get());
     }
   }
-  return cached_full_ - locked;
+  return cached_full_[0] - locked;
 }
 
 int64_t PrefixCache::EvictableSwaPages() const {
   int64_t pages = 0;
-  for (const auto& [key, n] : swa_lru_) pages += n->pages();
+  for (const auto& [key, n] : swa_lru_[0]) pages += n->pages();
   return pages;
 }
 
@@ -606,26 +613,32 @@ absl::Status PrefixCache::CheckInvariants() const {
   auto fail = [&](const CacheNode* n, absl::string_view what) {
     return absl::InternalError(absl::StrCat(
         "prefix cache invariant: node ", n->id, " [", n->start_page, ",",
-        n->end_page(), ") ", what, "\n", DebugString()));
+        n->end_page(), ") tier ", n->tier, " ", what, "\n", DebugString()));
   };
-  absl::flat_hash_set<PageId> full_seen, swa_seen;
+  absl::flat_hash_set<PageId> full_seen[2], swa_seen[2];
   int64_t nodes = 0, tombstones = 0;
-  std::set<std::pair<LruKey, CacheNode*>> want_full, want_swa;
+  std::set<std::pair<LruKey, CacheNode*>> want_full[2], want_swa[2];
   std::vector<const CacheNode*> stack = {root_.get()};
   while (!stack.empty()) {
     const CacheNode* n = stack.back();
     stack.pop_back();
     int64_t child_locks = 0;
+    int l1_children = 0;
     for (const auto& [h, c] : n->children) {
       if (c->parent != n) return fail(c.get(), "has a wrong parent pointer");
       if (c->hashes.empty() || c->hashes[0] != h) return fail(c.get(), "is filed under a wrong hash");
       const int expect_start = n == root_.get() ? 0 : n->end_page();
       if (c->start_page != expect_start) return fail(c.get(), "has a wrong start page");
+      if (n != root_.get() && c->tier < n->tier) return fail(c.get(), "is in a higher tier than its parent");
       child_locks += c->full_lock;
+      l1_children += c->tier == 0;
       stack.push_back(c.get());
     }
+    if (n->l1_children != l1_children) return fail(n, "miscounts its L1 children");
     if (n == root_.get()) continue;
     ++nodes;
+    if (n->tier > 1 || (n->tier == 1 && l2_ == nullptr)) return fail(n, "is in a tier that does not exist");
+    if (n->tier != 0 && (n->full_lock != 0 || n->swa_lock != 0)) return fail(n, "is locked outside L1");
     if (n->full.size() != n->hashes.size()) return fail(n, "has full pages != hashes");
     if (!n->tombstone() && n->swa.size() != n->hashes.size()) return fail(n, "has swa pages != hashes");
     if (n->tombstone()) ++tombstones;
@@ -635,30 +648,39 @@ absl::Status PrefixCache::CheckInvariants() const {
     if (n->swa_lock < 0 || n->full_lock < n->swa_lock) return fail(n, "has full_lock < swa_lock");
     if (n->full_lock < child_locks) return fail(n, "has fewer full locks than its children together");
     if (n->tombstone() && n->swa_lock > 0) return fail(n, "is a SWA-locked tombstone");
+    const KvPools& pools = PoolsOf(n);
+    const int t = n->tier;
     for (PageId p : n->full) {
-      if (!pools_->full().Valid(p) || pools_->full().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds full page ", p, " not in cached state"));
-      if (!full_seen.insert(p).second) return fail(n, absl::StrCat("shares full page ", p));
+      if (!pools.full().Valid(p) || pools.full().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds full page ", p, " not in cached state"));
+      if (!full_seen[t].insert(p).second) return fail(n, absl::StrCat("shares full page ", p));
     }
     for (PageId p : n->swa) {
-      if (!pools_->swa().Valid(p) || pools_->swa().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds swa page ", p, " not in cached state"));
-      if (!swa_seen.insert(p).second) return fail(n, absl::StrCat("shares swa page ", p));
+      if (!pools.swa().Valid(p) || pools.swa().state(p) != PageState::kCached) return fail(n, absl::StrCat("holds swa page ", p, " not in cached state"));
+      if (!swa_seen[t].insert(p).second) return fail(n, absl::StrCat("shares swa page ", p));
     }
     CacheNode* mn = const_cast<CacheNode*>(n);
-    if (FullEvictable(n)) want_full.insert({LruKey{n->full_tick, n->start_page, n->id}, mn});
-    if (SwaEvictable(n)) want_swa.insert({LruKey{n->swa_tick, n->start_page, n->id}, mn});
+    if (FullEvictable(n)) want_full[t].insert({LruKey{n->full_tick, n->start_page, n->id}, mn});
+    if (SwaEvictable(n)) want_swa[t].insert({LruKey{n->swa_tick, n->start_page, n->id}, mn});
   }
-  if (static_cast<int64_t>(full_seen.size()) != cached_full_ ||
-      cached_full_ != pools_->full().num_cached()) {
-    return absl::InternalError(absl::StrCat("full pages: tree ", full_seen.size(), ", counted ", cached_full_, ", pool cached ", pools_->full().num_cached()));
+  for (int t = 0; t < (l2_ != nullptr ? 2 : 1); ++t) {
+    const KvPools& pools = t == 0 ? *pools_ : *l2_;
+    if (static_cast<int64_t>(full_seen[t].size()) != cached_full_[t] ||
+        cached_full_[t] != pools.full().num_cached()) {
+      return absl::InternalError(absl::StrCat("tier ", t, " full pages: tree ", full_seen[t].size(), ", counted ", cached_full_[t], ", pool cached ", pools.full().num_cached()));
+    }
+    if (static_cast<int64_t>(swa_seen[t].size()) != cached_swa_[t] ||
+        cached_swa_[t] != pools.swa().num_cached()) {
+      return absl::InternalError(absl::StrCat("tier ", t, " swa pages: tree ", swa_seen[t].size(), ", counted ", cached_swa_[t], ", pool cached ", pools.swa().num_cached()));
+    }
+    for (const PagePool* pool : {&pools.full(), &pools.swa()}) {
+      int64_t sum = 0;
+      for (PageState st : {PageState::kFree, PageState::kReserved, PageState::kInUse, PageState::kCached}) sum += pool->num_in_state(st);
+      if (sum != pool->num_pages()) return absl::InternalError(absl::StrCat("tier ", t, " ", PoolKindName(pool->kind()), " pool: states sum to ", sum, " of ", pool->num_pages()));
+    }
   }
-  if (static_cast<int64_t>(swa_seen.size()) != cached_swa_ ||
-      cached_swa_ != pools_->swa().num_cached()) {
-    return absl::InternalError(absl::StrCat("swa pages: tree ", swa_seen.size(), ", counted ", cached_swa_, ", pool cached ", pools_->swa().num_cached()));
-  }
-  for (const PagePool* pool : {&pools_->full(), &pools_->swa()}) {
-    int64_t sum = 0;
-    for (PageState s : {PageState::kFree, PageState::kReserved, PageState::kInUse, PageState::kCached}) sum += pool->num_in_state(s);
-    if (sum != pool->num_pages()) return absl::InternalError(absl::StrCat(PoolKindName(pool->kind()), " pool: states sum to ", sum, " of ", pool->num_pages()));
+  if (l2_ != nullptr && (l2_->full().num_in_use() != 0 || l2_->swa().num_in_use() != 0 ||
+                         l2_->full().num_reserved() != 0 || l2_->swa().num_reserved() != 0)) {
+    return absl::InternalError("L2 pages in use or reserved outside an operation");
   }
   if (nodes != stats_.nodes.load() || tombstones != stats_.tombstone_nodes.load()) {
     return absl::InternalError(absl::StrCat("node counts: tree ", nodes, "/", tombstones, " tombstones; stats ", stats_.nodes.load(), "/", stats_.tombstone_nodes.load()));
@@ -676,8 +698,10 @@ absl::Status PrefixCache::CheckInvariants() const {
     }
     return absl::OkStatus();
   };
-  if (absl::Status s = diff(want_full, full_lru_, "full LRU set"); !s.ok()) return s;
-  if (absl::Status s = diff(want_swa, swa_lru_, "SWA LRU set"); !s.ok()) return s;
+  for (int t = 0; t < 2; ++t) {
+    if (absl::Status s = diff(want_full[t], full_lru_[t], absl::StrCat("tier ", t, " full LRU set")); !s.ok()) return s;
+    if (absl::Status s = diff(want_swa[t], swa_lru_[t], absl::StrCat("tier ", t, " SWA LRU set")); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -690,7 +714,7 @@ std::string PrefixCache::DebugString() const {
     if (n != root_.get()) {
       absl::StrAppend(&out, std::string(2 * depth, ' '), "#", n->id, " pages [",
                       n->start_page, ",", n->end_page(), ") ",
-                      n->tombstone() ? "tombstone" : "live", " lock ",
+                      n->tier == 0 ? "" : "L2 ", n->tombstone() ? "tombstone" : "live", " lock ",
                       n->full_lock, "/", n->swa_lock, " tick ", n->full_tick,
                       "/", n->swa_tick, "\n");
     }

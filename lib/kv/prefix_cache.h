@@ -92,10 +92,14 @@ struct CacheEvent {
     kRemoved,     // evicted: no longer cached at all
     kSwaStored,   // SWA KV of these pages is cached again (healed)
     kSwaRemoved,  // SWA KV dropped (tombstoned); full KV still cached
+    kTierChanged, // the pages moved to `tier` (demoted on eviction, loaded
+                  // back on a hit); still cached, SWA state unchanged
   };
   Type type;
   // Chained page hashes, in prefix order.
   std::vector<uint64_t> hashes;
+  // Where the pages are now (kStored: always 0; kTierChanged: the new tier).
+  uint8_t tier = 0;
 };
 
 struct PrefixCacheOptions {
@@ -114,6 +118,19 @@ struct PrefixCacheOptions {
   // deleted with their full KV and "no unlocked tombstone leaf" is an
   // invariant. Turn it on only where full-KV hits are restored.
   bool keep_restorable_tombstones = false;
+  // L2 (issue 21): a second pair of pools with the same shape (host memory
+  // under a device L1; on a CPU-only machine both are host memory, kept
+  // apart with their own budgets so the logic is the same). Not owned; null
+  // (the default): no L2, eviction deletes. See "Tiers" above.
+  KvPools* l2 = nullptr;
+};
+
+// Result of PrefixCache::LoadBack.
+struct LoadBackResult {
+  int64_t pages = 0;       // full pages moved L2 -> L1
+  int64_t swa_pages = 0;   // SWA pages moved with them
+  int64_t bytes = 0;       // bytes copied (0 for metadata-only pools)
+  double seconds = 0;      // copying time
 };
 
 class PrefixCache;
@@ -165,8 +182,10 @@ class CacheHit {
 // Result of a lookup without locking: both lengths a caller chooses from
 // (page aligned; safe_tokens <= matched_tokens).
 struct MatchLengths {
-  int matched_tokens = 0;  // full-KV prefix length M
+  int matched_tokens = 0;  // full-KV prefix length M (in L1)
   int safe_tokens = 0;     // window-safe prefix length L (usable as is)
+  // Further full-KV match in L2 beyond M (usable after LoadBack).
+  int lower_tier_tokens = 0;
 };
 
 struct MatchOptions {
@@ -197,6 +216,13 @@ struct PrefixCacheStats {
   std::atomic<int64_t> tombstoned_nodes{0};
   std::atomic<int64_t> nodes{0};              // current node count (gauge)
   std::atomic<int64_t> tombstone_nodes{0};    // current tombstones (gauge)
+  // Tiers (L2).
+  std::atomic<int64_t> demoted_pages{0};      // full pages L1 -> L2
+  std::atomic<int64_t> demoted_swa_pages{0};  // SWA pages that went with them
+  std::atomic<int64_t> dropped_swa_pages{0};  // SWA pages not kept on demotion
+  std::atomic<int64_t> loaded_back_pages{0};  // full pages L2 -> L1
+  std::atomic<int64_t> loaded_back_bytes{0};
+  std::atomic<int64_t> l2_evicted_full_pages{0};  // deleted from L2
 };
 
 class PrefixCache {
@@ -226,6 +252,17 @@ class PrefixCache {
     return MatchAndLock(page_hashes, MatchOptions{.max_tokens = max_tokens});
   }
 
+  // Tiers: moves the L2 part of the match of `page_hashes` (at most
+  // max_tokens, rounded down to pages) into L1, root side first, so that a
+  // following Match/MatchAndLock sees it in L1. Only when that part is at
+  // least min_tokens long. L1 room comes from ordinary L1 eviction (which
+  // may demote other nodes); the path itself is locked meanwhile. SWA KV
+  // moves along where L1 has free SWA pages (else the node arrives as a
+  // tombstone). Stops early when L1 cannot supply the pages. No-op without
+  // L2.
+  LoadBackResult LoadBack(absl::Span<const uint64_t> page_hashes, int max_tokens = INT32_MAX,
+                          int min_tokens = 0);
+
   // Drops the hit's SWA lock (its window is no longer read). Idempotent.
   void ReleaseSwa(CacheHit& hit);
   // Drops all of the hit's locks and clears it. Idempotent.
@@ -253,9 +290,17 @@ class PrefixCache {
   // that many are evictable (see above); returns what was freed.
   EvictResult Evict(int64_t full_pages, int64_t swa_pages);
 
-  // Number of pages the cache holds (kCached) per pool.
-  int64_t cached_full_pages() const { return cached_full_; }
-  int64_t cached_swa_pages() const { return cached_swa_; }
+  // Deletes every unlocked node in every tier (nothing is demoted); with
+  // nothing locked the cache is then empty. For shutdown and tests.
+  void Clear();
+
+  // Number of pages the cache holds (kCached) per pool, in L1.
+  int64_t cached_full_pages() const { return cached_full_[0]; }
+  int64_t cached_swa_pages() const { return cached_swa_[0]; }
+  // The same in L2 (0 without L2).
+  int64_t l2_full_pages() const { return cached_full_[1]; }
+  int64_t l2_swa_pages() const { return cached_swa_[1]; }
+  bool has_l2() const { return l2_ != nullptr; }
   // Pages Evict() could free right now (unlocked), per pool.
   int64_t EvictableFullPages() const;
   int64_t EvictableSwaPages() const;
@@ -290,6 +335,22 @@ class PrefixCache {
   CacheNode* Split(CacheNode* node, int pages);
   void DeleteLeaf(CacheNode* node, EvictResult* result);
   void Tombstone(CacheNode* node, EvictResult* result);
+  // Tiers (prefix_cache_tiers.cc).
+  KvPools& PoolsOf(const CacheNode* node) const;
+  void SetTier(CacheNode* node, int tier);
+  // Evicts one full-evictable L1 node: to L2 when there is one, else deleted.
+  void EvictFullL1(CacheNode* node, EvictResult* result);
+  void Demote(CacheNode* node, EvictResult* result);
+  // Makes at least this many L2 pages per pool free if possible (deletes
+  // LRU L2 leaves, tombstones LRU L2 SWA), never touching locked nodes;
+  // L1 pages freed on the way (childless tombstone parents) go to *result.
+  void EvictL2(int64_t full_pages, int64_t swa_pages, EvictResult* result);
+  bool Promote(CacheNode* node, LoadBackResult* result);
+  // Copies page bytes between pools (no-op for metadata-only pools).
+  static void CopyPages(const PagePool& from, absl::Span<const PageId> src, PagePool& to,
+                        absl::Span<const PageId> dst);
+  // An L2 node on an inserting request's path takes the request's L1 pages.
+  void AdoptIntoL1(CacheNode* node, absl::Span<const PageId> full_pages);
   void Reindex(CacheNode* node);
   void Unindex(CacheNode* node);
   bool FullEvictable(const CacheNode* node) const;
@@ -303,6 +364,7 @@ class PrefixCache {
   void CountNodes();
 
   KvPools* pools_;
+  KvPools* l2_;
   int page_size_;
   int window_;
   bool keep_tombstones_;
@@ -314,10 +376,13 @@ class PrefixCache {
   static constexpr uint64_t kHotTicks = uint64_t{1} << 48;
   uint64_t tick_ = kHotTicks;
   uint64_t cold_tick_ = 0;
-  int64_t cached_full_ = 0;
-  int64_t cached_swa_ = 0;
-  std::set<std::pair<LruKey, CacheNode*>> full_lru_;  // full-evictable leaves
-  std::set<std::pair<LruKey, CacheNode*>> swa_lru_;   // SWA-evictable nodes
+  // Per tier (0: L1, 1: L2).
+  int64_t cached_full_[2] = {0, 0};
+  int64_t cached_swa_[2] = {0, 0};
+  // Full-evictable nodes (no child in their own tier, unlocked) and
+  // SWA-evictable nodes, per tier.
+  std::set<std::pair<LruKey, CacheNode*>> full_lru_[2];
+  std::set<std::pair<LruKey, CacheNode*>> swa_lru_[2];
   PrefixCacheStats stats_;
 };
 

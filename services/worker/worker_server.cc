@@ -64,6 +64,9 @@ class CacheEventForwarder {
       case kv::CacheEvent::Type::kSwaRemoved:
         reg_->PublishCacheEvent(Kind::kSwaRemoved, e.hashes);
         break;
+      case kv::CacheEvent::Type::kTierChanged:
+        // Still cached; the router does not weigh tiers yet (issue 21 item 6).
+        break;
     }
   }
 

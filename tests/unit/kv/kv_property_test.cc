@@ -40,9 +40,14 @@ using Tokens = std::vector<uint32_t>;
 
 int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
+// A page the cache moved between tiers: its new id is not announced (the
+// model learns it from the next hit that reads it).
+constexpr PageId kUnknown = -2;
+
 struct ModelPage {
   PageId full = kNoPage;
-  PageId swa = kNoPage;  // kNoPage: tombstoned
+  PageId swa = kNoPage;  // kNoPage: tombstoned; kUnknown: live, id not known
+  int tier = 0;          // 0: L1, 1: L2
 };
 
 struct Request {
@@ -124,6 +129,16 @@ class Harness {
     PrefixCacheOptions co;
     co.pools = pools_.get();
     co.keep_restorable_tombstones = keep_tombstones_ = Chance(50);
+    if (Chance(40)) {
+      // L2 (issue 21): its own pools, from smaller than L1 to 3x.
+      KvPoolsOptions l2 = o;
+      l2.full_pages = 8 + Rand(static_cast<int>(3 * o.full_pages));
+      l2.swa_pages = 4 + Rand(static_cast<int>(l2.full_pages));
+      absl::StatusOr<std::unique_ptr<KvPools>> l2_pools = KvPools::Create(l2);
+      EXPECT_TRUE(l2_pools.ok()) << l2_pools.status();
+      l2_ = std::move(*l2_pools);
+      co.l2 = l2_.get();
+    }
     checkpoint_ = Chance(50) ? ps_ * (1 + Rand(2 * window_ / ps_ + 2)) : 0;
     co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
@@ -149,7 +164,10 @@ class Harness {
            " full_pages=" + std::to_string(pools_->full().num_pages()) +
            " swa_pages=" + std::to_string(pools_->swa().num_pages()) +
            " keep_tombstones=" + std::to_string(keep_tombstones_) +
-           " checkpoint=" + std::to_string(checkpoint_);
+           " checkpoint=" + std::to_string(checkpoint_) +
+           (l2_ == nullptr ? std::string(" no L2")
+                           : " L2 " + std::to_string(l2_->full().num_pages()) + "/" +
+                                 std::to_string(l2_->swa().num_pages()));
   }
 
   void Run(int ops) {
@@ -177,6 +195,7 @@ class Harness {
             evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
     int64_t divergence_windows = 0, multi_run_inserts = 0;
     int64_t restores = 0, restore_prepares = 0;
+    int64_t demoted = 0, promoted = 0, load_backs = 0;
     int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
             tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
   };
@@ -213,20 +232,31 @@ class Harness {
   struct Lens {
     int matched = 0;
     int safe = 0;
+    int lower = 0;  // further match in L2
   };
   Lens ModelMatch(const Hashes& h, int max_tokens) const {
     const int n = std::min<int>(static_cast<int>(h.size()), max_tokens / ps_);
+    auto in_tier = [&](int p, int tier) {
+      auto it = model_.find(h[p]);
+      return it != model_.end() && it->second.tier == tier;
+    };
     int matched = 0;
-    while (matched < n && model_.contains(h[matched])) ++matched;
+    while (matched < n && in_tier(matched, 0)) ++matched;
+    int lower = matched;
+    while (lower < n && in_tier(lower, 1)) ++lower;
     for (int k = matched; k >= 0; --k) {
       const int l = k * ps_;
       bool ok = true;
       for (int p = std::max(0, l - window_ + 1) / ps_; p < k && ok; ++p) {
         ok = model_.at(h[p]).swa != kNoPage;
       }
-      if (ok) return {matched * ps_, l};
+      if (ok) return {matched * ps_, l, (lower - matched) * ps_};
     }
-    return {matched * ps_, 0};
+    return {matched * ps_, 0, (lower - matched) * ps_};
+  }
+  // A page id the model may not know (moved between tiers): learn it.
+  static void Learn(PageId* model_id, PageId actual) {
+    if (*model_id == kUnknown) *model_id = actual;
   }
 
   // Applies the events of one operation to the model. `inserted` maps the
@@ -246,18 +276,19 @@ class Harness {
             auto in = inserted_.find(h);
             ASSERT_NE(in, inserted_.end()) << "stored a hash nobody inserted now";
             model_[h] = in->second;
-            if (in->second.swa != kNoPage) ++model_swa_;
             if (in->second.swa == kNoPage) stored_as_tombstone.insert(h);
             ++total_stored_;
             break;
           }
           case CacheEvent::Type::kRemoved:
             ASSERT_NE(it, model_.end()) << "removed a hash not cached: " << h;
-            if (it->second.swa != kNoPage) {
-              --model_swa_;
-              ++sr;
+            ++total_full_removed_;
+            total_swa_removed_ += it->second.swa != kNoPage;
+            // EvictResult counts L1 pages.
+            if (it->second.tier == 0) {
+              sr += it->second.swa != kNoPage;
+              ++fr;
             }
-            ++fr;
             ++coverage().evicted_full;
             model_.erase(it);
             break;
@@ -268,8 +299,8 @@ class Harness {
             }
             ASSERT_NE(it->second.swa, kNoPage) << "tombstoned a tombstone";
             it->second.swa = kNoPage;
-            --model_swa_;
-            ++sr;
+            ++total_swa_removed_;
+            if (it->second.tier == 0) ++sr;
             ++coverage().tombstoned;
             break;
           case CacheEvent::Type::kSwaStored: {
@@ -278,10 +309,29 @@ class Harness {
             auto in = inserted_.find(h);
             ASSERT_NE(in, inserted_.end()) << "healed without an insert";
             ASSERT_NE(in->second.swa, kNoPage) << "healed without a SWA page";
+            ASSERT_EQ(it->second.tier, 0) << "healed outside L1";
             it->second.swa = in->second.swa;
-            ++model_swa_;
             ++total_healed_;
             ++coverage().healed;
+            break;
+          }
+          case CacheEvent::Type::kTierChanged: {
+            ASSERT_NE(it, model_.end()) << "moved a hash not cached";
+            ASSERT_NE(l2_, nullptr) << "tier change without L2";
+            ASSERT_NE(it->second.tier, e.tier) << "moved to the tier it is in";
+            if (it->second.tier == 0) {  // demoted: its L1 pages are free now
+              ++fr;
+              sr += it->second.swa != kNoPage;
+              ++coverage().demoted;
+            } else {
+              ++coverage().promoted;
+            }
+            it->second.tier = e.tier;
+            // An insert's pages adopted into L1 are the inserter's own;
+            // otherwise the new ids are learnt from the next hit.
+            auto in = inserted_.find(h);
+            it->second.full = e.tier == 0 && in != inserted_.end() ? in->second.full : kUnknown;
+            if (it->second.swa != kNoPage) it->second.swa = kUnknown;
             break;
           }
         }
@@ -289,8 +339,6 @@ class Harness {
     }
     events_.clear();
     inserted_.clear();
-    total_full_removed_ += fr;
-    total_swa_removed_ += sr;
     if (full_removed != nullptr) *full_removed = fr;
     if (swa_removed != nullptr) *swa_removed = sr;
   }
@@ -313,6 +361,7 @@ class Harness {
       ASSERT_TRUE(hit.swa_pages().empty());
       ASSERT_FALSE(hit.swa_locked());
       for (int p = 0; p < hit.tokens() / ps_; ++p) {
+        Learn(&model_.at(h[p]).full, hit.full_pages()[p]);
         ASSERT_EQ(hit.full_pages()[p], model_.at(h[p]).full) << "page " << p;
       }
       return;
@@ -326,6 +375,7 @@ class Harness {
     for (int p = 0; p < pages; ++p) {
       ASSERT_EQ(pools_->full().state(hit.full_pages()[p]), PageState::kCached);
       ASSERT_TRUE(model_.contains(h[p])) << "hit on a page the cache never reported";
+      Learn(&model_.at(h[p]).full, hit.full_pages()[p]);
       ASSERT_EQ(hit.full_pages()[p], model_.at(h[p]).full) << "page " << p;
     }
     if (pages == 0) return;
@@ -336,6 +386,7 @@ class Harness {
       const PageId s = hit.swa_pages()[p - hit.swa_first_page()];
       ASSERT_TRUE(pools_->swa().Valid(s)) << "hit without SWA page " << p;
       ASSERT_EQ(pools_->swa().state(s), PageState::kCached);
+      Learn(&model_.at(h[p]).swa, s);
       ASSERT_EQ(s, model_.at(h[p]).swa) << "page " << p;
     }
   }
@@ -372,6 +423,24 @@ class Harness {
     const Hashes h = H(req.tokens, req.prompt_len);
     const int max_tokens = req.prompt_len - 1;
     const bool full_kv = Chance(35);
+    if (l2_ != nullptr && Chance(60)) {
+      last_op_ = "load back";
+      const MatchLengths before = cache_->Match(h, max_tokens);
+      const int min_tokens = Chance(70) ? 0 : Rand(4 * ps_);
+      const LoadBackResult lb = cache_->LoadBack(h, max_tokens, min_tokens);
+      ApplyEvents();
+      if (::testing::Test::HasFatalFailure()) return;
+      const MatchLengths after = cache_->Match(h, max_tokens);
+      ASSERT_LE(lb.pages * ps_, before.lower_tier_tokens);
+      if (before.lower_tier_tokens < min_tokens) {
+        ASSERT_EQ(lb.pages, 0);
+      }
+      // What came back extends the L1 match (unless L1 eviction took part
+      // of the L1 match to make room: it can, it is not locked).
+      ASSERT_LE(after.matched_tokens, before.matched_tokens + before.lower_tier_tokens);
+      coverage().load_backs += lb.pages > 0;
+      last_op_ = "start";
+    }
     CacheHit hit = cache_->MatchAndLock(h, {.max_tokens = max_tokens, .full_kv = full_kv});
     ApplyEvents();
     ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens, full_kv));
@@ -696,6 +765,7 @@ class Harness {
     const Lens want = ModelMatch(h, INT32_MAX);
     ASSERT_EQ(m.matched_tokens, want.matched);
     ASSERT_EQ(m.safe_tokens, want.safe);
+    ASSERT_EQ(m.lower_tier_tokens, want.lower);
   }
 
   void RawLock() {
@@ -798,16 +868,24 @@ class Harness {
 
     ASSERT_TRUE(events_.empty());
     // Model vs cache.
-    ASSERT_EQ(static_cast<int64_t>(model_.size()), cache_->cached_full_pages());
-    ASSERT_EQ(model_swa_, cache_->cached_swa_pages());
-    ASSERT_EQ(pools_->full().num_cached(), cache_->cached_full_pages());
-    ASSERT_EQ(pools_->swa().num_cached(), cache_->cached_swa_pages());
+    int64_t full_in[2] = {0, 0}, swa_in[2] = {0, 0};
     for (const auto& [h, page] : model_) {
-      ASSERT_EQ(pools_->full().state(page.full), PageState::kCached);
-      if (page.swa != kNoPage) {
-        ASSERT_EQ(pools_->swa().state(page.swa), PageState::kCached);
+      ++full_in[page.tier];
+      swa_in[page.tier] += page.swa != kNoPage;
+      const KvPools& pools = page.tier == 0 ? *pools_ : *l2_;
+      if (page.full != kUnknown) {
+        ASSERT_EQ(pools.full().state(page.full), PageState::kCached);
+      }
+      if (page.swa != kNoPage && page.swa != kUnknown) {
+        ASSERT_EQ(pools.swa().state(page.swa), PageState::kCached);
       }
     }
+    ASSERT_EQ(full_in[0], cache_->cached_full_pages());
+    ASSERT_EQ(swa_in[0], cache_->cached_swa_pages());
+    ASSERT_EQ(full_in[1], cache_->l2_full_pages());
+    ASSERT_EQ(swa_in[1], cache_->l2_swa_pages());
+    ASSERT_EQ(pools_->full().num_cached(), cache_->cached_full_pages());
+    ASSERT_EQ(pools_->swa().num_cached(), cache_->cached_swa_pages());
     // Sequences vs their models; private pages are exclusive.
     int64_t in_use_full = 0, in_use_swa = 0;
     absl::flat_hash_set<PageId> private_full, private_swa;
@@ -824,6 +902,7 @@ class Harness {
           ASSERT_EQ(f, r.hit_full[p]);
           ASSERT_EQ(pools_->full().state(f), PageState::kCached) << "locked page evicted";
           ASSERT_TRUE(model_.contains(r.hit_hashes[p])) << "locked page removed";
+          ASSERT_EQ(model_.at(r.hit_hashes[p]).tier, 0) << "locked page left L1";
           ASSERT_EQ(model_.at(r.hit_hashes[p]).full, f);
         } else {
           ASSERT_EQ(pools_->full().state(f), PageState::kInUse);
@@ -891,6 +970,10 @@ class Harness {
     EvictResult r = cache_->Evict(INT64_MAX / 4, INT64_MAX / 4);
     ApplyEvents();
     ASSERT_NO_FATAL_FAILURE(CheckAll());
+    ASSERT_EQ(cache_->cached_full_pages(), 0);  // all deleted or in L2
+    cache_->Clear();
+    ApplyEvents();
+    ASSERT_NO_FATAL_FAILURE(CheckAll());
     ASSERT_TRUE(model_.empty());
     ASSERT_EQ(cache_->cached_full_pages(), 0);
     ASSERT_EQ(pools_->full().num_free(), pools_->full().num_pages());
@@ -915,11 +998,11 @@ class Harness {
   int step_ = 0;
   const char* last_op_ = "";
   std::unique_ptr<KvPools> pools_;
+  std::unique_ptr<KvPools> l2_;  // may be null
   std::unique_ptr<PrefixCache> cache_;
   std::vector<CacheEvent> events_;
   absl::flat_hash_map<uint64_t, ModelPage> inserted_;
   absl::flat_hash_map<uint64_t, ModelPage> model_;
-  int64_t model_swa_ = 0;
   std::vector<Tokens> prefixes_;
   std::vector<Tokens> finished_;
   std::vector<Request> requests_;
@@ -955,7 +1038,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
       "window restores %lld (%lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
-      "SWA-only evictions keeping full KV %lld\n",
+      "SWA-only evictions keeping full KV %lld, L2: demoted %lld, promoted %lld pages, %lld load-backs\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
       (long long)c.appends_exhausted, (long long)c.rollbacks,
@@ -964,7 +1047,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       (long long)c.healed, (long long)c.divergence_windows,
       (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares,
       (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
-      (long long)c.tombstone_leaves);
+      (long long)c.tombstone_leaves, (long long)c.demoted, (long long)c.promoted,
+      (long long)c.load_backs);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
   EXPECT_GT(c.hit_tokens, 10000);
@@ -981,6 +1065,9 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);
   EXPECT_GT(c.tombstone_leaves, 500);
+  EXPECT_GT(c.demoted, 1000);
+  EXPECT_GT(c.promoted, 1000);
+  EXPECT_GT(c.load_backs, 100);
 }
 
 }  // namespace
