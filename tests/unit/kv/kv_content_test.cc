@@ -96,6 +96,16 @@ class ContentHarness {
     pools_ = std::move(*pools);
     PrefixCacheOptions co;
     co.pools = pools_.get();
+    if (Rand(2) == 0) {
+      // An L2 tier (issue 21): demoted pages must come back byte for byte.
+      KvPoolsOptions l2 = o;
+      l2.full_pages = 8 + Rand(static_cast<int>(2 * o.full_pages));
+      l2.swa_pages = 4 + Rand(static_cast<int>(l2.full_pages));
+      absl::StatusOr<std::unique_ptr<KvPools>> l2_pools = KvPools::Create(l2);
+      EXPECT_TRUE(l2_pools.ok()) << l2_pools.status();
+      l2_ = std::move(*l2_pools);
+      co.l2 = l2_.get();
+    }
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     EXPECT_TRUE(cache.ok()) << cache.status();
     cache_ = std::move(*cache);
@@ -113,6 +123,7 @@ class ContentHarness {
 
   std::string Describe() const {
     return "W=" + std::to_string(window_) + " page_size=" + std::to_string(ps_) +
+           (l2_ == nullptr ? "" : " L2") +
            " full_pages=" + std::to_string(pools_->full().num_pages()) +
            " swa_pages=" + std::to_string(pools_->swa().num_pages());
   }
@@ -147,7 +158,7 @@ class ContentHarness {
   }
 
   struct Counters {
-    int64_t hit_tokens = 0, healed = 0, tombstoned = 0, evicted = 0;
+    int64_t hit_tokens = 0, healed = 0, tombstoned = 0, evicted = 0, loaded_back = 0;
   };
   static Counters& counters() {
     static Counters c;
@@ -230,11 +241,14 @@ class ContentHarness {
   }
 
   void ScribbleFreePages() {
-    for (PoolKind kind : {PoolKind::kFull, PoolKind::kSwa}) {
-      PagePool& pool = pools_->pool(kind);
-      for (PageId p = 0; p < pool.num_pages(); ++p) {
-        if (pool.state(p) == PageState::kFree) {
-          std::memset(pool.PageData(p), 0xEE ^ (p & 0xFF), pool.page_bytes());
+    for (KvPools* pools : {pools_.get(), l2_.get()}) {
+      if (pools == nullptr) continue;
+      for (PoolKind kind : {PoolKind::kFull, PoolKind::kSwa}) {
+        PagePool& pool = pools->pool(kind);
+        for (PageId p = 0; p < pool.num_pages(); ++p) {
+          if (pool.state(p) == PageState::kFree) {
+            std::memset(pool.PageData(p), 0xEE ^ (p & 0xFF), pool.page_bytes());
+          }
         }
       }
     }
@@ -247,6 +261,9 @@ class ContentHarness {
     r.tokens = RandomPrompt();
     r.prompt_len = static_cast<int>(r.tokens.size());
     const std::vector<uint64_t> h = base::ChainedPageHashes(r.tokens, ps_);
+    if (l2_ != nullptr && Rand(4) != 0) {
+      counters().loaded_back += cache_->LoadBack(h, r.prompt_len - 1).pages;
+    }
     CacheHit hit = cache_->MatchAndLock(h, r.prompt_len - 1);
     r.hit_tokens = hit.tokens();
     SequenceOptions so;
@@ -348,6 +365,7 @@ class ContentHarness {
   int ps_ = 4;
   const char* op_ = "";
   std::unique_ptr<KvPools> pools_;
+  std::unique_ptr<KvPools> l2_;  // may be null
   std::unique_ptr<PrefixCache> cache_;
   std::vector<Tokens> prefixes_;
   std::vector<Tokens> finished_;
@@ -370,13 +388,15 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
   const ContentHarness::Counters& c = ContentHarness::counters();
   std::printf(
       "verified %lld hit tokens byte by byte; %lld pages evicted, %lld "
-      "tombstones, %lld SWA pages healed\n",
+      "tombstones, %lld SWA pages healed, %lld pages loaded back from L2\n",
       static_cast<long long>(c.hit_tokens), static_cast<long long>(c.evicted),
-      static_cast<long long>(c.tombstoned), static_cast<long long>(c.healed));
+      static_cast<long long>(c.tombstoned), static_cast<long long>(c.healed),
+      static_cast<long long>(c.loaded_back));
   EXPECT_GT(c.hit_tokens, 10000);
   EXPECT_GT(c.evicted, 1000);
   EXPECT_GT(c.tombstoned, 100);
   EXPECT_GT(c.healed, 100);
+  EXPECT_GT(c.loaded_back, 1000);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, KvContentTest,

@@ -63,6 +63,15 @@ class PrefixCacheTest : public ::testing::Test {
     PrefixCacheOptions co;
     co.pools = pools_.get();
     co.keep_restorable_tombstones = keep_tombstones_;
+    if (l2_full_pages_ > 0) {
+      KvPoolsOptions l2 = o;
+      l2.full_pages = l2_full_pages_;
+      l2.swa_pages = l2_swa_pages_;
+      absl::StatusOr<std::unique_ptr<KvPools>> l2_pools = KvPools::Create(l2);
+      ASSERT_TRUE(l2_pools.ok()) << l2_pools.status();
+      l2_ = std::move(*l2_pools);
+      co.l2 = l2_.get();
+    }
     co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -181,6 +190,10 @@ class PrefixCacheTest : public ::testing::Test {
   std::vector<CacheEvent> events_;
   int ps_ = 4;
   bool keep_tombstones_ = false;  // PrefixCacheOptions::keep_restorable_tombstones
+  // L2 pools (0: no L2).
+  int64_t l2_full_pages_ = 0;
+  int64_t l2_swa_pages_ = 0;
+  std::unique_ptr<KvPools> l2_;
 };
 
 #define CHECK_CACHE() ASSERT_NO_FATAL_FAILURE(Check())
@@ -747,6 +760,104 @@ TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
   // Then LRU among the hot: a (older) before b's tail.
   EXPECT_EQ(Events(CacheEvent::Type::kRemoved), Sorted(a));
   EXPECT_EQ(M(b), Lens(20, 20));
+}
+
+TEST_F(PrefixCacheTest, EvictionDemotesToL2KeepingOnlyTheTrailingWindowsSwa) {
+  l2_full_pages_ = 16;
+  l2_swa_pages_ = 8;
+  Init(8);  // W = 8, 4-token pages: a window is 2 pages
+  const Hashes a = H({1, 2, 3, 4});
+  Insert(a);
+  ClearEvents();
+  EvictResult r = cache_->Evict(4, 0);
+  CHECK_CACHE();
+  // All four L1 pages are free; the trailing window [2, 4) went down with
+  // its SWA, the rest (one child, not a hit end) without.
+  EXPECT_EQ(r.full_pages_freed, 4);
+  EXPECT_EQ(cache_->cached_full_pages(), 0);
+  EXPECT_EQ(cache_->l2_full_pages(), 4);
+  EXPECT_EQ(cache_->l2_swa_pages(), 2);
+  EXPECT_TRUE(Events(CacheEvent::Type::kRemoved).empty());
+  EXPECT_EQ(Events(CacheEvent::Type::kTierChanged), Sorted(a));
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(Prefix(a, 2)));
+  // Not usable until loaded back; Match says how much L2 holds.
+  const Hashes longer = H({1, 2, 3, 4, 5});
+  MatchLengths m = cache_->Match(longer);
+  EXPECT_EQ(m.matched_tokens, 0);
+  EXPECT_EQ(m.lower_tier_tokens, 16);
+  EXPECT_EQ(cache_->MatchAndLock(longer).tokens(), 0);
+  // Below the threshold nothing moves; at it everything does.
+  EXPECT_EQ(cache_->LoadBack(longer, INT32_MAX, 17).pages, 0);
+  ClearEvents();
+  LoadBackResult lb = cache_->LoadBack(longer, INT32_MAX, 16);
+  CHECK_CACHE();
+  EXPECT_EQ(lb.pages, 4);
+  EXPECT_EQ(lb.swa_pages, 2);
+  EXPECT_EQ(cache_->l2_full_pages(), 0);
+  EXPECT_EQ(Events(CacheEvent::Type::kTierChanged), Sorted(a));
+  EXPECT_EQ(M(longer), Lens(16, 16));  // the window came back: window-safe
+  EXPECT_EQ(cache_->stats().demoted_pages.load(), 4);
+  EXPECT_EQ(cache_->stats().loaded_back_pages.load(), 4);
+}
+
+TEST_F(PrefixCacheTest, AnInsertAdoptsTheL2NodesOnItsPath) {
+  l2_full_pages_ = 16;
+  l2_swa_pages_ = 8;
+  Init(8);
+  const Hashes a = H({1, 2, 3, 4});
+  Insert(a);
+  cache_->Evict(4, 0);
+  ClearEvents();
+  const Hashes b = H({1, 2, 3, 4, 5, 6});
+  Inserted in = Insert(b, /*live_from=*/4);  // the request recomputed a's pages
+  CHECK_CACHE();
+  EXPECT_EQ(cache_->l2_full_pages(), 0) << "the path is back in L1";
+  EXPECT_EQ(cache_->cached_full_pages(), 6);
+  ExpectCached(pools_->full(), in.full);  // the request's pages, adopted
+  EXPECT_EQ(Events(CacheEvent::Type::kTierChanged), Sorted(a));
+  EXPECT_EQ(M(H({1, 2, 3, 4, 5, 6, 7})), Lens(24, 24));
+}
+
+TEST_F(PrefixCacheTest, FullL2DeletesItsLeastRecentlyUsedLeaves) {
+  l2_full_pages_ = 4;
+  l2_swa_pages_ = 4;
+  Init(8);
+  const Hashes a = H({1, 2}), b = H({3, 4}), c = H({5, 6});
+  Insert(a);
+  Insert(b);
+  Insert(c);
+  ClearEvents();
+  cache_->Evict(6, 0);  // a, b fill L2; c pushes a out
+  CHECK_CACHE();
+  EXPECT_EQ(cache_->cached_full_pages(), 0);
+  EXPECT_EQ(cache_->l2_full_pages(), 4);
+  EXPECT_EQ(Events(CacheEvent::Type::kRemoved), Sorted(a));
+  EXPECT_EQ(cache_->Match(c).lower_tier_tokens, 8);
+  cache_->Clear();
+  CHECK_CACHE();
+  EXPECT_EQ(cache_->l2_full_pages(), 0);
+}
+
+TEST(PrefixCacheCreate, RejectsAnL2OfAnotherShape) {
+  KvPoolsOptions o;
+  o.shape.full_layers = 1;
+  o.shape.full_kv_heads = 1;
+  o.shape.full_k_head_dim = 4;
+  o.shape.full_v_head_dim = 4;
+  o.shape.swa_layers = 1;
+  o.shape.swa_kv_heads = 1;
+  o.shape.swa_k_head_dim = 4;
+  o.shape.swa_v_head_dim = 4;
+  o.shape.sliding_window = 8;
+  o.shape.page_size = 4;
+  o.full_pages = o.swa_pages = 4;
+  o.allocate_memory = false;
+  std::unique_ptr<KvPools> l1 = *KvPools::Create(o);
+  o.shape.page_size = 8;
+  std::unique_ptr<KvPools> l2 = *KvPools::Create(o);
+  absl::StatusOr<std::unique_ptr<PrefixCache>> c =
+      PrefixCache::Create({.pools = l1.get(), .l2 = l2.get()});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(PrefixCacheTest, HealingInsertRestoresSwaOfATombstone) {
