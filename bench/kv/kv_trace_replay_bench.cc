@@ -62,6 +62,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -101,6 +102,10 @@ struct Flags {
   std::vector<double> sweep_ratios = {0.005, 0.01, 0.02, 0.05, 0.1};
   int64_t limit = 0;
   bool infinite = true;
+  // Tiers (issue 21): L2 bytes as a multiple of L1's, and its SWA/full
+  // token ratio (0: no tier section).
+  double l2_factor = 2.0;
+  double l2_ratio = 0.02;
 };
 
 std::vector<double> ParseList(absl::string_view s, bool counts) {
@@ -237,6 +242,10 @@ struct CacheSpec {
   // (PrefixCacheOptions::keep_restorable_tombstones) and sequences keep cold
   // SWA checkpoints every --checkpoint tokens (default 2048, the worker's).
   bool restore = false;
+  // L2 tier (issue 21; 0: none): host pools of this many pages; before each
+  // lookup the request loads its match's L2 part back (PrefixCache::LoadBack).
+  int64_t l2_full_pages = 0;
+  int64_t l2_swa_pages = 0;
 };
 
 struct ReplayResult {
@@ -262,6 +271,8 @@ struct ReplayResult {
   int64_t tombstoned_nodes = 0;
   int64_t nodes = 0;
   int64_t tombstone_nodes = 0;
+  int64_t demoted_pages = 0;      // L1 -> L2
+  int64_t loaded_back_pages = 0;  // L2 -> L1
   double seconds = 0;
 
   double HitRate() const { return prompt_tokens ? double(hit_tokens) / prompt_tokens : 0; }
@@ -289,8 +300,17 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   auto pools_or = KvPools::Create(po);
   if (!pools_or.ok()) Die(std::string(pools_or.status().message()));
   std::unique_ptr<KvPools> pools = *std::move(pools_or);
+  std::unique_ptr<KvPools> l2;
+  if (spec.l2_full_pages > 0) {
+    po.full_pages = spec.l2_full_pages;
+    po.swa_pages = spec.l2_swa_pages;
+    auto l2_or = KvPools::Create(po);
+    if (!l2_or.ok()) Die(std::string(l2_or.status().message()));
+    l2 = *std::move(l2_or);
+  }
   PrefixCacheOptions co;
   co.pools = pools.get();
+  co.l2 = l2.get();
   co.keep_restorable_tombstones = spec.restore;
   auto cache_or = PrefixCache::Create(co);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
@@ -311,6 +331,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
     const int len = prompts.length[i];
     absl::Span<const uint64_t> hashes = prompts.Hashes(i);
     MatchOptions mo{.max_tokens = len - 1};
+    if (l2 != nullptr) res.loaded_back_pages += cache->LoadBack(hashes, mo.max_tokens).pages;
     sched::WindowRestoreChoice choice;
     if (spec.restore) {
       const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
@@ -378,6 +399,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   res.tombstoned_nodes = st.tombstoned_nodes.load();
   res.nodes = st.nodes.load();
   res.tombstone_nodes = st.tombstone_nodes.load();
+  res.demoted_pages = st.demoted_pages.load();
   res.cached_full_pages = cache->cached_full_pages();
   res.cached_swa_pages = cache->cached_swa_pages();
   res.cached_bytes = static_cast<double>(res.cached_full_pages) * pools->full().page_bytes() +
@@ -422,6 +444,10 @@ nlohmann::json ToJson(const ReplayResult& r, int ps) {
       {"tombstoned_nodes", r.tombstoned_nodes},
       {"nodes_at_end", r.nodes},
       {"tombstone_nodes_at_end", r.tombstone_nodes},
+      {"l2_full_pages", r.spec.l2_full_pages},
+      {"l2_swa_pages", r.spec.l2_swa_pages},
+      {"demoted_pages", r.demoted_pages},
+      {"loaded_back_pages", r.loaded_back_pages},
       {"seconds", r.seconds},
   };
 }
@@ -484,6 +510,10 @@ int Main(int argc, char** argv) {
       flags.infinite = false;
     } else if (a == "--no-divergence-window") {
       g_keep_divergence_window = false;
+    } else if (is("--l2-factor")) {
+      flags.l2_factor = std::atof(value("--l2-factor").c_str());
+    } else if (is("--l2-ratio")) {
+      flags.l2_ratio = ParseList(value("--l2-ratio"), false).at(0);
     } else if (is("--checkpoint")) {
       g_checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
     } else if (a == "--help" || a == "-h") {
@@ -608,6 +638,42 @@ int Main(int argc, char** argv) {
                          prompts, flags.chunk));
     PrintRow(inf.back(), ps);
     for (const ReplayResult& r : inf) results.push_back(ToJson(r, ps));
+  }
+
+  // --- Tiers (issue 21) -----------------------------------------------------
+  if (flags.l2_factor > 0) {
+    std::printf("\n== Tiers: L1 at the budget, L2 = %gx its bytes (SWA/full ratio %g), load-back "
+                "before every lookup ==\n", flags.l2_factor, flags.l2_ratio);
+    PrintHeader();
+    for (size_t bi = 0; bi < flags.budgets.size(); ++bi) {
+      for (const std::string& base : duals) {
+        CacheSpec spec = sized(base, dual_shape, flags.budgets[bi], 1, flags.ratio);
+        spec.name = base + "+L2";
+        const int64_t l2_bytes = static_cast<int64_t>(flags.budgets[bi] * single_token_bytes *
+                                                      flags.l2_factor);
+        absl::StatusOr<PoolSizes> l2 = SizePools(dual_shape, l2_bytes, flags.l2_ratio);
+        if (!l2.ok()) Die(std::string(l2.status().message()));
+        spec.l2_full_pages = l2->full_pages;
+        spec.l2_swa_pages = l2->swa_pages;
+        ReplayResult r = Replay(spec, prompts, flags.chunk);
+        PrintRow(r, ps);
+        const ReplayResult& l1_only = rows[bi].duals[&base - duals.data()];
+        const ReplayResult* ref = inf.empty() ? nullptr : &inf[&base - duals.data()];
+        std::printf("    L1 only %.2f%% -> L1+L2 %.2f%% effective hit; %lld pages demoted, %lld "
+                    "loaded back%s\n",
+                    100 * l1_only.EffectiveHitRate(), 100 * r.EffectiveHitRate(),
+                    static_cast<long long>(r.demoted_pages),
+                    static_cast<long long>(r.loaded_back_pages),
+                    ref == nullptr
+                        ? ""
+                        : absl::StrCat("; ", absl::SixDigits(100 * r.EffectiveHitRate() /
+                                                             ref->EffectiveHitRate()),
+                                       "% of the infinite cache's ",
+                                       absl::SixDigits(100 * ref->EffectiveHitRate()), "%")
+                              .c_str());
+        results.push_back(ToJson(r, ps));
+      }
+    }
   }
 
   std::printf(
