@@ -87,6 +87,53 @@ absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
                 {{"tombstone"}, static_cast<double>(tomb)}};
           }),
       "swaserve_prefix_cache_nodes"));
+  if (!cache->has_l2()) return m;
+  // Tiers (issue 21).
+  RETURN_IF_ERROR(add(
+      registry->AddCallbackGauge(
+          "swaserve_prefix_cache_tier_pages",
+          "Pages the prefix cache holds per tier (l1: the KV pools; l2: the host tier) and pool",
+          {"tier", "pool"},
+          [cache] {
+            return std::vector<metrics::CallbackSample>{
+                {{"l1", "full"}, static_cast<double>(cache->cached_full_pages())},
+                {{"l1", "swa"}, static_cast<double>(cache->cached_swa_pages())},
+                {{"l2", "full"}, static_cast<double>(cache->l2_full_pages())},
+                {{"l2", "swa"}, static_cast<double>(cache->l2_swa_pages())}};
+          }),
+      "swaserve_prefix_cache_tier_pages"));
+  RETURN_IF_ERROR(add(
+      registry->AddCallbackCounter(
+          "swaserve_prefix_cache_tier_moved_pages_total",
+          "Full pages moved between tiers (demoted: L1 eviction to L2; loaded_back: L2 to L1 "
+          "for a hit; evicted: deleted from L2)",
+          {"direction"},
+          [st] {
+            return std::vector<metrics::CallbackSample>{
+                {{"demoted"}, static_cast<double>(st->demoted_pages.load())},
+                {{"loaded_back"}, static_cast<double>(st->loaded_back_pages.load())},
+                {{"evicted"}, static_cast<double>(st->l2_evicted_full_pages.load())}};
+          }),
+      "swaserve_prefix_cache_tier_moved_pages_total"));
+  const CounterDef tier_counters[] = {
+      {"swaserve_prefix_cache_loaded_back_bytes_total",
+       "Bytes copied from L2 back to L1 for prefix hits", &st->loaded_back_bytes},
+      {"swaserve_prefix_cache_tier_dropped_swa_pages_total",
+       "SWA pages not kept when their node was demoted (only trailing windows go down)",
+       &st->dropped_swa_pages},
+  };
+  for (const CounterDef& c : tier_counters) {
+    const std::atomic<int64_t>* v = c.value;
+    RETURN_IF_ERROR(add(registry->AddCallbackCounter(
+                            c.name, c.help,
+                            [v] { return static_cast<double>(v->load()); }),
+                        c.name));
+  }
+  RETURN_IF_ERROR(add(registry->AddCallbackCounter(
+                          "swaserve_prefix_cache_loaded_back_seconds_total",
+                          "Time spent copying L2 pages back to L1",
+                          [st] { return st->loaded_back_nanos.load() * 1e-9; }),
+                      "swaserve_prefix_cache_loaded_back_seconds_total"));
   return m;
 }
 

@@ -50,6 +50,21 @@
 // full KV away (bench/RESULTS.md, Window restore: at SWA/full ratio 0.01 the
 // full-KV match at 1M rises from 23.0% to 27.9% of prompt tokens).
 //
+// Tiers (issue 21, PrefixCacheOptions::l2): every node lives in one tier,
+// L1 (the KV pools requests read) or L2 (a second pair of pools), and tiers
+// only grow down a path (a child is never in a higher tier than its parent).
+// The full pass above demotes instead of deleting: it takes least-recently
+// used unlocked L1 nodes without L1 children, copies their full pages to L2
+// and, only for the node's trailing window and only where a hit can end (a
+// leaf or a divergence point), their SWA pages (ARCHITECTURE §3: lower tiers
+// hold SWA KV for windows only); the node is split so that exactly that
+// window keeps SWA. L2 makes room the same way L1 used to: LRU leaves are
+// deleted, LRU SWA tombstoned. Requests only ever lock L1 nodes: Match and
+// MatchAndLock stop where L1 stops (Match reports the L2 part as
+// lower_tier_tokens), and LoadBack() moves a prompt's L2 part into L1 first
+// (the worker calls it when the request is admitted). An Insert whose path
+// runs through L2 nodes adopts its own freshly computed pages for them.
+//
 // Insert() hands a finished (or partially computed) request's pages to the
 // cache: pages that extend the tree become new nodes (tombstones where the
 // request kept no SWA KV, live nodes where it did: typically [tombstone |
@@ -222,6 +237,7 @@ struct PrefixCacheStats {
   std::atomic<int64_t> dropped_swa_pages{0};  // SWA pages not kept on demotion
   std::atomic<int64_t> loaded_back_pages{0};  // full pages L2 -> L1
   std::atomic<int64_t> loaded_back_bytes{0};
+  std::atomic<int64_t> loaded_back_nanos{0};     // copying time
   std::atomic<int64_t> l2_evicted_full_pages{0};  // deleted from L2
 };
 

@@ -276,6 +276,8 @@ LoadBackResult PrefixCache::LoadBack(absl::Span<const uint64_t> page_hashes, int
   }
   stats_.loaded_back_pages.fetch_add(result.pages, std::memory_order_relaxed);
   stats_.loaded_back_bytes.fetch_add(result.bytes, std::memory_order_relaxed);
+  stats_.loaded_back_nanos.fetch_add(static_cast<int64_t>(result.seconds * 1e9),
+                                     std::memory_order_relaxed);
   return result;
 }
 

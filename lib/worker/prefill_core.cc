@@ -200,6 +200,9 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   const model::ModelConfig& c = options.engine->config();
   const int K = c.num_mtp_layers;
   kv::MatchOptions mo{.max_tokens = n - std::max(1, K)};
+  if (options.cache->has_l2()) {
+    options.cache->LoadBack(r.hashes, mo.max_tokens, options.load_back_min_tokens);
+  }
   sched::WindowRestoreChoice choice;
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);

@@ -126,6 +126,10 @@ struct PrefillCoreOptions {
   // the prefix cache, cold, so that a later prompt diverging from it is
   // window-safe at most this far back. 0 (the default): off.
   int swa_checkpoint_tokens = 0;
+  // L2 tier (when the cache has one): a prompt's match is loaded back from
+  // L2 into L1 (kv::PrefixCache::LoadBack) when at least this many of its
+  // tokens are in L2. Default 64.
+  int load_back_min_tokens = 64;
   metrics::Registry* registry = nullptr;
 };
 

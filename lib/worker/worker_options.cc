@@ -19,6 +19,13 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("kv.prefill_mib"), &o->prefill_kv_mib, "KV pool bytes of the prefill side (MiB)")
       .Add(key("kv.decode_mib"), &o->decode_kv_mib, "KV pool bytes of the decode side (MiB)")
       .Add(key("kv.swa_full_ratio"), &o->swa_full_ratio, "SWA pool tokens per full pool token")
+      .Add(key("kv.l2_ratio"), &o->l2_ratio,
+           "prefill L2 tier (host memory) bytes as a multiple of kv.prefill_mib; evicted "
+           "prefix-cache pages go there and come back on a hit (0: no L2)")
+      .Add(key("kv.l2_swa_full_ratio"), &o->l2_swa_full_ratio,
+           "SWA tokens per full token in the L2 tier (it keeps trailing windows only)")
+      .Add(key("prefill.load_back_min_tokens"), &o->load_back_min_tokens,
+           "load a prompt's prefix back from L2 when at least this many of its tokens are there")
       .Add(key("prefill.policy"), &o->policy, "compute_aware or fcfs")
       .Add(key("prefill.aging_tokens_per_second"), &o->aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
@@ -91,6 +98,11 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
     return absl::InvalidArgumentError("--role must be prefill, decode or both, got " + o->role);
   }
   if (o->model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (o->l2_ratio < 0 || o->l2_ratio > 1024 || o->l2_swa_full_ratio < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv.l2_ratio must be between 0 (no L2) and 1024 and --kv.l2_swa_full_ratio >= 0, got ",
+        o->l2_ratio, " and ", o->l2_swa_full_ratio));
+  }
   if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prefill.swa_checkpoint_tokens must be between 0 (off) and 2^30, got ",

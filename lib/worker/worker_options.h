@@ -33,6 +33,12 @@ struct WorkerOptions {
   int64_t prefill_kv_mib = 256;
   int64_t decode_kv_mib = 256;
   double swa_full_ratio = 0.25;
+  // Prefill L2 tier (host memory; kv::PrefixCacheOptions::l2): its bytes as
+  // a multiple of the prefill KV pool's (0: no L2), and its own SWA/full
+  // token ratio (it holds only trailing windows).
+  double l2_ratio = 2.0;
+  double l2_swa_full_ratio = 0.1;
+  int64_t load_back_min_tokens = 64;
   std::string policy = "compute_aware";
   // Library defaults (lib/sched/prefill_scheduler.h); scale aging with the
   // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).

@@ -87,6 +87,7 @@ struct Worker {
   std::unique_ptr<transfer::TransferEngine> transfer;
   CacheEventForwarder forwarder;
   std::unique_ptr<kv::KvPools> prefill_pools, decode_pools;
+  std::unique_ptr<kv::KvPools> prefill_l2;  // may be null
   std::unique_ptr<kv::PrefixCache> cache;
   std::unique_ptr<kv::KvMetrics> kv_metrics;
   std::unique_ptr<worker::PrefillCore> prefill_core;
@@ -128,12 +129,19 @@ absl::Status Worker::LoadModel() {
 absl::Status Worker::BuildPrefill() {
   ASSIGN_OR_RETURN(prefill_pools,
                    kv::KvPools::CreateForBudget(shape, o.prefill_kv_mib << 20, o.swa_full_ratio));
+  if (o.l2_ratio > 0) {
+    ASSIGN_OR_RETURN(prefill_l2,
+                     kv::KvPools::CreateForBudget(
+                         shape, static_cast<int64_t>(o.l2_ratio * (o.prefill_kv_mib << 20)),
+                         o.l2_swa_full_ratio));
+  }
   ASSIGN_OR_RETURN(cache, kv::PrefixCache::Create(
                               {.pools = prefill_pools.get(),
                                .on_event = [this](const kv::CacheEvent& e) { forwarder(e); },
                                // Full KV whose window was evicted is worth
                                // keeping only where windows are restored.
-                               .keep_restorable_tombstones = o.window_restore_min_saved_work >= 0}));
+                               .keep_restorable_tombstones = o.window_restore_min_saved_work >= 0,
+                               .l2 = prefill_l2.get()}));
   // KV metrics describe the prefill side's pools and prefix cache (the
   // cache hit rate an SRE watches); in monolithic mode the decode pools
   // show in swaserve_decode_* and the load reports.
@@ -156,6 +164,7 @@ absl::Status Worker::BuildPrefill() {
   po.max_prompt_tokens = static_cast<int>(o.max_prompt_tokens);
   po.window_restore_min_saved_work = o.window_restore_min_saved_work;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
+  po.load_back_min_tokens = static_cast<int>(o.load_back_min_tokens);
   po.registry = &registry;
   ASSIGN_OR_RETURN(prefill_core, worker::PrefillCore::Create(po));
   worker::KvSenderOptions so;
