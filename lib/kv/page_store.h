@@ -83,20 +83,6 @@ struct PageStoreStats {
   // knows them (the file store; not Redis, whose bound is its own).
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> entries{0};
-};        // stored
-  std::atomic<int64_t> put_bytes{0};   // payload bytes stored
-  std::atomic<int64_t> put_errors{0};  // backend unavailable, too large, I/O
-  std::atomic<int64_t> gets{0};
-  std::atomic<int64_t> hits{0};
-  std::atomic<int64_t> get_bytes{0};  // payload bytes read by hits
-  std::atomic<int64_t> misses{0};     // absent
-  std::atomic<int64_t> corrupt{
-      0};  // present but failed verification (then erased)
-  std::atomic<int64_t> get_errors{
-      0};  // backend unavailable, I/O, wrong out size
-  std::atomic<int64_t> evictions{0};  // LRU evictions by the store itself
-  std::atomic<int64_t> bytes{0};  // gauge: bytes held (where the backend knows)
-  std::atomic<int64_t> entries{0};  // gauge
 };
 
 class PageStore {
