@@ -24,31 +24,17 @@
 #include "gtest/gtest.h"
 #include "lib/kv/page_blob.h"
 #include "tests/integration/cluster/redis_server.h"
+#include "tests/unit/kv/page_store_test_util.h"
 
 namespace swaserve::cluster {
 namespace {
 
+using kv::testing::IsSomeVersion;
+using kv::testing::Payload;
 using ::testing::HasSubstr;
 
 kv::PageKey Key(uint64_t i) {
   return kv::PageKey{.hash = 0x5000 + i, .layout = 0x77};
-}
-
-// Deterministic bytes for (key, version); the version is in the first 8.
-std::vector<uint8_t> Payload(uint64_t key, uint64_t version, size_t size) {
-  std::vector<uint8_t> p(size);
-  std::mt19937_64 rng(key * 7919 + version);
-  for (auto& b : p) b = static_cast<uint8_t>(rng());
-  for (size_t i = 0; i < 8 && i < size; ++i) {
-    p[i] = static_cast<uint8_t>(version >> (8 * i));
-  }
-  return p;
-}
-
-uint64_t VersionOf(const std::vector<uint8_t>& bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{bytes[i]} << (8 * i);
-  return v;
 }
 
 class RedisPageStoreTest : public ::testing::Test {
@@ -350,11 +336,7 @@ TEST_F(RedisPageStoreTest, ConcurrentCallersNeverSeeWrongBytes) {
           std::vector<uint8_t> out(kSize);
           if (store->Get(Key(key), absl::MakeSpan(out)).ok()) {
             ++hits;
-            const uint64_t v = VersionOf(out);
-            if (v == 0 || v > versions[key].load() ||
-                out != Payload(key, v, kSize)) {
-              ++wrong;
-            }
+            if (!IsSomeVersion(out, key, versions[key].load())) ++wrong;
           }
         }
       }

@@ -29,28 +29,19 @@
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
 #include "lib/kv/page_blob.h"
+#include "tests/unit/kv/page_store_test_util.h"
 
 namespace swaserve::kv {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using testing::IsSomeVersion;
+using testing::Payload;
 
 constexpr int64_t kHeader = static_cast<int64_t>(kPageBlobHeaderBytes);
 
 PageKey Key(uint64_t i) { return PageKey{.hash = 1000 + i, .layout = 0xABC}; }
-
-// Deterministic bytes for (key, version): the version is in the first 8
-// bytes, so a reader can say which Put it got.
-std::vector<uint8_t> Payload(uint64_t key, uint64_t version, size_t size) {
-  std::vector<uint8_t> p(size);
-  std::mt19937_64 rng(key * 1000003 + version);
-  for (size_t i = 0; i < size; ++i) p[i] = static_cast<uint8_t>(rng());
-  for (size_t i = 0; i < 8 && i < size; ++i) {
-    p[i] = static_cast<uint8_t>(version >> (8 * i));
-  }
-  return p;
-}
 
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> names;
@@ -95,6 +86,14 @@ class FilePageStoreTest : public ::testing::Test {
 
   void Put(uint64_t key, uint64_t version, size_t size) {
     ASSERT_TRUE(store_->Put(Key(key), Payload(key, version, size)).ok());
+  }
+
+  // Puts keys 1, 2, 3 (version 0, `size` bytes) into a store bounded to
+  // exactly three of them, then reads 1: 2 is the least recently used.
+  void FillThreeAndRead1(size_t size) {
+    Open(3 * (kHeader + static_cast<int64_t>(size)));
+    for (uint64_t k : {1, 2, 3}) Put(k, 0, size);
+    ASSERT_TRUE(GetAndCheck(1, 0, size).ok());
   }
 
   // Get of `key` with a `size`-byte buffer; on OK, checks the bytes are
@@ -164,11 +163,7 @@ TEST_F(FilePageStoreTest, PutGetEraseRoundTrip) {
 TEST_F(FilePageStoreTest, LruBoundEvictsOldestAndGetRefreshes) {
   constexpr size_t kSize = 1000;
   const int64_t blob = kHeader + kSize;
-  Open(3 * blob);
-  Put(1, 0, kSize);
-  Put(2, 0, kSize);
-  Put(3, 0, kSize);
-  ASSERT_TRUE(GetAndCheck(1, 0, kSize).ok());  // 2 is now the oldest
+  FillThreeAndRead1(kSize);  // 2 is the oldest
   Put(4, 0, kSize);
   EXPECT_FALSE(store_->Contains(Key(2)));
   EXPECT_FALSE(fs::exists(store_->PathOf(Key(2))));
@@ -214,11 +209,7 @@ TEST_F(FilePageStoreTest, ReplacingTheOldestBlobDoesNotEvictIt) {
 TEST_F(FilePageStoreTest, WarmRestartKeepsBlobsAndRecency) {
   constexpr size_t kSize = 4096;
   const int64_t blob = kHeader + kSize;
-  Open(3 * blob);
-  Put(1, 0, kSize);
-  Put(2, 0, kSize);
-  Put(3, 0, kSize);
-  ASSERT_TRUE(GetAndCheck(1, 0, kSize).ok());  // order now 2 < 3 < 1
+  FillThreeAndRead1(kSize);  // order now 2 < 3 < 1
 
   Open(3 * blob);  // a restarted worker
   EXPECT_EQ(store_->entries(), 3);
@@ -503,12 +494,7 @@ TEST_F(FilePageStoreTest, ConcurrentOperationsNeverReturnWrongBytes) {
         std::vector<uint8_t> out(size_of(key));
         if (store_->Get(Key(key), absl::MakeSpan(out)).ok()) {
           ++hits;
-          uint64_t v = 0;
-          for (int b = 0; b < 8; ++b) v |= uint64_t{out[b]} << (8 * b);
-          if (v == 0 || v > next_version[key].load() ||
-              out != Payload(key, v, size_of(key))) {
-            ++wrong;
-          }
+          if (!IsSomeVersion(out, key, next_version[key].load())) ++wrong;
         }
       } else {
         store_->Erase(Key(key));
@@ -569,9 +555,7 @@ TEST_F(FilePageStoreTest, ConcurrentOperationsNeverReturnWrongBytes) {
   for (uint64_t key = 0; key < kKeys; ++key) {
     std::vector<uint8_t> out(size_of(key));
     if (!store_->Get(Key(key), absl::MakeSpan(out)).ok()) continue;
-    uint64_t v = 0;
-    for (int b = 0; b < 8; ++b) v |= uint64_t{out[b]} << (8 * b);
-    EXPECT_EQ(out, Payload(key, v, size_of(key))) << key;
+    EXPECT_TRUE(IsSomeVersion(out, key, next_version[key].load())) << key;
   }
 }
 
