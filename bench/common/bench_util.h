@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
@@ -36,6 +39,17 @@ int RunBenchmarkMain(int argc, char** argv,
 void SetProgramName(absl::string_view name);
 // Prints "<program>: <what>" to stderr and exits with status 1.
 [[noreturn]] void Die(const std::string& what);
+
+// The value of `v`, or Die("<what>: <status>").
+template <typename T>
+T Check(absl::StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(what + ": " + v.status().ToString());
+  return *std::move(v);
+}
+// Die("<what>: <status>") unless `s` is OK.
+inline void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(what + ": " + s.ToString());
+}
 
 // Reads flags from argv[1..] one at a time:
 //

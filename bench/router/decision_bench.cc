@@ -100,18 +100,9 @@ constexpr int kBreakdownIters = 3000;
 constexpr double kTargetP99Us = 1000;
 constexpr double kTargetPerCore = 5000;
 
+using bench::Check;
 using bench::Die;
 using bench::Percentile;
-
-template <typename T>
-T Check(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(what + ": " + v.status().ToString());
-  return *std::move(v);
-}
-
-void Check(const absl::Status& s, const std::string& what) {
-  if (!s.ok()) Die(what + ": " + s.ToString());
-}
 
 double ThreadCpuSeconds() {
   timespec ts;

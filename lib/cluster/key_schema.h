@@ -26,6 +26,13 @@
 //                         without SWA KV (tombstoned), from its cache events;
 //                         expires with <p>prefix:<id>. Tells the router
 //                         whether a match ends window-safe (prefix_index.h).
+//   <p>kvpage:<layout>:<hash>  STRING, one L3 KV page blob (kv/page_blob.h
+//                         format: header with key, length and checksum, then
+//                         the page's bytes), shared by every worker of the
+//                         cluster; <layout> is the kv::KvLayoutFingerprint and
+//                         <hash> the chained page hash, 16 lowercase hex
+//                         digits each. Bounded by Redis's maxmemory with an
+//                         allkeys-* policy (redis_page_store.h).
 //
 // Record fields (HASH <p>worker:<id>; all values are decimal text unless
 // noted; readers ignore unknown fields and default missing optional ones):
@@ -80,6 +87,8 @@ class KeySchema {
   std::string PrefixKey(absl::string_view id) const;
   std::string PredictedKey(absl::string_view id) const;
   std::string SwaGoneKey(absl::string_view id) const;
+  // The L3 page blob key of (layout fingerprint, chained page hash).
+  std::string KvPageKey(uint64_t layout, uint64_t hash) const;
 
  private:
   explicit KeySchema(std::string prefix) : prefix_(std::move(prefix)) {}

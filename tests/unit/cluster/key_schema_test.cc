@@ -33,6 +33,8 @@ TEST(KeySchema, VersionedPrefixPerCluster) {
   EXPECT_EQ(keys->LoadKey("w1"), "swaserve:v1:prod:load:w1");
   EXPECT_EQ(keys->PrefixKey("w1"), "swaserve:v1:prod:prefix:w1");
   EXPECT_EQ(keys->PredictedKey("w1"), "swaserve:v1:prod:predicted:w1");
+  EXPECT_EQ(keys->KvPageKey(0xabc, 0x123456789abcdef0ULL),
+            "swaserve:v1:prod:kvpage:0000000000000abc:123456789abcdef0");
   EXPECT_FALSE(KeySchema::Create("bad cluster").ok());
   EXPECT_FALSE(KeySchema::Create("").ok());
 }
