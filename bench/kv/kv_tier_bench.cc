@@ -51,12 +51,13 @@ struct Setup {
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 2654435761u);
     hashes = base::ChainedPageHashes(tokens, shape.page_size);
     Reservation r = *l1->Reserve(pages, window_pages);
-    l1->Commit(r);
+    const std::vector<PageId> full = r.full, window = r.swa;
+    l1->Commit(r);  // empties r
     std::vector<PageId> swa(pages, kNoPage);
-    for (int i = 0; i < window_pages; ++i) swa[pages - window_pages + i] = r.swa[i];
-    for (PageId p : r.full) std::memset(l1->full().PageData(p), p & 0xFF, l1->full().page_bytes());
-    for (PageId p : r.swa) std::memset(l1->swa().PageData(p), p & 0xFF, l1->swa().page_bytes());
-    cache->Insert(hashes, r.full, swa);
+    for (int i = 0; i < window_pages; ++i) swa[pages - window_pages + i] = window[i];
+    for (PageId p : full) std::memset(l1->full().PageData(p), p & 0xFF, l1->full().page_bytes());
+    for (PageId p : window) std::memset(l1->swa().PageData(p), p & 0xFF, l1->swa().page_bytes());
+    cache->Insert(hashes, full, swa);
     swa_pages = window_pages;
   }
   int64_t Bytes() const {
