@@ -62,11 +62,11 @@ absl::StatusOr<Value> Interpreter::StringMethod(const Value& self,
     return Value::Int(static_cast<double>(Utf16Length(t.str())));
   }
   auto make = [&](auto body) {
-    return Value::Fn(std::string(name),
-                     [this, self, body](std::vector<Value>& args,
-                                        Env*) -> absl::StatusOr<Value> {
-                       return body(self.text(), args);
-                     });
+    return Value::Fn(
+        std::string(name),
+        [self, body](std::vector<Value>& args, Env*) -> absl::StatusOr<Value> {
+          return body(self.text(), args);
+        });
   };
   using Args = std::vector<Value>;
   if (name == "upper" || name == "lower") {

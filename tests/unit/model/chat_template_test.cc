@@ -133,6 +133,7 @@ TEST(ChatTemplateTest, MatchesQwen3JinjaTemplate) {
 class ChatEncodeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (tokenizer_ != nullptr) return;  // shared with ChatTemplateEncodeTest
     auto t = Tokenizer::Load(kQwenTokenizerPath);
     if (t.ok()) tokenizer_ = t->release();
   }
