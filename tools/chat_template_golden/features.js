@@ -133,4 +133,4 @@ add("syntax_unclosed_comment", "a {# never closed");
 add("syntax_empty_brackets", "{{ xs[] }}");
 add("syntax_keyword_before_positional", "{{ range(stop=3, 1) }}");
 
-module.exports = { features: F };
+module.exports = { features: F, ctx };

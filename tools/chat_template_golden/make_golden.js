@@ -7,6 +7,12 @@
 // version pinned in package-lock.json; scripts/install-deps.sh installs it).
 //
 //   node tools/chat_template_golden/make_golden.js [--out FILE]
+//   node tools/chat_template_golden/make_golden.js --random N [--seed S] [--out FILE]
+//
+// --random N writes N seeded random templates (random_templates.js) to
+// tests/fixtures/chat_templates/random_goldens.json instead: a differential
+// test of the whole grammar (renders whose text would hold a lone UTF-16
+// surrogate, which UTF-8 cannot carry, are left out).
 //
 // The context of a conversation is what transformers' apply_chat_template
 // passes: messages, tools (null when there are none), documents (null),
@@ -20,16 +26,25 @@ const fs = require("fs");
 const path = require("path");
 const { byTemplate } = require("./conversations");
 const { features } = require("./features");
+const { randomTemplates } = require("./random_templates");
 
 const repoRoot = path.resolve(__dirname, "..", "..");
 const fixtures = path.join(repoRoot, "tests", "fixtures", "chat_templates");
-let outPath = path.join(fixtures, "goldens.json");
+let outPath = null;
+let random = 0;
+let seed = 20250715;
 for (let i = 2; i < process.argv.length; ++i) {
   if (process.argv[i] === "--out") outPath = path.resolve(process.argv[++i]);
+  else if (process.argv[i] === "--random") random = Number(process.argv[++i]);
+  else if (process.argv[i] === "--seed") seed = Number(process.argv[++i]);
   else {
     console.error(`usage: make_golden.js [--out FILE] (unknown: ${process.argv[i]})`);
     process.exit(2);
   }
+}
+
+if (outPath === null) {
+  outPath = path.join(fixtures, random > 0 ? "random_goldens.json" : "goldens.json");
 }
 
 const entry = require.resolve("@huggingface/jinja", { paths: [repoRoot] });
@@ -55,9 +70,10 @@ function render(source, context) {
   }
 }
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const cases = [];
 const counts = {};
-for (const [name, spec] of Object.entries(TEMPLATES)) {
+for (const [name, spec] of random > 0 ? [] : Object.entries(TEMPLATES)) {
   const source = fs.readFileSync(path.join(fixtures, spec.file), "utf8");
   for (const conv of byTemplate[name]) {
     const context = { messages: conv.messages, tools: conv.tools || null, documents: null };
@@ -77,17 +93,22 @@ for (const [name, spec] of Object.entries(TEMPLATES)) {
     counts[name] = (counts[name] || 0) + 1;
   }
 }
-for (const f of features) {
-  cases.push({ template: "inline", name: f.name, source: f.source, context: f.context, ...render(f.source, f.context) });
+for (const f of random > 0 ? randomTemplates(random, seed) : features) {
+  const r = render(f.source, f.context);
+  if (r.text !== undefined && LONE_SURROGATE.test(r.text)) continue;
+  // Random templates share one context, stored once in the header.
+  const context = random > 0 ? undefined : f.context;
+  cases.push({ template: "inline", name: f.name, source: f.source, context, ...r });
   counts.inline = (counts.inline || 0) + 1;
 }
 
 const header = {
   generator: "tools/chat_template_golden/make_golden.js",
   renderer: `${pkg.name}@${pkg.version}`,
-  templates: Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [k, v.file])),
+  templates: random > 0 ? {} : Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [k, v.file])),
   count: cases.length,
   counts,
+  ...(random > 0 ? { context: randomTemplates(1)[0].context } : {}),
 };
 const body =
   '{"header": ' + JSON.stringify(header) + ',\n"cases": [\n' +

@@ -98,9 +98,8 @@ int CompareSameClass(const Value& a, const Value& b, bool case_sensitive) {
 std::string UniqueKey(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined:
+    case Kind::kNone:  // both are undefined in the JS runtime
       return "u";
-    case Kind::kNone:
-      return "n";
     case Kind::kBool:
       return v.boolean() ? "t" : "f";
     case Kind::kInt:
@@ -164,11 +163,11 @@ absl::StatusOr<bool> RunTest(absl::string_view name, const Value& a,
   if (name == "undefined") return a.is_undefined();
   if (name == "equalto" || name == "eq") {
     if (a.is_number() && b.is_number()) return a.number() == b.number();
+    const bool a_nullish = a.is_none() || a.is_undefined();
+    const bool b_nullish = b.is_none() || b.is_undefined();
+    if (a_nullish || b_nullish) return a_nullish && b_nullish;
     if (a.kind() != b.kind()) return false;
     switch (a.kind()) {
-      case Kind::kUndefined:
-      case Kind::kNone:
-        return true;
       case Kind::kBool:
         return a.boolean() == b.boolean();
       case Kind::kString:
@@ -219,6 +218,14 @@ absl::StatusOr<Value> Interpreter::ApplyTest(const Node& n,
 
 absl::StatusOr<Value> Interpreter::ApplyFilter(const Value& operand,
                                                const Node& filter, Env* env) {
+  if (operand.is_missing()) {
+    // Only safe and default(...) pass JavaScript's undefined along.
+    const bool passes =
+        (filter.kind == NodeKind::kIdentifier && filter.str == "safe") ||
+        (filter.kind == NodeKind::kCall && filter.x->str == "default");
+    if (passes) return operand;
+    return CheckNotMissing(filter, operand);
+  }
   if (filter.kind == NodeKind::kIdentifier) {
     return IdentifierFilter(operand, filter, env);
   }
@@ -246,9 +253,7 @@ absl::StatusOr<Value> Interpreter::IdentifierFilter(const Value& operand,
     const auto& items = operand.items();
     if (name == "list") return operand;
     if (name == "first" || name == "last") {
-      if (items.empty()) {
-        return Error(filter, absl::StrCat("'", name, "' of an empty list"));
-      }
+      if (items.empty()) return Value::Missing();
       return name == "first" ? items.front() : items.back();
     }
     if (name == "length") return Value::Int(static_cast<double>(items.size()));
@@ -712,8 +717,9 @@ void Interpreter::AddGlobals(Env* root) {
             Value::Fn("raise_exception",
                       [this](std::vector<Value>& args,
                              Env*) -> absl::StatusOr<Value> {
-                        std::string msg;
-                        if (!args.empty()) {
+                        std::string msg;  // new Error(undefined): ""
+                        if (!args.empty() && !args[0].is_none() &&
+                            !args[0].is_undefined()) {
                           ASSIGN_OR_RETURN(const Text t, RawString(args[0]));
                           msg = t.str();
                         }

@@ -49,8 +49,7 @@ absl::StatusOr<Text> Interpreter::Print(const Value& v) {
       return Text(JsFloatToString(v.number()));
     case Kind::kBool:
       return Text(v.boolean() ? "true" : "false");
-    case Kind::kNone:
-      return Text("null");
+    case Kind::kNone:  // NullValue's .value is undefined in the JS runtime
     case Kind::kUndefined:
       return Text("undefined");
     case Kind::kFunction:

@@ -88,6 +88,11 @@ absl::Status Interpreter::Error(const Node& n, absl::string_view what) const {
   return Error(n.pos, what);
 }
 
+absl::Status Interpreter::CheckNotMissing(const Node& n, const Value& v) const {
+  if (!v.is_missing()) return absl::OkStatus();
+  return Error(n, "the result of first/last of an empty list is used");
+}
+
 absl::Status Interpreter::Produced(uint32_t pos, size_t bytes) {
   if (bytes > limits_.max_string_bytes) {
     return Error(
@@ -178,6 +183,7 @@ absl::Status Interpreter::Statement(const Node& n, Env* env, Text* out) {
       return absl::OkStatus();
     case NodeKind::kIf: {
       ASSIGN_OR_RETURN(const Value test, Eval(*n.x, env));
+      RETURN_IF_ERROR(CheckNotMissing(*n.x, test));
       return Block(test.Truthy() ? n.a : n.b, env, out);
     }
     case NodeKind::kFor:
@@ -210,6 +216,7 @@ absl::Status Interpreter::Statement(const Node& n, Env* env, Text* out) {
       break;
     }
   }
+  RETURN_IF_ERROR(CheckNotMissing(n, printed));
   if (printed.is_none() || printed.is_undefined()) return absl::OkStatus();
   pos_ = n.pos;
   ASSIGN_OR_RETURN(const Text t, Print(printed));
@@ -233,7 +240,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Node& n, Env* env) {
       return EvalLiteral(n, env);
     case NodeKind::kIdentifier: {
       const Value* v = env->Find(n.str);
-      return v == nullptr ? Value() : *v;
+      return v == nullptr || v->is_missing() ? Value() : *v;
     }
     case NodeKind::kCall:
       return EvalCall(n, env);
@@ -250,15 +257,20 @@ absl::StatusOr<Value> Interpreter::Eval(const Node& n, Env* env) {
     }
     case NodeKind::kTest: {
       ASSIGN_OR_RETURN(const Value operand, Eval(*n.x, env));
+      if (operand.is_missing() && n.str == "callable")
+        return Value::Bool(n.flag);
+      RETURN_IF_ERROR(CheckNotMissing(n, operand));
       return ApplyTest(n, operand);
     }
     case NodeKind::kSelect: {
       ASSIGN_OR_RETURN(const Value test, Eval(*n.y, env));
+      RETURN_IF_ERROR(CheckNotMissing(*n.y, test));
       if (!test.Truthy()) return Value();
       return Eval(*n.x, env);
     }
     case NodeKind::kTernary: {
       ASSIGN_OR_RETURN(const Value cond, Eval(*n.x, env));
+      RETURN_IF_ERROR(CheckNotMissing(*n.x, cond));
       return Eval(cond.Truthy() ? *n.y : *n.z, env);
     }
     default:
@@ -354,6 +366,7 @@ absl::StatusOr<Value> Interpreter::EvalCall(const Node& n, Env* env) {
 
 absl::StatusOr<Value> Interpreter::EvalMember(const Node& n, Env* env) {
   ASSIGN_OR_RETURN(const Value object, Eval(*n.x, env));
+  RETURN_IF_ERROR(CheckNotMissing(*n.x, object));
   Value property;
   if (n.flag) {
     if (n.y->kind == NodeKind::kSlice) return EvalSlice(*n.y, object, env);
@@ -369,7 +382,8 @@ absl::StatusOr<Value> Interpreter::EvalMember(const Node& n, Env* env) {
       return Error(n, absl::StrCat("cannot look up a ", property.TypeName(),
                                    " key in a ", object.TypeName()));
     }
-    if (const Value* v = object.dict().Find(property.text().str())) return *v;
+    const Value* v = object.dict().Find(property.text().str());
+    if (v != nullptr && !v->is_missing()) return *v;
     if (object.is_object()) return Builtin(object, property.text().str());
     return Value();
   }
@@ -383,7 +397,8 @@ absl::StatusOr<Value> Interpreter::EvalMember(const Node& n, Env* env) {
         const auto size = static_cast<double>(items.size());
         if (index < 0) index += size;
         if (index < 0 || index >= size) return Value();
-        return items[static_cast<size_t>(index)];
+        const Value& item = items[static_cast<size_t>(index)];
+        return item.is_missing() ? Value() : item;
       }
       const Text& t = object.text();
       size_t b;
@@ -473,6 +488,7 @@ absl::StatusOr<Value> Interpreter::EvalSlice(const Node& n, const Value& object,
 
 absl::StatusOr<Value> Interpreter::EvalUnary(const Node& n, Env* env) {
   ASSIGN_OR_RETURN(const Value arg, Eval(*n.x, env));
+  RETURN_IF_ERROR(CheckNotMissing(n, arg));
   if (n.str == "not") return Value::Bool(!arg.Truthy());
   const double sign = n.str == "-" ? -1 : 1;
   if (IsNumericLike(arg)) {
@@ -484,19 +500,15 @@ absl::StatusOr<Value> Interpreter::EvalUnary(const Node& n, Env* env) {
 namespace {
 
 // JavaScript's === on the values' raw .value (numbers by value, strings by
-// content, lists/dicts/functions by identity). `nan_equal`: SameValueZero.
-bool StrictEquals(const Value& a, const Value& b, bool nan_equal = false) {
-  if (a.is_number() && b.is_number()) {
-    if (nan_equal && std::isnan(a.number()) && std::isnan(b.number())) {
-      return true;
-    }
-    return a.number() == b.number();
-  }
+// content, lists/dicts/functions by identity; none's raw value is undefined
+// there, so none === undefined).
+bool StrictEquals(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) return a.number() == b.number();
+  const bool a_nullish = a.is_none() || a.is_undefined();
+  const bool b_nullish = b.is_none() || b.is_undefined();
+  if (a_nullish || b_nullish) return a_nullish && b_nullish;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Kind::kUndefined:
-    case Kind::kNone:
-      return true;
     case Kind::kBool:
       return a.boolean() == b.boolean();
     case Kind::kString:
@@ -510,10 +522,12 @@ bool StrictEquals(const Value& a, const Value& b, bool nan_equal = false) {
 
 absl::StatusOr<Value> Interpreter::EvalBinary(const Node& n, Env* env) {
   ASSIGN_OR_RETURN(const Value left, Eval(*n.x, env));
+  RETURN_IF_ERROR(CheckNotMissing(n, left));
   const std::string& op = n.str;
   if (op == "and") return left.Truthy() ? Eval(*n.y, env) : left;
   if (op == "or") return left.Truthy() ? left : Eval(*n.y, env);
   ASSIGN_OR_RETURN(const Value right, Eval(*n.y, env));
+  RETURN_IF_ERROR(CheckNotMissing(n, right));
   pos_ = n.pos;
   if (op == "==" || op == "!=") {
     // JavaScript's loose ==.
@@ -691,6 +705,7 @@ absl::Status Interpreter::For(const Node& n, Env* env, Text* out) {
   } else {
     ASSIGN_OR_RETURN(iterable, Eval(*n.y, &scope));
   }
+  RETURN_IF_ERROR(CheckNotMissing(*n.y, iterable));
   if (iterable.is_object()) {
     ASSIGN_OR_RETURN(const Value keys, Builtin(iterable, "keys"));
     std::vector<Value> args;
@@ -730,6 +745,7 @@ absl::Status Interpreter::For(const Node& n, Env* env, Text* out) {
       Env loop_scope(&scope);
       RETURN_IF_ERROR(assign(item, &loop_scope));
       ASSIGN_OR_RETURN(const Value keep, Eval(*test, &loop_scope));
+      RETURN_IF_ERROR(CheckNotMissing(*test, keep));
       if (!keep.Truthy()) continue;
     }
     items.push_back(item);
@@ -838,11 +854,14 @@ absl::Status Interpreter::BindArguments(const Node& owner,
   std::vector<std::pair<std::string, const Node*>> pending;
   for (size_t i = 0; i < params.size(); ++i) {
     const Node& p = *params[i];
+    // A JavaScript undefined argument counts as not given.
     std::optional<Value> value;
-    if (i < positional.size()) value = positional[i];
+    if (i < positional.size() && !positional[i].is_missing()) {
+      value = positional[i];
+    }
     if (!value.has_value()) {
       if (const Value* kw = keywords->Find(p.str)) {
-        value = *kw;
+        if (!kw->is_missing()) value = *kw;
         // Remove it: rebuild without the key.
         auto rest = std::make_shared<DictData>();
         for (const auto& [k, v] : keywords->entries) {

@@ -166,6 +166,8 @@ class Interpreter {
   // ---- shared helpers (interpreter.cc) ----
   absl::Status Error(const Node& n, absl::string_view what) const;
   absl::Status Error(uint32_t pos, absl::string_view what) const;
+  // An error when `v` is Value::Missing() (JavaScript fails on it).
+  absl::Status CheckNotMissing(const Node& n, const Value& v) const;
   // Counts `bytes` of new string data against the limits.
   absl::Status Produced(uint32_t pos, size_t bytes);
   absl::Status Step(uint32_t pos);

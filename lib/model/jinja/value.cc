@@ -62,6 +62,12 @@ Text Text::SameSpans(std::string s) const {
   return t;
 }
 
+Value Value::Missing() {
+  Value v;
+  v.b_ = true;
+  return v;
+}
+
 Value Value::None() {
   Value v;
   v.kind_ = Kind::kNone;

@@ -102,6 +102,11 @@ enum class Kind : uint8_t {
 class Value {
  public:
   Value() = default;  // undefined
+  // JavaScript's own undefined (not an UndefinedValue): what `first` / `last`
+  // of an empty list give in @huggingface/jinja. Stored and read back it is
+  // undefined; a macro argument that is missing takes its default; most
+  // other uses are errors there, and here.
+  static Value Missing();
   static Value None();
   static Value Bool(bool b);
   static Value Int(double v);
@@ -116,6 +121,7 @@ class Value {
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
+  bool is_missing() const { return kind_ == Kind::kUndefined && b_; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_number() const {
     return kind_ == Kind::kInt || kind_ == Kind::kFloat;

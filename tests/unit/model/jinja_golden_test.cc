@@ -28,16 +28,17 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-Json LoadGoldens() {
-  return Json::parse(ReadFile(std::string(kDir) + "goldens.json"), nullptr,
+Json LoadGoldens(const std::string& file) {
+  return Json::parse(ReadFile(std::string(kDir) + file), nullptr,
                      /*allow_exceptions=*/false);
 }
 
 class JinjaGoldenTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    goldens_ = LoadGoldens();
-    ASSERT_FALSE(goldens_.is_discarded()) << "cannot parse goldens.json";
+  void SetUp() override { Load("goldens.json"); }
+  void Load(const std::string& file) {
+    goldens_ = LoadGoldens(file);
+    ASSERT_FALSE(goldens_.is_discarded()) << "cannot parse " << file;
     for (const auto& [name, file] : goldens_["header"]["templates"].items()) {
       sources_[name] = ReadFile(std::string(kDir) + file.get<std::string>());
       ASSERT_FALSE(sources_[name].empty()) << file;
@@ -57,7 +58,11 @@ class JinjaGoldenTest : public ::testing::Test {
                                      : sources_[template_name];
       absl::StatusOr<Rendered> out = absl::InternalError("not parsed");
       absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(source);
-      if (t.ok()) out = (*t)->Render(c["context"]);
+      if (t.ok()) {
+        out =
+            (*t)->Render(c.contains("context") ? c["context"]
+                                               : goldens_["header"]["context"]);
+      }
       if (c.contains("error")) {
         const std::string expected = c["error"].get<std::string>();
         EXPECT_FALSE(out.ok())
@@ -89,6 +94,17 @@ TEST_F(JinjaGoldenTest, Qwen3) { EXPECT_GE(Check("qwen3"), 20); }
 TEST_F(JinjaGoldenTest, DeepSeekV3) { EXPECT_GE(Check("deepseek_v3"), 20); }
 TEST_F(JinjaGoldenTest, MiMoV25) { EXPECT_GE(Check("mimo_v2_5"), 20); }
 TEST_F(JinjaGoldenTest, Features) { EXPECT_GE(Check("inline"), 80); }
+
+// Seeded random templates over the whole grammar (make_golden.js --random):
+// successes and failures alike must agree with @huggingface/jinja.
+TEST_F(JinjaGoldenTest, RandomTemplates) {
+  Load("random_goldens.json");
+  int failures = 0;
+  for (const Json& c : goldens_["cases"]) failures += c.contains("error");
+  EXPECT_GE(Check("inline"), 1000);
+  EXPECT_GE(failures, 100);  // both outcomes are exercised
+  EXPECT_LE(failures, static_cast<int>(goldens_["cases"].size()) - 500);
+}
 
 TEST_F(JinjaGoldenTest, EveryCaseBelongsToAKnownTemplate) {
   int total = 0;
