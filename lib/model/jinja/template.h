@@ -38,15 +38,23 @@
 //   - macros see the caller's variables;
 //   - dict keys that look like array indices come first, in numeric order
 //     (JavaScript object key order), in input data;
-//   - string lengths and indices count UTF-16 code units.
+//   - string lengths and indices count UTF-16 code units;
+//   - `str + list` concatenates (the list printed as JSON items joined by
+//     ","), looping over an undefined value is an error, and none inside a
+//     list printed with `~` reads "undefined".
+// (tools/chat_template_golden/python_crosscheck.py lists the golden
+// conversations that Jinja2 renders differently: 3 of 77 today.)
 // Not supported (errors, as in @huggingface/jinja): other filters and tests,
 // tests with arguments (`is divisibleby(3)`), list methods such as append,
 // str.format, {% include %}, {% extends %}, {% raw %}. Known gaps against
 // @huggingface/jinja itself: js_text.h (case mapping, lone surrogates),
 // tojson's sort_keys orders keys case-insensitively instead of by the ICU
-// locale, tojson indent is at most 1024, `[] | first` is an error at once
-// (JavaScript fails on the first use of the result), printing a function is
-// an error.
+// locale, tojson and indent widths are at most 1024, `**` with a
+// non-integer result may differ in the last bit (std::pow against V8's),
+// a few operations on the undefined result of `[] | first` that JavaScript
+// lets through are errors here, printing a function is an error. Checked by
+// 168 golden cases and 2000 random templates (tests/fixtures/chat_templates;
+// 100,000 more random ones found only the `**` difference).
 //
 // Untrusted data: every render is bounded by RenderLimits (interpreter.h);
 // errors are InvalidArgument "line L, column C: ..." (raise_exception: the
