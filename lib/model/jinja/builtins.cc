@@ -20,28 +20,9 @@
 namespace swaserve::model::jinja {
 namespace {
 
-bool IsNumericLike(const Value& v) {
-  return v.is_number() || v.kind() == Kind::kBool;
-}
-double NumericValue(const Value& v) {
-  return v.kind() == Kind::kBool ? (v.boolean() ? 1 : 0) : v.number();
-}
-
 // JavaScript truthiness of a value's raw .value (arrays and maps are always
 // truthy there).
-bool RawTruthy(const Value& v) {
-  switch (v.kind()) {
-    case Kind::kList:
-    case Kind::kTuple:
-    case Kind::kDict:
-    case Kind::kKwargs:
-    case Kind::kNamespace:
-    case Kind::kFunction:
-      return true;
-    default:
-      return v.Truthy();
-  }
-}
+bool RawTruthy(const Value& v) { return IsObjectLike(v) || v.Truthy(); }
 
 // getAttributeValue: a dotted path of keys and list indices.
 Value AttributeValue(const Value& item, absl::string_view path) {
@@ -161,21 +142,7 @@ absl::StatusOr<bool> RunTest(absl::string_view name, const Value& a,
   }
   if (name == "defined") return !a.is_undefined();
   if (name == "undefined") return a.is_undefined();
-  if (name == "equalto" || name == "eq") {
-    if (a.is_number() && b.is_number()) return a.number() == b.number();
-    const bool a_nullish = a.is_none() || a.is_undefined();
-    const bool b_nullish = b.is_none() || b.is_undefined();
-    if (a_nullish || b_nullish) return a_nullish && b_nullish;
-    if (a.kind() != b.kind()) return false;
-    switch (a.kind()) {
-      case Kind::kBool:
-        return a.boolean() == b.boolean();
-      case Kind::kString:
-        return a.text().str() == b.text().str();
-      default:
-        return a.identity() == b.identity();
-    }
-  }
+  if (name == "equalto" || name == "eq") return StrictEquals(a, b);
   *known = false;
   return false;
 }

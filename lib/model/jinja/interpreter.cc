@@ -6,18 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
+#include "lib/model/jinja/builtins_internal.h"
 #include "lib/model/jinja/js_text.h"
 #include "lib/model/jinja/lexer.h"
 
 namespace swaserve::model::jinja {
-namespace {
 
-bool IsNumericLike(const Value& v) {
-  return v.is_number() || v.kind() == Kind::kBool;
-}
-double NumericValue(const Value& v) {
-  return v.kind() == Kind::kBool ? (v.boolean() ? 1 : 0) : v.number();
-}
 bool IsObjectLike(const Value& v) {
   switch (v.kind()) {
     case Kind::kList:
@@ -31,6 +25,24 @@ bool IsObjectLike(const Value& v) {
       return false;
   }
 }
+
+bool StrictEquals(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) return a.number() == b.number();
+  const bool a_nullish = a.is_none() || a.is_undefined();
+  const bool b_nullish = b.is_none() || b.is_undefined();
+  if (a_nullish || b_nullish) return a_nullish && b_nullish;
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Kind::kBool:
+      return a.boolean() == b.boolean();
+    case Kind::kString:
+      return a.text().str() == b.text().str();
+    default:
+      return a.identity() == b.identity();
+  }
+}
+
+namespace {
 
 // Marks macro bodies that read `kwargs` / `varargs` (filter and attribute
 // names are not reads).
@@ -496,29 +508,6 @@ absl::StatusOr<Value> Interpreter::EvalUnary(const Node& n, Env* env) {
   }
   return Error(n, absl::StrCat("unary '", n.str, "' on a ", arg.TypeName()));
 }
-
-namespace {
-
-// JavaScript's === on the values' raw .value (numbers by value, strings by
-// content, lists/dicts/functions by identity; none's raw value is undefined
-// there, so none === undefined).
-bool StrictEquals(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return a.number() == b.number();
-  const bool a_nullish = a.is_none() || a.is_undefined();
-  const bool b_nullish = b.is_none() || b.is_undefined();
-  if (a_nullish || b_nullish) return a_nullish && b_nullish;
-  if (a.kind() != b.kind()) return false;
-  switch (a.kind()) {
-    case Kind::kBool:
-      return a.boolean() == b.boolean();
-    case Kind::kString:
-      return a.text().str() == b.text().str();
-    default:
-      return a.identity() == b.identity();
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<Value> Interpreter::EvalBinary(const Node& n, Env* env) {
   ASSIGN_OR_RETURN(const Value left, Eval(*n.x, env));

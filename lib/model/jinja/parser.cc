@@ -21,6 +21,14 @@ NodePtr MakeNode(NodeKind kind, uint32_t pos) {
   return n;
 }
 
+NodePtr Binary(std::string op, uint32_t pos, NodePtr left, NodePtr right) {
+  NodePtr n = MakeNode(NodeKind::kBinary, pos);
+  n->str = std::move(op);
+  n->x = std::move(left);
+  n->y = std::move(right);
+  return n;
+}
+
 class Parser {
  public:
   Parser(const std::vector<Token>& tokens, absl::string_view source)
@@ -113,6 +121,29 @@ class Parser {
       body->push_back(std::move(n));
     }
     return absl::OkStatus();
+  }
+
+  // A left-associative chain `next (op next)*`; `op()` consumes and returns
+  // the operator at the current token, or returns "" when there is none.
+  template <typename Next, typename Op>
+  absl::StatusOr<NodePtr> Chain(Next next, Op op) {
+    ASSIGN_OR_RETURN(NodePtr left, next());
+    while (true) {
+      const uint32_t pos = Pos();
+      std::string o = op();
+      if (o.empty()) return left;
+      ASSIGN_OR_RETURN(NodePtr right, next());
+      left = Binary(std::move(o), pos, std::move(left), std::move(right));
+    }
+  }
+  // The operator of `type` at the current token (consumed), or "".
+  std::string TakeOperator(TokenType type) {
+    return Is(type) ? t_[cur_++].value : std::string();
+  }
+  std::string TakeKeyword(absl::string_view word) {
+    if (!IsIdentifier(word)) return std::string();
+    ++cur_;
+    return std::string(word);
   }
 
   absl::StatusOr<NodePtr> Any();
@@ -359,34 +390,14 @@ absl::StatusOr<NodePtr> Parser::IfExpression() {
   return n;
 }
 
-NodePtr Binary(std::string op, uint32_t pos, NodePtr left, NodePtr right) {
-  NodePtr n = MakeNode(NodeKind::kBinary, pos);
-  n->str = std::move(op);
-  n->x = std::move(left);
-  n->y = std::move(right);
-  return n;
-}
-
 absl::StatusOr<NodePtr> Parser::LogicalOr() {
-  ASSIGN_OR_RETURN(NodePtr left, LogicalAnd());
-  while (IsIdentifier("or")) {
-    const uint32_t pos = Pos();
-    ++cur_;
-    ASSIGN_OR_RETURN(NodePtr right, LogicalAnd());
-    left = Binary("or", pos, std::move(left), std::move(right));
-  }
-  return left;
+  return Chain([this] { return LogicalAnd(); },
+               [this] { return TakeKeyword("or"); });
 }
 
 absl::StatusOr<NodePtr> Parser::LogicalAnd() {
-  ASSIGN_OR_RETURN(NodePtr left, LogicalNot());
-  while (IsIdentifier("and")) {
-    const uint32_t pos = Pos();
-    ++cur_;
-    ASSIGN_OR_RETURN(NodePtr right, LogicalNot());
-    left = Binary("and", pos, std::move(left), std::move(right));
-  }
-  return left;
+  return Chain([this] { return LogicalNot(); },
+               [this] { return TakeKeyword("and"); });
 }
 
 absl::StatusOr<NodePtr> Parser::LogicalNot() {
@@ -408,58 +419,32 @@ absl::StatusOr<NodePtr> Parser::LogicalNot() {
 }
 
 absl::StatusOr<NodePtr> Parser::Comparison() {
-  ASSIGN_OR_RETURN(NodePtr left, Additive());
-  while (true) {
-    const uint32_t pos = Pos();
-    std::string op;
-    if (IsIdentifier("not") && IsIdentifier("in", 1)) {
-      op = "not in";
-      cur_ += 2;
-    } else if (IsIdentifier("in")) {
-      op = "in";
-      ++cur_;
-    } else if (Is(TokenType::kComparison)) {
-      op = t_[cur_++].value;
-    } else {
-      break;
-    }
-    ASSIGN_OR_RETURN(NodePtr right, Additive());
-    left = Binary(std::move(op), pos, std::move(left), std::move(right));
-  }
-  return left;
+  // `in`, `not in` and the comparisons share one precedence level.
+  return Chain([this] { return Additive(); },
+               [this]() -> std::string {
+                 if (IsIdentifier("not") && IsIdentifier("in", 1)) {
+                   cur_ += 2;
+                   return "not in";
+                 }
+                 if (IsIdentifier("in")) return TakeKeyword("in");
+                 return TakeOperator(TokenType::kComparison);
+               });
 }
 
 absl::StatusOr<NodePtr> Parser::Additive() {
-  ASSIGN_OR_RETURN(NodePtr left, Multiplicative());
-  while (Is(TokenType::kAdditive)) {
-    const uint32_t pos = Pos();
-    std::string op = t_[cur_++].value;
-    ASSIGN_OR_RETURN(NodePtr right, Multiplicative());
-    left = Binary(std::move(op), pos, std::move(left), std::move(right));
-  }
-  return left;
+  return Chain([this] { return Multiplicative(); },
+               [this] { return TakeOperator(TokenType::kAdditive); });
 }
 
 absl::StatusOr<NodePtr> Parser::Multiplicative() {
-  ASSIGN_OR_RETURN(NodePtr left, Power());
-  while (Is(TokenType::kMultiplicative)) {
-    const uint32_t pos = Pos();
-    std::string op = t_[cur_++].value;
-    ASSIGN_OR_RETURN(NodePtr right, Power());
-    left = Binary(std::move(op), pos, std::move(left), std::move(right));
-  }
-  return left;
+  return Chain([this] { return Power(); },
+               [this] { return TakeOperator(TokenType::kMultiplicative); });
 }
 
 absl::StatusOr<NodePtr> Parser::Power() {
-  ASSIGN_OR_RETURN(NodePtr left, TestExpr());
-  while (Is(TokenType::kExponent)) {
-    const uint32_t pos = Pos();
-    ++cur_;
-    ASSIGN_OR_RETURN(NodePtr right, TestExpr());
-    left = Binary("**", pos, std::move(left), std::move(right));
-  }
-  return left;
+  // Left-associative, as in Jinja2: 2 ** 3 ** 2 == (2 ** 3) ** 2.
+  return Chain([this] { return TestExpr(); },
+               [this] { return TakeOperator(TokenType::kExponent); });
 }
 
 absl::StatusOr<NodePtr> Parser::TestExpr() {

@@ -81,22 +81,15 @@ Value Value::Bool(bool b) {
   return v;
 }
 
-Value Value::Int(double n) {
-  Value v;
-  v.kind_ = Kind::kInt;
-  v.num_ = n;
-  return v;
-}
+Value Value::Int(double n) { return Number(n, /*is_float=*/false); }
 
-Value Value::Float(double n) {
-  Value v;
-  v.kind_ = Kind::kFloat;
-  v.num_ = n;
-  return v;
-}
+Value Value::Float(double n) { return Number(n, /*is_float=*/true); }
 
 Value Value::Number(double n, bool is_float) {
-  return is_float ? Float(n) : Int(n);
+  Value v;
+  v.kind_ = is_float ? Kind::kFloat : Kind::kInt;
+  v.num_ = n;
+  return v;
 }
 
 Value Value::Str(Text t) {
