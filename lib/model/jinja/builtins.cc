@@ -538,7 +538,7 @@ absl::StatusOr<Value> Interpreter::Indent(const Text& t, const Value& width,
         (!RawTruthy(first) && line == 0) || (!RawTruthy(blank) && end == start);
     if (!skip) out.Append(pad);
     out.AppendRange(t, start, end);
-    RETURN_IF_ERROR(Produced(pos_, out.size()));
+    RETURN_IF_ERROR(CheckSize(pos_, out.size()));
     if (nl == std::string::npos) break;
     out.AppendRange(t, nl, nl + 1);
     start = nl + 1;
@@ -563,7 +563,7 @@ absl::StatusOr<Value> Interpreter::Join(const Value& operand,
       add_sep();
       out.AppendRange(t, i, i + len);
       i += len;
-      RETURN_IF_ERROR(Produced(pos_, out.size()));
+      RETURN_IF_ERROR(CheckSize(pos_, out.size()));
     }
     return MakeString(pos_, std::move(out));
   }
@@ -573,7 +573,7 @@ absl::StatusOr<Value> Interpreter::Join(const Value& operand,
       ASSIGN_OR_RETURN(const Text t, RawString(item));
       out.Append(t);
     }
-    RETURN_IF_ERROR(Produced(pos_, out.size()));
+    RETURN_IF_ERROR(CheckSize(pos_, out.size()));
   }
   return MakeString(pos_, std::move(out));
 }

@@ -72,7 +72,7 @@ absl::StatusOr<Text> Interpreter::RawString(const Value& v) {
         if (!first) out.Append(",");
         first = false;
         ASSIGN_OR_RETURN(const Text t, Print(item));
-        RETURN_IF_ERROR(Produced(pos_, out.size() + t.size()));
+        RETURN_IF_ERROR(CheckSize(pos_, out.size() + t.size()));
         out.Append(t);
       }
       return out;
@@ -95,7 +95,7 @@ absl::StatusOr<Text> Interpreter::ToJson(const Value& v,
   }
   Text out;
   RETURN_IF_ERROR(AppendJson(v, options, 0, undefined_as_null, &out));
-  RETURN_IF_ERROR(Produced(pos_, out.size()));
+  RETURN_IF_ERROR(Produced(pos_, out.size(), out.size()));
   return out;
 }
 

@@ -105,13 +105,16 @@ absl::Status Interpreter::CheckNotMissing(const Node& n, const Value& v) const {
   return Error(n, "the result of first/last of an empty list is used");
 }
 
-absl::Status Interpreter::Produced(uint32_t pos, size_t bytes) {
-  if (bytes > limits_.max_string_bytes) {
-    return Error(
-        pos, absl::StrCat("a string of ", bytes, " bytes is over the limit of ",
-                          limits_.max_string_bytes));
-  }
-  work_bytes_ += bytes;
+absl::Status Interpreter::CheckSize(uint32_t pos, size_t size) const {
+  if (size <= limits_.max_string_bytes) return absl::OkStatus();
+  return Error(
+      pos, absl::StrCat("a string of ", size, " bytes is over the limit of ",
+                        limits_.max_string_bytes));
+}
+
+absl::Status Interpreter::Produced(uint32_t pos, size_t size, size_t added) {
+  RETURN_IF_ERROR(CheckSize(pos, size));
+  work_bytes_ += added;
   if (work_bytes_ > limits_.max_work_bytes) {
     return Error(
         pos, absl::StrCat("the render built more than ", limits_.max_work_bytes,
@@ -162,7 +165,7 @@ absl::StatusOr<Value> Interpreter::MakeDict(uint32_t pos,
 }
 
 absl::StatusOr<Value> Interpreter::MakeString(uint32_t pos, Text t) {
-  RETURN_IF_ERROR(Produced(pos, t.size()));
+  RETURN_IF_ERROR(Produced(pos, t.size(), t.size()));
   return Value::Str(std::move(t));
 }
 
@@ -188,7 +191,8 @@ absl::Status Interpreter::Statement(const Node& n, Env* env, Text* out) {
   Value printed;
   switch (n.kind) {
     case NodeKind::kText:
-      RETURN_IF_ERROR(Produced(n.pos, out->size() + n.str.size()));
+      RETURN_IF_ERROR(
+          Produced(n.pos, out->size() + n.str.size(), n.str.size()));
       out->Append(n.str);
       return absl::OkStatus();
     case NodeKind::kComment:
@@ -232,7 +236,7 @@ absl::Status Interpreter::Statement(const Node& n, Env* env, Text* out) {
   if (printed.is_none() || printed.is_undefined()) return absl::OkStatus();
   pos_ = n.pos;
   ASSIGN_OR_RETURN(const Text t, Print(printed));
-  RETURN_IF_ERROR(Produced(n.pos, out->size() + t.size()));
+  RETURN_IF_ERROR(Produced(n.pos, out->size() + t.size(), t.size()));
   out->Append(t);
   return absl::OkStatus();
 }
@@ -770,12 +774,12 @@ absl::Status Interpreter::For(const Node& n, Env* env, Text* out) {
       jump_ = Jump::kNone;
       break;
     }
-    RETURN_IF_ERROR(Produced(n.pos, result.size() + body.size()));
+    RETURN_IF_ERROR(Produced(n.pos, result.size() + body.size(), body.size()));
     result.Append(body);
     no_iteration = false;
   }
   if (no_iteration) RETURN_IF_ERROR(Block(n.b, &scope, &result));
-  RETURN_IF_ERROR(Produced(n.pos, out->size() + result.size()));
+  RETURN_IF_ERROR(Produced(n.pos, out->size() + result.size(), result.size()));
   out->Append(result);
   return absl::OkStatus();
 }

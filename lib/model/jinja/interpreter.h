@@ -168,8 +168,11 @@ class Interpreter {
   absl::Status Error(uint32_t pos, absl::string_view what) const;
   // An error when `v` is Value::Missing() (JavaScript fails on it).
   absl::Status CheckNotMissing(const Node& n, const Value& v) const;
-  // Counts `bytes` of new string data against the limits.
-  absl::Status Produced(uint32_t pos, size_t bytes);
+  // Checks a string of `size` bytes against max_string_bytes.
+  absl::Status CheckSize(uint32_t pos, size_t size) const;
+  // A string grew to `size` bytes by writing `added` new ones: checks the
+  // size and counts `added` against max_work_bytes.
+  absl::Status Produced(uint32_t pos, size_t size, size_t added);
   absl::Status Step(uint32_t pos);
   absl::StatusOr<Value> MakeList(uint32_t pos, std::vector<Value> items,
                                  Kind kind = Kind::kList);

@@ -234,7 +234,7 @@ absl::StatusOr<Value> Interpreter::Replace(const Text& t,
       DecodeAt(s, i, &len);
       out.AppendRange(t, i, i + len);
       i += len;
-      RETURN_IF_ERROR(Produced(pos_, out.size()));
+      RETURN_IF_ERROR(CheckSize(pos_, out.size()));
     }
     return MakeString(pos_, std::move(out));
   }
@@ -243,7 +243,7 @@ absl::StatusOr<Value> Interpreter::Replace(const Text& t,
     if (at == std::string::npos) break;
     out.AppendRange(t, pos, at);
     out.Append(with);
-    RETURN_IF_ERROR(Produced(pos_, out.size()));
+    RETURN_IF_ERROR(CheckSize(pos_, out.size()));
     pos = at + p.size();
     --remaining;
   }

@@ -106,6 +106,31 @@ TEST_F(JinjaGoldenTest, RandomTemplates) {
   EXPECT_LE(failures, static_cast<int>(goldens_["cases"].size()) - 500);
 }
 
+// A long conversation (about 4 MB, 2000 turns) renders within the default
+// limits, with the real templates.
+TEST_F(JinjaGoldenTest, LongConversationsFitTheDefaultLimits) {
+  Json messages = Json::array();
+  const std::string turn(2000, 'x');
+  for (int i = 0; i < 2000; ++i) {
+    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"},
+                        {"content", turn + std::to_string(i)}});
+  }
+  for (const char* name : {"qwen3", "deepseek_v3", "mimo_v2_5"}) {
+    auto t = Template::Parse(sources_[name]);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    Json context = {{"messages", messages},
+                    {"tools", nullptr},
+                    {"add_generation_prompt", true}};
+    auto r = (*t)->Render(context);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_GT(r->text.size(), 2000u * 2000u) << name;
+    // Every message's content came from the data.
+    size_t untrusted = 0;
+    for (const ByteRange& b : r->untrusted) untrusted += b.end - b.begin;
+    EXPECT_GE(untrusted, 2000u * 2000u) << name;
+  }
+}
+
 TEST_F(JinjaGoldenTest, EveryCaseBelongsToAKnownTemplate) {
   int total = 0;
   for (const char* name : {"qwen3", "deepseek_v3", "mimo_v2_5", "inline"}) {
