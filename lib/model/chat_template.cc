@@ -1,5 +1,8 @@
 #include "lib/model/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -170,6 +173,270 @@ absl::StatusOr<std::vector<uint32_t>> EncodeChat(
           tokenizer.EncodeAppend(s.text, /*parse_special=*/false, &ids));
     }
   }
+  return ids;
+}
+
+namespace {
+
+using OJson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+constexpr char kBuiltinOrigin[] = "built-in Qwen3 ChatML";
+
+absl::StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A special token of tokenizer_config.json: a string, an AddedToken
+// {"content": ...}, or null / absent.
+std::optional<std::string> TokenField(const OJson& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    const auto c = it->find("content");
+    if (c != it->end() && c->is_string()) return c->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// The built-in template's view of `input`, or InvalidArgument for what it
+// cannot render.
+absl::Status ToBuiltin(const ChatInput& input, std::vector<ChatMessage>* out,
+                       ChatTemplateOptions* options) {
+  auto unsupported = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what,
+        " needs the checkpoint's own chat template (this checkpoint has "
+        "none; the built-in Qwen3 ChatML template takes only string "
+        "contents)"));
+  };
+  if (!input.messages.is_array()) {
+    return absl::InvalidArgumentError("messages must be an array");
+  }
+  if (!input.tools.is_null() &&
+      !(input.tools.is_array() && input.tools.empty())) {
+    return unsupported("tools");
+  }
+  for (size_t i = 0; i < input.messages.size(); ++i) {
+    const OJson& m = input.messages[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object())
+      return absl::InvalidArgumentError(where + " is not an object");
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return absl::InvalidArgumentError(where + " has no string \"role\"");
+    }
+    const auto content = m.find("content");
+    if (content == m.end() || !content->is_string()) {
+      return unsupported(where + ": content that is not a string");
+    }
+    if (m.contains("tool_calls")) return unsupported(where + ".tool_calls");
+    if (m.contains("reasoning_content")) {
+      return unsupported(where + ".reasoning_content");
+    }
+    out->push_back({role->get<std::string>(), content->get<std::string>()});
+  }
+  options->add_generation_prompt = input.add_generation_prompt;
+  if (input.kwargs.is_object()) {
+    const auto t = input.kwargs.find("enable_thinking");
+    if (t != input.kwargs.end() && t->is_boolean()) {
+      options->enable_thinking = t->get<bool>();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ChatInput ToChatInput(absl::Span<const ChatMessage> messages,
+                      const ChatTemplateOptions& options) {
+  ChatInput input;
+  for (const ChatMessage& m : messages) {
+    input.messages.push_back(OJson{{"role", m.role}, {"content", m.content}});
+  }
+  input.add_generation_prompt = options.add_generation_prompt;
+  if (options.enable_thinking.has_value()) {
+    input.kwargs["enable_thinking"] = *options.enable_thinking;
+  }
+  return input;
+}
+
+ChatTemplate::~ChatTemplate() = default;
+
+std::unique_ptr<ChatTemplate> ChatTemplate::Builtin() {
+  std::unique_ptr<ChatTemplate> t(new ChatTemplate());
+  t->origin_ = kBuiltinOrigin;
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromJinja(
+    std::string source, ChatTemplateTokens tokens,
+    const jinja::RenderLimits& limits) {
+  std::unique_ptr<ChatTemplate> t(new ChatTemplate());
+  t->origin_ = "(given)";
+  t->tokens_ = std::move(tokens);
+  t->limits_ = limits;
+  absl::StatusOr<std::unique_ptr<jinja::Template>> parsed =
+      jinja::Template::Parse(std::move(source));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template: ", parsed.status().message()));
+  }
+  t->templates_["default"] = *std::move(parsed);
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromCheckpointDir(
+    const std::string& dir, const jinja::RenderLimits& limits) {
+  const fs::path root(dir);
+  std::error_code ec;
+  OJson config = OJson::object();
+  const fs::path config_path = root / "tokenizer_config.json";
+  if (fs::is_regular_file(config_path, ec)) {
+    ASSIGN_OR_RETURN(const std::string text, ReadFile(config_path));
+    config = OJson::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path.string(), ": not a JSON object"));
+    }
+  }
+  ChatTemplateTokens tokens{.bos_token = TokenField(config, "bos_token"),
+                            .eos_token = TokenField(config, "eos_token"),
+                            .unk_token = TokenField(config, "unk_token"),
+                            .pad_token = TokenField(config, "pad_token")};
+  std::map<std::string, std::string> sources;
+  std::string origin;
+  const fs::path jinja_path = root / "chat_template.jinja";
+  if (fs::is_regular_file(jinja_path, ec)) {
+    ASSIGN_OR_RETURN(sources["default"], ReadFile(jinja_path));
+    origin = jinja_path.string();
+  } else if (const auto it = config.find("chat_template"); it != config.end()) {
+    origin = config_path.string();
+    if (it->is_string()) {
+      sources["default"] = it->get<std::string>();
+    } else if (it->is_array()) {
+      for (const OJson& named : *it) {
+        if (!named.is_object() || !named.contains("name") ||
+            !named["name"].is_string() || !named.contains("template") ||
+            !named["template"].is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(origin,
+                           ": chat_template must be a string or a list of "
+                           "{\"name\", \"template\"} objects"));
+        }
+        sources[named["name"].get<std::string>()] =
+            named["template"].get<std::string>();
+      }
+      if (!sources.contains("default")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": chat_template has no template named \"default\""));
+      }
+    } else if (!it->is_null()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": chat_template must be a string or a list"));
+    }
+  }
+  if (sources.empty()) return Builtin();
+  std::unique_ptr<ChatTemplate> t(new ChatTemplate());
+  t->origin_ = origin;
+  t->tokens_ = std::move(tokens);
+  t->limits_ = limits;
+  for (auto& [name, source] : sources) {
+    absl::StatusOr<std::unique_ptr<jinja::Template>> parsed =
+        jinja::Template::Parse(std::move(source));
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat template ", origin,
+          name == "default" ? "" : absl::StrCat(" (\"", name, "\")"), ": ",
+          parsed.status().message()));
+    }
+    t->templates_[name] = *std::move(parsed);
+  }
+  return t;
+}
+
+absl::StatusOr<jinja::Rendered> ChatTemplate::Render(
+    const ChatInput& input) const {
+  if (!input.messages.is_array()) {
+    return absl::InvalidArgumentError("messages must be an array");
+  }
+  if (!input.kwargs.is_object()) {
+    return absl::InvalidArgumentError("chat template kwargs must be an object");
+  }
+  OJson context = OJson::object();
+  context["messages"] = input.messages;
+  context["tools"] = input.tools;
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = input.add_generation_prompt;
+  jinja::RenderOptions options{.limits = limits_};
+  const std::pair<const char*, const std::optional<std::string>*> tokens[] = {
+      {"bos_token", &tokens_.bos_token},
+      {"eos_token", &tokens_.eos_token},
+      {"unk_token", &tokens_.unk_token},
+      {"pad_token", &tokens_.pad_token}};
+  for (const auto& [name, value] : tokens) {
+    if (!value->has_value() || input.kwargs.contains(name)) continue;
+    context[name] = **value;
+    options.trusted_keys.push_back(name);
+  }
+  for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) {
+    if (it.key() == "messages" || it.key() == "tools" ||
+        it.key() == "documents" || it.key() == "add_generation_prompt") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat template kwargs cannot set \"", it.key(), "\""));
+    }
+    context[it.key()] = it.value();
+  }
+  const jinja::Template* t = templates_.at("default").get();
+  if (!input.tools.is_null()) {
+    if (const auto it = templates_.find("tool_use"); it != templates_.end()) {
+      t = it->second.get();
+    }
+  }
+  absl::StatusOr<jinja::Rendered> rendered = t->Render(context, options);
+  if (!rendered.ok()) {
+    absl::Status st = absl::InvalidArgumentError(absl::StrCat(
+        "chat template ", origin_, ": ", rendered.status().message()));
+    if (auto raised = rendered.status().GetPayload(jinja::kRaisedPayload)) {
+      st.SetPayload(jinja::kRaisedPayload, *raised);
+    }
+    return st;
+  }
+  return rendered;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Apply(const ChatInput& input) const {
+  if (is_builtin()) {
+    std::vector<ChatMessage> messages;
+    ChatTemplateOptions options;
+    RETURN_IF_ERROR(ToBuiltin(input, &messages, &options));
+    return ApplyChatTemplate(messages, options);
+  }
+  ASSIGN_OR_RETURN(jinja::Rendered r, Render(input));
+  return std::move(r.text);
+}
+
+absl::StatusOr<std::vector<uint32_t>> ChatTemplate::Encode(
+    const Tokenizer& tokenizer, const ChatInput& input) const {
+  if (is_builtin()) {
+    std::vector<ChatMessage> messages;
+    ChatTemplateOptions options;
+    RETURN_IF_ERROR(ToBuiltin(input, &messages, &options));
+    return EncodeChat(tokenizer, messages, options);
+  }
+  ASSIGN_OR_RETURN(const jinja::Rendered r, Render(input));
+  std::vector<std::pair<size_t, size_t>> literal;
+  literal.reserve(r.untrusted.size());
+  for (const jinja::ByteRange& b : r.untrusted)
+    literal.emplace_back(b.begin, b.end);
+  std::vector<uint32_t> ids;
+  RETURN_IF_ERROR(tokenizer.EncodeAppendWithLiterals(r.text, literal, &ids));
   return ids;
 }
 

@@ -92,13 +92,31 @@ absl::StatusOr<std::vector<uint32_t>> Tokenizer::Encode(
     absl::string_view text, bool parse_special) const {
   std::vector<uint32_t> ids;
   ids.reserve(text.size() / 3 + 4);
-  RETURN_IF_ERROR(rep_->EncodeAppend(text, parse_special, &ids));
+  RETURN_IF_ERROR(
+      rep_->EncodeAppend(text, {.parse_special = parse_special}, &ids));
   return ids;
 }
 
 absl::Status Tokenizer::EncodeAppend(absl::string_view text, bool parse_special,
                                      std::vector<uint32_t>* ids) const {
-  return rep_->EncodeAppend(text, parse_special, ids);
+  return rep_->EncodeAppend(text, {.parse_special = parse_special}, ids);
+}
+
+absl::Status Tokenizer::EncodeAppendWithLiterals(
+    absl::string_view text, absl::Span<const std::pair<size_t, size_t>> literal,
+    std::vector<uint32_t>* ids) const {
+  for (size_t i = 0; i < literal.size(); ++i) {
+    if (literal[i].first >= literal[i].second ||
+        literal[i].second > text.size() ||
+        (i > 0 && literal[i].first < literal[i - 1].second)) {
+      return absl::InvalidArgumentError(
+          "EncodeAppendWithLiterals: the ranges must be sorted, disjoint, "
+          "non-empty and inside the text");
+    }
+  }
+  return rep_->EncodeAppend(
+      text, {.parse_special = true, .base = text.data(), .literal = literal},
+      ids);
 }
 
 std::string Tokenizer::Decode(absl::Span<const uint32_t> ids,

@@ -52,6 +52,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -92,6 +93,17 @@ class Tokenizer {
   // The same, appending to `*ids` (left unchanged on error).
   absl::Status EncodeAppend(absl::string_view text, bool parse_special,
                             std::vector<uint32_t>* ids) const;
+  // Encode(text, parse_special = true), except that a special token is
+  // matched only where it overlaps none of the `literal` byte ranges of
+  // `text` (sorted, disjoint, non-empty): there its text is ordinary text.
+  // What the chat template encoder uses so that the template's control
+  // tokens are special and message contents cannot inject any. Appends to
+  // `*ids` (unchanged on error); InvalidArgument for bad ranges or text that
+  // is not UTF-8.
+  absl::Status EncodeAppendWithLiterals(
+      absl::string_view text,
+      absl::Span<const std::pair<size_t, size_t>> literal,
+      std::vector<uint32_t>* ids) const;
 
   // Text of `ids`: valid UTF-8 (ill-formed byte sequences become U+FFFD);
   // unknown ids are skipped, special tokens skipped when asked.

@@ -238,12 +238,15 @@ bool Tokenizer::Rep::IsWordChar(absl::string_view text, size_t pos,
 template <typename OnText>
 absl::Status Tokenizer::Rep::SplitAdded(const AddedTrie& trie,
                                         absl::string_view text,
-                                        bool parse_special, OnText on_text,
+                                        const SpecialPolicy& policy,
+                                        OnText on_text,
                                         std::vector<uint32_t>* out) const {
   if (trie.empty()) return on_text(text);
   auto eligible = [&](int t, size_t start, size_t end) {
     const AddedToken& tok = added[t];
-    if (tok.special && !parse_special) return false;
+    if (tok.special && !policy.Allows(text.substr(start, end - start))) {
+      return false;
+    }
     if (tok.single_word &&
         (IsWordChar(text, start, true) || IsWordChar(text, end, false))) {
       return false;
@@ -294,8 +297,27 @@ absl::Status Tokenizer::Rep::SplitAdded(const AddedTrie& trie,
   return absl::OkStatus();
 }
 
+bool Tokenizer::Rep::SpecialPolicy::Allows(absl::string_view token) const {
+  if (!parse_special) return false;
+  if (base == nullptr || literal.empty()) return true;
+  return !Overlaps(token);
+}
+
+bool Tokenizer::Rep::SpecialPolicy::Overlaps(absl::string_view piece) const {
+  if (base == nullptr) return false;
+  const size_t b = static_cast<size_t>(piece.data() - base);
+  const size_t e = b + piece.size();
+  // The first range ending after b.
+  auto it =
+      std::upper_bound(literal.begin(), literal.end(), b,
+                       [](size_t pos, const std::pair<size_t, size_t>& r) {
+                         return pos < r.second;
+                       });
+  return it != literal.end() && it->first < e;
+}
+
 absl::Status Tokenizer::Rep::EncodeAppend(absl::string_view text,
-                                          bool parse_special,
+                                          const SpecialPolicy& policy,
                                           std::vector<uint32_t>* out) const {
   if (const size_t bad = unicode::FindInvalidUtf8(text);
       bad != absl::string_view::npos) {
@@ -304,9 +326,9 @@ absl::Status Tokenizer::Rep::EncodeAppend(absl::string_view text,
   }
   const size_t old_size = out->size();
   absl::Status status = SplitAdded(
-      raw_trie, text, parse_special,
+      raw_trie, text, policy,
       [&](absl::string_view piece) {
-        return EncodeNormalizedPiece(piece, parse_special, out);
+        return EncodeNormalizedPiece(piece, policy, out);
       },
       out);
   if (!status.ok()) out->resize(old_size);
@@ -314,16 +336,21 @@ absl::Status Tokenizer::Rep::EncodeAppend(absl::string_view text,
 }
 
 absl::Status Tokenizer::Rep::EncodeNormalizedPiece(
-    absl::string_view text, bool parse_special,
+    absl::string_view text, const SpecialPolicy& policy,
     std::vector<uint32_t>* out) const {
   std::string normalized;
+  SpecialPolicy piece_policy = policy;
   if (nfc && !unicode::IsNfcQuick(text)) {
+    // The normalized copy's offsets do not map back to the literal ranges:
+    // no special token in a piece that touches one.
+    piece_policy = SpecialPolicy{.parse_special = policy.parse_special &&
+                                                  !policy.Overlaps(text)};
     normalized = unicode::NormalizeNfc(text);
     text = normalized;
   }
   if (normalized_trie.empty()) return EncodePreTokenized(text, out);
   return SplitAdded(
-      normalized_trie, text, parse_special,
+      normalized_trie, text, piece_policy,
       [&](absl::string_view piece) { return EncodePreTokenized(piece, out); },
       out);
 }

@@ -244,9 +244,24 @@ struct Tokenizer::Rep {
   void Finish();
 
   // ---- Encoding ----
-  absl::Status EncodeAppend(absl::string_view text, bool parse_special,
+  // Where special added tokens may be matched: nowhere (parse_special
+  // false), everywhere, or everywhere but inside the `literal` byte ranges
+  // of the text starting at `base` (Tokenizer::EncodeAppendWithLiterals).
+  struct SpecialPolicy {
+    bool parse_special = false;
+    const char* base = nullptr;
+    absl::Span<const std::pair<size_t, size_t>> literal;
+
+    // May a special token whose text is `token` (a view into the text at
+    // `base`) be matched?
+    bool Allows(absl::string_view token) const;
+    // Does `piece` (a view into that text) overlap a literal range?
+    bool Overlaps(absl::string_view piece) const;
+  };
+  absl::Status EncodeAppend(absl::string_view text, const SpecialPolicy& policy,
                             std::vector<uint32_t>* out) const;
-  absl::Status EncodeNormalizedPiece(absl::string_view text, bool parse_special,
+  absl::Status EncodeNormalizedPiece(absl::string_view text,
+                                     const SpecialPolicy& policy,
                                      std::vector<uint32_t>* out) const;
   absl::Status EncodePreTokenized(absl::string_view text,
                                   std::vector<uint32_t>* out) const;
@@ -264,7 +279,7 @@ struct Tokenizer::Rep {
   // between them and on_token for each matched token.
   template <typename OnText>
   absl::Status SplitAdded(const tokenizer_internal::AddedTrie& trie,
-                          absl::string_view text, bool parse_special,
+                          absl::string_view text, const SpecialPolicy& policy,
                           OnText on_text, std::vector<uint32_t>* out) const;
 
   bool IsWordChar(absl::string_view text, size_t pos, bool before) const;

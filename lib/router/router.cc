@@ -369,7 +369,10 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
       if (msgs.empty()) return invalid("chat has no messages");
       model::ChatTemplateOptions co;
       co.add_generation_prompt = in.chat().add_generation_prompt();
-      absl::StatusOr<std::vector<uint32_t>> ids = model::EncodeChat(tok, msgs, co);
+      absl::StatusOr<std::vector<uint32_t>> ids =
+          options_.chat_template != nullptr
+              ? options_.chat_template->Encode(tok, model::ToChatInput(msgs, co))
+              : model::EncodeChat(tok, msgs, co);
       if (!ids.ok()) return invalid(absl::StrCat("messages: ", ids.status().message()));
       r.tokens = *std::move(ids);
       break;

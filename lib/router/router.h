@@ -61,7 +61,8 @@
 //                                                 routed without it
 // (Redis latency: swaserve_redis_seconds{op}, from cluster::RedisClient.)
 //
-// Ownership: borrows the view, directory and tokenizer (must outlive it).
+// Ownership: borrows the view, directory, tokenizer and chat template (must
+// outlive it).
 // Thread-safety: thread-safe; Generate may run concurrently.
 #pragma once
 
@@ -80,6 +81,7 @@
 #include "lib/base/timer_queue.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/metrics/registry.h"
+#include "lib/model/chat_template.h"
 #include "lib/model/tokenizer.h"
 #include "lib/router/policy.h"
 #include "lib/router/worker_directory.h"
@@ -92,6 +94,10 @@ struct RouterOptions {
   cluster::ClusterView* view = nullptr;
   WorkerDirectory* directory = nullptr;
   const model::Tokenizer* tokenizer = nullptr;
+  // The chat template of chat requests (not owned; the checkpoint's, see
+  // model::ChatTemplate::FromCheckpointDir). nullptr: the built-in Qwen3
+  // ChatML template.
+  const model::ChatTemplate* chat_template = nullptr;
   // The served model id (GenerateRequest.model must be empty or equal).
   std::string model_name = "swaserve";
   // Unix seconds the model was loaded (ListModels).

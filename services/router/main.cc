@@ -32,6 +32,7 @@
 #include "lib/cluster/cluster_view.h"
 #include "lib/cluster/redis_client.h"
 #include "lib/metrics/registry.h"
+#include "lib/model/chat_template.h"
 #include "lib/model/config.h"
 #include "lib/model/tokenizer.h"
 #include "lib/router/router.h"
@@ -155,6 +156,7 @@ struct RouterProcess {
   const RouterConfig& c;
   metrics::Registry& registry = metrics::DefaultRegistry();
   std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<model::ChatTemplate> chat_template;
   std::unique_ptr<cluster::RedisClient> redis;
   std::unique_ptr<cluster::ClusterView> view;
   std::unique_ptr<router::WorkerDirectory> directory;
@@ -174,6 +176,8 @@ struct RouterProcess {
 absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
                                         cluster::RedisOptions ro) {
   ASSIGN_OR_RETURN(tokenizer, model::Tokenizer::Load(c.model + "/tokenizer.json"));
+  ASSIGN_OR_RETURN(chat_template, model::ChatTemplate::FromCheckpointDir(c.model));
+  SWA_LOG(info, "chat template: {}", chat_template->origin());
   ro.metrics = &registry;
   ASSIGN_OR_RETURN(redis, cluster::RedisClient::Create(ro));
   ASSIGN_OR_RETURN(view, cluster::ClusterView::Create({.redis = redis.get(), .cluster = c.cluster}));
@@ -190,6 +194,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.view = view.get();
   opt.directory = directory.get();
   opt.tokenizer = tokenizer.get();
+  opt.chat_template = chat_template.get();
   opt.model_name = c.model_name;
   opt.created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   opt.policy = policy;
