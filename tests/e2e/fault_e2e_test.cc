@@ -278,11 +278,16 @@ TEST_F(LoadedClusterTest,
   std::printf("no faults:\n%s\n", calm->ToText().c_str());
   std::atomic<bool> stop{false};
   std::vector<std::string> log;
+  // A fault every 1.5-3.5 s, or faster when the calm replay was short (a
+  // warm cache makes the chaos replay quicker still): about ten faults over
+  // the calm replay's duration at least, so the run always sees >= 5.
+  const int mean_ms = static_cast<int>(
+      std::clamp(calm->duration_s * 1000 / 10, 300.0, 2500.0));
   std::thread chaos([&] {
     std::mt19937 rng(20261201);
     const std::vector<std::string> victims = {"p1", "p2", "d1", "d2", "redis"};
     while (!stop.load()) {
-      absl::SleepFor(absl::Milliseconds(1500 + rng() % 2000));
+      absl::SleepFor(absl::Milliseconds(mean_ms * 3 / 5 + rng() % (mean_ms * 4 / 5 + 1)));
       if (stop.load()) break;
       const std::string v = victims[rng() % victims.size()];
       absl::Status s;
@@ -308,7 +313,8 @@ TEST_F(LoadedClusterTest,
   std::printf("chaos:\n%s\n", report->ToText().c_str());
   std::string kills;
   for (const std::string& k : log) kills += k + " ";
-  std::printf("chaos: %zu kill -9 + restart: %s\n", log.size(), kills.c_str());
+  std::printf("chaos: %zu kill -9 + restart (one every ~%d ms): %s\n", log.size(), mean_ms,
+              kills.c_str());
   EXPECT_GE(log.size(), 5u) << "too few faults to mean anything";
   EXPECT_EQ(report->succeeded, 1000);
   EXPECT_EQ(report->failed, 0)
