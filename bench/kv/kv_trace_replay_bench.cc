@@ -70,6 +70,8 @@
 #include "bench/common/prompt_synth.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
+#include "lib/kv/l3_prefetch.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
@@ -105,6 +107,9 @@ struct Flags {
   // Tiers (issue 21): L2 bytes as a multiple of L1's, and its SWA/full
   // token ratio (0: no tier section).
   double l2_factor = 2.0;
+  // L3 bytes as a multiple of L1's (0: no L1+L2+L3 rows); a disk or Redis
+  // tier is large.
+  double l3_factor = 8.0;
   double l2_ratio = 0.02;
 };
 
@@ -246,6 +251,11 @@ struct CacheSpec {
   // lookup the request loads its match's L2 part back (PrefixCache::LoadBack).
   int64_t l2_full_pages = 0;
   int64_t l2_swa_pages = 0;
+  // L3 tier (0: none): a MemoryPageStore of this many page blobs (metadata
+  // pools store empty blobs, so the bound counts blobs); before each lookup
+  // the prompt's L3 part is fetched (FetchFromL3, synchronously: the replay
+  // has no clock, so every prefetch completes) and attached, then loaded back.
+  int64_t l3_pages = 0;
 };
 
 struct ReplayResult {
@@ -273,6 +283,8 @@ struct ReplayResult {
   int64_t tombstone_nodes = 0;
   int64_t demoted_pages = 0;      // L1 -> L2
   int64_t loaded_back_pages = 0;  // L2 -> L1
+  int64_t l3_attached_pages = 0;  // L3 -> L2
+  int64_t l3_written_pages = 0;
   double seconds = 0;
 
   double HitRate() const { return prompt_tokens ? double(hit_tokens) / prompt_tokens : 0; }
@@ -308,9 +320,14 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
     if (!l2_or.ok()) Die(std::string(l2_or.status().message()));
     l2 = *std::move(l2_or);
   }
+  std::unique_ptr<MemoryPageStore> l3;
+  if (spec.l3_pages > 0) {
+    l3 = std::make_unique<MemoryPageStore>(spec.l3_pages * MemoryPageStore::kEntryOverhead);
+  }
   PrefixCacheOptions co;
   co.pools = pools.get();
   co.l2 = l2.get();
+  co.l3 = l3.get();
   co.keep_restorable_tombstones = spec.restore;
   auto cache_or = PrefixCache::Create(co);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
@@ -331,6 +348,15 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
     const int len = prompts.length[i];
     absl::Span<const uint64_t> hashes = prompts.Hashes(i);
     MatchOptions mo{.max_tokens = len - 1};
+    if (l3 != nullptr) {
+      const int ps = spec.shape.page_size;
+      const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
+      const L3Fetch f = FetchFromL3(*l3, cache->l3_fetch_options(),
+                                    hashes.subspan(0, std::min<size_t>(hashes.size(), mo.max_tokens / ps)),
+                                    (ml.matched_tokens + ml.lower_tier_tokens) / ps,
+                                    ml.safe_tokens / ps);
+      res.l3_attached_pages += cache->AttachFromL3(hashes, f);
+    }
     if (l2 != nullptr) res.loaded_back_pages += cache->LoadBack(hashes, mo.max_tokens).pages;
     sched::WindowRestoreChoice choice;
     if (spec.restore) {
@@ -400,6 +426,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   res.nodes = st.nodes.load();
   res.tombstone_nodes = st.tombstone_nodes.load();
   res.demoted_pages = st.demoted_pages.load();
+  res.l3_written_pages = st.l3_written_pages.load();
   res.cached_full_pages = cache->cached_full_pages();
   res.cached_swa_pages = cache->cached_swa_pages();
   res.cached_bytes = static_cast<double>(res.cached_full_pages) * pools->full().page_bytes() +
@@ -446,6 +473,9 @@ nlohmann::json ToJson(const ReplayResult& r, int ps) {
       {"tombstone_nodes_at_end", r.tombstone_nodes},
       {"l2_full_pages", r.spec.l2_full_pages},
       {"l2_swa_pages", r.spec.l2_swa_pages},
+      {"l3_pages", r.spec.l3_pages},
+      {"l3_attached_pages", r.l3_attached_pages},
+      {"l3_written_pages", r.l3_written_pages},
       {"demoted_pages", r.demoted_pages},
       {"loaded_back_pages", r.loaded_back_pages},
       {"seconds", r.seconds},
@@ -512,6 +542,8 @@ int Main(int argc, char** argv) {
       g_keep_divergence_window = false;
     } else if (is("--l2-factor")) {
       flags.l2_factor = std::atof(value("--l2-factor").c_str());
+    } else if (is("--l3-factor")) {
+      flags.l3_factor = std::atof(value("--l3-factor").c_str());
     } else if (is("--l2-ratio")) {
       flags.l2_ratio = ParseList(value("--l2-ratio"), false).at(0);
     } else if (is("--checkpoint")) {
@@ -672,6 +704,27 @@ int Main(int argc, char** argv) {
                                        absl::SixDigits(100 * ref->EffectiveHitRate()), "%")
                               .c_str());
         results.push_back(ToJson(r, ps));
+        if (flags.l3_factor > 0) {
+          CacheSpec spec3 = spec;
+          spec3.name = base + "+L2+L3";
+          spec3.l3_pages = static_cast<int64_t>(flags.budgets[bi] * single_token_bytes *
+                                                flags.l3_factor /
+                                                static_cast<double>(dual_shape.Full().PageBytes()));
+          ReplayResult r3 = Replay(spec3, prompts, flags.chunk);
+          PrintRow(r3, ps);
+          std::printf("    L1+L2+L3 (L3 = %gx L1 bytes, %lld full-page blobs) %.2f%% effective "
+                      "hit; %lld pages written to L3, %lld attached back%s\n",
+                      flags.l3_factor, static_cast<long long>(spec3.l3_pages),
+                      100 * r3.EffectiveHitRate(), static_cast<long long>(r3.l3_written_pages),
+                      static_cast<long long>(r3.l3_attached_pages),
+                      ref == nullptr
+                          ? ""
+                          : absl::StrCat("; ", absl::SixDigits(100 * r3.EffectiveHitRate() /
+                                                               ref->EffectiveHitRate()),
+                                         "% of the infinite cache's")
+                                .c_str());
+          results.push_back(ToJson(r3, ps));
+        }
       }
     }
   }

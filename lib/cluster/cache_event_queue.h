@@ -40,7 +40,9 @@ namespace swaserve::cluster {
 struct CacheEventOp {
   // kSwaRemoved / kSwaStored: the pages keep their full KV but lose (or
   // regain) their SWA KV (kv::CacheEvent).
-  enum class Kind { kStored, kRemoved, kCleared, kSwaRemoved, kSwaStored };
+  // kTierDown / kTierUp: the pages moved to the lower tier (L2, host
+  // memory) or back to L1 (kv::CacheEvent::kTierChanged); still cached.
+  enum class Kind { kStored, kRemoved, kCleared, kSwaRemoved, kSwaStored, kTierDown, kTierUp };
   Kind kind = Kind::kStored;
   // Chained page hashes (empty for kCleared).
   std::vector<uint64_t> hashes;

@@ -128,7 +128,7 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   std::vector<std::optional<std::string>> raw;
   PrefixesAndLoads out;
   ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, window_pages,
-                                             &out.window_safe));
+                                             &out.window_safe, &out.l1_pages));
   out.loads.resize(load_ids.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     if (!raw[i]) continue;

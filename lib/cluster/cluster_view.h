@@ -74,6 +74,8 @@ class ClusterView {
   struct PrefixesAndLoads {
     std::vector<int64_t> depths;
     std::vector<bool> window_safe;
+    // Of each depth, the pages in the worker's L1 (the rest are in its L2).
+    std::vector<int64_t> l1_pages;
     std::vector<std::optional<swaserve::v1::WorkerLoad>> loads;
   };
   absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(

@@ -66,6 +66,9 @@ std::string KeySchema::PredictedKey(absl::string_view id) const {
 std::string KeySchema::SwaGoneKey(absl::string_view id) const {
   return absl::StrCat(prefix_, "swa_gone:", id);
 }
+std::string KeySchema::LowerTierKey(absl::string_view id) const {
+  return absl::StrCat(prefix_, "lower:", id);
+}
 std::string KeySchema::KvPageKey(uint64_t layout, uint64_t hash) const {
   return absl::StrFormat("%skvpage:%016x:%016x", prefix_, layout, hash);
 }

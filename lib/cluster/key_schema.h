@@ -87,6 +87,8 @@ class KeySchema {
   std::string PrefixKey(absl::string_view id) const;
   std::string PredictedKey(absl::string_view id) const;
   std::string SwaGoneKey(absl::string_view id) const;
+  // The worker's pages held in a lower tier (L2, host memory): prefix_index.h.
+  std::string LowerTierKey(absl::string_view id) const;
   // The L3 page blob key of (layout fingerprint, chained page hash).
   std::string KvPageKey(uint64_t layout, uint64_t hash) const;
 

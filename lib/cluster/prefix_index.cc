@@ -16,13 +16,14 @@ namespace {
 // members at a time (Lua's unpack limit is about 8000 values).
 
 // KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET,
-// KEYS[3] = its SWA-gone SET. ARGV[1] = index_ttl ms, ARGV[2] = cap of the
-// SETs (0 = none), then one pair per op: kind ("S" stored, "R" removed, "C"
-// cleared, "T" SWA KV dropped (tombstoned), "H" SWA KV stored again
-// (healed)), packed hashes. Returns the SET's size afterwards.
+// KEYS[3] = its SWA-gone SET, KEYS[4] = its lower-tier SET. ARGV[1] =
+// index_ttl ms, ARGV[2] = cap of the SETs (0 = none), then one pair per op:
+// kind ("S" stored, "R" removed, "C" cleared, "T" SWA KV dropped
+// (tombstoned), "H" SWA KV stored again (healed), "D" down to the lower
+// tier, "U" up to L1), packed hashes. Returns the SET's size afterwards.
 const RedisScript& ApplyScript() {
-  static const RedisScript* script = new RedisScript{"prefix_apply_v2", R"lua(
-local set, pred, gone = KEYS[1], KEYS[2], KEYS[3]
+  static const RedisScript* script = new RedisScript{"prefix_apply_v3", R"lua(
+local set, pred, gone, lower = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local cap = tonumber(ARGV[2])
 local sub = string.sub
 for i = 3, #ARGV, 2 do
@@ -30,8 +31,9 @@ for i = 3, #ARGV, 2 do
   local packed = ARGV[i + 1]
   local n = #packed / 8
   if kind == 'C' then
-    redis.call('DEL', set, pred, gone)
-  elseif kind == 'S' or kind == 'R' or kind == 'T' or kind == 'H' then
+    redis.call('DEL', set, pred, gone, lower)
+  elseif kind == 'S' or kind == 'R' or kind == 'T' or kind == 'H' or kind == 'D' or
+         kind == 'U' then
     local j = 1
     while j <= n do
       local last = math.min(n, j + 3999)
@@ -40,14 +42,20 @@ for i = 3, #ARGV, 2 do
       if kind == 'S' then
         redis.call('SADD', set, unpack(members))
         redis.call('SREM', gone, unpack(members))
+        redis.call('SREM', lower, unpack(members))
       elseif kind == 'R' then
         redis.call('SREM', set, unpack(members))
         redis.call('ZREM', pred, unpack(members))
         redis.call('SREM', gone, unpack(members))
+        redis.call('SREM', lower, unpack(members))
       elseif kind == 'T' then
         redis.call('SADD', gone, unpack(members))
-      else
+      elseif kind == 'H' then
         redis.call('SREM', gone, unpack(members))
+      elseif kind == 'D' then
+        redis.call('SADD', lower, unpack(members))
+      else
+        redis.call('SREM', lower, unpack(members))
       end
       j = last + 1
     end
@@ -63,12 +71,14 @@ end
 if size > 0 then
   redis.call('PEXPIRE', set, ARGV[1])
 end
-local ngone = redis.call('SCARD', gone)
-if cap > 0 and ngone > cap then
-  redis.call('SPOP', gone, ngone - cap)
-end
-if ngone > 0 then
-  redis.call('PEXPIRE', gone, ARGV[1])
+for _, aux in ipairs({gone, lower}) do
+  local naux = redis.call('SCARD', aux)
+  if cap > 0 and naux > cap then
+    redis.call('SPOP', aux, naux - cap)
+  end
+  if naux > 0 then
+    redis.call('PEXPIRE', aux, ARGV[1])
+  end
 end
 return size
 )lua"};
@@ -121,19 +131,24 @@ return size
   return *script;
 }
 
-// KEYS = per candidate its SET, ZSET and SWA-gone SET (3 keys each), then
+// KEYS = per candidate its SET, ZSET, SWA-gone SET and lower-tier SET (4
+// keys each), then
 // optional value keys; ARGV[1] = the prompt's packed page hashes in prefix
 // order, ARGV[2] = the number of candidates, ARGV[3] = window pages wp (the
 // pages whose SWA KV a hit at a page boundary needs: ceil((W - 1) / page);
 // 0: do not check). Returns, per candidate, the number of leading pages it
 // holds; then a table with, per candidate, 1 when the match ends window-safe
 // (none of its last wp pages is in the SWA-gone SET; pages held only by a
-// prediction count as live) else 0; then (with value keys) MGET of the value
+// prediction count as live) else 0; then a table with, per candidate, how
+// many of its matched pages are in L1: the first matched page in its
+// lower-tier SET, found by binary search (a worker's tiers only go down a
+// path, so its L2 pages are a suffix of any match: O(log depth) SISMEMBER),
+// = depth when the SET is absent; then (with value keys) MGET of the value
 // keys — so a router reads loads and prefix depths in one round trip.
 // Members are cut out of ARGV[1] once, on demand, and shared by the
 // candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match_v2", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_match_v3", R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local packed = ARGV[1]
@@ -145,8 +160,9 @@ local result = {}
 local ncand = tonumber(ARGV[2])
 local wp = tonumber(ARGV[3]) or 0
 local safe = {}
+local upper = {}
 for c = 1, ncand do
-  local set, pred, gone = KEYS[3 * c - 2], KEYS[3 * c - 1], KEYS[3 * c]
+  local set, pred, gone, lower = KEYS[4 * c - 3], KEYS[4 * c - 2], KEYS[4 * c - 1], KEYS[4 * c]
   local has_pred = redis.call('EXISTS', pred) == 1
   local depth = 0
   local chunk = 8
@@ -187,10 +203,20 @@ for c = 1, ncand do
       if dropped[k] == 1 then safe[c] = 0 end
     end
   end
+  upper[c] = depth
+  if depth > 0 and redis.call('EXISTS', lower) == 1 then
+    local lo, hi = 1, depth + 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if redis.call('SISMEMBER', lower, members[mid]) == 1 then hi = mid else lo = mid + 1 end
+    end
+    upper[c] = lo - 1
+  end
 end
 result[ncand + 1] = safe
-if #KEYS > 3 * ncand then
-  result[ncand + 2] = redis.call('MGET', unpack(KEYS, 3 * ncand + 1, #KEYS))
+result[ncand + 2] = upper
+if #KEYS > 4 * ncand then
+  result[ncand + 3] = redis.call('MGET', unpack(KEYS, 4 * ncand + 1, #KEYS))
 end
 return result
 )lua"};
@@ -254,13 +280,16 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
       case CacheEventOp::Kind::kCleared: kind = "C"; break;
       case CacheEventOp::Kind::kSwaRemoved: kind = "T"; break;
       case CacheEventOp::Kind::kSwaStored: kind = "H"; break;
+      case CacheEventOp::Kind::kTierDown: kind = "D"; break;
+      case CacheEventOp::Kind::kTierUp: kind = "U"; break;
     }
     args.push_back(kind);
     args.push_back(e.kind == CacheEventOp::Kind::kCleared ? "" : PackPageHashes(e.hashes));
   }
   const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
                                          keys_.PredictedKey(worker_id),
-                                         keys_.SwaGoneKey(worker_id)};
+                                         keys_.SwaGoneKey(worker_id),
+                                         keys_.LowerTierKey(worker_id)};
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(ApplyScript(), keys, args, op));
   return reply.AsInteger();
@@ -289,18 +318,20 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
     absl::Span<const std::string> value_keys,
     std::vector<std::optional<std::string>>* values, int window_pages,
-    std::vector<bool>* window_safe) {
+    std::vector<bool>* window_safe, std::vector<int64_t>* l1_pages) {
   std::vector<std::string> keys;
-  keys.reserve(3 * candidates.size() + value_keys.size());
+  keys.reserve(4 * candidates.size() + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
     keys.push_back(keys_.PrefixKey(id));
     keys.push_back(keys_.PredictedKey(id));
     keys.push_back(keys_.SwaGoneKey(id));
+    keys.push_back(keys_.LowerTierKey(id));
   }
   std::vector<int64_t> depths(candidates.size(), 0);
   if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
   if (window_safe != nullptr) window_safe->assign(candidates.size(), true);
+  if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
   if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
   for (const std::string& k : value_keys) keys.push_back(k);
   const std::string args[3] = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
@@ -308,7 +339,7 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
                                    "match_prefixes"));
-  const size_t want = candidates.size() + 1 + (value_keys.empty() ? 0 : 1);
+  const size_t want = candidates.size() + 2 + (value_keys.empty() ? 0 : 1);
   if (!reply.is_array() || reply.elements.size() != want) {
     return absl::InternalError(absl::StrCat("prefix_match: expected ", want,
                                             " elements, got ", reply.DebugString()));
@@ -328,8 +359,18 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
       (*window_safe)[i] = f != 0;
     }
   }
+  const RedisReply& upper = reply.elements[candidates.size() + 1];
+  if (!upper.is_array() || upper.elements.size() != candidates.size()) {
+    return absl::InternalError(
+        absl::StrCat("prefix_match: bad tier reply ", upper.DebugString()));
+  }
+  if (l1_pages != nullptr) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      ASSIGN_OR_RETURN((*l1_pages)[i], upper.elements[i].AsInteger());
+    }
+  }
   if (!value_keys.empty()) {
-    const RedisReply& v = reply.elements[candidates.size() + 1];
+    const RedisReply& v = reply.elements[candidates.size() + 2];
     if (!v.is_array() || v.elements.size() != value_keys.size()) {
       return absl::InternalError(
           absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
@@ -348,7 +389,7 @@ absl::Status PrefixIndex::Clear(absl::string_view worker_id) {
   return redis_
       ->Command(
           {"DEL", keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id),
-           keys_.SwaGoneKey(worker_id)},
+           keys_.SwaGoneKey(worker_id), keys_.LowerTierKey(worker_id)},
           "prefix_clear")
       .status();
 }

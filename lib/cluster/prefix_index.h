@@ -32,6 +32,18 @@
 //                  dropped event clears the worker's entries (kCleared), so
 //                  the SET errs only toward "gone" for pages not yet
 //                  re-stored, never keeps a page live that is not.
+//   lower tier     <p>lower:<id>      SET of the worker's pages held in its
+//                  lower tier (L2, host memory: kTierDown in, kTierUp,
+//                  stored, removed and cleared out). A worker's tiers only
+//                  go down a path (kv/prefix_cache.h), so the L2 pages of a
+//                  match are a suffix of it: the match script finds where it
+//                  starts by binary search, and the router credits those
+//                  pages less (a load-back costs a copy; policy.h). Pages
+//                  that left the tree for the worker's L3 store are removed
+//                  from the index like any evicted page: a Redis L3 is shared
+//                  by every worker (no affinity to credit), and a local one's
+//                  own LRU evictions are not reported, so the index could not
+//                  stay exact for them.
 //
 // Bounds: predicted entries by predicted_ttl and max_predicted_per_worker
 // (the entries closest to expiry are evicted first); authoritative entries
@@ -140,7 +152,7 @@ class PrefixIndex {
       absl::Span<const std::string> candidates,
       absl::Span<const std::string> value_keys,
       std::vector<std::optional<std::string>>* values, int window_pages = 0,
-      std::vector<bool>* window_safe = nullptr);
+      std::vector<bool>* window_safe = nullptr, std::vector<int64_t>* l1_pages = nullptr);
 
   // Deletes every entry of `worker_id`.
   absl::Status Clear(absl::string_view worker_id);

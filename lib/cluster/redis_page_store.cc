@@ -148,6 +148,25 @@ bool RedisPageStore::Contains(const kv::PageKey& key) {
   return n.ok() && *n > 0;
 }
 
+std::vector<bool> RedisPageStore::ContainsEach(absl::Span<const kv::PageKey> keys) {
+  std::vector<bool> out(keys.size(), false);
+  constexpr size_t kChunk = 512;
+  for (size_t done = 0; done < keys.size(); done += kChunk) {
+    const size_t n = std::min(kChunk, keys.size() - done);
+    std::vector<RedisCommand> commands;
+    commands.reserve(n);
+    for (size_t i = 0; i < n; ++i) commands.push_back({"EXISTS", KeyOf(keys[done + i])});
+    absl::StatusOr<std::vector<RedisReply>> replies =
+        client_->Pipeline(commands, "kvpage_exists");
+    if (!replies.ok() || replies->size() != n) break;  // unreachable: misses
+    for (size_t i = 0; i < n; ++i) {
+      absl::StatusOr<int64_t> present = (*replies)[i].AsInteger();
+      out[done + i] = present.ok() && *present > 0;
+    }
+  }
+  return out;
+}
+
 void RedisPageStore::Erase(const kv::PageKey& key) {
   (void)client_->Command({"DEL", KeyOf(key)}, "kvpage_del");
 }

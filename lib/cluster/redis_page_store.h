@@ -87,6 +87,8 @@ class RedisPageStore final : public kv::PageStore {
                    absl::Span<const uint8_t> bytes) override;
   absl::Status Get(const kv::PageKey& key, absl::Span<uint8_t> out) override;
   bool Contains(const kv::PageKey& key) override;
+  // Pipelined EXISTS, 512 keys per round trip.
+  std::vector<bool> ContainsEach(absl::Span<const kv::PageKey> keys) override;
   void Erase(const kv::PageKey& key) override;
   std::string_view backend() const override { return "redis"; }
   const kv::PageStoreStats& stats() const override { return stats_; }

@@ -6,7 +6,7 @@ namespace swaserve::kv {
 
 absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
     metrics::Registry* registry, const KvPools* pools,
-    const PrefixCache* cache) {
+    const PrefixCache* cache, const PageStore* l3) {
   std::unique_ptr<KvMetrics> m(new KvMetrics(registry));
   auto add = [&](absl::Status s, const char* name) -> absl::Status {
     if (s.ok()) m->names_.push_back(name);
@@ -108,11 +108,16 @@ absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
           "Full pages moved between tiers (demoted: L1 eviction to L2; loaded_back: L2 to L1 "
           "for a hit; evicted: deleted from L2)",
           {"direction"},
-          [st] {
-            return std::vector<metrics::CallbackSample>{
+          [st, l3 = cache->has_l3()] {
+            std::vector<metrics::CallbackSample> v{
                 {{"demoted"}, static_cast<double>(st->demoted_pages.load())},
                 {{"loaded_back"}, static_cast<double>(st->loaded_back_pages.load())},
                 {{"evicted"}, static_cast<double>(st->l2_evicted_full_pages.load())}};
+            if (l3) {
+              v.push_back({{"to_l3"}, static_cast<double>(st->l3_written_pages.load())});
+              v.push_back({{"from_l3"}, static_cast<double>(st->l3_attached_pages.load())});
+            }
+            return v;
           }),
       "swaserve_prefix_cache_tier_moved_pages_total"));
   const CounterDef tier_counters[] = {
@@ -134,7 +139,76 @@ absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
                           "Time spent copying L2 pages back to L1",
                           [st] { return st->loaded_back_nanos.load() * 1e-9; }),
                       "swaserve_prefix_cache_loaded_back_seconds_total"));
+  if (cache->has_l3()) RETURN_IF_ERROR(m->AddL3(cache, l3));
   return m;
+}
+
+absl::Status KvMetrics::AddL3(const PrefixCache* cache, const PageStore* l3) {
+  const PrefixCacheStats* st = &cache->stats();
+  auto add = [this](absl::Status s, const char* name) {
+    if (s.ok()) names_.push_back(name);
+    return s;
+  };
+  RETURN_IF_ERROR(add(
+      registry_->AddCallbackCounter(
+          "swaserve_prefix_cache_l3_pages_total",
+          "L3 traffic of the prefix cache in pages, by op (written: full pages put, "
+          "write-back and write-through; written_through: of those, by write-through; "
+          "written_swa: SWA pages put; attached / attached_swa: read back into L2; "
+          "healed_swa: SWA pages that healed a tombstone; write_errors: puts refused)",
+          {"op"},
+          [st] {
+            return std::vector<metrics::CallbackSample>{
+                {{"written"}, static_cast<double>(st->l3_written_pages.load())},
+                {{"written_through"}, static_cast<double>(st->l3_write_through_pages.load())},
+                {{"written_swa"}, static_cast<double>(st->l3_written_swa_pages.load())},
+                {{"attached"}, static_cast<double>(st->l3_attached_pages.load())},
+                {{"attached_swa"}, static_cast<double>(st->l3_attached_swa_pages.load())},
+                {{"healed_swa"}, static_cast<double>(st->l3_healed_swa_pages.load())},
+                {{"write_errors"}, static_cast<double>(st->l3_write_errors.load())}};
+          }),
+      "swaserve_prefix_cache_l3_pages_total"));
+  if (l3 == nullptr) return absl::OkStatus();
+  const PageStoreStats* ps = &l3->stats();
+  RETURN_IF_ERROR(add(
+      registry_->AddCallbackCounter(
+          "swaserve_kv_l3_store_ops_total",
+          "Operations of the L3 page store by outcome (get_hit, get_miss, get_corrupt: "
+          "failed verification and erased, get_error, put, put_error, eviction)",
+          {"backend", "op"},
+          [ps, b = std::string(l3->backend())] {
+            return std::vector<metrics::CallbackSample>{
+                {{b, "get_hit"}, static_cast<double>(ps->hits.load())},
+                {{b, "get_miss"}, static_cast<double>(ps->misses.load())},
+                {{b, "get_corrupt"}, static_cast<double>(ps->corrupt.load())},
+                {{b, "get_error"}, static_cast<double>(ps->get_errors.load())},
+                {{b, "put"}, static_cast<double>(ps->puts.load())},
+                {{b, "put_error"}, static_cast<double>(ps->put_errors.load())},
+                {{b, "eviction"}, static_cast<double>(ps->evictions.load())}};
+          }),
+      "swaserve_kv_l3_store_ops_total"));
+  RETURN_IF_ERROR(add(
+      registry_->AddCallbackCounter(
+          "swaserve_kv_l3_store_bytes_total",
+          "Payload bytes moved to and from the L3 page store (dir: put, get)", {"dir"},
+          [ps] {
+            return std::vector<metrics::CallbackSample>{
+                {{"put"}, static_cast<double>(ps->put_bytes.load())},
+                {{"get"}, static_cast<double>(ps->get_bytes.load())}};
+          }),
+      "swaserve_kv_l3_store_bytes_total"));
+  RETURN_IF_ERROR(add(
+      registry_->AddCallbackGauge(
+          "swaserve_kv_l3_store_bytes",
+          "Bytes (and blobs) the L3 page store holds, where the backend knows it (file)",
+          {"what"},
+          [ps] {
+            return std::vector<metrics::CallbackSample>{
+                {{"bytes"}, static_cast<double>(ps->bytes.load())},
+                {{"blobs"}, static_cast<double>(ps->entries.load())}};
+          }),
+      "swaserve_kv_l3_store_bytes"));
+  return absl::OkStatus();
 }
 
 KvMetrics::~KvMetrics() {

@@ -10,6 +10,14 @@
 //   swaserve_prefix_cache_evicted_pages_total{pool}
 //   swaserve_prefix_cache_tombstoned_nodes_total
 //   swaserve_prefix_cache_nodes{kind="live|tombstone"}
+// With an L2: swaserve_prefix_cache_tier_pages{tier,pool},
+//   swaserve_prefix_cache_tier_moved_pages_total{direction} (demoted,
+//   loaded_back, evicted; with an L3 also to_l3, from_l3),
+//   swaserve_prefix_cache_loaded_back_{bytes,seconds}_total,
+//   swaserve_prefix_cache_tier_dropped_swa_pages_total.
+// With an L3: swaserve_prefix_cache_l3_pages_total{op}, and given the store:
+//   swaserve_kv_l3_store_ops_total{backend,op},
+//   swaserve_kv_l3_store_bytes_total{dir}, swaserve_kv_l3_store_bytes{what}.
 //
 // The values are read at scrape time from the pools' and cache's atomic
 // counters. KvMetrics owns the registration: destroy it before the pools and
@@ -32,15 +40,17 @@ class KvMetrics {
  public:
   // `cache` may be null (pool metrics only). Fails when a metric of the same
   // name is already registered (one KvMetrics per registry).
+  // `l3` (may be null) is the cache's L3 store, for its own counters.
   static absl::StatusOr<std::unique_ptr<KvMetrics>> Create(
       metrics::Registry* registry, const KvPools* pools,
-      const PrefixCache* cache);
+      const PrefixCache* cache, const PageStore* l3 = nullptr);
   ~KvMetrics();
   KvMetrics(const KvMetrics&) = delete;
   KvMetrics& operator=(const KvMetrics&) = delete;
 
  private:
   explicit KvMetrics(metrics::Registry* registry) : registry_(registry) {}
+  absl::Status AddL3(const PrefixCache* cache, const PageStore* l3);
   metrics::Registry* registry_;
   std::vector<std::string> names_;
 };

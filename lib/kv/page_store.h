@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -111,6 +112,15 @@ class PageStore {
   // Whether a blob for `key` is (probably) present, without reading it: a
   // true may still be followed by a NotFound Get (lost meanwhile, corrupt).
   virtual bool Contains(const PageKey& key) = 0;
+
+  // Contains for each of `keys`, in order. Backends where a probe is a
+  // round trip answer in few of them (Redis: pipelined EXISTS); the default
+  // asks Contains one key at a time.
+  virtual std::vector<bool> ContainsEach(absl::Span<const PageKey> keys) {
+    std::vector<bool> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) out[i] = Contains(keys[i]);
+    return out;
+  }
 
   virtual void Erase(const PageKey& key) = 0;
 

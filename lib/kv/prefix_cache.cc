@@ -45,12 +45,18 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
       return absl::InvalidArgumentError("PrefixCache: the L2 pools must have the L1 pools' shape");
     }
   }
+  if (options.l3 != nullptr && options.l2 == nullptr) {
+    return absl::InvalidArgumentError("PrefixCache: an L3 store needs an L2 (pages come back through it)");
+  }
   return std::unique_ptr<PrefixCache>(new PrefixCache(options));
 }
 
 PrefixCache::PrefixCache(const PrefixCacheOptions& options)
     : pools_(options.pools),
       l2_(options.l2),
+      l3_(options.l3),
+      l3_layouts_(L3Layouts::For(options.pools->shape(), options.l3_model_identity)),
+      l3_write_through_hits_(options.l3_write_through_hits),
       page_size_(options.pools->shape().page_size),
       window_(options.pools->shape().sliding_window),
       keep_tombstones_(options.keep_restorable_tombstones),
@@ -153,6 +159,9 @@ CacheNode* PrefixCache::Split(CacheNode* node, int pages) {
   prefix->start_page = node->start_page;
   node->start_page += pages;
   prefix->tier = node->tier;
+  prefix->l3_full = node->l3_full;
+  prefix->l3_swa = node->l3_swa;
+  prefix->hits = node->hits;
   prefix->l1_children = node->tier == 0 ? 1 : 0;
   prefix->full_lock = node->full_lock;
   prefix->swa_lock = node->swa_lock;
@@ -178,6 +187,10 @@ void PrefixCache::Emit(CacheEvent::Type type, const CacheNode* node,
 void PrefixCache::DeleteLeaf(CacheNode* node, EvictResult* result) {
   while (true) {
     CacheNode* parent = node->parent;
+    // Write-back: the leaf's full KV and its trailing window's SWA KV.
+    if (l3_ != nullptr) {
+      WriteToL3(node, WindowFirstPage(node->end_page(), page_size_, window_), false);
+    }
     Unindex(node);
     KvPools& pools = PoolsOf(node);
     const int t = node->tier;
@@ -365,6 +378,7 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   hit.node_ = end_node;
   hit.swa_locked_tokens_ = swa_pages * page_size_;
   LockPath(end_node, swa_pages);
+  CountHit(end_node, safe);
   return hit;
 }
 

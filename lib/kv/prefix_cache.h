@@ -65,6 +65,18 @@
 // (the worker calls it when the request is admitted). An Insert whose path
 // runs through L2 nodes adopts its own freshly computed pages for them.
 //
+// L3 (PrefixCacheOptions::l3): a PageStore below L2, content-addressed by
+// chained hash (it is not part of the tree). Pages are written to it when
+// they leave the tree (write-back: a deleted L2 node, or an L1 node when
+// nothing sits below) and, for hot prefixes, once a node has been on
+// l3_write_through_hits hits' paths (write-through), so a restarted worker
+// with a file store comes back warm. Full KV of every such page goes down;
+// SWA KV only for the trailing window of a deleted leaf or of a hit (the
+// same rule as L2). Each node writes its pages at most once. Reading back is
+// FetchFromL3 (l3_prefetch.h, off the loop thread), then AttachFromL3, which
+// adds the fetched pages as L2 nodes, then LoadBack. A page lost or corrupt
+// in L3 reads as a miss there, never as wrong bytes.
+//
 // Insert() hands a finished (or partially computed) request's pages to the
 // cache: pages that extend the tree become new nodes (tombstones where the
 // request kept no SWA KV, live nodes where it did: typically [tombstone |
@@ -95,7 +107,9 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "lib/kv/kv_shape.h"
+#include "lib/kv/l3_prefetch.h"
 #include "lib/kv/page_pool.h"
+#include "lib/kv/page_store.h"
 
 namespace swaserve::kv {
 
@@ -138,6 +152,19 @@ struct PrefixCacheOptions {
   // apart with their own budgets so the logic is the same). Not owned; null
   // (the default): no L2, eviction deletes. See "Tiers" above.
   KvPools* l2 = nullptr;
+  // L3 (issue 21): a page store below L2 (see "L3" above). Not owned; must
+  // outlive the cache; thread-safe (wrap a slow backend in AsyncPageStore so
+  // writes stay off the caller's thread). Null (the default): no L3.
+  // Requires l2 (pages come back from L3 through L2).
+  PageStore* l3 = nullptr;
+  // Mixed into the L3 keys (KvLayoutFingerprint's model): set it to an
+  // identity of the weights whenever the store can outlive a model swap (a
+  // file store's directory, a shared Redis). Default 0.
+  uint64_t l3_model_identity = 0;
+  // Write-through: a node's pages are written to L3 once it has been on
+  // this many hits' paths, so hot prefixes survive a restart before they
+  // are ever evicted. 0: write-back only (pages leaving the tree). Default 2.
+  int l3_write_through_hits = 2;
 };
 
 // Result of PrefixCache::LoadBack.
@@ -239,6 +266,14 @@ struct PrefixCacheStats {
   std::atomic<int64_t> loaded_back_bytes{0};
   std::atomic<int64_t> loaded_back_nanos{0};     // copying time
   std::atomic<int64_t> l2_evicted_full_pages{0};  // deleted from L2
+  // L3.
+  std::atomic<int64_t> l3_written_pages{0};      // full pages put (write-back + write-through)
+  std::atomic<int64_t> l3_written_swa_pages{0};
+  std::atomic<int64_t> l3_write_through_pages{0};  // of l3_written_pages, written through
+  std::atomic<int64_t> l3_write_errors{0};       // puts refused (queue full, store down)
+  std::atomic<int64_t> l3_attached_pages{0};     // full pages attached from L3 (into L2)
+  std::atomic<int64_t> l3_attached_swa_pages{0};
+  std::atomic<int64_t> l3_healed_swa_pages{0};   // tombstones healed from L3
 };
 
 class PrefixCache {
@@ -279,6 +314,20 @@ class PrefixCache {
   LoadBackResult LoadBack(absl::Span<const uint64_t> page_hashes, int max_tokens = INT32_MAX,
                           int min_tokens = 0);
 
+  // L3: attaches pages read from L3 (FetchFromL3, for this prompt's
+  // page_hashes). Its SWA KV heals the tombstones of the tree's own match
+  // that it covers (free SWA pages of their tier only); its pages past where
+  // the tree's match ends now become L2 nodes ([tombstone | live window],
+  // like an Insert), so that LoadBack then moves them into L1. L2 makes room
+  // by its own eviction; pages the tree already holds are skipped. Returns
+  // the full pages attached (0: none new: the tree's match ends before the
+  // fetch's full KV starts or past its end, the fetch ends no window-safe
+  // hit and tombstones are not kept, L2 cannot hold it, or no L3/L2).
+  int AttachFromL3(absl::Span<const uint64_t> page_hashes, const L3Fetch& fetch);
+  bool has_l3() const { return l3_ != nullptr; }
+  // What FetchFromL3 needs to read this cache's pages back.
+  L3FetchOptions l3_fetch_options() const;
+
   // Drops the hit's SWA lock (its window is no longer read). Idempotent.
   void ReleaseSwa(CacheHit& hit);
   // Drops all of the hit's locks and clears it. Idempotent.
@@ -306,8 +355,10 @@ class PrefixCache {
   // that many are evictable (see above); returns what was freed.
   EvictResult Evict(int64_t full_pages, int64_t swa_pages);
 
-  // Deletes every unlocked node in every tier (nothing is demoted); with
-  // nothing locked the cache is then empty. For shutdown and tests.
+  // Deletes every unlocked node in every tier (nothing is demoted; with an
+  // L3, pages not yet written there are written back, so a worker that
+  // clears its cache on shutdown restarts warm); with nothing locked the
+  // cache is then empty. For shutdown and tests.
   void Clear();
 
   // Number of pages the cache holds (kCached) per pool, in L1.
@@ -362,6 +413,14 @@ class PrefixCache {
   // L1 pages freed on the way (childless tombstone parents) go to *result.
   void EvictL2(int64_t full_pages, int64_t swa_pages, EvictResult* result);
   bool Promote(CacheNode* node, LoadBackResult* result);
+  // L3 (prefix_cache_l3.cc): puts the node's full pages (once) and its SWA
+  // pages from absolute page swa_from_page on (once) into L3.
+  void WriteToL3(CacheNode* node, int swa_from_page, bool through);
+  // Write-through accounting for the nodes of a hit's path.
+  void CountHit(CacheNode* end, int hit_end_page);
+  // Gives tombstone nodes of `path` in [fetch.swa_first, heal_to) the
+  // fetch's SWA KV (free SWA pages of their tier only).
+  void HealFromL3(const std::vector<CacheNode*>& path, const L3Fetch& fetch, int heal_to);
   // Copies page bytes between pools (no-op for metadata-only pools).
   static void CopyPages(const PagePool& from, absl::Span<const PageId> src, PagePool& to,
                         absl::Span<const PageId> dst);
@@ -381,6 +440,9 @@ class PrefixCache {
 
   KvPools* pools_;
   KvPools* l2_;
+  PageStore* l3_;
+  L3Layouts l3_layouts_;
+  int l3_write_through_hits_;
   int page_size_;
   int window_;
   bool keep_tombstones_;

@@ -24,6 +24,11 @@ struct CacheNode {
   int start_page = 0;       // pages from the root to this node's start
   uint8_t tier = 0;         // 0: L1 (pools_), 1: L2 (l2_); see "Tiers"
   int l1_children = 0;      // children in L1
+  // L3: full pages written; SWA pages (its window part) written; hits on
+  // this node's paths (for write-through).
+  bool l3_full = false;
+  bool l3_swa = false;
+  uint32_t hits = 0;
   int full_lock = 0;
   int swa_lock = 0;
   uint64_t full_tick = 0;

@@ -76,7 +76,16 @@ int64_t PrefixCredit(const PrefixCreditInputs& in) {
                                 in.page_size, in.swa_chain_layers);
 }
 
+int64_t TieredCredit(int64_t credit, int64_t l1_tokens, double lower_tier_credit) {
+  const int64_t lower = std::max<int64_t>(0, credit - std::max<int64_t>(0, l1_tokens));
+  return credit - lower + static_cast<int64_t>(static_cast<double>(lower) * lower_tier_credit);
+}
+
 absl::Status ValidatePolicyOptions(const PolicyOptions& options) {
+  if (!(options.lower_tier_credit >= 0 && options.lower_tier_credit <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lower_tier_credit = ", options.lower_tier_credit, ": must be in [0, 1]"));
+  }
   if (options.bucket_bounds.empty()) {
     return absl::InvalidArgumentError("bucket_bounds: empty");
   }

@@ -83,6 +83,12 @@ struct PolicyOptions {
   // Prefill: tokens of compute one cached token saves in the cost (>= 0).
   // 1.0: a cached token is exactly a token not computed.
   double cache_credit = 1.0;
+  // Weight of a cached token in a worker's lower tier (L2, host memory) in
+  // cached_tokens, relative to one in L1 (TieredCredit). Default 0.75: a
+  // load-back is a copy at memory bandwidth, far cheaper than recomputing
+  // but not free (with device L1 it crosses PCIe). Pages in L3 are not in
+  // the index (prefix_index.h), so they are credited 0.
+  double lower_tier_credit = 0.75;
   // Prefill hotspot guard: the least-loaded worker wins when the cost
   // winner's queued uncached tokens exceed the least-loaded one's by more
   // than hotspot_abs_tokens AND by a factor of more than hotspot_rel.
@@ -123,6 +129,11 @@ struct PrefixCreditInputs {
   bool window_restore = false;
 };
 int64_t PrefixCredit(const PrefixCreditInputs& in);
+// Tiers (issue 21): of a credit of `credit` tokens, the part past the
+// worker's L1 (its first l1_tokens matched tokens) is in its L2 and needs a
+// load-back copy before use: it is credited at lower_tier_credit (e.g. 0.75)
+// of an L1 token. Returns the weighted credit (rounded down).
+int64_t TieredCredit(int64_t credit, int64_t l1_tokens, double lower_tier_credit);
 // Pages a window-safe check looks at: ceil((W − 1) / page_size); 0 without a
 // window.
 int WindowPages(int sliding_window, int page_size);

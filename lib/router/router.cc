@@ -483,6 +483,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   std::vector<int64_t> depths(pre.size(), 0);
   std::vector<std::optional<v1::WorkerLoad>> loads(ids.size());
   std::vector<bool> window_safe(pre.size(), true);
+  std::vector<int64_t> l1_pages;
   // Whether each match ends window-safe (all workers serve one model).
   const int window_pages = WindowPages(pre[0]->info.sliding_window, page);
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = options_.view->MatchPrefixesAndLoads(
@@ -491,6 +492,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     depths = std::move(got->depths);
     loads = std::move(got->loads);
     if (got->window_safe.size() == pre.size()) window_safe = std::move(got->window_safe);
+    if (got->l1_pages.size() == pre.size()) l1_pages = std::move(got->l1_pages);
   } else {
     // Redis unreadable: route on what the registry snapshot gives.
     metrics_->redis_fallbacks->Increment();
@@ -503,13 +505,16 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     const int wp = info.page_size > 0 ? info.page_size : page;
     // A match whose last window lost its SWA KV is worth what the worker's
     // window restore reuses (policy.h PrefixCredit).
+    const int64_t credit = PrefixCredit({.full_tokens = depths[i] * wp,
+                                         .window_safe = window_safe[i],
+                                         .sliding_window = info.sliding_window,
+                                         .page_size = wp,
+                                         .swa_chain_layers = info.swa_chain_layers,
+                                         .window_restore = info.window_restore});
+    // Pages in the worker's L2 count less (a load-back first).
     c.cached_tokens = std::min<int64_t>(
-        PrefixCredit({.full_tokens = depths[i] * wp,
-                      .window_safe = window_safe[i],
-                      .sliding_window = info.sliding_window,
-                      .page_size = wp,
-                      .swa_chain_layers = info.swa_chain_layers,
-                      .window_restore = info.window_restore}),
+        l1_pages.empty() ? credit
+                         : TieredCredit(credit, l1_pages[i] * wp, options_.policy.lower_tier_credit),
         n);
     if (!window_safe[i]) metrics_->window_unsafe_matches->Increment();
     c.healthy = options_.directory->Healthy(c.id);

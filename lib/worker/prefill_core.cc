@@ -27,6 +27,7 @@ struct Req {
   PrefillResult result;
   int64_t arrival_ns = 0;
   int64_t start_ns = 0;
+  int64_t prefetch_deadline_ns = 0;  // parked for an L3 prefetch until then
   int64_t ship_start_ns = 0;
   // Full pages this request still has to allocate (counted against memory
   // from its start until its last chunk).
@@ -59,9 +60,40 @@ struct Metrics {
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
   metrics::Gauge* running = nullptr;
+  metrics::Counter* prefetch_hit = nullptr;
+  metrics::Counter* prefetch_miss = nullptr;
+  metrics::Counter* prefetch_unused = nullptr;
+  metrics::Counter* prefetch_timeout = nullptr;
+  metrics::Counter* prefetch_late = nullptr;
+  metrics::Counter* prefetch_bytes = nullptr;
+  metrics::Histogram* prefetch_seconds = nullptr;
+
+  absl::Status InitPrefetch(metrics::Registry* r) {
+    ASSIGN_OR_RETURN(auto* pf, r->AddCounter("swaserve_prefill_l3_prefetch_total",
+                                             "L3 prefetches of parked requests by outcome: hit "
+                                             "(pages attached or a window healed), miss (L3 held "
+                                             "nothing), unused (read but not attachable), "
+                                             "timeout (the request stopped waiting), late (landed "
+                                             "after that; attached all the same).",
+                                             {"result"}));
+    prefetch_hit = &pf->WithLabels({"hit"});
+    prefetch_miss = &pf->WithLabels({"miss"});
+    prefetch_unused = &pf->WithLabels({"unused"});
+    prefetch_timeout = &pf->WithLabels({"timeout"});
+    prefetch_late = &pf->WithLabels({"late"});
+    ASSIGN_OR_RETURN(auto* pb, r->AddCounter("swaserve_prefill_l3_prefetch_bytes_total",
+                                             "Page bytes read from L3 by prefetches."));
+    prefetch_bytes = &pb->WithLabels();
+    ASSIGN_OR_RETURN(auto* ps, r->AddHistogram("swaserve_prefill_l3_prefetch_seconds",
+                                               "Time of one L3 prefetch (probe + read).", {},
+                                               *metrics::ExponentialBuckets(1e-5, 2, 22)));
+    prefetch_seconds = &ps->WithLabels();
+    return absl::OkStatus();
+  }
 
   absl::Status Init(metrics::Registry* r) {
     if (r == nullptr) return absl::OkStatus();
+    RETURN_IF_ERROR(InitPrefetch(r));
     ASSIGN_OR_RETURN(auto* tok, r->AddCounter("swaserve_prefill_tokens_total",
                                               "Prompt tokens of completed prefills, by source "
                                               "(cached: prefix cache; computed: forward).",
@@ -124,15 +156,26 @@ struct PrefillCore::Impl {
   std::deque<std::unique_ptr<Req>> incoming ABSL_GUARDED_BY(mu);
   std::vector<std::string> cancels ABSL_GUARDED_BY(mu);
   std::vector<std::pair<std::string, absl::Status>> shipped ABSL_GUARDED_BY(mu);
+  struct Fetched {
+    std::string id;
+    std::vector<uint64_t> hashes;
+    kv::L3Fetch fetch;
+  };
+  std::vector<Fetched> fetched ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
   PrefillLoad load ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
   std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0};
+  std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
+  std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
+  std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch
   std::thread thread;
 
   // Loop-owned.
   absl::flat_hash_map<std::string, std::unique_ptr<Req>> reqs;
+  // Requests waiting for their L3 prefetch (not matched, not in reqs yet).
+  absl::flat_hash_map<std::string, std::unique_ptr<Req>> parked;
   int64_t committed_full_pages = 0;  // sum of pending_full_pages of started
   std::atomic<int64_t> released_hits{0};  // ReleaseQueuedHits requeues
   // The last NextStep was empty although requests were queued (memory): wait
@@ -153,6 +196,15 @@ struct PrefillCore::Impl {
   std::vector<uint32_t> mtp_tokens;
   model::ForwardOutput mtp_out;
   void Accept(std::unique_ptr<Req> r);
+  // Accept's second half: match, then queue in the scheduler.
+  void Admit(std::unique_ptr<Req> r);
+  // L3: parks r while its pages are prefetched, when worth it.
+  bool MaybePark(std::unique_ptr<Req>& r);
+  void OnFetched(Fetched& f);
+  // Unparks requests whose prefetch wait is over; the earliest deadline of
+  // those still parked (INT64_MAX: none).
+  int64_t ExpireParked(int64_t now_ns);
+  void FailParked(const std::string& id, absl::Status status);
   // The prefix hit for a new request: window-safe, or a full-KV hit with a
   // planned window restore when that saves work. Sets r.seq and the result's
   // cached/restored tokens.
@@ -242,8 +294,100 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
 
 void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
   const int ps = options.pools->shape().page_size;
-  const int n = static_cast<int>(r->job.prompt.size());
   r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
+  if (MaybePark(r)) return;
+  Admit(std::move(r));
+}
+
+bool PrefillCore::Impl::MaybePark(std::unique_ptr<Req>& r) {
+  if (prefetcher == nullptr) return false;
+  const int ps = options.pools->shape().page_size;
+  const int n = static_cast<int>(r->job.prompt.size());
+  const int K = options.engine->config().num_mtp_layers;
+  const int limit = (n - std::max(1, K)) / ps;  // pages a hit may cover
+  if (limit <= 0) return false;
+  const kv::MatchLengths ml = options.cache->Match(r->hashes, limit * ps);
+  const int safe = ml.safe_tokens / ps;
+  const int tree = (ml.matched_tokens + ml.lower_tier_tokens) / ps;
+  if ((limit - std::max(safe, tree)) * ps < options.l3_prefetch_min_tokens &&
+      (tree - safe) * ps < options.l3_prefetch_min_tokens) {
+    return false;  // too little to gain
+  }
+  prefetcher->Submit(r->job.id,
+                     std::vector<uint64_t>(r->hashes.begin(), r->hashes.begin() + limit), tree,
+                     safe);
+  r->prefetch_deadline_ns = base::MonotonicNanos() + options.l3_prefetch_max_wait_ms * 1000000;
+  const std::string id = r->job.id;
+  parked.emplace(id, std::move(r));
+  return true;
+}
+
+void PrefillCore::Impl::OnFetched(Fetched& f) {
+  const int attached = options.cache->AttachFromL3(f.hashes, f.fetch);
+  l3_attached.fetch_add(attached, std::memory_order_relaxed);
+  if (m.prefetch_bytes != nullptr) {
+    m.prefetch_bytes->Increment(static_cast<double>(f.fetch.read_bytes));
+    m.prefetch_seconds->Observe(f.fetch.seconds);
+  }
+  auto it = parked.find(f.id);
+  if (it == parked.end()) {
+    if (m.prefetch_late != nullptr) m.prefetch_late->Increment();
+    return;
+  }
+  // A fetch that healed the window of the tree's own match attaches no
+  // pages but is a hit all the same: the match now ends window-safe.
+  const bool useful = attached > 0 || (!f.fetch.empty() && f.fetch.swa_pages() > 0 &&
+                                       f.fetch.full_pages() == 0);
+  if (f.fetch.empty()) {
+    prefetch_misses.fetch_add(1, std::memory_order_relaxed);
+    if (m.prefetch_miss != nullptr) m.prefetch_miss->Increment();
+  } else if (useful) {
+    prefetch_hits.fetch_add(1, std::memory_order_relaxed);
+    if (m.prefetch_hit != nullptr) m.prefetch_hit->Increment();
+  } else {
+    prefetch_unused.fetch_add(1, std::memory_order_relaxed);
+    if (m.prefetch_unused != nullptr) m.prefetch_unused->Increment();
+  }
+  std::unique_ptr<Req> r = std::move(it->second);
+  parked.erase(it);
+  Admit(std::move(r));
+}
+
+int64_t PrefillCore::Impl::ExpireParked(int64_t now_ns) {
+  int64_t next = INT64_MAX;
+  std::vector<std::string> due;
+  for (const auto& [id, r] : parked) {
+    if (r->prefetch_deadline_ns <= now_ns) {
+      due.push_back(id);
+    } else {
+      next = std::min(next, r->prefetch_deadline_ns);
+    }
+  }
+  std::sort(due.begin(), due.end());  // deterministic order
+  for (const std::string& id : due) {
+    auto it = parked.find(id);
+    std::unique_ptr<Req> r = std::move(it->second);
+    parked.erase(it);
+    prefetch_timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (m.prefetch_timeout != nullptr) m.prefetch_timeout->Increment();
+    Admit(std::move(r));
+  }
+  return next;
+}
+
+void PrefillCore::Impl::FailParked(const std::string& id, absl::Status status) {
+  auto it = parked.find(id);
+  if (it == parked.end()) return;
+  prefetcher->Cancel(id);
+  std::unique_ptr<Req> r = std::move(it->second);
+  parked.erase(it);
+  Req* raw = r.get();
+  reqs.emplace(id, std::move(r));
+  Complete(raw, status);
+}
+
+void PrefillCore::Impl::Admit(std::unique_ptr<Req> r) {
+  const int n = static_cast<int>(r->job.prompt.size());
   MatchPrefix(*r);
   // Locking a hit makes its pages unevictable. Started requests count on
   // free + evictable pages for the rest of their prompts (committed): a
@@ -552,7 +696,8 @@ void PrefillCore::Impl::PublishLoad() {
   int running = 0;
   for (const auto& [id, r] : reqs) running += r->started ? 1 : 0;
   absl::MutexLock lock(&mu);
-  load.queued_requests = sched->queued_requests() + static_cast<int>(incoming.size());
+  load.queued_requests = sched->queued_requests() + static_cast<int>(incoming.size()) +
+                        static_cast<int>(parked.size());
   load.queued_uncached_tokens = sched->queued_uncached_tokens();
   load.running_requests = running;
   if (m.running != nullptr) m.running->Set(running);
@@ -563,18 +708,30 @@ void PrefillCore::Impl::Loop() {
     std::deque<std::unique_ptr<Req>> new_reqs;
     std::vector<std::string> to_cancel;
     std::vector<std::pair<std::string, absl::Status>> done_ships;
+    std::vector<Fetched> done_fetches;
     {
       const bool runnable =
           !sched_blocked && (sched->queued_requests() > 0 || sched->in_progress_requests() > 0);
+      const int64_t next_deadline = ExpireParked(base::MonotonicNanos());
       absl::MutexLock lock(&mu);
-      while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() && !runnable) {
-        cv.Wait(&mu);
+      while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() &&
+             fetched.empty() && !runnable) {
+        if (next_deadline == INT64_MAX) {
+          cv.Wait(&mu);
+          continue;
+        }
+        const int64_t now = base::MonotonicNanos();
+        if (now >= next_deadline) break;  // a parked request's wait is over
+        cv.WaitWithTimeout(&mu, absl::Nanoseconds(next_deadline - now));
       }
       if (stopping) break;
       new_reqs.swap(incoming);
       to_cancel.swap(cancels);
       done_ships.swap(shipped);
+      done_fetches.swap(fetched);
     }
+    for (Fetched& f : done_fetches) OnFetched(f);
+    ExpireParked(base::MonotonicNanos());
     for (auto& r : new_reqs) Accept(std::move(r));
     for (const auto& [id, status] : done_ships) {
       auto it = reqs.find(id);
@@ -587,6 +744,7 @@ void PrefillCore::Impl::Loop() {
                                                : status);
     }
     for (const std::string& id : to_cancel) {
+      FailParked(id, absl::CancelledError("cancelled by the caller"));
       auto it = reqs.find(id);
       if (it == reqs.end()) continue;
       Req* r = it->second.get();
@@ -624,6 +782,9 @@ void PrefillCore::Impl::Loop() {
     rest.swap(incoming);
   }
   for (auto& r : rest) Accept(std::move(r));
+  while (!parked.empty()) {
+    FailParked(parked.begin()->first, absl::CancelledError("prefill worker stopping"));
+  }
   while (true) {
     std::vector<Req*> now;
     bool any_shipping = false;
@@ -665,6 +826,15 @@ absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCo
   ASSIGN_OR_RETURN(impl->sched, sched::PrefillScheduler::Create(so));
   RETURN_IF_ERROR(impl->m.Init(options.registry));
   Impl* p = impl.get();
+  if (options.l3 != nullptr && options.cache != nullptr && options.cache->has_l3()) {
+    impl->prefetcher = std::make_unique<kv::L3Prefetcher>(
+        options.l3, options.cache->l3_fetch_options(),
+        [p](std::string id, std::vector<uint64_t> hashes, kv::L3Fetch fetch) {
+          absl::MutexLock lock(&p->mu);
+          p->fetched.push_back(Impl::Fetched{std::move(id), std::move(hashes), std::move(fetch)});
+          p->cv.Signal();
+        });
+  }
   impl->thread = std::thread([p] { p->Loop(); });
   return std::unique_ptr<PrefillCore>(new PrefillCore(std::move(impl)));
 }
@@ -732,6 +902,11 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.window_restores_total = impl_->restores_total.load();
   l.restored_tokens_total = impl_->restored_total.load();
   l.restore_saved_tokens_total = impl_->restore_saved_total.load();
+  l.l3_prefetch_hits = impl_->prefetch_hits.load();
+  l.l3_prefetch_misses = impl_->prefetch_misses.load();
+  l.l3_prefetch_unused = impl_->prefetch_unused.load();
+  l.l3_prefetch_timeouts = impl_->prefetch_timeouts.load();
+  l.l3_attached_pages = impl_->l3_attached.load();
   return l;
 }
 

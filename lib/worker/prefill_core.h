@@ -55,7 +55,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/kv/l3_prefetch.h"
 #include "lib/kv/page_pool.h"
+#include "lib/kv/page_store.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
 #include "lib/metrics/registry.h"
@@ -130,6 +132,17 @@ struct PrefillCoreOptions {
   // L2 into L1 (kv::PrefixCache::LoadBack) when at least this many of its
   // tokens are in L2. Default 64.
   int load_back_min_tokens = 64;
+  // L3 tier (when the cache has one, kv::PrefixCache "L3"): a new request
+  // whose prompt extends at least l3_prefetch_min_tokens past the cache's
+  // window-safe match is parked while its pages are read from L3 on the
+  // prefetcher's thread (kv::L3Prefetcher; the loop keeps computing other
+  // requests meanwhile), then attached and loaded back before its match.
+  // It waits at most l3_prefetch_max_wait: past that it is matched without
+  // them and computes what it lacks (the fetch, when it lands, still warms
+  // the cache). Not owned; must be the cache's store; null: no prefetch.
+  kv::PageStore* l3 = nullptr;
+  int l3_prefetch_min_tokens = 256;
+  int64_t l3_prefetch_max_wait_ms = 200;
   metrics::Registry* registry = nullptr;
 };
 
@@ -149,6 +162,14 @@ struct PrefillLoad {
   int64_t window_restores_total = 0;
   int64_t restored_tokens_total = 0;
   int64_t restore_saved_tokens_total = 0;
+  // L3 prefetches by outcome: attached pages (hit), found nothing (miss),
+  // read pages the cache could not use (unused), the request stopped
+  // waiting (timeout), and full pages attached in all.
+  int64_t l3_prefetch_hits = 0;
+  int64_t l3_prefetch_misses = 0;
+  int64_t l3_prefetch_unused = 0;
+  int64_t l3_prefetch_timeouts = 0;
+  int64_t l3_attached_pages = 0;
 };
 
 class PrefillCore {

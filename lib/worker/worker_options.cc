@@ -1,5 +1,6 @@
 #include "lib/worker/worker_options.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace swaserve::worker {
@@ -26,6 +27,18 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "SWA tokens per full token in the L2 tier (it keeps trailing windows only)")
       .Add(key("prefill.load_back_min_tokens"), &o->load_back_min_tokens,
            "load a prompt's prefix back from L2 when at least this many of its tokens are there")
+      .Add(key("kv.l3"), &o->l3,
+           "prefill L3 tier below L2: file:<dir> (local, survives restarts) or "
+           "redis:<host:port> (shared; its own Redis with allkeys-lru); empty: none")
+      .Add(key("kv.l3_mib"), &o->l3_mib, "bound of a file: L3 store (MiB)")
+      .Add(key("kv.l3_write_through_hits"), &o->l3_write_through_hits,
+           "write a prefix-cache node to L3 once it was on this many hits' paths (0: only "
+           "write back what leaves L2)")
+      .Add(key("prefill.l3_prefetch_min_tokens"), &o->l3_prefetch_min_tokens,
+           "prefetch a new prompt's pages from L3 when it extends at least this many tokens "
+           "past the cached match")
+      .Add(key("prefill.l3_prefetch_max_wait_ms"), &o->l3_prefetch_max_wait_ms,
+           "longest a request waits for its L3 prefetch before computing without it")
       .Add(key("prefill.policy"), &o->policy, "compute_aware or fcfs")
       .Add(key("prefill.aging_tokens_per_second"), &o->aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
@@ -102,6 +115,25 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv.l2_ratio must be between 0 (no L2) and 1024 and --kv.l2_swa_full_ratio >= 0, got ",
         o->l2_ratio, " and ", o->l2_swa_full_ratio));
+  }
+  if (!o->l3.empty()) {
+    const bool file = absl::StartsWith(o->l3, "file:") && o->l3.size() > 5;
+    const bool redis = absl::StartsWith(o->l3, "redis:") && o->l3.size() > 6;
+    if (!file && !redis) {
+      return absl::InvalidArgumentError(
+          "--kv.l3 must be file:<dir> or redis:<host:port>, got " + o->l3);
+    }
+    if (o->l2_ratio <= 0) {
+      return absl::InvalidArgumentError("--kv.l3 needs an L2 tier (--kv.l2_ratio > 0)");
+    }
+    if (o->l3_mib <= 0 || o->l3_write_through_hits < 0 || o->l3_prefetch_min_tokens < 0 ||
+        o->l3_prefetch_max_wait_ms < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv.l3_mib must be > 0 and --kv.l3_write_through_hits, "
+          "--prefill.l3_prefetch_min_tokens, --prefill.l3_prefetch_max_wait_ms >= 0, got ",
+          o->l3_mib, ", ", o->l3_write_through_hits, ", ", o->l3_prefetch_min_tokens, ", ",
+          o->l3_prefetch_max_wait_ms));
+    }
   }
   if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(

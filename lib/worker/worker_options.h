@@ -39,6 +39,16 @@ struct WorkerOptions {
   double l2_ratio = 2.0;
   double l2_swa_full_ratio = 0.1;
   int64_t load_back_min_tokens = 64;
+  // L3 tier of the prefill prefix cache (kv::PrefixCache "L3"): "" (none),
+  // "file:<dir>" (a local FilePageStore bounded by l3_mib; a restarted
+  // worker comes back warm) or "redis:<host:port>" (a RedisPageStore shared
+  // by the workers; give it its own Redis with maxmemory + allkeys-lru, not
+  // the registry's). Needs an L2 (kv.l2_ratio > 0).
+  std::string l3;
+  int64_t l3_mib = 8192;
+  int64_t l3_write_through_hits = 2;
+  int64_t l3_prefetch_min_tokens = 256;
+  int64_t l3_prefetch_max_wait_ms = 200;
   std::string policy = "compute_aware";
   // Library defaults (lib/sched/prefill_scheduler.h); scale aging with the
   // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).

@@ -59,6 +59,7 @@ struct RouterConfig {
   std::string log_level = "info";
   std::string bucket_bounds = "65536,262144,1048576";
   double cache_credit = router::PolicyOptions{}.cache_credit;
+  double lower_tier_credit = router::PolicyOptions{}.lower_tier_credit;
   int64_t hotspot_abs_tokens = router::PolicyOptions{}.hotspot_abs_tokens;
   double hotspot_rel = router::PolicyOptions{}.hotspot_rel;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
@@ -96,6 +97,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("policy.bucket_bounds", &c->bucket_bounds,
            "upper bounds of the prompt-length buckets, comma-separated tokens")
       .Add("policy.cache_credit", &c->cache_credit, "weight of a cached token against queued work")
+      .Add("policy.lower_tier_credit", &c->lower_tier_credit,
+           "weight of a cached token in a worker's L2 (host) tier relative to one in L1")
       .Add("policy.hotspot_abs_tokens", &c->hotspot_abs_tokens,
            "hotspot guard: absolute load margin (tokens)")
       .Add("policy.hotspot_rel", &c->hotspot_rel, "hotspot guard: relative load margin")
@@ -138,6 +141,7 @@ absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
     policy->bucket_bounds.push_back(v);
   }
   policy->cache_credit = c->cache_credit;
+  policy->lower_tier_credit = c->lower_tier_credit;
   policy->hotspot_abs_tokens = c->hotspot_abs_tokens;
   policy->hotspot_rel = c->hotspot_rel;
   if (c->model_name.empty()) {

@@ -1,18 +1,27 @@
 #include "services/worker/worker_server.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
 #include "lib/base/port_file.h"
 #include "lib/base/status.h"
+#include "lib/base/hash.h"
 #include "lib/cluster/redis_client.h"
+#include "lib/cluster/redis_page_store.h"
 #include "lib/cluster/worker_registration.h"
+#include "lib/kv/file_page_store.h"
 #include "lib/kv/kv_metrics.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/metrics/http_server.h"
@@ -65,7 +74,8 @@ class CacheEventForwarder {
         reg_->PublishCacheEvent(Kind::kSwaRemoved, e.hashes);
         break;
       case kv::CacheEvent::Type::kTierChanged:
-        // Still cached; the router does not weigh tiers yet (issue 21 item 6).
+        // Still cached; the router credits L2 pages less (policy.h).
+        reg_->PublishCacheEvent(e.tier == 0 ? Kind::kTierUp : Kind::kTierDown, e.hashes);
         break;
     }
   }
@@ -88,6 +98,7 @@ struct Worker {
   CacheEventForwarder forwarder;
   std::unique_ptr<kv::KvPools> prefill_pools, decode_pools;
   std::unique_ptr<kv::KvPools> prefill_l2;  // may be null
+  std::unique_ptr<kv::AsyncPageStore> prefill_l3;  // may be null
   std::unique_ptr<kv::PrefixCache> cache;
   std::unique_ptr<kv::KvMetrics> kv_metrics;
   std::unique_ptr<worker::PrefillCore> prefill_core;
@@ -103,6 +114,7 @@ struct Worker {
 
   absl::Status LoadModel();
   absl::Status BuildPrefill();
+  absl::Status OpenL3();
   absl::Status BuildDecode();
   absl::Status StartServers();
   absl::Status Register();
@@ -126,9 +138,52 @@ absl::Status Worker::LoadModel() {
   return absl::OkStatus();
 }
 
+// An identity of the weights for the L3 keys (a store can outlive a model
+// swap): config.json's bytes and the names and sizes of the weight files.
+uint64_t ModelIdentity(const std::string& dir) {
+  std::string id;
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "config.json" || absl::EndsWith(name, ".safetensors")) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& f : files) {
+    absl::StrAppend(&id, f, ":", std::filesystem::file_size(dir + "/" + f, ec), ";");
+  }
+  std::ifstream config(dir + "/config.json", std::ios::binary);
+  id.append(std::istreambuf_iterator<char>(config), std::istreambuf_iterator<char>());
+  return base::Hash64(id.data(), id.size(), 0);
+}
+
+absl::Status Worker::OpenL3() {
+  std::unique_ptr<kv::PageStore> backend;
+  if (absl::StartsWith(o.l3, "file:")) {
+    ASSIGN_OR_RETURN(std::unique_ptr<kv::FilePageStore> file,
+                     kv::FilePageStore::Open({.dir = o.l3.substr(5),
+                                              .capacity_bytes = o.l3_mib << 20}));
+    SWA_LOG(info, "prefill L3: file store {} ({} MiB bound, {} blobs on disk)", o.l3.substr(5),
+            o.l3_mib, file->entries());
+    backend = std::move(file);
+  } else {
+    cluster::RedisPageStoreOptions ro;
+    RETURN_IF_ERROR(cluster::ParseRedisAddress(o.l3.substr(6), &ro.redis));
+    ro.redis.pool_size = 2;  // the prefetcher and the write-behind thread
+    ro.cluster = o.cluster;
+    ASSIGN_OR_RETURN(std::unique_ptr<cluster::RedisPageStore> redis_store,
+                     cluster::RedisPageStore::Create(ro));
+    SWA_LOG(info, "prefill L3: Redis store at {}", o.l3.substr(6));
+    backend = std::move(redis_store);
+  }
+  prefill_l3 = std::make_unique<kv::AsyncPageStore>(std::move(backend));
+  return absl::OkStatus();
+}
+
 absl::Status Worker::BuildPrefill() {
   ASSIGN_OR_RETURN(prefill_pools,
                    kv::KvPools::CreateForBudget(shape, o.prefill_kv_mib << 20, o.swa_full_ratio));
+  if (!o.l3.empty()) RETURN_IF_ERROR(OpenL3());
   if (o.l2_ratio > 0) {
     ASSIGN_OR_RETURN(prefill_l2,
                      kv::KvPools::CreateForBudget(
@@ -141,11 +196,15 @@ absl::Status Worker::BuildPrefill() {
                                // Full KV whose window was evicted is worth
                                // keeping only where windows are restored.
                                .keep_restorable_tombstones = o.window_restore_min_saved_work >= 0,
-                               .l2 = prefill_l2.get()}));
+                               .l2 = prefill_l2.get(),
+                               .l3 = prefill_l3.get(),
+                               .l3_model_identity = prefill_l3 != nullptr ? ModelIdentity(o.model) : 0,
+                               .l3_write_through_hits = static_cast<int>(o.l3_write_through_hits)}));
   // KV metrics describe the prefill side's pools and prefix cache (the
   // cache hit rate an SRE watches); in monolithic mode the decode pools
   // show in swaserve_decode_* and the load reports.
-  ASSIGN_OR_RETURN(kv_metrics, kv::KvMetrics::Create(&registry, prefill_pools.get(), cache.get()));
+  ASSIGN_OR_RETURN(kv_metrics, kv::KvMetrics::Create(&registry, prefill_pools.get(), cache.get(),
+                                                         prefill_l3.get()));
   worker::PrefillCoreOptions po;
   po.engine = lock.get();
   po.pools = prefill_pools.get();
@@ -165,6 +224,9 @@ absl::Status Worker::BuildPrefill() {
   po.window_restore_min_saved_work = o.window_restore_min_saved_work;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
   po.load_back_min_tokens = static_cast<int>(o.load_back_min_tokens);
+  po.l3 = prefill_l3.get();
+  po.l3_prefetch_min_tokens = static_cast<int>(o.l3_prefetch_min_tokens);
+  po.l3_prefetch_max_wait_ms = o.l3_prefetch_max_wait_ms;
   po.registry = &registry;
   ASSIGN_OR_RETURN(prefill_core, worker::PrefillCore::Create(po));
   worker::KvSenderOptions so;
@@ -338,6 +400,14 @@ void Worker::Stop() {
   // in reverse order of creation.
   if (prefill_core != nullptr) prefill_core->Stop();
   if (decode_core != nullptr) decode_core->Stop();
+  if (prefill_l3 != nullptr && cache != nullptr) {
+    // Write back what L3 does not hold yet (queued, bounded; the store's
+    // destructor finishes the queue), so a restart with a file store comes
+    // back warm.
+    cache->Clear();
+    SWA_LOG(info, "prefill L3: {} pages written back on shutdown ({} KiB queued)",
+            cache->stats().l3_written_pages.load(), prefill_l3->queued_bytes() >> 10);
+  }
   if (http != nullptr) http->Stop();
 }
 

@@ -169,6 +169,45 @@ TEST_F(PrefixIndexTest, MatchReportsWhetherItEndsWindowSafe) {
   EXPECT_GT(Integer({"PTTL", keys_.SwaGoneKey("b")}), 0);
 }
 
+// Tiers (issue 21): pages a worker moved to L2 (kTierDown) are a suffix of
+// its matches; the match reports how many matched pages are still in L1.
+TEST_F(PrefixIndexTest, MatchReportsHowManyMatchedPagesAreInL1) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(5, 12);
+  Apply(*index, "a", Kind::kStored, chain);
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 6));
+  auto l1 = [&](const std::vector<uint64_t>& hashes) {
+    std::vector<int64_t> l1_pages;
+    absl::StatusOr<std::vector<int64_t>> d =
+        index->Match(hashes, {"a", "b", "none"}, {}, nullptr, 0, nullptr, &l1_pages);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return l1_pages;
+  };
+  EXPECT_EQ(l1(chain), (std::vector<int64_t>{12, 6, 0}));
+  // "a" demoted its pages 7..11 to L2 (leaves first, as eviction does).
+  Apply(*index, "a", Kind::kTierDown, Slice(chain, 9, 12));
+  Apply(*index, "a", Kind::kTierDown, Slice(chain, 7, 9));
+  EXPECT_EQ(l1(chain), (std::vector<int64_t>{7, 6, 0}));
+  EXPECT_EQ(l1(Slice(chain, 0, 5)), (std::vector<int64_t>{5, 5, 0}));  // all in L1
+  // Every binary-search outcome: the boundary at each page.
+  for (int b = 0; b <= 12; ++b) {
+    Apply(*index, "a", Kind::kTierUp, chain);
+    if (b < 12) Apply(*index, "a", Kind::kTierDown, Slice(chain, b, 12));
+    EXPECT_EQ(l1(chain)[0], b) << b;
+  }
+  // Loaded back, re-stored or removed pages leave the lower-tier set.
+  Apply(*index, "a", Kind::kTierUp, Slice(chain, 0, 6));
+  Apply(*index, "a", Kind::kStored, Slice(chain, 6, 8));
+  Apply(*index, "a", Kind::kRemoved, Slice(chain, 8, 12));
+  EXPECT_EQ(l1(chain), (std::vector<int64_t>{8, 6, 0}));
+  EXPECT_EQ(Integer({"EXISTS", keys_.LowerTierKey("a")}), 0);
+  Apply(*index, "b", Kind::kTierDown, Slice(chain, 3, 6));
+  EXPECT_GT(Integer({"PTTL", keys_.LowerTierKey("b")}), 0);
+  CacheEventOp clear{Kind::kCleared, {}};
+  ASSERT_TRUE(index->Apply("b", absl::MakeConstSpan(&clear, 1)).ok());
+  EXPECT_EQ(Integer({"EXISTS", keys_.LowerTierKey("b")}), 0);
+}
+
 TEST_F(PrefixIndexTest, MatchAlsoReadsValuesInTheSameRoundTrip) {
   auto index = MakeIndex();
   const std::vector<uint64_t> chain = Chain(3, 12);

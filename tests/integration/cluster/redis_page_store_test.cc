@@ -22,8 +22,10 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_blob.h"
 #include "tests/integration/cluster/redis_server.h"
+#include "tests/unit/kv/l3_test_harness.h"
 #include "tests/unit/kv/page_store_test_util.h"
 
 namespace swaserve::cluster {
@@ -350,6 +352,61 @@ TEST_F(RedisPageStoreTest, ConcurrentCallersNeverSeeWrongBytes) {
                                 st.corrupt.load() + st.get_errors.load());
   EXPECT_EQ(st.get_errors.load(), 0);
   EXPECT_EQ(st.put_errors.load(), 0);
+}
+
+}  // namespace
+}  // namespace swaserve::cluster
+
+namespace swaserve::cluster {
+namespace {
+
+// Issue 21's consistency case "Redis L3 flushed mid-replay": a prefix cache
+// whose L3 is a RedisPageStore behind AsyncPageStore (as in a worker)
+// replays prompts of a few shared-prefix families through small L1/L2 pools,
+// fetching and attaching from L3 before every lookup; halfway Redis is
+// flushed. Every byte every hit reads is the writer's throughout; L3
+// supplies pages before the flush and again once they are re-written after
+// it, and the flush itself reads as misses.
+TEST_F(RedisPageStoreTest, PrefixCacheReplaySurvivesAFlushMidReplay) {
+  StartRedis({"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"});
+  std::unique_ptr<RedisPageStore> redis_store = NewStore(/*pool_size=*/2);
+  ASSERT_NE(redis_store, nullptr);
+  const RedisPageStore* backend = redis_store.get();
+  kv::AsyncPageStore l3(std::move(redis_store));
+  kv::testing::L3Harness h;
+  h.Init(&l3, /*write_through_hits=*/1, /*l1_pages=*/24, /*l2_pages=*/8);
+  std::mt19937 rng(7);
+  int64_t attached_before_flush = 0;
+  for (int step = 0; step < 160; ++step) {
+    if (step == 80) {
+      l3.Flush();
+      attached_before_flush = h.cache_->stats().l3_attached_pages.load();
+      const kv::testing::Hashes any = h.H(1, 9);
+      const kv::L3FetchOptions fo = h.cache_->l3_fetch_options();
+      ASSERT_TRUE(raw_->Command({"FLUSHALL"}).ok());
+      EXPECT_TRUE(kv::FetchFromL3(l3, fo, any, 0, 0).empty()) << "a flushed L3 is a miss";
+    }
+    const uint32_t family = 1 + rng() % 6;
+    const int pages = 4 + static_cast<int>(rng() % 6);
+    const kv::testing::Hashes prompt = h.H(family, pages);  // a family shares its prefix
+    l3.Flush();  // the write-behind queue lands before the next fetch
+    h.FetchAttach(l3, prompt);
+    ASSERT_NO_FATAL_FAILURE(h.Check());
+    const int hit = h.VerifyHit(prompt);  // every byte against the writer's
+    ASSERT_FALSE(::testing::Test::HasFailure()) << "step " << step;
+    if (hit < pages * 4) {
+      h.cache_->Evict(pages, 2);
+      h.Insert(prompt);  // "computes" the prompt; cached pages are duplicates
+    }
+    ASSERT_NO_FATAL_FAILURE(h.Check());
+  }
+  l3.Flush();
+  const int64_t attached_after_flush =
+      h.cache_->stats().l3_attached_pages.load() - attached_before_flush;
+  EXPECT_GT(attached_before_flush, 20);
+  EXPECT_GT(attached_after_flush, 20) << "re-written pages come back after the flush";
+  EXPECT_EQ(backend->stats().corrupt.load(), 0);
+  EXPECT_EQ(backend->stats().get_errors.load(), 0);
 }
 
 }  // namespace

@@ -156,6 +156,8 @@ void Apply(const std::vector<CacheEventOp>& ops, std::set<uint64_t>* index) {
         break;
       case Kind::kSwaRemoved:
       case Kind::kSwaStored:
+      case Kind::kTierDown:
+      case Kind::kTierUp:
         break;  // full-KV membership unchanged
     }
   }

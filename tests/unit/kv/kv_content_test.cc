@@ -24,6 +24,8 @@
 #include "gtest/gtest.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
+#include "lib/kv/l3_prefetch.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
@@ -105,6 +107,15 @@ class ContentHarness {
       EXPECT_TRUE(l2_pools.ok()) << l2_pools.status();
       l2_ = std::move(*l2_pools);
       co.l2 = l2_.get();
+      if (Rand(2) == 0) {
+        // And an L3 below it, small enough to evict (LRU) and sometimes
+        // flushed whole: whatever comes back must be the writer's bytes.
+        const int64_t page = static_cast<int64_t>(pools_->full().page_bytes()) +
+                             MemoryPageStore::kEntryOverhead;
+        l3_ = std::make_unique<MemoryPageStore>(page * (8 + Rand(static_cast<int>(3 * o.full_pages))));
+        co.l3 = l3_.get();
+        co.l3_write_through_hits = Rand(3);
+      }
     }
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     EXPECT_TRUE(cache.ok()) << cache.status();
@@ -123,7 +134,7 @@ class ContentHarness {
 
   std::string Describe() const {
     return "W=" + std::to_string(window_) + " page_size=" + std::to_string(ps_) +
-           (l2_ == nullptr ? "" : " L2") +
+           (l2_ == nullptr ? "" : " L2") + (l3_ == nullptr ? "" : " L3") +
            " full_pages=" + std::to_string(pools_->full().num_pages()) +
            " swa_pages=" + std::to_string(pools_->swa().num_pages());
   }
@@ -153,12 +164,14 @@ class ContentHarness {
     ASSERT_TRUE(st.ok()) << st;
     const PrefixCacheStats& stats = cache_->stats();
     counters().healed += stats.healed_pages.load();
+    counters().l3_healed += stats.l3_healed_swa_pages.load();
     counters().tombstoned += stats.tombstoned_nodes.load();
     counters().evicted += stats.evicted_full_pages.load();
   }
 
   struct Counters {
     int64_t hit_tokens = 0, healed = 0, tombstoned = 0, evicted = 0, loaded_back = 0;
+    int64_t l3_attached = 0, l3_healed = 0;
   };
   static Counters& counters() {
     static Counters c;
@@ -261,6 +274,17 @@ class ContentHarness {
     r.tokens = RandomPrompt();
     r.prompt_len = static_cast<int>(r.tokens.size());
     const std::vector<uint64_t> h = base::ChainedPageHashes(r.tokens, ps_);
+    if (l3_ != nullptr && Rand(4) != 0) {
+      const MatchLengths m = cache_->Match(h, r.prompt_len - 1);
+      const int limit = (r.prompt_len - 1) / ps_;
+      const L3Fetch f = FetchFromL3(
+          *l3_, cache_->l3_fetch_options(),
+          absl::MakeConstSpan(h).subspan(0, limit),
+          (m.matched_tokens + m.lower_tier_tokens) / ps_, m.safe_tokens / ps_);
+      counters().l3_attached += cache_->AttachFromL3(h, f);
+      absl::Status st = cache_->CheckInvariants();
+      ASSERT_TRUE(st.ok()) << st;
+    }
     if (l2_ != nullptr && Rand(4) != 0) {
       counters().loaded_back += cache_->LoadBack(h, r.prompt_len - 1).pages;
     }
@@ -355,6 +379,7 @@ class ContentHarness {
 
   void EvictOp() {
     op_ = "evict";
+    if (l3_ != nullptr && Chance(2)) l3_->Flush();  // a flushed Redis
     cache_->Evict(Rand(6), Rand(6));
     absl::Status st = cache_->CheckInvariants();
     ASSERT_TRUE(st.ok()) << st;
@@ -366,6 +391,7 @@ class ContentHarness {
   const char* op_ = "";
   std::unique_ptr<KvPools> pools_;
   std::unique_ptr<KvPools> l2_;  // may be null
+  std::unique_ptr<MemoryPageStore> l3_;  // may be null
   std::unique_ptr<PrefixCache> cache_;
   std::vector<Tokens> prefixes_;
   std::vector<Tokens> finished_;
@@ -388,15 +414,19 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
   const ContentHarness::Counters& c = ContentHarness::counters();
   std::printf(
       "verified %lld hit tokens byte by byte; %lld pages evicted, %lld "
-      "tombstones, %lld SWA pages healed, %lld pages loaded back from L2\n",
+      "tombstones, %lld SWA pages healed, %lld pages loaded back from L2, %lld pages "
+      "attached from L3, %lld SWA pages healed from L3\n",
       static_cast<long long>(c.hit_tokens), static_cast<long long>(c.evicted),
       static_cast<long long>(c.tombstoned), static_cast<long long>(c.healed),
-      static_cast<long long>(c.loaded_back));
+      static_cast<long long>(c.loaded_back), static_cast<long long>(c.l3_attached),
+      static_cast<long long>(c.l3_healed));
   EXPECT_GT(c.hit_tokens, 10000);
   EXPECT_GT(c.evicted, 1000);
   EXPECT_GT(c.tombstoned, 100);
   EXPECT_GT(c.healed, 100);
   EXPECT_GT(c.loaded_back, 1000);
+  EXPECT_GT(c.l3_attached, 150);
+  EXPECT_GT(c.l3_healed, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, KvContentTest,

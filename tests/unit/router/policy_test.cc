@@ -398,5 +398,17 @@ TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedAsAWindowRestore) {
   EXPECT_EQ(WindowPages(0, 16), 0);
 }
 
+TEST(TieredCredit, LowerTierTokensCountAtTheirWeight) {
+  EXPECT_EQ(TieredCredit(1000, 1000, 0.75), 1000);  // all in L1
+  EXPECT_EQ(TieredCredit(1000, 600, 0.75), 900);    // 400 in L2 -> 300
+  EXPECT_EQ(TieredCredit(1000, 0, 0.75), 750);
+  EXPECT_EQ(TieredCredit(1000, 5000, 0.75), 1000);  // L1 past the credit
+  EXPECT_EQ(TieredCredit(1000, 600, 0.0), 600);
+  EXPECT_EQ(TieredCredit(0, 0, 0.75), 0);
+  PolicyOptions o;
+  o.lower_tier_credit = 1.5;
+  EXPECT_EQ(ValidatePolicyOptions(o).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace swaserve::router

@@ -4,12 +4,15 @@
 // compositions; cancellation; every page free or cached afterwards.
 #include "lib/worker/prefill_core.h"
 
+#include <filesystem>
 #include <map>
 #include <random>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "lib/kv/file_page_store.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/worker/local_ship.h"
 #include "tests/unit/worker/test_model.h"
 
@@ -113,16 +116,20 @@ class Pipeline : public ::testing::Test {
     prefill_pools_ = testing::NewPools(
         prefill_pages, prefill_swa_pages < 0 ? prefill_pages : prefill_swa_pages);
     // As a worker does: restorable tombstones wherever windows are restored.
+    if (l3_ != nullptr) l2_pools_ = testing::NewPools(l2_pages_, l2_pages_);
     auto cache = kv::PrefixCache::Create(
         {.pools = prefill_pools_.get(),
-         .keep_restorable_tombstones = window_restore_min_saved_work >= 0});
+         .keep_restorable_tombstones = window_restore_min_saved_work >= 0,
+         .l2 = l2_pools_.get(),
+         .l3 = l3_,
+         .l3_write_through_hits = 1});
     ASSERT_TRUE(cache.ok());
     cache_ = std::move(*cache);
     decode_pools_ = testing::NewPools(decode_pages, decode_pages);
     DecodeCoreOptions d;
     d.engine = &testing::TestEngine();
     d.pools = decode_pools_.get();
-    d.registry = &registry_;
+    d.registry = registry_.get();
     auto dc = DecodeCore::Create(d);
     ASSERT_TRUE(dc.ok()) << dc.status();
     decode_ = std::move(*dc);
@@ -133,9 +140,12 @@ class Pipeline : public ::testing::Test {
     so.chunk_tokens = 16;
     so.step_token_budget = 48;
     p.scheduler = so;
-    p.registry = &registry_;
+    p.registry = registry_.get();
     p.window_restore_min_saved_work = window_restore_min_saved_work;
     p.swa_checkpoint_tokens = swa_checkpoint_tokens;
+    p.l3 = l3_;
+    p.l3_prefetch_min_tokens = 64;
+    p.l3_prefetch_max_wait_ms = l3_max_wait_ms_;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
@@ -203,12 +213,40 @@ class Pipeline : public ::testing::Test {
     ASSERT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(240)))
         << finished_ << " of " << n;
   }
+  // Until `id`'s decode leg finished (WaitFinished counts a prefill leg that
+  // ends in an error too, e.g. cancelled after a short decode won the race).
+  void WaitDone(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&] { return out_[id].finish != FinishReason::kNone; };
+    ASSERT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(240))) << id;
+  }
   Outcome Get(const std::string& id) {
     absl::MutexLock lock(&mu_);
     return out_[id];
   }
 
-  metrics::Registry registry_;
+  // A worker restart: everything stops and is destroyed (the cache writes
+  // back to L3 first, as the worker does on shutdown), then Start again.
+  void StopAll() {
+    prefill_->Stop();
+    decode_->Stop();
+    if (l3_ != nullptr) cache_->Clear();
+    prefill_.reset();
+    decode_.reset();
+    cache_.reset();
+    prefill_pools_.reset();
+    decode_pools_.reset();
+    l2_pools_.reset();
+    registry_ = std::make_unique<metrics::Registry>();
+  }
+
+  // L3 (set before Start): the store, L2 pages, how long a request waits.
+  kv::PageStore* l3_ = nullptr;
+  int l2_pages_ = 512;  // 2x the tests' L1, as a worker sizes it
+  int64_t l3_max_wait_ms_ = 10000;
+  std::unique_ptr<kv::KvPools> l2_pools_;
+  // Replaced on a restart (the cores register their metrics again).
+  std::unique_ptr<metrics::Registry> registry_ = std::make_unique<metrics::Registry>();
   std::unique_ptr<kv::KvPools> prefill_pools_, decode_pools_;
   std::unique_ptr<kv::PrefixCache> cache_;
   std::unique_ptr<DecodeCore> decode_;
@@ -405,6 +443,97 @@ TEST_F(Pipeline, CancelAndBadInput) {
     EXPECT_TRUE(absl::IsCancelled(o.prefill_status) || o.finish == FinishReason::kCancelled)
         << i << " prefill " << o.prefill_status << " finish " << static_cast<int>(o.finish);
   }
+}
+
+// The L3 tier at the engine level (issue 21): a prompt computed before a
+// worker restart comes back from a warm file store after it, as a prefix
+// hit, with the same greedy output.
+TEST_F(Pipeline, L3FileStoreMakesARestartedWorkerWarm) {
+  const std::string dir = ::testing::TempDir() + "/prefill_l3_restart";
+  std::filesystem::remove_all(dir);
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(91, 300);
+  std::vector<uint32_t> before;
+  int warm_hit = 0;
+  {
+    auto store = *kv::FilePageStore::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    l3_ = store.get();
+    Start(256, 256);
+    ASSERT_TRUE(Submit("a", prompt, 8).ok());
+    WaitDone("a");
+    before = Get("a").tokens;
+    EXPECT_EQ(Get("a").cached, 0);
+    ASSERT_TRUE(Submit("a2", prompt, 8).ok());  // the hit an L1 gives
+    WaitDone("a2");
+    warm_hit = Get("a2").cached;
+    EXPECT_EQ(Get("a2").tokens, before);
+    StopAll();
+  }
+  auto store = *kv::FilePageStore::Open({.dir = dir, .capacity_bytes = 64 << 20});
+  l3_ = store.get();
+  Start(256, 256);
+  ASSERT_TRUE(Submit("b", prompt, 8).ok());
+  WaitDone("b");
+  const Outcome b = Get("b");
+  EXPECT_EQ(b.tokens, before) << "the same greedy output from KV read back from L3";
+  EXPECT_GT(warm_hit, 200);
+  EXPECT_EQ(b.cached, warm_hit) << "the hit the worker gave before its restart";
+  const PrefillLoad load = prefill_->GetLoad();
+  EXPECT_EQ(load.l3_prefetch_hits, 1) << "misses " << load.l3_prefetch_misses << ", unused "
+                                      << load.l3_prefetch_unused << ", timeouts "
+                                      << load.l3_prefetch_timeouts;
+  EXPECT_GT(load.l3_attached_pages, 0);
+  StopAll();
+}
+
+// A store that answers nothing until the test opens it (a slow L3).
+class StalledStore final : public kv::PageStore {
+ public:
+  absl::Status Put(const kv::PageKey& k, absl::Span<const uint8_t> b) override {
+    Wait();
+    return inner_.Put(k, b);
+  }
+  absl::Status Get(const kv::PageKey& k, absl::Span<uint8_t> out) override {
+    Wait();
+    return inner_.Get(k, out);
+  }
+  bool Contains(const kv::PageKey& k) override {
+    Wait();
+    return inner_.Contains(k);
+  }
+  void Erase(const kv::PageKey& k) override { inner_.Erase(k); }
+  std::string_view backend() const override { return "stalled"; }
+  const kv::PageStoreStats& stats() const override { return inner_.stats(); }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+
+ private:
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&open_));
+  }
+  kv::MemoryPageStore inner_{64 << 20};
+  absl::Mutex mu_;
+  bool open_ = false;
+};
+
+TEST_F(Pipeline, L3PrefetchPastItsWaitComputesWithoutIt) {
+  // Behind AsyncPageStore as in a worker: write-backs queue, reads stall.
+  auto owned = std::make_unique<StalledStore>();
+  StalledStore* stalled = owned.get();
+  kv::AsyncPageStore store(std::move(owned));
+  l3_ = &store;
+  l3_max_wait_ms_ = 50;
+  Start(256, 256);
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(92, 300);
+  ASSERT_TRUE(Submit("a", prompt, 4).ok());
+  WaitDone("a");  // the request did not wait for the stalled prefetch
+  EXPECT_EQ(Get("a").finish, FinishReason::kLength) << Get("a").error;
+  EXPECT_EQ(Get("a").cached, 0);
+  EXPECT_EQ(prefill_->GetLoad().l3_prefetch_timeouts, 1);
+  stalled->Open();  // the late fetch lands (and write-backs proceed)
+  StopAll();
 }
 
 }  // namespace

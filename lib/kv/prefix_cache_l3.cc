@@ -1,0 +1,235 @@
+// The prefix cache's L3 tier (issue 21; the "L3" section of prefix_cache.h):
+// write-back and write-through of pages to a PageStore, and attaching pages
+// read back from it (FetchFromL3) as L2 nodes.
+#include <algorithm>
+#include <cstring>
+
+#include "lib/kv/prefix_cache.h"
+#include "lib/kv/prefix_cache_node.h"
+
+namespace swaserve::kv {
+namespace {
+
+absl::Span<const uint8_t> PageBytes(const PagePool& pool, PageId page) {
+  const uint8_t* data = pool.PageData(page);
+  if (data == nullptr) return {};
+  return {data, pool.page_bytes()};
+}
+
+}  // namespace
+
+L3FetchOptions PrefixCache::l3_fetch_options() const {
+  return L3FetchOptions{.layouts = l3_layouts_,
+                        .page_size = page_size_,
+                        .sliding_window = window_,
+                        .full_page_bytes = pools_->full().base() != nullptr
+                                               ? pools_->full().page_bytes() : 0,
+                        .swa_page_bytes = pools_->swa().base() != nullptr
+                                              ? pools_->swa().page_bytes() : 0,
+                        .full_kv_only_ok = keep_tombstones_};
+}
+
+void PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
+  if (l3_ == nullptr || n == root_.get()) return;
+  KvPools& pools = PoolsOf(n);
+  // Puts pages [from, n->pages()) of one pool; returns how many were stored.
+  auto put = [&](const PagePool& pool, const std::vector<PageId>& pages, uint64_t layout,
+                 int from) {
+    int64_t written = 0;
+    for (int i = from; i < n->pages(); ++i) {
+      if (l3_->Put(PageKey{n->hashes[i], layout}, PageBytes(pool, pages[i])).ok()) {
+        ++written;
+      } else {
+        stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return written;
+  };
+  if (!n->l3_full) {
+    const int64_t written = put(pools.full(), n->full, l3_layouts_.full, 0);
+    n->l3_full = true;
+    stats_.l3_written_pages.fetch_add(written, std::memory_order_relaxed);
+    if (through) stats_.l3_write_through_pages.fetch_add(written, std::memory_order_relaxed);
+  }
+  const int from = std::max(0, swa_from_page - n->start_page);
+  if (!n->tombstone() && !n->l3_swa && from < n->pages()) {
+    const int64_t written = put(pools.swa(), n->swa, l3_layouts_.swa, from);
+    n->l3_swa = true;
+    stats_.l3_written_swa_pages.fetch_add(written, std::memory_order_relaxed);
+  }
+}
+
+void PrefixCache::CountHit(CacheNode* end, int hit_end_page) {
+  if (l3_ == nullptr || l3_write_through_hits_ <= 0) return;
+  const int swa_from = WindowFirstPage(hit_end_page, page_size_, window_);
+  for (CacheNode* n = end; n != root_.get(); n = n->parent) {
+    if (n->hits < UINT32_MAX) ++n->hits;
+    if (n->hits >= static_cast<uint32_t>(l3_write_through_hits_)) {
+      WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
+    }
+  }
+}
+
+void PrefixCache::HealFromL3(const std::vector<CacheNode*>& path, const L3Fetch& fetch,
+                             int heal_to) {
+  const size_t spb = pools_->swa().page_bytes();
+  for (CacheNode* n : path) {
+    const int a = std::max(n->start_page, fetch.swa_first);
+    const int b = std::min(n->end_page(), heal_to);
+    if (a >= b || !n->tombstone()) continue;
+    if (a > n->start_page) Split(n, a - n->start_page);  // n: [a, end)
+    CacheNode* target = b < n->end_page() ? Split(n, b - a) : n;  // [a, b)
+    KvPools& pools = PoolsOf(target);
+    std::vector<PageId> swa;
+    // Only free SWA pages: evicting other windows for this one could take
+    // nodes of this very path.
+    if (!pools.swa().Reserve(b - a, &swa)) return;
+    pools.swa().Commit(swa);
+    pools.swa().ToCache(swa);
+    for (int p = a; p < b; ++p) {
+      uint8_t* dst = pools.swa().PageData(swa[p - a]);
+      const size_t src = static_cast<size_t>(p - fetch.swa_first) * spb;
+      if (dst != nullptr && src + spb <= fetch.swa_bytes.size()) {
+        std::memcpy(dst, fetch.swa_bytes.data() + src, spb);
+      }
+    }
+    Unindex(target);
+    target->swa = std::move(swa);
+    target->swa_tick = tick_;
+    target->l3_swa = true;
+    cached_swa_[target->tier] += b - a;
+    stats_.healed_pages.fetch_add(b - a, std::memory_order_relaxed);
+    stats_.l3_healed_swa_pages.fetch_add(b - a, std::memory_order_relaxed);
+    stats_.tombstone_nodes.fetch_sub(1, std::memory_order_relaxed);
+    Emit(CacheEvent::Type::kSwaStored, target, 0, target->pages());
+    Reindex(target);
+  }
+}
+
+int PrefixCache::AttachFromL3(absl::Span<const uint64_t> page_hashes, const L3Fetch& fetch) {
+  if (l3_ == nullptr || l2_ == nullptr || fetch.empty()) return 0;
+  const int base = fetch.hash_base();
+  const int end = fetch.end;
+  if (end > static_cast<int>(page_hashes.size()) ||
+      static_cast<int>(fetch.hashes.size()) != end - base) {
+    return 0;
+  }
+  for (int i = base; i < end; ++i) {
+    if (fetch.hashes[i - base] != page_hashes[i]) return 0;  // not this prompt's
+  }
+  // Where the tree's match (any tier) ends now, and the nodes on the way.
+  std::vector<CacheNode*> path;
+  CacheNode* node = root_.get();
+  size_t pos = 0;
+  CacheNode* partial = nullptr;  // the match ends inside this node
+  int partial_k = 0;
+  while (pos < static_cast<size_t>(end)) {
+    auto it = node->children.find(page_hashes[pos]);
+    if (it == node->children.end()) break;
+    CacheNode* child = it->second.get();
+    const int k = CommonPages(child, page_hashes, pos);
+    pos += k;
+    if (k < child->pages()) {
+      partial = child;
+      partial_k = k;
+      break;
+    }
+    path.push_back(child);
+    node = child;
+  }
+  const int d = static_cast<int>(pos);
+  ++tick_;
+  // 1. The fetched window's SWA KV heals tombstones of the tree's own match.
+  if (partial != nullptr && fetch.swa_first < d) {
+    node = Split(partial, partial_k);  // the match's end becomes a boundary
+    path.push_back(node);
+    partial = nullptr;
+  }
+  if (fetch.swa_first < std::min(d, end)) HealFromL3(path, fetch, std::min(d, end));
+  // 2. Pages past the match become new L2 nodes: [tombstone | live window].
+  if (d < fetch.full_first || d >= end) return 0;
+  if (partial != nullptr) node = Split(partial, partial_k);  // a divergence point
+  const int swa_start = std::max(d, fetch.swa_first);  // live from here
+  const bool has_live = swa_start < end;
+  // A run without SWA KV at its end is a tombstone leaf: worth something
+  // only where tombstones are kept (window restore) or no window is read.
+  if (!has_live && !keep_tombstones_ && window_ > 1) return 0;
+  const int64_t full_n = end - d;
+  const int64_t swa_n = has_live ? end - swa_start : 0;
+  // Lock the path while L2 makes room, so eviction cannot take it.
+  for (CacheNode* n = node; n != root_.get(); n = n->parent) {
+    ++n->full_lock;
+    Reindex(n);
+  }
+  EvictResult ignored;
+  EvictL2(full_n, swa_n, &ignored);
+  std::vector<PageId> full_dst, swa_dst;
+  bool fits = l2_->full().Reserve(full_n, &full_dst);
+  if (fits && swa_n > 0 && !l2_->swa().Reserve(swa_n, &swa_dst)) {
+    l2_->full().Unreserve(full_dst);
+    fits = false;
+  }
+  for (CacheNode* n = node; n != root_.get(); n = n->parent) {
+    --n->full_lock;
+    Reindex(n);
+  }
+  if (!fits) return 0;
+  for (auto [pool, pages] : {std::pair{&l2_->full(), &full_dst}, std::pair{&l2_->swa(), &swa_dst}}) {
+    if (pages->empty()) continue;
+    pool->Commit(*pages);
+    pool->ToCache(*pages);
+  }
+  // Copy the bytes in (metadata-only pools: nothing to copy).
+  const size_t fpb = l2_->full().page_bytes();
+  const size_t spb = l2_->swa().page_bytes();
+  for (int p = d; p < end; ++p) {
+    uint8_t* dst = l2_->full().PageData(full_dst[p - d]);
+    const size_t src = static_cast<size_t>(p - fetch.full_first) * fpb;
+    if (dst != nullptr && src + fpb <= fetch.full_bytes.size()) {
+      std::memcpy(dst, fetch.full_bytes.data() + src, fpb);
+    }
+  }
+  for (int p = swa_start; p < end && swa_n > 0; ++p) {
+    uint8_t* dst = l2_->swa().PageData(swa_dst[p - swa_start]);
+    const size_t src = static_cast<size_t>(p - fetch.swa_first) * spb;
+    if (dst != nullptr && src + spb <= fetch.swa_bytes.size()) {
+      std::memcpy(dst, fetch.swa_bytes.data() + src, spb);
+    }
+  }
+  auto add = [&](int from, int to, bool live) {
+    CacheNode* c = NewNode(node);
+    c->start_page = node == root_.get() ? 0 : node->end_page();
+    c->hashes.assign(page_hashes.begin() + from, page_hashes.begin() + to);
+    c->full.assign(full_dst.begin() + (from - d), full_dst.begin() + (to - d));
+    cached_full_[1] += to - from;
+    if (live) {
+      c->swa.assign(swa_dst.begin() + (from - swa_start), swa_dst.begin() + (to - swa_start));
+      cached_swa_[1] += to - from;
+    } else {
+      stats_.tombstone_nodes.fetch_add(1, std::memory_order_relaxed);
+    }
+    c->tier = 1;
+    c->l3_full = true;
+    c->l3_swa = true;
+    c->full_tick = tick_;
+    c->swa_tick = tick_;
+    node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
+    Emit(CacheEvent::Type::kStored, c, 0, c->pages());
+    if (!live) Emit(CacheEvent::Type::kSwaRemoved, c, 0, c->pages());
+    if (on_event_) {
+      CacheEvent e{CacheEvent::Type::kTierChanged, c->hashes, 1};
+      on_event_(e);
+    }
+    Reindex(node);
+    Reindex(c);
+    node = c;
+  };
+  const int live_from = has_live ? swa_start : end;
+  if (live_from > d) add(d, live_from, false);
+  if (live_from < end) add(live_from, end, true);
+  stats_.l3_attached_pages.fetch_add(full_n, std::memory_order_relaxed);
+  stats_.l3_attached_swa_pages.fetch_add(swa_n, std::memory_order_relaxed);
+  return static_cast<int>(full_n);
+}
+
+}  // namespace swaserve::kv

@@ -1,0 +1,287 @@
+// The L3 tier (issue 21): MemoryPageStore, AsyncPageStore, FetchFromL3 and
+// PrefixCache's write-back / write-through / AttachFromL3, with real page
+// bytes. The consistency cases of the issue each have a test here:
+//   full KV in L1 but SWA only in a lower tier  -> FullInL1SwaOnlyInL3Heals
+//   in L2 but evicted from L1 (+ the rest in L3) -> L2PartThenL3Part
+//   L3 evicting the prefix of a hot sequence      -> L3EvictingAHotPrefix
+//   a worker restart with a warm L3 file store    -> RestartWithWarmFileStore
+//   corrupt / truncated L3 files                  -> CorruptFileIsAMiss
+// (a Redis L3 flushed mid-replay: tests/integration/cluster; a flushed store
+// under random operations: kv_content_test).
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "lib/base/hash.h"
+#include "lib/kv/file_page_store.h"
+#include "lib/kv/kv_shape.h"
+#include "lib/kv/l3_prefetch.h"
+#include "lib/kv/memory_page_store.h"
+#include "lib/kv/page_pool.h"
+#include "lib/kv/prefix_cache.h"
+#include "tests/unit/kv/l3_test_harness.h"
+
+namespace swaserve::kv {
+namespace {
+
+using Hashes = std::vector<uint64_t>;
+using testing::Pattern;
+using testing::Shape;
+
+TEST(MemoryPageStoreTest, BoundedLruAndFlush) {
+  MemoryPageStore s(3 * (10 + MemoryPageStore::kEntryOverhead));
+  std::vector<uint8_t> b(10, 7), out(10);
+  for (uint64_t h = 1; h <= 3; ++h) ASSERT_TRUE(s.Put({h, 9}, b).ok());
+  ASSERT_TRUE(s.Get({1, 9}, absl::MakeSpan(out)).ok());  // 1 is now recent
+  ASSERT_TRUE(s.Put({4, 9}, b).ok());                    // evicts 2
+  EXPECT_TRUE(s.Contains({1, 9}));
+  EXPECT_FALSE(s.Contains({2, 9}));
+  EXPECT_FALSE(s.Contains({1, 8})) << "another layout is another key";
+  EXPECT_EQ(s.Get({2, 9}, absl::MakeSpan(out)).code(), absl::StatusCode::kNotFound);
+  std::vector<uint8_t> wrong(11);
+  EXPECT_EQ(s.Get({1, 9}, absl::MakeSpan(wrong)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.stats().evictions.load(), 1);
+  s.Flush();
+  EXPECT_FALSE(s.Contains({1, 9}));
+  EXPECT_EQ(s.stats().entries.load(), 0);
+  EXPECT_EQ(s.Put({5, 9}, std::vector<uint8_t>(1000)).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+// A backend whose puts wait until the test opens the gate.
+class GatedStore final : public PageStore {
+ public:
+  absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&open_));
+    return inner_.Put(k, b);
+  }
+  absl::Status Get(const PageKey& k, absl::Span<uint8_t> out) override { return inner_.Get(k, out); }
+  bool Contains(const PageKey& k) override { return inner_.Contains(k); }
+  void Erase(const PageKey& k) override { inner_.Erase(k); }
+  std::string_view backend() const override { return "gated"; }
+  const PageStoreStats& stats() const override { return inner_.stats(); }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  MemoryPageStore inner_{1 << 20};
+
+ private:
+  absl::Mutex mu_;
+  bool open_ = false;
+};
+
+TEST(AsyncPageStoreTest, QueuedPutsReadBackThenLandInOrder) {
+  auto gated = std::make_unique<GatedStore>();
+  GatedStore* g = gated.get();
+  AsyncPageStore s(std::move(gated), {.max_queued_bytes = 64});
+  const std::vector<uint8_t> a(16, 1), b(16, 2);
+  ASSERT_TRUE(s.Put({1, 0}, a).ok());
+  ASSERT_TRUE(s.Put({1, 0}, b).ok());  // supersedes a
+  ASSERT_TRUE(s.Put({2, 0}, a).ok());
+  std::vector<uint8_t> out(16);
+  ASSERT_TRUE(s.Get({1, 0}, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, b) << "the latest queued blob answers";
+  EXPECT_TRUE(s.Contains({2, 0}));
+  ASSERT_TRUE(s.Put({3, 0}, a).ok());
+  // 64 bytes queued: the next put is dropped, not blocked.
+  EXPECT_EQ(s.Put({4, 0}, a).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.dropped(), 1);
+  s.Erase({3, 0});
+  EXPECT_FALSE(s.Contains({3, 0}));
+  g->Open();
+  s.Flush();
+  EXPECT_EQ(s.queued_bytes(), 0);
+  ASSERT_TRUE(g->inner_.Get({1, 0}, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, b);
+  EXPECT_TRUE(g->inner_.Contains({2, 0}));
+  EXPECT_FALSE(g->inner_.Contains({3, 0})) << "erased before it landed";
+  EXPECT_FALSE(g->inner_.Contains({4, 0}));
+}
+
+class L3TierTest : public ::testing::Test, public testing::L3Harness {
+ protected:
+  void TearDown() override { Check(); }
+};
+
+TEST_F(L3TierTest, CreateNeedsAnL2) {
+  MemoryPageStore l3(1 << 20);
+  KvPoolsOptions o;
+  o.shape = Shape();
+  o.full_pages = 4;
+  o.swa_pages = 4;
+  auto pools = std::move(*KvPools::Create(o));
+  PrefixCacheOptions co;
+  co.pools = pools.get();
+  co.l3 = &l3;
+  EXPECT_EQ(PrefixCache::Create(co).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(L3TierTest, EvictedPagesComeBackFromL3ByteForByte) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/0);
+  const Hashes a = H(1, 6);
+  Insert(a);
+  EvictAll();
+  EXPECT_EQ(cache_->Match(a).matched_tokens + cache_->Match(a).lower_tier_tokens, 0);
+  EXPECT_EQ(cache_->stats().l3_written_pages.load(), 6) << "write-back of every full page";
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2) << "SWA: the trailing window only";
+  EXPECT_EQ(FetchAttach(l3, a), 6);
+  EXPECT_EQ(VerifyHit(a), 24);
+  EXPECT_EQ(cache_->stats().l3_attached_swa_pages.load(), 2);
+  // A longer prompt over the same pages hits them too.
+  Hashes longer = a;
+  longer.push_back(12345);
+  EXPECT_EQ(VerifyHit(longer), 24);
+}
+
+TEST_F(L3TierTest, WriteThroughAfterNHits) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/2);
+  const Hashes a = H(1, 4);
+  Insert(a);
+  VerifyHit(a);
+  EXPECT_EQ(cache_->stats().l3_written_pages.load(), 0);
+  VerifyHit(a);
+  EXPECT_EQ(cache_->stats().l3_write_through_pages.load(), 4);
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2);
+  // Written once: eviction does not write the same pages again.
+  EvictAll();
+  EXPECT_EQ(cache_->stats().l3_written_pages.load(), 4);
+  EXPECT_EQ(FetchAttach(l3, a), 4);
+  EXPECT_EQ(VerifyHit(a), 16);
+}
+
+TEST_F(L3TierTest, FullInL1SwaOnlyInL3Heals) {
+  MemoryPageStore l3(1 << 20);
+  // As in a worker that restores windows: SWA pressure only tombstones.
+  Init(&l3, /*write_through_hits=*/1, 16, 8, /*keep_tombstones=*/true);
+  const Hashes a = H(1, 6);
+  Insert(a);
+  EXPECT_EQ(VerifyHit(a), 24);  // written through: full + the window's SWA
+  cache_->Evict(0, 1 << 20);    // SWA pressure: the window is tombstoned...
+  Check();
+  MatchLengths m = cache_->Match(a);
+  ASSERT_EQ(m.matched_tokens, 24) << "...the full KV stays in L1";
+  ASSERT_LT(m.safe_tokens, 24);
+  EXPECT_EQ(FetchAttach(l3, a), 0) << "nothing new to attach, only healing";
+  EXPECT_EQ(cache_->stats().l3_healed_swa_pages.load(), 2);
+  EXPECT_EQ(cache_->Match(a).safe_tokens, 24);
+  EXPECT_EQ(VerifyHit(a), 24);
+}
+
+TEST_F(L3TierTest, L2PartThenL3Part) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/1, /*l1_pages=*/16, /*l2_pages=*/8);
+  const Hashes a = H(1, 8);
+  const Hashes prefix(a.begin(), a.begin() + 4);
+  Insert(a);
+  Insert(prefix);  // its window's SWA KV heals pages 2..3
+  EXPECT_EQ(VerifyHit(prefix), 16);  // both windows written through
+  EXPECT_EQ(VerifyHit(a), 32);
+  EvictAll();  // all of a is in L3 now
+  EXPECT_EQ(FetchAttach(l3, prefix), 4);
+  cache_->Evict(1 << 20, 0);  // the prefix goes down to L2 (evicted from L1)
+  Check();
+  MatchLengths m = cache_->Match(a);
+  ASSERT_EQ(m.matched_tokens, 0);
+  ASSERT_EQ(m.lower_tier_tokens, 16) << cache_->DebugString();
+  // The rest comes from L3 below the L2 part; then all of it loads back.
+  EXPECT_EQ(FetchAttach(l3, a), 4);
+  EXPECT_EQ(VerifyHit(a), 32);
+}
+
+TEST_F(L3TierTest, L3EvictingAHotPrefix) {
+  const int64_t page = static_cast<int64_t>(Shape().Full().PageBytes()) +
+                       MemoryPageStore::kEntryOverhead;
+  MemoryPageStore l3(12 * page);
+  Init(&l3, /*write_through_hits=*/1);
+  const Hashes a = H(1, 6);
+  Insert(a);
+  EXPECT_EQ(VerifyHit(a), 24);  // written through
+  CacheHit hot = cache_->MatchAndLock(a);  // a stays hot and locked in L1
+  // Other prompts' write-backs push a's oldest pages (its prefix) out of L3.
+  for (uint32_t label = 2; label <= 4; ++label) {
+    const Hashes b = H(label, 3);
+    Insert(b);
+    VerifyHit(b);
+  }
+  EXPECT_FALSE(l3.Contains({a[0], cache_->l3_fetch_options().layouts.full}));
+  // The hot sequence is untouched in L1...
+  EXPECT_EQ(cache_->Match(a).safe_tokens, 24);
+  cache_->Unlock(hot);
+  // ...and once evicted everywhere, L3 without its prefix is a miss (the
+  // suffix it still holds is never attached without the pages before it).
+  cache_->Clear();
+  EXPECT_EQ(FetchAttach(l3, a), 0);
+  EXPECT_EQ(VerifyHit(a), 0);
+}
+
+TEST_F(L3TierTest, RestartWithWarmFileStore) {
+  const std::string dir = ::testing::TempDir() + "/l3_restart";
+  std::filesystem::remove_all(dir);
+  const Hashes a = H(1, 6);
+  {
+    auto store = std::move(*FilePageStore::Open({.dir = dir, .capacity_bytes = 1 << 20}));
+    Init(store.get(), /*write_through_hits=*/1);
+    Insert(a);
+    EXPECT_EQ(VerifyHit(a), 24);  // hot: written through
+    cache_.reset();               // the worker dies...
+  }
+  // ...and a new one starts with fresh pools over the same directory.
+  auto store = std::move(*FilePageStore::Open({.dir = dir, .capacity_bytes = 1 << 20}));
+  Init(store.get(), /*write_through_hits=*/1);
+  EXPECT_EQ(VerifyHit(a), 0);
+  EXPECT_EQ(FetchAttach(*store, a), 6);
+  EXPECT_EQ(VerifyHit(a), 24);
+  cache_.reset();
+}
+
+TEST_F(L3TierTest, CorruptFileIsAMiss) {
+  const std::string dir = ::testing::TempDir() + "/l3_corrupt";
+  std::filesystem::remove_all(dir);
+  auto store = std::move(*FilePageStore::Open({.dir = dir, .capacity_bytes = 1 << 20}));
+  Init(store.get(), /*write_through_hits=*/0);
+  const Hashes a = H(1, 8);
+  Insert(a);
+  EvictAll();
+  const uint64_t full = cache_->l3_fetch_options().layouts.full;
+  const uint64_t swa = cache_->l3_fetch_options().layouts.swa;
+  {
+    // Flip a byte in the middle of full page 5's payload.
+    std::fstream f(store->PathOf({a[5], full}), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c ^= 0x40;
+    f.write(&c, 1);
+  }
+  // Truncate the SWA blob of the last page.
+  std::filesystem::resize_file(store->PathOf({a[7], swa}), 10);
+  const L3Fetch f = FetchFromL3(*store, cache_->l3_fetch_options(), a, 0, 0);
+  EXPECT_EQ(f.end, 0) << "no window-safe point: the only SWA window is damaged";
+  EXPECT_EQ(store->stats().corrupt.load(), 1);
+  // With window restore the intact full-KV run (pages 0..4) still comes back.
+  Init(store.get(), 0, 16, 8, /*keep_tombstones=*/true);
+  EXPECT_EQ(FetchAttach(*store, a), 5);
+  EXPECT_EQ(cache_->Match(a).matched_tokens, 20);
+  EXPECT_EQ(cache_->Match(a).safe_tokens, 0);
+  CacheHit hit = cache_->MatchAndLock(a, MatchOptions{.full_kv = true});
+  ASSERT_EQ(hit.tokens(), 20);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(0, std::memcmp(pools_->full().PageData(hit.full_pages()[i]),
+                             Pattern(a[i], PoolKind::kFull, pools_->full().page_bytes()).data(),
+                             pools_->full().page_bytes()));
+  }
+  cache_->Unlock(hit);
+  cache_.reset();
+}
+
+}  // namespace
+}  // namespace swaserve::kv
