@@ -22,18 +22,23 @@
 //              buffer: the file-read limit of L3 -> L2 on this machine.
 // Bytes per second are reported by Google Benchmark (bytes_per_second).
 //
-// Usage: kv_tier_bench [--benchmark_* flags]
+// The allocator keeps freed memory, as in the worker (lib/base/
+// malloc_tuning.h); --default_malloc runs with glibc's defaults.
+//
+// Usage: kv_tier_bench [--default_malloc] [--benchmark_* flags]
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <memory>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "lib/base/hash.h"
+#include "lib/base/malloc_tuning.h"
 #include "lib/kv/file_page_store.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/l3_prefetch.h"
@@ -208,4 +213,22 @@ BENCHMARK(BM_FileRead)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 }  // namespace
 }  // namespace swaserve::kv
 
-BENCHMARK_MAIN();
+// As the worker does (lib/base/malloc_tuning.h); --default_malloc measures
+// glibc's defaults instead.
+int main(int argc, char** argv) {
+  bool default_malloc = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--default_malloc") {
+      default_malloc = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
+  }
+  if (!default_malloc) swaserve::base::KeepFreedMemory(size_t{1} << 30);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
