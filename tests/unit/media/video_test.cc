@@ -85,7 +85,8 @@ TEST(VideoDecode, SamplesTheNearestFrameAtTheRequestedRate) {
   ASSERT_TRUE(dense.ok()) << dense.status();
   EXPECT_EQ(dense->frames.size(), samples(25));
   for (size_t k = 0; k < dense->frames.size(); ++k) {
-    const double nearest = std::min(2.9, std::round(dense->sample_times[k] * 10) / 10);
+    const double nearest =
+        std::min(2.9, std::round(dense->sample_times[k] * 10) / 10);
     EXPECT_NEAR(dense->frame_times[k], nearest, 1e-6) << k;
   }
 }
