@@ -8,8 +8,10 @@
 // DecodeVideoFile for every chunks x threads pair of --chunks and --threads
 // (pairs with threads > chunks are skipped). Reported: the median wall time
 // of --rounds runs, and the speed-up over chunks = threads = 1 (the
-// single-threaded decode, measured in the same run: the baseline). Every run
-// is checked to return the same frames as the baseline.
+// single-threaded decode, measured in the same run: the baseline), and the
+// process CPU seconds per run (all threads: the work, whatever the load of
+// the machine). Every run is checked to return the same frames as the
+// baseline.
 //
 // Preprocessing: per item, the median of --rounds runs (after one warm-up) of
 // PNG / JPEG decode, PreprocessImage (smart resize to <= 1280 tokens x 4
@@ -21,6 +23,8 @@
 //          [--chunks 1,2,4,8] [--threads 1,2] [--rounds N] [--video PATH]
 //          [--no_preprocess]
 //   --video  decode this file instead of generating one (kept).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,6 +84,14 @@ double Seconds(const std::function<void()>& f) {
       .count();
 }
 
+// User + system CPU seconds of this process so far (all threads).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -106,8 +118,8 @@ nlohmann::json VideoRuns(const Flags& f, const std::string& path) {
   nlohmann::json rows = nlohmann::json::array();
   double baseline = 0;
   uint64_t want = 0;
-  std::printf("\n%-8s %-8s %12s %10s %8s\n", "chunks", "threads", "median_s",
-              "speedup", "frames");
+  std::printf("\n%-8s %-8s %12s %10s %10s %8s\n", "chunks", "threads",
+              "median_s", "speedup", "cpu_s/run", "frames");
   for (int chunks : f.chunks) {
     for (int threads : f.threads) {
       if (threads > chunks) continue;
@@ -117,11 +129,13 @@ nlohmann::json VideoRuns(const Flags& f, const std::string& path) {
       o.num_threads = threads;
       std::vector<double> times;
       media::VideoFrames out;
+      const double cpu_start = CpuSeconds();
       for (int r = 0; r < f.rounds; ++r) {
         times.push_back(Seconds([&] {
           out = bench::Check(media::DecodeVideoFile(path, o), "decode");
         }));
       }
+      const double cpu = (CpuSeconds() - cpu_start) / f.rounds;
       const uint64_t got = Fingerprint(out);
       const double median = Median(times);
       if (chunks == 1 && threads == 1) {
@@ -133,12 +147,13 @@ nlohmann::json VideoRuns(const Flags& f, const std::string& path) {
                          ": frames differ from the single-threaded decode"));
       }
       const double speedup = baseline > 0 ? baseline / median : 0;
-      std::printf("%-8d %-8d %12.3f %9.2fx %8zu\n", chunks, threads, median,
-                  speedup, out.frames.size());
+      std::printf("%-8d %-8d %12.3f %9.2fx %10.3f %8zu\n", chunks, threads,
+                  median, speedup, cpu, out.frames.size());
       rows.push_back({{"chunks", chunks},
                       {"threads", threads},
                       {"median_seconds", median},
                       {"speedup", speedup},
+                      {"cpu_seconds_per_run", cpu},
                       {"frames", out.frames.size()}});
     }
   }

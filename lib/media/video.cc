@@ -362,7 +362,8 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
   const double fps = options.sample_fps;
   const double t_first = SampleTime(first, fps);
   // Seek so that the last frame at or before t_first is decoded; if the
-  // demuxer lands after t_first, back off (1 s, 2 s, 4 s, ... then 0).
+  // demuxer lands after t_first, or at the end (a file shorter than its
+  // header says), back off (1 s, 2 s, 4 s, ... then 0).
   double target = t_first;
   double first_time = 0;
   bool have_frame = false;
@@ -371,7 +372,7 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
     absl::StatusOr<bool> got = decoder.Next(&first_time);
     if (!got.ok()) return got.status();
     have_frame = *got;
-    if (!have_frame || first_time <= t_first || target <= 0) break;
+    if ((have_frame && first_time <= t_first) || target <= 0) break;
     target = std::max(0.0, t_first - backoff);
   }
   if (first == 0) {
