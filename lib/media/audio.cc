@@ -14,6 +14,7 @@ extern "C" {
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "lib/media/image.h"
 
 namespace swaserve::media {
 namespace {
@@ -125,10 +126,9 @@ struct SwrDeleter {
 
 absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
                                     const WavDecodeOptions& options) {
-  if (bytes.empty()) return Invalid("empty input");
-  if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
-    return Invalid(absl::StrCat(bytes.size(), " bytes exceeds the limit of ",
-                                options.max_bytes, " bytes"));
+  if (absl::Status s = CheckInputSize("WAV", bytes.size(), options.max_bytes);
+      !s.ok()) {
+    return s;
   }
   if (bytes.size() < 12 || std::memcmp(bytes.data(), "RIFF", 4) != 0 ||
       std::memcmp(bytes.data() + 8, "WAVE", 4) != 0) {

@@ -17,20 +17,6 @@ constexpr uint8_t kJpegMagic[3] = {0xFF, 0xD8, 0xFF};
 constexpr uint8_t kPngIend[12] = {0,   0,   0,    0,    'I',  'E',
                                   'N', 'D', 0xAE, 0x42, 0x60, 0x82};
 
-absl::Status CheckByteSize(absl::string_view what,
-                           absl::Span<const uint8_t> bytes,
-                           const ImageDecodeOptions& options) {
-  if (bytes.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": empty input"));
-  }
-  if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", bytes.size(), " bytes exceeds the limit of ",
-                     options.max_bytes, " bytes"));
-  }
-  return absl::OkStatus();
-}
-
 // Frees the png_image's read state on every path (png_image_free is a no-op
 // once png_image_finish_read has cleaned up).
 struct PngImageGuard {
@@ -39,6 +25,18 @@ struct PngImageGuard {
 };
 
 }  // namespace
+
+absl::Status CheckInputSize(absl::string_view what, uint64_t size,
+                            int64_t max_bytes) {
+  if (size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty input"));
+  }
+  if (size > static_cast<uint64_t>(std::max<int64_t>(max_bytes, 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", size, " bytes exceeds the limit of ", max_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
 
 absl::string_view ImageFormatName(ImageFormat format) {
   switch (format) {
@@ -86,7 +84,8 @@ absl::Status CheckImageDimensions(absl::string_view what, int64_t width,
 
 absl::StatusOr<ImageRgb8> DecodeImage(absl::Span<const uint8_t> bytes,
                                       const ImageDecodeOptions& options) {
-  if (absl::Status s = CheckByteSize("image", bytes, options); !s.ok())
+  if (absl::Status s = CheckInputSize("image", bytes.size(), options.max_bytes);
+      !s.ok())
     return s;
   switch (SniffImageFormat(bytes)) {
     case ImageFormat::kPng:
@@ -102,7 +101,9 @@ absl::StatusOr<ImageRgb8> DecodeImage(absl::Span<const uint8_t> bytes,
 
 absl::StatusOr<ImageRgb8> DecodePng(absl::Span<const uint8_t> bytes,
                                     const ImageDecodeOptions& options) {
-  if (absl::Status s = CheckByteSize("PNG", bytes, options); !s.ok()) return s;
+  if (absl::Status s = CheckInputSize("PNG", bytes.size(), options.max_bytes);
+      !s.ok())
+    return s;
   // The simplified API runs libpng under its own setjmp (png_safe_execute)
   // and reports errors in image.message; no longjmp reaches this frame.
   png_image image;

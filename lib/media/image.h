@@ -80,4 +80,10 @@ absl::Status CheckImageDimensions(absl::string_view what, int64_t width,
                                   int64_t height,
                                   const ImageDecodeOptions& options);
 
+// The input-size check every decoder starts with (and the video path): OK
+// when 0 < size <= max_bytes, InvalidArgument "<what>: empty input" or
+// "<what>: N bytes exceeds the limit of M bytes" otherwise.
+absl::Status CheckInputSize(absl::string_view what, uint64_t size,
+                            int64_t max_bytes);
+
 }  // namespace swaserve::media

@@ -110,11 +110,9 @@ absl::Status RunJpeg(JpegContext* ctx, absl::Span<const uint8_t> bytes,
 
 absl::StatusOr<ImageRgb8> DecodeJpeg(absl::Span<const uint8_t> bytes,
                                      const ImageDecodeOptions& options) {
-  if (bytes.empty()) return absl::InvalidArgumentError("JPEG: empty input");
-  if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JPEG: ", bytes.size(), " bytes exceeds the limit of ",
-                     options.max_bytes, " bytes"));
+  if (absl::Status s = CheckInputSize("JPEG", bytes.size(), options.max_bytes);
+      !s.ok()) {
+    return s;
   }
   JpegContext ctx;
   std::memset(&ctx.cinfo, 0, sizeof(ctx.cinfo));

@@ -490,20 +490,18 @@ absl::StatusOr<VideoFrames> DecodeVideoFile(const std::string& path,
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec)
     return Invalid(absl::StrCat("cannot read ", path, ": ", ec.message()));
-  if (size == 0) return Invalid("empty input");
-  if (static_cast<int64_t>(size) > options.max_bytes) {
-    return Invalid(absl::StrCat(size, " bytes exceeds the limit of ",
-                                options.max_bytes, " bytes"));
+  if (absl::Status s = CheckInputSize("video", size, options.max_bytes);
+      !s.ok()) {
+    return s;
   }
   return DecodeVideo(Source{.path = &path}, options);
 }
 
 absl::StatusOr<VideoFrames> DecodeVideoMemory(
     absl::Span<const uint8_t> bytes, const VideoDecodeOptions& options) {
-  if (bytes.empty()) return Invalid("empty input");
-  if (static_cast<int64_t>(bytes.size()) > options.max_bytes) {
-    return Invalid(absl::StrCat(bytes.size(), " bytes exceeds the limit of ",
-                                options.max_bytes, " bytes"));
+  if (absl::Status s = CheckInputSize("video", bytes.size(), options.max_bytes);
+      !s.ok()) {
+    return s;
   }
   return DecodeVideo(Source{.bytes = bytes}, options);
 }
