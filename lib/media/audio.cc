@@ -12,6 +12,7 @@ extern "C" {
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "lib/media/image.h"
@@ -143,9 +144,11 @@ absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
     const uint32_t size = Le32(p + 4);
     const uint8_t* body = p + 8;
     if (static_cast<uint64_t>(size) > static_cast<uint64_t>(end - body)) {
-      return Invalid(absl::StrCat(
-          "truncated '", absl::string_view(reinterpret_cast<const char*>(p), 4),
-          "' chunk (", size, " bytes declared, ", end - body, " present)"));
+      return Invalid(absl::StrCat("truncated '",
+                                  absl::CHexEscape(absl::string_view(
+                                      reinterpret_cast<const char*>(p), 4)),
+                                  "' chunk (", size, " bytes declared, ",
+                                  end - body, " present)"));
     }
     if (std::memcmp(p, "fmt ", 4) == 0) {
       absl::StatusOr<WavFormat> f = ParseFmt(body, size, options);
@@ -156,8 +159,11 @@ absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
       data_size = size;
       break;
     }
-    p = body + size + (size & 1);  // chunks are padded to even sizes
-    if (p > end) break;
+    // Chunks are padded to even sizes; stop (no pointer past the end) when
+    // nothing follows.
+    const uint64_t advance = uint64_t{size} + (size & 1);
+    if (advance >= static_cast<uint64_t>(end - body)) break;
+    p = body + advance;
   }
   if (!format.has_value()) return Invalid("no fmt chunk before the data");
   if (data == nullptr) return Invalid("no data chunk");

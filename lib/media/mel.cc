@@ -78,20 +78,19 @@ absl::StatusOr<std::unique_ptr<MelFilterbank>> MelFilterbank::Create(
     mel->window_[i] =
         static_cast<float>(0.5 - 0.5 * std::cos(2 * std::numbers::pi * i / n));
   }
-  mel->cos_.resize(static_cast<size_t>(n) * bins);
-  mel->sin_.resize(mel->cos_.size());
-  for (int i = 0; i < n; ++i) {
-    for (int k = 0; k < bins; ++k) {
-      // k * i mod n keeps the angle exact for large products.
-      const double angle =
-          2 * std::numbers::pi * ((static_cast<int64_t>(k) * i) % n) / n;
-      mel->cos_[static_cast<size_t>(i) * bins + k] =
-          static_cast<float>(std::cos(angle));
-      mel->sin_[static_cast<size_t>(i) * bins + k] =
-          static_cast<float>(std::sin(angle));
-    }
-  }
+  mel->fft_ = std::make_unique<Fft>(n);
   mel->filters_ = SlaneyMelFilters(options.sample_rate, n, options.n_mels);
+  // Each filter's non-zero bins (a triangle): [first_bin_, end_bin_).
+  mel->first_bin_.assign(options.n_mels, 0);
+  mel->end_bin_.assign(options.n_mels, 0);
+  for (int m = 0; m < options.n_mels; ++m) {
+    const float* f = &mel->filters_[static_cast<size_t>(m) * bins];
+    int first = 0, end = bins;
+    while (first < bins && f[first] == 0.0f) ++first;
+    while (end > first && f[end - 1] == 0.0f) --end;
+    mel->first_bin_[m] = first;
+    mel->end_bin_[m] = end;
+  }
   return mel;
 }
 
@@ -115,7 +114,8 @@ absl::StatusOr<MelSpectrogram> MelFilterbank::Compute(
   const int n_mels = options_.n_mels;
   MelSpectrogram out{.frames = static_cast<int>(frames), .n_mels = n_mels};
   out.data.resize(static_cast<size_t>(frames) * n_mels);
-  std::vector<float> x(n), re(bins), im(bins), power(bins);
+  std::vector<Complex> x(n), spectrum(n);
+  std::vector<float> power(bins);
   float max_log = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < frames; ++t) {
     // Reflect padding: padded index j maps to sample |j - half| mirrored at
@@ -124,26 +124,18 @@ absl::StatusOr<MelSpectrogram> MelFilterbank::Compute(
       int64_t j = t * options_.hop_length + i - half;
       if (j < 0) j = -j;
       if (j >= len) j = 2 * (len - 1) - j;
-      x[i] = samples[j] * window_[i];
+      x[i] = {samples[j] * window_[i], 0.0f};
     }
-    std::fill(re.begin(), re.end(), 0.0f);
-    std::fill(im.begin(), im.end(), 0.0f);
-    // Axpy over the bins per input sample: vectorises without reordering sums.
-    for (int i = 0; i < n; ++i) {
-      const float xi = x[i];
-      const float* c = &cos_[static_cast<size_t>(i) * bins];
-      const float* s = &sin_[static_cast<size_t>(i) * bins];
-      for (int k = 0; k < bins; ++k) {
-        re[k] += xi * c[k];
-        im[k] -= xi * s[k];
-      }
+    fft_->Forward(x.data(), spectrum.data());
+    for (int k = 0; k < bins; ++k) {
+      power[k] =
+          spectrum[k].re * spectrum[k].re + spectrum[k].im * spectrum[k].im;
     }
-    for (int k = 0; k < bins; ++k) power[k] = re[k] * re[k] + im[k] * im[k];
     float* row = &out.data[static_cast<size_t>(t) * n_mels];
     for (int m = 0; m < n_mels; ++m) {
       const float* f = &filters_[static_cast<size_t>(m) * bins];
       float sum = 0;
-      for (int k = 0; k < bins; ++k) sum += f[k] * power[k];
+      for (int k = first_bin_[m]; k < end_bin_[m]; ++k) sum += f[k] * power[k];
       row[m] = std::log10(std::max(sum, 1e-10f));
       max_log = std::max(max_log, row[m]);
     }

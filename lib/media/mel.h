@@ -17,8 +17,9 @@
 //   output   [frames, n_mels] row-major (Whisper's [n_mels, frames]
 //            transposed).
 //
-// The DFT is evaluated directly from a precomputed cos/sin table (n_fft/2+1
-// bins; accumulation order fixed), so results are deterministic.
+// The DFT is a single-precision mixed-radix FFT (fft.h; fixed evaluation
+// order), and each filter sums only its non-zero bins, so results are
+// deterministic.
 //
 // Thread-safety: a MelFilterbank is immutable after Create; Compute may be
 // called from many threads at once.
@@ -30,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "lib/media/fft.h"
 
 namespace swaserve::media {
 
@@ -71,9 +73,10 @@ class MelFilterbank {
   MelOptions options_;
   int bins_ = 0;
   std::vector<float> window_;   // [n_fft]
-  std::vector<float> cos_;      // [n_fft][bins]
-  std::vector<float> sin_;      // [n_fft][bins]
+  std::unique_ptr<Fft> fft_;    // length n_fft
   std::vector<float> filters_;  // [n_mels][bins]
+  std::vector<int> first_bin_;  // [n_mels]: each filter's non-zero bins
+  std::vector<int> end_bin_;    // [n_mels]
 };
 
 // Audio placeholder tokens (Whisper-style encoder: two convolutions, the
