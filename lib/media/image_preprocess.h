@@ -1,7 +1,8 @@
 // Image preprocessing for a ViT encoder (issue 23): resize to the model's
 // size, normalise, cut into patches, and the placeholder-token count that
 // follows. Every formula is written here so a PyTorch reference can
-// reproduce it (none is checked in yet):
+// reproduce it (tools/media_reference/check_preprocess.py does: patches
+// within 1.2e-4 of PyTorch 1.13 in normalised units):
 //
 // Target size (TargetImageSize), factor f = patch_size * merge_size:
 //   fixed_size > 0:  fixed_size x fixed_size (must be a multiple of f).

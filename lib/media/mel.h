@@ -1,6 +1,7 @@
 // Whisper-style log-mel spectrogram for the audio encoder (issue 23), and the
-// audio placeholder-token count. Formulas (written to be reproducible in
-// PyTorch; no reference script is checked in yet):
+// audio placeholder-token count. Formulas (reproduced in PyTorch by
+// tools/media_reference/check_preprocess.py: within 6e-6 of torch.stft and
+// librosa's Slaney filters):
 //
 //   window   w[n] = 0.5 - 0.5 cos(2 pi n / n_fft)        (periodic Hann,
 //            torch.hann_window(n_fft))
