@@ -405,8 +405,11 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
     have_frame = *got;
   }
   if (!have_prev && out.frames.empty()) return Invalid("no decodable frames");
-  // Past the last frame: the last frame (bounded runs only).
-  while (last >= 0 && k < last) {
+  // Past the last frame: the last frame. A bounded run fills up to `last`;
+  // an unbounded one (unknown duration) whose frames all precede t_first
+  // still returns sample `first`.
+  const int64_t end = last >= 0 ? last : (out.frames.empty() ? first + 1 : k);
+  while (k < end) {
     if (absl::Status s = Emit(decoder, decoder.prev(), prev_time, k, fps, &out);
         !s.ok()) {
       return s;
