@@ -7,7 +7,8 @@
 // sample times t_k = k / sample_fps, k = 0 .. S-1. Sample k is the decoded
 // frame whose presentation time is nearest to t_k (ties: the earlier frame;
 // samples past the last frame get the last frame). Without a known duration
-// the video is decoded to its end and samples run up to the last frame's time.
+// the video is decoded to its end and samples run up to the last frame's time
+// (at least sample 0).
 //
 // Chunked parallel decode (num_chunks > 1): the samples are split into
 // num_chunks contiguous runs; each run is decoded by its own demuxer and
