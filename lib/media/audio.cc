@@ -200,6 +200,11 @@ absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
   absl::StatusOr<std::vector<float>> resampled =
       ResampleMono(mono, f.sample_rate, options.target_sample_rate);
   if (!resampled.ok()) return resampled.status();
+  if (resampled->empty()) {
+    return Invalid(absl::StrCat("audio too short: ", frames, " samples at ",
+                                f.sample_rate, " Hz are none at ",
+                                options.target_sample_rate, " Hz"));
+  }
   out.sample_rate = options.target_sample_rate;
   out.samples = *std::move(resampled);
   return out;

@@ -8,8 +8,9 @@
 // libswresample (its default windowed-sinc filter; output length
 // round(n * to / from)). Unknown chunks are skipped; a data chunk that runs
 // past the end of the input is truncation. Every bad input returns
-// InvalidArgument naming the problem; the duration limit is checked from the
-// header before any sample is converted.
+// InvalidArgument naming the problem (also audio so short that it resamples
+// to no sample); the duration limit is checked from the header before any
+// sample is converted.
 //
 // Pure and thread-safe. Deterministic on a given machine (libswresample picks
 // SIMD code by CPU, so the last bits may differ across CPU models).

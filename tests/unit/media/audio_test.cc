@@ -110,6 +110,9 @@ TEST(WavDecode, BadInputsAreInvalidArgumentNamingTheProblem) {
   EXPECT_THAT(ErrorOf(WriteWav({0.1f}, 1, 16000, 64, 1)),
               HasSubstr("unsupported 64-bit PCM"));
   EXPECT_THAT(ErrorOf(WriteWav({}, 1, 16000, 16)), HasSubstr("no samples"));
+  // One sample at 48 kHz is round(1/3) = 0 samples at 16 kHz.
+  EXPECT_THAT(ErrorOf(WriteWav({0.1f}, 1, 48000, 16)),
+              HasSubstr("audio too short"));
   EXPECT_THAT(ErrorOf(WriteWav({0.1f}, 1, 100, 16)),
               HasSubstr("sample rate 100 Hz"));
   WavDecodeOptions short_limit;
