@@ -19,6 +19,7 @@ extern "C" {
 #include <mutex>
 #include <optional>
 #include <system_error>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -133,6 +134,7 @@ class Decoder {
   AVFrame* prev_ = nullptr;
   AVPacket* packet_ = nullptr;
   SwsContext* sws_ = nullptr;
+  std::vector<uint8_t> scratch_;  // padded RGB rows for sws_scale
   int stream_ = -1;
   AVRational time_base_{1, 1};
   int64_t start_pts_ = 0;
@@ -316,13 +318,21 @@ absl::StatusOr<ImageRgb8> Decoder::ToRgb(const AVFrame* f) {
     return Invalid(
         absl::StrCat("cannot convert pixel format ", name ? name : "?"));
   }
-  ImageRgb8 out{.width = f->width, .height = f->height};
-  out.pixels.resize(static_cast<size_t>(f->width) * f->height * 3);
-  uint8_t* dst[4] = {out.pixels.data(), nullptr, nullptr, nullptr};
-  const int dst_stride[4] = {f->width * 3, 0, 0, 0};
+  // libswscale's SIMD paths may write past the end of a row (whole vectors
+  // of pixels), so convert into a padded scratch image and copy the rows out.
+  const size_t row = static_cast<size_t>(f->width) * 3;
+  const size_t stride = (row + 63) / 64 * 64 + 64;
+  scratch_.resize(stride * (static_cast<size_t>(f->height) + 1));
+  uint8_t* dst[4] = {scratch_.data(), nullptr, nullptr, nullptr};
+  const int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
   if (sws_scale(sws_, f->data, f->linesize, 0, f->height, dst, dst_stride) !=
       f->height) {
     return Invalid("pixel conversion failed");
+  }
+  ImageRgb8 out{.width = f->width, .height = f->height};
+  out.pixels.resize(row * f->height);
+  for (int y = 0; y < f->height; ++y) {
+    std::memcpy(&out.pixels[row * y], &scratch_[stride * y], row);
   }
   return out;
 }
