@@ -91,6 +91,30 @@ TEST(VideoDecode, SamplesTheNearestFrameAtTheRequestedRate) {
   }
 }
 
+TEST(VideoDecode, SizesThatAreNotMultiplesOf16ConvertRowByRow) {
+  // libswscale's SIMD converters write whole vectors past a row's end;
+  // the decoder converts into padded rows (the fuzzer found the overrun).
+  const std::string path = TempPath("odd.mkv");
+  TestVideoOptions o;
+  o.width = 66;
+  o.height = 50;
+  o.num_frames = 4;
+  ASSERT_TRUE(WriteTestVideo(path, o).ok());
+  VideoDecodeOptions all;
+  all.sample_fps = 10;
+  absl::StatusOr<VideoFrames> v = DecodeVideoFile(path, all);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_FALSE(v->frames.empty());
+  for (size_t i = 0; i < v->frames.size(); ++i) {
+    ASSERT_EQ(v->frames[i].width, 66);
+    ASSERT_EQ(v->frames[i].pixels.size(), 66u * 50 * 3);
+    EXPECT_LT(MeanAbsDiff(v->frames[i],
+                          testing::MakePattern(66, 50, static_cast<int>(i))),
+              12)
+        << i;
+  }
+}
+
 TEST(VideoDecode, ChunkedParallelDecodeEqualsOnePass) {
   for (const std::string codec : {"mpeg4", "ffv1"}) {
     const std::string path = MakeVideo("chunks_" + codec + ".mkv", codec);
