@@ -33,14 +33,6 @@ int MaxAbsDiff(const ImageRgb8& a, const ImageRgb8& b) {
   return max;
 }
 
-double MeanAbsDiff(const ImageRgb8& a, const ImageRgb8& b) {
-  double sum = 0;
-  for (size_t i = 0; i < a.pixels.size(); ++i) {
-    sum += std::abs(int{a.pixels[i]} - int{b.pixels[i]});
-  }
-  return sum / a.pixels.size();
-}
-
 TEST(ImageDecode, SniffsByMagicBytes) {
   const ImageRgb8 img = MakePattern(4, 4);
   EXPECT_EQ(SniffImageFormat(EncodePng(img)), ImageFormat::kPng);
@@ -99,7 +91,7 @@ TEST(ImageDecode, JpegDecodesCloseToTheSource) {
     EXPECT_EQ(out->width, 40);
     EXPECT_EQ(out->height, 24);
     EXPECT_LE(MaxAbsDiff(*out, img), 80) << progressive;
-    EXPECT_LE(MeanAbsDiff(*out, img), 8.0) << progressive;
+    EXPECT_LE(testing::MeanAbsDiff(*out, img), 8.0) << progressive;
   }
   absl::StatusOr<ImageRgb8> grey =
       DecodeImage(EncodeJpeg(img, 95, false, /*greyscale=*/true));

@@ -71,6 +71,14 @@ ImageRgb8 MakePattern(int width, int height, int seed) {
   return image;
 }
 
+double MeanAbsDiff(const ImageRgb8& a, const ImageRgb8& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) {
+    sum += std::abs(int{a.pixels[i]} - int{b.pixels[i]});
+  }
+  return a.pixels.empty() ? 0 : sum / a.pixels.size();
+}
+
 std::vector<uint8_t> EncodePng(const ImageRgb8& image, PngKind kind) {
   png_image png;
   std::memset(&png, 0, sizeof(png));

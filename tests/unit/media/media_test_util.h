@@ -17,6 +17,9 @@ namespace swaserve::media::testing {
 // crops are visible.
 ImageRgb8 MakePattern(int width, int height, int seed = 0);
 
+// Mean |a - b| over the bytes of two images of the same size.
+double MeanAbsDiff(const ImageRgb8& a, const ImageRgb8& b);
+
 // PNG of `image` (8-bit RGB), or of its RGBA/grey variants.
 enum class PngKind { kRgb, kRgba, kGrey, kRgb16 };
 std::vector<uint8_t> EncodePng(const ImageRgb8& image,

@@ -27,13 +27,6 @@ std::string MakeVideo(const std::string& name,
   return path;
 }
 
-double MeanAbsDiff(const ImageRgb8& a, const ImageRgb8& b) {
-  double sum = 0;
-  for (size_t i = 0; i < a.pixels.size(); ++i)
-    sum += std::abs(a.pixels[i] - b.pixels[i]);
-  return sum / a.pixels.size();
-}
-
 void ExpectSame(const VideoFrames& a, const VideoFrames& b,
                 const std::string& what) {
   ASSERT_EQ(a.frames.size(), b.frames.size()) << what;
@@ -62,7 +55,9 @@ TEST(VideoDecode, SamplesTheNearestFrameAtTheRequestedRate) {
     EXPECT_EQ(full->frames[i].width, 64);
     EXPECT_EQ(full->frames[i].height, 48);
     // Lossy (mpeg4 + 4:2:0), but clearly the i-th pattern.
-    EXPECT_LT(MeanAbsDiff(full->frames[i], testing::MakePattern(64, 48, i)), 12)
+    EXPECT_LT(
+        testing::MeanAbsDiff(full->frames[i], testing::MakePattern(64, 48, i)),
+        12)
         << i;
   }
   VideoDecodeOptions three;
@@ -108,9 +103,10 @@ TEST(VideoDecode, SizesThatAreNotMultiplesOf16ConvertRowByRow) {
   for (size_t i = 0; i < v->frames.size(); ++i) {
     ASSERT_EQ(v->frames[i].width, 66);
     ASSERT_EQ(v->frames[i].pixels.size(), 66u * 50 * 3);
-    EXPECT_LT(MeanAbsDiff(v->frames[i],
-                          testing::MakePattern(66, 50, static_cast<int>(i))),
-              12)
+    EXPECT_LT(
+        testing::MeanAbsDiff(v->frames[i],
+                             testing::MakePattern(66, 50, static_cast<int>(i))),
+        12)
         << i;
   }
 }
