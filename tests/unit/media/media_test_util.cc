@@ -26,6 +26,7 @@ extern "C" {
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <numbers>
 
 #include "absl/status/status.h"
@@ -332,11 +333,26 @@ absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
+namespace {
+
+std::filesystem::path TempDir() {
+  return std::filesystem::temp_directory_path() /
+         absl::StrCat("swaserve_media_", getpid());
+}
+
+}  // namespace
+
 std::string TempPath(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   absl::StrCat("swaserve_media_", getpid());
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Removed when the process exits normally.
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(TempDir(), ec);
+    });
+  });
+  std::filesystem::create_directories(TempDir());
+  return (TempDir() / name).string();
 }
 
 }  // namespace swaserve::media::testing

@@ -60,7 +60,7 @@ absl::Status WriteTestVideo(const std::string& path,
                             const TestVideoOptions& options);
 // Reads a whole file.
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path);
-// A fresh path under the test's temp directory.
+// A path under this process's temp directory (removed at normal exit).
 std::string TempPath(const std::string& name);
 
 }  // namespace swaserve::media::testing
