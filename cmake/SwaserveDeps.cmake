@@ -17,7 +17,10 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
-pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng)  # swaserve dashboard's charts
+pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng)  # dashboard charts, lib/media
+pkg_check_modules(JPEG REQUIRED IMPORTED_TARGET libjpeg)  # lib/media (libjpeg-turbo)
+pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET  # lib/media: video, resampling
+                  libavformat libavcodec libavutil libswscale libswresample)
 
 # CUDA: AUTO turns on when nvcc is found (on PATH, CUDACXX or /usr/local/cuda).
 set(SWASERVE_HAVE_CUDA OFF)

@@ -34,7 +34,9 @@ pkgs=(
   libhiredis-dev redis-server redis-tools
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libxxhash-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
-  libpng-dev                          # swaserve dashboard's PNG charts
+  libpng-dev                          # swaserve dashboard's PNG charts, lib/media
+  libjpeg62-turbo-dev                 # lib/media: JPEG decode
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev  # lib/media
   prometheus                          # promtool and the scrape integration test
   python3-yaml                        # tests/deploy: the rendered manifests
   curl procps iproute2
