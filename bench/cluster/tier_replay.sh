@@ -81,17 +81,19 @@ def load(mode):
 print(f"{'tiers':8} {'ok':>5} {'fail':>4} {'prompt tok':>10} {'cached':>9} {'hit %':>6} "
       f"{'TTFT p50 ms':>11} {'TTFT p90 ms':>11} {'demoted':>8} {'loaded':>7} {'to L3':>7} "
       f"{'from L3':>7} {'pf hit/miss/timeout':>19}")
+def g(m, name, label):
+    return m.get(name + "{" + label + "}", 0)
+mv = "swaserve_prefix_cache_tier_moved_pages_total"
+l3 = "swaserve_prefix_cache_l3_pages_total"
+pf = "swaserve_prefill_l3_prefetch_total"
 for mode in modes:
     m, rep = load(mode)
-    g = lambda k: m.get(k, 0)
-    print(f"{mode:8} {rep['succeeded']:5d} {rep['failed']:4d} {rep['prompt_tokens']:10d} "
-          f"{rep['cached_tokens']:9d} {100 * rep['cached_tokens'] / max(rep['prompt_tokens'], 1):6.1f} "
-          f"{1000 * rep['ttft_s']['p50']:11.1f} {1000 * rep['ttft_s']['p90']:11.1f} "
-          f"{g('swaserve_prefix_cache_tier_moved_pages_total{direction=\"demoted\"}'):8.0f} "
-          f"{g('swaserve_prefix_cache_tier_moved_pages_total{direction=\"loaded_back\"}'):7.0f} "
-          f"{g('swaserve_prefix_cache_l3_pages_total{op=\"written\"}'):7.0f} "
-          f"{g('swaserve_prefix_cache_l3_pages_total{op=\"attached\"}'):7.0f} "
-          f"{g('swaserve_prefill_l3_prefetch_total{result=\"hit\"}'):.0f}/"
-          f"{g('swaserve_prefill_l3_prefetch_total{result=\"miss\"}'):.0f}/"
-          f"{g('swaserve_prefill_l3_prefetch_total{result=\"timeout\"}'):.0f}")
+    hit = 100 * rep["cached_tokens"] / max(rep["prompt_tokens"], 1)
+    prefetch = "%.0f/%.0f/%.0f" % (g(m, pf, 'result="hit"'), g(m, pf, 'result="miss"'),
+                                   g(m, pf, 'result="timeout"'))
+    print("%-8s %5d %4d %10d %9d %6.1f %11.1f %11.1f %8.0f %7.0f %7.0f %7.0f %19s" % (
+        mode, rep["succeeded"], rep["failed"], rep["prompt_tokens"], rep["cached_tokens"], hit,
+        1000 * rep["ttft_s"]["p50"], 1000 * rep["ttft_s"]["p90"],
+        g(m, mv, 'direction="demoted"'), g(m, mv, 'direction="loaded_back"'),
+        g(m, l3, 'op="written"'), g(m, l3, 'op="attached"'), prefetch))
 EOF

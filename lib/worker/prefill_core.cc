@@ -712,7 +712,13 @@ void PrefillCore::Impl::Loop() {
     {
       const bool runnable =
           !sched_blocked && (sched->queued_requests() > 0 || sched->in_progress_requests() > 0);
-      const int64_t next_deadline = ExpireParked(base::MonotonicNanos());
+      // Parked requests' waits end only here, after the fetches that landed
+      // while the loop was busy are taken below (not before: a result that
+      // is already here is never expired).
+      int64_t next_deadline = INT64_MAX;
+      for (const auto& [id, r] : parked) {
+        next_deadline = std::min(next_deadline, r->prefetch_deadline_ns);
+      }
       absl::MutexLock lock(&mu);
       while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() &&
              fetched.empty() && !runnable) {
