@@ -10,7 +10,10 @@ if [ "${SWASERVE_SKIP_DEPS:-0}" != 1 ]; then
   bash "$here/scripts/install-deps.sh"
 fi
 jobs="${SWASERVE_JOBS:-$(nproc)}"
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" "$@" \
+# SWASERVE_CMAKE_EXTRA: more cmake arguments, space-separated (CI's options).
+# shellcheck disable=SC2086
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+  ${SWASERVE_CMAKE_EXTRA:-} "$@" \
   > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep -E '^-- swaserve:' "$build.configure.log" || true
 echo "build: ninja -C $build -j$jobs"
