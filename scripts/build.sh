@@ -10,6 +10,14 @@ if [ "${SWASERVE_SKIP_DEPS:-0}" != 1 ]; then
   bash "$here/scripts/install-deps.sh"
 fi
 jobs="${SWASERVE_JOBS:-$(nproc)}"
+# Compiler: clang (with lld, see CMakeLists.txt) when installed and neither
+# CC nor CXX is set, for a build directory not configured yet: clang 14
+# compiles this tree about a third faster than GCC 12 (a full build is most
+# of CI's time). An existing build directory keeps its compiler; set
+# CC=gcc CXX=g++ for GCC.
+if [ -z "${CC:-}${CXX:-}" ] && [ ! -f "$build/CMakeCache.txt" ] && command -v clang++ >/dev/null 2>&1; then
+  export CC=clang CXX=clang++
+fi
 # SWASERVE_CMAKE_EXTRA: more cmake arguments, space-separated (CI's options).
 # shellcheck disable=SC2086
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \

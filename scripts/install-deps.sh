@@ -27,7 +27,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Build toolchain and libraries (see CMakeLists.txt for how each is found).
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
-  clang libclang-rt-14-dev            # libFuzzer targets and sanitizers with clang
+  clang lld libclang-rt-14-dev        # the default compiler (faster builds), libFuzzer, sanitizers
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev ucx-utils                # KV transfer; ucx_perftest for benchmarks

@@ -312,7 +312,7 @@ Sample MeasureMemcpy(const Flags& f, uint64_t bytes, uint8_t* a, uint8_t* b) {
 
 class Bench {
  public:
-  Bench(const Flags& f, int fd) : flags_(f), fd_(fd) {}
+  explicit Bench(int fd) : fd_(fd) {}
 
   std::string Ask(const std::string& cmd) {
     SendFrame(fd_, cmd);
@@ -359,7 +359,6 @@ class Bench {
   }
 
  private:
-  const Flags& flags_;
   int fd_;
   uint64_t next_id_ = 0;
 };
@@ -496,7 +495,7 @@ int SenderMain(const Flags& flags, int fd) {
   uint8_t* scratch = AllocTouched(max_bytes, 0);
   auto dir = base::MakeTempDir("transfer_bench");
   if (!dir.ok()) Die(dir.status().ToString());
-  Bench bench(flags, fd);
+  Bench bench(fd);
   nlohmann::json results = nlohmann::json::array();
 
   std::map<uint64_t, Sample> memcpy_results;

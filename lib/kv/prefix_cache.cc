@@ -100,7 +100,10 @@ bool PrefixCache::SwaEvictable(const CacheNode* n) const {
   // Unlocked leaves are deleted, every other node without a SWA lock is
   // tombstoned (a full-locked leaf then waits, as a locked tombstone leaf, for
   // its request to unlock it).
-  return n != root_.get() && !n->tombstone() && n->swa_lock == 0;
+  // A node an asynchronous load-back is still copying into keeps its SWA
+  // pages (tombstoning would free pages the copies write).
+  return n != root_.get() && !n->tombstone() && n->swa_lock == 0 &&
+         (n->load_generation == 0 || !loading_.contains(n->load_generation));
 }
 
 void PrefixCache::Unindex(CacheNode* n) {
@@ -162,6 +165,7 @@ CacheNode* PrefixCache::Split(CacheNode* node, int pages) {
   prefix->l3_full = node->l3_full;
   prefix->l3_swa = node->l3_swa;
   prefix->hits = node->hits;
+  prefix->load_generation = node->load_generation;
   prefix->l1_children = node->tier == 0 ? 1 : 0;
   prefix->full_lock = node->full_lock;
   prefix->swa_lock = node->swa_lock;
@@ -678,12 +682,15 @@ absl::Status PrefixCache::CheckInvariants() const {
   }
   for (int t = 0; t < (l2_ != nullptr ? 2 : 1); ++t) {
     const KvPools& pools = t == 0 ? *pools_ : *l2_;
+    // L2 pages an unfinished load-back still reads are cached but no node's.
+    const int64_t loading_full = t == 1 ? loading_l2_full_ : 0;
+    const int64_t loading_swa = t == 1 ? loading_l2_swa_ : 0;
     if (static_cast<int64_t>(full_seen[t].size()) != cached_full_[t] ||
-        cached_full_[t] != pools.full().num_cached()) {
+        cached_full_[t] + loading_full != pools.full().num_cached()) {
       return absl::InternalError(absl::StrCat("tier ", t, " full pages: tree ", full_seen[t].size(), ", counted ", cached_full_[t], ", pool cached ", pools.full().num_cached()));
     }
     if (static_cast<int64_t>(swa_seen[t].size()) != cached_swa_[t] ||
-        cached_swa_[t] != pools.swa().num_cached()) {
+        cached_swa_[t] + loading_swa != pools.swa().num_cached()) {
       return absl::InternalError(absl::StrCat("tier ", t, " swa pages: tree ", swa_seen[t].size(), ", counted ", cached_swa_[t], ", pool cached ", pools.swa().num_cached()));
     }
     for (const PagePool* pool : {&pools.full(), &pools.swa()}) {

@@ -104,6 +104,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "lib/kv/kv_shape.h"
@@ -177,6 +178,46 @@ struct LoadBackResult {
 
 class PrefixCache;
 struct CacheNode;
+
+// One page copy of a load-back (PendingLoadBack).
+struct PageCopy {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  size_t bytes = 0;
+};
+
+// An asynchronous load-back (PrefixCache::BeginLoadBack): the tree already
+// shows the moved nodes in L1, with their new L1 pages, but those pages
+// hold their bytes only once every copy has run. Until FinishLoadBack the
+// moved path is locked (not evictable, not demoted, not written to L3), the
+// L2 source pages stay allocated, and PrefixCache::Loading() is true for
+// any hit that covers a moved page: the owner must not let such a request
+// compute before FinishLoadBack. Move-only; run the copies on any thread
+// (they touch only these pages), finish on the cache's thread.
+class PendingLoadBack {
+ public:
+  PendingLoadBack() = default;
+  PendingLoadBack(PendingLoadBack&&) = default;
+  PendingLoadBack& operator=(PendingLoadBack&&) = default;
+  PendingLoadBack(const PendingLoadBack&) = delete;
+  PendingLoadBack& operator=(const PendingLoadBack&) = delete;
+
+  bool empty() const { return generation_ == 0; }
+  const std::vector<PageCopy>& copies() const { return copies_; }
+  // Runs every copy here; returns the seconds it took.
+  double RunCopies() const;
+  // Pages and bytes moved; the caller sets seconds (copy time) before
+  // FinishLoadBack, which adds it to the cache's stats.
+  LoadBackResult result;
+
+ private:
+  friend class PrefixCache;
+  uint64_t generation_ = 0;
+  CacheNode* end_ = nullptr;  // deepest moved node; the path above is locked
+  std::vector<PageCopy> copies_;
+  std::vector<PageId> l2_full_;  // source pages, freed by FinishLoadBack
+  std::vector<PageId> l2_swa_;
+};
 
 // A locked prefix-cache hit, owned by the request that matched it. Moving is
 // allowed; it must be released with PrefixCache::Unlock (or handed to a
@@ -311,8 +352,20 @@ class PrefixCache {
   // moves along where L1 has free SWA pages (else the node arrives as a
   // tombstone). Stops early when L1 cannot supply the pages. No-op without
   // L2.
+  // Synchronous: BeginLoadBack, the copies, FinishLoadBack.
   LoadBackResult LoadBack(absl::Span<const uint64_t> page_hashes, int max_tokens = INT32_MAX,
                           int min_tokens = 0);
+  // LoadBack whose copies run elsewhere (see PendingLoadBack); empty when
+  // there is nothing to move. The moved nodes' path stays locked until
+  // FinishLoadBack, which every non-empty result must get (before the cache
+  // is destroyed), on this cache's thread, after all its copies ran.
+  PendingLoadBack BeginLoadBack(absl::Span<const uint64_t> page_hashes,
+                                int max_tokens = INT32_MAX, int min_tokens = 0);
+  void FinishLoadBack(PendingLoadBack& pending);
+  // Whether some page of the hit is still being loaded back (its bytes are
+  // not there yet).
+  bool Loading(const CacheHit& hit) const;
+  int pending_load_backs() const { return static_cast<int>(loading_.size()); }
 
   // L3: attaches pages read from L3 (FetchFromL3, for this prompt's
   // page_hashes). Its SWA KV heals the tombstones of the tree's own match
@@ -412,7 +465,8 @@ class PrefixCache {
   // LRU L2 leaves, tombstones LRU L2 SWA), never touching locked nodes;
   // L1 pages freed on the way (childless tombstone parents) go to *result.
   void EvictL2(int64_t full_pages, int64_t swa_pages, EvictResult* result);
-  bool Promote(CacheNode* node, LoadBackResult* result);
+  // Moves n into L1 for `pending` (copies recorded, L2 pages kept there).
+  bool Promote(CacheNode* node, PendingLoadBack* pending);
   // L3 (prefix_cache_l3.cc): puts the node's full pages (once) and its SWA
   // pages from absolute page swa_from_page on (once) into L3.
   void WriteToL3(CacheNode* node, int swa_from_page, bool through);
@@ -457,6 +511,12 @@ class PrefixCache {
   // Per tier (0: L1, 1: L2).
   int64_t cached_full_[2] = {0, 0};
   int64_t cached_swa_[2] = {0, 0};
+  // Asynchronous load-backs not finished: their generations, and the L2
+  // source pages they keep (kCached in L2, no node's).
+  absl::flat_hash_set<uint64_t> loading_;
+  uint64_t next_load_generation_ = 1;
+  int64_t loading_l2_full_ = 0;
+  int64_t loading_l2_swa_ = 0;
   // Full-evictable nodes (no child in their own tier, unlocked) and
   // SWA-evictable nodes, per tier.
   std::set<std::pair<LruKey, CacheNode*>> full_lru_[2];

@@ -31,6 +31,9 @@ L3FetchOptions PrefixCache::l3_fetch_options() const {
 
 void PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
   if (l3_ == nullptr || n == root_.get()) return;
+  // Its L1 pages are still being copied in (an asynchronous load-back):
+  // written on a later hit or when it leaves the tree.
+  if (n->load_generation != 0 && loading_.contains(n->load_generation)) return;
   KvPools& pools = PoolsOf(n);
   // Puts pages [from, n->pages()) of one pool; returns how many were stored.
   auto put = [&](const PagePool& pool, const std::vector<PageId>& pages, uint64_t layout,

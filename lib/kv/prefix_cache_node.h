@@ -29,6 +29,10 @@ struct CacheNode {
   bool l3_full = false;
   bool l3_swa = false;
   uint32_t hits = 0;
+  // Asynchronous load-back that moved this node into L1 (0: none); its
+  // pages are valid once that generation is no longer in PrefixCache's
+  // loading_ set.
+  uint64_t load_generation = 0;
   int full_lock = 0;
   int swa_lock = 0;
   uint64_t full_tick = 0;

@@ -165,34 +165,41 @@ void PrefixCache::AdoptIntoL1(CacheNode* n, absl::Span<const PageId> full_pages)
   if (n->parent != root_.get()) Reindex(n->parent);
 }
 
-bool PrefixCache::Promote(CacheNode* n, LoadBackResult* result) {
+bool PrefixCache::Promote(CacheNode* n, PendingLoadBack* p) {
   const int64_t pages = n->pages();
   if (pools_->full().num_free() < pages) Evict(pages - pools_->full().num_free(), 0);
   std::vector<PageId> full_dst;
   if (!TakeCached(pools_->full(), pages, &full_dst)) return false;
   Unindex(n);
-  CopyPages(l2_->full(), n->full, pools_->full(), full_dst);
-  l2_->full().Free(n->full);
+  // Copies are recorded, not run; the L2 pages stay allocated until
+  // FinishLoadBack (kCached in L2, counted in loading_l2_*).
+  auto record = [p](const PagePool& from, absl::Span<const PageId> src, const PagePool& to,
+                    absl::Span<const PageId> dst, std::vector<PageId>* keep) {
+    keep->insert(keep->end(), src.begin(), src.end());
+    if (from.base() == nullptr || to.base() == nullptr) return;
+    for (size_t i = 0; i < src.size(); ++i) {
+      p->copies_.push_back({from.PageData(src[i]), to.PageData(dst[i]), from.page_bytes()});
+      p->result.bytes += static_cast<int64_t>(from.page_bytes());
+    }
+  };
+  record(l2_->full(), n->full, pools_->full(), full_dst, &p->l2_full_);
+  loading_l2_full_ += pages;
   cached_full_[1] -= pages;
   cached_full_[0] += pages;
   n->full = std::move(full_dst);
-  result->pages += pages;
-  if (pools_->full().base() != nullptr) {
-    result->bytes += pages * static_cast<int64_t>(pools_->full().page_bytes());
-  }
+  p->result.pages += pages;
   if (!n->tombstone()) {
     std::vector<PageId> swa_dst;
     // Only free L1 SWA pages: evicting hot windows for this one is not
     // worth it (the node then arrives as a tombstone).
     const bool moved = TakeCached(pools_->swa(), pages, &swa_dst);
     if (moved) {
-      CopyPages(l2_->swa(), n->swa, pools_->swa(), swa_dst);
-      result->swa_pages += pages;
-      if (pools_->swa().base() != nullptr) {
-        result->bytes += pages * static_cast<int64_t>(pools_->swa().page_bytes());
-      }
+      record(l2_->swa(), n->swa, pools_->swa(), swa_dst, &p->l2_swa_);
+      loading_l2_swa_ += pages;
+      p->result.swa_pages += pages;
+    } else {
+      l2_->swa().Free(n->swa);
     }
-    l2_->swa().Free(n->swa);
     cached_swa_[1] -= pages;
     if (moved) {
       cached_swa_[0] += pages;
@@ -204,6 +211,7 @@ bool PrefixCache::Promote(CacheNode* n, LoadBackResult* result) {
       Emit(CacheEvent::Type::kSwaRemoved, n, 0, n->pages());
     }
   }
+  n->load_generation = p->generation_;
   SetTier(n, 0);
   if (on_event_) {
     CacheEvent e{CacheEvent::Type::kTierChanged, n->hashes, 0};
@@ -227,10 +235,26 @@ void PrefixCache::Clear() {
   }
 }
 
+double PendingLoadBack::RunCopies() const {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const PageCopy& c : copies_) std::memcpy(c.dst, c.src, c.bytes);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 LoadBackResult PrefixCache::LoadBack(absl::Span<const uint64_t> page_hashes, int max_tokens,
                                      int min_tokens) {
-  LoadBackResult result;
-  if (l2_ == nullptr) return result;
+  PendingLoadBack p = BeginLoadBack(page_hashes, max_tokens, min_tokens);
+  if (p.empty()) return LoadBackResult();
+  p.result.seconds = p.RunCopies();
+  const LoadBackResult result = p.result;
+  FinishLoadBack(p);
+  return result;
+}
+
+PendingLoadBack PrefixCache::BeginLoadBack(absl::Span<const uint64_t> page_hashes,
+                                           int max_tokens, int min_tokens) {
+  PendingLoadBack p;
+  if (l2_ == nullptr) return p;
   page_hashes = page_hashes.subspan(
       0, std::min<size_t>(page_hashes.size(),
                           std::max(0, max_tokens) / static_cast<size_t>(page_size_)));
@@ -253,19 +277,50 @@ LoadBackResult PrefixCache::LoadBack(absl::Span<const uint64_t> page_hashes, int
     if (k < child->pages()) break;
     node = child;
   }
-  if (lower.empty() || lower_pages * page_size_ < min_tokens) return result;
+  if (lower.empty() || lower_pages * page_size_ < min_tokens) return p;
   // Lock the path so that making room in L1 (which demotes, and may delete
-  // L2 leaves) cannot take any of it.
+  // L2 leaves) cannot take any of it; the promoted part stays locked until
+  // FinishLoadBack. (Its SWA cannot be tombstoned meanwhile either: a
+  // loading node is not SwaEvictable, see there.)
+  p.generation_ = next_load_generation_++;
+  loading_.insert(p.generation_);
   CacheNode* end = lower.back();
   for (CacheNode* n = end; n != root_.get(); n = n->parent) {
     ++n->full_lock;
     Reindex(n);
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  CacheNode* last = nullptr;  // deepest promoted node
   for (CacheNode* n : lower) {
-    if (!Promote(n, &result)) break;
+    if (!Promote(n, &p)) break;
+    last = n;
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (last != end) {
+    // L1 could not supply it all: the rest stays in L2, unlocked.
+    for (CacheNode* n = end; n != last && n != root_.get(); n = n->parent) {
+      --n->full_lock;
+      Reindex(n);
+    }
+    if (!keep_tombstones_ && end->tombstone() && end->leaf() && end->full_lock == 0) {
+      EvictResult ignored;
+      DeleteLeaf(end, &ignored);  // without SWA and unlocked: worth nothing
+    }
+  }
+  if (last == nullptr) {
+    loading_.erase(p.generation_);
+    return PendingLoadBack();
+  }
+  p.end_ = last;
+  return p;
+}
+
+void PrefixCache::FinishLoadBack(PendingLoadBack& p) {
+  if (p.empty()) return;
+  loading_.erase(p.generation_);
+  l2_->full().Free(p.l2_full_);
+  l2_->swa().Free(p.l2_swa_);
+  loading_l2_full_ -= static_cast<int64_t>(p.l2_full_.size());
+  loading_l2_swa_ -= static_cast<int64_t>(p.l2_swa_.size());
+  CacheNode* end = p.end_;
   for (CacheNode* n = end; n != root_.get(); n = n->parent) {
     --n->full_lock;
     Reindex(n);
@@ -274,11 +329,19 @@ LoadBackResult PrefixCache::LoadBack(absl::Span<const uint64_t> page_hashes, int
     EvictResult ignored;
     DeleteLeaf(end, &ignored);  // arrived without SWA: worth nothing
   }
-  stats_.loaded_back_pages.fetch_add(result.pages, std::memory_order_relaxed);
-  stats_.loaded_back_bytes.fetch_add(result.bytes, std::memory_order_relaxed);
-  stats_.loaded_back_nanos.fetch_add(static_cast<int64_t>(result.seconds * 1e9),
+  stats_.loaded_back_pages.fetch_add(p.result.pages, std::memory_order_relaxed);
+  stats_.loaded_back_bytes.fetch_add(p.result.bytes, std::memory_order_relaxed);
+  stats_.loaded_back_nanos.fetch_add(static_cast<int64_t>(p.result.seconds * 1e9),
                                      std::memory_order_relaxed);
-  return result;
+  p = PendingLoadBack();
+}
+
+bool PrefixCache::Loading(const CacheHit& hit) const {
+  if (loading_.empty()) return false;
+  for (const CacheNode* n = hit.node_; n != nullptr && n != root_.get(); n = n->parent) {
+    if (n->load_generation != 0 && loading_.contains(n->load_generation)) return true;
+  }
+  return false;
 }
 
 }  // namespace swaserve::kv

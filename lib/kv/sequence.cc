@@ -262,6 +262,14 @@ absl::Status Sequence::AppendPrefilled(int n_tokens, int first_swa_token) {
   return absl::OkStatus();
 }
 
+int64_t Sequence::private_swa_pages() const {
+  int64_t n = 0;
+  for (int p = swa_shared_end_; p < static_cast<int>(swa_pages_.size()); ++p) {
+    if (swa_pages_[p] != kNoPage) ++n;
+  }
+  return n;
+}
+
 void Sequence::FreePrivateFrom(int page_index) {
   const int full_from = std::max(page_index, hit_pages_);
   for (int p = full_from; p < static_cast<int>(full_pages_.size()); ++p) {

@@ -204,6 +204,12 @@ class Sequence {
   void Abort();
 
   bool finished() const { return done_; }
+  // The prefix-cache hit this sequence started from (locked until Finish).
+  const CacheHit& hit() const { return hit_; }
+  // SWA pages this sequence owns (allocated by it, kept windows included;
+  // the hit's shared pages excluded): what an admission check counts as
+  // already held.
+  int64_t private_swa_pages() const;
   // The windows kept for the cache (divergence, restored, checkpoints) were
   // given up so that an allocation fits (see swa_checkpoint_tokens).
   bool kept_windows_dropped() const { return kept_dropped_; }

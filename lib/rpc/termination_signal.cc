@@ -1,5 +1,6 @@
 #include "lib/rpc/termination_signal.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include <atomic>
@@ -13,6 +14,16 @@ namespace swaserve::rpc {
 namespace {
 
 std::atomic<bool> g_instance_alive{false};
+// The live watcher thread (0: none): where ForwardToWatcher sends a signal
+// that a thread with the signals unblocked received.
+std::atomic<pthread_t> g_watcher{0};
+
+extern "C" void ForwardToWatcher(int signo) {
+  const int saved = errno;
+  const pthread_t w = g_watcher.load();
+  if (w != 0) pthread_kill(w, signo);
+  errno = saved;
+}
 
 bool Positive(int* count) { return *count > 0; }
 
@@ -34,6 +45,17 @@ absl::StatusOr<std::unique_ptr<TerminationSignal>> TerminationSignal::Create() {
   // The watcher is created after the mask change and so inherits it.
   auto signal = std::unique_ptr<TerminationSignal>(new TerminationSignal(set));
   signal->watcher_ = std::thread([s = signal.get()] { s->WatchLoop(); });
+  g_watcher = signal->watcher_.native_handle();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = ForwardToWatcher;
+  sigfillset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGTERM, SIGINT}) {
+    if (sigaction(s, &sa, nullptr) != 0) {
+      return absl::InternalError(absl::StrCat("sigaction: ", strerror(errno)));
+    }
+  }
   return signal;
 }
 
@@ -45,6 +67,7 @@ TerminationSignal::~TerminationSignal() {
     stopping_ = true;
   }
   // A thread-directed SIGTERM wakes the watcher's sigwait; it sees stopping_.
+  g_watcher = 0;  // the forwarding handler stays installed and drops signals now
   pthread_kill(watcher_.native_handle(), SIGTERM);
   watcher_.join();
   g_instance_alive = false;

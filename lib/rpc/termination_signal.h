@@ -1,11 +1,15 @@
 // Graceful termination on SIGTERM / SIGINT without signal handlers.
 //
 // TerminationSignal blocks SIGTERM and SIGINT in the calling thread and
-// waits for them with sigwait() on a dedicated watcher thread; nothing runs
-// in signal-handler context. Because a signal mask is inherited only by
-// threads created afterwards, create it FIRST in main(), before anything
-// starts threads (gRPC, spdlog async sinks, thread pools): a thread that
-// still has the signals unblocked would take the default action (exit).
+// waits for them with sigwait() on a dedicated watcher thread; nothing but a
+// forward runs in signal-handler context. Because a signal mask is inherited
+// only by threads created afterwards, create it FIRST in main(), before
+// anything starts threads (gRPC, spdlog async sinks, thread pools). Threads
+// that exist before main() cannot be covered that way (a shared library's
+// constructor may start them: OpenBLAS starts its thread pool when loaded),
+// so Create also installs a handler for both signals that only forwards a
+// signal delivered to such a thread to the watcher (pthread_kill, which is
+// async-signal-safe), instead of letting the default action end the process.
 //
 //   int main(int argc, char** argv) {
 //     auto signal = rpc::TerminationSignal::Create();  // first line

@@ -13,6 +13,7 @@
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
+#include "lib/kv/load_back_copier.h"
 #include "lib/metrics/buckets.h"
 
 namespace swaserve::worker {
@@ -67,8 +68,17 @@ struct Metrics {
   metrics::Counter* prefetch_late = nullptr;
   metrics::Counter* prefetch_bytes = nullptr;
   metrics::Histogram* prefetch_seconds = nullptr;
+  metrics::Counter* load_back_async = nullptr;
+  metrics::Counter* load_back_sync = nullptr;
 
   absl::Status InitPrefetch(metrics::Registry* r) {
+    ASSIGN_OR_RETURN(auto* lb, r->AddCounter("swaserve_prefill_load_backs_total",
+                                             "L2 -> L1 load-backs of prompts' matches, by how "
+                                             "their copies ran: async (on the copier thread, "
+                                             "overlapped with compute) or sync (inline: small).",
+                                             {"mode"}));
+    load_back_async = &lb->WithLabels({"async"});
+    load_back_sync = &lb->WithLabels({"sync"});
     ASSIGN_OR_RETURN(auto* pf, r->AddCounter("swaserve_prefill_l3_prefetch_total",
                                              "L3 prefetches of parked requests by outcome: hit "
                                              "(pages attached or a window healed), miss (L3 held "
@@ -162,6 +172,9 @@ struct PrefillCore::Impl {
     kv::L3Fetch fetch;
   };
   std::vector<Fetched> fetched ABSL_GUARDED_BY(mu);
+  // Asynchronous load-backs whose copies ran (the copier's thread hands
+  // them here; the loop finishes them).
+  std::vector<kv::PendingLoadBack> copied ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
   PrefillLoad load ABSL_GUARDED_BY(mu);
@@ -170,6 +183,8 @@ struct PrefillCore::Impl {
   std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch
+  std::atomic<int64_t> async_load_backs{0}, sync_load_backs{0};
+  std::unique_ptr<kv::LoadBackCopier> copier;  // null: no L2
   std::thread thread;
 
   // Loop-owned.
@@ -177,6 +192,7 @@ struct PrefillCore::Impl {
   // Requests waiting for their L3 prefetch (not matched, not in reqs yet).
   absl::flat_hash_map<std::string, std::unique_ptr<Req>> parked;
   int64_t committed_full_pages = 0;  // sum of pending_full_pages of started
+  int pending_copies = 0;  // load-backs submitted to the copier, not finished
   std::atomic<int64_t> released_hits{0};  // ReleaseQueuedHits requeues
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
@@ -209,6 +225,10 @@ struct PrefillCore::Impl {
   // planned window restore when that saves work. Sets r.seq and the result's
   // cached/restored tokens.
   void MatchPrefix(Req& r);
+  // Moves the L2 part of r's match into L1 (before matching): inline, or on
+  // the copier when large (PrefillCoreOptions::async_load_back_min_bytes).
+  void LoadBack(const Req& r, int max_tokens);
+  void FinishCopied(std::vector<kv::PendingLoadBack>& done);
   // Admission deadlock breaker (see the header): when nothing runs and no
   // queued request can start, queued requests other than the oldest give
   // up their locked hits and are requeued as cold prompts. False when
@@ -222,6 +242,15 @@ struct PrefillCore::Impl {
     return false;
   }
   bool CanStart(const sched::PrefillRequestInfo& info);
+  // SWA pages a computing request may hold at once: its sliding window plus
+  // the chunk being computed, plus one window kept for the cache (the
+  // divergence or restored window), at most what it computes plus a window.
+  int64_t SwaPeakPages(const Req& r) const;
+  // Whether r's SWA peak fits beside what the requests already started may
+  // still take (their peaks minus what they hold) in free + evictable SWA
+  // pages. Always true when nothing is started (the request then has the
+  // whole pool; one that cannot fit even so fails with ResourceExhausted).
+  bool SwaFits(const Req& r) const;
   void RunStep(const sched::PrefillStep& step);
   void Complete(Req* r, absl::Status status);
   void PublishLoad();
@@ -252,9 +281,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   const model::ModelConfig& c = options.engine->config();
   const int K = c.num_mtp_layers;
   kv::MatchOptions mo{.max_tokens = n - std::max(1, K)};
-  if (options.cache->has_l2()) {
-    options.cache->LoadBack(r.hashes, mo.max_tokens, options.load_back_min_tokens);
-  }
+  if (options.cache->has_l2()) LoadBack(r, mo.max_tokens);
   sched::WindowRestoreChoice choice;
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
@@ -290,6 +317,32 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   }
   r.result.cached_tokens =
       r.seq->restore_from() >= 0 ? r.seq->restore_from() : r.seq->cached_tokens();
+}
+
+void PrefillCore::Impl::LoadBack(const Req& r, int max_tokens) {
+  kv::PendingLoadBack p =
+      options.cache->BeginLoadBack(r.hashes, max_tokens, options.load_back_min_tokens);
+  if (p.empty()) return;
+  if (copier == nullptr || p.result.bytes < options.async_load_back_min_bytes) {
+    p.result.seconds = p.RunCopies();
+    options.cache->FinishLoadBack(p);
+    sync_load_backs.fetch_add(1, std::memory_order_relaxed);
+    if (m.load_back_sync != nullptr) m.load_back_sync->Increment();
+    return;
+  }
+  ++pending_copies;
+  async_load_backs.fetch_add(1, std::memory_order_relaxed);
+  if (m.load_back_async != nullptr) m.load_back_async->Increment();
+  copier->Submit(std::move(p));
+}
+
+void PrefillCore::Impl::FinishCopied(std::vector<kv::PendingLoadBack>& done) {
+  for (kv::PendingLoadBack& p : done) {
+    options.cache->FinishLoadBack(p);
+    --pending_copies;
+  }
+  if (!done.empty()) sched_blocked = false;  // waiting requests may start now
+  done.clear();
 }
 
 void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
@@ -473,15 +526,42 @@ bool PrefillCore::Impl::CanStart(const sched::PrefillRequestInfo& info) {
   auto it = reqs.find(info.id);
   if (it == reqs.end()) return false;
   Req& r = *it->second;
+  // Its hit's pages are still being copied in from L2.
+  if (options.cache != nullptr && options.cache->Loading(r.seq->hit())) return false;
   const int64_t need = FullPagesFor(r);
   int64_t available = options.pools->full().num_free();
   if (options.cache != nullptr) available += options.cache->EvictableFullPages();
   if (need + committed_full_pages > available) return false;
+  if (!SwaFits(r)) return false;
   r.pending_full_pages = need;
   committed_full_pages += need;
   r.started = true;
   r.start_ns = base::MonotonicNanos();
   return true;
+}
+
+int64_t PrefillCore::Impl::SwaPeakPages(const Req& r) const {
+  const int ps = options.pools->shape().page_size;
+  const int w = options.engine->config().sliding_window;
+  if (w <= 1 || options.pools->swa().num_pages() == 0) return 0;
+  const int64_t window = (w - 1 + ps - 1) / ps + 1;
+  const int64_t chunk = (options.scheduler.chunk_tokens + ps - 1) / ps + 1;
+  const int64_t computes =
+      (static_cast<int64_t>(r.job.prompt.size()) - r.result.cached_tokens + ps - 1) / ps + 1;
+  return std::min(2 * window + chunk, computes + window);
+}
+
+bool PrefillCore::Impl::SwaFits(const Req& r) const {
+  if (!AnyStarted()) return true;
+  int64_t committed = 0;
+  for (const auto& [id, o] : reqs) {
+    if (!o->started || o->computed || o->seq == nullptr) continue;
+    committed += std::max<int64_t>(0, SwaPeakPages(*o) - o->seq->private_swa_pages());
+  }
+  int64_t available = options.pools->swa().num_free();
+  if (options.cache != nullptr) available += options.cache->EvictableSwaPages();
+  const int64_t need = std::max<int64_t>(0, SwaPeakPages(r) - r.seq->private_swa_pages());
+  return need + committed <= available;
 }
 
 void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
@@ -709,6 +789,7 @@ void PrefillCore::Impl::Loop() {
     std::vector<std::string> to_cancel;
     std::vector<std::pair<std::string, absl::Status>> done_ships;
     std::vector<Fetched> done_fetches;
+    std::vector<kv::PendingLoadBack> done_copies;
     {
       const bool runnable =
           !sched_blocked && (sched->queued_requests() > 0 || sched->in_progress_requests() > 0);
@@ -721,7 +802,7 @@ void PrefillCore::Impl::Loop() {
       }
       absl::MutexLock lock(&mu);
       while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() &&
-             fetched.empty() && !runnable) {
+             fetched.empty() && copied.empty() && !runnable) {
         if (next_deadline == INT64_MAX) {
           cv.Wait(&mu);
           continue;
@@ -735,7 +816,9 @@ void PrefillCore::Impl::Loop() {
       to_cancel.swap(cancels);
       done_ships.swap(shipped);
       done_fetches.swap(fetched);
+      done_copies.swap(copied);
     }
+    FinishCopied(done_copies);
     for (Fetched& f : done_fetches) OnFetched(f);
     ExpireParked(base::MonotonicNanos());
     for (auto& r : new_reqs) Accept(std::move(r));
@@ -774,7 +857,8 @@ void PrefillCore::Impl::Loop() {
     }
     if (!step.empty()) {
       RunStep(step);
-    } else if (sched->queued_requests() > 0 && !AnyStarted()) {
+    } else if (sched->queued_requests() > 0 && !AnyStarted() && pending_copies == 0) {
+      // (With copies pending, their completion is the event to wait for.)
       // No event will come (nothing computes or ships): unblock now.
       if (ReleaseQueuedHits()) sched_blocked = false;
     }
@@ -820,6 +904,17 @@ void PrefillCore::Impl::Loop() {
       Complete(it->second.get(), absl::CancelledError("prefill worker stopping"));
     }
   }
+  // Load-backs still copying: their path stays locked until finished.
+  while (pending_copies > 0) {
+    std::vector<kv::PendingLoadBack> done;
+    {
+      absl::MutexLock lock(&mu);
+      auto have = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !copied.empty(); };
+      mu.Await(absl::Condition(&have));
+      done.swap(copied);
+    }
+    FinishCopied(done);
+  }
   PublishLoad();
 }
 
@@ -840,6 +935,13 @@ absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCo
           p->fetched.push_back(Impl::Fetched{std::move(id), std::move(hashes), std::move(fetch)});
           p->cv.Signal();
         });
+  }
+  if (options.cache != nullptr && options.cache->has_l2()) {
+    impl->copier = std::make_unique<kv::LoadBackCopier>([p](kv::PendingLoadBack done) {
+      absl::MutexLock lock(&p->mu);
+      p->copied.push_back(std::move(done));
+      p->cv.Signal();
+    });
   }
   impl->thread = std::thread([p] { p->Loop(); });
   return std::unique_ptr<PrefillCore>(new PrefillCore(std::move(impl)));
@@ -913,6 +1015,8 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.l3_prefetch_unused = impl_->prefetch_unused.load();
   l.l3_prefetch_timeouts = impl_->prefetch_timeouts.load();
   l.l3_attached_pages = impl_->l3_attached.load();
+  l.async_load_backs = impl_->async_load_backs.load();
+  l.sync_load_backs = impl_->sync_load_backs.load();
   return l;
 }
 

@@ -12,7 +12,10 @@
 // (Sequence::Finish) and the job's callback gets the result.
 //
 // Memory: a request starts only when the full pages of all its uncached
-// tokens fit (free + evictable, minus what started requests still need);
+// tokens fit (free + evictable, minus what started requests still need) and
+// so does its SWA peak (window + chunk + one window kept for the cache,
+// beside what started requests may still take; a SWA pool too small for two
+// windows otherwise failed the second request's chunk, a lost request);
 // requests that could never fit in these pools are rejected at Submit.
 // Queued requests hold their prefix hits locked (not evictable), so queued
 // hits plus a request's need can exceed the pool with nothing running: then
@@ -132,6 +135,12 @@ struct PrefillCoreOptions {
   // L2 into L1 (kv::PrefixCache::LoadBack) when at least this many of its
   // tokens are in L2. Default 64.
   int load_back_min_tokens = 64;
+  // A load-back of at least this many bytes runs asynchronously: its copies
+  // run on a copier thread (kv::LoadBackCopier) while the loop computes
+  // other requests, and the request (with any other whose hit covers the
+  // moved pages, kv::PrefixCache::Loading) starts when they are done.
+  // Smaller ones copy inline, cheaper than a round trip. Default 1 MiB.
+  int64_t async_load_back_min_bytes = int64_t{1} << 20;
   // L3 tier (when the cache has one, kv::PrefixCache "L3"): a new request
   // whose prompt extends at least l3_prefetch_min_tokens past the cache's
   // window-safe match is parked while its pages are read from L3 on the
@@ -170,6 +179,9 @@ struct PrefillLoad {
   int64_t l3_prefetch_unused = 0;
   int64_t l3_prefetch_timeouts = 0;
   int64_t l3_attached_pages = 0;
+  // L2 -> L1 load-backs run on the copier thread (asynchronous) and inline.
+  int64_t async_load_backs = 0;
+  int64_t sync_load_backs = 0;
 };
 
 class PrefillCore {

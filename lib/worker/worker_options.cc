@@ -27,6 +27,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "SWA tokens per full token in the L2 tier (it keeps trailing windows only)")
       .Add(key("prefill.load_back_min_tokens"), &o->load_back_min_tokens,
            "load a prompt's prefix back from L2 when at least this many of its tokens are there")
+      .Add(key("prefill.async_load_back_min_bytes"), &o->async_load_back_min_bytes,
+           "a load-back of at least this many bytes copies on its own thread while the "
+           "loop computes other requests (smaller ones copy inline)")
       .Add(key("kv.l3"), &o->l3,
            "prefill L3 tier below L2: file:<dir> (local, survives restarts) or "
            "redis:<host:port> (shared; its own Redis with allkeys-lru); empty: none")

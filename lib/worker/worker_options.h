@@ -39,6 +39,7 @@ struct WorkerOptions {
   double l2_ratio = 2.0;
   double l2_swa_full_ratio = 0.1;
   int64_t load_back_min_tokens = 64;
+  int64_t async_load_back_min_bytes = int64_t{1} << 20;
   // L3 tier of the prefill prefix cache (kv::PrefixCache "L3"): "" (none),
   // "file:<dir>" (a local FilePageStore bounded by l3_mib; a restarted
   // worker comes back warm) or "redis:<host:port>" (a RedisPageStore shared

@@ -225,6 +225,7 @@ absl::Status Worker::BuildPrefill() {
   po.window_restore_min_saved_work = o.window_restore_min_saved_work;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
   po.load_back_min_tokens = static_cast<int>(o.load_back_min_tokens);
+  po.async_load_back_min_bytes = o.async_load_back_min_bytes;
   po.l3 = prefill_l3.get();
   po.l3_prefetch_min_tokens = static_cast<int>(o.l3_prefetch_min_tokens);
   po.l3_prefetch_max_wait_ms = o.l3_prefetch_max_wait_ms;

@@ -804,7 +804,7 @@ TEST(FormatTest, PartialUtf8TokenBytes) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["bytes"],
             json({0xe4, 0xbd}));
   j = json::parse(CompletionChunkJson(in));
-  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], json({0}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], json::array({0}));
 }
 
 TEST(FormatTest, CompletionChunks) {

@@ -97,6 +97,28 @@ TEST(TerminationSignalTest, RealSigtermAndSigintAreDelivered) {
   EXPECT_EQ(signal->Wait(), SIGTERM);
 }
 
+// A thread that has the signals unblocked (as one started by a shared
+// library's constructor before main(): OpenBLAS's pool) takes a SIGTERM
+// aimed at it; the process must not die of it: the handler forwards it to
+// the watcher.
+TEST(TerminationSignalTest, ASignalTakenByAnUnblockedThreadReachesTheWatcher) {
+  auto signal = *TerminationSignal::Create();
+  absl::Notification unblocked, done;
+  std::thread early([&] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    ASSERT_EQ(pthread_sigmask(SIG_UNBLOCK, &set, nullptr), 0);
+    unblocked.Notify();
+    done.WaitForNotification();
+  });
+  unblocked.WaitForNotification();
+  ASSERT_EQ(pthread_kill(early.native_handle(), SIGTERM), 0);
+  EXPECT_EQ(signal->WaitFor(absl::Seconds(5)), SIGTERM);
+  done.Notify();
+  early.join();
+}
+
 class ServeUntilTerminatedTest : public ::testing::Test {
  protected:
   void Start(absl::Duration drain) {

@@ -20,8 +20,8 @@ using testing::kPage;
 
 class Admission {
  public:
-  explicit Admission(int pages) {
-    pools_ = testing::NewPools(pages, pages);
+  explicit Admission(int pages, int swa_pages = -1) {
+    pools_ = testing::NewPools(pages, swa_pages < 0 ? pages : swa_pages);
     auto cache = kv::PrefixCache::Create({pools_.get(), nullptr});
     EXPECT_TRUE(cache.ok());
     cache_ = std::move(*cache);
@@ -155,6 +155,27 @@ TEST(PrefillAdmission, RandomWorkloadsOnTinyPoolsAlwaysFinish) {
     a.CheckClean();
   }
   RecordProperty("released_hits", static_cast<int>(released));
+}
+
+// Started requests hold SWA pages too (their window plus the chunk being
+// computed): a SWA pool that holds one request's window and chunk but not
+// two must not start a second request whose chunk then fails with "swa pool
+// short" (a lost request). The full pool is ample, so only SWA gates here.
+TEST(PrefillAdmission, RequestsStartOnlyWhenTheirSwaWindowFits) {
+  // Tiny model: W = 16, 4-token pages, 16-token chunks: a request holds at
+  // most 5 window pages + 5 chunk pages.
+  for (int swa_pages : {10, 12, 16, 24}) {
+    Admission a(400, swa_pages);
+    constexpr int kRequests = 6;
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE(a.Submit(absl::StrCat("s", i), testing::RandomPrompt(900 + i, 70 + 9 * i)).ok());
+    }
+    ASSERT_TRUE(a.WaitAll(kRequests, absl::Seconds(120))) << "admission stalled";
+    for (const auto& [id, st] : a.results()) {
+      EXPECT_TRUE(st.ok()) << "swa pool " << swa_pages << ", " << id << ": " << st;
+    }
+    a.CheckClean();
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "lib/base/hash.h"
 #include "lib/kv/file_page_store.h"
 #include "lib/kv/memory_page_store.h"
 #include "lib/worker/local_ship.h"
@@ -116,7 +117,7 @@ class Pipeline : public ::testing::Test {
     prefill_pools_ = testing::NewPools(
         prefill_pages, prefill_swa_pages < 0 ? prefill_pages : prefill_swa_pages);
     // As a worker does: restorable tombstones wherever windows are restored.
-    if (l3_ != nullptr) l2_pools_ = testing::NewPools(l2_pages_, l2_pages_);
+    if (l3_ != nullptr || with_l2_) l2_pools_ = testing::NewPools(l2_pages_, l2_pages_);
     auto cache = kv::PrefixCache::Create(
         {.pools = prefill_pools_.get(),
          .keep_restorable_tombstones = window_restore_min_saved_work >= 0,
@@ -146,6 +147,7 @@ class Pipeline : public ::testing::Test {
     p.l3 = l3_;
     p.l3_prefetch_min_tokens = 64;
     p.l3_prefetch_max_wait_ms = l3_max_wait_ms_;
+    p.async_load_back_min_bytes = async_load_back_min_bytes_;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
@@ -244,6 +246,9 @@ class Pipeline : public ::testing::Test {
   kv::PageStore* l3_ = nullptr;
   int l2_pages_ = 512;  // 2x the tests' L1, as a worker sizes it
   int64_t l3_max_wait_ms_ = 10000;
+  // L2 without L3 (set before Start), and the async load-back threshold.
+  bool with_l2_ = false;
+  int64_t async_load_back_min_bytes_ = int64_t{1} << 20;
   std::unique_ptr<kv::KvPools> l2_pools_;
   // Replaced on a restart (the cores register their metrics again).
   std::unique_ptr<metrics::Registry> registry_ = std::make_unique<metrics::Registry>();
@@ -534,6 +539,44 @@ TEST_F(Pipeline, L3PrefetchPastItsWaitComputesWithoutIt) {
   EXPECT_EQ(prefill_->GetLoad().l3_prefetch_timeouts, 1);
   stalled->Open();  // the late fetch lands (and write-backs proceed)
   StopAll();
+}
+
+// A prompt evicted from L1 into L2 comes back by an asynchronous load-back:
+// the copies run on the copier thread while the loop goes on, the request
+// (and one sharing its prefix, submitted with it) starts only when they are
+// done, and the greedy outputs are those of the cold runs.
+TEST_F(Pipeline, AsyncL2LoadBackKeepsGreedyOutputs) {
+  with_l2_ = true;
+  async_load_back_min_bytes_ = 0;  // every load-back on the copier thread
+  // L1: two 300-token prompts (75 pages each) and a bit: the others push a
+  // out, and a's load-back fits beside the one still finishing.
+  Start(/*prefill_pages=*/200, /*decode_pages=*/256);
+  const std::vector<uint32_t> a = testing::RandomPrompt(93, 300);
+  std::vector<uint32_t> a_longer = a;
+  for (uint32_t t : testing::RandomPrompt(94, 40)) a_longer.push_back(t);
+  ASSERT_TRUE(Submit("a", a, 6).ok());
+  WaitDone("a");
+  ASSERT_TRUE(Submit("a_longer", a_longer, 6).ok());
+  WaitDone("a_longer");
+  for (int i = 0; i < 3; ++i) {  // push a out of L1 into L2
+    const std::string id = "other" + std::to_string(i);
+    ASSERT_TRUE(Submit(id, testing::RandomPrompt(95 + i, 300), 2).ok());
+    WaitDone(id);
+  }
+  ASSERT_GT(cache_->Match(base::ChainedPageHashes(a, testing::kPage)).lower_tier_tokens, 200)
+      << "the test needs a's prefix in L2";
+  ASSERT_TRUE(Submit("a2", a, 6).ok());
+  ASSERT_TRUE(Submit("a_longer2", a_longer, 6).ok());
+  WaitDone("a2");
+  WaitDone("a_longer2");
+  EXPECT_EQ(Get("a2").tokens, Get("a").tokens);
+  EXPECT_EQ(Get("a_longer2").tokens, Get("a_longer").tokens);
+  EXPECT_GT(Get("a2").cached, 200);
+  EXPECT_GT(Get("a_longer2").cached, 200);
+  const PrefillLoad load = prefill_->GetLoad();
+  EXPECT_GE(load.async_load_backs, 1);
+  EXPECT_EQ(load.sync_load_backs, 0);
+  EXPECT_EQ(cache_->pending_load_backs(), 0);
 }
 
 }  // namespace
