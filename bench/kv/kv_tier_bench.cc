@@ -25,7 +25,8 @@
 // The allocator keeps freed memory, as in the worker (lib/base/
 // malloc_tuning.h); --default_malloc runs with glibc's defaults.
 //
-// Usage: kv_tier_bench [--default_malloc] [--benchmark_* flags]
+// Usage: kv_tier_bench [--default_malloc] [--fresh_buffers] [--benchmark_* flags]
+// (--fresh_buffers: BM_L3ToL2 without reusing a spent fetch's buffers)
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@
 
 namespace swaserve::kv {
 namespace {
+
+bool g_fresh_buffers = false;  // --fresh_buffers
 
 constexpr int kPromptPages = 256;
 
@@ -174,10 +177,15 @@ struct L3Setup {
 
 void BM_L3ToL2(benchmark::State& state) {
   L3Setup s;
+  // As the worker's prefetcher does (L3Prefetcher::Recycle): a spent
+  // fetch's buffers serve the next one; --fresh_buffers measures without.
+  L3Fetch spare;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const L3Fetch f = FetchFromL3(*s.store, s.cache->l3_fetch_options(), s.hashes, 0, 0);
+    L3Fetch f = FetchFromL3(*s.store, s.cache->l3_fetch_options(), s.hashes, 0, 0,
+                            g_fresh_buffers ? nullptr : &spare);
     const int attached = s.cache->AttachFromL3(s.hashes, f);
+    spare = std::move(f);
     state.SetIterationTime(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (attached != kPromptPages) state.SkipWithError("L3 fetch incomplete");
@@ -217,12 +225,14 @@ BENCHMARK(BM_FileRead)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 // glibc's defaults instead.
 int main(int argc, char** argv) {
   bool default_malloc = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--default_malloc") {
-      default_malloc = true;
+  for (int i = 1; i < argc;) {
+    const std::string_view a(argv[i]);
+    if (a == "--default_malloc" || a == "--fresh_buffers") {
+      (a == "--default_malloc" ? default_malloc : swaserve::kv::g_fresh_buffers) = true;
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
-      break;
+    } else {
+      ++i;
     }
   }
   if (!default_malloc) swaserve::base::KeepFreedMemory(size_t{1} << 30);

@@ -65,6 +65,11 @@ DASHBOARDS = {
             ("sum by (instance) (swaserve_decode_running_requests)", "running {{instance}}"),
             ("sum by (instance, state) (swaserve_decode_staging_budget_bytes)", "staging bytes {{state}} {{instance}}"),
         ], "short", "KV staged in host memory until admitted; the staging budget."),
+        panel("Prefix-cache tiers: hits by tier, load-backs, L3 prefetches", [
+            ("sum by (tier) (rate(swaserve_prefill_cached_tokens_by_tier_total[$__rate_interval]))", "hit tokens/s {{tier}}"),
+            ("sum(rate(swaserve_prefix_cache_loaded_back_bytes_total[$__rate_interval]))", "L2 -> L1 bytes/s"),
+            ("sum by (result) (rate(swaserve_prefill_l3_prefetch_total[$__rate_interval]))", "L3 prefetches/s {{result}}"),
+        ], "short", "Cached prompt tokens by the tier they were in on arrival (l1; l2 host memory; l3 store), bytes loaded back from L2, and L3 prefetch outcomes."),
         panel("KV transfer bandwidth", [
             ("sum by (instance) (rate(swaserve_kv_transfer_bytes_total[$__rate_interval]))", "{{instance}}"),
         ], "Bps", "Bytes of KV shipped over UCX."),

@@ -40,7 +40,8 @@ std::vector<PageKey> Keys(absl::Span<const uint64_t> hashes, int from, int to, u
 }  // namespace
 
 L3Fetch FetchFromL3(PageStore& store, const L3FetchOptions& o,
-                    absl::Span<const uint64_t> page_hashes, int tree_page, int safe_page) {
+                    absl::Span<const uint64_t> page_hashes, int tree_page, int safe_page,
+                    L3Fetch* reuse) {
   const auto t0 = std::chrono::steady_clock::now();
   L3Fetch f;
   const int n = static_cast<int>(page_hashes.size());
@@ -57,13 +58,18 @@ L3Fetch FetchFromL3(PageStore& store, const L3FetchOptions& o,
     run += k;
     if (run < to) break;
   }
-  std::vector<uint8_t> full;
+  // Buffers keep their size between uses (resize down does not touch the
+  // bytes; up zero-fills only the growth).
+  std::vector<uint8_t> full, swa;
+  if (reuse != nullptr) {
+    full = std::move(reuse->full_bytes);
+    swa = std::move(reuse->swa_bytes);
+  }
   int read = tree_page;
   ReadPages(store, o.layouts.full, page_hashes, tree_page, run, o.full_page_bytes, &full, &read);
   const int readable = read;
   int end = 0;
   int swa_first = 0;
-  std::vector<uint8_t> swa;
   if (o.sliding_window <= 1) {
     end = readable;
     swa_first = readable;
@@ -93,7 +99,13 @@ L3Fetch FetchFromL3(PageStore& store, const L3FetchOptions& o,
     swa_first = wf;
   }
   if (end == 0) {
-    if (!o.full_kv_only_ok || readable == tree_page) return f;
+    if (!o.full_kv_only_ok || readable == tree_page) {
+      if (reuse != nullptr) {  // nothing read: the buffers go back
+        reuse->full_bytes = std::move(full);
+        reuse->swa_bytes = std::move(swa);
+      }
+      return f;
+    }
     end = readable;
     swa_first = readable;
     swa.clear();
@@ -103,6 +115,7 @@ L3Fetch FetchFromL3(PageStore& store, const L3FetchOptions& o,
   f.end = end;
   f.hashes.assign(page_hashes.begin() + f.hash_base(), page_hashes.begin() + end);
   full.resize(static_cast<size_t>(f.full_pages()) * o.full_page_bytes);
+  if (swa_first >= end) swa.clear();
   f.full_bytes = std::move(full);
   f.swa_bytes = std::move(swa);
   f.read_bytes = static_cast<int64_t>(f.full_bytes.size() + f.swa_bytes.size());
@@ -137,9 +150,15 @@ void L3Prefetcher::Cancel(const std::string& id) {
                queue_.end());
 }
 
+void L3Prefetcher::Recycle(L3Fetch spent) {
+  absl::MutexLock lock(&mu_);
+  if (spare_.size() < 2) spare_.push_back(std::move(spent));
+}
+
 void L3Prefetcher::Run() {
   while (true) {
     Item item;
+    L3Fetch spare;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -149,8 +168,13 @@ void L3Prefetcher::Run() {
       if (stopping_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      if (!spare_.empty()) {
+        spare = std::move(spare_.back());
+        spare_.pop_back();
+      }
     }
-    L3Fetch f = FetchFromL3(*store_, options_, item.hashes, item.tree_page, item.safe_page);
+    L3Fetch f =
+        FetchFromL3(*store_, options_, item.hashes, item.tree_page, item.safe_page, &spare);
     done_(std::move(item.id), std::move(item.hashes), std::move(f));
   }
 }

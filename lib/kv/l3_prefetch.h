@@ -91,8 +91,12 @@ struct L3Fetch {
 // (tokens [end·P − W + 1, end·P)); end when W <= 1.
 int WindowFirstPage(int end, int page_size, int sliding_window);
 
+// `reuse` (optional): a spent fetch whose byte buffers are reused, so that a
+// worker's fetches do not fault in and zero fresh buffers every time (on
+// this VM that cost more than the reads: RESULTS.md, KV tiers).
 L3Fetch FetchFromL3(PageStore& store, const L3FetchOptions& options,
-                    absl::Span<const uint64_t> page_hashes, int tree_page, int safe_page);
+                    absl::Span<const uint64_t> page_hashes, int tree_page, int safe_page,
+                    L3Fetch* reuse = nullptr);
 
 class L3Prefetcher {
  public:
@@ -111,6 +115,8 @@ class L3Prefetcher {
   void Submit(std::string id, std::vector<uint64_t> page_hashes, int tree_page, int safe_page);
   // Drops a queued fetch (no callback then); a running one still calls back.
   void Cancel(const std::string& id);
+  // Hands a fetch back once attached: its buffers serve the next fetch.
+  void Recycle(L3Fetch spent);
 
  private:
   struct Item {
@@ -126,6 +132,7 @@ class L3Prefetcher {
   Done done_;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<L3Fetch> spare_ ABSL_GUARDED_BY(mu_);  // at most 2
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

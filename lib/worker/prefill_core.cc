@@ -29,6 +29,13 @@ struct Req {
   int64_t arrival_ns = 0;
   int64_t start_ns = 0;
   int64_t prefetch_deadline_ns = 0;  // parked for an L3 prefetch until then
+  // Hits per tier: where the prompt's match stood when it was matched, in
+  // tokens: full KV in L1 up to l1_end, then L2 up to l2_end (pages that
+  // were there before this request's L3 prefetch), then pages attached from
+  // L3 (l3_attached_tokens of them).
+  int l3_attached_tokens = 0;
+  int l1_end = INT32_MAX;
+  int l2_end = INT32_MAX;
   int64_t ship_start_ns = 0;
   // Full pages this request still has to allocate (counted against memory
   // from its start until its last chunk).
@@ -70,6 +77,7 @@ struct Metrics {
   metrics::Histogram* prefetch_seconds = nullptr;
   metrics::Counter* load_back_async = nullptr;
   metrics::Counter* load_back_sync = nullptr;
+  metrics::Counter* tier_tokens[3] = {nullptr, nullptr, nullptr};
 
   absl::Status InitPrefetch(metrics::Registry* r) {
     ASSIGN_OR_RETURN(auto* lb, r->AddCounter("swaserve_prefill_load_backs_total",
@@ -79,6 +87,14 @@ struct Metrics {
                                              {"mode"}));
     load_back_async = &lb->WithLabels({"async"});
     load_back_sync = &lb->WithLabels({"sync"});
+    ASSIGN_OR_RETURN(auto* tt, r->AddCounter("swaserve_prefill_cached_tokens_by_tier_total",
+                                             "Prompt tokens of completed prefills served from "
+                                             "the prefix cache, by the tier they were in when "
+                                             "the request arrived: l1; l2 (loaded back from "
+                                             "host memory); l3 (read from the L3 store, then "
+                                             "loaded back).",
+                                             {"tier"}));
+    for (int t = 0; t < 3; ++t) tier_tokens[t] = &tt->WithLabels({absl::StrCat("l", t + 1)});
     ASSIGN_OR_RETURN(auto* pf, r->AddCounter("swaserve_prefill_l3_prefetch_total",
                                              "L3 prefetches of parked requests by outcome: hit "
                                              "(pages attached or a window healed), miss (L3 held "
@@ -184,6 +200,7 @@ struct PrefillCore::Impl {
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch
   std::atomic<int64_t> async_load_backs{0}, sync_load_backs{0};
+  std::atomic<int64_t> tier_tokens_total[3] = {0, 0, 0};
   std::unique_ptr<kv::LoadBackCopier> copier;  // null: no L2
   std::thread thread;
 
@@ -281,7 +298,13 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   const model::ModelConfig& c = options.engine->config();
   const int K = c.num_mtp_layers;
   kv::MatchOptions mo{.max_tokens = n - std::max(1, K)};
-  if (options.cache->has_l2()) LoadBack(r, mo.max_tokens);
+  if (options.cache->has_l2()) {
+    const kv::MatchLengths before = options.cache->Match(r.hashes, mo.max_tokens);
+    r.l1_end = before.matched_tokens;
+    r.l2_end = std::max(r.l1_end,
+                        before.matched_tokens + before.lower_tier_tokens - r.l3_attached_tokens);
+    LoadBack(r, mo.max_tokens);
+  }
   sched::WindowRestoreChoice choice;
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
@@ -385,6 +408,7 @@ void PrefillCore::Impl::OnFetched(Fetched& f) {
   auto it = parked.find(f.id);
   if (it == parked.end()) {
     if (m.prefetch_late != nullptr) m.prefetch_late->Increment();
+    prefetcher->Recycle(std::move(f.fetch));
     return;
   }
   // A fetch that healed the window of the tree's own match attaches no
@@ -401,8 +425,10 @@ void PrefillCore::Impl::OnFetched(Fetched& f) {
     prefetch_unused.fetch_add(1, std::memory_order_relaxed);
     if (m.prefetch_unused != nullptr) m.prefetch_unused->Increment();
   }
+  prefetcher->Recycle(std::move(f.fetch));  // its bytes are in L2 now
   std::unique_ptr<Req> r = std::move(it->second);
   parked.erase(it);
+  r->l3_attached_tokens = attached * options.pools->shape().page_size;
   Admit(std::move(r));
 }
 
@@ -597,7 +623,8 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
   const std::string id = r->job.id;
   auto done = std::move(r->job.done);
   PrefillResult result = std::move(r->result);
-  reqs.erase(id);
+  const int l1_end = r->l1_end, l2_end = r->l2_end;
+  reqs.erase(id);  // r is gone
   {
     absl::MutexLock lock(&mu);
     ids.erase(id);
@@ -606,6 +633,15 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     completed.fetch_add(1, std::memory_order_relaxed);
     computed_total.fetch_add(result.computed_tokens, std::memory_order_relaxed);
     cached_total.fetch_add(result.cached_tokens, std::memory_order_relaxed);
+    // Hit tokens by the tier they were in on arrival (Req::l1_end, l2_end).
+    const int hit = result.cached_tokens;
+    const int a = std::min(hit, l1_end);
+    const int b = std::min(hit, std::max(l2_end, l1_end));
+    const int by_tier[3] = {a, b - a, hit - b};
+    for (int t = 0; t < 3; ++t) {
+      tier_tokens_total[t].fetch_add(by_tier[t], std::memory_order_relaxed);
+      if (m.tier_tokens[t] != nullptr) m.tier_tokens[t]->Increment(by_tier[t]);
+    }
     if (m.ok != nullptr) {
       m.ok->Increment();
       m.prompt_tokens->Increment(result.prompt_tokens);
@@ -1017,6 +1053,9 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.l3_attached_pages = impl_->l3_attached.load();
   l.async_load_backs = impl_->async_load_backs.load();
   l.sync_load_backs = impl_->sync_load_backs.load();
+  l.l1_cached_tokens_total = impl_->tier_tokens_total[0].load();
+  l.l2_cached_tokens_total = impl_->tier_tokens_total[1].load();
+  l.l3_cached_tokens_total = impl_->tier_tokens_total[2].load();
   return l;
 }
 

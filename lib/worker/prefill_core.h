@@ -182,6 +182,11 @@ struct PrefillLoad {
   // L2 -> L1 load-backs run on the copier thread (asynchronous) and inline.
   int64_t async_load_backs = 0;
   int64_t sync_load_backs = 0;
+  // Cached tokens of completed prefills by the tier they were in when the
+  // request arrived (they sum to cached_tokens_total).
+  int64_t l1_cached_tokens_total = 0;
+  int64_t l2_cached_tokens_total = 0;
+  int64_t l3_cached_tokens_total = 0;
 };
 
 class PrefillCore {

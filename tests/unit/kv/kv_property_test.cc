@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "lib/base/hash.h"
+#include "lib/base/sanitizers.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
@@ -153,6 +154,7 @@ class Harness {
   }
 
   ~Harness() {
+    pending_.clear();  // a failed run: not finished (the cache goes too)
     requests_.clear();
     for (RawHit& h : raw_hits_) cache_->Unlock(h.hit);
     raw_hits_.clear();
@@ -173,6 +175,7 @@ class Harness {
   void Run(int ops) {
     for (step_ = 0; step_ < ops; ++step_) {
       ++coverage().ops;
+      coverage().ops_while_loading += !pending_.empty();
       Step();
       if (::testing::Test::HasFatalFailure()) {
         ADD_FAILURE() << "in op '" << last_op_ << "' at step " << step_;
@@ -196,6 +199,9 @@ class Harness {
     int64_t divergence_windows = 0, multi_run_inserts = 0;
     int64_t restores = 0, restore_prepares = 0;
     int64_t demoted = 0, promoted = 0, load_backs = 0;
+    // Asynchronous load-backs begun, and operations run while one was
+    // pending (BeginLoadBack ... FinishLoadBack).
+    int64_t async_load_backs = 0, ops_while_loading = 0;
     int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
             tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
   };
@@ -405,7 +411,19 @@ class Harness {
     if (r < 82) return MatchOp();
     if (r < 87) return RawLock();
     if (r < 92) return RawRelease();
-    return RawInsert();
+    if (r < 97) return RawInsert();
+    return FinishLoadBackOp();
+  }
+
+  // Finishes one pending asynchronous load-back (its copies run first).
+  void FinishLoadBackOp() {
+    last_op_ = "finish load-back";
+    if (pending_.empty()) return;
+    const size_t i = Rand(static_cast<int>(pending_.size()));
+    pending_[i].result.seconds = pending_[i].RunCopies();
+    cache_->FinishLoadBack(pending_[i]);
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    ApplyEvents();
   }
 
   Request* PickRequest() {
@@ -427,7 +445,19 @@ class Harness {
       last_op_ = "load back";
       const MatchLengths before = cache_->Match(h, max_tokens);
       const int min_tokens = Chance(70) ? 0 : Rand(4 * ps_);
-      const LoadBackResult lb = cache_->LoadBack(h, max_tokens, min_tokens);
+      LoadBackResult lb;
+      if (Chance(40)) {
+        // Asynchronous: the copies "run" while later operations go on; a
+        // later step (or the drain) finishes it.
+        PendingLoadBack p = cache_->BeginLoadBack(h, max_tokens, min_tokens);
+        lb = p.result;
+        if (!p.empty()) {
+          pending_.push_back(std::move(p));
+          ++coverage().async_load_backs;
+        }
+      } else {
+        lb = cache_->LoadBack(h, max_tokens, min_tokens);
+      }
       ApplyEvents();
       if (::testing::Test::HasFatalFailure()) return;
       const MatchLengths after = cache_->Match(h, max_tokens);
@@ -960,6 +990,7 @@ class Harness {
 
   void Drain() {
     last_op_ = "drain";
+    while (!pending_.empty()) FinishLoadBackOp();
     requests_.clear();
     for (RawHit& h : raw_hits_) cache_->Unlock(h.hit);
     raw_hits_.clear();
@@ -1007,12 +1038,13 @@ class Harness {
   std::vector<Tokens> finished_;
   std::vector<Request> requests_;
   std::vector<RawHit> raw_hits_;
+  std::vector<PendingLoadBack> pending_;  // asynchronous load-backs not finished
   int64_t lookups_ = 0, hit_tokens_ = 0, window_lost_ = 0;
   int64_t total_stored_ = 0, total_healed_ = 0;
   int64_t total_full_removed_ = 0, total_swa_removed_ = 0;
 };
 
-#if defined(__SANITIZE_ADDRESS__)
+#if SWASERVE_ASAN
 // Under AddressSanitizer (CI's sanitizer build) a third of the seeds: the
 // same paths at every threshold below, in a third of the ~130 s.
 constexpr int kSeeds = 350;
@@ -1038,7 +1070,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
       "window restores %lld (%lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
-      "SWA-only evictions keeping full KV %lld, L2: demoted %lld, promoted %lld pages, %lld load-backs\n",
+      "SWA-only evictions keeping full KV %lld, L2: demoted %lld, promoted %lld pages, %lld load-backs\n"
+      "(%lld asynchronous, %lld operations while one was pending)\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
       (long long)c.appends_exhausted, (long long)c.rollbacks,
@@ -1048,7 +1081,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares,
       (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
       (long long)c.tombstone_leaves, (long long)c.demoted, (long long)c.promoted,
-      (long long)c.load_backs);
+      (long long)c.load_backs, (long long)c.async_load_backs, (long long)c.ops_while_loading);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
   EXPECT_GT(c.hit_tokens, 10000);
@@ -1068,6 +1101,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.demoted, 1000);
   EXPECT_GT(c.promoted, 1000);
   EXPECT_GT(c.load_backs, 100);
+  EXPECT_GT(c.async_load_backs, 50);
+  EXPECT_GT(c.ops_while_loading, 1000);
 }
 
 }  // namespace

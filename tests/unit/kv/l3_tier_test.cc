@@ -8,6 +8,7 @@
 //   corrupt / truncated L3 files                  -> CorruptFileIsAMiss
 // (a Redis L3 flushed mid-replay: tests/integration/cluster; a flushed store
 // under random operations: kv_content_test).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -138,6 +139,40 @@ TEST_F(L3TierTest, EvictedPagesComeBackFromL3ByteForByte) {
   Hashes longer = a;
   longer.push_back(12345);
   EXPECT_EQ(VerifyHit(longer), 24);
+}
+
+// A spent fetch's buffers serve the next fetch (L3Prefetcher::Recycle):
+// larger or smaller than needed, stale bytes in them, the result is what a
+// fresh fetch reads, and an empty fetch hands the buffers back.
+TEST_F(L3TierTest, ReusedFetchBuffersReadWhatFreshOnesRead) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/0);
+  const Hashes big = H(1, 6), small = H(2, 3), absent = H(3, 4);
+  Insert(big);
+  Insert(small);
+  EvictAll();
+  const L3FetchOptions o = cache_->l3_fetch_options();
+  L3Fetch spare = FetchFromL3(l3, o, big, 0, 0);
+  ASSERT_FALSE(spare.empty());
+  std::fill(spare.full_bytes.begin(), spare.full_bytes.end(), 0xAB);  // stale bytes
+  std::fill(spare.swa_bytes.begin(), spare.swa_bytes.end(), 0xCD);
+  for (const Hashes* h : {&small, &big, &small}) {
+    const L3Fetch fresh = FetchFromL3(l3, o, *h, 0, 0);
+    L3Fetch reused = FetchFromL3(l3, o, *h, 0, 0, &spare);
+    EXPECT_EQ(reused.end, fresh.end);
+    EXPECT_EQ(reused.full_first, fresh.full_first);
+    EXPECT_EQ(reused.swa_first, fresh.swa_first);
+    EXPECT_EQ(reused.hashes, fresh.hashes);
+    EXPECT_EQ(reused.full_bytes, fresh.full_bytes);
+    EXPECT_EQ(reused.swa_bytes, fresh.swa_bytes);
+    spare = std::move(reused);
+  }
+  const size_t capacity = spare.full_bytes.capacity();
+  const L3Fetch none = FetchFromL3(l3, o, absent, 0, 0, &spare);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(spare.full_bytes.capacity(), capacity) << "an empty fetch hands the buffers back";
+  EXPECT_EQ(FetchAttach(l3, big), 6);
+  EXPECT_EQ(VerifyHit(big), 24);
 }
 
 TEST_F(L3TierTest, WriteThroughAfterNHits) {

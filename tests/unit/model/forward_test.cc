@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/hash.h"
+#include "lib/base/sanitizers.h"
 #include "lib/base/subprocess.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/model/sampling.h"
@@ -23,7 +24,7 @@
 // AddressSanitizer owns operator new/delete, so under it the count is not
 // taken (the test skips).
 static std::atomic<int64_t> g_allocations{0};
-#if defined(__SANITIZE_ADDRESS__)
+#if SWASERVE_ASAN
 constexpr bool kCountingAllocations = false;
 #else
 constexpr bool kCountingAllocations = true;

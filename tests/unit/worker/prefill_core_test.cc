@@ -487,6 +487,9 @@ TEST_F(Pipeline, L3FileStoreMakesARestartedWorkerWarm) {
                                       << load.l3_prefetch_unused << ", timeouts "
                                       << load.l3_prefetch_timeouts;
   EXPECT_GT(load.l3_attached_pages, 0);
+  // The restarted worker's tree was empty: the whole hit came from L3.
+  EXPECT_EQ(load.l3_cached_tokens_total, b.cached);
+  EXPECT_EQ(load.l1_cached_tokens_total + load.l2_cached_tokens_total, 0);
   StopAll();
 }
 
@@ -576,6 +579,11 @@ TEST_F(Pipeline, AsyncL2LoadBackKeepsGreedyOutputs) {
   const PrefillLoad load = prefill_->GetLoad();
   EXPECT_GE(load.async_load_backs, 1);
   EXPECT_EQ(load.sync_load_backs, 0);
+  // a2's hit came from L2 (a_longer2's a-part may count as L1: a2's
+  // load-back had put it there, loading, when a_longer2 was matched).
+  EXPECT_GE(load.l2_cached_tokens_total, Get("a2").cached);
+  EXPECT_EQ(load.l3_cached_tokens_total, 0);
+  EXPECT_EQ(load.l1_cached_tokens_total + load.l2_cached_tokens_total, load.cached_tokens_total);
   EXPECT_EQ(cache_->pending_load_backs(), 0);
 }
 
