@@ -199,7 +199,8 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "ignore_eos",
                                               "speculative_tokens",
                                               "stop_token_ids",
-                                              "logit_bias"};
+                                              "logit_bias",
+                                              "priority"};
 
 // Rejects top-level keys outside `allowed`.
 Error CheckKnownFields(const json& obj,
@@ -384,6 +385,12 @@ Error ParseCommon(const json& body, const ParseLimits& limits,
     if (!v->empty()) {
       return NotSupported("logit_bias", "only an empty map is supported.");
     }
+  }
+  // Extension (vLLM's): scheduling priority, lower values served first.
+  if (const json* v = Find(body, "priority")) {
+    int64_t p = 0;
+    if (Error e = ReadInt(*v, "priority", -1000000, 1000000, nullptr, &p)) return e;
+    req.set_priority(static_cast<int32_t>(p));
   }
   return std::nullopt;
 }

@@ -104,8 +104,11 @@ ApiError ApiErrorFromDetail(const v1::ErrorDetail& detail) {
     case v1::ERROR_CODE_PROMPT_TOO_LONG:
       return InvalidRequestError(std::move(message), "",
                                  "context_length_exceeded");
-    case v1::ERROR_CODE_OVERLOADED:
-      return OverloadedError(std::move(message));
+    case v1::ERROR_CODE_OVERLOADED: {
+      ApiError e = OverloadedError(std::move(message));
+      e.retry_after_ms = detail.retry_after_ms();
+      return e;
+    }
     case v1::ERROR_CODE_NO_WORKERS:
     case v1::ERROR_CODE_TRANSFER_FAILED:
     case v1::ERROR_CODE_WORKER_LOST:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,10 @@ struct ApiError {
   std::string param;
   // Machine-readable code, e.g. "model_not_found", "invalid_api_key".
   std::string code;
+  // 429: when to retry, in milliseconds (the HTTP layer sends Retry-After in
+  // whole seconds, rounded up, and retry-after-ms, which OpenAI's clients
+  // read first); 0: no header.
+  uint32_t retry_after_ms = 0;
 };
 
 // {"error":{"message":...,"type":...,"param":...|null,"code":...|null}}.
@@ -54,7 +59,8 @@ ApiError ServerError(std::string message);              // 500
 ApiError ApiErrorFromStatus(const absl::Status& status);
 
 // Maps the router's ErrorDetail (the cause of a failed Generate) to an
-// ApiError: PROMPT_TOO_LONG 400 context_length_exceeded, OVERLOADED 429,
+// ApiError: PROMPT_TOO_LONG 400 context_length_exceeded, OVERLOADED 429
+// (with the detail's retry_after_ms),
 // NO_WORKERS / TRANSFER_FAILED / WORKER_LOST 503, UNKNOWN_MODEL 404,
 // INVALID_REQUEST 400, UNSPECIFIED 500.
 ApiError ApiErrorFromDetail(const swaserve::v1::ErrorDetail& detail);

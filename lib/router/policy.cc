@@ -320,4 +320,21 @@ absl::StatusOr<Decision> ChooseDecode(
       tier(candidates[best]) == 0 ? Reason::kLeastLoad : Reason::kNoFreeKv, 0};
 }
 
+std::optional<double> ShedRetryAfterSeconds(absl::Span<const PrefillCandidate> candidates,
+                                            double max_backlog_seconds,
+                                            double min_retry_seconds) {
+  if (!(max_backlog_seconds > 0)) return std::nullopt;
+  double least = -1;
+  for (const PrefillCandidate& c : candidates) {
+    if (!c.healthy || !c.has_load) continue;
+    if (!(c.tokens_per_second > 0)) return std::nullopt;  // unmeasured: admit
+    const double backlog =
+        static_cast<double>(std::max<int64_t>(c.queued_uncached_tokens, 0)) / c.tokens_per_second;
+    if (backlog <= max_backlog_seconds) return std::nullopt;
+    least = least < 0 ? backlog : std::min(least, backlog);
+  }
+  if (least < 0) return std::nullopt;
+  return std::max(least - max_backlog_seconds, min_retry_seconds);
+}
+
 }  // namespace swaserve::router

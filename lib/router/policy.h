@@ -65,6 +65,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,6 +150,9 @@ struct PrefillCandidate {
   bool healthy = true;
   // False when the worker has no (live) load report.
   bool has_load = true;
+  // Its measured prefill throughput (WorkerLoad.prefill_tokens_per_second);
+  // 0 = not measured yet.
+  double tokens_per_second = 0;
 };
 
 struct DecodeCandidate {
@@ -205,6 +209,22 @@ absl::StatusOr<Decision> ChooseDecode(
     int64_t prompt_tokens, int64_t max_tokens,
     absl::Span<const DecodeCandidate> candidates, const PolicyOptions& options,
     uint64_t tie_break_key = 0);
+
+// Load shedding (issue 22, "admission under overload"). A candidate's
+// backlog is the prefill compute it still owes in seconds,
+// queued_uncached_tokens / tokens_per_second. When EVERY eligible candidate
+// (healthy, with a load report) has a measured throughput and a backlog
+// above max_backlog_seconds, the bucket is saturated: a new request there
+// would only deepen a queue it waits behind, so the router sheds it (429 /
+// RESOURCE_EXHAUSTED) instead of letting it time out in a worker's queue.
+// Returns the Retry-After in seconds: the time the least-backlogged
+// candidate needs at its rate to drain back under the bound (at least
+// min_retry_seconds); nullopt when the request is admitted (also when some
+// eligible candidate has no measured throughput yet, or none is eligible:
+// other checks handle that). max_backlog_seconds <= 0 disables shedding.
+std::optional<double> ShedRetryAfterSeconds(absl::Span<const PrefillCandidate> candidates,
+                                            double max_backlog_seconds,
+                                            double min_retry_seconds = 1.0);
 
 // The prefill cost of a candidate as ChoosePrefill computes it (for
 // diagnostics, tests and simulations).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <thread>
 #include <utility>
@@ -50,6 +51,19 @@ std::string CodeLabel(absl::StatusCode code) {
 
 using Endpoints = std::vector<std::shared_ptr<const WorkerEndpoint>>;
 
+// ResourceExhausted (OVERLOADED, retryable) telling the client when to come
+// back (ErrorDetail.retry_after_ms: the HTTP API's Retry-After).
+absl::Status Overloaded(std::string message, double retry_after_seconds) {
+  absl::Status s = rpc::ErrorWithDetail(absl::StatusCode::kResourceExhausted,
+                                        v1::ERROR_CODE_OVERLOADED, message, "",
+                                        /*retryable=*/true);
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+  if (!d) return s;
+  d->set_retry_after_ms(static_cast<uint32_t>(
+      std::clamp(std::ceil(retry_after_seconds * 1000.0), 1.0, 3600.0 * 1000.0)));
+  return rpc::WithErrorDetail(std::move(s), *d);
+}
+
 // Drops candidates whose KV pool cannot hold the prompt (prefill) or the
 // prompt plus one generated token (decode); RESOURCE_EXHAUSTED
 // (TOO_LARGE_FOR_WORKER, naming the largest pool) when none is left. Records
@@ -90,7 +104,7 @@ absl::Status KeepThoseThatFit(int64_t n, Endpoints* pre, Endpoints* dec) {
 // The decode policy's view of each decode candidate (`loads[i]` is dec[i]'s).
 std::vector<DecodeCandidate> DecodeCandidates(
     const Endpoints& dec, absl::Span<const std::optional<v1::WorkerLoad>> loads,
-    WorkerDirectory& directory) {
+    WorkerSource& directory) {
   std::vector<DecodeCandidate> dc(dec.size());
   for (size_t i = 0; i < dec.size(); ++i) {
     DecodeCandidate& c = dc[i];
@@ -147,6 +161,7 @@ struct Router::Metrics {
   metrics::Counter* redis_fallbacks = nullptr;
   metrics::Counter* window_unsafe_matches = nullptr;
   metrics::CounterFamily* migrations = nullptr;
+  metrics::CounterFamily* shed = nullptr;  // {reason}
 
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(metrics::Registry* reg) {
     auto m = std::make_unique<Metrics>();
@@ -215,6 +230,13 @@ struct Router::Metrics {
     m->inflight = &inf->WithLabels();
     m->redis_fallbacks = &fb->WithLabels();
     for (const char* reason : {"worker_lost", "draining"}) m->migrations->WithLabels({reason});
+    ASSIGN_OR_RETURN(m->shed, reg->AddCounter("swaserve_router_shed_total",
+                                              "Requests refused with 429 before any worker "
+                                              "call: too many in flight (inflight) or every "
+                                              "prefill worker of the bucket too backlogged "
+                                              "(backlog).",
+                                              {"reason"}));
+    for (const char* reason : {"inflight", "backlog"}) m->shed->WithLabels({reason});
     return m;
   }
 };
@@ -223,6 +245,7 @@ struct Router::Request {
   std::string id;
   std::vector<uint32_t> tokens;
   v1::SamplingParams sampling;
+  int32_t priority = 0;
   int bucket = 0;
   std::string bucket_label;
   int64_t start_ns = 0;
@@ -274,8 +297,9 @@ Router::Router(const RouterOptions& options)
 Router::~Router() = default;
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
-  if (options.view == nullptr || options.directory == nullptr || options.tokenizer == nullptr) {
-    return absl::InvalidArgumentError("Router needs a view, a directory and a tokenizer");
+  if ((options.view == nullptr && options.state == nullptr) || options.directory == nullptr ||
+      options.tokenizer == nullptr) {
+    return absl::InvalidArgumentError("Router needs a view (or state), a directory and a tokenizer");
   }
   if (options.max_prefill_attempts < 1 || options.max_decode_attempts < 1) {
     return absl::InvalidArgumentError("attempts per leg must be >= 1");
@@ -284,7 +308,16 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
     return absl::InvalidArgumentError("default_max_tokens must be in [1, max_max_tokens]");
   }
   RETURN_IF_ERROR(BucketFor(1, options.policy).status());
+  if (!(options.shed_backlog_seconds >= 0) || std::isinf(options.shed_backlog_seconds)) {
+    return absl::InvalidArgumentError("shed_backlog_seconds must be finite and >= 0");
+  }
   std::unique_ptr<Router> r(new Router(options));
+  if (options.state != nullptr) {
+    r->state_ = options.state;
+  } else {
+    r->own_state_ = std::make_unique<ClusterViewState>(options.view);
+    r->state_ = r->own_state_.get();
+  }
   metrics::Registry* reg =
       options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
   ASSIGN_OR_RETURN(r->metrics_, Metrics::Create(reg));
@@ -394,6 +427,10 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
     return invalid("top_p must be in [0, 1]");
   }
   if (r.sampling.top_logprobs() > 20) return invalid("top_logprobs must be in [0, 20]");
+  if (in.priority() < -1000000 || in.priority() > 1000000) {
+    return invalid("priority must be in [-1000000, 1000000]");
+  }
+  r.priority = in.priority();
   absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
   if (!bucket.ok()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kOutOfRange, v1::ERROR_CODE_PROMPT_TOO_LONG,
@@ -486,7 +523,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   std::vector<int64_t> l1_pages;
   // Whether each match ends window-safe (all workers serve one model).
   const int window_pages = WindowPages(pre[0]->info.sliding_window, page);
-  absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = options_.view->MatchPrefixesAndLoads(
+  absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = state_->MatchPrefixesAndLoads(
       r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids, window_pages);
   if (got.ok() && got->depths.size() == pre.size() && got->loads.size() == ids.size()) {
     depths = std::move(got->depths);
@@ -524,6 +561,19 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
       c.queued_uncached_tokens = static_cast<int64_t>(l->queued_uncached_tokens());
       c.running_requests = static_cast<int32_t>(l->running_requests());
       c.queued_requests = static_cast<int32_t>(l->queued_requests());
+      c.tokens_per_second = l->prefill_tokens_per_second();
+    }
+  }
+  // Load shedding: only a new request (a retry or a migration was admitted
+  // already and must not be dropped now).
+  if (r.attempt == 0 && options_.shed_backlog_seconds > 0) {
+    const double bound = options_.shed_backlog_seconds * (r.priority < 0 ? 2.0 : 1.0);
+    if (std::optional<double> retry = ShedRetryAfterSeconds(pc, bound)) {
+      metrics_->shed->WithLabels({"backlog"}).Increment();
+      return Overloaded(absl::StrFormat("every prefill worker for bucket %d has more than "
+                                        "%.0f s of prefill queued; retry in %.0f s",
+                                        r.bucket, bound, std::ceil(*retry)),
+                        *retry);
     }
   }
   // Ties (e.g. fresh prompts on idle workers) spread by request id instead
@@ -572,9 +622,9 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   metrics_->decision_seconds->Observe(static_cast<double>(NowNanos() - t0) * 1e-9);
   // Predicted index entries, off the request's path.
   if (record && !r.hashes.empty()) {
-    cluster::ClusterView* view = options_.view;
-    record_pool_->Schedule([view, id = choice.prefill->info.id, hashes = r.hashes] {
-      absl::Status s = view->RecordDispatch(id, hashes);
+    RoutingState* state = state_;
+    record_pool_->Schedule([state, id = choice.prefill->info.id, hashes = r.hashes] {
+      absl::Status s = state->RecordDispatch(id, hashes);
       if (!s.ok()) SWA_LOG(debug, "recording a dispatch to {} failed: {}", id, s.ToString());
     });
   }
@@ -588,20 +638,24 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
   const std::string transfer_id = absl::StrFormat("%s/%08x-%d-%d", r.id,
                                                   static_cast<uint32_t>(id_salt_),
                                                   next_id_.fetch_add(1), r.attempt);
-  const auto deadline = absl::ToChronoTime(r.deadline);
-  grpc::ClientContext dctx, pctx;
-  dctx.set_deadline(deadline);
-  pctx.set_deadline(deadline);
+  // Workers key requests by id (scheduling, cancellation): they get the
+  // per-dispatch id, which starts with the client's for the logs.
+  v1::DecodeRequest dreq;
+  dreq.set_request_id(transfer_id);  // also names the KV transfer
+  dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
+  *dreq.mutable_sampling() = r.sampling;
+  std::unique_ptr<DecodeCall> stream = c.decode->client->StartDecode(dreq, r.deadline);
+  std::unique_ptr<PrefillCall> pcall = c.prefill->client->NewPrefill(r.deadline);
   // Which calls this router cancelled itself (their CANCELLED is nobody's
   // fault), and whether the client left.
   std::atomic<bool> d_cancelled{false}, p_cancelled{false}, client_left{false};
   auto cancel_decode = [&] {
     d_cancelled = true;
-    dctx.TryCancel();
+    stream->Cancel();
   };
   auto cancel_prefill = [&] {
     p_cancelled = true;
-    pctx.TryCancel();
+    pcall->Cancel();
   };
   if (cancel != nullptr) {
     cancel->OnCancel([&] {
@@ -643,20 +697,12 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     return o;
   };
 
-  // Workers key requests by id (scheduling, cancellation): they get the
-  // per-dispatch id, which starts with the client's for the logs.
-  v1::DecodeRequest dreq;
-  dreq.set_request_id(transfer_id);  // also names the KV transfer
-  dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
-  *dreq.mutable_sampling() = r.sampling;
-  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> stream =
-      c.decode->decode->Decode(&dctx, dreq);
   // The decode worker answers `accepted` at once (it allocates nothing
   // yet): bound that answer by destination_timeout.
   std::atomic<bool> accept_timed_out{false};
   const uint64_t timer = timers_->Schedule(absl::Now() + options_.destination_timeout, [&] {
     accept_timed_out = true;
-    dctx.TryCancel();
+    stream->Cancel();
   });
   v1::DecodeResponse msg;
   const bool accepted = stream->Read(&msg) && msg.has_accepted();
@@ -683,13 +729,14 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
   std::thread prefill_thread([&] {
     v1::PrefillRequest preq;
     preq.set_request_id(transfer_id);
+    preq.set_priority(r.priority);
     preq.mutable_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
     *preq.mutable_sampling() = r.sampling;
     v1::DecodeTarget* t = preq.mutable_decode();
     t->set_worker_id(did);
     t->set_grpc_address(c.decode->info.grpc_address);
     t->set_transfer_id(transfer_id);
-    pstatus = c.prefill->prefill->Prefill(&pctx, preq, &presp);
+    pstatus = pcall->Run(preq, &presp);
     // Without its KV the decode leg would wait for a commit that will not
     // come: cancel it — unless tokens already flow, which means the commit
     // arrived and the decode leg no longer needs the prefill worker (it may
@@ -837,10 +884,10 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
   } leave{this};
   absl::Status st;
   if (options_.max_inflight_requests > 0 && inflight > options_.max_inflight_requests) {
-    st = rpc::ErrorWithDetail(absl::StatusCode::kResourceExhausted, v1::ERROR_CODE_OVERLOADED,
-                              absl::StrCat("router overloaded: ", options_.max_inflight_requests,
-                                           " requests in flight"),
-                              "", /*retryable=*/true);
+    metrics_->shed->WithLabels({"inflight"}).Increment();
+    st = Overloaded(absl::StrCat("router overloaded: ", options_.max_inflight_requests,
+                                 " requests in flight"),
+                    1.0);
   } else {
     st = Prepare(request, r);
   }

@@ -59,6 +59,8 @@
 //   swaserve_router_inflight_requests             gauge
 //   swaserve_router_redis_fallbacks_total         index/load read failed:
 //                                                 routed without it
+//   swaserve_router_shed_total{reason}            requests refused with 429:
+//                                                 inflight | backlog
 // (Redis latency: swaserve_redis_seconds{op}, from cluster::RedisClient.)
 //
 // Ownership: borrows the view, directory, tokenizer and chat template (must
@@ -84,15 +86,19 @@
 #include "lib/model/chat_template.h"
 #include "lib/model/tokenizer.h"
 #include "lib/router/policy.h"
+#include "lib/router/routing_state.h"
 #include "lib/router/worker_directory.h"
 #include "swaserve/v1/router.pb.h"
 
 namespace swaserve::router {
 
 struct RouterOptions {
-  // Required; not owned.
+  // The shared cluster state: `state` when set, else a ClusterViewState
+  // over `view` (one of them is required; not owned).
   cluster::ClusterView* view = nullptr;
-  WorkerDirectory* directory = nullptr;
+  RoutingState* state = nullptr;
+  // Required; not owned (the services pass a WorkerDirectory).
+  WorkerSource* directory = nullptr;
   const model::Tokenizer* tokenizer = nullptr;
   // The chat template of chat requests (not owned; the checkpoint's, see
   // model::ChatTemplate::FromCheckpointDir). nullptr: the built-in Qwen3
@@ -123,8 +129,18 @@ struct RouterOptions {
   // mid-stream. Default 3.
   int max_migrations = 3;
   // Requests in flight beyond which new ones get ResourceExhausted (HTTP
-  // 429); 0 means unlimited. Default 4096.
+  // 429, Retry-After 1 s); 0 means unlimited. Default 4096.
   int max_inflight_requests = 4096;
+  // Load shedding before the workers saturate (policy.h
+  // ShedRetryAfterSeconds): a NEW request (never a retry or a migration) is
+  // answered ResourceExhausted (OVERLOADED, HTTP 429 with Retry-After) when
+  // every eligible prefill worker of its bucket owes more than this many
+  // seconds of prefill compute (queued uncached tokens over its measured
+  // throughput); twice this for requests with a negative priority. 0
+  // disables. Default 300 s, half the default request_timeout: a request
+  // queued behind more than that would likely time out in the queue, so it
+  // is better told at once when to come back.
+  double shed_backlog_seconds = 300;
   // Threads recording dispatches in the prefix index (off the request path).
   int record_threads = 2;
   // Metrics registry; nullptr: metrics::DefaultRegistry().
@@ -168,7 +184,9 @@ class Router {
   //   InvalidArgument   bad prompt or parameters (ERROR_CODE_INVALID_REQUEST)
   //   NotFound          unknown model (ERROR_CODE_UNKNOWN_MODEL)
   //   OutOfRange        prompt beyond the largest bucket (PROMPT_TOO_LONG)
-  //   ResourceExhausted too many requests in flight (OVERLOADED)
+  //   ResourceExhausted too many requests in flight, or every worker of the
+  //                     bucket too backlogged (OVERLOADED, with
+  //                     ErrorDetail.retry_after_ms)
   //   Unavailable       no healthy worker, or every attempt failed
   //   Cancelled         the sink refused a write or `cancel` fired
   absl::Status Generate(const v1::GenerateRequest& request, GenerateSink& sink,
@@ -220,6 +238,8 @@ class Router {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<base::ThreadPool> record_pool_;
   std::unique_ptr<base::TimerQueue> timers_;  // destination timeouts
+  std::unique_ptr<RoutingState> own_state_;   // over options.view
+  RoutingState* state_ = nullptr;
   std::atomic<int> inflight_{0};
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;

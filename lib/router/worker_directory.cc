@@ -10,9 +10,11 @@
 
 namespace swaserve::router {
 
+CircuitBreakers::CircuitBreakers(const CircuitBreakerOptions& options, base::Clock* clock)
+    : options_(options), clock_(clock != nullptr ? clock : base::Clock::Real()) {}
+
 WorkerDirectory::WorkerDirectory(const WorkerDirectoryOptions& options)
-    : options_(options),
-      clock_(options.clock != nullptr ? options.clock : base::Clock::Real()) {}
+    : options_(options), breakers_(options.breaker, options.clock) {}
 
 absl::StatusOr<std::unique_ptr<WorkerDirectory>> WorkerDirectory::Create(
     const WorkerDirectoryOptions& options) {
@@ -63,7 +65,7 @@ absl::Status WorkerDirectory::Refresh() {
         continue;
       }
     } else {
-      breakers_.erase(info.id);  // new worker or new incarnation: closed breaker
+      breakers_.Reset(info.id);  // new worker or new incarnation: closed breaker
     }
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::CreateChannel(info.grpc_address);
     if (!channel.ok()) {
@@ -72,20 +74,11 @@ absl::Status WorkerDirectory::Refresh() {
       continue;
     }
     auto e = std::make_shared<WorkerEndpoint>();
-    e->prefill = v1::Prefill::NewStub(*channel);
-    e->decode = v1::Decode::NewStub(*channel);
+    e->client = NewGrpcWorkerClient(*channel);
     e->info = std::move(info);
     next.push_back(std::move(e));
   }
-  for (auto it = breakers_.begin(); it != breakers_.end();) {
-    bool live = std::any_of(next.begin(), next.end(),
-                            [&](const auto& w) { return w->info.id == it->first; });
-    if (live) {
-      ++it;
-    } else {
-      breakers_.erase(it++);
-    }
-  }
+  breakers_.Retain(next);
   workers_ = std::move(next);
   refreshed_ = true;
   return absl::OkStatus();
@@ -101,54 +94,72 @@ absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> WorkerDirecto
   return workers_;
 }
 
-bool WorkerDirectory::Healthy(absl::string_view worker_id) {
+void CircuitBreakers::Retain(const std::vector<std::shared_ptr<const WorkerEndpoint>>& live) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = breakers_.begin(); it != breakers_.end();) {
+    const bool keep = std::any_of(live.begin(), live.end(),
+                                  [&](const auto& w) { return w->info.id == it->first; });
+    if (keep) {
+      ++it;
+    } else {
+      breakers_.erase(it++);
+    }
+  }
+}
+
+void CircuitBreakers::Reset(absl::string_view worker_id) {
+  absl::MutexLock lock(&mu_);
+  breakers_.erase(worker_id);
+}
+
+bool CircuitBreakers::Healthy(absl::string_view worker_id) {
   absl::MutexLock lock(&mu_);
   auto it = breakers_.find(worker_id);
   if (it == breakers_.end()) return true;
   Breaker& b = it->second;
-  if (b.consecutive_failures < options_.breaker.failures_to_open) return true;
+  if (b.consecutive_failures < options_.failures_to_open) return true;
   // Half-open (the period is over): offered to the policy; the trial is
   // taken only when the policy picks this worker (Pick).
   return clock_->Now() >= b.open_until;
 }
 
-bool WorkerDirectory::Pick(absl::string_view worker_id) {
+bool CircuitBreakers::Pick(absl::string_view worker_id) {
   absl::MutexLock lock(&mu_);
   auto it = breakers_.find(worker_id);
   if (it == breakers_.end()) return true;
   Breaker& b = it->second;
-  if (b.consecutive_failures < options_.breaker.failures_to_open) return true;
+  if (b.consecutive_failures < options_.failures_to_open) return true;
   const absl::Time now = clock_->Now();
   if (now < b.open_until) return false;  // another request took the trial
-  b.open_until = now + options_.breaker.open_for;  // one trial per period
+  b.open_until = now + options_.open_for;  // one trial per period
   ++b.trials;
   return true;
 }
 
-void WorkerDirectory::ReportSuccess(absl::string_view worker_id) {
+void CircuitBreakers::ReportSuccess(absl::string_view worker_id) {
   absl::MutexLock lock(&mu_);
   breakers_.erase(worker_id);
 }
 
-void WorkerDirectory::ReportFailure(absl::string_view worker_id) {
+void CircuitBreakers::ReportFailure(absl::string_view worker_id) {
   absl::MutexLock lock(&mu_);
   Breaker& b = breakers_[worker_id];
   ++b.consecutive_failures;
-  if (b.consecutive_failures >= options_.breaker.failures_to_open) {
-    if (b.consecutive_failures == options_.breaker.failures_to_open) {
+  if (b.consecutive_failures >= options_.failures_to_open) {
+    if (b.consecutive_failures == options_.failures_to_open) {
       SWA_LOG(warn, "worker {}: circuit breaker open after {} failures", std::string(worker_id),
               b.consecutive_failures);
     }
-    b.open_until = clock_->Now() + options_.breaker.open_for;
+    b.open_until = clock_->Now() + options_.open_for;
   }
 }
 
-int WorkerDirectory::OpenBreakers() {
+int CircuitBreakers::Open() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   int n = 0;
   for (const auto& [id, b] : breakers_) {
-    if (b.consecutive_failures >= options_.breaker.failures_to_open && now < b.open_until) ++n;
+    if (b.consecutive_failures >= options_.failures_to_open && now < b.open_until) ++n;
   }
   return n;
 }

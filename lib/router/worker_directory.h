@@ -48,7 +48,7 @@
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
 #include "lib/cluster/cluster_view.h"
-#include "swaserve/v1/worker.grpc.pb.h"
+#include "lib/router/worker_client.h"
 
 namespace swaserve::router {
 
@@ -72,14 +72,62 @@ struct WorkerDirectoryOptions {
   bool background_refresh = true;
 };
 
-// One registered worker and the stubs to call it.
+// One registered worker and the client to call it.
 struct WorkerEndpoint {
   cluster::WorkerInfo info;
-  std::unique_ptr<v1::Prefill::Stub> prefill;
-  std::unique_ptr<v1::Decode::Stub> decode;
+  std::shared_ptr<WorkerClient> client;
 };
 
-class WorkerDirectory {
+// The router's view of the workers (issue 22, "testable router"): the
+// registry snapshot and the breakers the router consults and feeds.
+// WorkerDirectory is the Redis-backed one; unit tests give the router a
+// fixed list (tests/unit/router/router_legs_test.cc). Thread-safe.
+class WorkerSource {
+ public:
+  virtual ~WorkerSource() = default;
+  // The registered workers, sorted by id; Unavailable when the registry
+  // cannot be read.
+  virtual absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> Workers() = 0;
+  // Breaker state (CircuitBreakers below).
+  virtual bool Healthy(absl::string_view worker_id) = 0;
+  virtual bool Pick(absl::string_view worker_id) = 0;
+  virtual void ReportSuccess(absl::string_view worker_id) = 0;
+  virtual void ReportFailure(absl::string_view worker_id) = 0;
+};
+
+// The circuit breakers of the workers (the file comment's semantics), by
+// worker id. Thread-safe.
+class CircuitBreakers {
+ public:
+  // `clock`: nullptr is the real clock; not owned.
+  explicit CircuitBreakers(const CircuitBreakerOptions& options, base::Clock* clock = nullptr);
+  // Healthy() is false while the breaker is open; after open_for it is true
+  // (half-open) without side effects.
+  bool Healthy(absl::string_view worker_id);
+  // Takes the half-open trial; false when this period's was taken.
+  bool Pick(absl::string_view worker_id);
+  void ReportSuccess(absl::string_view worker_id);
+  void ReportFailure(absl::string_view worker_id);
+  // Forgets the breakers of workers not in `live` (they left the registry).
+  void Retain(const std::vector<std::shared_ptr<const WorkerEndpoint>>& live);
+  // Forgets one worker's breaker (a new incarnation starts closed).
+  void Reset(absl::string_view worker_id);
+  // Workers whose breaker is open now.
+  int Open();
+
+ private:
+  struct Breaker {
+    int consecutive_failures = 0;
+    absl::Time open_until = absl::InfinitePast();
+    int trials = 0;
+  };
+  const CircuitBreakerOptions options_;
+  base::Clock* const clock_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Breaker> breakers_ ABSL_GUARDED_BY(mu_);
+};
+
+class WorkerDirectory final : public WorkerSource {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerDirectory>> Create(
       const WorkerDirectoryOptions& options);
@@ -89,41 +137,34 @@ class WorkerDirectory {
 
   // The workers of the last successful refresh, sorted by id. Refreshes
   // first when none has succeeded yet (Unavailable if Redis is down then).
-  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> Workers();
+  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> Workers() override;
 
   // Re-reads the registry now.
   absl::Status Refresh();
 
   // Breaker state. Healthy() is false while the breaker is open; after
   // open_for it returns true once and re-arms (half-open).
-  bool Healthy(absl::string_view worker_id);
+  bool Healthy(absl::string_view worker_id) override { return breakers_.Healthy(worker_id); }
   // The policy chose `worker_id`: takes the half-open trial when its
   // breaker is open and the period is over. False when the breaker is open
   // and the trial of this period was already taken (choose another).
-  bool Pick(absl::string_view worker_id);
-  void ReportSuccess(absl::string_view worker_id);
-  void ReportFailure(absl::string_view worker_id);
+  bool Pick(absl::string_view worker_id) override { return breakers_.Pick(worker_id); }
+  void ReportSuccess(absl::string_view worker_id) override { breakers_.ReportSuccess(worker_id); }
+  void ReportFailure(absl::string_view worker_id) override { breakers_.ReportFailure(worker_id); }
   // Workers whose breaker is open now (a gauge for operators).
-  int OpenBreakers();
+  int OpenBreakers() { return breakers_.Open(); }
 
  private:
   explicit WorkerDirectory(const WorkerDirectoryOptions& options);
   void RefreshLoop();
 
-  struct Breaker {
-    int consecutive_failures = 0;
-    absl::Time open_until = absl::InfinitePast();
-    int trials = 0;
-  };
-
   const WorkerDirectoryOptions options_;
-  base::Clock* const clock_;
+  CircuitBreakers breakers_;
   absl::Mutex mu_;
   // By id; replaced wholesale on refresh (entries shared with in-flight
   // requests stay valid through their shared_ptr).
   std::vector<std::shared_ptr<const WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
   bool refreshed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, Breaker> breakers_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -21,8 +21,8 @@ int PrefillStep::total_tokens() const {
 
 bool PrefillScheduler::PriorityLess::operator()(const Request* a,
                                                 const Request* b) const {
-  return std::tie(a->key, a->info.arrival_ns, a->add_seq) <
-         std::tie(b->key, b->info.arrival_ns, b->add_seq);
+  return std::tie(a->info.priority, a->key, a->info.arrival_ns, a->add_seq) <
+         std::tie(b->info.priority, b->key, b->info.arrival_ns, b->add_seq);
 }
 
 bool PrefillScheduler::ArrivalLess::operator()(const Request* a,

@@ -81,6 +81,18 @@
 // one, which then costs more, in the shadow too)
 // (tests/unit/sched/fcfs_guard_property_test.cc, bench/RESULTS.md).
 //
+// Priorities: queued requests are ordered by PrefillRequestInfo::priority
+// first (lower values first), then by the policy's key, in both policies and
+// in the guard's shadow, which is therefore a priority-then-FCFS scheduler.
+// So a request of a lower value is tried before every request of a higher
+// one; requests in progress still continue first (no preemption), and a
+// request skipped in a step (memory, the partial cap) lets the next in order
+// try. Under the guard, a request whose turn came in the shadow keeps its
+// deadline even if higher-priority requests arrive later: it may then start
+// ahead of them when due, so no priority value starves one that the shadow
+// has reached (a value that the shadow never reaches, because higher ones
+// keep it busy, waits: strict priority).
+//
 // Memory: before a queued request starts, NextStep() calls can_start(info).
 // true commits the scheduler to start it in this very step, so the callback
 // may reserve the request's KV pages for real (all of its uncached tokens; a
@@ -132,6 +144,10 @@ struct PrefillRequestInfo {
   int cached_tokens = 0;
   // Arrival time (any monotonic clock; the same one as NextStep's now_ns).
   int64_t arrival_ns = 0;
+  // Scheduling priority (the request's GenerateRequest.priority, vLLM's
+  // convention): queued requests are tried in ascending priority, the
+  // policy's order applying within one value (class comment, "Priorities").
+  int priority = 0;
 
   int uncached_tokens() const { return prompt_tokens - cached_tokens; }
 };

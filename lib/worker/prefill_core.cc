@@ -106,7 +106,11 @@ void PrefillCore::Impl::Admit(std::unique_ptr<Req> r) {
   }
   r->result.prompt_tokens = n;
   r->result.computed_tokens = n - r->result.cached_tokens;
-  absl::Status st = sched->Add({r->job.id, n, r->result.cached_tokens, r->arrival_ns});
+  absl::Status st = sched->Add({.id = r->job.id,
+                                .prompt_tokens = n,
+                                .cached_tokens = r->result.cached_tokens,
+                                .arrival_ns = r->arrival_ns,
+                                .priority = r->job.priority});
   if (!st.ok()) {
     Req* raw = r.get();
     reqs.emplace(r->job.id, std::move(r));
@@ -147,7 +151,11 @@ bool PrefillCore::Impl::ReleaseQueuedHits() {
     r->result.restore_saved_tokens = 0;
     ++released_hits;
     // Same arrival: the request keeps its place by wait time.
-    absl::Status st = sched->Add({r->job.id, n, 0, r->arrival_ns});
+    absl::Status st = sched->Add({.id = r->job.id,
+                                  .prompt_tokens = n,
+                                  .cached_tokens = 0,
+                                  .arrival_ns = r->arrival_ns,
+                                  .priority = r->job.priority});
     if (!st.ok()) Complete(r, st);
   }
   if (!release.empty()) {
@@ -375,8 +383,15 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   // The whole step, MTP over the prompt included: it ran after the forward
   // (one item at a time) and took ~47% of the prefill worker's time with the
   // tiny model, which the histogram used to leave out.
-  if (m.step_seconds != nullptr) {
-    m.step_seconds->Observe(static_cast<double>(base::MonotonicNanos() - t0) * 1e-9);
+  const double step_s = static_cast<double>(base::MonotonicNanos() - t0) * 1e-9;
+  if (m.step_seconds != nullptr) m.step_seconds->Observe(step_s);
+  int step_tokens = 0;
+  for (const model::ForwardItem& item : items) step_tokens += static_cast<int>(item.tokens.size());
+  rate_tokens = kRateDecay * rate_tokens + step_tokens;
+  rate_seconds = kRateDecay * rate_seconds + step_s;
+  if (rate_seconds > 0) {
+    absl::MutexLock lock(&mu);
+    load.prefill_tokens_per_second = rate_tokens / rate_seconds;
   }
   for (Req* r : failed) Complete(r, absl::InternalError("MTP forward over the prompt failed"));
 }

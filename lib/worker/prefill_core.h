@@ -103,6 +103,9 @@ struct PrefillJob {
   std::string id;
   std::vector<uint32_t> prompt;
   model::SamplingOptions sampling;
+  // Scheduling priority (sched::PrefillRequestInfo::priority): lower values
+  // start first.
+  int priority = 0;
   // Null: prefill only (warm the prefix cache), no decode leg.
   ShipFn ship;
   // Called once on the loop thread: the result after shipping, or the error
@@ -158,6 +161,10 @@ struct PrefillCoreOptions {
 struct PrefillLoad {
   int queued_requests = 0;
   int64_t queued_uncached_tokens = 0;
+  // Prompt tokens computed per second of forward steps (MTP over the prompt
+  // included), an exponential average over recent steps (each step's weight
+  // decays by 0.9 per later step); 0 before the first step.
+  double prefill_tokens_per_second = 0;
   int running_requests = 0;  // computing or shipping
   int64_t completed_total = 0;
   int64_t computed_tokens_total = 0;

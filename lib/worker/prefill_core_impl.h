@@ -223,6 +223,10 @@ struct PrefillCore::Impl {
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
   bool sched_blocked = false;
+  // Throughput (PrefillLoad::prefill_tokens_per_second): tokens and seconds
+  // of the forward steps, each sum decayed by kRateDecay per step.
+  static constexpr double kRateDecay = 0.9;
+  double rate_tokens = 0, rate_seconds = 0;
   model::ForwardOutput out;
   std::vector<model::ForwardItem> items;
   std::vector<Req*> item_reqs;

@@ -61,6 +61,10 @@ struct HttpService::Impl {
     requests->WithLabels({path, absl::StrCat(status)}).Increment();
   }
   void ReplyError(httplib::Response& res, const std::string& path, const api::ApiError& e) {
+    if (e.retry_after_ms > 0) {
+      res.set_header("Retry-After", absl::StrCat((e.retry_after_ms + 999) / 1000));
+      res.set_header("retry-after-ms", absl::StrCat(e.retry_after_ms));
+    }
     Reply(res, path, e.http_status, api::ErrorJson(e));
   }
 

@@ -65,6 +65,7 @@ struct RouterConfig {
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
+  double shed_backlog_seconds = router::RouterOptions{}.shed_backlog_seconds;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
   int64_t max_decode_attempts = router::RouterOptions{}.max_decode_attempts;
@@ -105,6 +106,9 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("default_max_tokens", &c->default_max_tokens, "max_tokens when a request gives none")
       .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
+      .Add("shed_backlog_seconds", &c->shed_backlog_seconds,
+           "429 with Retry-After for a new request when every prefill worker of its bucket "
+           "owes more than this many seconds of prefill (0: never)")
       .Add("retry.prefill_attempts", &c->max_prefill_attempts, "attempts of a prefill leg")
       .Add("retry.decode_attempts", &c->max_decode_attempts,
            "attempts of a decode leg (before the first token)")
@@ -205,6 +209,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
   opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
   opt.max_inflight_requests = static_cast<int>(c.max_inflight);
+  opt.shed_backlog_seconds = c.shed_backlog_seconds;
   opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
   opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);
   opt.request_timeout = c.request_timeout;

@@ -73,6 +73,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
     job.sampling = sampling_;
+    job.priority = req.priority();
     if (req.has_decode()) {
       const v1::DecodeTarget& target = req.decode();
       if (target.grpc_address().empty() || target.transfer_id().empty()) {
@@ -187,6 +188,7 @@ v1::WorkerLoad PrefillService::Load() const {
   v1::WorkerLoad w = worker::PoolLoad(shared_->options.worker_id, v1::ROLE_PREFILL, *shared_->options.pools);
   w.set_queued_requests(l.queued_requests);
   w.set_queued_uncached_tokens(l.queued_uncached_tokens);
+  w.set_prefill_tokens_per_second(l.prefill_tokens_per_second);
   w.set_running_requests(l.running_requests);
   return w;
 }

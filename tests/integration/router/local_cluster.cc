@@ -7,6 +7,7 @@
 #include <sstream>
 
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "lib/launch/service_process.h"
@@ -171,7 +172,9 @@ absl::StatusOr<LocalCluster::HttpResult> LocalCluster::Http(
     return absl::UnavailableError(
         absl::StrCat("HTTP ", method, " ", path, ": ", httplib::to_string(res.error())));
   }
-  return HttpResult{res->status, res->body};
+  HttpResult out{res->status, res->body, {}};
+  for (const auto& [k, v] : res->headers) out.headers[absl::AsciiStrToLower(k)] = v;
+  return out;
 }
 
 double LocalCluster::Metric(const std::string& id, const std::string& line_prefix) {

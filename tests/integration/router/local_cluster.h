@@ -67,6 +67,8 @@ class LocalCluster {
   struct HttpResult {
     int status = 0;
     std::string body;
+    // Response headers, names lower-cased.
+    std::map<std::string, std::string> headers;
   };
   absl::StatusOr<HttpResult> Http(const std::string& router_id, const std::string& method,
                                   const std::string& path, const std::string& body = "",

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lib/rpc/channel.h"
+#include "lib/rpc/status_conversion.h"
 #include "tests/integration/router/local_cluster.h"
 
 namespace swaserve {
@@ -429,6 +430,53 @@ TEST_F(RouterIntegrationTest, ZKilledPrefillWorkerIsRetriedElsewhere) {
     EXPECT_EQ(out["usage"]["completion_tokens"], 3) << out;
   }
   EXPECT_GE(cluster_->Metric("r1", R"(swaserve_router_retries_total{leg="prefill"})"), 1);
+}
+
+// Issue 22, admission under overload: a router at its in-flight bound
+// answers 429 with Retry-After (HTTP) and RESOURCE_EXHAUSTED with
+// ErrorDetail.retry_after_ms (gRPC), and counts the shed request.
+TEST_F(RouterIntegrationTest, OverloadIsAnsweredWithRetryAfter) {
+  auto r = cluster_->StartRouter("r6", {"--max_inflight=1"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r6", absl::Seconds(20)).ok());
+  std::thread slow([&] {
+    auto res = cluster_->Http(
+        "r6", "POST", "/v1/completions",
+        json{{"model", "tiny"}, {"prompt", "long"}, {"max_tokens", 1500}, {"ignore_eos", true}}
+            .dump());
+    EXPECT_TRUE(res.ok() && res->status == 200);
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (cluster_->Metric("r6", "swaserve_router_inflight_requests") < 1 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto shed = cluster_->Http("r6", "POST", "/v1/completions",
+                             json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 2}}.dump());
+  ASSERT_TRUE(shed.ok());
+  EXPECT_EQ(shed->status, 429) << shed->body;
+  EXPECT_EQ(shed->headers["retry-after"], "1");
+  EXPECT_EQ(shed->headers["retry-after-ms"], "1000");
+  auto stub = cluster_->RouterStub("r6");
+  ASSERT_NE(stub, nullptr);
+  v1::GenerateRequest g;
+  g.set_model("tiny");
+  g.set_text("hi");
+  g.mutable_sampling()->set_max_tokens(2);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Generate(&ctx, g);
+  v1::GenerateResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->code(), v1::ERROR_CODE_OVERLOADED);
+  EXPECT_EQ(d->retry_after_ms(), 1000u);
+  slow.join();
+  EXPECT_EQ(cluster_->Metric("r6", R"(swaserve_router_shed_total{reason="inflight"})"), 2);
 }
 
 }  // namespace

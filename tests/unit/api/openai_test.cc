@@ -244,6 +244,16 @@ TEST(ParseCompletionTest, SamplingRanges) {
   ExpectCompletionParamError("top_k", 4294967296ull, "top_k");
   ExpectCompletionParamError("seed", 1.5, "seed");
   ExpectCompletionParamError("seed", "7", "seed");
+  ExpectCompletionParamError("priority", 1000001, "priority");
+  ExpectCompletionParamError("priority", -1000001, "priority");
+  ExpectCompletionParamError("priority", 0.5, "priority");
+  {
+    json body = BaseChat();  // vLLM's extension, on both endpoints
+    body["priority"] = -3;
+    EXPECT_EQ(MustParse(Chat(body)).request.priority(), -3);
+    body = BaseCompletion();
+    EXPECT_EQ(MustParse(Completion(body)).request.priority(), 0);
+  }
 
   json body = BaseCompletion();
   body["temperature"] = 0;
@@ -677,6 +687,9 @@ TEST(ErrorJsonTest, FromStatusAndDetail) {
   EXPECT_EQ(e.message, "too long");
   d.set_code(v1::ERROR_CODE_OVERLOADED);
   EXPECT_EQ(ApiErrorFromDetail(d).http_status, 429);
+  EXPECT_EQ(ApiErrorFromDetail(d).retry_after_ms, 0u);
+  d.set_retry_after_ms(2500);  // the HTTP layer's Retry-After
+  EXPECT_EQ(ApiErrorFromDetail(d).retry_after_ms, 2500u);
   d.set_code(v1::ERROR_CODE_NO_WORKERS);
   EXPECT_EQ(ApiErrorFromDetail(d).http_status, 503);
   d.set_code(v1::ERROR_CODE_UNKNOWN_MODEL);

@@ -410,5 +410,42 @@ TEST(TieredCredit, LowerTierTokensCountAtTheirWeight) {
   EXPECT_EQ(ValidatePolicyOptions(o).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ShedRetryAfter, ShedsOnlyWhenEveryEligibleWorkerIsBacklogged) {
+  auto cand = [](std::string id, int64_t queued, double rate) {
+    PrefillCandidate c;
+    c.id = std::move(id);
+    c.queued_uncached_tokens = queued;
+    c.tokens_per_second = rate;
+    return c;
+  };
+  // 1,000 tokens/s: 50 s and 80 s of backlog against a 30 s bound.
+  std::vector<PrefillCandidate> c = {cand("a", 50000, 1000), cand("b", 80000, 1000)};
+  std::optional<double> retry = ShedRetryAfterSeconds(c, 30);
+  ASSERT_TRUE(retry.has_value());
+  EXPECT_DOUBLE_EQ(*retry, 20.0);  // a drains back under 30 s in 20 s
+  // One worker under the bound admits the request.
+  c.push_back(cand("c", 20000, 1000));
+  EXPECT_FALSE(ShedRetryAfterSeconds(c, 30).has_value());
+  // ...unless it is unhealthy or has no load report (not eligible).
+  c[2].healthy = false;
+  EXPECT_TRUE(ShedRetryAfterSeconds(c, 30).has_value());
+  c[2].healthy = true;
+  c[2].has_load = false;
+  EXPECT_TRUE(ShedRetryAfterSeconds(c, 30).has_value());
+  // An eligible worker without a measured throughput: admitted (no basis).
+  c[2] = cand("c", 10'000'000, 0);
+  EXPECT_FALSE(ShedRetryAfterSeconds(c, 30).has_value());
+  // Disabled, and at the bound exactly (not above it).
+  c.pop_back();
+  EXPECT_FALSE(ShedRetryAfterSeconds(c, 0).has_value());
+  EXPECT_FALSE(ShedRetryAfterSeconds(c, 50).has_value());
+  // The floor on Retry-After.
+  retry = ShedRetryAfterSeconds(c, 49.9, 1.0);
+  ASSERT_TRUE(retry.has_value());
+  EXPECT_DOUBLE_EQ(*retry, 1.0);
+  // No eligible candidates: not this check's business.
+  EXPECT_FALSE(ShedRetryAfterSeconds({}, 30).has_value());
+}
+
 }  // namespace
 }  // namespace swaserve::router

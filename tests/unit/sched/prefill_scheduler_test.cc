@@ -543,3 +543,75 @@ TEST(WindowRestoreTest, ChoosesTheCheaperStartByWork) {
 
 }  // namespace
 }  // namespace swaserve::sched
+
+namespace swaserve::sched {
+namespace {
+
+PrefillRequestInfo Prio(std::string id, int prompt, int priority, int64_t arrival_ns) {
+  return {.id = std::move(id), .prompt_tokens = prompt, .cached_tokens = 0,
+          .arrival_ns = arrival_ns, .priority = priority};
+}
+
+// Issue 22: lower priority values are tried first; the policy orders
+// requests of one value.
+TEST(PrefillSchedulerPriorityTest, LowerValuesStartFirstAndThePolicyOrdersEachValue) {
+  for (Policy policy : {Policy::kFcfs, Policy::kComputeAware}) {
+    PrefillSchedulerOptions o = OnePerStep(policy);
+    o.fcfs_wait_ratio = 0;  // the guard is tested below
+    auto s = Make(o);
+    ASSERT_TRUE(s->Add(Prio("a", 100, 0, 0)).ok());
+    ASSERT_TRUE(s->Add(Prio("b", 50, 1, 0)).ok());
+    ASSERT_TRUE(s->Add(Prio("c", 500, -1, 1)).ok());
+    ASSERT_TRUE(s->Add(Prio("d", 10, 0, 2)).ok());
+    if (policy == Policy::kFcfs) {
+      EXPECT_THAT(StartOrder(*s, 3), ElementsAre("c", "a", "d", "b"));
+    } else {
+      EXPECT_THAT(StartOrder(*s, 3), ElementsAre("c", "d", "a", "b"));
+    }
+  }
+}
+
+// Without priorities (all 0) the order is the policy's alone: the field's
+// default changes nothing.
+TEST(PrefillSchedulerPriorityTest, EqualPrioritiesKeepThePolicyOrder) {
+  auto s = Make(OnePerStep(Policy::kComputeAware));
+  ASSERT_TRUE(s->Add(Prio("a", 100, 7, 0)).ok());
+  ASSERT_TRUE(s->Add(Prio("b", 50, 7, 0)).ok());
+  ASSERT_TRUE(s->Add(Prio("c", 500, 7, 1)).ok());
+  EXPECT_THAT(StartOrder(*s, 2), ElementsAre("b", "a", "c"));
+}
+
+// A request of a lower value that memory refuses does not block higher
+// values from using the step (it keeps its place and starts when it fits).
+TEST(PrefillSchedulerPriorityTest, ARefusedUrgentRequestKeepsItsPlace) {
+  PrefillSchedulerOptions o = OnePerStep(Policy::kComputeAware);
+  o.fcfs_wait_ratio = 0;
+  auto s = Make(o);
+  ASSERT_TRUE(s->Add(Prio("urgent", 1000, -5, 0)).ok());
+  ASSERT_TRUE(s->Add(Prio("normal", 10, 0, 0)).ok());
+  bool fits = false;
+  auto can_start = [&](const PrefillRequestInfo& info) { return info.id != "urgent" || fits; };
+  EXPECT_THAT(Ids(s->NextStep(1, can_start)), ElementsAre("normal"));
+  ASSERT_TRUE(s->Add(Prio("later", 5, 0, 2)).ok());
+  fits = true;
+  EXPECT_THAT(Ids(s->NextStep(3, can_start)), ElementsAre("urgent"));
+  EXPECT_THAT(Ids(s->NextStep(4, can_start)), ElementsAre("later"));
+}
+
+// With the FCFS-wait guard (the default) the shadow is priority-then-FCFS:
+// a stream of urgent arrivals still goes first, and the low-priority
+// request starts once the urgent ones are done.
+TEST(PrefillSchedulerPriorityTest, TheGuardKeepsPriorityOrder) {
+  auto s = Make(OnePerStep(Policy::kComputeAware));
+  ASSERT_TRUE(s->Add(Prio("low", 10, 5, 0)).ok());
+  std::vector<std::string> order;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(s->Add(Prio(absl::StrCat("u", i), 100, -1, i)).ok());
+    for (const PrefillChunk& c : s->NextStep(i).chunks) order.push_back(c.id);
+  }
+  for (const PrefillChunk& c : s->NextStep(7).chunks) order.push_back(c.id);
+  EXPECT_THAT(order, ElementsAre("u0", "u1", "u2", "u3", "u4", "u5", "low"));
+}
+
+}  // namespace
+}  // namespace swaserve::sched

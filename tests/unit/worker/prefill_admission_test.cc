@@ -3,6 +3,7 @@
 // request's need can exceed the pool while nothing runs. The core must
 // still make progress: every request finishes, or fails with a clear
 // ResourceExhausted, and nothing is left locked or in use afterwards.
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -38,13 +39,15 @@ class Admission {
   ~Admission() { core_->Stop(); }
 
   // Prefill only (no decode leg): what the admission test needs.
-  absl::Status Submit(const std::string& id, std::vector<uint32_t> prompt) {
+  absl::Status Submit(const std::string& id, std::vector<uint32_t> prompt, int priority = 0) {
     PrefillJob j;
     j.id = id;
     j.prompt = std::move(prompt);
+    j.priority = priority;
     j.done = [this, id](absl::StatusOr<PrefillResult> r) {
       absl::MutexLock lock(&mu_);
       results_[id] = r.status();
+      order_.push_back(id);
     };
     absl::Status st = core_->Submit(std::move(j));
     if (!st.ok()) {
@@ -63,6 +66,11 @@ class Admission {
     absl::MutexLock lock(&mu_);
     return results_;
   }
+  // Ids in the order their requests ended.
+  std::vector<std::string> order() {
+    absl::MutexLock lock(&mu_);
+    return order_;
+  }
   void CheckClean() {
     core_->Stop();
     EXPECT_EQ(pools_->full().num_in_use(), 0);
@@ -78,6 +86,7 @@ class Admission {
   std::unique_ptr<PrefillCore> core_;
   absl::Mutex mu_;
   std::map<std::string, absl::Status> results_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
 };
 
 std::vector<uint32_t> Concat(std::vector<uint32_t> a,
@@ -176,6 +185,26 @@ TEST(PrefillAdmission, RequestsStartOnlyWhenTheirSwaWindowFits) {
     }
     a.CheckClean();
   }
+}
+
+// Issue 22: a job's priority reaches the scheduler. Requests of equal
+// length queue FCFS; an urgent one submitted last overtakes every queued
+// one (at most the one already computing finishes before it: no
+// preemption). The load report then carries the measured throughput the
+// router's shedding divides by.
+TEST(PrefillPriority, AnUrgentRequestOvertakesTheQueueAndTheLoadReportsThroughput) {
+  Admission a(400);
+  EXPECT_EQ(a.core().GetLoad().prefill_tokens_per_second, 0);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(a.Submit(absl::StrCat("low", i), testing::RandomPrompt(300 + i, 160), 5).ok());
+  }
+  ASSERT_TRUE(a.Submit("urgent", testing::RandomPrompt(399, 160), -1).ok());
+  ASSERT_TRUE(a.WaitAll(5, absl::Seconds(120)));
+  const std::vector<std::string> order = a.order();
+  const auto at = std::find(order.begin(), order.end(), "urgent") - order.begin();
+  EXPECT_LE(at, 1) << "ended " << at << "th of 5";
+  EXPECT_GT(a.core().GetLoad().prefill_tokens_per_second, 0);
+  a.CheckClean();
 }
 
 }  // namespace

