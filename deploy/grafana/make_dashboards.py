@@ -32,6 +32,9 @@ DASHBOARDS = {
         panel("Requests by status code", [
             ("sum by (code) (rate(swaserve_router_requests_total[$__rate_interval]))", "{{code}}"),
         ], "reqps", "Final status of every request (OK, RESOURCE_EXHAUSTED, ...)."),
+        panel("Load shed (429 with Retry-After)", [
+            ("sum by (reason) (rate(swaserve_router_shed_total[$__rate_interval]))", "{{reason}}"),
+        ], "reqps", "New requests the routers refused before any worker call: too many in flight (inflight) or every prefill worker of the bucket over --shed_backlog_seconds of queued prefill (backlog)."),
         panel("Prefix-cache hit rate: cluster and per bucket", [
             ("sum(rate(swaserve_router_cached_tokens_total[$__rate_interval])) / sum(rate(swaserve_router_prompt_tokens_total[$__rate_interval]))", "cluster"),
             ("sum by (bucket) (rate(swaserve_router_cached_tokens_total[$__rate_interval])) / sum by (bucket) (rate(swaserve_router_prompt_tokens_total[$__rate_interval]))", "bucket {{bucket}}"),
