@@ -86,6 +86,10 @@ class KeySchema {
   std::string LoadKey(absl::string_view id) const;
   std::string PrefixKey(absl::string_view id) const;
   std::string PredictedKey(absl::string_view id) const;
+  // HASH worker id -> Unix ms until which its predicted ZSET may hold live
+  // entries (prefix_index.h: one HMGET tells the match which candidates to
+  // scan predictions of).
+  std::string PredictedUntilKey() const { return prefix_ + "predicted_until"; }
   std::string SwaGoneKey(absl::string_view id) const;
   // The worker's pages held in a lower tier (L2, host memory): prefix_index.h.
   std::string LowerTierKey(absl::string_view id) const;

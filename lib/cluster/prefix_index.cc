@@ -22,7 +22,7 @@ namespace {
 // (tombstoned), "H" SWA KV stored again (healed), "D" down to the lower
 // tier, "U" up to L1), packed hashes. Returns the SET's size afterwards.
 const RedisScript& ApplyScript() {
-  static const RedisScript* script = new RedisScript{"prefix_apply_v3", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_apply_v4", R"lua(
 local set, pred, gone, lower = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local cap = tonumber(ARGV[2])
 local sub = string.sub
@@ -65,8 +65,11 @@ for i = 3, #ARGV, 2 do
 end
 local size = redis.call('SCARD', set)
 if cap > 0 and size > cap then
-  redis.call('SPOP', set, size - cap)
-  size = cap
+  -- Only lost removal events can push a worker past the bound. Random
+  -- eviction would leave holes inside prefixes (the match's search needs
+  -- prefix-closed SETs): drop the worker's entries instead, as on a clear.
+  redis.call('DEL', set, pred, gone, lower)
+  size = 0
 end
 if size > 0 then
   redis.call('PEXPIRE', set, ARGV[1])
@@ -86,10 +89,12 @@ return size
 }
 
 // KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET.
+// KEYS[3] = the cluster's predicted-until HASH.
 // ARGV[1] = predicted_ttl ms, ARGV[2] = cap of the ZSET (0 = none),
-// ARGV[3] = packed hashes. Returns the ZSET's size afterwards.
+// ARGV[3] = packed hashes, ARGV[4] = the worker id. Returns the ZSET's size
+// afterwards.
 const RedisScript& DispatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_dispatch", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_dispatch_v2", R"lua(
 local set, pred = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -125,6 +130,9 @@ end
 local top = redis.call('ZRANGE', pred, -1, -1, 'WITHSCORES')
 if top[2] then
   redis.call('PEXPIREAT', pred, top[2])
+  -- Every dispatch lives predicted_ttl, so no field outlives this one.
+  redis.call('HSET', KEYS[3], ARGV[4], top[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[1])
 end
 return size
 )lua"};
@@ -132,11 +140,11 @@ return size
 }
 
 // KEYS = per candidate its SET, ZSET, SWA-gone SET and lower-tier SET (4
-// keys each), then
-// optional value keys; ARGV[1] = the prompt's packed page hashes in prefix
-// order, ARGV[2] = the number of candidates, ARGV[3] = window pages wp (the
-// pages whose SWA KV a hit at a page boundary needs: ceil((W - 1) / page);
-// 0: do not check). Returns, per candidate, the number of leading pages it
+// keys each), then the predicted-until HASH, then optional value keys;
+// ARGV[1] = the prompt's packed page hashes in prefix order, ARGV[2] = the
+// number of candidates, ARGV[3] = window pages wp (the pages whose SWA KV a
+// hit at a page boundary needs: ceil((W - 1) / page); 0: do not check),
+// ARGV[4..] = the candidates' ids. Returns, per candidate, the number of leading pages it
 // holds; then a table with, per candidate, 1 when the match ends window-safe
 // (none of its last wp pages is in the SWA-gone SET; pages held only by a
 // prediction count as live) else 0; then a table with, per candidate, how
@@ -145,60 +153,98 @@ return size
 // path, so its L2 pages are a suffix of any match: O(log depth) SISMEMBER),
 // = depth when the SET is absent; then (with value keys) MGET of the value
 // keys — so a router reads loads and prefix depths in one round trip.
-// Members are cut out of ARGV[1] once, on demand, and shared by the
-// candidates.
+//
+// The depth (prefix_index.h "Match"): the authoritative SET is closed under
+// prefixes, so the prompt's pages in it are exactly pages 1..d for some d,
+// found by search instead of a scan: page 1 (a miss ends there), pages 2,
+// 4, 8, ..., n while held, then a binary search in the bracket left — one
+// SISMEMBER per probe, as a member costs about what a call does on a large
+// SET (measured: bench/RESULTS.md "Router decision latency"). Then, when the worker has predictions (its predicted-until time,
+// read for all candidates in one HMGET, is in the future), pages d+1.. are scanned
+// through the ZSET in growing chunks (none of them is in the SET). Members
+// are cut out of ARGV[1] on demand and shared by the candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match_v3", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_match_v6", R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local packed = ARGV[1]
 local n = #packed / 8
 local sub = string.sub
+local floor = math.floor
 local members = {}
-local cut = 0
+local function m(i)
+  local v = members[i]
+  if not v then
+    v = sub(packed, i * 8 - 7, i * 8)
+    members[i] = v
+  end
+  return v
+end
+-- The largest d with pages 1..d in `set`, given that they form a prefix:
+-- page 1 (a miss ends here), then pages 2, 4, 8, ... up to n, then a binary
+-- search between the last page held and the first not held. One member per
+-- call: on a large SET a member costs about as much as a call.
+local function auth_depth(set)
+  if redis.call('SISMEMBER', set, m(1)) == 0 then return 0 end
+  local lo, hi = 1, n
+  local p = 2
+  while lo < n do
+    if p > n then p = n end
+    if redis.call('SISMEMBER', set, m(p)) == 1 then
+      lo = p
+      p = p * 2
+    else
+      hi = p - 1
+      break
+    end
+  end
+  while lo < hi do
+    local mid = floor((lo + hi + 1) / 2)
+    if redis.call('SISMEMBER', set, m(mid)) == 1 then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
 local result = {}
 local ncand = tonumber(ARGV[2])
 local wp = tonumber(ARGV[3]) or 0
 local safe = {}
 local upper = {}
+local pred_until = {}
+if ncand > 0 and n > 0 then
+  pred_until = redis.call('HMGET', KEYS[4 * ncand + 1], unpack(ARGV, 4, 3 + ncand))
+end
 for c = 1, ncand do
   local set, pred, gone, lower = KEYS[4 * c - 3], KEYS[4 * c - 2], KEYS[4 * c - 1], KEYS[4 * c]
-  local has_pred = redis.call('EXISTS', pred) == 1
   local depth = 0
-  local chunk = 8
-  local open = true
-  while open and depth < n do
-    local first = depth + 1
-    local last = math.min(n, depth + chunk)
-    for i = cut + 1, last do members[i] = sub(packed, i * 8 - 7, i * 8) end
-    if last > cut then cut = last end
-    local held = redis.call('SMISMEMBER', set, unpack(members, first, last))
-    local len = last - first + 1
-    local k = 1
-    while k <= len and held[k] == 1 do k = k + 1 end
-    if k <= len and has_pred then
-      -- The SET lacks page k: continue through predicted entries.
-      local k0 = k
-      local scores = redis.call('ZMSCORE', pred,
-                                unpack(members, first + k0 - 1, last))
+  if n > 0 then depth = auth_depth(set) end
+  local pu = pred_until[c]
+  if depth < n and pu and tonumber(pu) > now then
+    -- Beyond the SET's part: live predicted entries, in prefix order.
+    local chunk = 8
+    local open = true
+    while open and depth < n do
+      local first = depth + 1
+      local last = math.min(n, depth + chunk)
+      local args = {}
+      for i = first, last do args[#args + 1] = m(i) end
+      local scores = redis.call('ZMSCORE', pred, unpack(args))
+      local k = 1
+      local len = last - first + 1
       while k <= len do
-        local s = scores[k - k0 + 1]
-        if held[k] == 1 or (s and tonumber(s) > now) then
-          k = k + 1
-        else
-          break
-        end
+        local s = scores[k]
+        if s and tonumber(s) > now then k = k + 1 else break end
       end
+      if k <= len then open = false end
+      depth = depth + k - 1
+      if chunk < 2048 then chunk = chunk * 4 end
     end
-    if k <= len then open = false end
-    depth = depth + k - 1
-    if chunk < 2048 then chunk = chunk * 4 end
   end
   result[c] = depth
   safe[c] = 1
   if wp > 0 and depth > 0 and redis.call('EXISTS', gone) == 1 then
-    local first = math.max(1, depth - wp + 1)
-    local dropped = redis.call('SMISMEMBER', gone, unpack(members, first, depth))
+    local args = {}
+    for i = math.max(1, depth - wp + 1), depth do args[#args + 1] = m(i) end
+    local dropped = redis.call('SMISMEMBER', gone, unpack(args))
     for k = 1, #dropped do
       if dropped[k] == 1 then safe[c] = 0 end
     end
@@ -207,16 +253,16 @@ for c = 1, ncand do
   if depth > 0 and redis.call('EXISTS', lower) == 1 then
     local lo, hi = 1, depth + 1
     while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if redis.call('SISMEMBER', lower, members[mid]) == 1 then hi = mid else lo = mid + 1 end
+      local mid = floor((lo + hi) / 2)
+      if redis.call('SISMEMBER', lower, m(mid)) == 1 then hi = mid else lo = mid + 1 end
     end
     upper[c] = lo - 1
   end
 end
 result[ncand + 1] = safe
 result[ncand + 2] = upper
-if #KEYS > 4 * ncand then
-  result[ncand + 3] = redis.call('MGET', unpack(KEYS, 4 * ncand + 1, #KEYS))
+if #KEYS > 4 * ncand + 1 then
+  result[ncand + 3] = redis.call('MGET', unpack(KEYS, 4 * ncand + 2, #KEYS))
 end
 return result
 )lua"};
@@ -300,10 +346,12 @@ absl::Status PrefixIndex::RecordDispatch(absl::string_view worker_id,
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
   if (hashes.empty()) return absl::OkStatus();
   const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
-                                         keys_.PredictedKey(worker_id)};
+                                         keys_.PredictedKey(worker_id),
+                                         keys_.PredictedUntilKey()};
   const std::vector<std::string> args = {
       absl::StrCat(absl::ToInt64Milliseconds(options_.predicted_ttl)),
-      absl::StrCat(options_.max_predicted_per_worker), PackPageHashes(hashes)};
+      absl::StrCat(options_.max_predicted_per_worker), PackPageHashes(hashes),
+      std::string(worker_id)};
   return redis_->Evalsha(DispatchScript(), keys, args, "record_dispatch")
       .status();
 }
@@ -320,7 +368,7 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     std::vector<std::optional<std::string>>* values, int window_pages,
     std::vector<bool>* window_safe, std::vector<int64_t>* l1_pages) {
   std::vector<std::string> keys;
-  keys.reserve(4 * candidates.size() + value_keys.size());
+  keys.reserve(4 * candidates.size() + 1 + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
     keys.push_back(keys_.PrefixKey(id));
@@ -333,9 +381,11 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   if (window_safe != nullptr) window_safe->assign(candidates.size(), true);
   if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
   if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
+  keys.push_back(keys_.PredictedUntilKey());
   for (const std::string& k : value_keys) keys.push_back(k);
-  const std::string args[3] = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
-                               absl::StrCat(std::max(0, window_pages))};
+  std::vector<std::string> args = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
+                                   absl::StrCat(std::max(0, window_pages))};
+  args.insert(args.end(), candidates.begin(), candidates.end());
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
                                    "match_prefixes"));

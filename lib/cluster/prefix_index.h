@@ -54,18 +54,28 @@
 // noeviction (size maxmemory above workers x bounds): allkeys-* policies
 // could evict worker records.
 //
-// Match: a Lua script (loaded once, EVALSHA) receives each candidate's two
-// keys and the prompt's page hashes in prefix order, packed into one
-// argument (PackPageHashes) and cut apart lazily. Per candidate it checks
-// pages in growing chunks (8, 32, 128, 512, then 2048 at a time) with
-// SMISMEMBER (integer replies: cheap; the small first chunk keeps the many
-// candidates that lack a prompt cheap, see bench/router/decision_bench),
-// consults the predicted ZSET (ZMSCORE) only from the first page the SET
-// lacks and only when the worker has predictions, and stops at the first
-// page held neither way. So the work is proportional to the matched depth,
-// not the prompt, and a candidate with nothing cached costs two small
-// calls. The result is exact: depth(c) is the largest d such that pages
-// 0..d-1 are all held by c.
+// Match: a Lua script (loaded once, EVALSHA) receives each candidate's keys
+// and the prompt's page hashes in prefix order, packed into one argument
+// (PackPageHashes) and cut apart lazily. It relies on one invariant: a
+// worker's authoritative SET is closed under prefixes (with a page, all the
+// pages before it in its chain). Chained hashes name a whole prefix, and
+// the worker's cache is a radix tree that stores a node only under its
+// parent and evicts only leaves (kv::PrefixCache emits kRemoved only from
+// DeleteLeaf), its events are applied in order, a lost or dropped event
+// clears the worker (kCleared), and a SET past max_entries_per_worker is
+// dropped whole instead of evicted at random. So the prompt's pages in a
+// SET are exactly its first d pages, and d is found by search, not a scan:
+// page 1 (a miss costs one probe), then pages 2, 4, 8, ..., n while held,
+// then a binary search in the bracket left — O(log n) single-member
+// SISMEMBER probes per candidate instead of d members
+// (bench/router/decision_bench: Redis CPU per decision). From
+// page d on, a worker with predictions is scanned through its ZSET
+// (ZMSCORE) in growing chunks (8, 32, 128, ...), stopping at the first page
+// not live there; predicted entries need not be prefix-closed. The result
+// is exact: depth(c) is the largest d such that pages 0..d-1 are all held
+// by c (in its SET or live in its ZSET), given the invariant. Were the
+// invariant broken (a bug, or a hand-edited key), a depth could be off
+// until the worker's next clear; it only steers routing, never the output.
 //
 // The index lives in one Redis instance (scripts touch several keys; Redis
 // Cluster is not supported). Ownership: does not own the RedisClient, which

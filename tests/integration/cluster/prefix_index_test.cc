@@ -100,9 +100,9 @@ TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
   const std::vector<uint64_t> chain = Chain(1, 10);
   Apply(*index, "a", Kind::kStored, Slice(chain, 0, 7));
   Apply(*index, "b", Kind::kStored, Slice(chain, 0, 3));
-  // c holds pages 0..1 and 3..9: a hole at 2.
+  // c held all 10 pages and evicted 2..9 (leaves first, as a cache does).
   Apply(*index, "c", Kind::kStored, chain);
-  Apply(*index, "c", Kind::kRemoved, {chain[2]});
+  Apply(*index, "c", Kind::kRemoved, Slice(chain, 2, 10));
   // d holds 0..3 by its own events and 4..5 predicted (dispatched to it).
   Apply(*index, "d", Kind::kStored, Slice(chain, 0, 4));
   ASSERT_TRUE(index->RecordDispatch("d", Slice(chain, 0, 6)).ok());
@@ -110,10 +110,11 @@ TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
               ElementsAre(7, 3, 2, 6, 0));
   // Order of candidates is the order of results; duplicates allowed.
   EXPECT_THAT(Match(*index, chain, {"b", "a", "b"}), ElementsAre(3, 7, 3));
-  // A prompt diverging after page 4 matches at most 4 pages.
+  // A prompt diverging after page 4 matches at most 4 pages (its later
+  // pages have other hashes: each hash chains over the whole prefix).
   std::vector<uint64_t> other = Slice(chain, 0, 4);
   other.push_back(12345);
-  other.push_back(chain[5]);
+  other.push_back(67890);
   EXPECT_THAT(Match(*index, other, {"a", "b", "d"}), ElementsAre(4, 3, 4));
   // Empty inputs cost nothing and are well defined.
   EXPECT_THAT(Match(*index, {}, {"a", "b"}), ElementsAre(0, 0));
@@ -248,9 +249,11 @@ TEST_F(PrefixIndexTest, MatchAlsoReadsValuesInTheSameRoundTrip) {
 }
 
 // Random chains with shared prefixes; per worker random batches of stored
-// prefixes, removals (suffixes and scattered pages: holes), clears, and
-// router dispatches (predicted entries); every query's depths must equal a
-// brute-force computation over a local model of the index.
+// prefixes, evictions of leaves (chain tails and random leaves, as a radix
+// tree evicts: a worker's pages stay prefix-closed, which the match's search
+// relies on), removals of pages never stored, clears, and router dispatches
+// (predicted entries, which need not be prefix-closed); every query's
+// depths must equal a brute-force computation over a local model.
 TEST_F(PrefixIndexTest, RandomizedMatchEqualsBruteForce) {
   auto index = MakeIndex();
   std::mt19937_64 rng(20240601);
@@ -265,6 +268,12 @@ TEST_F(PrefixIndexTest, RandomizedMatchEqualsBruteForce) {
     const size_t extra = 1 + rng() % 200;
     for (size_t i = 0; i < extra; ++i) chain.push_back(rng());
     chains.push_back(std::move(chain));
+  }
+  // Each page's parent (the page before it in its chains: shared prefixes
+  // are identical, so it is unique).
+  absl::flat_hash_map<uint64_t, uint64_t> parent;
+  for (const auto& chain : chains) {
+    for (size_t i = 1; i < chain.size(); ++i) parent[chain[i]] = chain[i - 1];
   }
   const std::vector<std::string> workers = {"w0", "w1", "w2", "w3",
                                             "w4", "w5", "w6", "w7"};
@@ -286,18 +295,42 @@ TEST_F(PrefixIndexTest, RandomizedMatchEqualsBruteForce) {
           const size_t len = rng() % (chain.size() + 1);
           ops.push_back({Kind::kStored, Slice(chain, 0, len)});
           m.stored.insert(chain.begin(), chain.begin() + len);
-        } else if (what < 9) {  // remove a suffix, or scattered pages
-          std::vector<uint64_t> removed;
-          if (rng() % 2 == 0) {
-            removed = Slice(chain, rng() % (chain.size() + 1), chain.size());
-          } else {
-            for (uint64_t h : chain) {
-              if (rng() % 8 == 0) removed.push_back(h);
-            }
+        } else if (what < 9) {  // evict leaves: a chain's tail, or random ones
+          // A cache evicts only pages no cached page descends from (the
+          // radix tree's leaves), so a worker's pages stay prefix-closed.
+          absl::flat_hash_map<uint64_t, int> children;
+          for (uint64_t h : m.stored) {
+            auto p = parent.find(h);
+            if (p != parent.end()) ++children[p->second];
           }
-          for (uint64_t h : removed) {
+          std::vector<uint64_t> removed;
+          auto evict = [&](uint64_t h) {
+            if (!m.stored.contains(h) || children[h] > 0) return false;
             m.stored.erase(h);
             m.predicted.erase(h);
+            auto p = parent.find(h);
+            if (p != parent.end()) --children[p->second];
+            removed.push_back(h);
+            return true;
+          };
+          if (rng() % 2 == 0) {
+            const size_t from = rng() % (chain.size() + 1);
+            for (size_t i = chain.size(); i > from; --i) {
+              if (m.stored.contains(chain[i - 1]) && !evict(chain[i - 1])) break;
+            }
+          } else {
+            std::vector<uint64_t> pages(m.stored.begin(), m.stored.end());
+            std::sort(pages.begin(), pages.end());
+            for (int k = 0; k < 8 && !pages.empty(); ++k) evict(pages[rng() % pages.size()]);
+          }
+          // A removal may also name pages the worker never stored (e.g.
+          // after a clear): they only drop predictions.
+          if (rng() % 4 == 0) {
+            const uint64_t h = chain[rng() % chain.size()];
+            if (!m.stored.contains(h)) {
+              m.predicted.erase(h);
+              removed.push_back(h);
+            }
           }
           ops.push_back({Kind::kRemoved, std::move(removed)});
         } else if (rng() % 3 == 0) {
@@ -392,9 +425,9 @@ TEST_F(PrefixIndexTest, RemovalAndClearAreAuthoritative) {
   EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(4));
   EXPECT_EQ(Sizes(*index, "w").predicted, 2);  // pages 5 and 7
   // Ops in one batch apply in order: remove then store again -> present.
-  std::vector<CacheEventOp> ops = {{Kind::kRemoved, {chain[0]}},
-                                   {Kind::kStored, {chain[0]}},
-                                   {Kind::kStored, {chain[4], chain[6]}}};
+  std::vector<CacheEventOp> ops = {{Kind::kRemoved, {chain[3]}},
+                                   {Kind::kStored, {chain[3]}},
+                                   {Kind::kStored, {chain[4], chain[5], chain[6]}}};
   ASSERT_TRUE(index->Apply("w", ops).ok());
   EXPECT_THAT(Match(*index, chain, {"w"}), ElementsAre(8));
   ops = {{Kind::kStored, {chain[7]}},
@@ -413,9 +446,14 @@ TEST_F(PrefixIndexTest, RemovalAndClearAreAuthoritative) {
 TEST_F(PrefixIndexTest, EntryBoundsPerWorker) {
   auto index = MakeIndex(
       {.max_entries_per_worker = 100, .max_predicted_per_worker = 50});
-  // Authoritative: a safety valve, random eviction beyond the bound.
-  EXPECT_EQ(Apply(*index, "w", Kind::kStored, Chain(4, 150)), 100);
-  EXPECT_EQ(Sizes(*index, "w").authoritative, 100);
+  // Authoritative: a safety valve against lost removal events. Beyond the
+  // bound the worker's entries are dropped (random eviction would leave
+  // holes in its prefixes), as on a clear.
+  EXPECT_EQ(Apply(*index, "w", Kind::kStored, Chain(4, 90)), 90);
+  EXPECT_EQ(Apply(*index, "w", Kind::kStored, Chain(7, 20)), 0);
+  EXPECT_EQ(Sizes(*index, "w").authoritative, 0);
+  EXPECT_THAT(Match(*index, Chain(4, 90), {"w"}), ElementsAre(0));
+  EXPECT_EQ(Apply(*index, "w", Kind::kStored, Chain(4, 90)), 90);  // re-stored
   Apply(*index, "v", Kind::kStored, Chain(4, 80));  // others unaffected
   EXPECT_EQ(Sizes(*index, "v").authoritative, 80);
   // Predicted: the entries closest to expiry go first.
