@@ -59,6 +59,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "swaserve/v1/common.pb.h"
@@ -93,6 +94,12 @@ class KeySchema {
   std::string SwaGoneKey(absl::string_view id) const;
   // The worker's pages held in a lower tier (L2, host memory): prefix_index.h.
   std::string LowerTierKey(absl::string_view id) const;
+  // The worker's KV event stream (a Redis Stream) and its sequence counter
+  // (kv_events.h: the versioned events API for external routers).
+  std::string EventsKey(absl::string_view id) const { return absl::StrCat(prefix_, "events:", id); }
+  std::string EventSeqKey(absl::string_view id) const {
+    return absl::StrCat(prefix_, "events_seq:", id);
+  }
   // The L3 page blob key of (layout fingerprint, chained page hash).
   std::string KvPageKey(uint64_t layout, uint64_t hash) const;
 

@@ -16,20 +16,36 @@ namespace {
 // members at a time (Lua's unpack limit is about 8000 values).
 
 // KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET,
-// KEYS[3] = its SWA-gone SET, KEYS[4] = its lower-tier SET. ARGV[1] =
-// index_ttl ms, ARGV[2] = cap of the SETs (0 = none), then one pair per op:
-// kind ("S" stored, "R" removed, "C" cleared, "T" SWA KV dropped
-// (tombstoned), "H" SWA KV stored again (healed), "D" down to the lower
-// tier, "U" up to L1), packed hashes. Returns the SET's size afterwards.
+// KEYS[3] = its SWA-gone SET, KEYS[4] = its lower-tier SET, KEYS[5] = its
+// KV event stream, KEYS[6] = the stream's sequence counter. ARGV[1] =
+// index_ttl ms, ARGV[2] = cap of the SETs (0 = none), ARGV[3] = the
+// stream's MAXLEN (0: no stream), then one pair per op: kind ("S" stored,
+// "R" removed, "C" cleared, "T" SWA KV dropped (tombstoned), "H" SWA KV
+// stored again (healed), "D" down to the lower tier, "U" up to L1), packed
+// hashes. Each op is also appended to the stream (kv_events.h, v1) in the
+// same script, so a snapshot of the SETs and the stream position agree.
+// Returns the SET's size afterwards.
 const RedisScript& ApplyScript() {
-  static const RedisScript* script = new RedisScript{"prefix_apply_v4", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_apply_v5", R"lua(
 local set, pred, gone, lower = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local stream, seqkey = KEYS[5], KEYS[6]
 local cap = tonumber(ARGV[2])
+local maxlen = tonumber(ARGV[3])
 local sub = string.sub
-for i = 3, #ARGV, 2 do
+local names = {S = {'stored', 'full', 'l1'}, R = {'removed', 'full', ''},
+               C = {'cleared', '', ''}, T = {'swa_removed', 'swa', ''},
+               H = {'swa_stored', 'swa', ''}, D = {'tier_changed', 'full', 'l2'},
+               U = {'tier_changed', 'full', 'l1'}}
+for i = 4, #ARGV, 2 do
   local kind = ARGV[i]
   local packed = ARGV[i + 1]
   local n = #packed / 8
+  local name = names[kind]
+  if name and maxlen > 0 then
+    local seq = redis.call('INCR', seqkey)
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
+               'op', name[1], 'pool', name[2], 'tier', name[3], 'hashes', packed)
+  end
   if kind == 'C' then
     redis.call('DEL', set, pred, gone, lower)
   elseif kind == 'S' or kind == 'R' or kind == 'T' or kind == 'H' or kind == 'D' or
@@ -70,9 +86,18 @@ if cap > 0 and size > cap then
   -- prefix-closed SETs): drop the worker's entries instead, as on a clear.
   redis.call('DEL', set, pred, gone, lower)
   size = 0
+  if maxlen > 0 then
+    local seq = redis.call('INCR', seqkey)
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
+               'op', 'cleared', 'pool', '', 'tier', '', 'hashes', '')
+  end
 end
 if size > 0 then
   redis.call('PEXPIRE', set, ARGV[1])
+end
+if maxlen > 0 then
+  redis.call('PEXPIRE', stream, ARGV[1])
+  redis.call('PEXPIRE', seqkey, ARGV[1])
 end
 for _, aux in ipairs({gone, lower}) do
   local naux = redis.call('SCARD', aux)
@@ -297,6 +322,10 @@ absl::Status ValidatePrefixIndexOptions(const PrefixIndexOptions& options) {
         "PrefixIndexOptions.max_entries_per_worker and "
         "max_predicted_per_worker must be >= 0 (0: unbounded)");
   }
+  if (options.event_stream_max_len < 0) {
+    return absl::InvalidArgumentError(
+        "PrefixIndexOptions.event_stream_max_len must be >= 0 (0: no event stream)");
+  }
   return absl::OkStatus();
 }
 
@@ -315,9 +344,10 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
                                            absl::string_view op) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
   std::vector<std::string> args;
-  args.reserve(2 + 2 * ops.size());
+  args.reserve(3 + 2 * ops.size());
   args.push_back(absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl)));
   args.push_back(absl::StrCat(options_.max_entries_per_worker));
+  args.push_back(absl::StrCat(options_.event_stream_max_len));
   for (const CacheEventOp& e : ops) {
     const char* kind = "C";
     switch (e.kind) {
@@ -335,7 +365,9 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
   const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
                                          keys_.PredictedKey(worker_id),
                                          keys_.SwaGoneKey(worker_id),
-                                         keys_.LowerTierKey(worker_id)};
+                                         keys_.LowerTierKey(worker_id),
+                                         keys_.EventsKey(worker_id),
+                                         keys_.EventSeqKey(worker_id)};
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(ApplyScript(), keys, args, op));
   return reply.AsInteger();

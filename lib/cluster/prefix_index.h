@@ -113,6 +113,13 @@ struct PrefixIndexOptions {
   // Bound on a worker's predicted entries (closest to expiry evicted first);
   // 0 means unbounded. Default 2^18.
   int64_t max_predicted_per_worker = int64_t{1} << 18;
+  // The KV events API (kv_events.h): Apply also appends every op to the
+  // worker's event stream, trimmed to about this many entries (Redis'
+  // approximate MAXLEN); a consumer further behind takes a snapshot. 0
+  // turns the stream off. Memory: an entry holds one op, at most 4,096
+  // pages (32 KiB), so a worker's stream takes at most about 32 KiB x this
+  // (typically far less: most ops are a few pages). Default 1,000.
+  int64_t event_stream_max_len = 1000;
 };
 
 // Checks the options; InvalidArgument names the bad field.

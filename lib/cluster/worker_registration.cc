@@ -233,8 +233,11 @@ absl::Status WorkerRegistration::Register() {
       {"SADD", keys_.WorkersKey(), options_.info.id},
   };
   if (first && options_.clear_index_on_start) {
-    commands.push_back({"DEL", keys_.PrefixKey(options_.info.id),
-                        keys_.PredictedKey(options_.info.id), keys_.SwaGoneKey(options_.info.id)});
+    // The KV event stream restarts too: its consumers see the sequence
+    // start over and resync from a snapshot (kv_events.h).
+    const std::string& id = options_.info.id;
+    commands.push_back({"DEL", keys_.PrefixKey(id), keys_.PredictedKey(id), keys_.SwaGoneKey(id),
+                        keys_.LowerTierKey(id), keys_.EventsKey(id), keys_.EventSeqKey(id)});
   }
   commands.push_back({"EXEC"});
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
@@ -279,6 +282,12 @@ absl::Status WorkerRegistration::Heartbeat(bool publish_load,
     // A live worker's index entries do not expire (prefix_index.h).
     commands.push_back({"PEXPIRE", keys_.PrefixKey(options_.info.id),
                         absl::StrCat(ToMs(options_.index.index_ttl))});
+    // (The reply read below is the record's PEXPIRE, the first of these.)
+    for (const std::string& key :
+         {keys_.SwaGoneKey(options_.info.id), keys_.LowerTierKey(options_.info.id),
+          keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
+      commands.push_back({"PEXPIRE", key, absl::StrCat(ToMs(options_.index.index_ttl))});
+    }
   }
   if (commands.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
@@ -336,7 +345,8 @@ absl::Status WorkerRegistration::Deregister() {
   const std::string& id = options_.info.id;
   std::vector<RedisCommand> commands = {
       {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id), keys_.PrefixKey(id),
-       keys_.PredictedKey(id), keys_.SwaGoneKey(id)},
+       keys_.PredictedKey(id), keys_.SwaGoneKey(id), keys_.LowerTierKey(id),
+       keys_.EventsKey(id), keys_.EventSeqKey(id)},
       {"SREM", keys_.WorkersKey(), id},
   };
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,

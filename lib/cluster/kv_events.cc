@@ -1,0 +1,245 @@
+#include "lib/cluster/kv_events.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/status.h"
+
+namespace swaserve::cluster {
+namespace {
+
+// KEYS = the worker's SET, SWA-gone SET, lower-tier SET, sequence counter,
+// event stream. Returns {seq, last stream id, pages, swa_gone, lower}.
+const RedisScript& SnapshotScript() {
+  static const RedisScript* script = new RedisScript{"kv_events_snapshot_v1", R"lua(
+local seq = redis.call('GET', KEYS[4])
+if not seq then seq = '0' end
+local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+local id = '0-0'
+if last[1] then id = last[1][1] end
+return {seq, id, redis.call('SMEMBERS', KEYS[1]), redis.call('SMEMBERS', KEYS[2]),
+        redis.call('SMEMBERS', KEYS[3])}
+)lua"};
+  return *script;
+}
+
+absl::StatusOr<uint64_t> ParseHash(absl::string_view b) {
+  if (b.size() != 8) return absl::InternalError("a page hash is not 8 bytes");
+  uint64_t h = 0;
+  for (unsigned char c : b) h = (h << 8) | c;
+  return h;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParseHashes(absl::string_view packed) {
+  if (packed.size() % 8 != 0) return absl::InternalError("packed hashes not a multiple of 8");
+  std::vector<uint64_t> out;
+  out.reserve(packed.size() / 8);
+  for (size_t i = 0; i < packed.size(); i += 8) {
+    ASSIGN_OR_RETURN(uint64_t h, ParseHash(packed.substr(i, 8)));
+    out.push_back(h);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<uint64_t>> Members(const RedisReply& r) {
+  if (!r.is_array()) return absl::InternalError("snapshot: expected a member list");
+  std::vector<uint64_t> out;
+  out.reserve(r.elements.size());
+  for (const RedisReply& m : r.elements) {
+    ASSIGN_OR_RETURN(uint64_t h, ParseHash(m.str));
+    out.push_back(h);
+  }
+  return out;
+}
+
+bool ParseOp(absl::string_view name, KvEvent::Op* op) {
+  for (KvEvent::Op o : {KvEvent::Op::kStored, KvEvent::Op::kRemoved, KvEvent::Op::kCleared,
+                        KvEvent::Op::kSwaRemoved, KvEvent::Op::kSwaStored,
+                        KvEvent::Op::kTierChanged}) {  // not kUnknown: never in a v1 entry
+    if (KvEventOpName(o) == name) {
+      *op = o;
+      return true;
+    }
+  }
+  return false;
+}
+
+// One stream entry ([id, [field, value, ...]]); of another version: kUnknown.
+absl::Status ParseEntry(const RedisReply& entry, KvEvent* e) {
+  if (!entry.is_array() || entry.elements.size() != 2 || !entry.elements[1].is_array()) {
+    return absl::InternalError(absl::StrCat("kv events: bad entry ", entry.DebugString()));
+  }
+  e->id = entry.elements[0].str;
+  const std::vector<RedisReply>& f = entry.elements[1].elements;
+  std::string version, op;
+  bool has_seq = false;
+  for (size_t i = 0; i + 1 < f.size(); i += 2) {
+    const std::string& k = f[i].str;
+    const std::string& v = f[i + 1].str;
+    if (k == "v") {
+      version = v;
+    } else if (k == "seq") {
+      has_seq = absl::SimpleAtoi(v, &e->seq);
+    } else if (k == "op") {
+      op = v;
+    } else if (k == "pool") {
+      e->pool = v;
+    } else if (k == "tier") {
+      e->tier = v;
+    } else if (k == "hashes" && version == "1") {
+      ASSIGN_OR_RETURN(e->hashes, ParseHashes(v));
+    }
+  }
+  if (!has_seq) return absl::InternalError(absl::StrCat("kv events: entry ", e->id, " lacks seq"));
+  if (version != "1") {
+    *e = KvEvent{.op = KvEvent::Op::kUnknown, .seq = e->seq, .id = e->id};
+    return absl::OkStatus();
+  }
+  if (!ParseOp(op, &e->op)) {
+    return absl::InternalError(absl::StrCat("kv events: entry ", e->id, " has op '", op, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view KvEventOpName(KvEvent::Op op) {
+  switch (op) {
+    case KvEvent::Op::kStored: return "stored";
+    case KvEvent::Op::kRemoved: return "removed";
+    case KvEvent::Op::kCleared: return "cleared";
+    case KvEvent::Op::kSwaRemoved: return "swa_removed";
+    case KvEvent::Op::kSwaStored: return "swa_stored";
+    case KvEvent::Op::kTierChanged: return "tier_changed";
+    case KvEvent::Op::kUnknown: return "unknown";
+  }
+  return "";
+}
+
+absl::StatusOr<KvSnapshot> KvEventReader::Snapshot(absl::string_view worker_id) {
+  const std::vector<std::string> keys = {
+      keys_.PrefixKey(worker_id), keys_.SwaGoneKey(worker_id), keys_.LowerTierKey(worker_id),
+      keys_.EventSeqKey(worker_id), keys_.EventsKey(worker_id)};
+  ASSIGN_OR_RETURN(RedisReply r, redis_->Evalsha(SnapshotScript(), keys, {}, "kv_snapshot"));
+  if (!r.is_array() || r.elements.size() != 5) {
+    return absl::InternalError(absl::StrCat("kv snapshot: bad reply ", r.DebugString()));
+  }
+  KvSnapshot s;
+  ASSIGN_OR_RETURN(const int64_t seq, r.elements[0].AsInteger());
+  s.seq = static_cast<uint64_t>(seq);
+  s.id = r.elements[1].str;
+  ASSIGN_OR_RETURN(s.pages, Members(r.elements[2]));
+  ASSIGN_OR_RETURN(s.swa_gone, Members(r.elements[3]));
+  ASSIGN_OR_RETURN(s.lower, Members(r.elements[4]));
+  return s;
+}
+
+absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worker_id,
+                                                         absl::string_view after_id,
+                                                         uint64_t after_seq, int count,
+                                                         absl::Duration block) {
+  RedisCommand xread = {"XREAD", "COUNT", absl::StrCat(std::max(1, count))};
+  if (block > absl::ZeroDuration()) {
+    xread.push_back("BLOCK");
+    xread.push_back(absl::StrCat(std::max<int64_t>(1, absl::ToInt64Milliseconds(block))));
+  }
+  xread.push_back("STREAMS");
+  xread.push_back(keys_.EventsKey(worker_id));
+  xread.push_back(std::string(after_id));
+  const std::vector<RedisCommand> commands = {xread, {"GET", keys_.EventSeqKey(worker_id)}};
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies, redis_->Pipeline(commands, "kv_events"));
+  RETURN_IF_ERROR(replies[0].ToStatus());
+  std::vector<KvEvent> out;
+  if (replies[0].is_array()) {
+    for (const RedisReply& stream : replies[0].elements) {
+      if (!stream.is_array() || stream.elements.size() != 2 || !stream.elements[1].is_array()) {
+        return absl::InternalError(absl::StrCat("kv events: bad reply ", stream.DebugString()));
+      }
+      for (const RedisReply& entry : stream.elements[1].elements) {
+        KvEvent e;
+        RETURN_IF_ERROR(ParseEntry(entry, &e));
+        out.push_back(std::move(e));
+      }
+    }
+  }
+  if (!out.empty() && out.front().seq != after_seq + 1) {
+    return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": expected seq ",
+                                            after_seq + 1, ", the stream continues at ",
+                                            out.front().seq, " (take a snapshot)"));
+  }
+  if (out.empty()) {
+    // Nothing new: a counter behind what was applied means Redis lost the
+    // stream (a restart without persistence) or it expired.
+    const int64_t counter = replies[1].is_nil() ? 0 : replies[1].AsInteger().value_or(0);
+    if (static_cast<uint64_t>(counter) < after_seq) {
+      return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": the stream was reset (",
+                                              counter, " < ", after_seq, "; take a snapshot)"));
+    }
+  }
+  return out;
+}
+
+void KvWorkerState::Reset(const KvSnapshot& snapshot) {
+  seq_ = snapshot.seq;
+  id_ = snapshot.id;
+  pages_ = {snapshot.pages.begin(), snapshot.pages.end()};
+  swa_gone_ = {snapshot.swa_gone.begin(), snapshot.swa_gone.end()};
+  lower_ = {snapshot.lower.begin(), snapshot.lower.end()};
+}
+
+absl::Status KvWorkerState::Apply(const KvEvent& e) {
+  if (e.seq != seq_ + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event seq ", e.seq, " does not follow ", seq_));
+  }
+  switch (e.op) {
+    case KvEvent::Op::kStored:
+      for (uint64_t h : e.hashes) {
+        pages_.insert(h);
+        swa_gone_.erase(h);
+        lower_.erase(h);
+      }
+      break;
+    case KvEvent::Op::kRemoved:
+      for (uint64_t h : e.hashes) {
+        pages_.erase(h);
+        swa_gone_.erase(h);
+        lower_.erase(h);
+      }
+      break;
+    case KvEvent::Op::kCleared:
+      pages_.clear();
+      swa_gone_.clear();
+      lower_.clear();
+      break;
+    case KvEvent::Op::kSwaRemoved:
+      swa_gone_.insert(e.hashes.begin(), e.hashes.end());
+      break;
+    case KvEvent::Op::kSwaStored:
+      for (uint64_t h : e.hashes) swa_gone_.erase(h);
+      break;
+    case KvEvent::Op::kTierChanged:
+      for (uint64_t h : e.hashes) {
+        if (e.tier == "l2") {
+          lower_.insert(h);
+        } else {
+          lower_.erase(h);
+        }
+      }
+      break;
+    case KvEvent::Op::kUnknown:
+      break;  // a later version's entry: its seq is consumed, nothing else
+  }
+  seq_ = e.seq;
+  id_ = e.id;
+  return absl::OkStatus();
+}
+
+int64_t KvWorkerState::Depth(const std::vector<uint64_t>& hashes) const {
+  int64_t d = 0;
+  while (d < static_cast<int64_t>(hashes.size()) && pages_.contains(hashes[d])) ++d;
+  return d;
+}
+
+}  // namespace swaserve::cluster

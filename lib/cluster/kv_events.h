@@ -1,0 +1,148 @@
+// The KV events API, version 1 (issue 22): what external routers (the way
+// NVIDIA Dynamo and llm-d consume engine KV events) read to know which
+// worker holds which KV, without swaserve's router.
+//
+// Stream. Every prefill worker's prefix-cache events reach Redis through
+// cluster::PrefixIndex::Apply (WorkerRegistration drains the worker's
+// ordered queue). The same Lua script that updates the worker's index SETs
+// appends each op to the worker's Redis Stream
+//     <prefix>events:<worker id>        (KeySchema::EventsKey)
+// one entry per op, with the fields
+//     v       "1" (this format; entries of a later version keep `v` and
+//             `seq` and may change the rest: a consumer passes over a
+//             version it does not know, counting its seq)
+//     seq     the worker's sequence number: 1, 2, 3, ... with no gaps (a
+//             counter next to the stream, <prefix>events_seq:<worker id>)
+//     op      stored | removed | cleared | swa_removed | swa_stored |
+//             tier_changed
+//     pool    full (stored, removed, tier_changed) | swa (swa_removed,
+//             swa_stored) | "" (cleared)
+//     tier    l1 (stored; tier_changed back up) | l2 (tier_changed down to
+//             host memory) | "" (others)
+//     hashes  the pages, 8 bytes each, big-endian, concatenated: chained
+//             page hashes (base::ChainedPageHashes: XXH3-64 of the page's
+//             token ids seeded with the previous page's hash), so a hash
+//             names its whole prefix
+// Meaning, per worker, applied in seq order:
+//     stored        the pages' full KV is cached in L1 (and their SWA KV,
+//                   unless a later swa_removed says otherwise)
+//     removed       the pages left the cache (both pools, every tier)
+//     cleared       the worker's cache is empty (a restart, or events were
+//                   dropped: rebuild from what follows)
+//     swa_removed   the pages keep full KV but lost their SWA KV (a window
+//                   restore can recompute it: kv/sequence.h)
+//     swa_stored    their SWA KV is cached again
+//     tier_changed  the pages moved to `tier` (still cached)
+// A worker's pages are closed under prefixes (its cache is a radix tree;
+// removed names leaves first), so "how many leading pages of a prompt does
+// worker w hold" is a prefix search (prefix_index.h).
+//
+// Delivery is at-least-once: after a failed write the worker resends a
+// batch, so the same op may appear twice in a row with consecutive seqs.
+// Ops are idempotent in order, so applying the duplicate is harmless.
+//
+// Gaps and replay. The stream is trimmed to about
+// PrefixIndexOptions::event_stream_max_len entries and expires index_ttl
+// after the worker's last write or heartbeat (a dead worker's history goes).
+// A consumer remembers the last entry id and seq it applied and reads on
+// from there (KvEventReader::Read, XREAD): the first entry it gets must
+// carry seq + 1; anything else (trimmed entries, or a Redis that lost the
+// stream and restarted its counter) is a gap, reported as DataLoss, and the
+// consumer takes a snapshot.
+//
+// Snapshot (cold start or after a gap): KvEventReader::Snapshot reads, in
+// one atomic script, the worker's pages (its authoritative SET), its
+// swa_removed and lower-tier pages, and the seq and stream id of the last
+// event, so reading on from that id continues exactly where the snapshot
+// stands. The list of workers is the registry (ClusterView::ListWorkers).
+//
+// Thread-safety: KvEventReader is thread-safe (stateless over the client);
+// KvWorkerState is not (one per consumer thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/redis_client.h"
+
+namespace swaserve::cluster {
+
+struct KvEvent {
+  // kUnknown: an entry of a later version (only seq and id are set).
+  enum class Op { kStored, kRemoved, kCleared, kSwaRemoved, kSwaStored, kTierChanged, kUnknown };
+  Op op = Op::kStored;
+  // The worker's sequence number and the stream entry id.
+  uint64_t seq = 0;
+  std::string id;
+  // "full", "swa" or "" (kCleared); "l1", "l2" or "".
+  std::string pool;
+  std::string tier;
+  std::vector<uint64_t> hashes;
+};
+
+struct KvSnapshot {
+  // The last event the snapshot includes (0 / "0-0": none yet).
+  uint64_t seq = 0;
+  std::string id = "0-0";
+  std::vector<uint64_t> pages;     // full KV cached (any tier)
+  std::vector<uint64_t> swa_gone;  // of those, without SWA KV
+  std::vector<uint64_t> lower;     // of those, in L2
+};
+
+class KvEventReader {
+ public:
+  // `redis` is not owned and must outlive the reader.
+  KvEventReader(RedisClient* redis, KeySchema keys) : redis_(redis), keys_(std::move(keys)) {}
+
+  absl::StatusOr<KvSnapshot> Snapshot(absl::string_view worker_id);
+
+  // Up to `count` events of `worker_id` after stream id `after_id`, the
+  // first of which must have seq `after_seq` + 1; waits up to `block` for
+  // one when none is there (zero: do not wait; keep it below the client's
+  // command timeout). Empty when nothing new. DataLoss when the first event
+  // does not follow after_seq (take a Snapshot), or when the counter is
+  // behind after_seq (Redis lost the stream). Entries of another version
+  // come as kUnknown (apply them as no-ops: KvWorkerState does).
+  absl::StatusOr<std::vector<KvEvent>> Read(absl::string_view worker_id,
+                                            absl::string_view after_id, uint64_t after_seq,
+                                            int count, absl::Duration block = absl::ZeroDuration());
+
+ private:
+  RedisClient* const redis_;
+  const KeySchema keys_;
+};
+
+// A consumer's copy of one worker's KV state, kept by applying its events
+// in order (what an external router keeps per worker).
+class KvWorkerState {
+ public:
+  void Reset(const KvSnapshot& snapshot);
+  // InvalidArgument when `e` does not follow the last applied seq.
+  absl::Status Apply(const KvEvent& e);
+
+  uint64_t seq() const { return seq_; }
+  const std::string& id() const { return id_; }
+  const absl::flat_hash_set<uint64_t>& pages() const { return pages_; }
+  const absl::flat_hash_set<uint64_t>& swa_gone() const { return swa_gone_; }
+  const absl::flat_hash_set<uint64_t>& lower() const { return lower_; }
+  // Leading pages of `hashes` held (the index's depth, without predictions).
+  int64_t Depth(const std::vector<uint64_t>& hashes) const;
+
+ private:
+  uint64_t seq_ = 0;
+  std::string id_ = "0-0";
+  absl::flat_hash_set<uint64_t> pages_, swa_gone_, lower_;
+};
+
+// The name of `op` in the stream ("stored", ...).
+absl::string_view KvEventOpName(KvEvent::Op op);
+
+}  // namespace swaserve::cluster

@@ -1,0 +1,272 @@
+// The KV events API (kv_events.h, issue 22) against a real redis-server: a
+// consumer that starts from a snapshot taken mid-way and then follows the
+// stream ends with exactly the worker's index state after random tree-shaped
+// event batches (stored, evicted leaves, SWA drops and heals, tier moves,
+// clears, the bound's clear); every op arrives once, in seq order, with its
+// pool and tier; a consumer that falls behind the trimmed stream, or whose
+// Redis lost the stream, gets DataLoss and recovers from a new snapshot;
+// entries of an unknown version are passed over, their seqs counted.
+#include "lib/cluster/kv_events.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "lib/cluster/key_schema.h"
+#include "lib/cluster/prefix_index.h"
+#include "lib/cluster/redis_client.h"
+#include "tests/integration/cluster/redis_server.h"
+
+namespace swaserve::cluster {
+namespace {
+
+using Kind = CacheEventOp::Kind;
+
+class KvEventsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing::RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto client = RedisClient::Create(server_->ClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    redis_ = *std::move(client);
+  }
+  std::unique_ptr<PrefixIndex> MakeIndex(PrefixIndexOptions o = {}) {
+    auto index = PrefixIndex::Create(redis_.get(), keys_, o);
+    EXPECT_TRUE(index.ok()) << index.status();
+    return *std::move(index);
+  }
+  absl::flat_hash_set<uint64_t> SetMembers(const std::string& key) {
+    absl::StatusOr<RedisReply> r = redis_->Command({"SMEMBERS", key});
+    EXPECT_TRUE(r.ok()) << r.status();
+    absl::flat_hash_set<uint64_t> out;
+    for (const RedisReply& m : r->elements) {
+      uint64_t h = 0;
+      for (unsigned char c : m.str) h = (h << 8) | c;
+      out.insert(h);
+    }
+    return out;
+  }
+  // Reads everything after the consumer's position and applies it.
+  absl::Status CatchUp(KvEventReader& reader, const std::string& worker, KvWorkerState& state,
+                       std::vector<KvEvent>* seen = nullptr) {
+    while (true) {
+      absl::StatusOr<std::vector<KvEvent>> events =
+          reader.Read(worker, state.id(), state.seq(), 50);
+      if (!events.ok()) return events.status();
+      if (events->empty()) return absl::OkStatus();
+      for (const KvEvent& e : *events) {
+        if (absl::Status s = state.Apply(e); !s.ok()) return s;
+        if (seen != nullptr) seen->push_back(e);
+      }
+    }
+  }
+
+  std::unique_ptr<testing::RedisServer> server_;
+  std::unique_ptr<RedisClient> redis_;
+  KeySchema keys_ = *KeySchema::Create("test");
+};
+
+std::vector<uint64_t> Chain(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> v(n);
+  for (uint64_t& h : v) h = rng();
+  return v;
+}
+
+TEST_F(KvEventsTest, EveryOpArrivesOnceInOrderWithItsPoolAndTier) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> c = Chain(1, 10);
+  std::vector<CacheEventOp> ops = {
+      {Kind::kStored, {c.begin(), c.begin() + 8}},
+      {Kind::kSwaRemoved, {c[6], c[7]}},
+      {Kind::kTierDown, {c[7]}},
+      {Kind::kSwaStored, {c[6]}},
+      {Kind::kTierUp, {c[7]}},
+      {Kind::kRemoved, {c[7]}},
+      {Kind::kCleared, {}},
+  };
+  ASSERT_TRUE(index->Apply("w", ops).ok());
+  KvEventReader reader(redis_.get(), keys_);
+  absl::StatusOr<std::vector<KvEvent>> got = reader.Read("w", "0-0", 0, 100);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 7u);
+  const struct {
+    KvEvent::Op op;
+    const char* pool;
+    const char* tier;
+    size_t pages;
+  } want[] = {{KvEvent::Op::kStored, "full", "l1", 8},
+              {KvEvent::Op::kSwaRemoved, "swa", "", 2},
+              {KvEvent::Op::kTierChanged, "full", "l2", 1},
+              {KvEvent::Op::kSwaStored, "swa", "", 1},
+              {KvEvent::Op::kTierChanged, "full", "l1", 1},
+              {KvEvent::Op::kRemoved, "full", "", 1},
+              {KvEvent::Op::kCleared, "", "", 0}};
+  for (size_t i = 0; i < 7; ++i) {
+    const KvEvent& e = (*got)[i];
+    EXPECT_EQ(e.seq, i + 1);
+    EXPECT_EQ(e.op, want[i].op) << i;
+    EXPECT_EQ(e.pool, want[i].pool) << i;
+    EXPECT_EQ(e.tier, want[i].tier) << i;
+    EXPECT_EQ(e.hashes.size(), want[i].pages) << i;
+  }
+  EXPECT_EQ((*got)[0].hashes, std::vector<uint64_t>(c.begin(), c.begin() + 8));
+  // Nothing after the last one.
+  got = reader.Read("w", got->back().id, 7, 100);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->empty());
+  // A stream turned off (event_stream_max_len = 0) writes nothing.
+  auto quiet = MakeIndex({.event_stream_max_len = 0});
+  ASSERT_TRUE(quiet->Apply("q", ops).ok());
+  got = reader.Read("q", "0-0", 0, 100);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(got->empty());
+}
+
+// Random tree-shaped workloads; a consumer joins mid-way from a snapshot.
+TEST_F(KvEventsTest, SnapshotPlusStreamEqualsTheIndexAfterRandomWorkloads) {
+  auto index = MakeIndex({.max_entries_per_worker = 3000});
+  KvEventReader reader(redis_.get(), keys_);
+  std::mt19937_64 rng(20261202);
+  std::vector<std::vector<uint64_t>> chains;
+  absl::flat_hash_map<uint64_t, uint64_t> parent;
+  for (int i = 0; i < 30; ++i) {
+    std::vector<uint64_t> chain;
+    if (!chains.empty() && rng() % 3 != 0) {
+      const auto& base = chains[rng() % chains.size()];
+      chain.assign(base.begin(), base.begin() + rng() % (base.size() + 1));
+    }
+    for (size_t k = 0, n = 1 + rng() % 150; k < n; ++k) chain.push_back(rng());
+    for (size_t k = 1; k < chain.size(); ++k) parent[chain[k]] = chain[k - 1];
+    chains.push_back(std::move(chain));
+  }
+  for (const char* w : {"w1", "w2"}) {
+    absl::flat_hash_set<uint64_t> stored;  // to evict leaves only
+    KvWorkerState consumer;
+    bool joined = false;
+    int64_t clears = 0;
+    for (int round = 0; round < 60; ++round) {
+      std::vector<CacheEventOp> ops;
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k) {
+        const auto& chain = chains[rng() % chains.size()];
+        const int what = static_cast<int>(rng() % 20);
+        const size_t len = rng() % (chain.size() + 1);
+        std::vector<uint64_t> prefix(chain.begin(), chain.begin() + len);
+        if (what < 8) {
+          ops.push_back({Kind::kStored, prefix});
+          stored.insert(prefix.begin(), prefix.end());
+        } else if (what < 13) {
+          absl::flat_hash_map<uint64_t, int> children;
+          for (uint64_t h : stored) {
+            if (auto p = parent.find(h); p != parent.end()) ++children[p->second];
+          }
+          std::vector<uint64_t> removed;
+          for (size_t i = chain.size(); i > len; --i) {
+            const uint64_t h = chain[i - 1];
+            if (!stored.contains(h)) continue;
+            if (children[h] > 0) break;
+            stored.erase(h);
+            if (auto p = parent.find(h); p != parent.end()) --children[p->second];
+            removed.push_back(h);
+          }
+          ops.push_back({Kind::kRemoved, removed});
+        } else if (what < 15) {
+          ops.push_back({Kind::kSwaRemoved, prefix});
+        } else if (what < 16) {
+          ops.push_back({Kind::kSwaStored, prefix});
+        } else if (what < 18) {
+          ops.push_back({rng() % 2 ? Kind::kTierDown : Kind::kTierUp, prefix});
+        } else if (what < 19) {
+          ops.push_back({Kind::kCleared, {}});
+          stored.clear();
+          ++clears;
+        }
+      }
+      absl::StatusOr<int64_t> size = index->Apply(w, ops);
+      ASSERT_TRUE(size.ok()) << size.status();
+      if (*size == 0) stored.clear();  // the bound's clear (or a real one)
+      if (round == 20) {
+        absl::StatusOr<KvSnapshot> snap = reader.Snapshot(w);
+        ASSERT_TRUE(snap.ok()) << snap.status();
+        consumer.Reset(*snap);
+        joined = true;
+      }
+      if (joined && round % 7 == 0) ASSERT_TRUE(CatchUp(reader, w, consumer).ok());
+    }
+    ASSERT_TRUE(CatchUp(reader, w, consumer).ok());
+    EXPECT_EQ(consumer.pages(), SetMembers(keys_.PrefixKey(w))) << w;
+    EXPECT_EQ(consumer.swa_gone(), SetMembers(keys_.SwaGoneKey(w))) << w;
+    EXPECT_EQ(consumer.lower(), SetMembers(keys_.LowerTierKey(w))) << w;
+    // The consumer's depths are the index's (no predictions here).
+    for (const auto& chain : chains) {
+      absl::StatusOr<std::vector<int64_t>> d = index->Match(chain, {std::string(w)});
+      ASSERT_TRUE(d.ok());
+      EXPECT_EQ(consumer.Depth(chain), (*d)[0]);
+    }
+    RecordProperty(absl::StrCat(w, "_clears"), static_cast<int>(clears));
+  }
+}
+
+TEST_F(KvEventsTest, AConsumerBehindTheTrimmedStreamGetsDataLossAndResyncs) {
+  auto index = MakeIndex({.event_stream_max_len = 5});
+  KvEventReader reader(redis_.get(), keys_);
+  KvWorkerState consumer;
+  const std::vector<uint64_t> c = Chain(3, 400);
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[0]}}}}).ok());
+  ASSERT_TRUE(CatchUp(reader, "w", consumer).ok());
+  EXPECT_EQ(consumer.seq(), 1u);
+  // 300 more ops, one by one: the approximate trim (whole macro nodes of
+  // 100 entries) drops the early ones.
+  for (size_t i = 1; i < 300; ++i) {
+    ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[i]}}}}).ok());
+  }
+  absl::Status s = CatchUp(reader, "w", consumer);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  absl::StatusOr<KvSnapshot> snap = reader.Snapshot("w");
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->seq, 300u);
+  consumer.Reset(*snap);
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[300]}}}}).ok());
+  ASSERT_TRUE(CatchUp(reader, "w", consumer).ok());
+  EXPECT_EQ(consumer.seq(), 301u);
+  EXPECT_EQ(consumer.Depth(c), 301);
+  // Redis loses everything (a flush stands for a restart without
+  // persistence): the counter is behind the consumer -> DataLoss.
+  ASSERT_TRUE(redis_->Command({"FLUSHALL"}).ok());
+  s = CatchUp(reader, "w", consumer);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  snap = reader.Snapshot("w");
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->seq, 0u);
+  EXPECT_TRUE(snap->pages.empty());
+}
+
+TEST_F(KvEventsTest, EntriesOfAnUnknownVersionArePassedOverInSequence) {
+  auto index = MakeIndex();
+  KvEventReader reader(redis_.get(), keys_);
+  const std::vector<uint64_t> c = Chain(4, 3);
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[0]}}}}).ok());
+  // A future producer's entry (the counter moves with it).
+  ASSERT_TRUE(redis_->Command({"INCR", keys_.EventSeqKey("w")}).ok());
+  ASSERT_TRUE(redis_->Command({"XADD", keys_.EventsKey("w"), "*", "v", "2", "seq", "2", "op",
+                               "something_new"})
+                  .ok());
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[1]}}}}).ok());
+  KvWorkerState consumer;
+  ASSERT_TRUE(CatchUp(reader, "w", consumer).ok());
+  EXPECT_EQ(consumer.seq(), 3u);
+  EXPECT_EQ(consumer.Depth(c), 2);
+  absl::StatusOr<std::vector<KvEvent>> got = reader.Read("w", "0-0", 0, 10);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 3u);
+  EXPECT_EQ((*got)[1].op, KvEvent::Op::kUnknown);
+  EXPECT_EQ((*got)[1].seq, 2u);
+}
+
+}  // namespace
+}  // namespace swaserve::cluster
