@@ -71,10 +71,14 @@
 // SECOND HALF (requests n/2..n-1, caches warmed by the first half) and the
 // whole trace; the targets are judged on the second half.
 //
+// --swa-study (issue 22): ours with and without window restore in the
+// workers and with the full-KV vs the SWA-aware router view: the router's
+// expected hit against the realised one, per worker too.
+//
 // Usage: policy_sim [--trace FILE] [--json FILE] [--workers 8]
 //          [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]
 //          [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]
-//          [--tune] [--limit N]
+//          [--tune] [--swa-study] [--limit N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -103,6 +107,7 @@
 #include "lib/kv/sequence.h"
 #include "lib/loadgen/mooncake_trace.h"
 #include "lib/router/policy.h"
+#include "lib/sched/prefill_scheduler.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::router {
@@ -181,6 +186,15 @@ struct SimConfig {
   int64_t full_pages = 0;
   int64_t swa_pages = 0;
   double tokens_per_s = kDefaultTokensPerS;
+  // Workers restore windows (kv::Sequence::BeginWindowRestore when
+  // sched::ChooseWindowRestore saves work, as the prefill worker does by
+  // default); their hit is then the restore start.
+  bool restore = false;
+  // The router's view: false = the full-KV depth M of each worker; true =
+  // what the real router credits (policy.h PrefixCredit: M when the match
+  // ends window-safe, else what the worker's window restore reuses), the
+  // index's window-safe flag (prefix_index.h) taken from the worker's cache.
+  bool swa_aware = false;
   PolicyOptions ours;
   // SGLang defaults.
   double sglang_cache_threshold = 0.3;
@@ -231,6 +245,7 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     w.pools = *std::move(pools);
     kv::PrefixCacheOptions co;
     co.pools = w.pools.get();
+    co.keep_restorable_tombstones = cfg.restore;
     auto cache = kv::PrefixCache::Create(co);
     if (!cache.ok()) Die(std::string(cache.status().message()));
     w.cache = *std::move(cache);
@@ -253,19 +268,42 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     w.queue.pop_front();
     w.queued_uncached -= estimate[i];
     const int len = wl.length[i];
-    kv::CacheHit hit = w.cache->MatchAndLock(wl.Hashes(i), len - 1);
-    res.hit[i] = hit.tokens();
+    const absl::Span<const uint64_t> hashes = wl.Hashes(i);
+    kv::MatchOptions mo{.max_tokens = len - 1};
+    sched::WindowRestoreChoice choice;
+    if (cfg.restore) {
+      const kv::MatchLengths ml = w.cache->Match(hashes, mo.max_tokens);
+      if (ml.matched_tokens > ml.safe_tokens) {
+        choice = sched::ChooseWindowRestore(
+            {.window_safe_tokens = ml.safe_tokens,
+             .full_tokens = ml.matched_tokens,
+             .restore_from = kv::WindowRestoreStart(ml.matched_tokens, cfg.shape.sliding_window,
+                                                    ps, cfg.shape.swa_layers),
+             .min_saved_work = 64});
+        mo.full_kv = choice.restore;
+      }
+    }
+    kv::CacheHit hit = w.cache->MatchAndLock(hashes, mo);
+    const bool restoring = hit.needs_window_restore();
     so.pools = w.pools.get();
     so.cache = w.cache.get();
     so.evict_on_demand = true;
     w.seq = std::make_unique<kv::Sequence>(so, std::move(hit));
-    while (w.seq->length() < len) {
-      if (!w.seq->Append(std::min(kChunk, len - w.seq->length())).ok()) {
+    int next = w.seq->length();
+    if (restoring) {
+      if (!w.seq->BeginWindowRestore(choice.compute_from).ok()) Die("window restore failed");
+      next = choice.compute_from;
+    }
+    res.hit[i] = next;  // tokens not computed
+    while (next < len) {
+      const int c = std::min(kChunk, len - next);
+      if (!w.seq->Prepare(next, c).ok()) {
         ++res.failed;
         w.seq->Abort();
         w.seq.reset();
         break;
       }
+      next += c;
     }
     const double secs = (len - res.hit[i]) / cfg.tokens_per_s;
     res.compute_s[i] = secs;
@@ -308,10 +346,20 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
       const int64_t cap = static_cast<int64_t>((len - 1) / ps) * ps;
       for (int k = 0; k < cfg.workers; ++k) {
         const Worker& w = workers[k];
-        depth[k] =
-            std::min<int64_t>(w.cache->Match(wl.Hashes(i)).matched_tokens, cap);
+        const kv::MatchLengths ml = w.cache->Match(wl.Hashes(i), len - 1);
+        depth[k] = std::min<int64_t>(ml.matched_tokens, cap);
         PrefillCandidate& c = cands[k];
         c.cached_tokens = depth[k];
+        if (cfg.swa_aware) {
+          c.cached_tokens = std::min<int64_t>(
+              PrefixCredit({.full_tokens = depth[k],
+                            .window_safe = ml.safe_tokens >= ml.matched_tokens,
+                            .sliding_window = cfg.shape.sliding_window,
+                            .page_size = ps,
+                            .swa_chain_layers = cfg.shape.swa_layers,
+                            .window_restore = cfg.restore}),
+              cap);
+        }
         const int64_t remaining =
             w.busy ? static_cast<int64_t>(
                          std::llround((w.end_ns - t) * 1e-9 * cfg.tokens_per_s))
@@ -379,8 +427,8 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
         }
       }
       res.worker[i] = pick;
-      res.expected[i] = depth[pick];
-      estimate[i] = len - depth[pick];
+      res.expected[i] = cands[pick].cached_tokens;
+      estimate[i] = len - cands[pick].cached_tokens;
       Worker& w = workers[pick];
       w.queue.push_back(i);
       w.queued_uncached += estimate[i];
@@ -410,6 +458,10 @@ struct Metrics {
   double load_max_over_mean = 0, utilization = 0;
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
   std::vector<double> busy_s;
+  // Router-expected minus realised hit tokens, over prompt tokens: the
+  // whole window's, and the largest absolute one of a worker (over its own
+  // prompt tokens).
+  double gap = 0, worker_gap_max = 0;
   nlohmann::json reasons = nlohmann::json::object();
 };
 
@@ -436,6 +488,18 @@ Metrics Measure(const RunResult& r, const Workload& wl, size_t lo, size_t hi,
   }
   m.hit_rate = static_cast<double>(m.hit_tokens) / m.prompt_tokens;
   m.expected_rate = static_cast<double>(m.expected_tokens) / m.prompt_tokens;
+  m.gap = m.expected_rate - m.hit_rate;
+  std::vector<int64_t> w_prompt(workers, 0), w_diff(workers, 0);
+  for (size_t i = lo; i < hi; ++i) {
+    w_prompt[r.worker[i]] += wl.length[i];
+    w_diff[r.worker[i]] += r.expected[i] - r.hit[i];
+  }
+  for (int k = 0; k < workers; ++k) {
+    if (w_prompt[k] > 0) {
+      m.worker_gap_max = std::max(
+          m.worker_gap_max, std::abs(static_cast<double>(w_diff[k]) / w_prompt[k]));
+    }
+  }
   double total = 0, mx = 0;
   for (double b : m.busy_s) {
     total += b;
@@ -460,6 +524,8 @@ nlohmann::json ToJson(const Metrics& m) {
           {"hit_tokens", m.hit_tokens},
           {"hit_rate", m.hit_rate},
           {"router_expected_cached_rate", m.expected_rate},
+          {"expected_minus_hit", m.gap},
+          {"worker_expected_minus_hit_max_abs", m.worker_gap_max},
           {"load_max_over_mean", m.load_max_over_mean},
           {"busy_s_per_worker", m.busy_s},
           {"utilization", m.utilization},
@@ -497,6 +563,7 @@ struct Flags {
   double hotspot_rel = 0;
   double cache_credit = -1;
   bool tune = false;
+  bool swa_study = false;
   int64_t limit = 0;
 };
 
@@ -527,6 +594,8 @@ int Main(int argc, char** argv) {
       num(&f.hotspot_rel);
     } else if (a == "--cache-credit") {
       num(&f.cache_credit);
+    } else if (a == "--swa-study") {
+      f.swa_study = true;
     } else if (a == "--tune") {
       f.tune = true;
     } else if (a == "--limit") {
@@ -536,7 +605,7 @@ int Main(int argc, char** argv) {
           "usage: policy_sim [--trace FILE] [--json FILE] [--workers 8]\n"
           "  [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]\n"
           "  [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]\n"
-          "  [--tune] [--limit N]\n");
+          "  [--tune] [--swa-study] [--limit N]\n");
       return 0;
     } else {
       Die("unknown flag " + a);
@@ -678,6 +747,41 @@ int Main(int argc, char** argv) {
                      {"sglang", ToJson(sg)},
                      {"sweep", sweep},
                      {"pick", best}};
+  }
+
+  // --- SWA-aware affinity (issue 22): the router's expected hit against
+  // what the workers realise, with and without window restore in the workers
+  // and with the full-KV vs the SWA-aware view.
+  if (f.swa_study) {
+    std::printf("== SWA-aware affinity, ours, whole trace; 'second' = requests %zu..%zu ==\n",
+                half, n - 1);
+    std::printf("%-8s %-10s %-7s %8s %8s %8s %10s %9s %9s\n", "workers", "view", "window",
+                "hit", "expected", "gap", "worker gap", "TTFT p50", "p90");
+    nlohmann::json study = nlohmann::json::array();
+    for (bool restore : {false, true}) {
+      for (bool aware : {false, true}) {
+        SimConfig c = cfg;
+        c.restore = restore;
+        c.swa_aware = aware;
+        const RunResult r = Simulate(wl, n, Policy::kOurs, c);
+        for (const auto& [lo, window] : {std::pair<size_t, const char*>{half, "second"},
+                                         std::pair<size_t, const char*>{0, "whole"}}) {
+          const Metrics m = Measure(r, wl, lo, n, f.workers, window);
+          std::printf("%-8s %-10s %-7s %7.2f%% %7.2f%% %+7.2f%% %9.2f%% %8.2fs %8.2fs\n",
+                      restore ? "restore" : "no-rest.", aware ? "swa-aware" : "full-kv",
+                      window, 100 * m.hit_rate, 100 * m.expected_rate, 100 * m.gap,
+                      100 * m.worker_gap_max, m.p50, m.p90);
+          nlohmann::json j = ToJson(m);
+          j["workers_restore"] = restore;
+          j["router_view"] = aware ? "swa_aware" : "full_kv";
+          j["failed_requests"] = r.failed;
+          study.push_back(j);
+        }
+      }
+    }
+    std::printf("gap = router-expected minus realised hit tokens over prompt tokens; worker gap "
+                "= the largest |gap| of one worker\n\n");
+    out["swa_study"] = study;
   }
 
   // --- Main comparison: whole trace, report second half and whole
