@@ -718,15 +718,22 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     return outcome(s, d_cancelled && !accept_timed_out, "decode", did, ": ");
   }
 
-  // Prefill leg, concurrently with reading the token stream. It may queue
-  // at the prefill worker as long as the request's deadline allows; the
-  // decode stream waits for it without a timer of its own.
-  v1::PrefillResponse presp;
-  grpc::Status pstatus;
-  absl::Mutex leg_mu;
-  bool tokens_seen = false;       // guarded by leg_mu
-  bool prefill_returned = false;  // guarded by leg_mu
-  std::thread prefill_thread([&] {
+  // Prefill leg, concurrently with reading the token stream: an
+  // asynchronous call (no thread of its own, issue 22), whose completion
+  // may run on any thread. It may queue at the prefill worker as long as
+  // the request's deadline allows; the decode stream waits for it without
+  // a timer of its own. The completion's state is shared (it may finish
+  // after this frame stops reading it, but never after leg->done).
+  struct PrefillLeg {
+    absl::Mutex mu;
+    bool tokens_seen ABSL_GUARDED_BY(mu) = false;
+    bool returned ABSL_GUARDED_BY(mu) = false;
+    grpc::Status status;  // written before `done`
+    v1::PrefillResponse response;
+    absl::Notification done;
+  };
+  auto leg = std::make_shared<PrefillLeg>();
+  {
     v1::PrefillRequest preq;
     preq.set_request_id(transfer_id);
     preq.set_priority(r.priority);
@@ -736,16 +743,20 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     t->set_worker_id(did);
     t->set_grpc_address(c.decode->info.grpc_address);
     t->set_transfer_id(transfer_id);
-    pstatus = pcall->Run(preq, &presp);
-    // Without its KV the decode leg would wait for a commit that will not
-    // come: cancel it — unless tokens already flow, which means the commit
-    // arrived and the decode leg no longer needs the prefill worker (it may
-    // die between committing and answering).
-    absl::MutexLock lock(&leg_mu);
-    prefill_returned = true;
-    if (!pstatus.ok() && !tokens_seen) cancel_decode();
-  });
-
+    pcall->Start(std::move(preq), &leg->response, [leg, &cancel_decode](grpc::Status s) {
+      {
+        // Without its KV the decode leg would wait for a commit that will
+        // not come: cancel it — unless tokens already flow, which means the
+        // commit arrived and the decode leg no longer needs the prefill
+        // worker (it may die between committing and answering).
+        absl::MutexLock lock(&leg->mu);
+        leg->status = std::move(s);
+        leg->returned = true;
+        if (!leg->status.ok() && !leg->tokens_seen) cancel_decode();
+      }
+      leg->done.Notify();  // last: RunLegs may return once it is notified
+    });
+  }
   bool finished = false;
   bool sink_refused = false;
   v1::GenerateResponse out;
@@ -753,8 +764,8 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     if (!msg.has_tokens()) continue;
     const v1::TokenChunk& chunk = msg.tokens();
     if (chunk.token_ids_size() > 0 || chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      absl::MutexLock lock(&leg_mu);
-      tokens_seen = true;
+      absl::MutexLock lock(&leg->mu);
+      leg->tokens_seen = true;
     }
     out.Clear();
     out.set_request_id(r.id);
@@ -798,8 +809,8 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     // A failed decode leg cancels the prefill leg at once (its KV has
     // nowhere to go; the prefill worker keeps it in its prefix cache).
     cancel_decode();
-    absl::MutexLock lock(&leg_mu);
-    if (!prefill_returned) cancel_prefill();
+    absl::MutexLock lock(&leg->mu);
+    if (!leg->returned) cancel_prefill();
   }
   grpc::Status dstatus = stream->Finish();
   if (finished) {
@@ -807,10 +818,11 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     // stream needed, came before the first token): no grace wait for it on
     // the answer path — a prefill worker hung after committing must not
     // hold the end of the client's stream.
-    absl::MutexLock lock(&leg_mu);
-    if (!prefill_returned) cancel_prefill();
+    absl::MutexLock lock(&leg->mu);
+    if (!leg->returned) cancel_prefill();
   }
-  prefill_thread.join();
+  leg->done.WaitForNotification();
+  const grpc::Status& pstatus = leg->status;
   if (client_left) return outcome(grpc::Status::CANCELLED, true, "decode", did, "");
   if (finished) {
     options_.directory->ReportSuccess(did);

@@ -42,7 +42,10 @@
 //
 // Generate() runs on the caller's thread and blocks until the request ends
 // (the services give each request its own thread: never call it from a gRPC
-// reactor). It keeps no state beyond the request: replicas share only Redis.
+// reactor); that thread reads the decode stream, while the prefill leg is an
+// asynchronous call (WorkerClient, worker_client.h) that holds no thread,
+// however long the prompt queues at its worker. It keeps no state beyond
+// the request: replicas share only Redis.
 //
 // Metrics (on options.registry):
 //   swaserve_router_requests_total{code}          requests by final status

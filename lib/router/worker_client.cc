@@ -26,8 +26,11 @@ class GrpcPrefillCall final : public PrefillCall {
   GrpcPrefillCall(v1::Prefill::Stub& stub, absl::Time deadline) : stub_(stub) {
     ctx_.set_deadline(absl::ToChronoTime(deadline));
   }
-  grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) override {
-    return stub_.Prefill(&ctx_, request, response);
+  // gRPC's callback API: the request and the context live in this object,
+  // which the caller keeps until `done` ran.
+  void Start(v1::PrefillRequest request, v1::PrefillResponse* response, Done done) override {
+    request_ = std::move(request);
+    stub_.async()->Prefill(&ctx_, &request_, response, std::move(done));
   }
   // Before the call started, TryCancel marks the context: the call is
   // cancelled as soon as it starts.
@@ -36,6 +39,7 @@ class GrpcPrefillCall final : public PrefillCall {
  private:
   v1::Prefill::Stub& stub_;
   grpc::ClientContext ctx_;
+  v1::PrefillRequest request_;
 };
 
 class GrpcWorkerClient final : public WorkerClient {

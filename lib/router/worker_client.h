@@ -7,14 +7,15 @@
 // and the services use the gRPC implementation (NewGrpcWorkerClient).
 //
 // Call objects are created per leg and used by the leg's threads: Read and
-// Finish (DecodeCall) and Run (PrefillCall) from one thread, Cancel from any
-// thread at any time, also before the call started (then the call ends
+// Finish (DecodeCall) and Start (PrefillCall) from one thread, Cancel from
+// any thread at any time, also before the call started (then the call ends
 // CANCELLED as soon as it starts) or after it ended (a no-op).
 //
 // Thread-safety: WorkerClient is thread-safe (one per worker, shared by all
 // requests); call objects as above.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <grpcpp/grpcpp.h>
@@ -38,13 +39,20 @@ class DecodeCall {
   virtual void Cancel() = 0;
 };
 
-// A Prefill.Prefill call, created before it runs so that another thread can
-// cancel it at any time.
+// A Prefill.Prefill call, created before it starts so that another thread
+// can cancel it at any time. Asynchronous: no thread waits on it (a request
+// queued for minutes at a prefill worker holds no router thread for its
+// prefill leg).
 class PrefillCall {
  public:
+  // Called exactly once with the call's status, on any thread (a gRPC
+  // callback thread, or the caller's when the call fails at once). It must
+  // not block.
+  using Done = std::function<void(grpc::Status)>;
+  // Destroying the call before `done` ran is not allowed.
   virtual ~PrefillCall() = default;
-  // Runs the call to its end (at most once).
-  virtual grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) = 0;
+  // Starts the call (at most once); `response` must stay valid until `done`.
+  virtual void Start(v1::PrefillRequest request, v1::PrefillResponse* response, Done done) = 0;
   virtual void Cancel() = 0;
 };
 

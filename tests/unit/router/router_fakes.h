@@ -18,9 +18,11 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -83,6 +85,10 @@ struct WorkerScript {
   grpc::Status prefill_status = grpc::Status::OK;
   // Prefill: block until cancelled instead of answering.
   bool prefill_hangs = false;
+  // Prefill: park the call WITHOUT a thread (as a request queued at a
+  // prefill worker is to the router) until FakeWorkerClient::ReleaseParked
+  // or a cancel.
+  bool prefill_parks = false;
   uint32_t cached_tokens = 0;
 };
 
@@ -113,6 +119,22 @@ class FakeWorkerClient final : public WorkerClient {
                                           absl::Time deadline) override;
   std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) override;
 
+  // Parked prefill calls (WorkerScript::prefill_parks): each is a function
+  // that completes it; ReleaseParked runs them on the caller's thread.
+  void Park(std::function<void()> complete) {
+    absl::MutexLock lock(&mu_);
+    parked_.push_back(std::move(complete));
+  }
+  size_t ReleaseParked() {
+    std::vector<std::function<void()>> p;
+    {
+      absl::MutexLock lock(&mu_);
+      p.swap(parked_);
+    }
+    for (auto& f : p) f();
+    return p.size();
+  }
+
   const std::string& id() const { return id_; }
   Fabric* fabric() const { return fabric_; }
   CallLog* log() const { return log_; }
@@ -123,6 +145,7 @@ class FakeWorkerClient final : public WorkerClient {
   CallLog* const log_;
   absl::Mutex mu_;
   WorkerScript script_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> parked_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeDecodeCall final : public DecodeCall {
@@ -194,10 +217,61 @@ class FakeDecodeCall final : public DecodeCall {
   grpc::Status status_;
 };
 
+// Runs the scripted prefill on a thread of its own (joined on destruction,
+// which the router does only after `done`).
 class FakePrefillCall final : public PrefillCall {
  public:
   explicit FakePrefillCall(FakeWorkerClient* w) : w_(w) {}
-  grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) override {
+  ~FakePrefillCall() override {
+    std::thread t;
+    {
+      absl::MutexLock lock(&mu_);  // a canceller may be assigning it
+      t = std::move(thread_);
+    }
+    if (t.joinable()) t.join();
+  }
+  void Start(v1::PrefillRequest request, v1::PrefillResponse* response, Done done) override {
+    if (w_->script().prefill_parks) {
+      {
+        absl::MutexLock lock(&w_->log()->mu);
+        w_->log()->prefills.emplace_back(w_->id(), request);
+      }
+      auto once = std::make_shared<std::atomic<bool>>(false);
+      auto finish = [w = w_, request, done, once](bool cancelled) {
+        if (once->exchange(true)) return;
+        if (cancelled) {
+          done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+          return;
+        }
+        w->fabric()->Commit(request.decode().transfer_id(), w->script().cached_tokens);
+        done(grpc::Status::OK);
+      };
+      w_->Park([finish] { finish(false); });
+      // A cancel completes it from a thread of its own (never inline: the
+      // router may hold its leg lock while cancelling, as with gRPC).
+      absl::MutexLock lock(&mu_);
+      // (Runs with mu_ held: Cancel, or just below.)
+      on_cancel_ = [this, finish] { thread_ = std::thread([finish] { finish(true); }); };
+      if (cancelled_) on_cancel_();  // cancelled before it started
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    thread_ = std::thread([this, request = std::move(request), response,
+                           done = std::move(done)] { done(Run(request, response)); });
+  }
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    {
+      absl::MutexLock log_lock(&w_->log()->mu);
+      ++w_->log()->cancelled_prefills;
+    }
+    if (on_cancel_) on_cancel_();
+  }
+
+ private:
+  grpc::Status Run(const v1::PrefillRequest& request, v1::PrefillResponse* response) {
     const WorkerScript s = w_->script();
     {
       absl::MutexLock lock(&w_->log()->mu);
@@ -217,19 +291,12 @@ class FakePrefillCall final : public PrefillCall {
     response->set_cached_tokens(s.cached_tokens);
     return grpc::Status::OK;
   }
-  void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    if (!cancelled_) {
-      absl::MutexLock log_lock(&w_->log()->mu);
-      ++w_->log()->cancelled_prefills;
-    }
-    cancelled_ = true;
-  }
 
- private:
   FakeWorkerClient* const w_;
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
 
 inline std::unique_ptr<DecodeCall> FakeWorkerClient::StartDecode(const v1::DecodeRequest& request,

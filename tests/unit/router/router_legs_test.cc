@@ -5,6 +5,7 @@
 // with output identical to an uninterrupted run, the Redis fallback, load
 // shedding with Retry-After, and priorities handed to the prefill worker.
 // tests/integration/router keeps the same paths against real processes.
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -396,6 +397,64 @@ TEST_F(RouterLegsTest, ABreakerOpensAfterRepeatedFaultsAndTheWorkerIsSkipped) {
   ASSERT_TRUE(router_->Generate(Request(100, 2), sink).ok());
   EXPECT_EQ(PrefillWorkersCalled().back(), "p1");
   EXPECT_EQ(source_->breakers().Open(), 0);
+}
+
+// Issue 22, asynchronous request path: a request whose prefill is queued at
+// a worker holds no router thread for its prefill leg (before: a thread per
+// attempt, so a queue of N requests cost 2N threads). The N request threads
+// here are the test's own callers of Generate.
+int ThreadsOfThisProcess() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST_F(RouterLegsTest, AQueuedPrefillLegHoldsNoThread) {
+  Script("p1", {.prefill_parks = true});
+  Script("p2", {.prefill_parks = true});
+  const int before = ThreadsOfThisProcess();
+  constexpr int kRequests = 24;
+  std::vector<std::thread> callers;
+  std::vector<CollectingSink> sinks(kRequests);
+  std::vector<absl::Status> results(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    callers.emplace_back([&, i] { results[i] = router_->Generate(Request(40 + i, 3), sinks[i]); });
+  }
+  for (int i = 0; i < 2000 && PrefillWorkersCalled().size() < kRequests; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(PrefillWorkersCalled().size(), static_cast<size_t>(kRequests));
+  const int during = ThreadsOfThisProcess();
+  // The callers, and at most a few threads the router starts once (its
+  // dispatch-record pool, its timers) — not one per queued prefill.
+  EXPECT_LE(during - before, kRequests + 4) << before << " -> " << during;
+  RecordProperty("threads_per_queued_request",
+                 absl::StrCat(static_cast<double>(during - before) / kRequests));
+  EXPECT_EQ(clients_["p1"]->ReleaseParked() + clients_["p2"]->ReleaseParked(),
+            static_cast<size_t>(kRequests));
+  for (std::thread& t : callers) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+    EXPECT_EQ(sinks[i].tokens.size(), 3u);
+  }
+}
+
+// A parked (queued) prefill leg is cancelled with the client.
+TEST_F(RouterLegsTest, AClientLeavingWhileItsPrefillIsQueuedCancelsIt) {
+  Script("p1", {.prefill_parks = true});
+  Script("p2", {.prefill_parks = true});
+  CancelFlag cancel;
+  CollectingSink sink;
+  absl::Status result;
+  std::thread caller([&] { result = router_->Generate(Request(40, 3), sink, &cancel); });
+  for (int i = 0; i < 2000 && PrefillWorkersCalled().empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  cancel.Cancel();
+  caller.join();
+  EXPECT_TRUE(absl::IsCancelled(result)) << result;
+  absl::MutexLock lock(&log_.mu);
+  EXPECT_EQ(log_.cancelled_prefills, 1);
 }
 
 }  // namespace
