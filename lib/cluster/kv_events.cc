@@ -104,6 +104,12 @@ absl::Status ParseEntry(const RedisReply& entry, KvEvent* e) {
 
 }  // namespace
 
+absl::StatusOr<KvEvent> ParseKvEventEntry(const RedisReply& entry) {
+  KvEvent e;
+  RETURN_IF_ERROR(ParseEntry(entry, &e));
+  return e;
+}
+
 absl::string_view KvEventOpName(KvEvent::Op op) {
   switch (op) {
     case KvEvent::Op::kStored: return "stored";
@@ -157,8 +163,7 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
         return absl::InternalError(absl::StrCat("kv events: bad reply ", stream.DebugString()));
       }
       for (const RedisReply& entry : stream.elements[1].elements) {
-        KvEvent e;
-        RETURN_IF_ERROR(ParseEntry(entry, &e));
+        ASSIGN_OR_RETURN(KvEvent e, ParseKvEventEntry(entry));
         out.push_back(std::move(e));
       }
     }

@@ -145,4 +145,10 @@ class KvWorkerState {
 // The name of `op` in the stream ("stored", ...).
 absl::string_view KvEventOpName(KvEvent::Op op);
 
+// Parses one stream entry as XREAD returns it: [id, [field, value, ...]].
+// An entry of another version is kUnknown (seq and id only); InternalError
+// for a malformed entry (no seq, an unknown v1 op, hashes not a multiple of
+// 8 bytes, wrong shape). Never crashes on any reply (tests/fuzz).
+absl::StatusOr<KvEvent> ParseKvEventEntry(const RedisReply& entry);
+
 }  // namespace swaserve::cluster

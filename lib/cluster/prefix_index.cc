@@ -181,17 +181,25 @@ return size
 //
 // The depth (prefix_index.h "Match"): the authoritative SET is closed under
 // prefixes, so the prompt's pages in it are exactly pages 1..d for some d,
-// found by search instead of a scan: page 1 (a miss ends there), pages 2,
-// 4, 8, ..., n while held, then a binary search in the bracket left — one
-// SISMEMBER per probe, as a member costs about what a call does on a large
-// SET (measured: bench/RESULTS.md "Router decision latency"). Then, when the worker has predictions (its predicted-until time,
+// found by search instead of a scan: page 1 (a miss ends there), page n (a
+// whole-prompt hit ends there), then pages n-1, n-2, n-4, ... down to the
+// first one held and a binary search in the bracket left — one SISMEMBER per
+// probe, as a member costs about what a call does on a large SET (measured:
+// bench/RESULTS.md "Router decision latency"). Searching from the end suits
+// growing prompts, whose match usually ends near their end. Then, when the worker has predictions (its predicted-until time,
 // read for all candidates in one HMGET, is in the future), pages d+1.. are scanned
 // through the ZSET in growing chunks (none of them is in the SET). Members
 // are cut out of ARGV[1] on demand and shared by the candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match_v6", R"lua(
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  static const RedisScript* script = new RedisScript{"prefix_match_v7", R"lua(
+local now = nil
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 local packed = ARGV[1]
 local n = #packed / 8
 local sub = string.sub
@@ -206,22 +214,25 @@ local function m(i)
   return v
 end
 -- The largest d with pages 1..d in `set`, given that they form a prefix:
--- page 1 (a miss ends here), then pages 2, 4, 8, ... up to n, then a binary
--- search between the last page held and the first not held. One member per
--- call: on a large SET a member costs about as much as a call.
+-- page 1 (a miss ends here), page n (a whole-prompt hit ends here), then
+-- pages n-1, n-2, n-4, ... down to the first one held, then a binary search
+-- between it and the last one probed. A growing prompt (an agent's next
+-- turn) usually matches all but its tail, so searching from the end costs
+-- O(log(n - d)) probes. One member per call: on a large SET a member costs
+-- about as much as a call.
 local function auth_depth(set)
   if redis.call('SISMEMBER', set, m(1)) == 0 then return 0 end
-  local lo, hi = 1, n
-  local p = 2
-  while lo < n do
-    if p > n then p = n end
+  if n == 1 or redis.call('SISMEMBER', set, m(n)) == 1 then return n end
+  local lo, hi = 1, n - 1  -- page lo is held, page hi + 1 is not
+  local step = 1
+  while n - step > lo do
+    local p = n - step
     if redis.call('SISMEMBER', set, m(p)) == 1 then
       lo = p
-      p = p * 2
-    else
-      hi = p - 1
       break
     end
+    hi = p - 1
+    step = step * 2
   end
   while lo < hi do
     local mid = floor((lo + hi + 1) / 2)
@@ -243,7 +254,7 @@ for c = 1, ncand do
   local depth = 0
   if n > 0 then depth = auth_depth(set) end
   local pu = pred_until[c]
-  if depth < n and pu and tonumber(pu) > now then
+  if depth < n and pu and tonumber(pu) > clock() then
     -- Beyond the SET's part: live predicted entries, in prefix order.
     local chunk = 8
     local open = true
@@ -257,7 +268,7 @@ for c = 1, ncand do
       local len = last - first + 1
       while k <= len do
         local s = scores[k]
-        if s and tonumber(s) > now then k = k + 1 else break end
+        if s and tonumber(s) > clock() then k = k + 1 else break end
       end
       if k <= len then open = false end
       depth = depth + k - 1

@@ -126,6 +126,32 @@ TEST_F(PrefixIndexTest, MatchesLeadingPagesPerCandidate) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The depth search (prefix_index.h) finds every possible depth of prompts
+// of several lengths, with and without predicted pages beyond it.
+TEST_F(PrefixIndexTest, TheSearchFindsEveryDepth) {
+  auto index = MakeIndex();
+  for (size_t n : {1u, 2u, 3u, 17u, 64u, 100u}) {
+    const std::vector<uint64_t> chain = Chain(100 + n, n);
+    for (size_t d = 0; d <= n; ++d) {
+      const std::string w = absl::StrCat("w", n, "_", d);
+      if (d > 0) Apply(*index, w, Kind::kStored, Slice(chain, 0, d));
+      ASSERT_THAT(Match(*index, chain, {w}), ElementsAre(static_cast<int64_t>(d))) << n;
+      // A prefix of the prompt, and the prompt grown by fresh pages.
+      ASSERT_THAT(Match(*index, Slice(chain, 0, (n + 1) / 2), {w}),
+                  ElementsAre(static_cast<int64_t>(std::min(d, (n + 1) / 2))));
+      std::vector<uint64_t> grown = chain;
+      for (int k = 0; k < 7; ++k) grown.push_back(1000 + k);
+      ASSERT_THAT(Match(*index, grown, {w}), ElementsAre(static_cast<int64_t>(d)));
+      // Predicted pages continue the match from where the SET ends.
+      if (d < n) {
+        ASSERT_TRUE(index->RecordDispatch(w, Slice(chain, 0, std::min(n, d + 3))).ok());
+        ASSERT_THAT(Match(*index, chain, {w}),
+                    ElementsAre(static_cast<int64_t>(std::min(n, d + 3))));
+      }
+    }
+  }
+}
+
 // Window-safe ends (issue 20): SWA-removed events mark pages; a match is
 // window-safe when none of its last wp pages is marked; healing, re-storing,
 // removing and clearing unmark them.
