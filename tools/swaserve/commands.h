@@ -18,4 +18,7 @@ int Chat(int argc, const char* const* argv);
 // Prometheus to HTML + PNG charts (dashboard.cc).
 int Dashboard(int argc, const char* const* argv);
 
+// swaserve kv-events: the prefill workers' KV event streams (kv_events.cc).
+int KvEvents(int argc, const char* const* argv);
+
 }  // namespace swaserve::cli

@@ -6,6 +6,7 @@
 //   swaserve chat --router=HOST:PORT [--system TEXT] [--max_tokens N] ...
 //   swaserve version
 //   swaserve page-hashes --page_size=16 --tokens=1,2,3,...
+//   swaserve kv-events --redis=HOST:PORT [--worker=ID] [--follow]
 //   swaserve make-model --shape=tiny --out=DIR [--seed=N] [--vocab=N]
 //                       [--tokenizer=PATH|none] [--dtype=f32|bf16|f16] [--force]
 //   swaserve inspect DIR [--page_size=16]
@@ -68,6 +69,8 @@ Commands:
                 report TTFT, TPOT, latency, throughput and cache hit rate
   dashboard     render the Grafana dashboards (deploy/grafana) from a live
                 Prometheus to an HTML page with PNG charts
+  kv-events     print the prefill workers' KV events (which pages each worker
+                stores and evicts; the API external routers read)
 
 Run 'swaserve <command> --help' for a command's options.
 )";
@@ -688,6 +691,7 @@ int Main(int argc, const char* const* argv) {
   if (command == "inspect") return Inspect(argc - 1, argv + 1);
   if (command == "replay") return Replay(argc - 1, argv + 1);
   if (command == "dashboard") return cli::Dashboard(argc - 1, argv + 1);
+  if (command == "kv-events") return cli::KvEvents(argc - 1, argv + 1);
   std::fprintf(stderr, "swaserve: unknown command '%s'\n\n%s", command.c_str(),
                kTopUsage);
   return 2;

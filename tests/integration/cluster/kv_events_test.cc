@@ -14,6 +14,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "lib/base/subprocess.h"
 #include "gtest/gtest.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/prefix_index.h"
@@ -267,6 +269,43 @@ TEST_F(KvEventsTest, EntriesOfAnUnknownVersionArePassedOverInSequence) {
   EXPECT_EQ((*got)[1].op, KvEvent::Op::kUnknown);
   EXPECT_EQ((*got)[1].seq, 2u);
 }
+
+#ifdef SWASERVE_CLI_BIN
+// `swaserve kv-events` prints a worker's snapshot and events, and lists the
+// registered workers with their last seq.
+TEST_F(KvEventsTest, TheCliPrintsSnapshotAndEvents) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> c = Chain(9, 5);
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, c}},
+                                 {CacheEventOp{Kind::kSwaRemoved, {c[4]}}}})
+                  .ok());
+  const std::string redis = absl::StrCat("127.0.0.1:", server_->port());
+  std::string out;
+  absl::StatusOr<int> rc = base::RunCommand(
+      {SWASERVE_CLI_BIN, "kv-events", "--redis=" + redis, "--cluster=test", "--worker=w"}, &out,
+      absl::Seconds(30));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(*rc, 0) << out;
+  EXPECT_NE(out.find("snapshot seq 2 "), std::string::npos) << out;
+  EXPECT_NE(out.find("5 pages, 1 without SWA KV, 0 in L2"), std::string::npos) << out;
+  out.clear();
+  rc = base::RunCommand({SWASERVE_CLI_BIN, "kv-events", "--redis=" + redis, "--cluster=test",
+                         "--worker=w", "--history"},
+                        &out, absl::Seconds(30));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(*rc, 0) << out;
+  EXPECT_NE(out.find(absl::StrFormat("seq 1 stored pool=full tier=l1 pages=5 first=%016x", c[0])),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("seq 2 swa_removed pool=swa tier= pages=1"), std::string::npos) << out;
+  out.clear();
+  rc = base::RunCommand({SWASERVE_CLI_BIN, "kv-events", "--redis=127.0.0.1:1"}, &out,
+                        absl::Seconds(30));
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(*rc, 1) << out;
+  EXPECT_NE(out.find("cannot read the registry"), std::string::npos) << out;
+}
+#endif
 
 }  // namespace
 }  // namespace swaserve::cluster
