@@ -30,7 +30,8 @@
 // --decisions (20,000) single-threaded, then the same number split over
 // --threads (2) threads. CPU time: the calling threads' CPU clock (router
 // CPU per decision) and redis-server's utime+stime from /proc (Redis CPU
-// per decision). One extra row: text prompts of ~4K tokens (tokenization
+// per decision) and, per EVALSHA, Redis's own accounting of the script's
+// execution time (INFO commandstats). One extra row: text prompts of ~4K tokens (tokenization
 // included). A breakdown table times the parts of a decision alone
 // (hashing, directory, MGET, EVALSHA by kind) to show where the time goes.
 //
@@ -51,6 +52,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -112,6 +114,32 @@ double ThreadCpuSeconds() {
 }
 
 // utime + stime of a process, in seconds (/proc/<pid>/stat fields 14, 15).
+// Redis's own accounting of EVALSHA (INFO commandstats: calls and the
+// microseconds spent executing them, the script's work without the
+// connection's read/parse/write), on a client of its own; zeros when
+// unreadable. Set in main before any row is timed.
+cluster::RedisClient* g_stats_redis = nullptr;
+struct ScriptStats {
+  double calls = 0, usec = 0;
+};
+ScriptStats EvalshaStats() {
+  ScriptStats st;
+  if (g_stats_redis == nullptr) return st;
+  absl::StatusOr<cluster::RedisReply> r = g_stats_redis->Command({"INFO", "commandstats"});
+  if (!r.ok()) return st;
+  const std::string& text = r->str;
+  const size_t at = text.find("cmdstat_evalsha:");
+  if (at == std::string::npos) return st;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  for (const char* key : {"calls=", "usec="}) {
+    const size_t k = line.find(key);
+    if (k == std::string::npos) continue;
+    const double v = std::strtod(line.c_str() + k + std::strlen(key), nullptr);
+    (std::strcmp(key, "calls=") == 0 ? st.calls : st.usec) = v;
+  }
+  return st;
+}
+
 double ProcessCpuSeconds(pid_t pid) {
   std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
@@ -201,6 +229,7 @@ struct Row {
   double per_s = 0;             // decisions per second (wall)
   double router_cpu_us = 0;     // router thread CPU per decision
   double redis_cpu_us = 0;      // redis-server CPU per decision
+  double script_us = 0;         // Redis's execution time per EVALSHA (commandstats)
   double per_router_cpu_s = 0;  // decisions per router CPU second
   int64_t mismatches = 0;
   double mean_tokens = 0;
@@ -230,23 +259,24 @@ nlohmann::json ToJson(const Row& r) {
           {"decisions_per_s", r.per_s},
           {"router_cpu_us_per_decision", r.router_cpu_us},
           {"redis_cpu_us_per_decision", r.redis_cpu_us},
+          {"evalsha_exec_us_per_call", r.script_us},
           {"decisions_per_router_cpu_s", r.per_router_cpu_s},
           {"mismatches", r.mismatches},
           {"mean_prompt_tokens", r.mean_tokens}};
 }
 
 void PrintHeader() {
-  std::printf("%-34s %3s %7s %8s %8s %8s %8s %10s %9s %9s %10s\n", "row", "thr",
+  std::printf("%-34s %3s %7s %8s %8s %8s %8s %10s %9s %9s %10s %9s\n", "row", "thr",
               "n", "p50 us", "p90 us", "p99 us", "max us", "decisions/s",
-              "rtr cpu", "redis cpu", "per rtr-cpu-s");
+              "rtr cpu", "redis cpu", "per rtr-cpu-s", "script");
 }
 
 void PrintRow(const Row& r) {
   std::printf(
-      "%-34s %3d %7lld %8.1f %8.1f %8.1f %8.1f %10.0f %7.1fus %7.1fus %10.0f\n",
+      "%-34s %3d %7lld %8.1f %8.1f %8.1f %8.1f %10.0f %7.1fus %7.1fus %10.0f %7.1fus\n",
       r.name.c_str(), r.threads, static_cast<long long>(r.n), r.p50, r.p90,
       r.p99, r.max, r.per_s, r.router_cpu_us, r.redis_cpu_us,
-      r.per_router_cpu_s);
+      r.per_router_cpu_s, r.script_us);
   std::fflush(stdout);
 }
 
@@ -308,6 +338,7 @@ Row TimeRoutes(Router& router, const std::vector<Query>& pool, int64_t total,
   std::vector<int64_t> bad(threads, 0);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
+  const ScriptStats script0 = EvalshaStats();
   const double redis0 = ProcessCpuSeconds(redis_pid);
   std::chrono::steady_clock::time_point start;
   auto body = [&](int t) {
@@ -342,9 +373,13 @@ Row TimeRoutes(Router& router, const std::vector<Query>& pool, int64_t total,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   const double redis_cpu = ProcessCpuSeconds(redis_pid) - redis0;
+  const ScriptStats script1 = EvalshaStats();
   Row r;
   r.name = name;
   r.threads = threads;
+  if (script1.calls > script0.calls) {
+    r.script_us = (script1.usec - script0.usec) / (script1.calls - script0.calls);
+  }
   std::vector<double> all;
   double cpu_sum = 0;
   for (int t = 0; t < threads; ++t) {
@@ -370,6 +405,7 @@ template <typename Fn>
 Row TimeFn(const std::string& name, int iters, pid_t redis_pid, Fn fn) {
   std::vector<double> lat;
   lat.reserve(iters);
+  const ScriptStats script0 = EvalshaStats();
   const double redis0 = ProcessCpuSeconds(redis_pid);
   const double c0 = ThreadCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
@@ -391,6 +427,10 @@ Row TimeFn(const std::string& name, int iters, pid_t redis_pid, Fn fn) {
   r.router_cpu_us = 1e6 * cpu / iters;
   r.redis_cpu_us = 1e6 * (ProcessCpuSeconds(redis_pid) - redis0) / iters;
   r.per_router_cpu_s = cpu > 0 ? iters / cpu : 0;
+  const ScriptStats script1 = EvalshaStats();
+  if (script1.calls > script0.calls) {
+    r.script_us = (script1.usec - script0.usec) / (script1.calls - script0.calls);
+  }
   return r;
 }
 
@@ -527,6 +567,9 @@ int Main(int argc, char** argv) {
       Check(cluster::RedisClient::Create(ro), "redis client");
   std::unique_ptr<cluster::RedisClient> fill_redis =
       Check(cluster::RedisClient::Create(ro), "redis client");
+  std::unique_ptr<cluster::RedisClient> stats_redis =
+      Check(cluster::RedisClient::Create(ro), "redis client");
+  g_stats_redis = stats_redis.get();
   metrics::Registry registry;
   cluster::RedisOptions router_ro = ro;
   router_ro.pool_size = std::max(4, f.threads + 2);
@@ -912,7 +955,9 @@ int Main(int argc, char** argv) {
       "wall time; rtr cpu = CPU time of the calling thread(s) per decision; "
       "redis cpu = "
       "redis-server utime+stime per decision; per rtr-cpu-s = decisions per "
-      "router CPU second\n"
+      "router CPU second; script = Redis's own execution time per EVALSHA "
+      "(INFO commandstats usec / calls: the match script without the "
+      "connection's I/O)\n"
       "load average at end: %s\n\n== Targets (issue 7) ==\n",
       load_end.c_str());
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());

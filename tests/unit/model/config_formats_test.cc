@@ -1,6 +1,8 @@
 // The config.json formats beyond the plain hub fields (lib/model/config.h):
 // transformers-native configs, fields rejected by name, FP8
 // quantization_config, and the MTP layer count derived from tensor names.
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/model/config.h"
@@ -297,7 +300,12 @@ void WriteHeaderOnly(const std::filesystem::path& path,
 class MtpCountTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / "mtp_count_test";
+    // One directory per test and process: ctest runs this suite's tests as
+    // parallel processes, which must not remove each other's files.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("mtp_count_test_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
+                        getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     Json j = Hub();
