@@ -277,7 +277,8 @@ TEST_F(LoadedClusterTest,
   EXPECT_EQ(calm->failed, 0);
   std::printf("no faults:\n%s\n", calm->ToText().c_str());
   std::atomic<bool> stop{false};
-  std::vector<std::string> log;
+  std::vector<std::string> log;  // written by the chaos thread only until joined
+  std::atomic<int> faults{0};
   // A fault every 1.5-3.5 s, or faster when the calm replay was short (a
   // warm cache makes the chaos replay quicker still): about ten faults over
   // the calm replay's duration at least, so the run always sees >= 5.
@@ -286,8 +287,13 @@ TEST_F(LoadedClusterTest,
   std::thread chaos([&] {
     std::mt19937 rng(20261201);
     const std::vector<std::string> victims = {"p1", "p2", "d1", "d2", "redis"};
+    // Faults are scheduled from the start, not from the end of the previous
+    // restart: a worker restart takes seconds on a slow machine, and waiting
+    // for it before counting the next interval ran only 4 faults in CI.
+    absl::Time next = absl::Now();
     while (!stop.load()) {
-      absl::SleepFor(absl::Milliseconds(mean_ms * 3 / 5 + rng() % (mean_ms * 4 / 5 + 1)));
+      next += absl::Milliseconds(mean_ms * 3 / 5 + rng() % (mean_ms * 4 / 5 + 1));
+      while (!stop.load() && absl::Now() < next) absl::SleepFor(absl::Milliseconds(20));
       if (stop.load()) break;
       const std::string v = victims[rng() % victims.size()];
       absl::Status s;
@@ -304,21 +310,41 @@ TEST_F(LoadedClusterTest,
       }
       log.push_back(
           absl::StrCat(v, s.ok() ? "" : absl::StrCat(" (", s.ToString(), ")")));
+      faults.fetch_add(1);
     }
   });
-  auto report = loadgen::Replay(*trace, ro);
+  // The replay repeats (at most 3 times) until the chaos has done 5 faults,
+  // so a fast machine cannot make the run meaningless; every request of every
+  // pass must succeed.
+  int passes = 0, succeeded = 0, failed = 0, sent = 0;
+  std::string first_error;
+  absl::Status replay_status;
+  while (passes < 3) {
+    auto report = loadgen::Replay(*trace, ro);
+    ++passes;
+    if (!report.ok()) {
+      replay_status = report.status();
+      break;
+    }
+    std::printf("chaos pass %d:\n%s\n", passes, report->ToText().c_str());
+    sent += static_cast<int>(trace->size());
+    succeeded += report->succeeded;
+    failed += report->failed;
+    if (first_error.empty() && !report->error_samples.empty()) {
+      first_error = report->error_samples[0];
+    }
+    if (faults.load() >= 5) break;
+  }
   stop = true;
   chaos.join();
-  ASSERT_TRUE(report.ok()) << report.status();
-  std::printf("chaos:\n%s\n", report->ToText().c_str());
+  ASSERT_TRUE(replay_status.ok()) << replay_status;
   std::string kills;
   for (const std::string& k : log) kills += k + " ";
   std::printf("chaos: %zu kill -9 + restart (one every ~%d ms): %s\n", log.size(), mean_ms,
               kills.c_str());
   EXPECT_GE(log.size(), 5u) << "too few faults to mean anything";
-  EXPECT_EQ(report->succeeded, 1000);
-  EXPECT_EQ(report->failed, 0)
-      << (report->error_samples.empty() ? "" : report->error_samples[0]);
+  EXPECT_EQ(succeeded, sent);
+  EXPECT_EQ(failed, 0) << first_error;
 }
 
 }  // namespace
