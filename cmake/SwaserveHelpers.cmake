@@ -63,6 +63,12 @@ function(swaserve_test name)
   endif()
   add_executable(${name} ${A_SRCS})
   swaserve_setup_target(${name})
+  # Tests declared long-running (a TIMEOUT above the default: randomized and
+  # model tests whose hot loops are in the test file) keep the build type's
+  # optimisation: at -O0 under ASan the kv property test ran 111 s instead of 17.
+  if(SWASERVE_TEST_COMPILE_OPTIONS AND A_TIMEOUT LESS_EQUAL 120)
+    target_compile_options(${name} PRIVATE ${SWASERVE_TEST_COMPILE_OPTIONS})
+  endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   gtest_discover_tests(${name}
       DISCOVERY_TIMEOUT 60

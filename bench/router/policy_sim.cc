@@ -192,8 +192,9 @@ struct SimConfig {
   bool restore = false;
   // The router's view: false = the full-KV depth M of each worker; true =
   // what the real router credits (policy.h PrefixCredit: M when the match
-  // ends window-safe, else what the worker's window restore reuses), the
-  // index's window-safe flag (prefix_index.h) taken from the worker's cache.
+  // ends window-safe, else the window-safe depth L or what the worker's
+  // window restore reuses), the index's L (prefix_index.h) taken from the
+  // worker's cache.
   bool swa_aware = false;
   PolicyOptions ours;
   // SGLang defaults.
@@ -351,14 +352,20 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
         PrefillCandidate& c = cands[k];
         c.cached_tokens = depth[k];
         if (cfg.swa_aware) {
-          c.cached_tokens = std::min<int64_t>(
-              PrefixCredit({.full_tokens = depth[k],
-                            .window_safe = ml.safe_tokens >= ml.matched_tokens,
-                            .sliding_window = cfg.shape.sliding_window,
-                            .page_size = ps,
-                            .swa_chain_layers = cfg.shape.swa_layers,
-                            .window_restore = cfg.restore}),
-              cap);
+          // What the real router credits from the index's answer: the
+          // window-safe depth L (the worker cache's own, which the index
+          // mirrors: prefix_index.h Match), -1 below its scan bound.
+          PrefixCreditInputs in{.full_tokens = depth[k],
+                                .sliding_window = cfg.shape.sliding_window,
+                                .page_size = ps,
+                                .swa_chain_layers = cfg.shape.swa_layers,
+                                .window_restore = cfg.restore};
+          const int64_t safe = std::min<int64_t>(ml.safe_tokens, depth[k]);
+          const int64_t scan = WindowScanPages(in, cfg.ours.window_scan_pages);
+          in.window_safe_tokens = safe >= depth[k]                     ? INT64_MAX
+                                  : safe / ps < depth[k] / ps - scan ? -1
+                                                                     : safe;
+          c.cached_tokens = std::min<int64_t>(PrefixCredit(in), cap);
         }
         const int64_t remaining =
             w.busy ? static_cast<int64_t>(

@@ -118,7 +118,8 @@ absl::StatusOr<std::vector<int64_t>> ClusterView::MatchPrefixes(
 
 absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-    absl::Span<const std::string> load_ids, int window_pages) {
+    absl::Span<const std::string> load_ids, int window_pages,
+    absl::Span<const int64_t> window_scan_pages) {
   std::vector<std::string> load_keys;
   load_keys.reserve(load_ids.size());
   for (const std::string& id : load_ids) {
@@ -128,7 +129,7 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   std::vector<std::optional<std::string>> raw;
   PrefixesAndLoads out;
   ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, window_pages,
-                                             &out.window_safe, &out.l1_pages));
+                                             &out.safe_pages, &out.l1_pages, window_scan_pages));
   out.loads.resize(load_ids.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     if (!raw[i]) continue;

@@ -69,11 +69,13 @@ class ClusterView {
 
   // MatchPrefixes(hashes, candidates) and GetLoads(load_ids) in ONE round
   // trip (the match script also reads the load reports).
-  // With window_pages > 0 (prefix_index.h), also whether each match ends
-  // window-safe.
+  // With window_pages > 0 (prefix_index.h), also each match's window-safe
+  // depth (searched window_scan_pages below the depth: empty or one bound
+  // per candidate; PrefixIndex::Match).
   struct PrefixesAndLoads {
     std::vector<int64_t> depths;
-    std::vector<bool> window_safe;
+    // Window-safe depth L in pages per candidate; -1: below the scan bound.
+    std::vector<int64_t> safe_pages;
     // Of each depth, the pages in the worker's L1 (the rest are in its L2).
     std::vector<int64_t> l1_pages;
     std::vector<std::optional<swaserve::v1::WorkerLoad>> loads;
@@ -81,7 +83,8 @@ class ClusterView {
   absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates,
-      absl::Span<const std::string> load_ids, int window_pages = 0);
+      absl::Span<const std::string> load_ids, int window_pages = 0,
+      absl::Span<const int64_t> window_scan_pages = {});
 
   // Records that `hashes` were dispatched to `worker_id`: pages it does not
   // hold yet get predicted entries for predicted_ttl (prefix_index.h), so

@@ -169,10 +169,13 @@ return size
 // ARGV[1] = the prompt's packed page hashes in prefix order, ARGV[2] = the
 // number of candidates, ARGV[3] = window pages wp (the pages whose SWA KV a
 // hit at a page boundary needs: ceil((W - 1) / page); 0: do not check),
-// ARGV[4..] = the candidates' ids. Returns, per candidate, the number of leading pages it
-// holds; then a table with, per candidate, 1 when the match ends window-safe
-// (none of its last wp pages is in the SWA-gone SET; pages held only by a
-// prediction count as live) else 0; then a table with, per candidate, how
+// ARGV[4..3+n] = the candidates' ids, ARGV[4+n..3+2n] (optional) = per candidate
+// how far below its depth d the window-safe search looks (S pages; absent:
+// down to page 0). Returns, per candidate, the number of leading pages it
+// holds; then a table with, per candidate, its window-safe depth L: the
+// largest p <= d such that none of pages max(1, p - wp + 1)..p is in the
+// SWA-gone SET (pages held only by a prediction count as live; p = 0 always
+// qualifies), or -1 when L < d - S; = d without the check; then a table with, per candidate, how
 // many of its matched pages are in L1: the first matched page in its
 // lower-tier SET, found by binary search (a worker's tiers only go down a
 // path, so its L2 pages are a suffix of any match: O(log depth) SISMEMBER),
@@ -191,7 +194,7 @@ return size
 // through the ZSET in growing chunks (none of them is in the SET). Members
 // are cut out of ARGV[1] on demand and shared by the candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match_v7", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_match_v8", R"lua(
 local now = nil
 local function clock()
   if not now then
@@ -243,6 +246,37 @@ end
 local result = {}
 local ncand = tonumber(ARGV[2])
 local wp = tonumber(ARGV[3]) or 0
+-- The window-safe depth L <= d (see above), searched downwards from d in
+-- growing chunks of SMISMEMBER (wp pages first: a match whose last window is
+-- intact costs one call, as before): `top` is the best candidate so far;
+-- each dropped page moves it below that page; it is the answer once wp
+-- intact pages (or every page down to page 1) lie under it. -1 once top
+-- falls below d - scan.
+local function safe_depth(gone, d, scan)
+  local lowest = d - scan
+  if lowest < 0 then lowest = 0 end
+  local top = d
+  local i = d
+  local chunk = wp
+  while i >= 1 do
+    local lo = math.max(1, i - chunk + 1)
+    local args = {}
+    for k = i, lo, -1 do args[#args + 1] = m(k) end
+    local dropped = redis.call('SMISMEMBER', gone, unpack(args))
+    for k = 1, #dropped do
+      local page = i - k + 1
+      if dropped[k] == 1 then
+        top = page - 1
+        if top < lowest then return -1 end
+      elseif top - page + 1 >= wp or page == 1 then
+        return top
+      end
+    end
+    i = lo - 1
+    if chunk < 1024 then chunk = chunk * 2 end
+  end
+  return top
+end
 local safe = {}
 local upper = {}
 local pred_until = {}
@@ -276,14 +310,9 @@ for c = 1, ncand do
     end
   end
   result[c] = depth
-  safe[c] = 1
+  safe[c] = depth
   if wp > 0 and depth > 0 and redis.call('EXISTS', gone) == 1 then
-    local args = {}
-    for i = math.max(1, depth - wp + 1), depth do args[#args + 1] = m(i) end
-    local dropped = redis.call('SMISMEMBER', gone, unpack(args))
-    for k = 1, #dropped do
-      if dropped[k] == 1 then safe[c] = 0 end
-    end
+    safe[c] = safe_depth(gone, depth, tonumber(ARGV[3 + ncand + c]) or depth)
   end
   upper[c] = depth
   if depth > 0 and redis.call('EXISTS', lower) == 1 then
@@ -409,7 +438,13 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
     absl::Span<const std::string> value_keys,
     std::vector<std::optional<std::string>>* values, int window_pages,
-    std::vector<bool>* window_safe, std::vector<int64_t>* l1_pages) {
+    std::vector<int64_t>* safe_pages, std::vector<int64_t>* l1_pages,
+    absl::Span<const int64_t> window_scan_pages) {
+  if (!window_scan_pages.empty() && window_scan_pages.size() != candidates.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PrefixIndex::Match: ", window_scan_pages.size(), " window scan bounds for ",
+        candidates.size(), " candidates"));
+  }
   std::vector<std::string> keys;
   keys.reserve(4 * candidates.size() + 1 + value_keys.size());
   for (const std::string& id : candidates) {
@@ -421,7 +456,7 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   }
   std::vector<int64_t> depths(candidates.size(), 0);
   if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
-  if (window_safe != nullptr) window_safe->assign(candidates.size(), true);
+  if (safe_pages != nullptr) safe_pages->assign(candidates.size(), 0);
   if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
   if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
   keys.push_back(keys_.PredictedUntilKey());
@@ -429,6 +464,7 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   std::vector<std::string> args = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
                                    absl::StrCat(std::max(0, window_pages))};
   args.insert(args.end(), candidates.begin(), candidates.end());
+  for (const int64_t s : window_scan_pages) args.push_back(absl::StrCat(std::max<int64_t>(0, s)));
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
                                    "match_prefixes"));
@@ -446,10 +482,9 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     return absl::InternalError(
         absl::StrCat("prefix_match: bad window-safe reply ", flags.DebugString()));
   }
-  if (window_safe != nullptr) {
+  if (safe_pages != nullptr) {
     for (size_t i = 0; i < candidates.size(); ++i) {
-      ASSIGN_OR_RETURN(const int64_t f, flags.elements[i].AsInteger());
-      (*window_safe)[i] = f != 0;
+      ASSIGN_OR_RETURN((*safe_pages)[i], flags.elements[i].AsInteger());
     }
   }
   const RedisReply& upper = reply.elements[candidates.size() + 1];

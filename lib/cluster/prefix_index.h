@@ -26,8 +26,9 @@
 //                  stored/removed events take them out). A match of depth d
 //                  ends window-safe when none of pages [d − wp, d) is in it
 //                  (wp = ceil((W − 1) / page)): the worker then reuses all d
-//                  pages; otherwise it reuses what a window restore leaves
-//                  (the router's credit, lib/router/policy.h). Exact as long
+//                  pages; otherwise the match answers the window-safe depth
+//                  L < d (Match), and the worker reuses L or what a window
+//                  restore leaves (the router's credit, lib/router/policy.h). Exact as long
 //                  as events arrive in order (the queue is FIFO); a lost or
 //                  dropped event clears the worker's entries (kCleared), so
 //                  the SET errs only toward "gone" for pages not yet
@@ -162,15 +163,26 @@ class PrefixIndex {
   // The same, and in the same script call (one round trip) the values of
   // `value_keys` (plain string keys, e.g. load reports; nullopt when
   // absent) into *values (aligned with value_keys); with window_pages > 0
-  // (ceil((W − 1) / page size)) and window_safe, whether each candidate's
-  // match ends window-safe: none of its last window_pages pages lost its
-  // SWA KV (true without the check).
+  // (wp = ceil((W − 1) / page size)) and safe_pages, each candidate's
+  // window-safe depth L in pages: the largest p <= its depth d such that
+  // none of pages max(1, p − wp + 1)..p lost its SWA KV (a hit of p pages
+  // the worker uses as is; = d without the check, and when the last window
+  // is intact: one SMISMEMBER of wp pages, as before). The search goes down
+  // from d in growing chunks; window_scan_pages (empty, or one per
+  // candidate) bounds it to d − S: -1 then says L < d − S (a router that
+  // credits a restoring worker max(L, M − R) needs no L below M − R).
+  // Why L is exact: the SWA-gone SET holds exactly the worker's pages whose
+  // SWA KV was dropped (its events in order; a lost one clears the worker),
+  // and the worker's own cache (kv::PrefixCache::Match) takes the same
+  // largest window-safe end (SWA liveness is per radix node there, so its
+  // node-end answer equals this page-level one).
   absl::StatusOr<std::vector<int64_t>> Match(
       absl::Span<const uint64_t> hashes,
       absl::Span<const std::string> candidates,
       absl::Span<const std::string> value_keys,
       std::vector<std::optional<std::string>>* values, int window_pages = 0,
-      std::vector<bool>* window_safe = nullptr, std::vector<int64_t>* l1_pages = nullptr);
+      std::vector<int64_t>* safe_pages = nullptr, std::vector<int64_t>* l1_pages = nullptr,
+      absl::Span<const int64_t> window_scan_pages = {});
 
   // Deletes every entry of `worker_id`.
   absl::Status Clear(absl::string_view worker_id);

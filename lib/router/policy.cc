@@ -68,12 +68,30 @@ int WindowPages(int sliding_window, int page_size) {
 
 int64_t PrefixCredit(const PrefixCreditInputs& in) {
   if (in.full_tokens <= 0) return 0;
-  if (in.window_safe || in.sliding_window <= 1 || !in.window_restore ||
-      in.swa_chain_layers <= 0 || in.page_size <= 0 || in.full_tokens > INT32_MAX) {
-    return in.full_tokens;
+  if (in.window_safe_tokens >= in.full_tokens || in.sliding_window <= 1) return in.full_tokens;
+  const int64_t safe = std::max<int64_t>(0, in.window_safe_tokens);
+  if (!in.window_restore || in.swa_chain_layers <= 0 || in.page_size <= 0 ||
+      in.full_tokens > INT32_MAX) {
+    return safe;
   }
-  return kv::WindowRestoreStart(static_cast<int>(in.full_tokens), in.sliding_window,
-                                in.page_size, in.swa_chain_layers);
+  return std::max<int64_t>(safe, kv::WindowRestoreStart(static_cast<int>(in.full_tokens),
+                                                        in.sliding_window, in.page_size,
+                                                        in.swa_chain_layers));
+}
+
+int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_pages) {
+  if (!worker.window_restore || worker.swa_chain_layers <= 0 || worker.page_size <= 0 ||
+      worker.sliding_window <= 1) {
+    return std::max<int64_t>(0, non_restoring_pages);
+  }
+  // M is page aligned, so M − WindowRestoreStart(M) = wp·page + reach (or
+  // less where the start clamps at 0); an L below d − S with
+  // S = wp + ceil(reach / page) − 1 has L·page <= M − (S + 1)·page <= the
+  // restore start.
+  const int64_t page = worker.page_size;
+  const int64_t w1 = worker.sliding_window - 1;
+  const int64_t reach = int64_t{worker.swa_chain_layers - 1} * w1;
+  return std::max<int64_t>(0, (w1 + page - 1) / page + (reach + page - 1) / page - 1);
 }
 
 int64_t TieredCredit(int64_t credit, int64_t l1_tokens, double lower_tier_credit) {
@@ -88,6 +106,10 @@ absl::Status ValidatePolicyOptions(const PolicyOptions& options) {
   }
   if (options.bucket_bounds.empty()) {
     return absl::InvalidArgumentError("bucket_bounds: empty");
+  }
+  if (options.window_scan_pages < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window_scan_pages = ", options.window_scan_pages, ": must be >= 0"));
   }
   int64_t prev = 0;
   for (size_t i = 0; i < options.bucket_bounds.size(); ++i) {

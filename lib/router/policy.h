@@ -108,28 +108,45 @@ struct PolicyOptions {
   // the MiMo-V2.5-Pro shape (16, 128).
   int32_t page_size = 16;
   int32_t decode_sliding_window = 128;
+
+  // Prefill workers that do not restore windows: how far (pages) below a
+  // match's depth the index searches for its window-safe depth L
+  // (WindowScanPages); an L further down is credited as 0. Bounds the
+  // Redis work per unsafe candidate (one SMISMEMBER member per page).
+  // Default 2048 (32K tokens at 16 per page).
+  int64_t window_scan_pages = 2048;
 };
 
 // OK when the options are usable; InvalidArgument naming the field.
 absl::Status ValidatePolicyOptions(const PolicyOptions& options);
 
 // The prefill worker's cached tokens the router credits for a prefix-index
-// match of full_tokens (M) tokens (issue 20): all of them when the match ends
-// window-safe (the index saw no SWA KV dropped in its last window) or the
-// model has no window; otherwise what the worker's window restore reuses,
-// kv::WindowRestoreStart(M) = max(L, M − R) for the window-safe L it cannot
-// see (a lower bound: the restore is taken whenever it beats L); and when the
-// worker does not restore, 0 would be exact only for L = 0, so the full M is
-// kept (the pre-restore behaviour, an upper bound).
+// match of full_tokens (M) tokens (issues 20, 22): all of them when the match
+// ends window-safe or the model has no window; otherwise, for a worker that
+// restores windows, what it reuses, max(L, kv::WindowRestoreStart(M)) for
+// the index's window-safe depth L (prefix_index.h Match: exact, or -1 below
+// the scan WindowScanPages asks for, where the restore start wins anyway);
+// for a worker that does not restore, L (0 when the index's scan stopped
+// above it: a lower bound).
 struct PrefixCreditInputs {
   int64_t full_tokens = 0;
-  bool window_safe = true;
+  // L in tokens; >= full_tokens (the default) when the match ends
+  // window-safe or nothing is known; -1: below the index's scan bound.
+  int64_t window_safe_tokens = INT64_MAX;
   int sliding_window = 0;
   int page_size = 16;
   int swa_chain_layers = 0;
   bool window_restore = false;
 };
 int64_t PrefixCredit(const PrefixCreditInputs& in);
+// How many pages below a match's depth the index must search for L
+// (PrefixIndex::Match window_scan_pages) for PrefixCredit to be exact: for a
+// restoring worker wp + ceil((chain − 1)(W − 1) / page) − 1 (wp =
+// WindowPages), the fewest pages such that any L further down never beats
+// the restore start (tested tight); otherwise `non_restoring_pages`
+// (PolicyOptions). Reads the fields other than full_tokens and
+// window_safe_tokens.
+int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_pages);
 // Tiers (issue 21): of a credit of `credit` tokens, the part past the
 // worker's L1 (its first l1_tokens matched tokens) is in its L2 and needs a
 // load-back copy before use: it is credited at lower_tier_credit (e.g. 0.75)

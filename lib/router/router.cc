@@ -519,16 +519,28 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   }
   std::vector<int64_t> depths(pre.size(), 0);
   std::vector<std::optional<v1::WorkerLoad>> loads(ids.size());
-  std::vector<bool> window_safe(pre.size(), true);
+  // Window-safe depths (pages; INT64_MAX: not known, credit the depth).
+  std::vector<int64_t> safe_pages(pre.size(), INT64_MAX);
   std::vector<int64_t> l1_pages;
-  // Whether each match ends window-safe (all workers serve one model).
+  // Each match's window-safe depth (all workers serve one model), searched
+  // as far below its depth as the worker's credit needs (policy.h).
   const int window_pages = WindowPages(pre[0]->info.sliding_window, page);
+  std::vector<PrefixCreditInputs> window(pre.size());
+  std::vector<int64_t> scan(pre.size());
+  for (size_t i = 0; i < pre.size(); ++i) {
+    const cluster::WorkerInfo& info = pre[i]->info;
+    window[i] = {.sliding_window = info.sliding_window,
+                 .page_size = info.page_size > 0 ? info.page_size : page,
+                 .swa_chain_layers = info.swa_chain_layers,
+                 .window_restore = info.window_restore};
+    scan[i] = WindowScanPages(window[i], options_.policy.window_scan_pages);
+  }
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = state_->MatchPrefixesAndLoads(
-      r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids, window_pages);
+      r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids, window_pages, scan);
   if (got.ok() && got->depths.size() == pre.size() && got->loads.size() == ids.size()) {
     depths = std::move(got->depths);
     loads = std::move(got->loads);
-    if (got->window_safe.size() == pre.size()) window_safe = std::move(got->window_safe);
+    if (got->safe_pages.size() == pre.size()) safe_pages = std::move(got->safe_pages);
     if (got->l1_pages.size() == pre.size()) l1_pages = std::move(got->l1_pages);
   } else {
     // Redis unreadable: route on what the registry snapshot gives.
@@ -538,22 +550,21 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   for (size_t i = 0; i < pre.size(); ++i) {
     PrefillCandidate& c = pc[i];
     c.id = pre[i]->info.id;
-    const cluster::WorkerInfo& info = pre[i]->info;
-    const int wp = info.page_size > 0 ? info.page_size : page;
-    // A match whose last window lost its SWA KV is worth what the worker's
-    // window restore reuses (policy.h PrefixCredit).
-    const int64_t credit = PrefixCredit({.full_tokens = depths[i] * wp,
-                                         .window_safe = window_safe[i],
-                                         .sliding_window = info.sliding_window,
-                                         .page_size = wp,
-                                         .swa_chain_layers = info.swa_chain_layers,
-                                         .window_restore = info.window_restore});
+    const int wp = window[i].page_size;
+    // A match whose last window lost its SWA KV is worth its window-safe
+    // depth or what the worker's window restore reuses (policy.h PrefixCredit).
+    PrefixCreditInputs in = window[i];
+    in.full_tokens = depths[i] * wp;
+    in.window_safe_tokens = safe_pages[i] >= depths[i] ? INT64_MAX
+                            : safe_pages[i] < 0        ? -1
+                                                       : safe_pages[i] * wp;
+    const int64_t credit = PrefixCredit(in);
     // Pages in the worker's L2 count less (a load-back first).
     c.cached_tokens = std::min<int64_t>(
         l1_pages.empty() ? credit
                          : TieredCredit(credit, l1_pages[i] * wp, options_.policy.lower_tier_credit),
         n);
-    if (!window_safe[i]) metrics_->window_unsafe_matches->Increment();
+    if (safe_pages[i] < depths[i]) metrics_->window_unsafe_matches->Increment();
     c.healthy = options_.directory->Healthy(c.id);
     const std::optional<v1::WorkerLoad>& l = loads[i];
     c.has_load = l.has_value();

@@ -22,13 +22,14 @@ namespace swaserve::router {
 class RoutingState {
  public:
   virtual ~RoutingState() = default;
-  // cluster::ClusterView::MatchPrefixesAndLoads: depths (and window-safety,
-  // L1 pages) of `candidates`, loads of `load_ids`. Unavailable when the
+  // cluster::ClusterView::MatchPrefixesAndLoads: depths (and window-safe
+  // depths, L1 pages) of `candidates`, loads of `load_ids`. Unavailable when the
   // state cannot be read (the router then routes on loads it lacks: the
   // fallback).
   virtual absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-      absl::Span<const std::string> load_ids, int window_pages) = 0;
+      absl::Span<const std::string> load_ids, int window_pages,
+      absl::Span<const int64_t> window_scan_pages) = 0;
   // Records that `hashes` were dispatched to `worker_id` (off the path).
   virtual absl::Status RecordDispatch(absl::string_view worker_id,
                                       absl::Span<const uint64_t> hashes) = 0;
@@ -40,8 +41,10 @@ class ClusterViewState final : public RoutingState {
   explicit ClusterViewState(cluster::ClusterView* view) : view_(view) {}
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-      absl::Span<const std::string> load_ids, int window_pages) override {
-    return view_->MatchPrefixesAndLoads(hashes, candidates, load_ids, window_pages);
+      absl::Span<const std::string> load_ids, int window_pages,
+      absl::Span<const int64_t> window_scan_pages) override {
+    return view_->MatchPrefixesAndLoads(hashes, candidates, load_ids, window_pages,
+                                        window_scan_pages);
   }
   absl::Status RecordDispatch(absl::string_view worker_id,
                               absl::Span<const uint64_t> hashes) override {

@@ -62,6 +62,7 @@ struct RouterConfig {
   double lower_tier_credit = router::PolicyOptions{}.lower_tier_credit;
   int64_t hotspot_abs_tokens = router::PolicyOptions{}.hotspot_abs_tokens;
   double hotspot_rel = router::PolicyOptions{}.hotspot_rel;
+  int64_t window_scan_pages = router::PolicyOptions{}.window_scan_pages;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
@@ -103,6 +104,9 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("policy.hotspot_abs_tokens", &c->hotspot_abs_tokens,
            "hotspot guard: absolute load margin (tokens)")
       .Add("policy.hotspot_rel", &c->hotspot_rel, "hotspot guard: relative load margin")
+      .Add("policy.window_scan_pages", &c->window_scan_pages,
+           "for prefill workers that do not restore windows: pages below a match's depth the "
+           "index searches for its window-safe depth")
       .Add("default_max_tokens", &c->default_max_tokens, "max_tokens when a request gives none")
       .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
@@ -148,6 +152,7 @@ absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
   policy->lower_tier_credit = c->lower_tier_credit;
   policy->hotspot_abs_tokens = c->hotspot_abs_tokens;
   policy->hotspot_rel = c->hotspot_rel;
+  policy->window_scan_pages = c->window_scan_pages;
   if (c->model_name.empty()) {
     c->model_name = std::filesystem::path(c->model).lexically_normal().filename().string();
     if (c->model_name.empty()) {

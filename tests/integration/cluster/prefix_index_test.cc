@@ -152,41 +152,53 @@ TEST_F(PrefixIndexTest, TheSearchFindsEveryDepth) {
   }
 }
 
-// Window-safe ends (issue 20): SWA-removed events mark pages; a match is
-// window-safe when none of its last wp pages is marked; healing, re-storing,
-// removing and clearing unmark them.
-TEST_F(PrefixIndexTest, MatchReportsWhetherItEndsWindowSafe) {
+// Window-safe depths (issues 20, 22): SWA-removed events mark pages; a
+// match's window-safe depth L is the largest p <= d whose last wp pages are
+// all unmarked; healing, re-storing, removing and clearing unmark them.
+TEST_F(PrefixIndexTest, MatchReportsTheWindowSafeDepth) {
   auto index = MakeIndex();
   const std::vector<uint64_t> chain = Chain(1, 12);
   Apply(*index, "a", Kind::kStored, chain);
   Apply(*index, "b", Kind::kStored, Slice(chain, 0, 8));
-  auto match = [&](int wp, const std::vector<uint64_t>& hashes) {
-    std::vector<bool> safe;
-    absl::StatusOr<std::vector<int64_t>> d =
-        index->Match(hashes, {"a", "b", "none"}, {}, nullptr, wp, &safe);
+  auto match = [&](int wp, const std::vector<uint64_t>& hashes,
+                   std::vector<int64_t> scan = {}) {
+    std::vector<int64_t> safe;
+    absl::StatusOr<std::vector<int64_t>> d = index->Match(
+        hashes, {"a", "b", "none"}, {}, nullptr, wp, &safe, nullptr, scan);
     EXPECT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(*d, (std::vector<int64_t>{static_cast<int64_t>(std::min<size_t>(12, hashes.size())),
                                         static_cast<int64_t>(std::min<size_t>(8, hashes.size())), 0}));
     return safe;
   };
-  EXPECT_EQ(match(3, chain), (std::vector<bool>{true, true, true}));
-  // "a" dropped the SWA KV of pages 0..9 (0-based): its match of 12 pages
-  // needs pages 9..11 (wp = 3) -> not window-safe; of 8 pages (a shorter
-  // prompt) neither. "b" is unaffected.
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(match(3, chain), (V{12, 8, 0}));
+  // "a" dropped the SWA KV of pages 0..9 (0-based; 1..10 as the script
+  // counts): its match of 12 pages needs pages 9..11 (wp = 3): L = 0 (no
+  // page boundary has 3 intact pages under it); with wp = 2 the last two
+  // are intact. "b" is unaffected.
   Apply(*index, "a", Kind::kSwaRemoved, Slice(chain, 0, 10));
-  EXPECT_EQ(match(3, chain), (std::vector<bool>{false, true, true}));
-  EXPECT_EQ(match(2, chain), (std::vector<bool>{true, true, true}));  // pages 10, 11 live
-  EXPECT_EQ(match(3, Slice(chain, 0, 8)), (std::vector<bool>{false, true, true}));
-  EXPECT_EQ(match(0, chain), (std::vector<bool>{true, true, true}));  // no check
+  EXPECT_EQ(match(3, chain), (V{0, 8, 0}));
+  EXPECT_EQ(match(2, chain), (V{12, 8, 0}));
+  EXPECT_EQ(match(3, Slice(chain, 0, 8)), (V{0, 8, 0}));
+  EXPECT_EQ(match(0, chain), (V{12, 8, 0}));  // no check
+  // Pages 0..3 heal: L = 4 for wp <= 4 (pages 0..3 intact, page 4 dropped).
+  Apply(*index, "a", Kind::kSwaStored, Slice(chain, 0, 4));
+  EXPECT_EQ(match(3, chain), (V{4, 8, 0}));
+  EXPECT_EQ(match(4, chain), (V{4, 8, 0}));
+  EXPECT_EQ(match(5, chain), (V{4, 8, 0}));  // the window reaches page 0
+  // Bounded search: with S = 7 below d = 12, L = 4 < 5 is reported as -1;
+  // with S = 8 it is found. Per candidate.
+  EXPECT_EQ(match(3, chain, {7, 7, 7}), (V{-1, 8, 0}));
+  EXPECT_EQ(match(3, chain, {8, 0, 0}), (V{4, 8, 0}));
   // Healing page 9 makes 12 window-safe again for wp = 3.
   Apply(*index, "a", Kind::kSwaStored, {chain[9]});
-  EXPECT_EQ(match(3, chain), (std::vector<bool>{true, true, true}));
-  EXPECT_EQ(match(4, chain), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(match(3, chain), (V{12, 8, 0}));
+  EXPECT_EQ(match(4, chain), (V{4, 8, 0}));
   // A removed page leaves the SWA-gone set too; re-stored pages are live.
   Apply(*index, "a", Kind::kRemoved, Slice(chain, 5, 12));
   Apply(*index, "a", Kind::kStored, Slice(chain, 5, 12));
-  EXPECT_EQ(match(4, chain), (std::vector<bool>{true, true, true}));
-  EXPECT_EQ(Integer({"SCARD", keys_.SwaGoneKey("a")}), 5);
+  EXPECT_EQ(match(4, chain), (V{12, 8, 0}));
+  EXPECT_EQ(Integer({"SCARD", keys_.SwaGoneKey("a")}), 1);  // page 4
   // Clearing the worker drops everything, the SWA-gone set included.
   CacheEventOp clear{Kind::kCleared, {}};
   ASSERT_TRUE(index->Apply("a", absl::MakeConstSpan(&clear, 1)).ok());
@@ -194,6 +206,68 @@ TEST_F(PrefixIndexTest, MatchReportsWhetherItEndsWindowSafe) {
   // The set expires with the index.
   Apply(*index, "b", Kind::kSwaRemoved, {chain[7]});
   EXPECT_GT(Integer({"PTTL", keys_.SwaGoneKey("b")}), 0);
+  // A scan bound per candidate or none.
+  std::vector<int64_t> safe;
+  const std::vector<int64_t> two = {1, 2};
+  EXPECT_EQ(index->Match(chain, {"a", "b", "none"}, {}, nullptr, 3, &safe, nullptr, two)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The window-safe depth against brute force: random SWA drops and heals over
+// long chains, random window sizes and scan bounds (the chunked downward
+// search crosses chunk boundaries).
+TEST_F(PrefixIndexTest, RandomizedWindowSafeDepthEqualsBruteForce) {
+  auto index = MakeIndex();
+  std::mt19937_64 rng(20261202);
+  const std::vector<uint64_t> chain = Chain(7, 3000);
+  Apply(*index, "w", Kind::kStored, chain);
+  std::vector<bool> gone(chain.size(), false);
+  int cases = 0, unsafe = 0, bounded = 0;
+  for (int round = 0; round < 60; ++round) {
+    // Drop or heal a few random runs of pages (a tombstoned radix node is a
+    // run).
+    for (int k = 0; k < 3; ++k) {
+      const size_t from = rng() % chain.size();
+      const size_t len = 1 + rng() % (rng() % 4 == 0 ? 400 : 20);
+      const size_t to = std::min(chain.size(), from + len);
+      const bool drop = rng() % 3 != 0;
+      Apply(*index, "w", drop ? Kind::kSwaRemoved : Kind::kSwaStored, Slice(chain, from, to));
+      for (size_t p = from; p < to; ++p) gone[p] = drop;
+    }
+    for (int q = 0; q < 10; ++q, ++cases) {
+      const int64_t d = 1 + static_cast<int64_t>(rng() % chain.size());
+      const int wp = 1 + static_cast<int>(rng() % 40);
+      const int64_t scan = rng() % 2 == 0 ? static_cast<int64_t>(rng() % 3000) : d;
+      // Brute force: the largest p <= d with pages max(0, p - wp)..p-1
+      // (0-based) intact; p = 0 qualifies.
+      int64_t l = 0;
+      for (int64_t p = d; p > 0; --p) {
+        bool ok = true;
+        for (int64_t x = std::max<int64_t>(0, p - wp); x < p && ok; ++x) ok = !gone[x];
+        if (ok) {
+          l = p;
+          break;
+        }
+      }
+      const int64_t want = l < d - scan ? -1 : l;
+      std::vector<int64_t> safe;
+      const std::vector<int64_t> bound = {scan};
+      absl::StatusOr<std::vector<int64_t>> got =
+          index->Match(Slice(chain, 0, d), {"w"}, {}, nullptr, wp, &safe, nullptr, bound);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ((*got)[0], d);
+      ASSERT_EQ(safe, std::vector<int64_t>{want})
+          << "round " << round << " d " << d << " wp " << wp << " scan " << scan;
+      unsafe += l < d;
+      bounded += want < 0;
+    }
+  }
+  EXPECT_EQ(cases, 600);
+  // The cases exercised every branch.
+  EXPECT_GT(unsafe, 100);
+  EXPECT_GT(bounded, 10);
 }
 
 // Tiers (issue 21): pages a worker moved to L2 (kTierDown) are a suffix of

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -370,25 +371,39 @@ TEST(ChoosePrefill, RandomizedInvariants) {
 namespace swaserve::router {
 namespace {
 
-TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedAsAWindowRestore) {
-  // Window-safe, or no window, or a worker that does not restore: the whole
-  // full-KV match.
-  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = true, .sliding_window = 128,
+TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedTheirSafeDepthOrAWindowRestore) {
+  // Window-safe (or nothing known), or no window: the whole full-KV match.
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .sliding_window = 128, .page_size = 16,
+                          .swa_chain_layers = 61, .window_restore = true}),
+            10000);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = 10000,
+                          .sliding_window = 128, .page_size = 16, .swa_chain_layers = 61}),
+            10000);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = 0, .sliding_window = 0,
                           .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
             10000);
-  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 0,
-                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
-            10000);
-  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 128,
-                          .page_size = 16, .swa_chain_layers = 61, .window_restore = false}),
-            10000);
-  // Not window-safe: what the restore reuses, M − R (the MiMo-V2.5-Pro
-  // shape: 60 SWA + 1 MTP layer, W = 128, R ~ 7.7K), clamped at 0.
-  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe = false, .sliding_window = 128,
-                          .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
+  // A worker that does not restore reuses its window-safe depth L; below the
+  // index's scan (-1) it is credited 0 (a lower bound).
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = 4096,
+                          .sliding_window = 128, .page_size = 16, .swa_chain_layers = 61,
+                          .window_restore = false}),
+            4096);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = -1,
+                          .sliding_window = 128, .page_size = 16, .swa_chain_layers = 61,
+                          .window_restore = false}),
+            0);
+  // A restoring worker: max(L, M − R) (the MiMo-V2.5-Pro shape: 60 SWA + 1
+  // MTP layer, W = 128, R ~ 7.7K), clamped at 0.
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = -1,
+                          .sliding_window = 128, .page_size = 16, .swa_chain_layers = 61,
+                          .window_restore = true}),
             kv::WindowRestoreStart(10000, 128, 16, 61));
   EXPECT_EQ(kv::WindowRestoreStart(10000, 128, 16, 61), 9872 - 60 * 127);
-  EXPECT_EQ(PrefixCredit({.full_tokens = 4000, .window_safe = false, .sliding_window = 128,
+  EXPECT_EQ(PrefixCredit({.full_tokens = 10000, .window_safe_tokens = 9600,
+                          .sliding_window = 128, .page_size = 16, .swa_chain_layers = 61,
+                          .window_restore = true}),
+            9600);
+  EXPECT_EQ(PrefixCredit({.full_tokens = 4000, .window_safe_tokens = -1, .sliding_window = 128,
                           .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
             0);
   EXPECT_EQ(PrefixCredit({.full_tokens = 0}), 0);
@@ -396,6 +411,45 @@ TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedAsAWindowRestore) {
   EXPECT_EQ(WindowPages(129, 16), 8);
   EXPECT_EQ(WindowPages(130, 16), 9);
   EXPECT_EQ(WindowPages(0, 16), 0);
+}
+
+// WindowScanPages is just enough: for a restoring worker, any L the index
+// would not find (L < d − S pages) never beats the restore start, so the
+// credit with L = -1 equals the credit with the true L; and one page less of
+// scan would be wrong for some depth.
+TEST(PrefixCredit, TheScanBoundForARestoringWorkerIsExactAndTight) {
+  for (const auto& [window, page, chain] :
+       std::vector<std::tuple<int, int, int>>{{128, 16, 61}, {128, 16, 13}, {4, 4, 3},
+                                              {100, 16, 5}, {17, 8, 2}, {128, 64, 9}}) {
+    PrefixCreditInputs w{.sliding_window = window, .page_size = page,
+                         .swa_chain_layers = chain, .window_restore = true};
+    const int64_t scan = WindowScanPages(w, 12345);
+    bool tight = false;
+    for (int64_t d = 1; d <= scan + 40; ++d) {
+      w.full_tokens = d * page;
+      for (int64_t l = 0; l < d; ++l) {
+        w.window_safe_tokens = l * page;
+        const int64_t exact = PrefixCredit(w);
+        if (l < d - scan) {
+          PrefixCreditInputs unknown = w;
+          unknown.window_safe_tokens = -1;
+          ASSERT_EQ(PrefixCredit(unknown), exact)
+              << "W " << window << " page " << page << " chain " << chain << " d " << d
+              << " L " << l;
+        }
+        if (l == d - scan) {
+          PrefixCreditInputs unknown = w;
+          unknown.window_safe_tokens = -1;
+          if (PrefixCredit(unknown) != exact) tight = true;
+        }
+      }
+    }
+    EXPECT_TRUE(tight) << "W " << window << " page " << page << " chain " << chain;
+  }
+  // A worker that does not restore: the configured bound.
+  EXPECT_EQ(WindowScanPages({.sliding_window = 128, .page_size = 16, .swa_chain_layers = 61},
+                            2048),
+            2048);
 }
 
 TEST(TieredCredit, LowerTierTokensCountAtTheirWeight) {

@@ -381,7 +381,8 @@ class FakeRoutingState final : public RoutingState {
   }
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-      absl::Span<const std::string> load_ids, int window_pages) override {
+      absl::Span<const std::string> load_ids, int window_pages,
+      absl::Span<const int64_t> window_scan_pages) override {
     absl::MutexLock lock(&mu_);
     ++matches_;
     for (const Later& l : later_) {
@@ -393,7 +394,7 @@ class FakeRoutingState final : public RoutingState {
       auto it = depths_.find(c);
       const int64_t d = it == depths_.end() ? 0 : it->second;
       out.depths.push_back(std::min<int64_t>(d, static_cast<int64_t>(hashes.size())));
-      out.window_safe.push_back(true);
+      out.safe_pages.push_back(out.depths.back());
       out.l1_pages.push_back(out.depths.back());
     }
     for (const std::string& id : load_ids) {
