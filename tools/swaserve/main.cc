@@ -42,6 +42,7 @@
 #include "lib/loadgen/replay.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/config.h"
+#include "lib/model/vision.h"
 #include "tools/swaserve/commands.h"
 
 namespace swaserve {
@@ -218,7 +219,7 @@ bool IsCheckpointFile(const std::string& name) {
   return name == "config.json" || name == "model.safetensors" ||
          name == "model.safetensors.tmp" ||
          name == "model.safetensors.index.json" || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" ||
+         name == "tokenizer_config.json" || name == "visual.safetensors" ||
          (name.rfind("model-", 0) == 0 && name.size() > 12 &&
           name.substr(name.size() - 12) == ".safetensors");
 }
@@ -231,6 +232,7 @@ int MakeModel(int argc, const char* const* argv) {
   std::string tokenizer;
   std::string dtype;
   bool force = false;
+  bool vision = false;
   base::Config config(
       "swaserve make-model",
       absl::StrCat(
@@ -258,7 +260,10 @@ int MakeModel(int argc, const char* const* argv) {
            "weight dtype f32 | bf16 | f16 (empty: the shape's)")
       .Add("force", &force,
            "write into a non-empty directory, replacing the "
-           "checkpoint files there");
+           "checkpoint files there")
+      .Add("vision", &vision,
+           "also write a tiny vision tower (lib/model/vision.h TinyVisionConfig: "
+           "visual.safetensors and config.json's vision_config)");
   base::ParseConfigOrExit(config, argc, argv);
   auto fail = [](int code, absl::string_view msg) {
     std::fprintf(stderr, "swaserve make-model: %s\n", std::string(msg).c_str());
@@ -369,6 +374,10 @@ int MakeModel(int argc, const char* const* argv) {
   absl::Status s =
       model::WriteRandomCheckpoint(*mc, seed, out, tokenizer_path, progress);
   if (!s.ok()) return fail(1, s.message());
+  if (vision) {
+    s = model::WriteRandomVisionTower(model::TinyVisionConfig(mc->hidden_size), seed, out);
+    if (!s.ok()) return fail(1, s.message());
+  }
   std::printf(
       "wrote %s: shape %s (%d layers: %d full + %d SWA, %d MTP), %s "
       "parameters, %s, vocab %lld, seed %llu, tokenizer %s\n",
