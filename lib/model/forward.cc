@@ -444,6 +444,18 @@ void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
 
 namespace {
 
+// Copies `it`'s embedding overrides over its rows of `x` (row stride
+// `stride` floats): all of them, or only its token `only` (>= 0).
+void ApplyOverrides(const ForwardItem& it, int H, float* x, int64_t stride, int only = -1) {
+  for (const EmbeddingOverride& e : it.embeddings) {
+    for (int j = 0; j < e.rows; ++j) {
+      if (only >= 0 && e.offset + j != only) continue;
+      std::memcpy(x + (e.offset + j) * stride, e.data + static_cast<size_t>(j) * H,
+                  sizeof(float) * H);
+    }
+  }
+}
+
 absl::Status CheckItems(const ModelConfig& c, absl::Span<const ForwardItem> items) {
   if (items.empty()) return absl::InvalidArgumentError("empty batch");
   const kv::KvShape want = c.KvShape(16);
@@ -461,6 +473,17 @@ absl::Status CheckItems(const ModelConfig& c, absl::Span<const ForwardItem> item
         return absl::InvalidArgumentError(absl::StrCat("item ", i, ": token id ", t,
                                                        " >= vocab size ", c.vocab_size));
       }
+    }
+    int next = 0;  // overrides sorted, disjoint, inside the tokens
+    for (const EmbeddingOverride& e : it.embeddings) {
+      if (e.offset < next || e.rows <= 0 || e.data == nullptr ||
+          e.offset + static_cast<int64_t>(e.rows) > static_cast<int64_t>(it.tokens.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "item ", i, ": embedding override of ", e.rows, " rows at ", e.offset,
+            " is out of order, overlapping, empty or outside its ", it.tokens.size(),
+            " tokens"));
+      }
+      next = e.offset + e.rows;
     }
     const kv::PoolGeometry& fg = it.seq->FullLayer(0).pool->geometry();
     const kv::PoolGeometry& sg = it.seq->SwaLayer(0).pool->geometry();
@@ -489,6 +512,7 @@ absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
     for (uint32_t t : it.tokens) {
       Embedding(t, s.x.data() + static_cast<size_t>(r++) * H);
     }
+    ApplyOverrides(it, H, s.x.data() + static_cast<size_t>(r - it.tokens.size()) * H, H);
   }
   for (const Block& b : s.layers) RETURN_IF_ERROR(s.RunBlock(b, items, R));
   s.Logits(items, s.final_norm, out, keep_all_hidden);
@@ -515,10 +539,13 @@ absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
   Grow(s.x, static_cast<size_t>(R) * H);
   int r = 0;
   for (const ForwardItem& it : items) {
+    const int r0 = r;
     for (uint32_t t : it.tokens) {
       float* row = s.cat.data() + static_cast<size_t>(r) * 2 * H;
       const float eps = static_cast<float>(config_.rms_norm_eps);
       Embedding(t, row);
+      ApplyOverrides(it, H, s.cat.data() + static_cast<size_t>(r0) * 2 * H, 2 * H,
+                     r - r0);
       RmsNorm(row, m.enorm.data(), row, 1, H, eps);  // in place
       RmsNorm(hidden.data() + static_cast<size_t>(r) * H, m.hnorm.data(), row + H, 1, H, eps);
       ++r;

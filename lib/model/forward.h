@@ -53,6 +53,19 @@
 
 namespace swaserve::model {
 
+// Rows of an item's new tokens whose input embedding is given instead of
+// looked up (issue 23: a multimodal placeholder's encoder output): tokens
+// [offset, offset + rows) of the item take data[(j − offset) · hidden_size
+// ...] (rows × hidden_size f32, owned by the caller, alive for the call)
+// instead of embed_tokens[token]. The token ids there still count (range
+// checks; the caller keeps them as the placeholder id). An MTP layer's input
+// embedding of such a token is the override too.
+struct EmbeddingOverride {
+  int offset = 0;
+  int rows = 0;
+  const float* data = nullptr;
+};
+
 struct ForwardItem {
   kv::Sequence* seq = nullptr;
   // New tokens, at positions [start, start + tokens.size()); the sequence's
@@ -68,6 +81,9 @@ struct ForwardItem {
   // No logits row at all (first_row is then -1): KV and hidden states only
   // (MTP layers catching up on positions whose draft is not needed).
   bool no_logits = false;
+  // Embedding overrides, in increasing offset order, not overlapping, inside
+  // the item's tokens (InvalidArgument otherwise).
+  absl::Span<const EmbeddingOverride> embeddings;
 };
 
 struct ForwardOutput {

@@ -415,3 +415,111 @@ TEST_F(ForwardTest, RejectsMalformedBatches) {
 
 }  // namespace
 }  // namespace swaserve::model
+
+namespace swaserve::model {
+namespace {
+
+// Issue 23: embedding overrides (a multimodal placeholder's encoder output)
+// are placed exactly where they say, in the main model and the MTP layers,
+// and chunking splits them without changing a bit.
+TEST_F(ForwardTest, EmbeddingOverridesArePlacedExactlyAndChunkInvariant) {
+  const ModelConfig& c = engine_->config();
+  const int H = c.hidden_size, V = c.vocab_size;
+  std::mt19937 rng(23);
+  const std::vector<uint32_t> tokens = RandomTokens(rng, 50);
+  const int off = 10, rows = 12;
+  // 1. Overrides that hold the table rows of other tokens give exactly the
+  // logits of those tokens.
+  std::vector<uint32_t> swapped = tokens;
+  std::vector<float> table(static_cast<size_t>(rows) * H);
+  for (int j = 0; j < rows; ++j) {
+    swapped[off + j] = (tokens[off + j] + 1 + rng() % 200) % 256;
+    engine_->Embedding(swapped[off + j], table.data() + static_cast<size_t>(j) * H);
+  }
+  auto run = [&](const std::vector<uint32_t>& t, const std::vector<EmbeddingOverride>& e,
+                 kv::Sequence* seq, ForwardOutput* out) {
+    ForwardItem item{seq, t, 0, true};
+    item.embeddings = e;
+    return engine_->Forward({&item, 1}, out, /*keep_all_hidden=*/true);
+  };
+  NewPools();
+  {  // s1, s2 share the pools and die before NewPools replaces them
+    auto s1 = NewSeq();
+    ASSERT_TRUE(s1->Append(50).ok());
+    ForwardOutput want;
+    ASSERT_TRUE(run(swapped, {}, s1.get(), &want).ok());
+    auto s2 = NewSeq();
+    ASSERT_TRUE(s2->Append(50).ok());
+    ForwardOutput got;
+    ASSERT_TRUE(run(tokens, {{.offset = off, .rows = rows, .data = table.data()}}, s2.get(), &got)
+                    .ok());
+    ASSERT_EQ(got.logits, want.logits);
+    // The MTP layer's input embedding follows the override too.
+    ASSERT_GE(c.num_mtp_layers, 1);
+    const int n = 49;
+    std::vector<float> h(got.all_hidden.begin(), got.all_hidden.begin() + static_cast<size_t>(n) * H);
+    ForwardItem mw{s1.get(), absl::MakeConstSpan(swapped).subspan(1, n), 0, true};
+    ForwardOutput mwant, mgot;
+    ASSERT_TRUE(engine_->ForwardMtp(0, {&mw, 1}, h, &mwant).ok());
+    ForwardItem mg{s2.get(), absl::MakeConstSpan(tokens).subspan(1, n), 0, true};
+    const EmbeddingOverride mo{.offset = off - 1, .rows = rows, .data = table.data()};
+    mg.embeddings = {&mo, 1};
+    ASSERT_TRUE(engine_->ForwardMtp(0, {&mg, 1}, h, &mgot).ok());
+    EXPECT_EQ(mgot.logits, mwant.logits);
+  }
+  // 2. Arbitrary embeddings, split across chunks: bit-identical to one chunk,
+  // and they matter.
+  std::vector<float> image(static_cast<size_t>(rows) * H);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  for (float& v : image) v = nd(rng);
+  auto chunked = [&](const std::vector<int>& chunks, bool with) {
+    NewPools();
+    auto seq = NewSeq();
+    std::vector<float> all;
+    int pos = 0;
+    size_t ci = 0;
+    while (pos < 50) {
+      const int len = std::min(chunks[ci++ % chunks.size()], 50 - pos);
+      EXPECT_TRUE(seq->Append(len).ok());
+      ForwardItem item{seq.get(), absl::MakeConstSpan(tokens).subspan(pos, len), pos, true};
+      EmbeddingOverride e;
+      const int a = std::max(pos, off), b = std::min(pos + len, off + rows);
+      if (with && a < b) {
+        e = {.offset = a - pos, .rows = b - a,
+             .data = image.data() + static_cast<size_t>(a - off) * H};
+        item.embeddings = {&e, 1};
+      }
+      ForwardOutput out;
+      EXPECT_TRUE(engine_->Forward({&item, 1}, &out).ok());
+      all.insert(all.end(), out.logits.begin(), out.logits.end());
+      pos += len;
+    }
+    return all;
+  };
+  const std::vector<float> one = chunked({50}, true);
+  ASSERT_EQ(one.size(), static_cast<size_t>(50) * V);
+  EXPECT_EQ(chunked({7, 3, 16}, true), one);
+  EXPECT_EQ(chunked({1}, true), one);
+  const std::vector<float> plain = chunked({50}, false);
+  // Positions before the image are unchanged; from it on they differ.
+  EXPECT_TRUE(std::equal(one.begin(), one.begin() + static_cast<size_t>(off) * V, plain.begin()));
+  EXPECT_FALSE(std::equal(one.begin() + static_cast<size_t>(off) * V, one.end(),
+                          plain.begin() + static_cast<size_t>(off) * V));
+  // 3. Malformed overrides are rejected.
+  NewPools();
+  auto s3 = NewSeq();
+  ASSERT_TRUE(s3->Append(50).ok());
+  ForwardOutput bad;
+  for (const std::vector<EmbeddingOverride>& e :
+       std::vector<std::vector<EmbeddingOverride>>{
+           {{.offset = 45, .rows = 6, .data = image.data()}},
+           {{.offset = 0, .rows = 0, .data = image.data()}},
+           {{.offset = 5, .rows = 4, .data = image.data()},
+            {.offset = 8, .rows = 2, .data = image.data()}},
+           {{.offset = 3, .rows = 1, .data = nullptr}}}) {
+    EXPECT_EQ(run(tokens, e, s3.get(), &bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace swaserve::model
