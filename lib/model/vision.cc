@@ -18,6 +18,7 @@
 #include "lib/base/status.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/cpu_kernels.h"
+#include "lib/model/tower_io.h"
 
 namespace swaserve::model {
 namespace {
@@ -73,60 +74,28 @@ void Rotate(float* v, int heads, int d, const float* cos, const float* sin) {
   }
 }
 
-float Gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
-
-void AddBias(float* y, int64_t rows, const std::vector<float>& b) {
-  const int64_t n = static_cast<int64_t>(b.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < n; ++j) y[r * n + j] += b[j];
-  }
-}
-
 // Bidirectional attention of every image's patches (vision.h, step 3): over
-// the image, or the query's window. qkv rows are [q | k | v] of D each.
+// the image, or the query's window (keys in row-major order).
 void Attend(const VisionConfig& c, absl::Span<const VisionInput> inputs,
             const std::vector<int64_t>& row0, bool full, const std::vector<float>& qkv,
-            std::vector<float>* o_out) {
+            std::vector<float>* o) {
   const int64_t D = c.hidden_size;
-  const int heads = c.num_heads, hd = c.head_dim(), ws = c.window_patches();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float>& o = *o_out;
+  const int ws = c.window_patches();
   std::vector<float> scores;
+  std::vector<int64_t> keys;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int gh = inputs[i].grid_h, gw = inputs[i].grid_w;
     for (int qy = 0; qy < gh; ++qy) {
       for (int qx = 0; qx < gw; ++qx) {
-        const int64_t qr = row0[i] + int64_t{qy} * gw + qx;
-        // The keys: the whole image, or the query's window.
         const int y0 = full ? 0 : qy / ws * ws, y1 = full ? gh : std::min(gh, y0 + ws);
         const int x0 = full ? 0 : qx / ws * ws, x1 = full ? gw : std::min(gw, x0 + ws);
-        for (int hh = 0; hh < heads; ++hh) {
-          const float* q = &qkv[qr * 3 * D + int64_t{hh} * hd];
-          scores.clear();
-          float mx = -INFINITY;
-          for (int ky = y0; ky < y1; ++ky) {
-            for (int kx = x0; kx < x1; ++kx) {
-              const int64_t kr = row0[i] + int64_t{ky} * gw + kx;
-              const float s = Dot(q, &qkv[kr * 3 * D + D + int64_t{hh} * hd], hd) * scale;
-              scores.push_back(s);
-              mx = std::max(mx, s);
-            }
-          }
-          float sum = 0;
-          for (float& s : scores) {
-            s = std::exp(s - mx);
-            sum += s;
-          }
-          float* out = &o[qr * D + int64_t{hh} * hd];
-          std::fill(out, out + hd, 0.0f);
-          size_t k = 0;
-          for (int ky = y0; ky < y1; ++ky) {
-            for (int kx = x0; kx < x1; ++kx, ++k) {
-              const int64_t kr = row0[i] + int64_t{ky} * gw + kx;
-              Axpy(scores[k] / sum, &qkv[kr * 3 * D + 2 * D + int64_t{hh} * hd], out, hd);
-            }
-          }
+        keys.clear();
+        for (int ky = y0; ky < y1; ++ky) {
+          for (int kx = x0; kx < x1; ++kx) keys.push_back(row0[i] + int64_t{ky} * gw + kx);
         }
+        const int64_t qr = row0[i] + int64_t{qy} * gw + qx;
+        AttendRows(qkv.data(), D, c.num_heads, c.head_dim(), qr, keys, o->data() + qr * D,
+                   &scores);
       }
     }
   }
@@ -283,28 +252,10 @@ absl::StatusOr<std::unique_ptr<VisionTower>> VisionTower::FromTensors(
     const VisionConfig& config,
     const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
   RETURN_IF_ERROR(config.Validate());
-  std::map<std::string, const std::vector<float>*> by_name;
-  for (const auto& [name, values] : tensors) by_name[name] = &values;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (auto& [name, shape] : VisionTensorShapes(config)) shapes[name] = shape;
-  for (const auto& [name, shape] : shapes) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("vision tower: tensor ", name, " is missing"));
-    }
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
-    if (static_cast<int64_t>(it->second->size()) != numel) {
-      return absl::InvalidArgumentError(absl::StrCat("vision tower: tensor ", name, " has ",
-                                                     it->second->size(), " values, expected ",
-                                                     numel));
-    }
-  }
-  auto vec = [&](const std::string& n) { return *by_name.at(n); };
-  auto packed = [&](const std::string& n) {
-    const std::vector<int64_t>& s = shapes.at(n);
-    return PackedWeight::FromOutIn(by_name.at(n)->data(), s[0], s[1]);
-  };
+  ASSIGN_OR_RETURN(const TowerTensors t,
+                   TowerTensors::Create(VisionTensorShapes(config), tensors, "vision tower"));
+  auto vec = [&](const std::string& n) { return t.Vec(n); };
+  auto packed = [&](const std::string& n) { return t.Packed(n); };
   auto w = std::make_unique<Weights>();
   w->patch = packed("visual.patch_embed.proj.weight");
   for (int i = 0; i < config.depth; ++i) {
@@ -332,50 +283,10 @@ absl::StatusOr<std::unique_ptr<VisionTower>> VisionTower::FromTensors(
 }
 
 absl::StatusOr<std::unique_ptr<VisionTower>> VisionTower::Load(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const fs::path config_path = fs::path(dir) / "config.json";
-  std::ifstream in(config_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", config_path.string()));
-  std::stringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadConfigJsonText(dir));
   ASSIGN_OR_RETURN(VisionConfig config,
-                   VisionConfig::FromConfigJson(text.str(), config_path.string()));
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".safetensors") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  for (const fs::path& f : files) {
-    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(f.string()));
-    for (const TensorInfo& t : file->tensors()) {
-      if (!absl::StartsWith(t.name, "visual.")) continue;
-      std::vector<float> v(static_cast<size_t>(t.numel()));
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        switch (t.dtype) {
-          case TensorDType::kF32: {
-            float x;
-            std::memcpy(&x, t.data + i * 4, 4);
-            v[i] = x;
-            break;
-          }
-          case TensorDType::kBF16:
-          case TensorDType::kF16: {
-            uint16_t x;
-            std::memcpy(&x, t.data + i * 2, 2);
-            v[i] = t.dtype == TensorDType::kBF16 ? Bf16ToF32(x) : F16ToF32(x);
-            break;
-          }
-          default:
-            return absl::InvalidArgumentError(absl::StrCat(
-                f.string(), ": vision tensor ", t.name, " has dtype ", t.dtype_name,
-                " (f32, bf16 or f16 expected)"));
-        }
-      }
-      tensors.emplace_back(t.name, std::move(v));
-    }
-  }
+                   VisionConfig::FromConfigJson(text, dir + "/config.json"));
+  ASSIGN_OR_RETURN(auto tensors, LoadTensorsF32(dir, "visual."));
   return FromTensors(config, tensors);
 }
 
@@ -477,7 +388,7 @@ absl::StatusOr<std::vector<float>> VisionTower::Encode(
   std::vector<float> mid(tokens * md), out(tokens * c.out_hidden_size);
   MatMul(cat.data(), tokens, w_->m0, mid.data());
   AddBias(mid.data(), tokens, w_->m0_b);
-  for (float& v : mid) v = Gelu(v);
+  for (float& v : mid) v = GeluErf(v);
   MatMul(mid.data(), tokens, w_->m2, out.data());
   AddBias(out.data(), tokens, w_->m2_b);
   return out;
@@ -485,58 +396,9 @@ absl::StatusOr<std::vector<float>> VisionTower::Encode(
 
 absl::Status WriteRandomVisionTower(const VisionConfig& config, uint64_t seed,
                                     const std::string& dir) {
-  namespace fs = std::filesystem;
   RETURN_IF_ERROR(config.Validate());
-  const fs::path config_path = fs::path(dir) / "config.json";
-  std::ifstream in(config_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", config_path.string()));
-  std::stringstream text;
-  text << in.rdbuf();
-  in.close();
-  Json root = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
-  }
-  SafetensorsWriter writer;
-  for (const auto& [name, shape] : VisionTensorShapes(config)) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    // SplitMix64 stream seeded by the seed and the name (FNV-1a).
-    uint64_t state = seed ^ 0x9E3779B97F4A7C15ull;
-    for (unsigned char ch : name) state = (state ^ ch) * 0x100000001B3ull;
-    auto next = [&] {
-      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      return z ^ (z >> 31);
-    };
-    auto uniform = [&] { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; };
-    auto normal = [&] {
-      return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
-    };
-    const bool norm = absl::EndsWith(name, "norm1.weight") || absl::EndsWith(name, "norm2.weight") ||
-                      absl::EndsWith(name, "ln_q.weight");
-    const bool bias = absl::EndsWith(name, ".bias");
-    const double sd = shape.size() == 2 ? 1.0 / std::sqrt(static_cast<double>(shape[1])) : 0.02;
-    std::string bytes(static_cast<size_t>(numel) * 4, '\0');
-    for (int64_t i = 0; i < numel; ++i) {
-      const float v = static_cast<float>(norm ? 1.0 + 0.1 * normal() : (bias ? 0.02 : sd) * normal());
-      std::memcpy(&bytes[static_cast<size_t>(i) * 4], &v, 4);
-    }
-    RETURN_IF_ERROR(writer.Add(name, TensorDType::kF32, shape, std::move(bytes)));
-  }
-  RETURN_IF_ERROR(writer.Write((fs::path(dir) / "visual.safetensors").string()));
-  root["vision_config"] = Json::parse(config.ToJson());
-  const fs::path tmp = config_path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << root.dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, config_path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
-  return absl::OkStatus();
+  return WriteRandomTower(dir, "visual.safetensors", VisionTensorShapes(config), seed,
+                          "vision_config", config.ToJson());
 }
 
 }  // namespace swaserve::model

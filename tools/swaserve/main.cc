@@ -42,6 +42,7 @@
 #include "lib/loadgen/replay.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/config.h"
+#include "lib/model/audio.h"
 #include "lib/model/vision.h"
 #include "tools/swaserve/commands.h"
 
@@ -220,6 +221,7 @@ bool IsCheckpointFile(const std::string& name) {
          name == "model.safetensors.tmp" ||
          name == "model.safetensors.index.json" || name == "tokenizer.json" ||
          name == "tokenizer_config.json" || name == "visual.safetensors" ||
+         name == "audio.safetensors" ||
          (name.rfind("model-", 0) == 0 && name.size() > 12 &&
           name.substr(name.size() - 12) == ".safetensors");
 }
@@ -233,6 +235,7 @@ int MakeModel(int argc, const char* const* argv) {
   std::string dtype;
   bool force = false;
   bool vision = false;
+  bool audio = false;
   base::Config config(
       "swaserve make-model",
       absl::StrCat(
@@ -263,7 +266,10 @@ int MakeModel(int argc, const char* const* argv) {
            "checkpoint files there")
       .Add("vision", &vision,
            "also write a tiny vision tower (lib/model/vision.h TinyVisionConfig: "
-           "visual.safetensors and config.json's vision_config)");
+           "visual.safetensors and config.json's vision_config)")
+      .Add("audio", &audio,
+           "also write a tiny audio tower (lib/model/audio.h TinyAudioConfig: "
+           "audio.safetensors and config.json's audio_config)");
   base::ParseConfigOrExit(config, argc, argv);
   auto fail = [](int code, absl::string_view msg) {
     std::fprintf(stderr, "swaserve make-model: %s\n", std::string(msg).c_str());
@@ -376,6 +382,10 @@ int MakeModel(int argc, const char* const* argv) {
   if (!s.ok()) return fail(1, s.message());
   if (vision) {
     s = model::WriteRandomVisionTower(model::TinyVisionConfig(mc->hidden_size), seed, out);
+    if (!s.ok()) return fail(1, s.message());
+  }
+  if (audio) {
+    s = model::WriteRandomAudioTower(model::TinyAudioConfig(mc->hidden_size), seed, out);
     if (!s.ok()) return fail(1, s.message());
   }
   std::printf(
