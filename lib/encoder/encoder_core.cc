@@ -1,0 +1,276 @@
+#include "lib/encoder/encoder_core.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "lib/base/status.h"
+#include "lib/media/content_hash.h"
+#include "lib/model/audio.h"
+#include "lib/model/vision.h"
+
+namespace swaserve::encoder {
+namespace {
+
+// A preprocessed image: its patches and grid.
+struct ImageInput {
+  std::vector<float> patches;
+  int grid_h = 0;
+  int grid_w = 0;
+};
+// A preprocessed clip: its log-mel frames.
+struct AudioInput {
+  std::vector<float> mel;
+  int frames = 0;
+};
+
+// Splits a tower's concatenated output into per-item embeddings.
+std::vector<ItemEmbedding> Split(const std::vector<float>& out, const std::vector<int64_t>& tokens,
+                                 int hidden) {
+  std::vector<ItemEmbedding> r;
+  size_t at = 0;
+  for (int64_t n : tokens) {
+    ItemEmbedding e{.num_tokens = static_cast<int>(n), .hidden = hidden};
+    e.values.assign(out.begin() + at, out.begin() + at + static_cast<size_t>(n) * hidden);
+    at += static_cast<size_t>(n) * hidden;
+    r.push_back(std::move(e));
+  }
+  return r;
+}
+
+absl::string_view ModalityName(Modality m) {
+  switch (m) {
+    case Modality::kImage:
+      return "image";
+    case Modality::kAudio:
+      return "audio";
+    case Modality::kVideo:
+      return "video";
+  }
+  return "?";
+}
+
+}  // namespace
+
+struct EncoderCore::Impl {
+  EncoderCoreOptions options;
+  std::unique_ptr<model::VisionTower> vision;
+  std::unique_ptr<model::AudioTower> audio;
+  std::unique_ptr<media::MelFilterbank> mel;
+  std::unique_ptr<EmbeddingCache> cache;
+  std::unique_ptr<DynamicBatcher<ImageInput, ItemEmbedding>> image_batcher;
+  std::unique_ptr<DynamicBatcher<AudioInput, ItemEmbedding>> audio_batcher;
+  std::string image_params, audio_params;
+  metrics::Histogram* image_seconds = nullptr;
+  metrics::Histogram* audio_seconds = nullptr;
+  int hidden = 0;
+
+  absl::StatusOr<ImageInput> PrepareImage(size_t index, const std::string& data);
+  absl::StatusOr<AudioInput> PrepareAudio(size_t index, const std::string& data);
+};
+
+namespace {
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+absl::Status Named(size_t index, absl::string_view what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("item ", index, " (", what, "): ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<ImageInput> EncoderCore::Impl::PrepareImage(size_t index,
+                                                           const std::string& data) {
+  if (vision == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("item ", index, " (image): the model has no vision tower"));
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<media::ImageRgb8> img = media::DecodeImage(Bytes(data), options.image_decode);
+  if (!img.ok()) return Named(index, "image", img.status());
+  absl::StatusOr<media::ImagePatches> p = media::PreprocessImage(*img, options.image);
+  if (!p.ok()) return Named(index, "image", p.status());
+  if (image_seconds != nullptr) image_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+  return ImageInput{.patches = std::move(p->data), .grid_h = p->grid_height,
+                    .grid_w = p->grid_width};
+}
+
+absl::StatusOr<AudioInput> EncoderCore::Impl::PrepareAudio(size_t index,
+                                                           const std::string& data) {
+  if (audio == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("item ", index, " (audio): the model has no audio tower"));
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<media::AudioMono> wav = media::DecodeWav(Bytes(data), options.wav);
+  if (!wav.ok()) return Named(index, "audio", wav.status());
+  absl::StatusOr<media::MelSpectrogram> m = mel->Compute(wav->samples);
+  if (!m.ok()) return Named(index, "audio", m.status());
+  const int64_t after_conv = (int64_t{m->frames} + 1) / 2;
+  if (after_conv > audio->config().max_source_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "item ", index, " (audio): too long: ", wav->duration_seconds(), " s, at most ",
+        2.0 * audio->config().max_source_positions * options.mel.hop_length /
+            options.mel.sample_rate,
+        " s"));
+  }
+  if (audio_seconds != nullptr) audio_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+  return AudioInput{.mel = std::move(m->data), .frames = m->frames};
+}
+
+EncoderCore::EncoderCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EncoderCore::~EncoderCore() = default;
+
+absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
+    const EncoderCoreOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  Impl& s = *impl;
+  absl::StatusOr<std::unique_ptr<model::VisionTower>> v = model::VisionTower::Load(options.model_dir);
+  if (v.ok()) {
+    s.vision = *std::move(v);
+  } else if (!absl::IsNotFound(v.status())) {
+    return v.status();
+  }
+  absl::StatusOr<std::unique_ptr<model::AudioTower>> a = model::AudioTower::Load(options.model_dir);
+  if (a.ok()) {
+    s.audio = *std::move(a);
+  } else if (!absl::IsNotFound(a.status())) {
+    return a.status();
+  }
+  if (s.vision == nullptr && s.audio == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.model_dir, ": the model has neither a vision_config nor an audio_config"));
+  }
+  if (s.vision != nullptr) {
+    s.options.image.patch_size = s.vision->config().patch_size;
+    s.options.image.merge_size = s.vision->config().merge_size;
+    s.hidden = s.vision->config().out_hidden_size;
+  }
+  if (s.audio != nullptr) {
+    if (s.hidden != 0 && s.hidden != s.audio->config().out_hidden_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.model_dir, ": vision out_hidden_size ", s.hidden, " != audio out_hidden_size ",
+          s.audio->config().out_hidden_size));
+    }
+    s.hidden = s.audio->config().out_hidden_size;
+    s.options.mel.n_mels = s.audio->config().num_mel_bins;
+    s.options.wav.target_sample_rate = s.options.mel.sample_rate;
+    ASSIGN_OR_RETURN(s.mel, media::MelFilterbank::Create(s.options.mel));
+  }
+  s.image_params = media::ImageHashParams(s.options.image_decode, s.options.image);
+  s.audio_params = media::AudioHashParams(s.options.wav, s.options.mel);
+  EmbeddingCacheOptions co = options.cache;
+  co.registry = options.registry;
+  ASSIGN_OR_RETURN(s.cache, EmbeddingCache::Create(co));
+  DynamicBatcherOptions bo = options.batcher;
+  bo.registry = options.registry;
+  if (options.registry != nullptr) {
+    ASSIGN_OR_RETURN(metrics::HistogramFamily * pre,
+                     options.registry->AddHistogram(
+                         "swaserve_encoder_preprocess_seconds",
+                         "Decode and preprocessing time of one item, by modality.", {"modality"},
+                         metrics::DefaultLatencyBuckets()));
+    s.image_seconds = &pre->WithLabels({"image"});
+    s.audio_seconds = &pre->WithLabels({"audio"});
+  }
+  Impl* p = impl.get();
+  if (s.vision != nullptr) {
+    bo.modality = "image";
+    ASSIGN_OR_RETURN(
+        s.image_batcher,
+        (DynamicBatcher<ImageInput, ItemEmbedding>::Create(
+            bo, [p](absl::Span<const ImageInput> batch) -> absl::StatusOr<std::vector<ItemEmbedding>> {
+              std::vector<model::VisionInput> in;
+              std::vector<int64_t> tokens;
+              for (const ImageInput& x : batch) {
+                in.push_back({.patches = x.patches, .grid_h = x.grid_h, .grid_w = x.grid_w});
+                tokens.push_back(p->vision->Tokens(x.grid_h, x.grid_w));
+              }
+              ASSIGN_OR_RETURN(std::vector<float> out, p->vision->Encode(in));
+              return Split(out, tokens, p->hidden);
+            })));
+  }
+  if (s.audio != nullptr) {
+    bo.modality = "audio";
+    ASSIGN_OR_RETURN(
+        s.audio_batcher,
+        (DynamicBatcher<AudioInput, ItemEmbedding>::Create(
+            bo, [p](absl::Span<const AudioInput> batch) -> absl::StatusOr<std::vector<ItemEmbedding>> {
+              std::vector<model::AudioInput> in;
+              std::vector<int64_t> tokens;
+              for (const AudioInput& x : batch) {
+                in.push_back({.mel = x.mel, .frames = x.frames});
+                tokens.push_back(p->audio->Tokens(x.frames));
+              }
+              ASSIGN_OR_RETURN(std::vector<float> out, p->audio->Encode(in));
+              return Split(out, tokens, p->hidden);
+            })));
+  }
+  return std::unique_ptr<EncoderCore>(new EncoderCore(std::move(impl)));
+}
+
+base::Hash128 EncoderCore::ContentHash(const EncodeItem& item) const {
+  return media::ContentHash(
+      Bytes(item.data),
+      item.modality == Modality::kAudio ? impl_->audio_params : impl_->image_params);
+}
+
+absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const EncodeItem> items) {
+  std::vector<EncodedItem> out(items.size());
+  // Cache misses, preprocessed here (in parallel across requests), then
+  // encoded together per modality (batched with other requests' items).
+  std::vector<ImageInput> images;
+  std::vector<AudioInput> clips;
+  std::vector<size_t> image_at, clip_at;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const EncodeItem& it = items[i];
+    if (it.data.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", i, " (", ModalityName(it.modality), "): no data"));
+    }
+    if (it.modality == Modality::kVideo) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", i, " (video): video is not served yet"));
+    }
+    out[i].content_hash = ContentHash(it);
+    if (auto hit = impl_->cache->Get(out[i].content_hash)) {
+      out[i].embedding = std::move(hit);
+      out[i].cache_hit = true;
+    } else if (it.modality == Modality::kImage) {
+      ASSIGN_OR_RETURN(ImageInput x, impl_->PrepareImage(i, it.data));
+      images.push_back(std::move(x));
+      image_at.push_back(i);
+    } else {
+      ASSIGN_OR_RETURN(AudioInput x, impl_->PrepareAudio(i, it.data));
+      clips.push_back(std::move(x));
+      clip_at.push_back(i);
+    }
+  }
+  auto store = [&](const std::vector<size_t>& at, std::vector<ItemEmbedding> r) {
+    for (size_t k = 0; k < at.size(); ++k) {
+      auto shared = std::make_shared<const ItemEmbedding>(std::move(r[k]));
+      impl_->cache->Put(out[at[k]].content_hash, shared);
+      out[at[k]].embedding = std::move(shared);
+    }
+  };
+  if (!images.empty()) {
+    ASSIGN_OR_RETURN(std::vector<ItemEmbedding> r, impl_->image_batcher->Encode(std::move(images)));
+    store(image_at, std::move(r));
+  }
+  if (!clips.empty()) {
+    ASSIGN_OR_RETURN(std::vector<ItemEmbedding> r, impl_->audio_batcher->Encode(std::move(clips)));
+    store(clip_at, std::move(r));
+  }
+  return out;
+}
+
+bool EncoderCore::has_vision() const { return impl_->vision != nullptr; }
+bool EncoderCore::has_audio() const { return impl_->audio != nullptr; }
+int EncoderCore::hidden_size() const { return impl_->hidden; }
+EmbeddingCacheStats EncoderCore::cache_stats() const { return impl_->cache->stats(); }
+
+}  // namespace swaserve::encoder

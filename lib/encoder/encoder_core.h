@@ -1,0 +1,99 @@
+// EncoderCore: the multimodal encoder service's logic (issue 23, item 4),
+// without gRPC: a request's items (encoded image or WAV bytes) are hashed,
+// looked up in the embedding cache, decoded and preprocessed on the calling
+// thread (so preprocessing runs in parallel across requests), then encoded by
+// the model's tower through a DynamicBatcher per modality — items of
+// concurrent requests share one forward — and split back per item. Results
+// go into the cache.
+//
+//   content hash  media::ContentHash(bytes, the modality's preprocessing
+//                 parameters): the cache key and the value the router mixes
+//                 into prefix-cache page hashes.
+//   image         media::DecodeImage (PNG, JPEG) -> PreprocessImage with the
+//                 vision tower's patch and merge size -> VisionTower.
+//   audio         media::DecodeWav (any rate, resampled to 16 kHz) -> log-mel
+//                 (the tower's num_mel_bins) -> AudioTower.
+// Bad input (corrupt, truncated, unsupported format, zero size, huge
+// dimensions, audio too long, a modality the model has no tower for) is
+// InvalidArgument naming the item and the problem; nothing is cached for it.
+// Video is not served yet (InvalidArgument says so).
+//
+// Thread-safety: Encode may be called from many threads at once (that is
+// what batches items across requests). Ownership: owns its towers, batchers
+// and cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "lib/base/hash.h"
+#include "lib/encoder/batcher.h"
+#include "lib/encoder/embedding_cache.h"
+#include "lib/media/audio.h"
+#include "lib/media/image.h"
+#include "lib/media/image_preprocess.h"
+#include "lib/media/mel.h"
+#include "lib/metrics/registry.h"
+
+namespace swaserve::encoder {
+
+enum class Modality { kImage, kAudio, kVideo };
+
+struct EncoderCoreOptions {
+  // Checkpoint directory whose config.json has vision_config and/or
+  // audio_config (model::VisionTower / AudioTower). Required; a model with
+  // neither tower is an error.
+  std::string model_dir;
+  // Batching per modality (modality label and registry are set by Create).
+  DynamicBatcherOptions batcher;
+  EmbeddingCacheOptions cache;
+  media::ImageDecodeOptions image_decode;
+  // Resize and normalisation; patch_size and merge_size are taken from the
+  // vision tower.
+  media::ImagePreprocessOptions image;
+  media::WavDecodeOptions wav;
+  // n_mels is taken from the audio tower.
+  media::MelOptions mel;
+  // Not owned; null: no metrics.
+  metrics::Registry* registry = nullptr;
+};
+
+struct EncodeItem {
+  Modality modality = Modality::kImage;
+  std::string data;  // the encoded bytes (PNG, JPEG, WAV)
+};
+
+struct EncodedItem {
+  base::Hash128 content_hash;
+  std::shared_ptr<const ItemEmbedding> embedding;
+  bool cache_hit = false;
+};
+
+class EncoderCore {
+ public:
+  static absl::StatusOr<std::unique_ptr<EncoderCore>> Create(const EncoderCoreOptions& options);
+  ~EncoderCore();
+
+  // One result per item, in order. InvalidArgument for bad input (names
+  // item index and problem), ResourceExhausted when the batch queue is full.
+  absl::StatusOr<std::vector<EncodedItem>> Encode(absl::Span<const EncodeItem> items);
+
+  // The content hash Encode keys `item` by (the router computes the same).
+  base::Hash128 ContentHash(const EncodeItem& item) const;
+  bool has_vision() const;
+  bool has_audio() const;
+  // The language model's hidden size the embeddings have.
+  int hidden_size() const;
+  EmbeddingCacheStats cache_stats() const;
+
+ private:
+  struct Impl;
+  explicit EncoderCore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace swaserve::encoder
