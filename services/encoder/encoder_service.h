@@ -1,0 +1,39 @@
+// swaserve.v1.Encoder over gRPC (issue 23, item 4): the wire form of
+// lib/encoder's EncoderCore. Each call's items are decoded and preprocessed
+// on the call's thread, then batched with other calls' items in the core's
+// per-modality batchers, so a sync service (one thread per call in flight,
+// bounded by --max_concurrent_calls) is what feeds the batches.
+//
+//   MultimodalItem -> EncodeItem: modality from the field or, when
+//   unspecified, the MIME type (image/*, audio/*, video/*); `data` required
+//   (URLs are fetched by the router, never by the encoder); a content_hash
+//   in the request must equal the one the encoder computes (a router with
+//   other preprocessing parameters would otherwise key caches wrongly).
+//   Embedding: content_hash, [num_tokens, hidden] f32 tensor, cache_hit.
+// Errors: INVALID_ARGUMENT naming the item and the problem; UNAVAILABLE
+// while draining; RESOURCE_EXHAUSTED when the batch queue is full.
+//
+// Thread-safety: thread-safe. Ownership: does not own the core.
+#pragma once
+
+#include <atomic>
+
+#include "lib/encoder/encoder_core.h"
+#include "swaserve/v1/encoder.grpc.pb.h"
+
+namespace swaserve::encoder_service {
+
+class EncoderService final : public v1::Encoder::Service {
+ public:
+  explicit EncoderService(encoder::EncoderCore* core) : core_(core) {}
+  grpc::Status Encode(grpc::ServerContext* context, const v1::EncodeRequest* request,
+                      v1::EncodeResponse* response) override;
+  // New calls get UNAVAILABLE from now on (the router encodes elsewhere).
+  void StartDraining() { draining_ = true; }
+
+ private:
+  encoder::EncoderCore* const core_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace swaserve::encoder_service
