@@ -1,6 +1,7 @@
 #include "lib/launch/cluster_launcher.h"
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -240,6 +241,22 @@ absl::Status ClusterLauncher::StartRedis() {
   return last;
 }
 
+namespace {
+
+// 1 when the checkpoint's config.json has a vision_config or an audio_config
+// object (the towers swaserve-encoder serves), else 0.
+int HasEncoderTowers(const std::string& model) {
+  std::ifstream in(fs::path(model) / "config.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return 0;
+  for (const char* key : {"vision_config", "audio_config"}) {
+    if (j.contains(key) && j[key].is_object()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::Status ClusterLauncher::DoStart() {
   if (spec_.model.empty())
     return absl::InvalidArgumentError("model: a checkpoint is required");
@@ -333,6 +350,26 @@ absl::Status ClusterLauncher::DoStart() {
                 spec_.decode_flags.end());
     Progress(absl::StrCat("starting ", name, " ..."));
     absl::StatusOr<Child*> c = Spawn(name, "decode", std::move(argv));
+    if (!c.ok()) return c.status();
+    workers.push_back(*c);
+  }
+  // Encoders (issue 23): for a model with a vision or audio tower.
+  const int encoders = spec_.encoders >= 0 ? spec_.encoders : HasEncoderTowers(spec_.model);
+  if (spec_.encoder_bin.empty()) spec_.encoder_bin = DefaultBinary("swaserve-encoder");
+  for (int i = 0; i < encoders; ++i) {
+    const std::string name = absl::StrCat("encoder-", i);
+    std::vector<std::string> argv = {spec_.encoder_bin,
+                                     "--model=" + spec_.model,
+                                     "--model_name=" + spec_.model_name,
+                                     "--encoder_id=" + name,
+                                     "--listen=127.0.0.1:0",
+                                     "--metrics.host=127.0.0.1",
+                                     "--metrics.port=0",
+                                     "--redis=" + endpoints_.redis_address,
+                                     "--cluster=" + spec_.cluster};
+    argv.insert(argv.end(), spec_.encoder_flags.begin(), spec_.encoder_flags.end());
+    Progress(absl::StrCat("starting ", name, " ..."));
+    absl::StatusOr<Child*> c = Spawn(name, "encoder", std::move(argv));
     if (!c.ok()) return c.status();
     workers.push_back(*c);
   }
@@ -484,7 +521,7 @@ void ClusterLauncher::Stop() {
     for (auto& c : children_) {
       const std::string& r = c->info.role;
       const bool match = std::string(role) == "workers"
-                             ? (r == "prefill" || r == "decode")
+                             ? (r == "prefill" || r == "decode" || r == "encoder")
                              : r == role;
       if (match) group.push_back(c.get());
     }

@@ -23,8 +23,11 @@
 // with the recording and alert rules of deploy/prometheus, its config and
 // TSDB in the run directory; it stops first.
 //
-// Process names: "redis", "prefill-<bucket>", "decode-<i>", "router",
-// "prometheus".
+// With a multimodal model, encoders (swaserve-encoder) start with the
+// workers, registered in the same Redis.
+//
+// Process names: "redis", "prefill-<bucket>", "decode-<i>", "encoder-<i>",
+// "router", "prometheus".
 //
 // Thread-compatible: one thread drives a ClusterLauncher.
 #pragma once
@@ -69,6 +72,10 @@ struct ClusterSpec {
   // prefill worker per bucket (bucket i serves [bounds[i-1], bounds[i])).
   std::vector<int64_t> bucket_bounds = {65536, 262144, 1048576};
   int decode_workers = 1;
+  // Multimodal encoders (swaserve-encoder, issue 23). -1 (default): one when
+  // the model's config.json has a vision_config or an audio_config, else
+  // none; 0: none.
+  int encoders = -1;
   // Kernel threads per worker; 0: the machine's cores divided among workers.
   int worker_threads = 0;
   // KV pool per worker (MiB): --kv.prefill_mib / --kv.decode_mib.
@@ -79,6 +86,7 @@ struct ClusterSpec {
   std::vector<std::string> decode_flags;
   std::vector<std::string> router_flags;
   std::vector<std::string> redis_flags;
+  std::vector<std::string> encoder_flags;
   // Binaries. worker_bin empty: swaserve-prefill for prefill workers and
   // swaserve-decode for decode workers; set: that binary (e.g.
   // swaserve-worker, which takes --role) for both. Found next to the running
@@ -86,6 +94,7 @@ struct ClusterSpec {
   // swaserve-router; redis-server on PATH.
   std::string worker_bin;
   std::string router_bin;
+  std::string encoder_bin;  // empty: swaserve-encoder, found like the others
   std::string redis_server_bin = "redis-server";
   // Start a Prometheus scraping the cluster (see above) on prometheus_port
   // (0: a free port), with the rules file `prometheus_rules` (empty: none).
@@ -106,8 +115,8 @@ struct ClusterSpec {
 
 // One started process.
 struct ProcessInfo {
-  std::string name;  // redis, prefill-0, decode-0, router, prometheus
-  std::string role;  // redis, prefill, decode, router, prometheus
+  std::string name;  // redis, prefill-0, decode-0, encoder-0, router, prometheus
+  std::string role;  // redis, prefill, decode, encoder, router, prometheus
   pid_t pid = 0;
   int grpc_port = 0;     // redis: its port
   int metrics_port = 0;  // router: the HTTP port (it serves /metrics)

@@ -172,4 +172,11 @@ absl::StatusOr<HealthStatus> CheckHealth(
   return DecodeHealthCheckResponse(response);
 }
 
+bool IsServing(const std::string& address, absl::Duration timeout) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = CreateChannel(address);
+  if (!ch.ok()) return false;
+  absl::StatusOr<HealthStatus> h = CheckHealth(*ch, "", timeout);
+  return h.ok() && *h == HealthStatus::kServing;
+}
+
 }  // namespace swaserve::rpc

@@ -74,4 +74,10 @@ absl::StatusOr<HealthStatus> CheckHealth(
     const std::shared_ptr<grpc::Channel>& channel,
     absl::string_view service = "", absl::Duration timeout = absl::Seconds(2));
 
+// Whether the server at `address` answers a whole-server health check with
+// SERVING within `timeout` (false on any failure). A process registering
+// under an id asks it about the address a record of that id names: a live
+// holder means the id is taken (cluster::WorkerRegistrationOptions::is_live).
+bool IsServing(const std::string& address, absl::Duration timeout = absl::Milliseconds(500));
+
 }  // namespace swaserve::rpc

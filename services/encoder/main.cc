@@ -117,11 +117,9 @@ absl::Status Start(const Flags& f, Encoder* e) {
   wo.info.grpc_address = absl::StrCat(f.advertise_host, ":", e->server->port());
   wo.metrics = &e->registry;
   wo.is_live = [](const cluster::WorkerInfo& other) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = rpc::CreateChannel(other.grpc_address);
-    if (!ch.ok()) return false;
-    absl::StatusOr<rpc::HealthStatus> h = rpc::CheckHealth(*ch, "", absl::Milliseconds(500));
-    return h.ok() && *h == rpc::HealthStatus::kServing;
+    return rpc::IsServing(other.grpc_address);
   };
+
   ASSIGN_OR_RETURN(e->registration, cluster::WorkerRegistration::Create(std::move(wo)));
   if (!e->registration->WaitRegistered(absl::Seconds(5))) {
     if (absl::Status refused = e->registration->refused(); !refused.ok()) return refused;

@@ -375,11 +375,9 @@ absl::Status Worker::Register() {
   // A record of this id at another address belongs to a live worker if
   // that address answers a health check: then this one must not start.
   wo.is_live = [](const cluster::WorkerInfo& other) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> ch = rpc::CreateChannel(other.grpc_address);
-    if (!ch.ok()) return false;
-    absl::StatusOr<rpc::HealthStatus> h = rpc::CheckHealth(*ch, "", absl::Milliseconds(500));
-    return h.ok() && *h == rpc::HealthStatus::kServing;
+    return rpc::IsServing(other.grpc_address);
   };
+
   ASSIGN_OR_RETURN(registration, cluster::WorkerRegistration::Create(std::move(wo)));
   forwarder.Set(registration.get());
   const bool done = registration->WaitRegistered(absl::Seconds(5));

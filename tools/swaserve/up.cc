@@ -151,6 +151,9 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "prefill worker "
            "each")
       .Add("decode_workers", &spec->decode_workers, "number of decode workers")
+      .Add("encoders", &spec->encoders,
+           "multimodal encoders (swaserve-encoder); -1: one when the model has a "
+           "vision or audio tower")
       .Add("worker_threads", &spec->worker_threads,
            "kernel threads per worker (0: the cores divided among the workers)")
       .Add("kv_mib", &spec->kv_mib, "KV pool per worker (MiB)")
@@ -161,6 +164,8 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "swaserve-prefill and swaserve-decode next to this swaserve, else PATH)")
       .Add("router_bin", &spec->router_bin,
            "swaserve-router binary (default: next to this swaserve, else PATH)")
+      .Add("encoder_bin", &spec->encoder_bin,
+           "swaserve-encoder binary (default: next to this swaserve, else PATH)")
       .Add("redis_server_bin", &spec->redis_server_bin, "redis-server binary")
       .Add("prometheus", &spec->prometheus,
            "also start Prometheus scraping every process, with the rules of "
@@ -174,6 +179,8 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "extra flags of every prefill worker")
       .Add("extra_flags.decode", &spec->decode_flags,
            "extra flags of every decode worker")
+      .Add("extra_flags.encoder", &spec->encoder_flags,
+           "extra flags of every encoder")
       .Add("extra_flags.router", &spec->router_flags,
            "extra flags of the router")
       .Add("extra_flags.redis", &spec->redis_flags,

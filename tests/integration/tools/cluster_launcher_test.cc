@@ -36,6 +36,7 @@ using json = nlohmann::json;
 constexpr char kCli[] = SWASERVE_CLI_BIN;
 constexpr char kWorker[] = SWASERVE_WORKER_BIN;
 constexpr char kRouter[] = SWASERVE_ROUTER_BIN;
+constexpr char kEncoder[] = SWASERVE_ENCODER_BIN;
 
 bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
@@ -297,6 +298,44 @@ TEST_F(ClusterLauncherTest, PrometheusScrapesEveryProcessWithTheRules) {
   const pid_t pid = procs.back().pid;
   cluster.Stop();
   EXPECT_FALSE(Alive(pid)) << "prometheus still running after Stop";
+}
+
+// A model with vision and audio towers gets an encoder (issue 23): started
+// with the workers, serving /metrics, stopped with the cluster; a text-only
+// model gets none.
+TEST_F(ClusterLauncherTest, AMultimodalModelGetsAnEncoder) {
+  std::string out;
+  const std::string model = *dir_ + "/mm-model";
+  absl::StatusOr<int> rc = base::RunCommand(
+      {kCli, "make-model", "--shape=tiny", "--vision", "--audio", "--out=" + model}, &out,
+      absl::Seconds(120));
+  ASSERT_TRUE(rc.ok() && *rc == 0) << out;
+  ClusterSpec spec = Spec("run-encoder");
+  spec.model = model;
+  spec.bucket_bounds = {8192};
+  spec.encoder_bin = kEncoder;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<ProcessInfo> procs = (*c)->processes();
+  auto enc = std::find_if(procs.begin(), procs.end(),
+                          [](const ProcessInfo& p) { return p.name == "encoder-0"; });
+  ASSERT_NE(enc, procs.end());
+  EXPECT_EQ(enc->role, "encoder");
+  httplib::Client m("127.0.0.1", enc->metrics_port);
+  auto r = m.Get("/metrics");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_NE(r->body.find("swaserve_encoder_cache_bytes"), std::string::npos);
+  EXPECT_NE(ReadFile(enc->log_path).find("vision true, audio true"), std::string::npos);
+  const pid_t pid = enc->pid;
+  (*c)->Stop();
+  EXPECT_FALSE(Alive(pid)) << "the encoder still runs after Stop";
+  // The text-only model: no encoder.
+  ClusterSpec text = Spec("run-no-encoder");
+  text.bucket_bounds = {8192};
+  text.encoder_bin = kEncoder;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> t = ClusterLauncher::Start(text);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const ProcessInfo& p : (*t)->processes()) EXPECT_NE(p.role, "encoder") << p.name;
 }
 
 TEST_F(ClusterLauncherTest, ReportsAChildThatDies) {
