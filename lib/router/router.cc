@@ -375,7 +375,7 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
                                              options_.model_name, " is)"));
   }
   if (in.multimodal_size() > 0) {
-    return invalid("multimodal inputs are not served yet (no encoder service)");
+    return invalid("multimodal inputs are not routed yet (the router does not call the encoder service yet)");
   }
   const model::Tokenizer& tok = *options_.tokenizer;
   switch (in.prompt_case()) {

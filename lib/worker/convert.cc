@@ -1,6 +1,7 @@
 #include "lib/worker/convert.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -89,6 +90,36 @@ v1::WorkerLoad PoolLoad(const std::string& worker_id, v1::Role role, const kv::K
   w.set_total_swa_pages(pools.swa().num_pages());
   w.set_timestamp_ms(absl::ToUnixMillis(absl::Now()));
   return w;
+}
+
+absl::StatusOr<PrefillMultimodal> ToPrefillMultimodal(const v1::MultimodalItem& item, int index,
+                                                      int hidden_size) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("multimodal item ", index, ": ", parts...));
+  };
+  PrefillMultimodal m;
+  if (!base::Hash128::FromBytes(item.content_hash(), &m.span.content)) {
+    return bad("content_hash must be 16 bytes, got ", item.content_hash().size());
+  }
+  if (item.num_tokens() == 0) return bad("num_tokens is 0");
+  m.span.token_offset = item.token_offset();
+  m.span.num_tokens = item.num_tokens();
+  const v1::Tensor& t = item.embeddings();
+  if (t.dtype() != v1::DTYPE_F32 || t.shape_size() != 2 ||
+      t.shape(0) != static_cast<int64_t>(item.num_tokens()) || t.shape(1) != hidden_size) {
+    return bad("embeddings must be DTYPE_F32 [", item.num_tokens(), ", ", hidden_size,
+               "] (the encoder's output), got dtype ", v1::DType_Name(t.dtype()), " with ",
+               t.shape_size(), " dims");
+  }
+  const size_t values = static_cast<size_t>(item.num_tokens()) * hidden_size;
+  if (t.data().size() != values * sizeof(float)) {
+    return bad("embeddings hold ", t.data().size(), " bytes, ", values * sizeof(float),
+               " expected");
+  }
+  auto e = std::make_shared<std::vector<float>>(values);
+  std::memcpy(e->data(), t.data().data(), t.data().size());
+  m.embeddings = std::move(e);
+  return m;
 }
 
 }  // namespace swaserve::worker

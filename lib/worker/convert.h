@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "lib/model/sampling.h"
 #include "lib/worker/decode_core.h"
+#include "lib/worker/prefill_core.h"
 #include "lib/worker/stop_checker.h"
 #include "lib/kv/page_pool.h"
 #include "swaserve/v1/common.pb.h"
@@ -18,6 +19,12 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
 // SamplingParams → StopOptions; max_tokens 0 means `default_max_tokens`.
 absl::StatusOr<StopOptions> ToStopOptions(const v1::SamplingParams& p, int default_max_tokens,
                                           int max_max_tokens, std::vector<uint32_t> eos_ids);
+// MultimodalItem (content_hash, token_offset, num_tokens, embeddings
+// [num_tokens, hidden_size] DTYPE_F32 little-endian) → PrefillMultimodal.
+// InvalidArgument naming the item and the field otherwise; PrefillCore's
+// Submit checks placement against the prompt.
+absl::StatusOr<PrefillMultimodal> ToPrefillMultimodal(const v1::MultimodalItem& item, int index,
+                                                      int hidden_size);
 v1::TokenLogprob ToProto(const model::SampledToken& t);
 model::SampledToken FromProto(const v1::TokenLogprob& p);
 v1::FinishReason ToProto(FinishReason r);

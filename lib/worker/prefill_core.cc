@@ -78,9 +78,33 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
       r.seq->restore_from() >= 0 ? r.seq->restore_from() : r.seq->cached_tokens();
 }
 
+namespace {
+
+// The embedding overrides of the job's multimodal placeholders among main
+// positions [first, first + count) (offsets relative to `first`).
+void MultimodalOverrides(const PrefillJob& job, int first, int count,
+                         std::vector<model::EmbeddingOverride>* out) {
+  out->clear();
+  for (const PrefillMultimodal& m : job.multimodal) {
+    const int a = std::max<int>(first, static_cast<int>(m.span.token_offset));
+    const int b = std::min<int>(first + count,
+                                static_cast<int>(m.span.token_offset + m.span.num_tokens));
+    if (a >= b) continue;
+    const int hidden = static_cast<int>(m.embeddings->size() / m.span.num_tokens);
+    out->push_back({.offset = a - first,
+                    .rows = b - a,
+                    .data = m.embeddings->data() +
+                            static_cast<size_t>(a - m.span.token_offset) * hidden});
+  }
+}
+
+}  // namespace
+
 void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
   const int ps = options.pools->shape().page_size;
-  r->hashes = base::ChainedPageHashes(r->job.prompt, ps);
+  std::vector<base::HashedSpan> spans;
+  for (const PrefillMultimodal& m : r->job.multimodal) spans.push_back(m.span);
+  r->hashes = base::ChainedPageHashes(r->job.prompt, ps, spans);
   if (MaybePark(r)) return;
   Admit(std::move(r));
 }
@@ -288,6 +312,7 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   items.clear();
   item_reqs.clear();
   item_last.clear();
+  item_overrides.resize(std::max(item_overrides.size(), step.chunks.size()));
   for (const sched::PrefillChunk& c : step.chunks) {
     auto it = reqs.find(c.id);
     if (it == reqs.end()) continue;  // cancelled meanwhile
@@ -305,6 +330,9 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     committed_full_pages -= got;
     items.push_back({r->seq.get(), absl::MakeConstSpan(r->job.prompt).subspan(c.start_token, c.num_tokens),
                      c.start_token, false});
+    std::vector<model::EmbeddingOverride>& ov = item_overrides[items.size() - 1];
+    MultimodalOverrides(r->job, c.start_token, c.num_tokens, &ov);
+    items.back().embeddings = ov;
     item_reqs.push_back(r);
     item_last.push_back(c.last);
   }
@@ -426,6 +454,10 @@ absl::Status PrefillCore::Impl::RunMtp(Req& r, const float* hidden, int first, i
     mtp_tokens.resize(ready);
     for (int j = 0; j < ready; ++j) mtp_tokens[j] = token_at(p0 + j + 1 + k);
     model::ForwardItem item{.seq = r.seq.get(), .tokens = mtp_tokens, .start = p0, .no_logits = true};
+    // MTP row j embeds the token at main position p0 + j + 1 + k.
+    MultimodalOverrides(r.job, p0 + 1 + k, std::min(ready, std::max(0, n - (p0 + 1 + k))),
+                        &mtp_overrides);
+    item.embeddings = mtp_overrides;
     RETURN_IF_ERROR(options.engine->ForwardMtp(
         k, {&item, 1}, absl::MakeConstSpan(pending.data(), static_cast<size_t>(ready) * H),
         &mtp_out));
@@ -640,6 +672,23 @@ absl::Status PrefillCore::Submit(PrefillJob job) {
     }
   }
   RETURN_IF_ERROR(model::Sampler::Validate(job.sampling));
+  const size_t H = static_cast<size_t>(s.options.engine->config().hidden_size);
+  int64_t next = 0;
+  for (size_t i = 0; i < job.multimodal.size(); ++i) {
+    const PrefillMultimodal& m = job.multimodal[i];
+    const int64_t at = m.span.token_offset, len = m.span.num_tokens;
+    if (len <= 0 || at < next || at + len > n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "multimodal item ", i, ": placeholders [", at, ", ", at + len,
+          ") are empty, overlap the previous item or leave the ", n, "-token prompt"));
+    }
+    if (m.embeddings == nullptr || m.embeddings->size() != static_cast<size_t>(len) * H) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "multimodal item ", i, ": ", m.embeddings == nullptr ? 0 : m.embeddings->size(),
+          " embedding values for ", len, " placeholders of hidden size ", H));
+    }
+    next = at + len;
+  }
   const int ps = s.options.pools->shape().page_size;
   const int64_t pages = (n + ps - 1) / ps;
   if (pages > s.options.pools->full().num_pages()) {

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/base/hash.h"
 #include "absl/status/statusor.h"
 #include "lib/kv/l3_prefetch.h"
 #include "lib/kv/page_pool.h"
@@ -99,9 +100,23 @@ struct PrefillResult {
 using ShipFn = std::function<void(const kv::Sequence& seq, const PrefillResult& result,
                                   std::function<void(absl::Status)> shipped)>;
 
+// A multimodal item's placeholders in a job's prompt (issue 23): prompt
+// tokens [span.token_offset, + span.num_tokens) take `embeddings`
+// (num_tokens x hidden_size f32, the encoder's output) as their input
+// embedding (model::EmbeddingOverride, in the main model and the MTP layers),
+// and span.content is mixed into the page hash of every page they overlap
+// (base::ChainedPageHashes), so two different images never share cached KV
+// and the same image does.
+struct PrefillMultimodal {
+  base::HashedSpan span;
+  std::shared_ptr<const std::vector<float>> embeddings;
+};
+
 struct PrefillJob {
   std::string id;
   std::vector<uint32_t> prompt;
+  // Sorted by token_offset, disjoint, inside the prompt (Submit checks).
+  std::vector<PrefillMultimodal> multimodal;
   model::SamplingOptions sampling;
   // Scheduling priority (sched::PrefillRequestInfo::priority): lower values
   // start first.

@@ -229,6 +229,10 @@ struct PrefillCore::Impl {
   double rate_tokens = 0, rate_seconds = 0;
   model::ForwardOutput out;
   std::vector<model::ForwardItem> items;
+  // Embedding overrides of each item of `items` (multimodal placeholders),
+  // sized before the items are built so the spans into them stay valid.
+  std::vector<std::vector<model::EmbeddingOverride>> item_overrides;
+  std::vector<model::EmbeddingOverride> mtp_overrides;
   std::vector<Req*> item_reqs;
   std::vector<bool> item_last;
 

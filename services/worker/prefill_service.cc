@@ -64,14 +64,16 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
     if (req.request_id().empty()) return absl::InvalidArgumentError("request_id is required");
     if (req.token_ids().empty()) return absl::InvalidArgumentError("token_ids is required");
-    if (!req.multimodal().empty()) {
-      return absl::UnimplementedError(
-          "multimodal items need the encoder service, which this cluster does not run yet");
-    }
     ASSIGN_OR_RETURN(sampling_, worker::ToSamplingOptions(req.sampling(), shared_->NextSeed()));
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
+    // Multimodal placeholders with their encoder embeddings (issue 23).
+    for (int i = 0; i < req.multimodal_size(); ++i) {
+      ASSIGN_OR_RETURN(worker::PrefillMultimodal m,
+                       worker::ToPrefillMultimodal(req.multimodal(i), i, shared_->options.hidden_size));
+      job.multimodal.push_back(std::move(m));
+    }
     job.sampling = sampling_;
     job.priority = req.priority();
     if (req.has_decode()) {

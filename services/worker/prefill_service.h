@@ -34,6 +34,8 @@ struct PrefillServiceOptions {
   worker::PrefillCore* core = nullptr;
   const worker::KvSender* sender = nullptr;
   const kv::KvPools* pools = nullptr;  // for GetLoad
+  // The model's hidden size: multimodal embeddings must have it.
+  int hidden_size = 0;
 };
 
 class PrefillService final : public v1::Prefill::CallbackService {

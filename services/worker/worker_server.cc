@@ -241,7 +241,8 @@ absl::Status Worker::BuildPrefill() {
                    PrefillService::Create({.worker_id = o.worker_id,
                                            .core = prefill_core.get(),
                                            .sender = sender.get(),
-                                           .pools = prefill_pools.get()}));
+                                           .pools = prefill_pools.get(),
+                                           .hidden_size = engine->config().hidden_size}));
   return absl::OkStatus();
 }
 
