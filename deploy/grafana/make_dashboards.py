@@ -86,6 +86,16 @@ DASHBOARDS = {
         panel("Open circuit breakers (routers)", [
             ("sum(swaserve_router_open_breakers)", "open breakers"),
         ], "short", "Workers the routers stopped calling after repeated failures."),
+        panel("Encoder: batch size, queue wait, preprocessing", [
+            ("sum by (modality) (rate(swaserve_encoder_batch_items_sum[$__rate_interval])) / sum by (modality) (rate(swaserve_encoder_batch_items_count[$__rate_interval]))", "items per batch {{modality}}"),
+            ("histogram_quantile(0.9, sum by (le, modality) (rate(swaserve_encoder_queue_wait_seconds_bucket[$__rate_interval])))", "queue wait P90 (s) {{modality}}"),
+            ("histogram_quantile(0.5, sum by (le, modality) (rate(swaserve_encoder_preprocess_seconds_bucket[$__rate_interval])))", "preprocessing P50 (s) {{modality}}"),
+        ], "short", "Items of concurrent requests per encoder forward (cross-request batching), how long an item waited for its batch, and decode + preprocessing time per item."),
+        panel("Encoder: items/s and embedding-cache hit rate", [
+            ("sum by (modality) (rate(swaserve_encoder_items_total[$__rate_interval]))", "items/s {{modality}}"),
+            ("sum(rate(swaserve_encoder_cache_lookups_total{result=\"hit\"}[$__rate_interval])) / sum(rate(swaserve_encoder_cache_lookups_total[$__rate_interval]))", "cache hit rate"),
+            ("sum by (instance) (swaserve_encoder_cache_bytes)", "cache bytes {{instance}}"),
+        ], "short", "Images and audio clips encoded per second, the share served from the embedding cache, and its size per encoder."),
     ]),
 }
 

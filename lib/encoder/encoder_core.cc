@@ -8,6 +8,7 @@
 #include "lib/base/status.h"
 #include "lib/media/content_hash.h"
 #include "lib/model/audio.h"
+#include "lib/model/tower_io.h"
 #include "lib/model/vision.h"
 
 namespace swaserve::encoder {
@@ -129,6 +130,9 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   Impl& s = *impl;
+  // A checkpoint without config.json is an error of its own (the towers'
+  // loaders read a missing tower as NotFound).
+  RETURN_IF_ERROR(model::ReadConfigJsonText(options.model_dir).status());
   absl::StatusOr<std::unique_ptr<model::VisionTower>> v = model::VisionTower::Load(options.model_dir);
   if (v.ok()) {
     s.vision = *std::move(v);

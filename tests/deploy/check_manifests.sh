@@ -25,14 +25,24 @@ overlay = sys.argv[2]
 def objs(kind): return [d for d in docs if d["kind"] == kind]
 names = lambda kind: sorted(d["metadata"]["name"] for d in objs(kind))
 assert names("StatefulSet") == ["decode", "prefill-b0", "prefill-b1", "prefill-b2", "redis"], names("StatefulSet")
-router = objs("Deployment")[0]
-assert router["metadata"]["name"] == "router" and router["spec"]["replicas"] >= 2
+assert names("Deployment") == ["encoder", "router"], names("Deployment")
+router = [d for d in objs("Deployment") if d["metadata"]["name"] == "router"][0]
+assert router["spec"]["replicas"] >= 2
 assert [h["spec"]["minReplicas"] for h in objs("HorizontalPodAutoscaler")] == [2]
-assert len(objs("PodDisruptionBudget")) == 2 and len(objs("NetworkPolicy")) == 2
+assert len(objs("PodDisruptionBudget")) == 3 and len(objs("NetworkPolicy")) == 2
 assert objs("PodMonitor"), "no PodMonitor"
 assert all(d["metadata"].get("namespace") == "swaserve" for d in docs if d["kind"] != "Namespace")
 headless = [s["metadata"]["name"] for s in objs("Service") if s["spec"].get("clusterIP") == "None"]
-assert sorted(headless) == ["decode", "prefill-b0", "prefill-b1", "prefill-b2"], headless
+assert sorted(headless) == ["decode", "encoder", "prefill-b0", "prefill-b1", "prefill-b2"], headless
+# The encoder (issue 23): probes, resources, its pod IP in Redis, drain within
+# the grace period; its flags are written out for the binary check below.
+enc = [d for d in objs("Deployment") if d["metadata"]["name"] == "encoder"][0]
+ec = enc["spec"]["template"]["spec"]["containers"][0]
+assert "readinessProbe" in ec and "livenessProbe" in ec and "limits" in ec["resources"]
+assert "--advertise_host=$(POD_IP)" in ec["command"], ec["command"]
+assert enc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 20
+assert enc["spec"]["template"]["metadata"]["labels"]["swaserve.io/metrics"] == "true"
+open(sys.argv[1] + ".encoder-args", "w").write("\n".join(ec["command"][1:]) + "\n")
 bounds = {"prefill-b0": ("0", "65536"), "prefill-b1": ("65536", "262144"), "prefill-b2": ("262144", "1048576")}
 for s in objs("StatefulSet"):
     c = s["spec"]["template"]["spec"]["containers"][0]
@@ -89,6 +99,14 @@ set +e
   > "$tmp/r.log" 2>&1; rc=$?
 set -e
 [ "$rc" = 1 ] && grep -q "tokenizer" "$tmp/r.log" || { cat "$tmp/r.log"; fail "router-config.yaml (rc $rc)"; }
+
+# The encoder Deployment's flags parse (a missing model fails start-up with 1).
+mapfile -t enc_args < "$tmp/cpu.yaml.encoder-args"
+set +e
+"$bin/swaserve-encoder" "${enc_args[@]}" --model=/nonexistent --redis= > "$tmp/e.log" 2>&1; rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q "cannot read /nonexistent/config.json" "$tmp/e.log" \
+  || { cat "$tmp/e.log"; fail "encoder.yaml flags (rc $rc)"; }
 
 promtool check rules "$src/deploy/prometheus/rules/swaserve.rules.yml"
 (cd "$src/deploy/prometheus/rules" && promtool test rules swaserve.rules.test.yml)

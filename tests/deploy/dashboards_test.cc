@@ -17,7 +17,10 @@
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
 #include "tests/integration/metrics/prometheus_server.h"
+#include "lib/rpc/channel.h"
+#include "swaserve/v1/encoder.grpc.pb.h"
 #include "tests/integration/router/local_cluster.h"
+#include "tests/unit/media/media_test_util.h"
 
 namespace swaserve {
 namespace {
@@ -28,13 +31,17 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
   auto cluster = testing::LocalCluster::Create({.cli_bin = SWASERVE_CLI_BIN,
                                                 .worker_bin = SWASERVE_WORKER_BIN,
                                                 .router_bin = SWASERVE_ROUTER_BIN,
-                                                .worker_flags = {"--model_name=tiny"}});
+                                                .worker_flags = {"--model_name=tiny"},
+                                                .model_flags = {"--vision"},
+                                                .encoder_bin = SWASERVE_ENCODER_BIN});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   testing::LocalCluster& c = **cluster;
   auto p1 = c.StartWorker("prefill", "p1");
   ASSERT_TRUE(p1.ok()) << p1.status();
   auto d1 = c.StartWorker("decode", "d1");
   ASSERT_TRUE(d1.ok()) << d1.status();
+  auto e1 = c.StartEncoder("e1");
+  ASSERT_TRUE(e1.ok()) << e1.status();
   auto r1 = c.StartRouter("r1");
   ASSERT_TRUE(r1.ok()) << r1.status();
   ASSERT_TRUE(c.WaitHealthy("r1", absl::Seconds(60)).ok());
@@ -50,13 +57,15 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
       "  - job_name: swaserve-prefill\n    static_configs:\n      - targets: ['127.0.0.1:",
       (*p1)->http_port, "']\n",
       "  - job_name: swaserve-decode\n    static_configs:\n      - targets: ['127.0.0.1:",
-      (*d1)->http_port, "']\n");
+      (*d1)->http_port, "']\n",
+      "  - job_name: swaserve-encoder\n    static_configs:\n      - targets: ['127.0.0.1:",
+      (*e1)->http_port, "']\n");
   auto prom = metrics::testing::PrometheusServer::Start(config);
   ASSERT_TRUE(prom.ok()) << prom.status();
   metrics::testing::PrometheusServer& prometheus = **prom;
   // Every target scraped once before the traffic, so that rates see it.
   for (const absl::Time until = absl::Now() + absl::Seconds(30);;) {
-    const json up = prometheus.Query("count(up == 1) == 3 and count(swaserve_router_prompt_tokens_total) > 0");
+    const json up = prometheus.Query("count(up == 1) == 4 and count(swaserve_router_prompt_tokens_total) > 0");
     if (up.is_array() && !up.empty()) break;
     ASSERT_LT(absl::Now(), until) << "targets not scraped:\n" << prometheus.ReadLog();
     absl::SleepFor(absl::Milliseconds(250));
@@ -74,12 +83,36 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->status, 200) << r->body;
   }
+  // Encoder traffic (the router does not call encoders yet): two images, one
+  // of them twice (a cache hit), over gRPC.
+  {
+    auto ch = rpc::CreateChannel(absl::StrCat("127.0.0.1:", (*e1)->grpc_port));
+    ASSERT_TRUE(ch.ok());
+    auto stub = v1::Encoder::NewStub(*ch);
+    for (int seed : {1, 2, 1}) {
+      v1::EncodeRequest req;
+      v1::MultimodalItem* item = req.add_items();
+      item->set_modality(v1::MODALITY_IMAGE);
+      const std::vector<uint8_t> png =
+          media::testing::EncodePng(media::testing::MakePattern(64, 48, seed));
+      item->set_data(std::string(png.begin(), png.end()));
+      v1::EncodeResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      const grpc::Status s = stub->Encode(&ctx, req, &resp);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+  }
   // Until the scrapes after the traffic are in and the rules have run.
   const absl::Time deadline = absl::Now() + absl::Seconds(40);
   while (true) {
     json hit = prometheus.Query("swaserve:prefix_hit_rate:ratio_5m > 0");
     json ttft = prometheus.Query("sum(swaserve_router_ttft_seconds_count) >= 8");
-    if (hit.is_array() && !hit.empty() && ttft.is_array() && !ttft.empty()) break;
+    json enc = prometheus.Query("sum(swaserve_encoder_cache_lookups_total) >= 3");
+    if (hit.is_array() && !hit.empty() && ttft.is_array() && !ttft.empty() && enc.is_array() &&
+        !enc.empty()) {
+      break;
+    }
     ASSERT_LT(absl::Now(), deadline)
         << "no scraped traffic: hit rate " << prometheus.Query("swaserve:prefix_hit_rate:ratio_5m").dump()
         << ", cached " << prometheus.Query("swaserve_router_cached_tokens_total").dump()

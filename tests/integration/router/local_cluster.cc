@@ -27,7 +27,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   c->model_dir_ = *dir + "/model";
   std::string out;
   absl::StatusOr<int> rc = base::RunCommand(
-      {options.cli_bin, "make-model", "--shape=tiny", "--out=" + c->model_dir_}, &out,
+      [&] {
+        std::vector<std::string> argv = {options.cli_bin, "make-model", "--shape=tiny",
+                                         "--out=" + c->model_dir_};
+        argv.insert(argv.end(), options.model_flags.begin(), options.model_flags.end());
+        return argv;
+      }(),
+      &out,
       absl::Seconds(120));
   if (!rc.ok()) return rc.status();
   if (*rc != 0) return absl::InternalError(absl::StrCat("make-model failed: ", out));
@@ -116,6 +122,15 @@ absl::StatusOr<LocalProcess*> LocalCluster::StartWorker(const std::string& role,
   }
   return absl::DeadlineExceededError(absl::StrCat(id, " did not register in Redis; log:\n",
                                                   (*p)->process->ReadLog()));
+}
+
+absl::StatusOr<LocalProcess*> LocalCluster::StartEncoder(const std::string& id) {
+  if (o_.encoder_bin.empty()) return absl::FailedPreconditionError("no encoder_bin");
+  return Start(id,
+               {o_.encoder_bin, "--model=" + model_dir_, "--model_name=tiny",
+                "--encoder_id=" + id, "--redis=" + redis_address(), "--listen=127.0.0.1:0",
+                "--metrics.host=127.0.0.1", "--metrics.port=0", "--drain=2s"},
+               false);
 }
 
 absl::StatusOr<LocalProcess*> LocalCluster::StartRouter(const std::string& id,

@@ -39,6 +39,10 @@ struct LocalClusterOptions {
   // Extra flags for every worker / router.
   std::vector<std::string> worker_flags;
   std::vector<std::string> router_flags;
+  // Extra make-model flags (e.g. --vision, --audio for an encoder) and the
+  // encoder binary (StartEncoder).
+  std::vector<std::string> model_flags;
+  std::string encoder_bin;  // swaserve-encoder
 };
 
 class LocalCluster {
@@ -51,6 +55,9 @@ class LocalCluster {
   // waits until it serves and has registered.
   absl::StatusOr<LocalProcess*> StartWorker(const std::string& role, const std::string& id,
                                             std::vector<std::string> extra = {});
+  // Starts a swaserve-encoder (options.encoder_bin) registered in Redis;
+  // waits until it serves. http_port is its /metrics port.
+  absl::StatusOr<LocalProcess*> StartEncoder(const std::string& id);
   // Starts a router replica and waits until it serves HTTP.
   absl::StatusOr<LocalProcess*> StartRouter(const std::string& id,
                                             std::vector<std::string> extra = {});
