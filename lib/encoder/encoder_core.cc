@@ -62,13 +62,19 @@ struct EncoderCore::Impl {
   std::unique_ptr<EmbeddingCache> cache;
   std::unique_ptr<DynamicBatcher<ImageInput, ItemEmbedding>> image_batcher;
   std::unique_ptr<DynamicBatcher<AudioInput, ItemEmbedding>> audio_batcher;
-  std::string image_params, audio_params;
+  std::unique_ptr<DynamicBatcher<ImageInput, ItemEmbedding>> video_batcher;
+  std::string image_params, audio_params, video_params;
   metrics::Histogram* image_seconds = nullptr;
   metrics::Histogram* audio_seconds = nullptr;
+  metrics::Histogram* video_seconds = nullptr;
   int hidden = 0;
 
   absl::StatusOr<ImageInput> PrepareImage(size_t index, const std::string& data);
   absl::StatusOr<AudioInput> PrepareAudio(size_t index, const std::string& data);
+  absl::StatusOr<std::vector<ImageInput>> PrepareVideo(size_t index, const std::string& data);
+  // A video's frames through the video batcher, in groups the queue bound
+  // admits; one embedding, the frames' in order.
+  absl::StatusOr<ItemEmbedding> EncodeVideo(std::vector<ImageInput> frames);
 };
 
 namespace {
@@ -122,6 +128,42 @@ absl::StatusOr<AudioInput> EncoderCore::Impl::PrepareAudio(size_t index,
   return AudioInput{.mel = std::move(m->data), .frames = m->frames};
 }
 
+absl::StatusOr<std::vector<ImageInput>> EncoderCore::Impl::PrepareVideo(size_t index,
+                                                                       const std::string& data) {
+  if (vision == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("item ", index, " (video): the model has no vision tower"));
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<media::VideoFrames> v = media::DecodeVideoMemory(Bytes(data), options.video);
+  if (!v.ok()) return Named(index, "video", v.status());
+  std::vector<ImageInput> frames;
+  for (const media::ImageRgb8& f : v->frames) {
+    absl::StatusOr<media::ImagePatches> p = media::PreprocessImage(f, options.image);
+    if (!p.ok()) return Named(index, "video", p.status());
+    frames.push_back({.patches = std::move(p->data), .grid_h = p->grid_height,
+                      .grid_w = p->grid_width});
+  }
+  if (video_seconds != nullptr) video_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+  return frames;
+}
+
+absl::StatusOr<ItemEmbedding> EncoderCore::Impl::EncodeVideo(std::vector<ImageInput> frames) {
+  ItemEmbedding all{.num_tokens = 0, .hidden = hidden};
+  const size_t group = static_cast<size_t>(std::max(1, options.batcher.max_queued_items / 2));
+  for (size_t at = 0; at < frames.size(); at += group) {
+    std::vector<ImageInput> part(std::make_move_iterator(frames.begin() + at),
+                                 std::make_move_iterator(frames.begin() +
+                                                         std::min(frames.size(), at + group)));
+    ASSIGN_OR_RETURN(std::vector<ItemEmbedding> r, video_batcher->Encode(std::move(part)));
+    for (const ItemEmbedding& e : r) {
+      all.num_tokens += e.num_tokens;
+      all.values.insert(all.values.end(), e.values.begin(), e.values.end());
+    }
+  }
+  return all;
+}
+
 EncoderCore::EncoderCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EncoderCore::~EncoderCore() = default;
 
@@ -167,6 +209,7 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
   }
   s.image_params = media::ImageHashParams(s.options.image_decode, s.options.image);
   s.audio_params = media::AudioHashParams(s.options.wav, s.options.mel);
+  s.video_params = media::VideoHashParams(s.options.video, s.options.image);
   EmbeddingCacheOptions co = options.cache;
   co.registry = options.registry;
   ASSIGN_OR_RETURN(s.cache, EmbeddingCache::Create(co));
@@ -180,23 +223,27 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
                          metrics::DefaultLatencyBuckets()));
     s.image_seconds = &pre->WithLabels({"image"});
     s.audio_seconds = &pre->WithLabels({"audio"});
+    s.video_seconds = &pre->WithLabels({"video"});
   }
   Impl* p = impl.get();
   if (s.vision != nullptr) {
+    auto encode_images =
+        [p](absl::Span<const ImageInput> batch) -> absl::StatusOr<std::vector<ItemEmbedding>> {
+      std::vector<model::VisionInput> in;
+      std::vector<int64_t> tokens;
+      for (const ImageInput& x : batch) {
+        in.push_back({.patches = x.patches, .grid_h = x.grid_h, .grid_w = x.grid_w});
+        tokens.push_back(p->vision->Tokens(x.grid_h, x.grid_w));
+      }
+      ASSIGN_OR_RETURN(std::vector<float> out, p->vision->Encode(in));
+      return Split(out, tokens, p->hidden);
+    };
     bo.modality = "image";
-    ASSIGN_OR_RETURN(
-        s.image_batcher,
-        (DynamicBatcher<ImageInput, ItemEmbedding>::Create(
-            bo, [p](absl::Span<const ImageInput> batch) -> absl::StatusOr<std::vector<ItemEmbedding>> {
-              std::vector<model::VisionInput> in;
-              std::vector<int64_t> tokens;
-              for (const ImageInput& x : batch) {
-                in.push_back({.patches = x.patches, .grid_h = x.grid_h, .grid_w = x.grid_w});
-                tokens.push_back(p->vision->Tokens(x.grid_h, x.grid_w));
-              }
-              ASSIGN_OR_RETURN(std::vector<float> out, p->vision->Encode(in));
-              return Split(out, tokens, p->hidden);
-            })));
+    ASSIGN_OR_RETURN(s.image_batcher,
+                     (DynamicBatcher<ImageInput, ItemEmbedding>::Create(bo, encode_images)));
+    bo.modality = "video";
+    ASSIGN_OR_RETURN(s.video_batcher,
+                     (DynamicBatcher<ImageInput, ItemEmbedding>::Create(bo, encode_images)));
   }
   if (s.audio != nullptr) {
     bo.modality = "audio";
@@ -218,9 +265,10 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
 }
 
 base::Hash128 EncoderCore::ContentHash(const EncodeItem& item) const {
-  return media::ContentHash(
-      Bytes(item.data),
-      item.modality == Modality::kAudio ? impl_->audio_params : impl_->image_params);
+  const std::string& params = item.modality == Modality::kAudio   ? impl_->audio_params
+                              : item.modality == Modality::kVideo ? impl_->video_params
+                                                                  : impl_->image_params;
+  return media::ContentHash(Bytes(item.data), params);
 }
 
 absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const EncodeItem> items) {
@@ -229,21 +277,22 @@ absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const En
   // encoded together per modality (batched with other requests' items).
   std::vector<ImageInput> images;
   std::vector<AudioInput> clips;
-  std::vector<size_t> image_at, clip_at;
+  std::vector<size_t> image_at, clip_at, video_at;
+  std::vector<std::vector<ImageInput>> videos;
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     if (it.data.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("item ", i, " (", ModalityName(it.modality), "): no data"));
     }
-    if (it.modality == Modality::kVideo) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("item ", i, " (video): video is not served yet"));
-    }
     out[i].content_hash = ContentHash(it);
     if (auto hit = impl_->cache->Get(out[i].content_hash)) {
       out[i].embedding = std::move(hit);
       out[i].cache_hit = true;
+    } else if (it.modality == Modality::kVideo) {
+      ASSIGN_OR_RETURN(std::vector<ImageInput> f, impl_->PrepareVideo(i, it.data));
+      videos.push_back(std::move(f));
+      video_at.push_back(i);
     } else if (it.modality == Modality::kImage) {
       ASSIGN_OR_RETURN(ImageInput x, impl_->PrepareImage(i, it.data));
       images.push_back(std::move(x));
@@ -268,6 +317,12 @@ absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const En
   if (!clips.empty()) {
     ASSIGN_OR_RETURN(std::vector<ItemEmbedding> r, impl_->audio_batcher->Encode(std::move(clips)));
     store(clip_at, std::move(r));
+  }
+  for (size_t k = 0; k < videos.size(); ++k) {
+    ASSIGN_OR_RETURN(ItemEmbedding e, impl_->EncodeVideo(std::move(videos[k])));
+    std::vector<ItemEmbedding> one;
+    one.push_back(std::move(e));
+    store({video_at[k]}, std::move(one));
   }
   return out;
 }

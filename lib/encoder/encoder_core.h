@@ -13,10 +13,14 @@
 //                 vision tower's patch and merge size -> VisionTower.
 //   audio         media::DecodeWav (any rate, resampled to 16 kHz) -> log-mel
 //                 (the tower's num_mel_bins) -> AudioTower.
+//   video         media::DecodeVideoMemory (frames sampled at video.sample_fps,
+//                 chunked parallel decode) -> each frame preprocessed as an
+//                 image -> VisionTower, frames batched like images (their own
+//                 batcher, modality label "video"); the item's embedding is
+//                 the frames' embeddings in order.
 // Bad input (corrupt, truncated, unsupported format, zero size, huge
 // dimensions, audio too long, a modality the model has no tower for) is
 // InvalidArgument naming the item and the problem; nothing is cached for it.
-// Video is not served yet (InvalidArgument says so).
 //
 // Thread-safety: Encode may be called from many threads at once (that is
 // what batches items across requests). Ownership: owns its towers, batchers
@@ -37,6 +41,7 @@
 #include "lib/media/image.h"
 #include "lib/media/image_preprocess.h"
 #include "lib/media/mel.h"
+#include "lib/media/video.h"
 #include "lib/metrics/registry.h"
 
 namespace swaserve::encoder {
@@ -58,6 +63,8 @@ struct EncoderCoreOptions {
   media::WavDecodeOptions wav;
   // n_mels is taken from the audio tower.
   media::MelOptions mel;
+  // Frame sampling and decode threads (frames are preprocessed with `image`).
+  media::VideoDecodeOptions video;
   // Not owned; null: no metrics.
   metrics::Registry* registry = nullptr;
 };

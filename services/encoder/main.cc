@@ -1,5 +1,5 @@
 // swaserve-encoder: the multimodal encoder service (issue 23, item 4):
-// swaserve.v1.Encoder over gRPC (lib/encoder EncoderCore: images and audio
+// swaserve.v1.Encoder over gRPC (lib/encoder EncoderCore: images, audio and video
 // through the model's vision and audio towers, batched across requests, an
 // in-process embedding cache), Prometheus /metrics, and a ROLE_ENCODER
 // record in Redis so routers find it (they place items on encoders by
@@ -52,6 +52,8 @@ struct Flags {
   int64_t cache_mib = 1024;
   int64_t image_max_pixels = media::ImagePreprocessOptions{}.max_pixels;
   double audio_max_seconds = media::WavDecodeOptions{}.max_duration_seconds;
+  double video_sample_fps = media::VideoDecodeOptions{}.sample_fps;
+  int64_t video_decode_threads = 2;
 };
 
 struct Encoder {
@@ -78,6 +80,9 @@ absl::Status Start(const Flags& f, Encoder* e) {
   co.cache.max_bytes = f.cache_mib << 20;
   co.image.max_pixels = f.image_max_pixels;
   co.wav.max_duration_seconds = f.audio_max_seconds;
+  co.video.sample_fps = f.video_sample_fps;
+  co.video.num_threads = static_cast<int>(f.video_decode_threads);
+  co.video.num_chunks = static_cast<int>(f.video_decode_threads);
   co.registry = &e->registry;
   ASSIGN_OR_RETURN(e->core, encoder::EncoderCore::Create(co));
   e->service = std::make_unique<EncoderService>(e->core.get());
@@ -157,15 +162,20 @@ int Main(int argc, char** argv) {
            "items queued before new calls get RESOURCE_EXHAUSTED")
       .Add("cache_mib", &f.cache_mib, "embedding cache budget (MiB)")
       .Add("image.max_pixels", &f.image_max_pixels, "pixel budget of a resized image")
-      .Add("audio.max_seconds", &f.audio_max_seconds, "longest audio accepted (seconds)");
+      .Add("audio.max_seconds", &f.audio_max_seconds, "longest audio accepted (seconds)")
+      .Add("video.sample_fps", &f.video_sample_fps, "video frames sampled per second")
+      .Add("video.decode_threads", &f.video_decode_threads,
+           "threads (and chunks) decoding one video in parallel");
   base::ParseConfigOrExit(config, argc, argv);
   auto bad = [](const std::string& msg) {
     std::fprintf(stderr, "swaserve-encoder: %s (see --help)\n", msg.c_str());
     return 2;
   };
   if (f.model.empty()) return bad("--model is required");
-  if (f.batch_max_items < 1 || f.batch_max_queued < 1 || f.cache_mib < 1) {
-    return bad("--batch.max_items, --batch.max_queued and --cache_mib must be >= 1");
+  if (f.batch_max_items < 1 || f.batch_max_queued < 1 || f.cache_mib < 1 ||
+      f.video_decode_threads < 1 || !(f.video_sample_fps > 0)) {
+    return bad("--batch.max_items, --batch.max_queued, --cache_mib and --video.decode_threads "
+               "must be >= 1, --video.sample_fps > 0");
   }
   if (f.model_name.empty()) {
     f.model_name = std::filesystem::path(f.model).lexically_normal().filename().string();

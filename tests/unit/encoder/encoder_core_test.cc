@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "lib/media/image_preprocess.h"
 #include "lib/media/mel.h"
+#include "lib/media/video.h"
 #include "lib/model/audio.h"
 #include "lib/model/vision.h"
 #include "tests/unit/media/media_test_util.h"
@@ -148,6 +150,44 @@ TEST_F(EncoderCoreTest, ConcurrentRequestsShareBatchesAndGetTheirOwnEmbeddings) 
   std::printf("%d requests in %d batches\n", kRequests, batches);
 }
 
+TEST_F(EncoderCoreTest, AVideoIsItsSampledFramesThroughTheVisionTower) {
+  auto core = Core();
+  ASSERT_NE(core, nullptr);
+  const std::string path = (dir_ / "clip.mkv").string();
+  // 3 s at 10 fps, frames that encode their index; sampled at 2 fps: 6 frames.
+  ASSERT_TRUE(media::testing::WriteTestVideo(path, {.width = 64, .height = 48, .fps = 10,
+                                                    .num_frames = 30})
+                  .ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string video((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const EncodeItem item{Modality::kVideo, video};
+  auto r = core->Encode({&item, 1});
+  ASSERT_TRUE(r.ok()) << r.status();
+  media::ImagePreprocessOptions po;
+  po.patch_size = 14;
+  po.merge_size = 2;
+  po.max_pixels = 112 * 112;
+  const int64_t per_frame = *media::ImagePlaceholderTokens(64, 48, po);
+  const auto& e = *(*r)[0].embedding;
+  EXPECT_EQ(e.num_tokens, 6 * per_frame);
+  // Frame k's embedding is the image encoding of that decoded frame.
+  auto frames = media::DecodeVideoMemory(
+      {reinterpret_cast<const uint8_t*>(video.data()), video.size()}, {});
+  ASSERT_TRUE(frames.ok()) << frames.status();
+  ASSERT_EQ(frames->frames.size(), 6u);
+  const std::string png3 = Str(media::testing::EncodePng(frames->frames[3]));
+  const std::vector<float> frame3 = Direct(png3);
+  ASSERT_EQ(frame3.size(), static_cast<size_t>(per_frame) * 64);
+  EXPECT_TRUE(std::equal(frame3.begin(), frame3.end(),
+                         e.values.begin() + static_cast<size_t>(3 * per_frame) * 64));
+  // Cached like any item.
+  auto again = core->Encode({&item, 1});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)[0].cache_hit);
+  EXPECT_NE(registry_.RenderText().find("swaserve_encoder_items_total{modality=\"video\"} 6"),
+            std::string::npos);
+}
+
 TEST_F(EncoderCoreTest, BadInputIsNamedPerItemAndNeverCached) {
   auto core = Core();
   ASSERT_NE(core, nullptr);
@@ -162,7 +202,10 @@ TEST_F(EncoderCoreTest, BadInputIsNamedPerItemAndNeverCached) {
   expect_bad({{Modality::kImage, "GIF89a not supported"}}, "item 0 (image)");
   expect_bad({{Modality::kImage, ""}}, "no data");
   expect_bad({{Modality::kAudio, "RIFF....WAVEjunk"}}, "item 0 (audio)");
-  expect_bad({{Modality::kVideo, "x"}}, "video is not served yet");
+  expect_bad({{Modality::kVideo, "not a container"}}, "item 0 (video)");
+  expect_bad({{Modality::kVideo, Str(media::testing::WriteWav(media::testing::Sine(200, 1, 16000),
+                                                              1, 16000, 16))}},
+             "item 0 (video)");
   // 31 s of audio: over the tiny tower's 1500 frames after conv2 (30 s).
   const std::string long_wav =
       Str(media::testing::WriteWav(media::testing::Sine(200, 31, 16000), 1, 16000, 16));
