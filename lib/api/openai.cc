@@ -10,7 +10,9 @@
 #include <span>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "lib/api/openai_json.h"
+#include "lib/base/multimodal.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::api {
@@ -444,8 +446,66 @@ Error ParsePrompt(const json& body, v1::GenerateRequest* req) {
   return ReadTokenIds(*v, "prompt", req->mutable_token_ids());
 }
 
+// The MultimodalItem of a non-text content part, and the marker that places
+// it in the message text (lib/base/multimodal.h).
+Error ParseMediaPart(const json& part, const std::string& param,
+                     const std::string& type, v1::MultimodalItem* item,
+                     std::string_view* marker) {
+  const json* body = Find(part, type.c_str());
+  if (body == nullptr) {
+    return InvalidRequestError(
+        Cat({"Missing required parameter: '", param, ".", type, "'."}),
+        Cat({param, ".", type}), "missing_required_parameter");
+  }
+  const std::string body_param = Cat({param, ".", type});
+  if (!body->is_object()) return TypeError(body_param, "an object", *body);
+  auto required_string = [&](const char* key, std::string* out) -> Error {
+    const json* v = Find(*body, key);
+    if (v == nullptr) {
+      return InvalidRequestError(
+          Cat({"Missing required parameter: '", body_param, ".", key, "'."}),
+          Cat({body_param, ".", key}), "missing_required_parameter");
+    }
+    return ReadString(*v, Cat({body_param, ".", key}), out);
+  };
+  if (type == "input_audio") {
+    std::string data, format;
+    if (Error e = required_string("data", &data)) return e;
+    if (Error e = required_string("format", &format)) return e;
+    if (format != "wav") {
+      return InvalidRequestError(
+          Cat({"input_audio format '", Shorten(format),
+               "' is not supported (only 'wav': PCM WAV at any sample rate)."}),
+          Cat({body_param, ".format"}), "unsupported_format");
+    }
+    std::string bytes;
+    if (data.empty() || !absl::Base64Unescape(data, &bytes) || bytes.empty()) {
+      return InvalidRequestError("input_audio data is not valid non-empty base64.",
+                                 Cat({body_param, ".data"}), "invalid_value");
+    }
+    item->set_modality(v1::MODALITY_AUDIO);
+    item->set_mime_type("audio/wav");
+    item->set_data(std::move(bytes));
+    *marker = base::kAudioMarker;
+    return std::nullopt;
+  }
+  std::string url;
+  if (Error e = required_string("url", &url)) return e;
+  if (url.empty()) {
+    return InvalidRequestError(Cat({"'", body_param, ".url' is empty."}),
+                               Cat({body_param, ".url"}), "invalid_value");
+  }
+  // The router decodes data: URLs and fetches http(s) ones (MediaFetcher).
+  item->set_url(std::move(url));
+  const bool video = type == "video_url";
+  item->set_modality(video ? v1::MODALITY_VIDEO : v1::MODALITY_IMAGE);
+  *marker = video ? base::kVideoMarker : base::kImageMarker;
+  return std::nullopt;
+}
+
 Error ParseChatContent(const json& m, size_t i, bool assistant,
-                       std::string* content) {
+                       std::string* content,
+                       google::protobuf::RepeatedPtrField<v1::MultimodalItem>* items) {
   const std::string param = Cat({IndexedParam("messages", i), ".content"});
   const json* v = Find(m, "content");
   if (v == nullptr) {
@@ -461,7 +521,7 @@ Error ParseChatContent(const json& m, size_t i, bool assistant,
   if (!v->is_array()) {
     return TypeError(param, "a string or an array of content parts", *v);
   }
-  bool first_text = true;
+  bool first_part = true;
   for (size_t p = 0; p < v->size(); ++p) {
     const json& part = (*v)[p];
     const std::string part_param = IndexedParam(param, p);
@@ -476,11 +536,27 @@ Error ParseChatContent(const json& m, size_t i, bool assistant,
     if (Error e = ReadString(*type, Cat({part_param, ".type"}), &type_name)) {
       return e;
     }
+    if (!first_part) content->push_back('\n');
+    first_part = false;
+    if (type_name == "image_url" || type_name == "input_audio" ||
+        type_name == "video_url") {
+      if (assistant) {
+        return InvalidRequestError(
+            Cat({"content part type '", type_name,
+                 "' is only accepted in user and system messages."}),
+            Cat({part_param, ".type"}), "invalid_value");
+      }
+      std::string_view marker;
+      if (Error e = ParseMediaPart(part, part_param, type_name, items->Add(), &marker)) {
+        return e;
+      }
+      content->append(marker);
+      continue;
+    }
     if (type_name != "text") {
       return InvalidRequestError(
-          Cat({"multimodal content is not supported by this endpoint yet "
-               "(content part type '",
-               Shorten(type_name), "')."}),
+          Cat({"content part type '", Shorten(type_name),
+               "' is not supported (text, image_url, input_audio, video_url are)."}),
           Cat({part_param, ".type"}), "unsupported_content");
     }
     const json* text = Find(part, "text");
@@ -492,14 +568,13 @@ Error ParseChatContent(const json& m, size_t i, bool assistant,
     if (!text->is_string()) {
       return TypeError(Cat({part_param, ".text"}), "a string", *text);
     }
-    if (!first_text) content->push_back('\n');
-    first_text = false;
     content->append(text->get_ref<const std::string&>());
   }
   return std::nullopt;
 }
 
-Error ParseMessages(const json& body, v1::ChatMessages* chat) {
+Error ParseMessages(const json& body, v1::GenerateRequest* req) {
+  v1::ChatMessages* chat = req->mutable_chat();
   const json* v = Find(body, "messages");
   if (v == nullptr) {
     return InvalidRequestError("You must provide a messages parameter.",
@@ -552,7 +627,8 @@ Error ParseMessages(const json& body, v1::ChatMessages* chat) {
     v1::ChatMessage* msg = chat->add_messages();
     msg->set_role(role);
     if (Error e = ParseChatContent(m, i, role == "assistant",
-                                   msg->mutable_content())) {
+                                   msg->mutable_content(),
+                                   req->mutable_multimodal())) {
       return e;
     }
   }
@@ -622,7 +698,7 @@ ParseResult ParseChatImpl(std::string_view body, const ParseLimits& limits) {
   ParsedRequest out;
   out.chat = true;
   if (Error e = ParseCommon(j, limits, &out)) return *e;
-  if (Error e = ParseMessages(j, out.request.mutable_chat())) return *e;
+  if (Error e = ParseMessages(j, &out.request)) return *e;
   v1::SamplingParams& sampling = *out.request.mutable_sampling();
 
   std::optional<uint64_t> max_tokens;

@@ -1,5 +1,6 @@
 #include "lib/model/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -153,9 +154,58 @@ absl::StatusOr<std::string> ApplyChatTemplate(
   return prompt;
 }
 
-absl::StatusOr<std::vector<uint32_t>> EncodeChat(
+namespace {
+
+// Occurrences of the markers in `text`, in order: (byte offset, marker).
+absl::StatusOr<std::vector<std::pair<size_t, int>>> FindMarkers(
+    absl::string_view text, absl::Span<const std::string> markers) {
+  for (size_t a = 0; a < markers.size(); ++a) {
+    if (markers[a].empty()) return absl::InvalidArgumentError("empty marker");
+    for (size_t b = 0; b < markers.size(); ++b) {
+      if (a != b && absl::StartsWith(markers[b], markers[a])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "marker \"", markers[a], "\" is a prefix of \"", markers[b], "\""));
+      }
+    }
+  }
+  std::vector<std::pair<size_t, int>> out;
+  if (markers.empty()) return out;
+  for (size_t pos = 0; pos < text.size();) {
+    int found = -1;
+    for (size_t m = 0; m < markers.size() && found < 0; ++m) {
+      if (absl::StartsWith(text.substr(pos), markers[m])) found = static_cast<int>(m);
+    }
+    if (found < 0) {
+      ++pos;
+      continue;
+    }
+    out.emplace_back(pos, found);
+    pos += markers[found].size();
+  }
+  return out;
+}
+
+// Encodes `text` piece by piece between the markers with `encode(begin,
+// end, ids)`, recording the cuts.
+template <typename EncodePiece>
+absl::Status EncodeCut(absl::string_view text, absl::Span<const std::string> markers,
+                       EncodePiece encode, std::vector<uint32_t>* ids,
+                       std::vector<MarkerCut>* cuts) {
+  ASSIGN_OR_RETURN(const auto found, FindMarkers(text, markers));
+  size_t begin = 0;
+  for (const auto& [pos, marker] : found) {
+    if (pos > begin) RETURN_IF_ERROR(encode(begin, pos, ids));
+    cuts->push_back({.marker = marker, .token_offset = ids->size()});
+    begin = pos + markers[marker].size();
+  }
+  if (begin < text.size()) RETURN_IF_ERROR(encode(begin, text.size(), ids));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> EncodeSegments(
     const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
-    const ChatTemplateOptions& options) {
+    const ChatTemplateOptions& options, absl::Span<const std::string> markers,
+    std::vector<MarkerCut>* cuts) {
   const std::optional<uint32_t> im_start = tokenizer.TokenId(kImStart);
   const std::optional<uint32_t> im_end = tokenizer.TokenId(kImEnd);
   if (!im_start || !im_end) {
@@ -168,11 +218,47 @@ absl::StatusOr<std::vector<uint32_t>> EncodeChat(
   for (const Segment& s : segments) {
     if (s.control) {
       ids.push_back(s.text == kImStart ? *im_start : *im_end);
-    } else {
-      RETURN_IF_ERROR(
-          tokenizer.EncodeAppend(s.text, /*parse_special=*/false, &ids));
+      continue;
     }
+    const absl::string_view text = s.text;
+    RETURN_IF_ERROR(EncodeCut(
+        text, markers,
+        [&](size_t b, size_t e, std::vector<uint32_t>* out) {
+          return tokenizer.EncodeAppend(text.substr(b, e - b), /*parse_special=*/false, out);
+        },
+        &ids, cuts));
   }
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> EncodeChat(
+    const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
+    const ChatTemplateOptions& options) {
+  std::vector<MarkerCut> none;
+  return EncodeSegments(tokenizer, messages, options, {}, &none);
+}
+
+absl::StatusOr<std::vector<uint32_t>> EncodeChatWithMarkers(
+    const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
+    const ChatTemplateOptions& options, absl::Span<const std::string> markers,
+    std::vector<MarkerCut>* cuts) {
+  cuts->clear();
+  return EncodeSegments(tokenizer, messages, options, markers, cuts);
+}
+
+absl::StatusOr<std::vector<uint32_t>> EncodeTextWithMarkers(
+    const Tokenizer& tokenizer, absl::string_view text,
+    absl::Span<const std::string> markers, std::vector<MarkerCut>* cuts) {
+  cuts->clear();
+  std::vector<uint32_t> ids;
+  RETURN_IF_ERROR(EncodeCut(
+      text, markers,
+      [&](size_t b, size_t e, std::vector<uint32_t>* out) {
+        return tokenizer.EncodeAppend(text.substr(b, e - b), /*parse_special=*/true, out);
+      },
+      &ids, cuts));
   return ids;
 }
 
@@ -424,19 +510,35 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const ChatInput& input) const {
 
 absl::StatusOr<std::vector<uint32_t>> ChatTemplate::Encode(
     const Tokenizer& tokenizer, const ChatInput& input) const {
+  std::vector<MarkerCut> none;
+  return EncodeWithMarkers(tokenizer, input, {}, &none);
+}
+
+absl::StatusOr<std::vector<uint32_t>> ChatTemplate::EncodeWithMarkers(
+    const Tokenizer& tokenizer, const ChatInput& input,
+    absl::Span<const std::string> markers, std::vector<MarkerCut>* cuts) const {
+  cuts->clear();
   if (is_builtin()) {
     std::vector<ChatMessage> messages;
     ChatTemplateOptions options;
     RETURN_IF_ERROR(ToBuiltin(input, &messages, &options));
-    return EncodeChat(tokenizer, messages, options);
+    return EncodeSegments(tokenizer, messages, options, markers, cuts);
   }
   ASSIGN_OR_RETURN(const jinja::Rendered r, Render(input));
-  std::vector<std::pair<size_t, size_t>> literal;
-  literal.reserve(r.untrusted.size());
-  for (const jinja::ByteRange& b : r.untrusted)
-    literal.emplace_back(b.begin, b.end);
+  const absl::string_view text = r.text;
   std::vector<uint32_t> ids;
-  RETURN_IF_ERROR(tokenizer.EncodeAppendWithLiterals(r.text, literal, &ids));
+  // Each piece keeps the parts of the untrusted ranges that fall in it.
+  RETURN_IF_ERROR(EncodeCut(
+      text, markers,
+      [&](size_t b, size_t e, std::vector<uint32_t>* out) {
+        std::vector<std::pair<size_t, size_t>> literal;
+        for (const jinja::ByteRange& u : r.untrusted) {
+          const size_t lo = std::max<size_t>(u.begin, b), hi = std::min<size_t>(u.end, e);
+          if (lo < hi) literal.emplace_back(lo - b, hi - b);
+        }
+        return tokenizer.EncodeAppendWithLiterals(text.substr(b, e - b), literal, out);
+      },
+      &ids, cuts));
   return ids;
 }
 

@@ -87,6 +87,27 @@ absl::StatusOr<std::string> ApplyChatTemplate(
 absl::StatusOr<std::string> ApplyChatTemplate(
     absl::Span<const ChatMessage> messages, const ChatTemplateOptions& options);
 
+// Multimodal markers (issue 23): the text a prompt carries where an image,
+// audio clip or video goes (the router's are Qwen-VL's and Qwen-Omni's pad
+// tokens "<|image_pad|>", "<|video_pad|>", "<|audio_pad|>"). The
+// *WithMarkers encoders cut the rendered prompt at every occurrence of a
+// marker — in message content or in the template's own text — encode the
+// pieces as the plain encoder would (a cut splits the text the way a special
+// token does), and report where each marker was; a marker's own text yields
+// no ids, the caller puts the item's placeholder tokens there. Markers must
+// be non-empty and none a prefix of another. Without markers in the prompt
+// the ids equal the plain encoder's.
+struct MarkerCut {
+  int marker = 0;           // index into `markers`
+  size_t token_offset = 0;  // ids before the cut
+  bool operator==(const MarkerCut&) const = default;
+};
+
+// Tokenizer::Encode(text, /*parse_special=*/true), cut at the markers.
+absl::StatusOr<std::vector<uint32_t>> EncodeTextWithMarkers(
+    const Tokenizer& tokenizer, absl::string_view text,
+    absl::Span<const std::string> markers, std::vector<MarkerCut>* cuts);
+
 // The token ids of the prompt. The template's control tokens (<|im_start|>,
 // <|im_end|>) are encoded as their ids and everything else, message content
 // included, with parse_special = false, so a message cannot inject control
@@ -97,6 +118,11 @@ absl::StatusOr<std::string> ApplyChatTemplate(
 absl::StatusOr<std::vector<uint32_t>> EncodeChat(
     const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
     const ChatTemplateOptions& options);
+// EncodeChat cut at `markers` (above).
+absl::StatusOr<std::vector<uint32_t>> EncodeChatWithMarkers(
+    const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
+    const ChatTemplateOptions& options, absl::Span<const std::string> markers,
+    std::vector<MarkerCut>* cuts);
 
 // A conversation in the OpenAI / transformers format (JSON, so that the API
 // layer can pass what the client sent; key order is kept).
@@ -166,6 +192,11 @@ class ChatTemplate {
   // <|im_start|>/<|im_end|>.
   absl::StatusOr<std::vector<uint32_t>> Encode(const Tokenizer& tokenizer,
                                                const ChatInput& input) const;
+  // Encode cut at `markers` (above).
+  absl::StatusOr<std::vector<uint32_t>> EncodeWithMarkers(
+      const Tokenizer& tokenizer, const ChatInput& input,
+      absl::Span<const std::string> markers,
+      std::vector<MarkerCut>* cuts) const;
 
  private:
   ChatTemplate() = default;

@@ -18,6 +18,7 @@
 #include "lib/metrics/buckets.h"
 #include "lib/model/chat_template.h"
 #include "lib/router/failure.h"
+#include "lib/router/media.h"
 #include "lib/router/router_metrics.h"
 #include "lib/router/text_stream.h"
 #include "lib/rpc/status_conversion.h"
@@ -150,6 +151,10 @@ void CancelFlag::Clear() {
 struct Router::Request {
   std::string id;
   std::vector<uint32_t> tokens;
+  // Resolved multimodal items (embeddings, spans in `tokens`) and their page
+  // hash spans; a migration keeps them (they lie in the prompt part).
+  std::vector<v1::MultimodalItem> media;
+  std::vector<base::HashedSpan> spans;
   v1::SamplingParams sampling;
   int32_t priority = 0;
   int bucket = 0;
@@ -280,18 +285,28 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
                                 absl::StrCat("model '", in.model(), "' is not served here (",
                                              options_.model_name, " is)"));
   }
-  if (in.multimodal_size() > 0) {
-    return invalid("multimodal inputs are not routed yet (the router does not call the encoder service yet)");
+  const bool media = in.multimodal_size() > 0;
+  if (media && options_.media == nullptr) {
+    return invalid("multimodal inputs need the encoder service, and this router has none "
+                   "configured");
   }
+  // With multimodal items the prompt is cut at their markers (media.h).
+  std::vector<model::MarkerCut> cuts;
+  const std::vector<std::string> no_markers;
+  const std::vector<std::string>& markers = media ? MediaMarkers() : no_markers;
   const model::Tokenizer& tok = *options_.tokenizer;
   switch (in.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      absl::StatusOr<std::vector<uint32_t>> ids = tok.Encode(in.text(), /*parse_special=*/true);
+      absl::StatusOr<std::vector<uint32_t>> ids =
+          model::EncodeTextWithMarkers(tok, in.text(), markers, &cuts);
       if (!ids.ok()) return invalid(absl::StrCat("prompt: ", ids.status().message()));
       r.tokens = *std::move(ids);
       break;
     }
     case v1::GenerateRequest::kTokenIds: {
+      if (media) {
+        return invalid("multimodal items need a text or chat prompt (their markers place them)");
+      }
       const uint32_t vocab = static_cast<uint32_t>(tok.vocab_size());
       for (uint32_t id : in.token_ids().ids()) {
         if (id >= vocab) {
@@ -310,8 +325,9 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
       co.add_generation_prompt = in.chat().add_generation_prompt();
       absl::StatusOr<std::vector<uint32_t>> ids =
           options_.chat_template != nullptr
-              ? options_.chat_template->Encode(tok, model::ToChatInput(msgs, co))
-              : model::EncodeChat(tok, msgs, co);
+              ? options_.chat_template->EncodeWithMarkers(tok, model::ToChatInput(msgs, co),
+                                                          markers, &cuts)
+              : model::EncodeChatWithMarkers(tok, msgs, co, markers, &cuts);
       if (!ids.ok()) return invalid(absl::StrCat("messages: ", ids.status().message()));
       r.tokens = *std::move(ids);
       break;
@@ -319,6 +335,7 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return invalid("a prompt (text, token_ids or chat) is required");
   }
+  if (media) RETURN_IF_ERROR(PrepareMedia(in, cuts, r));
   if (r.tokens.empty()) return invalid("the prompt is empty");
   r.sampling = in.sampling();
   if (r.sampling.max_tokens() == 0) r.sampling.set_max_tokens(options_.default_max_tokens);
@@ -348,6 +365,42 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
   r.id = in.request_id().empty()
              ? absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++)
              : in.request_id();
+  return absl::OkStatus();
+}
+
+absl::Status Router::PrepareMedia(const v1::GenerateRequest& in,
+                                  absl::Span<const model::MarkerCut> cuts, Request& r) {
+  const std::vector<v1::MultimodalItem> given(in.multimodal().begin(), in.multimodal().end());
+  if (absl::Status s = CheckMarkers(cuts, given); !s.ok()) {
+    return rpc::ErrorWithDetail(s.code(), v1::ERROR_CODE_INVALID_REQUEST, s.message());
+  }
+  std::vector<cluster::WorkerInfo> encoders;
+  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> all =
+      options_.directory->Workers();
+  if (all.ok()) {
+    for (const auto& w : *all) {
+      if (w->info.role == v1::ROLE_ENCODER &&
+          (w->info.model.empty() || w->info.model == options_.model_name)) {
+        encoders.push_back(w->info);
+      }
+    }
+  }
+  absl::StatusOr<std::vector<v1::MultimodalItem>> items =
+      options_.media->Resolve(given, encoders, options_.model_name, in.request_id(),
+                              absl::Now() + options_.request_timeout);
+  if (!items.ok()) {
+    const bool bad = absl::IsInvalidArgument(items.status());
+    return rpc::ErrorWithDetail(items.status().code(),
+                                bad ? v1::ERROR_CODE_INVALID_REQUEST : v1::ERROR_CODE_NO_WORKERS,
+                                items.status().message(), "", /*retryable=*/!bad);
+  }
+  ASSIGN_OR_RETURN(r.tokens, ExpandMarkers(r.tokens, cuts, options_.media_token_ids, &*items));
+  r.media = *std::move(items);
+  for (const v1::MultimodalItem& m : r.media) {
+    base::HashedSpan span{.token_offset = m.token_offset(), .num_tokens = m.num_tokens()};
+    base::Hash128::FromBytes(m.content_hash(), &span.content);
+    r.spans.push_back(span);
+  }
   return absl::OkStatus();
 }
 
@@ -420,7 +473,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   for (const auto& w : dec) ids.push_back(w->info.id);
   const int page = pre[0]->info.page_size > 0 ? pre[0]->info.page_size : 16;
   if (r.hash_page_size != page) {
-    r.hashes = base::ChainedPageHashes(r.tokens, page);
+    r.hashes = base::ChainedPageHashes(r.tokens, page, r.spans);
     r.hash_page_size = page;
   }
   std::vector<int64_t> depths(pre.size(), 0);
@@ -655,6 +708,7 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     preq.set_request_id(transfer_id);
     preq.set_priority(r.priority);
     preq.mutable_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
+    for (const v1::MultimodalItem& m : r.media) *preq.add_multimodal() = m;
     *preq.mutable_sampling() = r.sampling;
     v1::DecodeTarget* t = preq.mutable_decode();
     t->set_worker_id(did);

@@ -88,6 +88,7 @@
 #include "lib/metrics/registry.h"
 #include "lib/model/chat_template.h"
 #include "lib/model/tokenizer.h"
+#include "lib/router/media.h"
 #include "lib/router/policy.h"
 #include "lib/router/routing_state.h"
 #include "lib/router/worker_directory.h"
@@ -148,6 +149,12 @@ struct RouterOptions {
   int record_threads = 2;
   // Metrics registry; nullptr: metrics::DefaultRegistry().
   metrics::Registry* registry = nullptr;
+  // Multimodal items (media.h): resolved to embeddings by the encoders;
+  // nullptr: requests with items are InvalidArgument. Not owned.
+  MediaResolver* media = nullptr;
+  // The placeholder token id of each modality (model config's
+  // image_token_id, video_token_id, audio_token_id).
+  MediaTokenIds media_token_ids;
 };
 
 // Receives a request's output. Write() returns false when the client is
@@ -223,6 +230,10 @@ class Router {
   explicit Router(const RouterOptions& options);
 
   absl::Status Prepare(const v1::GenerateRequest& in, Request& r);
+  // The multimodal part of Prepare: markers checked, items resolved
+  // (MediaResolver), placeholders expanded into r.tokens.
+  absl::Status PrepareMedia(const v1::GenerateRequest& in,
+                            absl::Span<const model::MarkerCut> cuts, Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
   struct Outcome;

@@ -80,6 +80,14 @@ struct RouterConfig {
   std::string api_keys;
   int64_t api_key_concurrency = 0;
   absl::Duration drain = absl::Seconds(30);
+  // Multimodal items (lib/router/media.h).
+  bool media_fetch = true;
+  int64_t media_fetch_max_bytes = api::MediaFetcherOptions{}.max_bytes;
+  absl::Duration media_fetch_timeout = api::MediaFetcherOptions{}.timeout;
+  bool media_fetch_allow_private = false;
+  int64_t media_max_items = router::MediaOptions{}.max_items;
+  int64_t media_encoder_attempts = router::MediaOptions{}.encoder_attempts;
+  absl::Duration media_encode_timeout = router::MediaOptions{}.encode_timeout;
 };
 
 
@@ -131,7 +139,17 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "file or directory (Kubernetes secret) of bearer API keys; empty: no auth")
       .Add("api_key_concurrency", &c->api_key_concurrency,
            "requests in flight per API key (0: unlimited)")
-      .Add("drain", &c->drain, "how long in-flight requests may finish on SIGTERM");
+      .Add("drain", &c->drain, "how long in-flight requests may finish on SIGTERM")
+      .Add("media.fetch", &c->media_fetch,
+           "fetch http(s) image/video URLs of requests (data: URLs always work)")
+      .Add("media.fetch_max_bytes", &c->media_fetch_max_bytes, "largest fetched or data: URL body")
+      .Add("media.fetch_timeout", &c->media_fetch_timeout, "deadline of one fetch (redirects too)")
+      .Add("media.fetch_allow_private", &c->media_fetch_allow_private,
+           "allow URLs that resolve to loopback/private/link-local addresses (tests only)")
+      .Add("media.max_items", &c->media_max_items, "multimodal items per request")
+      .Add("media.encoder_attempts", &c->media_encoder_attempts,
+           "encoders tried per item (its hash-ring owner, then successors)")
+      .Add("media.encode_timeout", &c->media_encode_timeout, "deadline of one Encode call");
 }
 
 // Checks and derives what the flags cannot: bucket bounds, the model name,
@@ -173,6 +191,8 @@ struct RouterProcess {
   std::unique_ptr<cluster::RedisClient> redis;
   std::unique_ptr<cluster::ClusterView> view;
   std::unique_ptr<router::WorkerDirectory> directory;
+  std::unique_ptr<api::MediaFetcher> fetcher;
+  std::unique_ptr<router::MediaResolver> media;
   std::unique_ptr<router::Router> router;
   std::unique_ptr<api::ApiKeyStore> keys;
   std::unique_ptr<api::ConcurrencyLimiter> limiter;
@@ -222,6 +242,25 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.max_migrations = static_cast<int>(c.max_migrations);
   opt.worker_wait = c.worker_wait;
   opt.registry = &registry;
+  if (c.media_fetch) {
+    api::MediaFetcherOptions fo;
+    fo.max_bytes = c.media_fetch_max_bytes;
+    fo.timeout = c.media_fetch_timeout;
+    fo.allow_private_addresses = c.media_fetch_allow_private;
+    fetcher = std::make_unique<api::MediaFetcher>(fo);
+  }
+  router::MediaOptions mo;
+  mo.fetcher = fetcher.get();
+  mo.max_data_url_bytes = c.media_fetch_max_bytes;
+  mo.max_items = static_cast<int>(c.media_max_items);
+  mo.encoder_attempts = static_cast<int>(c.media_encoder_attempts);
+  mo.encode_timeout = c.media_encode_timeout;
+  mo.registry = &registry;
+  ASSIGN_OR_RETURN(media, router::MediaResolver::Create(mo));
+  opt.media = media.get();
+  ASSIGN_OR_RETURN(opt.media_token_ids, router::MediaTokenIdsFor(c.model, *tokenizer));
+  SWA_LOG(info, "multimodal placeholder ids: image {}, video {}, audio {}", opt.media_token_ids.image,
+          opt.media_token_ids.video, opt.media_token_ids.audio);
   ASSIGN_OR_RETURN(router, router::Router::Create(opt));
   return absl::OkStatus();
 }

@@ -570,15 +570,51 @@ TEST(ParseChatTest, MessagesErrors) {
 TEST(ParseChatTest, ContentParts) {
   json image = {{"type", "image_url"},
                 {"image_url", {{"url", "data:image/png;base64,AAAA"}}}};
+  json audio = {{"type", "input_audio"},
+                {"input_audio", {{"data", "UklGRg=="}, {"format", "wav"}}}};
+  json video = {{"type", "video_url"},
+                {"video_url", {{"url", "https://example.com/v.mp4"}}}};
   json body = BaseChat();
+  body["messages"][0]["content"] = json::array(
+      {{{"type", "text"}, {"text", "what is this"}}, image, audio, video});
+  ParsedRequest p = MustParse(Chat(body));
+  // One marker per item, in order; parts joined by newlines.
+  EXPECT_EQ(p.request.chat().messages(0).content(),
+            "what is this\n<|image_pad|>\n<|audio_pad|>\n<|video_pad|>");
+  ASSERT_EQ(p.request.multimodal_size(), 3);
+  EXPECT_EQ(p.request.multimodal(0).modality(), v1::MODALITY_IMAGE);
+  EXPECT_EQ(p.request.multimodal(0).url(), "data:image/png;base64,AAAA");
+  EXPECT_EQ(p.request.multimodal(1).modality(), v1::MODALITY_AUDIO);
+  EXPECT_EQ(p.request.multimodal(1).data(), "RIFF");  // base64 decoded
+  EXPECT_EQ(p.request.multimodal(1).mime_type(), "audio/wav");
+  EXPECT_EQ(p.request.multimodal(2).modality(), v1::MODALITY_VIDEO);
+  EXPECT_EQ(p.request.multimodal(2).url(), "https://example.com/v.mp4");
+
+  // Bad media parts name the parameter.
+  body["messages"][0]["content"] = json::array({{{"type", "image_url"}}});
+  EXPECT_EQ(MustFail(Chat(body)).param, "messages[0].content[0].image_url");
   body["messages"][0]["content"] =
-      json::array({{{"type", "text"}, {"text", "what is this"}}, image});
+      json::array({{{"type", "image_url"}, {"image_url", {{"url", ""}}}}});
+  EXPECT_EQ(MustFail(Chat(body)).param, "messages[0].content[0].image_url.url");
+  body["messages"][0]["content"] = json::array(
+      {{{"type", "input_audio"}, {"input_audio", {{"data", "AAAA"}, {"format", "mp3"}}}}});
   ApiError e = MustFail(Chat(body));
+  EXPECT_EQ(e.param, "messages[0].content[0].input_audio.format");
+  EXPECT_THAT(e.message, HasSubstr("only 'wav'"));
+  body["messages"][0]["content"] = json::array(
+      {{{"type", "input_audio"}, {"input_audio", {{"data", "!!"}, {"format", "wav"}}}}});
+  EXPECT_EQ(MustFail(Chat(body)).param, "messages[0].content[0].input_audio.data");
+  body["messages"][0]["content"] = json::array({{{"type", "file"}, {"file", {}}}});
+  e = MustFail(Chat(body));
   EXPECT_EQ(e.http_status, 400);
-  EXPECT_THAT(e.message,
-              HasSubstr("multimodal content is not supported by this endpoint "
-                        "yet"));
-  EXPECT_EQ(e.param, "messages[0].content[1].type");
+  EXPECT_THAT(e.message, HasSubstr("'file' is not supported"));
+  EXPECT_EQ(e.param, "messages[0].content[0].type");
+  // An assistant turn cannot carry media.
+  body["messages"] = json::array(
+      {{{"role", "user"}, {"content", "hi"}},
+       {{"role", "assistant"}, {"content", json::array({image})}}});
+  EXPECT_EQ(MustFail(Chat(body)).param, "messages[1].content[0].type");
+  body = BaseChat();
 
   body["messages"][0]["content"] = json::array({{{"type", "text"}}});
   EXPECT_EQ(MustFail(Chat(body)).param, "messages[0].content[0].text");

@@ -177,6 +177,82 @@ TEST_F(ChatEncodeTest, InvalidUtf8ContentIsAnError) {
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The prompt text back from ids cut at markers: the pieces' text with each
+// marker's text where its cut is.
+std::string Uncut(const Tokenizer& t, const std::vector<uint32_t>& ids,
+                  const std::vector<MarkerCut>& cuts,
+                  const std::vector<std::string>& markers) {
+  std::string out;
+  size_t at = 0;
+  for (const MarkerCut& c : cuts) {
+    out += t.Decode(std::vector<uint32_t>(ids.begin() + at, ids.begin() + c.token_offset));
+    out += markers[c.marker];
+    at = c.token_offset;
+  }
+  return out + t.Decode(std::vector<uint32_t>(ids.begin() + at, ids.end()));
+}
+
+TEST_F(ChatEncodeTest, MarkersCutThePromptWhereTheyStand) {
+  const std::vector<std::string> markers = {"<|image_pad|>", "<|audio_pad|>"};
+  const std::vector<ChatMessage> messages = {
+      {"system", "be brief"},
+      {"user", "look <|image_pad|> and <|audio_pad|><|image_pad|>!"}};
+  ChatTemplateOptions options;
+  std::vector<MarkerCut> cuts;
+  auto ids = EncodeChatWithMarkers(*tokenizer_, messages, options, markers, &cuts);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(cuts.size(), 3u);
+  EXPECT_EQ(cuts[0].marker, 0);
+  EXPECT_EQ(cuts[1].marker, 1);
+  EXPECT_EQ(cuts[2].marker, 0);
+  EXPECT_EQ(cuts[1].token_offset, cuts[2].token_offset);  // adjacent markers
+  EXPECT_LT(cuts[0].token_offset, cuts[1].token_offset);
+  EXPECT_EQ(Uncut(*tokenizer_, *ids, cuts, markers), *ApplyChatTemplate(messages, options));
+  // No marker id survives: the caller places the items there.
+  const uint32_t pad = *tokenizer_->TokenId("<|image_pad|>");
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), pad), 0);
+  // Without markers: exactly EncodeChat (the marker text is ordinary text).
+  auto plain = EncodeChatWithMarkers(*tokenizer_, messages, options, {}, &cuts);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(cuts.empty());
+  EXPECT_EQ(*plain, *EncodeChat(*tokenizer_, messages, options));
+}
+
+TEST_F(ChatEncodeTest, TextPromptsAndTemplatesCutTheSameWay) {
+  const std::vector<std::string> markers = {"<|image_pad|>", "<|video_pad|>"};
+  std::vector<MarkerCut> cuts;
+  const std::string text = "<|im_start|>user\nwhat is<|video_pad|> this<|im_end|>";
+  auto ids = EncodeTextWithMarkers(*tokenizer_, text, markers, &cuts);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(cuts.size(), 1u);
+  EXPECT_EQ(cuts[0].marker, 1);
+  EXPECT_EQ(Uncut(*tokenizer_, *ids, cuts, markers), text);
+  // The text prompt's own special tokens stay special.
+  EXPECT_EQ((*ids)[0], *tokenizer_->im_start_id());
+  EXPECT_EQ(ids->back(), *tokenizer_->im_end_id());
+
+  // A checkpoint's Jinja template: markers in the content are cut, and the
+  // ids of each piece are what the plain encoder gives.
+  auto t = ChatTemplate::FromJinja(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+      "{% endfor %}<|im_start|>assistant\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatInput input;
+  input.messages = nlohmann::ordered_json::array(
+      {{{"role", "user"}, {"content", "a<|image_pad|>b"}}});
+  auto jids = (*t)->EncodeWithMarkers(*tokenizer_, input, markers, &cuts);
+  ASSERT_TRUE(jids.ok()) << jids.status();
+  ASSERT_EQ(cuts.size(), 1u);
+  EXPECT_EQ(Uncut(*tokenizer_, *jids, cuts, markers), *(*t)->Apply(input));
+  EXPECT_EQ(std::count(jids->begin(), jids->end(), *tokenizer_->im_start_id()), 2);
+
+  // Markers must be non-empty and prefix-free.
+  EXPECT_EQ(EncodeTextWithMarkers(*tokenizer_, "x", {"<|a", "<|ab"}, &cuts).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeTextWithMarkers(*tokenizer_, "x", {""}, &cuts).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // ---- ChatTemplate ----
 
 namespace fs = std::filesystem;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,6 +33,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "lib/base/clock.h"
+#include "lib/base/hash.h"
+#include "lib/router/media.h"
 #include "lib/router/routing_state.h"
 #include "lib/router/worker_client.h"
 #include "lib/router/worker_directory.h"
@@ -379,12 +382,18 @@ class FakeRoutingState final : public RoutingState {
     absl::MutexLock lock(&mu_);
     return recorded_;
   }
+  // The page hashes of the last match.
+  std::vector<uint64_t> last_hashes() {
+    absl::MutexLock lock(&mu_);
+    return last_hashes_;
+  }
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
       absl::Span<const std::string> load_ids, int window_pages,
       absl::Span<const int64_t> window_scan_pages) override {
     absl::MutexLock lock(&mu_);
     ++matches_;
+    last_hashes_.assign(hashes.begin(), hashes.end());
     for (const Later& l : later_) {
       if (matches_ > l.calls) loads_[l.id] = l.load;
     }
@@ -416,6 +425,7 @@ class FakeRoutingState final : public RoutingState {
   std::map<std::string, v1::WorkerLoad> loads_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> depths_ ABSL_GUARDED_BY(mu_);
   int recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> last_hashes_ ABSL_GUARDED_BY(mu_);
   struct Later {
     int calls;
     std::string id;
@@ -423,6 +433,59 @@ class FakeRoutingState final : public RoutingState {
   };
   std::vector<Later> later_ ABSL_GUARDED_BY(mu_);
   int matches_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// An encoder: item bytes b -> b.size() % 7 + 1 rows of `hidden` values
+// (row r, column c = b[0] + r + c / 8), content hash Hash128Of(b); a
+// scripted status instead when set. Counts calls and remembers the bytes
+// it saw (the cache answer: hit when it saw them before).
+class FakeEncoderClient final : public EncoderClient {
+ public:
+  FakeEncoderClient(std::string id, int hidden) : id_(std::move(id)), hidden_(hidden) {}
+  void Fail(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    fail_ = std::move(s);
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  absl::StatusOr<v1::EncodeResponse> Encode(const v1::EncodeRequest& request,
+                                            absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    if (!fail_.ok()) return fail_;
+    v1::EncodeResponse out;
+    for (const v1::MultimodalItem& it : request.items()) {
+      const std::string& b = it.data();
+      const int rows = static_cast<int>(b.size() % 7) + 1;
+      std::vector<float> v(static_cast<size_t>(rows) * hidden_);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < hidden_; ++c) {
+          v[static_cast<size_t>(r) * hidden_ + c] =
+              static_cast<float>(static_cast<unsigned char>(b[0]) + r) + c / 8.0f;
+        }
+      }
+      v1::Embedding* e = out.add_embeddings();
+      e->set_content_hash(base::Hash128Of(b).ToBytes());
+      e->set_cache_hit(!seen_.insert(b).second);
+      v1::Tensor* t = e->mutable_embeddings();
+      t->set_dtype(v1::DTYPE_F32);
+      t->add_shape(rows);
+      t->add_shape(hidden_);
+      t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    }
+    return out;
+  }
+  const std::string& id() const { return id_; }
+
+ private:
+  const std::string id_;
+  const int hidden_;
+  absl::Mutex mu_;
+  absl::Status fail_ ABSL_GUARDED_BY(mu_);
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace swaserve::router::testing

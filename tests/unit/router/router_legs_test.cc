@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/tokenizer.h"
@@ -24,6 +25,7 @@ namespace {
 
 using testing::CallLog;
 using testing::Fabric;
+using testing::FakeEncoderClient;
 using testing::FakeRoutingState;
 using testing::FakeWorkerClient;
 using testing::FakeWorkerSource;
@@ -90,7 +92,8 @@ class RouterLegsTest : public ::testing::Test {
     state_.SetLoad(id, l);
   }
 
-  void MakeRouter(double shed_backlog_seconds = 300) {
+  void MakeRouter(double shed_backlog_seconds = 300, MediaResolver* media = nullptr,
+                  MediaTokenIds media_ids = {}) {
     router_.reset();
     registry_ = std::make_unique<metrics::Registry>();
     RouterOptions o;
@@ -102,6 +105,8 @@ class RouterLegsTest : public ::testing::Test {
     o.worker_wait = absl::Milliseconds(300);
     o.destination_timeout = absl::Milliseconds(300);
     o.shed_backlog_seconds = shed_backlog_seconds;
+    o.media = media;
+    o.media_token_ids = media_ids;
     auto r = Router::Create(o);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = *std::move(r);
@@ -455,6 +460,98 @@ TEST_F(RouterLegsTest, AClientLeavingWhileItsPrefillIsQueuedCancelsIt) {
   EXPECT_TRUE(absl::IsCancelled(result)) << result;
   absl::MutexLock lock(&log_.mu);
   EXPECT_EQ(log_.cancelled_prefills, 1);
+}
+
+}  // namespace
+}  // namespace swaserve::router
+
+namespace swaserve::router {
+namespace {
+
+// Issue 23: an image in a chat request goes to the encoder; its embeddings
+// and placeholder span go to the prefill worker; usage counts the
+// placeholders; the page hashes mix in the content hash (a different image
+// of the same size gives different hashes from its first page on, the text
+// before it the same ones).
+TEST_F(RouterLegsTest, AnImageGoesThroughTheEncoderToThePrefillWorker) {
+  auto enc = std::make_shared<FakeEncoderClient>("e1", 8);
+  Add("e1", v1::ROLE_ENCODER);
+  MediaOptions mo;
+  mo.client_factory = [enc](const cluster::WorkerInfo&)
+      -> absl::StatusOr<std::shared_ptr<EncoderClient>> { return enc; };
+  auto media = MediaResolver::Create(mo);
+  ASSERT_TRUE(media.ok());
+  const uint32_t pad = *tok_->TokenId("<|image_pad|>");
+  MakeRouter(300, media->get(), {.image = pad, .video = pad, .audio = pad});
+
+  auto request = [](const std::string& image) {
+    v1::GenerateRequest req;
+    v1::ChatMessage* m = req.mutable_chat()->add_messages();
+    m->set_role("user");
+    std::string text;
+    for (int i = 0; i < 12; ++i) absl::StrAppend(&text, "word", i, " ");
+    m->set_content(text + "<|image_pad|> what is it?");
+    req.mutable_chat()->set_add_generation_prompt(true);
+    v1::MultimodalItem* item = req.add_multimodal();
+    item->set_modality(v1::MODALITY_IMAGE);
+    item->set_data(image);
+    req.mutable_sampling()->set_max_tokens(3);
+    return req;
+  };
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(request("pixels"), sink).ok());
+  const std::vector<uint64_t> hashes_a = state_.last_hashes();
+  v1::PrefillRequest preq;
+  {
+    absl::MutexLock lock(&log_.mu);
+    ASSERT_EQ(log_.prefills.size(), 1u);
+    preq = log_.prefills[0].second;
+  }
+  ASSERT_EQ(preq.multimodal_size(), 1);
+  const v1::MultimodalItem& item = preq.multimodal(0);
+  EXPECT_EQ(item.num_tokens(), 7u);  // the fake encoder: 6 bytes -> 7 rows
+  EXPECT_EQ(item.embeddings().shape(0), 7);
+  EXPECT_EQ(item.embeddings().shape(1), 8);
+  EXPECT_EQ(item.content_hash(), base::Hash128Of("pixels").ToBytes());
+  ASSERT_LE(item.token_offset() + item.num_tokens(), static_cast<uint32_t>(preq.token_ids_size()));
+  EXPECT_NE(preq.token_ids(item.token_offset() - 1), pad);
+  for (uint32_t k = 0; k < item.num_tokens(); ++k) {
+    EXPECT_EQ(preq.token_ids(item.token_offset() + k), pad);
+  }
+  EXPECT_NE(preq.token_ids(item.token_offset() + item.num_tokens()), pad);
+  EXPECT_EQ(sink.usage.prompt_tokens(), static_cast<uint32_t>(preq.token_ids_size()));
+  EXPECT_EQ(enc->calls(), 1);
+
+  // The same text with another image of the same size.
+  CollectingSink sink2;
+  ASSERT_TRUE(router_->Generate(request("pixelz"), sink2).ok());
+  const std::vector<uint64_t> hashes_b = state_.last_hashes();
+  ASSERT_EQ(hashes_a.size(), hashes_b.size());
+  const size_t first_item_page = item.token_offset() / 16;
+  ASSERT_GT(first_item_page, 0u);
+  for (size_t p = 0; p < hashes_a.size(); ++p) {
+    if (p < first_item_page) {
+      EXPECT_EQ(hashes_a[p], hashes_b[p]) << "page " << p;
+    } else {
+      EXPECT_NE(hashes_a[p], hashes_b[p]) << "page " << p;
+    }
+  }
+
+  // Markers and items must agree; token-id prompts cannot place items.
+  v1::GenerateRequest two_items = request("pixels");
+  *two_items.add_multimodal() = two_items.multimodal(0);
+  CollectingSink sink3;
+  absl::Status st = router_->Generate(two_items, sink3);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("1 multimodal marker(s)"));
+  v1::GenerateRequest ids = Request(40, 2);
+  *ids.add_multimodal() = two_items.multimodal(0);
+  EXPECT_EQ(router_->Generate(ids, sink3).code(), absl::StatusCode::kInvalidArgument);
+  // A router without the encoder service says so.
+  MakeRouter();
+  st = router_->Generate(request("pixels"), sink3);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("encoder service"));
 }
 
 }  // namespace
