@@ -83,7 +83,7 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->status, 200) << r->body;
   }
-  // Encoder traffic (the router does not call encoders yet): two images, one
+  // Encoder traffic straight to the encoder (its own metrics): two images, one
   // of them twice (a cache hit), over gRPC.
   {
     auto ch = rpc::CreateChannel(absl::StrCat("127.0.0.1:", (*e1)->grpc_port));
