@@ -17,8 +17,8 @@ EmbeddingCache::~EmbeddingCache() = default;
 
 absl::StatusOr<std::unique_ptr<EmbeddingCache>> EmbeddingCache::Create(
     const EmbeddingCacheOptions& options) {
-  if (options.max_bytes <= 0) {
-    return absl::InvalidArgumentError("EmbeddingCacheOptions.max_bytes must be > 0");
+  if (options.max_bytes < 0) {
+    return absl::InvalidArgumentError("EmbeddingCacheOptions.max_bytes must be >= 0");
   }
   std::unique_ptr<EmbeddingCache> c(new EmbeddingCache(options));
   c->metrics_ = std::make_unique<Metrics>();

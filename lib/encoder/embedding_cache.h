@@ -42,8 +42,9 @@ struct ItemEmbedding {
 };
 
 struct EmbeddingCacheOptions {
-  // Budget of the cached values' bytes (> 0). An item larger than the
-  // budget is not cached. Default 1 GiB.
+  // Budget of the cached values' bytes (>= 0; 0 caches nothing: every
+  // lookup misses). An item larger than the budget is not cached. Default
+  // 1 GiB.
   int64_t max_bytes = int64_t{1} << 30;
   // Not owned; null: no metrics.
   metrics::Registry* registry = nullptr;
@@ -59,7 +60,7 @@ struct EmbeddingCacheStats {
 
 class EmbeddingCache {
  public:
-  // InvalidArgument for max_bytes <= 0; registry errors.
+  // InvalidArgument for max_bytes < 0; registry errors.
   static absl::StatusOr<std::unique_ptr<EmbeddingCache>> Create(
       const EmbeddingCacheOptions& options);
   ~EmbeddingCache();

@@ -160,7 +160,7 @@ int Main(int argc, char** argv) {
       .Add("batch.max_items", &f.batch_max_items, "most items per forward")
       .Add("batch.max_queued", &f.batch_max_queued,
            "items queued before new calls get RESOURCE_EXHAUSTED")
-      .Add("cache_mib", &f.cache_mib, "embedding cache budget (MiB)")
+      .Add("cache_mib", &f.cache_mib, "embedding cache budget (MiB; 0: no cache)")
       .Add("image.max_pixels", &f.image_max_pixels, "pixel budget of a resized image")
       .Add("audio.max_seconds", &f.audio_max_seconds, "longest audio accepted (seconds)")
       .Add("video.sample_fps", &f.video_sample_fps, "video frames sampled per second")
@@ -172,10 +172,10 @@ int Main(int argc, char** argv) {
     return 2;
   };
   if (f.model.empty()) return bad("--model is required");
-  if (f.batch_max_items < 1 || f.batch_max_queued < 1 || f.cache_mib < 1 ||
+  if (f.batch_max_items < 1 || f.batch_max_queued < 1 || f.cache_mib < 0 ||
       f.video_decode_threads < 1 || !(f.video_sample_fps > 0)) {
-    return bad("--batch.max_items, --batch.max_queued, --cache_mib and --video.decode_threads "
-               "must be >= 1, --video.sample_fps > 0");
+    return bad("--batch.max_items, --batch.max_queued and --video.decode_threads must be >= 1, "
+               "--cache_mib >= 0, --video.sample_fps > 0");
   }
   if (f.model_name.empty()) {
     f.model_name = std::filesystem::path(f.model).lexically_normal().filename().string();

@@ -62,7 +62,17 @@ TEST(EmbeddingCache, HitsMissesAndLeastRecentlyUsedEviction) {
   const std::string text = reg.RenderText();
   EXPECT_NE(text.find("swaserve_encoder_cache_lookups_total{result=\"hit\"}"), std::string::npos);
   EXPECT_NE(text.find("swaserve_encoder_cache_bytes 32"), std::string::npos);
-  EXPECT_FALSE(EmbeddingCache::Create({.max_bytes = 0}).ok());
+  EXPECT_FALSE(EmbeddingCache::Create({.max_bytes = -1}).ok());
+  // Budget 0: a cache that keeps nothing (--cache_mib=0 turns caching off).
+  auto off = EmbeddingCache::Create({.max_bytes = 0});
+  ASSERT_TRUE(off.ok());
+  const base::Hash128 key{.low = 1, .high = 2};
+  auto e = std::make_shared<ItemEmbedding>();
+  e->num_tokens = 1;
+  e->hidden = 2;
+  e->values = {1, 2};
+  (*off)->Put(key, e);
+  EXPECT_EQ((*off)->Get(key), nullptr);
 }
 
 TEST(EmbeddingCache, RandomOperationsMatchAModel) {
