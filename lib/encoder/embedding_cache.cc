@@ -58,6 +58,14 @@ std::shared_ptr<const ItemEmbedding> EmbeddingCache::Get(const base::Hash128& ke
   return it->second->value;
 }
 
+std::shared_ptr<const ItemEmbedding> EmbeddingCache::Peek(const base::Hash128& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->value;
+}
+
 bool EmbeddingCache::Put(const base::Hash128& key, std::shared_ptr<const ItemEmbedding> value) {
   if (value == nullptr) return false;
   const int64_t size = value->bytes();

@@ -69,6 +69,9 @@ class EmbeddingCache {
 
   // The cached embedding (now the most recently used), or null.
   std::shared_ptr<const ItemEmbedding> Get(const base::Hash128& key);
+  // Get without counting a lookup (the hit/miss statistics are the
+  // encoder's answers to Encode; Peek serves Fetch of a by-reference item).
+  std::shared_ptr<const ItemEmbedding> Peek(const base::Hash128& key);
   // Caches `value` under `key` (replacing an older one), evicting least
   // recently used entries until the budget holds. False when the value alone
   // exceeds the budget (not cached).

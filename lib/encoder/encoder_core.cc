@@ -330,6 +330,10 @@ absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const En
 bool EncoderCore::has_vision() const { return impl_->vision != nullptr; }
 bool EncoderCore::has_audio() const { return impl_->audio != nullptr; }
 int EncoderCore::hidden_size() const { return impl_->hidden; }
+std::shared_ptr<const ItemEmbedding> EncoderCore::Cached(const base::Hash128& content_hash) const {
+  return impl_->cache->Peek(content_hash);
+}
+
 EmbeddingCacheStats EncoderCore::cache_stats() const { return impl_->cache->stats(); }
 
 }  // namespace swaserve::encoder

@@ -89,6 +89,8 @@ class EncoderCore {
   // item index and problem), ResourceExhausted when the batch queue is full.
   absl::StatusOr<std::vector<EncodedItem>> Encode(absl::Span<const EncodeItem> items);
 
+  // The cached embedding of `content_hash` (what Fetch serves), or null.
+  std::shared_ptr<const ItemEmbedding> Cached(const base::Hash128& content_hash) const;
   // The content hash Encode keys `item` by (the router computes the same).
   base::Hash128 ContentHash(const EncodeItem& item) const;
   bool has_vision() const;

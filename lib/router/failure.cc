@@ -25,6 +25,7 @@ FailureKind ClassifyFailure(absl::StatusCode code,
   if (detail.has_value()) {
     switch (detail->code()) {
       case v1::ERROR_CODE_OVERLOADED:
+      case v1::ERROR_CODE_EMBEDDINGS_UNAVAILABLE:  // the router re-encodes inline
         return FailureKind::kOverload;
       case v1::ERROR_CODE_PROMPT_TOO_LONG:
       case v1::ERROR_CODE_TOO_LARGE_FOR_WORKER:

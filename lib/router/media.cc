@@ -73,6 +73,7 @@ struct MediaResolver::Metrics {
   metrics::CounterFamily* failovers = nullptr;   // {}
   metrics::HistogramFamily* seconds = nullptr;   // {modality}
   metrics::CounterFamily* rejected = nullptr;    // {modality}
+  metrics::CounterFamily* by_reference = nullptr;  // {}
 };
 
 MediaResolver::MediaResolver(MediaOptions options) : options_(std::move(options)) {}
@@ -110,6 +111,10 @@ absl::StatusOr<std::unique_ptr<MediaResolver>> MediaResolver::Create(MediaOption
                                        "path: fetch, encoder call (queue, preprocessing, "
                                        "forward), by modality.",
                                        {"modality"}, metrics::DefaultLatencyBuckets()));
+    ASSIGN_OR_RETURN(m.by_reference,
+                     reg->AddCounter("swaserve_router_media_by_reference_total",
+                                     "Items whose embeddings went to prefill by reference (the "
+                                     "prefill worker fetched them from the encoder)."));
     ASSIGN_OR_RETURN(m.rejected, reg->AddCounter("swaserve_router_media_rejected_total",
                                                  "Items rejected as bad input (400), by "
                                                  "modality.",
@@ -149,7 +154,8 @@ absl::StatusOr<std::shared_ptr<EncoderClient>> MediaResolver::Client(
 
 absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
     const v1::MultimodalItem& item, int index, absl::Span<const cluster::WorkerInfo> encoders,
-    const std::string& model, const std::string& request_id, absl::Time deadline) {
+    const std::string& model, const std::string& request_id, absl::Time deadline,
+    bool force_inline) {
   const absl::Time start = absl::Now();
   const char* modality = ModalityName(item.modality());
   const std::string what = absl::StrCat("multimodal[", index, "] (", modality, ")");
@@ -194,6 +200,7 @@ absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
   v1::EncodeRequest req;
   req.set_model(model);
   req.set_request_id(request_id);
+  req.set_inline_max_bytes(force_inline ? 0 : options_.inline_max_bytes);
   v1::MultimodalItem* sent = req.add_items();
   sent->set_modality(item.modality());
   sent->set_mime_type(out.mime_type());
@@ -225,9 +232,11 @@ absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
     }
     v1::Embedding& emb = *resp->mutable_embeddings(0);
     const v1::Tensor& t = emb.embeddings();
+    const bool by_ref = emb.by_reference() && !force_inline && options_.inline_max_bytes > 0;
     if (emb.content_hash().size() != 16 || t.dtype() != v1::DTYPE_F32 || t.shape_size() != 2 ||
         t.shape(0) <= 0 || t.shape(1) <= 0 ||
-        t.data().size() != static_cast<size_t>(t.shape(0) * t.shape(1)) * sizeof(float)) {
+        t.data().size() !=
+            (by_ref ? 0 : static_cast<size_t>(t.shape(0) * t.shape(1)) * sizeof(float))) {
       return absl::InternalError(absl::StrCat(
           what, ": encoder ", owner, " answered a malformed embedding (content hash ",
           emb.content_hash().size(), " bytes, ", t.shape_size(), "-d tensor)"));
@@ -235,6 +244,10 @@ absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
     out.set_content_hash(emb.content_hash());
     out.set_num_tokens(static_cast<uint32_t>(t.shape(0)));
     *out.mutable_embeddings() = std::move(*emb.mutable_embeddings());
+    if (by_ref) {
+      out.set_embeddings_address(e->grpc_address);
+      if (metrics_->by_reference != nullptr) metrics_->by_reference->WithLabels().Increment();
+    }
     if (metrics_->items != nullptr) {
       metrics_->items->WithLabels({modality, emb.cache_hit() ? "hit" : "miss"}).Increment();
       metrics_->seconds->WithLabels({modality}).Observe(absl::ToDoubleSeconds(absl::Now() - start));
@@ -247,7 +260,8 @@ absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
 
 absl::StatusOr<std::vector<v1::MultimodalItem>> MediaResolver::Resolve(
     absl::Span<const v1::MultimodalItem> items, absl::Span<const cluster::WorkerInfo> encoders,
-    const std::string& model, const std::string& request_id, absl::Time deadline) {
+    const std::string& model, const std::string& request_id, absl::Time deadline,
+    bool force_inline) {
   if (static_cast<int>(items.size()) > options_.max_items) {
     return absl::InvalidArgumentError(absl::StrCat("a request may carry at most ",
                                                    options_.max_items, " multimodal items, not ",
@@ -257,12 +271,14 @@ absl::StatusOr<std::vector<v1::MultimodalItem>> MediaResolver::Resolve(
   std::vector<std::future<absl::StatusOr<v1::MultimodalItem>>> rest;
   for (size_t i = 1; i < items.size(); ++i) {
     rest.push_back(std::async(std::launch::async, [&, i] {
-      return ResolveOne(items[i], static_cast<int>(i), encoders, model, request_id, deadline);
+      return ResolveOne(items[i], static_cast<int>(i), encoders, model, request_id, deadline,
+                        force_inline);
     }));
   }
   std::vector<absl::StatusOr<v1::MultimodalItem>> results;
   if (!items.empty()) {
-    results.push_back(ResolveOne(items[0], 0, encoders, model, request_id, deadline));
+    results.push_back(
+        ResolveOne(items[0], 0, encoders, model, request_id, deadline, force_inline));
   }
   for (auto& f : rest) results.push_back(f.get());
   std::vector<v1::MultimodalItem> out;

@@ -14,7 +14,10 @@
 //      encoder batches items across calls, so per-item calls cost no batching
 //      and let an encoder's answer name the item exactly);
 //   4. the answer: content hash (the encoder's: bytes plus its preprocessing
-//      parameters) and embeddings [num_tokens, hidden] F32, inline.
+//      parameters) and embeddings [num_tokens, hidden] F32 — inline, or
+//      above inline_max_bytes by reference: the encoder keeps the values and
+//      the prefill worker fetches them (Encoder.Fetch); when that fails the
+//      router encodes the items again inline and retries (Router).
 // The resolved items carry no bytes or URL any more; ExpandMarkers then puts
 // each item's num_tokens placeholder tokens where the prompt's marker
 // (lib/base/multimodal.h) was and fills token_offset / num_tokens.
@@ -72,6 +75,11 @@ struct MediaOptions {
   int max_items = 16;
   // Encoders tried per item (the owner, then its ring successors). Default 3.
   int encoder_attempts = 3;
+  // Embeddings larger than this travel by reference: the encoder keeps them
+  // and the prefill worker fetches them (MultimodalItem.embeddings_address,
+  // Encoder.Fetch), so large ones cross the network once and no message
+  // nears gRPC's size limit. 0: always inline. Default 4 MiB.
+  uint64_t inline_max_bytes = uint64_t{4} << 20;
   // Deadline of one Encode call (also bounded by the request's). Default 120 s.
   absl::Duration encode_timeout = absl::Seconds(120);
   cluster::HashRingOptions ring;
@@ -87,12 +95,16 @@ class MediaResolver {
   static absl::StatusOr<std::unique_ptr<MediaResolver>> Create(MediaOptions options);
   ~MediaResolver();
 
-  // The items with bytes turned into content_hash + embeddings (token_offset
-  // and num_tokens unset; embeddings' rows are the item's token count), in
-  // order. `encoders`: the registered encoders (ROLE_ENCODER records).
+  // The items with bytes turned into content_hash + embeddings (num_tokens
+  // set, token_offset not; embeddings' rows are the item's token count;
+  // above inline_max_bytes only dtype and shape, with embeddings_address),
+  // in order. `encoders`: the registered encoders (ROLE_ENCODER records).
+  // `force_inline`: every embedding inline (the retry after a by-reference
+  // one could not be fetched).
   absl::StatusOr<std::vector<v1::MultimodalItem>> Resolve(
       absl::Span<const v1::MultimodalItem> items, absl::Span<const cluster::WorkerInfo> encoders,
-      const std::string& model, const std::string& request_id, absl::Time deadline);
+      const std::string& model, const std::string& request_id, absl::Time deadline,
+      bool force_inline = false);
 
  private:
   struct Metrics;
@@ -101,7 +113,7 @@ class MediaResolver {
                                                 absl::Span<const cluster::WorkerInfo> encoders,
                                                 const std::string& model,
                                                 const std::string& request_id,
-                                                absl::Time deadline);
+                                                absl::Time deadline, bool force_inline);
   // The ring over `encoders` (rebuilt when the set changes).
   std::shared_ptr<const cluster::HashRing> Ring(absl::Span<const cluster::WorkerInfo> encoders);
   absl::StatusOr<std::shared_ptr<EncoderClient>> Client(const cluster::WorkerInfo& encoder);

@@ -155,6 +155,10 @@ struct Router::Request {
   // hash spans; a migration keeps them (they lie in the prompt part).
   std::vector<v1::MultimodalItem> media;
   std::vector<base::HashedSpan> spans;
+  // The client's items (their bytes), to encode again inline when a
+  // by-reference embedding cannot be fetched; media_inline once done.
+  std::vector<v1::MultimodalItem> media_source;
+  bool media_inline = false;
   v1::SamplingParams sampling;
   int32_t priority = 0;
   int bucket = 0;
@@ -194,6 +198,8 @@ struct Router::Outcome {
   std::string worker;  // whose fault, when a worker's
   std::string exclusion_key;  // that worker's incarnation (ExclusionKey)
   bool draining = false;
+  // The prefill worker could not fetch a by-reference embedding.
+  bool embeddings_unavailable = false;
 };
 
 struct Router::Choice {
@@ -370,10 +376,25 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
 
 absl::Status Router::PrepareMedia(const v1::GenerateRequest& in,
                                   absl::Span<const model::MarkerCut> cuts, Request& r) {
-  const std::vector<v1::MultimodalItem> given(in.multimodal().begin(), in.multimodal().end());
+  std::vector<v1::MultimodalItem> given(in.multimodal().begin(), in.multimodal().end());
   if (absl::Status s = CheckMarkers(cuts, given); !s.ok()) {
     return rpc::ErrorWithDetail(s.code(), v1::ERROR_CODE_INVALID_REQUEST, s.message());
   }
+  absl::StatusOr<std::vector<v1::MultimodalItem>> items = ResolveMedia(given, in.request_id(), false);
+  if (!items.ok()) return items.status();
+  ASSIGN_OR_RETURN(r.tokens, ExpandMarkers(r.tokens, cuts, options_.media_token_ids, &*items));
+  r.media = *std::move(items);
+  r.media_source = std::move(given);
+  for (const v1::MultimodalItem& m : r.media) {
+    base::HashedSpan span{.token_offset = m.token_offset(), .num_tokens = m.num_tokens()};
+    base::Hash128::FromBytes(m.content_hash(), &span.content);
+    r.spans.push_back(span);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::MultimodalItem>> Router::ResolveMedia(
+    absl::Span<const v1::MultimodalItem> items, const std::string& request_id, bool force_inline) {
   std::vector<cluster::WorkerInfo> encoders;
   absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> all =
       options_.directory->Workers();
@@ -385,22 +406,31 @@ absl::Status Router::PrepareMedia(const v1::GenerateRequest& in,
       }
     }
   }
-  absl::StatusOr<std::vector<v1::MultimodalItem>> items =
-      options_.media->Resolve(given, encoders, options_.model_name, in.request_id(),
-                              absl::Now() + options_.request_timeout);
-  if (!items.ok()) {
-    const bool bad = absl::IsInvalidArgument(items.status());
-    return rpc::ErrorWithDetail(items.status().code(),
+  absl::StatusOr<std::vector<v1::MultimodalItem>> out =
+      options_.media->Resolve(items, encoders, options_.model_name, request_id,
+                              absl::Now() + options_.request_timeout, force_inline);
+  if (!out.ok()) {
+    const bool bad = absl::IsInvalidArgument(out.status());
+    return rpc::ErrorWithDetail(out.status().code(),
                                 bad ? v1::ERROR_CODE_INVALID_REQUEST : v1::ERROR_CODE_NO_WORKERS,
-                                items.status().message(), "", /*retryable=*/!bad);
+                                out.status().message(), "", /*retryable=*/!bad);
   }
-  ASSIGN_OR_RETURN(r.tokens, ExpandMarkers(r.tokens, cuts, options_.media_token_ids, &*items));
-  r.media = *std::move(items);
-  for (const v1::MultimodalItem& m : r.media) {
-    base::HashedSpan span{.token_offset = m.token_offset(), .num_tokens = m.num_tokens()};
-    base::Hash128::FromBytes(m.content_hash(), &span.content);
-    r.spans.push_back(span);
+  return out;
+}
+
+absl::Status Router::MediaInline(Request& r) {
+  ASSIGN_OR_RETURN(std::vector<v1::MultimodalItem> items,
+                   ResolveMedia(r.media_source, r.id, /*force_inline=*/true));
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (items[k].num_tokens() != r.media[k].num_tokens()) {
+      return absl::InternalError(absl::StrCat("multimodal[", k, "] encoded again to ",
+                                              items[k].num_tokens(), " tokens, not ",
+                                              r.media[k].num_tokens()));
+    }
+    items[k].set_token_offset(r.media[k].token_offset());
   }
+  r.media = std::move(items);
+  r.media_inline = true;
   return absl::OkStatus();
 }
 
@@ -652,6 +682,7 @@ Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
     o.worker = worker;
     o.exclusion_key = ExclusionKey(leg == "prefill" ? c.prefill->info : c.decode->info);
     o.draining = d && d->code() == v1::ERROR_CODE_DRAINING;
+    o.embeddings_unavailable = d && d->code() == v1::ERROR_CODE_EMBEDDINGS_UNAVAILABLE;
     if (o.kind == FailureKind::kCancelled) {
       o.status = absl::CancelledError("client went away");
     } else if (o.kind == FailureKind::kRequest && d) {
@@ -904,6 +935,16 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
     Outcome o = RunLegs(r, *choice, sink, cancel);
     st = o.status;
     if (st.ok() || !RetryElsewhere(o.kind)) break;
+    if (o.embeddings_unavailable && !r.media_inline) {
+      // A by-reference embedding is gone (evicted, or its encoder died):
+      // encode the items again, inline this time, and retry.
+      SWA_LOG(warn, "request {}: {}; encoding its media again, inline", r.id,
+              std::string(st.message()));
+      st = MediaInline(r);
+      if (!st.ok()) break;
+      ++r.attempt;
+      continue;
+    }
     if (FeedsBreaker(o.kind)) options_.directory->ReportFailure(o.worker);
     if (absl::Now() >= r.deadline) break;
     if (o.leg == "decode" && r.sent_any) {

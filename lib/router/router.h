@@ -234,6 +234,13 @@ class Router {
   // (MediaResolver), placeholders expanded into r.tokens.
   absl::Status PrepareMedia(const v1::GenerateRequest& in,
                             absl::Span<const model::MarkerCut> cuts, Request& r);
+  // MediaResolver::Resolve over the registered encoders, its errors with
+  // details (INVALID_REQUEST / NO_WORKERS).
+  absl::StatusOr<std::vector<v1::MultimodalItem>> ResolveMedia(
+      absl::Span<const v1::MultimodalItem> items, const std::string& request_id,
+      bool force_inline);
+  // r's items encoded again, inline (a by-reference embedding was gone).
+  absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
   struct Outcome;

@@ -1,5 +1,6 @@
 #include "services/encoder/encoder_service.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -66,10 +67,47 @@ grpc::Status EncoderService::Encode(grpc::ServerContext* context,
     t->set_dtype(v1::DTYPE_F32);
     t->add_shape(e.embedding->num_tokens);
     t->add_shape(e.embedding->hidden);
-    t->set_data(std::string(reinterpret_cast<const char*>(e.embedding->values.data()),
-                            e.embedding->values.size() * sizeof(float)));
+    const uint64_t bytes = e.embedding->values.size() * sizeof(float);
+    if (request->inline_max_bytes() > 0 && bytes > request->inline_max_bytes() &&
+        core_->Cached(e.content_hash) != nullptr) {
+      pb->set_by_reference(true);
+      continue;
+    }
+    t->set_data(std::string(reinterpret_cast<const char*>(e.embedding->values.data()), bytes));
   }
   (void)context;
+  return grpc::Status::OK;
+}
+
+grpc::Status EncoderService::Fetch(grpc::ServerContext* context, const v1::FetchRequest* request,
+                                   grpc::ServerWriter<v1::FetchChunk>* writer) {
+  base::Hash128 key;
+  if (!base::Hash128::FromBytes(request->content_hash(), &key)) {
+    return rpc::ToGrpcStatus(absl::InvalidArgumentError("content_hash must be 16 bytes"));
+  }
+  const std::shared_ptr<const encoder::ItemEmbedding> e = core_->Cached(key);
+  if (e == nullptr) {
+    return rpc::ToGrpcStatus(absl::NotFoundError(
+        "the embedding is no longer in this encoder's cache (evicted or never encoded here)"));
+  }
+  const size_t row_bytes = static_cast<size_t>(e->hidden) * sizeof(float);
+  const int rows_per_chunk = static_cast<int>(std::max<size_t>(1, kFetchChunkBytes / row_bytes));
+  v1::FetchChunk chunk;
+  for (int r = 0; r < e->num_tokens; r += rows_per_chunk) {
+    const int n = std::min(rows_per_chunk, e->num_tokens - r);
+    chunk.Clear();
+    chunk.set_first_row(static_cast<uint32_t>(r));
+    v1::Tensor* t = chunk.mutable_rows();
+    t->set_dtype(v1::DTYPE_F32);
+    t->add_shape(n);
+    t->add_shape(e->hidden);
+    t->set_data(std::string(reinterpret_cast<const char*>(e->values.data() +
+                                                          static_cast<size_t>(r) * e->hidden),
+                            static_cast<size_t>(n) * row_bytes));
+    if (context->IsCancelled() || !writer->Write(chunk)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -9,7 +9,10 @@
 //   (URLs are fetched by the router, never by the encoder); a content_hash
 //   in the request must equal the one the encoder computes (a router with
 //   other preprocessing parameters would otherwise key caches wrongly).
-//   Embedding: content_hash, [num_tokens, hidden] f32 tensor, cache_hit.
+//   Embedding: content_hash, [num_tokens, hidden] f32 tensor, cache_hit;
+//   by reference (shape only, by_reference) when larger than the request's
+//   inline_max_bytes and held by the cache, fetched then with Fetch
+//   (NOT_FOUND once evicted).
 // Errors: INVALID_ARGUMENT naming the item and the problem; UNAVAILABLE
 // while draining; RESOURCE_EXHAUSTED when the batch queue is full.
 //
@@ -28,6 +31,10 @@ class EncoderService final : public v1::Encoder::Service {
   explicit EncoderService(encoder::EncoderCore* core) : core_(core) {}
   grpc::Status Encode(grpc::ServerContext* context, const v1::EncodeRequest* request,
                       v1::EncodeResponse* response) override;
+  // Streams a cached embedding in chunks of at most kFetchChunkBytes of rows.
+  grpc::Status Fetch(grpc::ServerContext* context, const v1::FetchRequest* request,
+                     grpc::ServerWriter<v1::FetchChunk>* writer) override;
+  static constexpr size_t kFetchChunkBytes = size_t{4} << 20;
   // New calls get UNAVAILABLE from now on (the router encodes elsewhere).
   void StartDraining() { draining_ = true; }
 

@@ -88,6 +88,7 @@ struct RouterConfig {
   int64_t media_max_items = router::MediaOptions{}.max_items;
   int64_t media_encoder_attempts = router::MediaOptions{}.encoder_attempts;
   absl::Duration media_encode_timeout = router::MediaOptions{}.encode_timeout;
+  int64_t media_inline_max_bytes = static_cast<int64_t>(router::MediaOptions{}.inline_max_bytes);
 };
 
 
@@ -149,7 +150,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("media.max_items", &c->media_max_items, "multimodal items per request")
       .Add("media.encoder_attempts", &c->media_encoder_attempts,
            "encoders tried per item (its hash-ring owner, then successors)")
-      .Add("media.encode_timeout", &c->media_encode_timeout, "deadline of one Encode call");
+      .Add("media.encode_timeout", &c->media_encode_timeout, "deadline of one Encode call")
+      .Add("media.inline_max_bytes", &c->media_inline_max_bytes,
+           "embeddings larger than this go to prefill by reference (fetched from the encoder); "
+           "0: always inline");
 }
 
 // Checks and derives what the flags cannot: bucket bounds, the model name,
@@ -255,6 +259,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   mo.max_items = static_cast<int>(c.media_max_items);
   mo.encoder_attempts = static_cast<int>(c.media_encoder_attempts);
   mo.encode_timeout = c.media_encode_timeout;
+  mo.inline_max_bytes = static_cast<uint64_t>(std::max<int64_t>(0, c.media_inline_max_bytes));
   mo.registry = &registry;
   ASSIGN_OR_RETURN(media, router::MediaResolver::Create(mo));
   opt.media = media.get();

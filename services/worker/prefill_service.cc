@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,7 @@
 #include "lib/rpc/status_conversion.h"
 #include "lib/worker/convert.h"
 #include "services/worker/load_reply.h"
+#include "swaserve/v1/encoder.grpc.pb.h"
 
 namespace swaserve::worker_service {
 
@@ -35,18 +38,83 @@ struct PrefillService::Shared {
     stubs.emplace(address, std::move(stub));
     return raw;
   }
+  absl::Mutex encoder_mu;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::Encoder::Stub>> encoder_stubs
+      ABSL_GUARDED_BY(encoder_mu);
+  absl::StatusOr<v1::Encoder::Stub*> EncoderStubFor(const std::string& address) {
+    absl::MutexLock lock(&encoder_mu);
+    auto it = encoder_stubs.find(address);
+    if (it != encoder_stubs.end()) return it->second.get();
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::CreateChannel(address));
+    auto stub = v1::Encoder::NewStub(channel);
+    v1::Encoder::Stub* raw = stub.get();
+    encoder_stubs.emplace(address, std::move(stub));
+    return raw;
+  }
 };
 
 namespace {
 
 using Shared = PrefillService::Shared;
 
+// The values of multimodal item `index`, sent by reference: streamed from
+// its encoder (Encoder.Fetch). Any failure (evicted, encoder gone, short
+// answer) is ERROR_CODE_EMBEDDINGS_UNAVAILABLE: the router encodes the item
+// again inline and retries; it is not this worker's fault.
+absl::Status FetchEmbeddings(Shared& shared, int index, v1::MultimodalItem* item) {
+  const std::string& me = shared.options.worker_id;
+  auto unavailable = [&](absl::string_view why) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable,
+                                v1::ERROR_CODE_EMBEDDINGS_UNAVAILABLE,
+                                absl::StrCat("multimodal item ", index, ": fetching its embeddings "
+                                             "from encoder ", item->embeddings_address(), ": ",
+                                             why),
+                                me, /*retryable=*/true);
+  };
+  const v1::Tensor& t = item->embeddings();
+  if (t.shape_size() != 2 || t.shape(0) <= 0 || t.shape(1) <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("multimodal item ", index, ": a by-reference embedding needs its shape"));
+  }
+  absl::StatusOr<v1::Encoder::Stub*> stub = shared.EncoderStubFor(item->embeddings_address());
+  if (!stub.ok()) return unavailable(stub.status().message());
+  const size_t row_bytes = static_cast<size_t>(t.shape(1)) * sizeof(float);
+  const size_t expected = static_cast<size_t>(t.shape(0)) * row_bytes;
+  std::string data;
+  data.reserve(expected);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::FetchRequest req;
+  req.set_content_hash(item->content_hash());
+  std::unique_ptr<grpc::ClientReader<v1::FetchChunk>> reader = (*stub)->Fetch(&ctx, req);
+  v1::FetchChunk chunk;
+  bool in_order = true;
+  while (reader->Read(&chunk)) {
+    if (static_cast<size_t>(chunk.first_row()) * row_bytes != data.size() ||
+        data.size() + chunk.rows().data().size() > expected) {
+      in_order = false;
+      ctx.TryCancel();
+      break;
+    }
+    data += chunk.rows().data();
+  }
+  const grpc::Status s = reader->Finish();
+  if (!in_order) return unavailable("chunks out of order or too long");
+  if (!s.ok()) return unavailable(s.error_message());
+  if (data.size() != expected) {
+    return unavailable(absl::StrCat(data.size(), " bytes, ", expected, " expected"));
+  }
+  item->mutable_embeddings()->set_data(std::move(data));
+  item->clear_embeddings_address();
+  return absl::OkStatus();
+}
+
 class PrefillCall final : public grpc::ServerUnaryReactor {
  public:
   PrefillCall(std::shared_ptr<Shared> shared, grpc::CallbackServerContext* context,
               const v1::PrefillRequest* request, v1::PrefillResponse* response)
       : shared_(std::move(shared)), request_(request), response_(response) {
-    absl::Status st = Start();
+    absl::Status st = Begin();
     if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
   }
 
@@ -54,7 +122,28 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Start() {
+  // Starts the call; with by-reference embeddings their fetch and the rest
+  // of Start run on a thread of their own (never a gRPC callback thread).
+  absl::Status Begin() {
+    bool by_reference = false;
+    for (const v1::MultimodalItem& m : request_->multimodal()) {
+      by_reference |= !m.embeddings_address().empty() && m.embeddings().data().empty();
+    }
+    if (!by_reference) return Start({});
+    std::thread([this] {
+      std::vector<v1::MultimodalItem> items(request_->multimodal().begin(),
+                                            request_->multimodal().end());
+      absl::Status st;
+      for (int i = 0; i < static_cast<int>(items.size()) && st.ok(); ++i) {
+        if (!items[i].embeddings_address().empty()) st = FetchEmbeddings(*shared_, i, &items[i]);
+      }
+      if (st.ok()) st = Start(std::move(items));
+      if (!st.ok()) FinishOnce(rpc::ToGrpcStatus(st));
+    }).detach();
+    return absl::OkStatus();
+  }
+
+  absl::Status Start(std::vector<v1::MultimodalItem> fetched) {
     const v1::PrefillRequest& req = *request_;
     if (shared_->draining.load()) {
       return rpc::ErrorWithDetail(
@@ -68,10 +157,12 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
-    // Multimodal placeholders with their encoder embeddings (issue 23).
+    // Multimodal placeholders with their encoder embeddings (issue 23);
+    // `fetched` holds the values of by-reference items.
     for (int i = 0; i < req.multimodal_size(); ++i) {
+      const v1::MultimodalItem& item = fetched.empty() ? req.multimodal(i) : fetched[i];
       ASSIGN_OR_RETURN(worker::PrefillMultimodal m,
-                       worker::ToPrefillMultimodal(req.multimodal(i), i, shared_->options.hidden_size));
+                       worker::ToPrefillMultimodal(item, i, shared_->options.hidden_size));
       job.multimodal.push_back(std::move(m));
     }
     job.sampling = sampling_;

@@ -6,8 +6,10 @@
 //   - every request answers, usage counting the placeholder tokens;
 //   - bad media is a 400 naming the problem, and the cluster keeps serving;
 //   - greedy output is identical with the embedding cache cold and warm
-//     (the second pass hits the encoder's cache) and monolithic (one "both"
-//     worker) vs disaggregated (prefill + decode workers);
+//     (the second pass hits the encoder's cache), with embeddings sent by
+//     reference (fetched by the prefill worker from the encoder) instead of
+//     inline, and monolithic (one "both" worker) vs disaggregated (prefill +
+//     decode workers);
 //   - the prefix cache tells images apart: the same image again reuses the
 //     KV past its placeholders, another image of the same size does not.
 #include <cstdio>
@@ -152,6 +154,17 @@ TEST(MultimodalE2E, ImageAudioAndVideoThroughTheOpenAiClient) {
   };
   EXPECT_LT(cached(cold["image_b"]), text_only) << cold["image_b"].dump();
   EXPECT_GT(cached(warm["image"]), text_only) << warm["image"].dump();
+
+  // Embeddings by reference: a router sending every embedding larger than
+  // 1 byte by reference (the prefill worker fetches it from the encoder,
+  // Encoder.Fetch): the same output.
+  auto r2 = c.StartRouter("r2", {"--media.inline_max_bytes=1"});
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  ASSERT_TRUE(c.WaitHealthy("r2", absl::Seconds(60)).ok());
+  const json by_ref = RunClient(c, "r2", inputs);
+  ASSERT_FALSE(by_ref.contains("error")) << by_ref.dump();
+  EXPECT_EQ(Texts(by_ref), Texts(cold));
+  EXPECT_EQ(c.Metric("r2", "swaserve_router_media_by_reference_total"), 7);  // every item
 
   // Monolithic: one worker does both legs; the same greedy output.
   ASSERT_TRUE(c.Terminate("p1", absl::Seconds(20)).ok());

@@ -93,6 +93,8 @@ struct WorkerScript {
   // or a cancel.
   bool prefill_parks = false;
   uint32_t cached_tokens = 0;
+  // Prefill: when set, a status computed from the request (OK: go on).
+  std::function<grpc::Status(const v1::PrefillRequest&)> prefill_check;
 };
 
 // Everything the fake workers saw.
@@ -289,6 +291,9 @@ class FakePrefillCall final : public PrefillCall {
       if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     }
     if (!s.prefill_status.ok()) return s.prefill_status;
+    if (s.prefill_check) {
+      if (grpc::Status st = s.prefill_check(request); !st.ok()) return st;
+    }
     w_->fabric()->Commit(request.decode().transfer_id(), s.cached_tokens);
     response->set_request_id(request.request_id());
     response->set_cached_tokens(s.cached_tokens);
@@ -473,6 +478,10 @@ class FakeEncoderClient final : public EncoderClient {
       t->set_dtype(v1::DTYPE_F32);
       t->add_shape(rows);
       t->add_shape(hidden_);
+      if (request.inline_max_bytes() > 0 && v.size() * sizeof(float) > request.inline_max_bytes()) {
+        e->set_by_reference(true);  // as the encoder: shape only
+        continue;
+      }
       t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
     }
     return out;

@@ -160,7 +160,22 @@ class RouterLegsTest : public ::testing::Test {
     return out;
   }
 
+  // Registers a fake encoder "e1" (hidden 8) and remakes the router with a
+  // MediaResolver over it.
+  std::shared_ptr<FakeEncoderClient> AddEncoder(MediaOptions mo, MediaTokenIds ids) {
+    auto enc = std::make_shared<FakeEncoderClient>("e1", 8);
+    Add("e1", v1::ROLE_ENCODER);
+    mo.client_factory = [enc](const cluster::WorkerInfo&)
+        -> absl::StatusOr<std::shared_ptr<EncoderClient>> { return enc; };
+    auto media = MediaResolver::Create(mo);
+    EXPECT_TRUE(media.ok()) << media.status();
+    media_ = *std::move(media);
+    MakeRouter(300, media_.get(), ids);
+    return enc;
+  }
+
   static model::Tokenizer* tok_;
+  std::unique_ptr<MediaResolver> media_;
   base::FakeClock clock_;
   Fabric fabric_;
   CallLog log_;
@@ -474,15 +489,8 @@ namespace {
 // of the same size gives different hashes from its first page on, the text
 // before it the same ones).
 TEST_F(RouterLegsTest, AnImageGoesThroughTheEncoderToThePrefillWorker) {
-  auto enc = std::make_shared<FakeEncoderClient>("e1", 8);
-  Add("e1", v1::ROLE_ENCODER);
-  MediaOptions mo;
-  mo.client_factory = [enc](const cluster::WorkerInfo&)
-      -> absl::StatusOr<std::shared_ptr<EncoderClient>> { return enc; };
-  auto media = MediaResolver::Create(mo);
-  ASSERT_TRUE(media.ok());
   const uint32_t pad = *tok_->TokenId("<|image_pad|>");
-  MakeRouter(300, media->get(), {.image = pad, .video = pad, .audio = pad});
+  auto enc = AddEncoder(MediaOptions{}, {.image = pad, .video = pad, .audio = pad});
 
   auto request = [](const std::string& image) {
     v1::GenerateRequest req;
@@ -552,6 +560,55 @@ TEST_F(RouterLegsTest, AnImageGoesThroughTheEncoderToThePrefillWorker) {
   st = router_->Generate(request("pixels"), sink3);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("encoder service"));
+}
+
+}  // namespace
+}  // namespace swaserve::router
+
+namespace swaserve::router {
+namespace {
+
+// A large embedding goes to prefill by reference (the encoder's address, no
+// values); when the prefill worker cannot fetch it (evicted, encoder gone:
+// ERROR_CODE_EMBEDDINGS_UNAVAILABLE) the router encodes the item again,
+// inline, and retries — the request succeeds and no breaker moves.
+TEST_F(RouterLegsTest, AnEmbeddingThatCannotBeFetchedIsSentAgainInline) {
+  MediaOptions mo;
+  mo.inline_max_bytes = 16;  // every embedding of the fake encoder is larger
+  auto enc = AddEncoder(mo, {});
+  auto by_reference = [](const v1::PrefillRequest& r) {
+    for (const v1::MultimodalItem& m : r.multimodal()) {
+      if (!m.embeddings_address().empty()) {
+        return rpc::ToGrpcStatus(rpc::ErrorWithDetail(
+            absl::StatusCode::kUnavailable, v1::ERROR_CODE_EMBEDDINGS_UNAVAILABLE,
+            "evicted", "p", /*retryable=*/true));
+      }
+    }
+    return grpc::Status::OK;
+  };
+  for (const char* p : {"p1", "p2"}) Script(p, {.prefill_check = by_reference});
+
+  v1::GenerateRequest req;
+  req.set_text("look: <|image_pad|> what is it?");
+  v1::MultimodalItem* item = req.add_multimodal();
+  item->set_modality(v1::MODALITY_IMAGE);
+  item->set_data("pixels");
+  req.mutable_sampling()->set_max_tokens(3);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(sink.tokens.size(), 3u);
+  absl::MutexLock lock(&log_.mu);
+  ASSERT_EQ(log_.prefills.size(), 2u);
+  const v1::MultimodalItem& first = log_.prefills[0].second.multimodal(0);
+  EXPECT_EQ(first.embeddings_address(), "e1:1");
+  EXPECT_TRUE(first.embeddings().data().empty());
+  EXPECT_EQ(first.embeddings().shape(0), 7);
+  const v1::MultimodalItem& second = log_.prefills[1].second.multimodal(0);
+  EXPECT_TRUE(second.embeddings_address().empty());
+  EXPECT_EQ(second.embeddings().data().size(), 7u * 8 * sizeof(float));
+  EXPECT_EQ(second.token_offset(), first.token_offset());
+  EXPECT_EQ(enc->calls(), 2);
+  EXPECT_EQ(source_->failures("p1") + source_->failures("p2"), 0);
 }
 
 }  // namespace
