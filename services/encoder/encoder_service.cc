@@ -91,7 +91,7 @@ grpc::Status EncoderService::Fetch(grpc::ServerContext* context, const v1::Fetch
         "the embedding is no longer in this encoder's cache (evicted or never encoded here)"));
   }
   const size_t row_bytes = static_cast<size_t>(e->hidden) * sizeof(float);
-  const int rows_per_chunk = static_cast<int>(std::max<size_t>(1, kFetchChunkBytes / row_bytes));
+  const int rows_per_chunk = static_cast<int>(std::max<size_t>(1, fetch_chunk_bytes_ / row_bytes));
   v1::FetchChunk chunk;
   for (int r = 0; r < e->num_tokens; r += rows_per_chunk) {
     const int n = std::min(rows_per_chunk, e->num_tokens - r);

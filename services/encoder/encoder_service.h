@@ -28,18 +28,21 @@ namespace swaserve::encoder_service {
 
 class EncoderService final : public v1::Encoder::Service {
  public:
-  explicit EncoderService(encoder::EncoderCore* core) : core_(core) {}
+  // `fetch_chunk_bytes`: most bytes of rows per Fetch message (>= one row
+  // is always sent).
+  explicit EncoderService(encoder::EncoderCore* core, size_t fetch_chunk_bytes = size_t{4} << 20)
+      : core_(core), fetch_chunk_bytes_(fetch_chunk_bytes) {}
   grpc::Status Encode(grpc::ServerContext* context, const v1::EncodeRequest* request,
                       v1::EncodeResponse* response) override;
-  // Streams a cached embedding in chunks of at most kFetchChunkBytes of rows.
+  // Streams a cached embedding in chunks of at most fetch_chunk_bytes of rows.
   grpc::Status Fetch(grpc::ServerContext* context, const v1::FetchRequest* request,
                      grpc::ServerWriter<v1::FetchChunk>* writer) override;
-  static constexpr size_t kFetchChunkBytes = size_t{4} << 20;
   // New calls get UNAVAILABLE from now on (the router encodes elsewhere).
   void StartDraining() { draining_ = true; }
 
  private:
   encoder::EncoderCore* const core_;
+  const size_t fetch_chunk_bytes_;
   std::atomic<bool> draining_{false};
 };
 

@@ -10,6 +10,7 @@
 // Stops on SIGTERM/SIGINT: health NOT_SERVING, the record leaves Redis, new
 // calls get UNAVAILABLE, calls in flight finish within --drain.
 // Exit codes: 0 after a clean stop, 1 on a start-up error, 2 on bad flags.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -50,6 +51,7 @@ struct Flags {
   int64_t batch_max_items = encoder::DynamicBatcherOptions{}.max_batch_items;
   int64_t batch_max_queued = encoder::DynamicBatcherOptions{}.max_queued_items;
   int64_t cache_mib = 1024;
+  int64_t fetch_chunk_bytes = int64_t{4} << 20;
   int64_t image_max_pixels = media::ImagePreprocessOptions{}.max_pixels;
   double audio_max_seconds = media::WavDecodeOptions{}.max_duration_seconds;
   double video_sample_fps = media::VideoDecodeOptions{}.sample_fps;
@@ -85,7 +87,8 @@ absl::Status Start(const Flags& f, Encoder* e) {
   co.video.num_chunks = static_cast<int>(f.video_decode_threads);
   co.registry = &e->registry;
   ASSIGN_OR_RETURN(e->core, encoder::EncoderCore::Create(co));
-  e->service = std::make_unique<EncoderService>(e->core.get());
+  e->service = std::make_unique<EncoderService>(
+      e->core.get(), static_cast<size_t>(std::max<int64_t>(1, f.fetch_chunk_bytes)));
   rpc::GrpcServerOptions go;
   go.listen_address = f.listen;
   go.services.push_back(e->service.get());
@@ -161,6 +164,8 @@ int Main(int argc, char** argv) {
       .Add("batch.max_queued", &f.batch_max_queued,
            "items queued before new calls get RESOURCE_EXHAUSTED")
       .Add("cache_mib", &f.cache_mib, "embedding cache budget (MiB; 0: no cache)")
+      .Add("fetch_chunk_bytes", &f.fetch_chunk_bytes,
+           "most bytes per Fetch message (by-reference embeddings; whole rows)")
       .Add("image.max_pixels", &f.image_max_pixels, "pixel budget of a resized image")
       .Add("audio.max_seconds", &f.audio_max_seconds, "longest audio accepted (seconds)")
       .Add("video.sample_fps", &f.video_sample_fps, "video frames sampled per second")

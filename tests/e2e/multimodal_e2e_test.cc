@@ -1,6 +1,7 @@
 // Issue 23 end to end: images (a data: URL and an http URL the router
 // fetches), audio (input_audio WAV) and video (a data: URL, streamed) sent
-// with the official OpenAI npm client (tests/e2e/openai_multimodal.mjs)
+// with the official OpenAI npm client (tests/e2e/openai_multimodal.mjs), and
+// an image over the gRPC API from a C++ stub,
 // through a real local cluster: router -> encoder (swaserve-encoder, the
 // tiny random vision and audio towers) -> prefill -> decode. Checks:
 //   - every request answers, usage counting the placeholder tokens;
@@ -135,6 +136,34 @@ TEST(MultimodalE2E, ImageAudioAndVideoThroughTheOpenAiClient) {
   EXPECT_EQ(cold["corrupt_image"].value("status", 0), 400) << cold["corrupt_image"].dump();
   EXPECT_EQ(cold["mp3"].value("status", 0), 400) << cold["mp3"].dump();
   EXPECT_NE(cold["mp3"].value("error", "").find("wav"), std::string::npos);
+  // The same image request through the gRPC API (GenerateRequest.multimodal,
+  // its marker in the message text), from a C++ stub: the same answer.
+  {
+    std::unique_ptr<v1::Router::Stub> stub = c.RouterStub("r1");
+    v1::GenerateRequest req;
+    req.set_model("tiny");
+    v1::ChatMessage* m = req.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content("Describe this picture:\n<|image_pad|>");
+    req.mutable_chat()->set_add_generation_prompt(true);
+    v1::MultimodalItem* item = req.add_multimodal();
+    item->set_modality(v1::MODALITY_IMAGE);
+    item->set_data(std::string(png.begin(), png.end()));
+    req.mutable_sampling()->set_max_tokens(8);
+    grpc::ClientContext ctx;
+    auto reader = stub->Generate(&ctx, req);
+    v1::GenerateResponse r;
+    std::string text;
+    uint32_t prompt_tokens = 0;
+    while (reader->Read(&r)) {
+      text += r.text();
+      if (r.has_usage()) prompt_tokens = r.usage().prompt_tokens();
+    }
+    const grpc::Status st = reader->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(text, cold["image"]["text"]);
+    EXPECT_EQ(static_cast<int>(prompt_tokens), with_image);
+  }
   const double hits_cold =
       c.Metric("r1", "swaserve_router_media_items_total{modality=\"image\",cache=\"hit\"}");
 

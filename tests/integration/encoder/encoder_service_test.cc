@@ -54,6 +54,7 @@ class EncoderServiceTest : public ::testing::Test {
                "--port_file=" + dir_ + "/ports.json",
                "--image.max_pixels=12544",
                "--batch.window=20ms",
+               "--fetch_chunk_bytes=1000",
                "--drain=2s"};
     so.log_path = dir_ + "/encoder.log";
     auto p = base::Subprocess::Start(so);
@@ -181,6 +182,70 @@ TEST_F(EncoderServiceTest, EncodesImagesAndAudioRegistersAndDrains) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0) << proc_->ReadLog();
   EXPECT_TRUE(Workers().empty());
+}
+
+}  // namespace
+}  // namespace swaserve
+
+namespace swaserve {
+namespace {
+
+// By reference (issue 23, item 5): above inline_max_bytes the answer has the
+// shape but no values; Fetch streams them in whole-row chunks (1000 bytes
+// here: 3 rows of 64 floats) equal to the inline answer; an unknown hash is
+// NOT_FOUND, a malformed one INVALID_ARGUMENT.
+TEST_F(EncoderServiceTest, LargeEmbeddingsAreAnsweredByReferenceAndFetched) {
+  v1::MultimodalItem image;
+  image.set_modality(v1::MODALITY_IMAGE);
+  image.set_data(Str(media::testing::EncodePng(media::testing::MakePattern(80, 56, 9))));
+  v1::EncodeResponse inline_answer;
+  ASSERT_TRUE(Encode({image}, &inline_answer).ok());
+  const v1::Embedding& want = inline_answer.embeddings(0);
+  ASSERT_EQ(want.embeddings().shape(0), 6);
+  EXPECT_FALSE(want.by_reference());
+
+  v1::EncodeRequest req;
+  *req.add_items() = image;
+  req.set_inline_max_bytes(100);
+  v1::EncodeResponse ref;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Encode(&ctx, req, &ref).ok());
+  }
+  ASSERT_EQ(ref.embeddings_size(), 1);
+  EXPECT_TRUE(ref.embeddings(0).by_reference());
+  EXPECT_TRUE(ref.embeddings(0).embeddings().data().empty());
+  EXPECT_EQ(ref.embeddings(0).embeddings().shape(0), 6);
+  EXPECT_EQ(ref.embeddings(0).embeddings().shape(1), 64);
+
+  v1::FetchRequest fr;
+  fr.set_content_hash(ref.embeddings(0).content_hash());
+  grpc::ClientContext ctx;
+  auto reader = stub_->Fetch(&ctx, fr);
+  v1::FetchChunk chunk;
+  std::string data;
+  std::vector<uint32_t> first_rows;
+  while (reader->Read(&chunk)) {
+    first_rows.push_back(chunk.first_row());
+    EXPECT_EQ(chunk.rows().shape(1), 64);
+    data += chunk.rows().data();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(first_rows, std::vector<uint32_t>({0, 3}));
+  EXPECT_EQ(data, want.embeddings().data());
+
+  fr.set_content_hash(std::string(16, 'x'));
+  grpc::ClientContext ctx2;
+  auto missing = stub_->Fetch(&ctx2, fr);
+  while (missing->Read(&chunk)) {
+  }
+  EXPECT_EQ(missing->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  fr.set_content_hash("short");
+  grpc::ClientContext ctx3;
+  auto bad = stub_->Fetch(&ctx3, fr);
+  while (bad->Read(&chunk)) {
+  }
+  EXPECT_EQ(bad->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace
