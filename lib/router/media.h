@@ -5,6 +5,10 @@
 //      limits) when the router allows fetching;
 //   2. its encoder: consistent hashing (cluster::HashRing with virtual
 //      nodes) of XXH3-128 of the bytes over the registered encoders
+//      (ARCHITECTURE §4 says "of the content hash"; that hash also covers
+//      the encoder's preprocessing parameters, which the router does not
+//      know, so the router keys placement by the bytes alone — the same item
+//      gets the same key, which is all placement needs)
 //      (ROLE_ENCODER), so the same item always reaches the same replica's
 //      embedding cache and an encoder joining or leaving moves about 1/n of
 //      the items. An encoder that fails (unreachable, draining, overloaded,

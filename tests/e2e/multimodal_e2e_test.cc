@@ -6,6 +6,8 @@
 // tiny random vision and audio towers) -> prefill -> decode. Checks:
 //   - every request answers, usage counting the placeholder tokens;
 //   - bad media is a 400 naming the problem, and the cluster keeps serving;
+//   - an encoder killed with SIGKILL loses no request (the next encoder on
+//     the hash ring takes its items);
 //   - greedy output is identical with the embedding cache cold and warm
 //     (the second pass hits the encoder's cache), with embeddings sent by
 //     reference (fetched by the prefill worker from the encoder) instead of
@@ -194,6 +196,18 @@ TEST(MultimodalE2E, ImageAudioAndVideoThroughTheOpenAiClient) {
   ASSERT_FALSE(by_ref.contains("error")) << by_ref.dump();
   EXPECT_EQ(Texts(by_ref), Texts(cold));
   EXPECT_EQ(c.Metric("r2", "swaserve_router_media_by_reference_total"), 7);  // every item
+
+  // An encoder killed: its items go to the other encoder on the ring (cache
+  // misses there), every request still answers, the output is the same.
+  auto e2 = c.StartEncoder("e2");
+  ASSERT_TRUE(e2.ok()) << e2.status();
+  absl::SleepFor(absl::Seconds(1));  // the routers' registry refresh
+  ASSERT_TRUE(c.Kill("e1").ok());
+  const json after_kill = RunClient(c, "r1", inputs);
+  ASSERT_FALSE(after_kill.contains("error")) << after_kill.dump();
+  EXPECT_EQ(Texts(after_kill), Texts(cold));
+  EXPECT_GT(c.Metric("e2", "swaserve_encoder_cache_lookups_total{result=\"miss\"}"), 0);
+  EXPECT_GT(c.Metric("r1", "swaserve_router_media_failovers_total"), 0);  // e1 owned some
 
   // Monolithic: one worker does both legs; the same greedy output.
   ASSERT_TRUE(c.Terminate("p1", absl::Seconds(20)).ok());
