@@ -20,6 +20,7 @@
 #include "lib/router/failure.h"
 #include "lib/router/media.h"
 #include "lib/router/router_metrics.h"
+#include "lib/router/router_request.h"
 #include "lib/router/text_stream.h"
 #include "lib/rpc/status_conversion.h"
 #include "swaserve/v1/worker.grpc.pb.h"
@@ -148,48 +149,6 @@ void CancelFlag::Clear() {
   fn_ = nullptr;
 }
 
-struct Router::Request {
-  std::string id;
-  std::vector<uint32_t> tokens;
-  // Resolved multimodal items (embeddings, spans in `tokens`) and their page
-  // hash spans; a migration keeps them (they lie in the prompt part).
-  std::vector<v1::MultimodalItem> media;
-  std::vector<base::HashedSpan> spans;
-  // The client's items (their bytes), to encode again inline when a
-  // by-reference embedding cannot be fetched; media_inline once done.
-  std::vector<v1::MultimodalItem> media_source;
-  bool media_inline = false;
-  v1::SamplingParams sampling;
-  int32_t priority = 0;
-  int bucket = 0;
-  std::string bucket_label;
-  int64_t start_ns = 0;
-  absl::Time deadline;
-  // Worker incarnations (ExclusionKey) that failed this request: a worker
-  // restarted under the same id is a new incarnation and eligible again.
-  absl::flat_hash_set<std::string> excluded_prefill;
-  absl::flat_hash_set<std::string> excluded_decode;
-  // Page hashes per page size (workers normally share one).
-  int hash_page_size = 0;
-  std::vector<uint64_t> hashes;
-  int attempt = 0;
-  // Output so far (the first token reaching the client ends retries).
-  bool sent_any = false;
-  int64_t first_token_ns = 0;
-  int64_t last_token_ns = 0;
-  uint32_t completion_tokens = 0;
-  uint32_t cached_tokens = 0;
-  // The client's prompt length and max_tokens; `tokens` grows by the tokens
-  // already sent when the request migrates (generated[0, generated_in_tokens)
-  // are in `tokens`).
-  uint32_t prompt_tokens = 0;
-  uint32_t max_tokens = 0;
-  std::vector<uint32_t> generated;
-  size_t generated_in_tokens = 0;
-  int migrations = 0;
-  // Detokenization across legs (a migrated stream continues mid-text).
-  std::unique_ptr<TextStream> text;
-};
 
 struct Router::Outcome {
   absl::Status status;
@@ -371,66 +330,6 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
   r.id = in.request_id().empty()
              ? absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++)
              : in.request_id();
-  return absl::OkStatus();
-}
-
-absl::Status Router::PrepareMedia(const v1::GenerateRequest& in,
-                                  absl::Span<const model::MarkerCut> cuts, Request& r) {
-  std::vector<v1::MultimodalItem> given(in.multimodal().begin(), in.multimodal().end());
-  if (absl::Status s = CheckMarkers(cuts, given); !s.ok()) {
-    return rpc::ErrorWithDetail(s.code(), v1::ERROR_CODE_INVALID_REQUEST, s.message());
-  }
-  absl::StatusOr<std::vector<v1::MultimodalItem>> items = ResolveMedia(given, in.request_id(), false);
-  if (!items.ok()) return items.status();
-  ASSIGN_OR_RETURN(r.tokens, ExpandMarkers(r.tokens, cuts, options_.media_token_ids, &*items));
-  r.media = *std::move(items);
-  r.media_source = std::move(given);
-  for (const v1::MultimodalItem& m : r.media) {
-    base::HashedSpan span{.token_offset = m.token_offset(), .num_tokens = m.num_tokens()};
-    base::Hash128::FromBytes(m.content_hash(), &span.content);
-    r.spans.push_back(span);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<v1::MultimodalItem>> Router::ResolveMedia(
-    absl::Span<const v1::MultimodalItem> items, const std::string& request_id, bool force_inline) {
-  std::vector<cluster::WorkerInfo> encoders;
-  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> all =
-      options_.directory->Workers();
-  if (all.ok()) {
-    for (const auto& w : *all) {
-      if (w->info.role == v1::ROLE_ENCODER &&
-          (w->info.model.empty() || w->info.model == options_.model_name)) {
-        encoders.push_back(w->info);
-      }
-    }
-  }
-  absl::StatusOr<std::vector<v1::MultimodalItem>> out =
-      options_.media->Resolve(items, encoders, options_.model_name, request_id,
-                              absl::Now() + options_.request_timeout, force_inline);
-  if (!out.ok()) {
-    const bool bad = absl::IsInvalidArgument(out.status());
-    return rpc::ErrorWithDetail(out.status().code(),
-                                bad ? v1::ERROR_CODE_INVALID_REQUEST : v1::ERROR_CODE_NO_WORKERS,
-                                out.status().message(), "", /*retryable=*/!bad);
-  }
-  return out;
-}
-
-absl::Status Router::MediaInline(Request& r) {
-  ASSIGN_OR_RETURN(std::vector<v1::MultimodalItem> items,
-                   ResolveMedia(r.media_source, r.id, /*force_inline=*/true));
-  for (size_t k = 0; k < items.size(); ++k) {
-    if (items[k].num_tokens() != r.media[k].num_tokens()) {
-      return absl::InternalError(absl::StrCat("multimodal[", k, "] encoded again to ",
-                                              items[k].num_tokens(), " tokens, not ",
-                                              r.media[k].num_tokens()));
-    }
-    items[k].set_token_offset(r.media[k].token_offset());
-  }
-  r.media = std::move(items);
-  r.media_inline = true;
   return absl::OkStatus();
 }
 

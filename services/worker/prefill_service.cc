@@ -17,39 +17,44 @@
 
 namespace swaserve::worker_service {
 
+// gRPC stubs of one service by address, created on first use. Thread-safe.
+template <typename Service>
+class StubCache {
+ public:
+  absl::StatusOr<typename Service::Stub*> For(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    auto it = stubs_.find(address);
+    if (it != stubs_.end()) return it->second.get();
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::CreateChannel(address));
+    auto stub = Service::NewStub(channel);
+    typename Service::Stub* raw = stub.get();
+    stubs_.emplace(address, std::move(stub));
+    return raw;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<typename Service::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
 struct PrefillService::Shared {
   PrefillServiceOptions options;
   absl::Mutex mu;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::Decode::Stub>> stubs ABSL_GUARDED_BY(mu);
   std::mt19937_64 seeds ABSL_GUARDED_BY(mu){std::random_device{}()};
   std::atomic<bool> draining{false};
+  StubCache<v1::Decode> decode_stubs;
+  StubCache<v1::Encoder> encoder_stubs;  // by-reference embeddings (Encoder.Fetch)
 
   uint64_t NextSeed() {
     absl::MutexLock lock(&mu);
     return seeds();
   }
   absl::StatusOr<v1::Decode::Stub*> StubFor(const std::string& address) {
-    absl::MutexLock lock(&mu);
-    auto it = stubs.find(address);
-    if (it != stubs.end()) return it->second.get();
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::CreateChannel(address));
-    auto stub = v1::Decode::NewStub(channel);
-    v1::Decode::Stub* raw = stub.get();
-    stubs.emplace(address, std::move(stub));
-    return raw;
+    return decode_stubs.For(address);
   }
-  absl::Mutex encoder_mu;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::Encoder::Stub>> encoder_stubs
-      ABSL_GUARDED_BY(encoder_mu);
   absl::StatusOr<v1::Encoder::Stub*> EncoderStubFor(const std::string& address) {
-    absl::MutexLock lock(&encoder_mu);
-    auto it = encoder_stubs.find(address);
-    if (it != encoder_stubs.end()) return it->second.get();
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, rpc::CreateChannel(address));
-    auto stub = v1::Encoder::NewStub(channel);
-    v1::Encoder::Stub* raw = stub.get();
-    encoder_stubs.emplace(address, std::move(stub));
-    return raw;
+    return encoder_stubs.For(address);
   }
 };
 
