@@ -7,7 +7,8 @@
 #   swaserve_executable(NAME SRCS ... [DEPS ...])
 #   swaserve_test(NAME SRCS ... LABELS module kind [DEPS ...] [PROPERTIES k v ...])
 #       GoogleTest binary registered with gtest_discover_tests; every test case
-#       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e).
+#       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e). With
+#       SWASERVE_TEST_PCH its sources get tests/pch/test_pch.h precompiled.
 
 set(SWASERVE_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter
     -Wno-missing-field-initializers)
@@ -53,6 +54,31 @@ function(swaserve_executable name)
   endif()
 endfunction()
 
+# The precompiled header of test files (tests/pch/test_pch.h), built once per
+# flag set by an object library and reused by every test with those flags:
+# `variant` is "opt" (the build type's flags) or "o0" (plus
+# SWASERVE_TEST_COMPILE_OPTIONS). The object library gets exactly the flags a
+# test gets (swaserve_setup_target, GoogleTest's definitions) and links nothing
+# else, so a test's extra definitions (spdlog's, SWASERVE_*_BIN paths) come on
+# top of the PCH's, which clang accepts. Returns the target's name in `out`.
+function(swaserve_test_pch variant out)
+  set(pch swaserve_test_pch_${variant})
+  if(NOT TARGET ${pch})
+    add_library(${pch} OBJECT ${PROJECT_SOURCE_DIR}/tests/pch/test_pch.cc)
+    swaserve_setup_target(${pch})
+    if(variant STREQUAL "o0")
+      target_compile_options(${pch} PRIVATE ${SWASERVE_TEST_COMPILE_OPTIONS})
+    endif()
+    target_link_libraries(${pch} PRIVATE GTest::gtest GTest::gmock)
+    # Half the tests get -pthread from Threads::Threads (through gRPC) and
+    # half do not; clang refuses a PCH whose -pthread differs, so every test
+    # and the PCH compile with it (it only defines _REENTRANT).
+    target_compile_options(${pch} PRIVATE -pthread)
+    target_precompile_headers(${pch} PRIVATE ${PROJECT_SOURCE_DIR}/tests/pch/test_pch.h)
+  endif()
+  set(${out} ${pch} PARENT_SCOPE)
+endfunction()
+
 function(swaserve_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "SRCS;DEPS;LABELS;PROPERTIES" ${ARGN})
   if(NOT A_LABELS)
@@ -66,8 +92,15 @@ function(swaserve_test name)
   # Tests declared long-running (a TIMEOUT above the default: randomized and
   # model tests whose hot loops are in the test file) keep the build type's
   # optimisation: at -O0 under ASan the kv property test ran 111 s instead of 17.
+  set(pch_variant opt)
   if(SWASERVE_TEST_COMPILE_OPTIONS AND A_TIMEOUT LESS_EQUAL 120)
     target_compile_options(${name} PRIVATE ${SWASERVE_TEST_COMPILE_OPTIONS})
+    set(pch_variant o0)
+  endif()
+  if(SWASERVE_TEST_PCH)
+    swaserve_test_pch(${pch_variant} pch)
+    target_precompile_headers(${name} REUSE_FROM ${pch})
+    target_compile_options(${name} PRIVATE -pthread)
   endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   gtest_discover_tests(${name}
