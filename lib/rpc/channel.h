@@ -34,9 +34,16 @@ struct ChannelOptions {
   // match GrpcServerOptions (tensors and KV metadata can be large).
   int max_receive_message_bytes = 64 << 20;
   int max_send_message_bytes = 64 << 20;
-  // Reconnect backoff after a failed connection attempt.
+  // Reconnect backoff after a failed connection attempt. gRPC (1.51) also
+  // uses min_reconnect_backoff as the least time one connection attempt may
+  // take (TCP connect + the HTTP/2 SETTINGS exchange): at 100 ms, a loaded
+  // 2-core machine failed a first call to a live worker on loopback with
+  // "connection attempt timed out before receiving SETTINGS frame" after
+  // 111 ms (RouterIntegrationTest, clean-clone CI). A refused connection (a
+  // dead worker on a live host) still fails at once; only a peer that does
+  // not answer at all takes up to this long. Default 1 s.
   absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
-  absl::Duration min_reconnect_backoff = absl::Milliseconds(100);
+  absl::Duration min_reconnect_backoff = absl::Seconds(1);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
   // gRPC load-balancing policy, e.g. "round_robin" for a DNS name that
   // resolves to several replicas; empty keeps gRPC's default (pick_first).
