@@ -13,9 +13,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/base/clock.h"
 #include "lib/base/signals.h"
+#include "lib/base/status.h"
+#include "lib/cluster/redis_cluster_protocol.h"
 #include "lib/metrics/buckets.h"
 
 namespace swaserve::cluster {
@@ -94,7 +97,8 @@ absl::Status RedisReply::ToStatus() const {
         message, " (Redis hit maxmemory: raise it or lower index bounds)"));
   }
   if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") ||
-      starts("READONLY") || starts("TRYAGAIN")) {
+      starts("READONLY") || starts("TRYAGAIN") || starts("CLUSTERDOWN") ||
+      starts("MOVED") || starts("ASK ")) {
     return absl::UnavailableError(message);
   }
   return absl::InternalError(message);
@@ -180,8 +184,67 @@ absl::StatusOr<std::vector<RedisReply>> ParseRedisReplies(
   return out;
 }
 
+namespace {
+
+// Takes "[user]:password@" or "password@" off the front of a URL's rest.
+void ConsumeUserInfo(absl::string_view* rest, std::string* username, std::string* password) {
+  const size_t at = rest->rfind('@');
+  if (at == absl::string_view::npos) return;
+  absl::string_view auth = rest->substr(0, at);
+  rest->remove_prefix(at + 1);
+  const size_t colon = auth.find(':');
+  if (colon == absl::string_view::npos) {
+    *password = std::string(auth);
+  } else {
+    *username = std::string(auth.substr(0, colon));
+    *password = std::string(auth.substr(colon + 1));
+  }
+}
+
+// "redis-cluster://[[user]:password@]h:p,h:p" or "h:p,h:p".
+absl::Status ParseRedisClusterAddress(absl::string_view address, RedisOptions* options) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "redis cluster address '", address, "': ", why,
+        " (expected redis-cluster://[[user]:password@]host:port[,host:port...] or "
+        "host:port,host:port[,...])"));
+  };
+  absl::string_view rest = address;
+  std::string username, password;
+  if (absl::ConsumePrefix(&rest, "redis-cluster://")) {
+    ConsumeUserInfo(&rest, &username, &password);
+    if (absl::StrContains(rest, "/")) return bad("a Redis Cluster has no database number");
+  }
+  std::vector<std::string> seeds;
+  for (absl::string_view seed : absl::StrSplit(rest, ',')) {
+    std::string host;
+    int port = 0;
+    if (!SplitHostPort(seed, &host, &port)) {
+      return bad(absl::StrCat("seed '", seed, "' is not host:port"));
+    }
+    seeds.emplace_back(seed);
+  }
+  if (seeds.empty()) return bad("no seed");
+  std::string host;
+  int port = 0;
+  SplitHostPort(seeds[0], &host, &port);
+  options->host = std::move(host);
+  options->port = port;
+  options->username = std::move(username);
+  options->password = std::move(password);
+  options->db = 0;
+  options->cluster_seeds = std::move(seeds);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ParseRedisAddress(absl::string_view address,
                                RedisOptions* options) {
+  if (absl::StartsWith(address, "redis-cluster://") ||
+      (!absl::StrContains(address, "://") && absl::StrContains(address, ','))) {
+    return ParseRedisClusterAddress(address, options);
+  }
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "redis address '", address, "': ", why,
@@ -191,18 +254,7 @@ absl::Status ParseRedisAddress(absl::string_view address,
   std::string username, password;
   int db = 0;
   if (absl::ConsumePrefix(&rest, "redis://")) {
-    const size_t at = rest.rfind('@');
-    if (at != absl::string_view::npos) {
-      absl::string_view auth = rest.substr(0, at);
-      rest.remove_prefix(at + 1);
-      const size_t colon = auth.find(':');
-      if (colon == absl::string_view::npos) {
-        password = std::string(auth);
-      } else {
-        username = std::string(auth.substr(0, colon));
-        password = std::string(auth.substr(colon + 1));
-      }
-    }
+    ConsumeUserInfo(&rest, &username, &password);
     const size_t slash = rest.find('/');
     if (slash != absl::string_view::npos) {
       absl::string_view db_text = rest.substr(slash + 1);
@@ -245,6 +297,7 @@ absl::Status ParseRedisAddress(absl::string_view address,
   options->username = std::move(username);
   options->password = std::move(password);
   options->db = db;
+  options->cluster_seeds.clear();
   return absl::OkStatus();
 }
 
@@ -261,6 +314,31 @@ struct RedisClient::Connection {
   }
 };
 
+struct RedisClient::Node {
+  Node(std::string h, int p, int pool_size, absl::Duration initial_backoff)
+      : host(std::move(h)), port(p), address(absl::StrCat(host, ":", p)),
+        backoff(initial_backoff) {
+    for (int i = 0; i < pool_size; ++i) connections.push_back(std::make_unique<Connection>());
+  }
+  ~Node() {
+    for (auto& conn : connections) {
+      absl::MutexLock lock(&conn->mu);
+      conn->Drop();
+    }
+  }
+
+  const std::string host;
+  const int port;
+  const std::string address;
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::atomic<uint32_t> next_connection{0};
+  // Reconnect state: while now < retry_at, calls fail fast.
+  absl::Mutex backoff_mu;
+  absl::Time retry_at ABSL_GUARDED_BY(backoff_mu) = absl::InfinitePast();
+  absl::Duration backoff ABSL_GUARDED_BY(backoff_mu);
+  std::string last_error ABSL_GUARDED_BY(backoff_mu);
+};
+
 struct RedisClient::OpMetrics {
   metrics::Histogram* latency = nullptr;
   metrics::Counter* errors = nullptr;
@@ -268,20 +346,21 @@ struct RedisClient::OpMetrics {
 
 RedisClient::RedisClient(const RedisOptions& options)
     : options_(options),
-      address_(absl::StrCat(options.host, ":", options.port)),
-      clock_(options.clock != nullptr ? options.clock : base::Clock::Real()),
-      backoff_(options.reconnect_backoff_initial) {
-  for (int i = 0; i < options.pool_size; ++i) {
-    connections_.push_back(std::make_unique<Connection>());
+      address_(options.cluster_seeds.empty() ? absl::StrCat(options.host, ":", options.port)
+                                             : absl::StrJoin(options.cluster_seeds, ",")),
+      clock_(options.clock != nullptr ? options.clock : base::Clock::Real()) {
+  if (options.cluster_seeds.empty()) {
+    absl::MutexLock lock(&nodes_mu_);
+    nodes_.push_back(std::make_unique<Node>(options.host, options.port, options.pool_size,
+                                            options.reconnect_backoff_initial));
+    single_ = nodes_[0].get();
+  } else {
+    absl::MutexLock lock(&slots_mu_);
+    slot_owner_.assign(kRedisClusterSlots, nullptr);
   }
 }
 
-RedisClient::~RedisClient() {
-  for (auto& conn : connections_) {
-    absl::MutexLock lock(&conn->mu);
-    conn->Drop();
-  }
-}
+RedisClient::~RedisClient() = default;
 
 absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
     const RedisOptions& options) {
@@ -291,6 +370,19 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
   if (options.host.empty()) return bad("host is empty");
   if (options.port <= 0 || options.port > 65535) {
     return bad(absl::StrCat("port must be in 1..65535, got ", options.port));
+  }
+  for (const std::string& seed : options.cluster_seeds) {
+    std::string host;
+    int port = 0;
+    if (!SplitHostPort(seed, &host, &port)) {
+      return bad(absl::StrCat("cluster seed '", seed, "' is not host:port"));
+    }
+  }
+  if (!options.cluster_seeds.empty() && options.db != 0) {
+    return bad("a Redis Cluster has only database 0 (db must be 0 with cluster_seeds)");
+  }
+  if (options.cluster_refresh_interval < absl::ZeroDuration()) {
+    return bad("cluster_refresh_interval must be >= 0");
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return bad("connect_timeout must be > 0");
@@ -346,28 +438,28 @@ RedisClient::OpMetrics* RedisClient::MetricsFor(absl::string_view op) {
   return it->second.get();
 }
 
-RedisClient::Connection& RedisClient::AcquireConnection() {
-  const size_t n = connections_.size();
-  const size_t start = next_connection_.fetch_add(1, std::memory_order_relaxed);
+RedisClient::Connection& RedisClient::AcquireConnection(Node& node) {
+  const size_t n = node.connections.size();
+  const size_t start = node.next_connection.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < n; ++i) {
-    Connection& conn = *connections_[(start + i) % n];
+    Connection& conn = *node.connections[(start + i) % n];
     if (conn.mu.TryLock()) return conn;
   }
-  Connection& conn = *connections_[start % n];
+  Connection& conn = *node.connections[start % n];
   conn.mu.Lock();
   return conn;
 }
 
-absl::Status RedisClient::Connect(Connection& conn) {
+absl::Status RedisClient::Connect(Node& node, Connection& conn) {
   conn.mu.AssertHeld();
   conn.Drop();
   redisContext* ctx =
-      redisConnectWithTimeout(options_.host.c_str(), options_.port,
+      redisConnectWithTimeout(node.host.c_str(), node.port,
                               DurationToTimeval(options_.connect_timeout));
   auto fail = [&](absl::string_view what) {
     std::string message =
-        absl::StrCat("redis at ", address_, ": ", what,
-                     "; is redis-server running at ", address_, "?");
+        absl::StrCat("redis at ", node.address, ": ", what,
+                     "; is redis-server running at ", node.address, "?");
     if (ctx != nullptr) redisFree(ctx);
     return absl::UnavailableError(message);
   };
@@ -408,7 +500,7 @@ absl::Status RedisClient::Connect(Connection& conn) {
   return absl::OkStatus();
 }
 
-absl::Status RedisClient::RunOn(Connection& conn,
+absl::Status RedisClient::RunOn(Node& node, Connection& conn,
                                 absl::Span<const RedisCommand> commands,
                                 std::vector<RedisReply>* replies) {
   conn.mu.AssertHeld();
@@ -437,10 +529,10 @@ absl::Status RedisClient::RunOn(Connection& conn,
     void* raw = nullptr;
     if (redisGetReply(ctx, &raw) != REDIS_OK || raw == nullptr) {
       std::string message =
-          absl::StrCat("redis at ", address_, ": ",
+          absl::StrCat("redis at ", node.address, ": ",
                        ctx->errstr[0] != '\0' ? ctx->errstr : "no reply",
                        " (after ", i, " of ", commands.size(),
-                       " replies); is redis-server running at ", address_, "?");
+                       " replies); is redis-server running at ", node.address, "?");
       if (raw != nullptr) freeReplyObject(raw);
       conn.Drop();
       return absl::UnavailableError(message);
@@ -451,47 +543,52 @@ absl::Status RedisClient::RunOn(Connection& conn,
   return absl::OkStatus();
 }
 
+absl::Status RedisClient::RunOnNode(Node& node, absl::Span<const RedisCommand> commands,
+                                     std::vector<RedisReply>* replies) {
+  absl::Status status;
+  Connection& conn = AcquireConnection(node);
+  conn.mu.AssertHeld();
+  if (conn.ctx == nullptr) {
+    const absl::Time now = clock_->Now();
+    bool refused = false;
+    std::string refusal;
+    {
+      absl::MutexLock lock(&node.backoff_mu);
+      if (now < node.retry_at) {
+        refused = true;
+        refusal = absl::StrCat("redis at ", node.address, " is unavailable (", node.last_error,
+                               "); next reconnect attempt in ",
+                               absl::FormatDuration(
+                                   absl::Ceil(node.retry_at - now, absl::Milliseconds(1))));
+      }
+    }
+    if (refused) {
+      status = absl::UnavailableError(refusal);
+    } else {
+      status = Connect(node, conn);
+      absl::MutexLock lock(&node.backoff_mu);
+      if (status.ok()) {
+        node.backoff = options_.reconnect_backoff_initial;
+        node.retry_at = absl::InfinitePast();
+      } else {
+        node.last_error = std::string(status.message());
+        node.retry_at = clock_->Now() + node.backoff;
+        node.backoff = std::min(node.backoff * 2, options_.reconnect_backoff_max);
+      }
+    }
+  }
+  if (status.ok()) status = RunOn(node, conn, commands, replies);
+  conn.mu.Unlock();
+  return status;
+}
+
 absl::Status RedisClient::Run(absl::Span<const RedisCommand> commands,
                               absl::string_view op,
                               std::vector<RedisReply>* replies) {
   OpMetrics* m = MetricsFor(op);
   const int64_t start = base::MonotonicNanos();
-  absl::Status status;
-  {
-    Connection& conn = AcquireConnection();
-    conn.mu.AssertHeld();
-    if (conn.ctx == nullptr) {
-      const absl::Time now = clock_->Now();
-      bool refused = false;
-      std::string refusal;
-      {
-        absl::MutexLock lock(&backoff_mu_);
-        if (now < retry_at_) {
-          refused = true;
-          refusal = absl::StrCat("redis at ", address_, " is unavailable (",
-                                 last_error_, "); next reconnect attempt in ",
-                                 absl::FormatDuration(absl::Ceil(
-                                     retry_at_ - now, absl::Milliseconds(1))));
-        }
-      }
-      if (refused) {
-        status = absl::UnavailableError(refusal);
-      } else {
-        status = Connect(conn);
-        absl::MutexLock lock(&backoff_mu_);
-        if (status.ok()) {
-          backoff_ = options_.reconnect_backoff_initial;
-          retry_at_ = absl::InfinitePast();
-        } else {
-          last_error_ = std::string(status.message());
-          retry_at_ = clock_->Now() + backoff_;
-          backoff_ = std::min(backoff_ * 2, options_.reconnect_backoff_max);
-        }
-      }
-    }
-    if (status.ok()) status = RunOn(conn, commands, replies);
-    conn.mu.Unlock();
-  }
+  const absl::Status status = single_ != nullptr ? RunOnNode(*single_, commands, replies)
+                                                 : RunCluster(commands, replies);
   if (m != nullptr) {
     m->latency->Observe(static_cast<double>(base::MonotonicNanos() - start) *
                         1e-9);
@@ -568,11 +665,24 @@ absl::StatusOr<RedisReply> RedisClient::Evalsha(
     RedisReply& reply = replies[0];
     if (reply.is_error() && absl::StartsWith(reply.str, "NOSCRIPT") &&
         attempt == 0) {
-      // Redis restarted or the script cache was flushed: the script did not
-      // run. Load it again and retry once.
-      sha = ScriptSha(script, /*reload=*/true);
-      if (!sha.ok()) return sha.status();
-      command[1] = *sha;
+      // Redis restarted or the script cache was flushed (or, in a cluster,
+      // this master never saw the script): it did not run. Load it again
+      // (on every master) and retry once.
+      if (single_ == nullptr) {
+        ASSIGN_OR_RETURN(auto loaded,
+                         CommandOnEveryMaster({"SCRIPT", "LOAD", script.source}, "script_load"));
+        for (auto& [address, r] : loaded) {
+          if (r.is_error()) {
+            return absl::Status(r.ToStatus().code(),
+                                absl::StrCat("loading script ", script.name, " on ", address,
+                                             ": ", r.str));
+          }
+        }
+      } else {
+        sha = ScriptSha(script, /*reload=*/true);
+        if (!sha.ok()) return sha.status();
+        command[1] = *sha;
+      }
       continue;
     }
     if (reply.is_error()) {
@@ -587,6 +697,251 @@ absl::StatusOr<RedisReply> RedisClient::Evalsha(
 absl::Status RedisClient::Ping() {
   absl::StatusOr<RedisReply> reply = Command({"PING"}, "ping");
   return reply.status();
+}
+
+}  // namespace swaserve::cluster
+
+// ---------------------------------------------------------------------------
+// Cluster mode
+
+namespace swaserve::cluster {
+
+RedisClient::Node* RedisClient::NodeFor(absl::string_view address) {
+  absl::MutexLock lock(&nodes_mu_);
+  for (auto& node : nodes_) {
+    if (node->address == address) return node.get();
+  }
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(address, &host, &port)) return nullptr;
+  nodes_.push_back(std::make_unique<Node>(std::move(host), port, options_.pool_size,
+                                          options_.reconnect_backoff_initial));
+  return nodes_.back().get();
+}
+
+RedisClient::Node* RedisClient::SlotOwner(int slot) {
+  absl::MutexLock lock(&slots_mu_);
+  return slot_owner_[slot];
+}
+
+std::vector<RedisClient::Node*> RedisClient::Masters() {
+  absl::MutexLock lock(&slots_mu_);
+  return masters_;
+}
+
+RedisClient::Node* RedisClient::AnyMaster() {
+  absl::MutexLock lock(&slots_mu_);
+  if (masters_.empty()) return nullptr;
+  return masters_[next_master_.fetch_add(1, std::memory_order_relaxed) % masters_.size()];
+}
+
+void RedisClient::MarkSlotMapStale() {
+  absl::MutexLock lock(&slots_mu_);
+  slots_stale_ = true;
+}
+
+absl::Status RedisClient::EnsureSlotMap() {
+  std::vector<Node*> candidates;
+  {
+    absl::MutexLock lock(&slots_mu_);
+    if (slots_loaded_ && (!slots_stale_ || refreshing_ ||
+                          clock_->Now() - last_refresh_ < options_.cluster_refresh_interval)) {
+      return absl::OkStatus();
+    }
+    refreshing_ = true;
+    last_refresh_ = clock_->Now();
+    // Masters first (after a failover the old one fails fast in its
+    // backoff), then every other known node and the seeds.
+    candidates = masters_;
+  }
+  for (const std::string& seed : options_.cluster_seeds) candidates.push_back(NodeFor(seed));
+  {
+    absl::MutexLock lock(&nodes_mu_);
+    for (auto& node : nodes_) candidates.push_back(node.get());
+  }
+  std::string errors;
+  std::vector<RedisSlotRange> ranges;
+  bool got = false;
+  std::vector<Node*> tried;
+  for (Node* node : candidates) {
+    if (node == nullptr || std::find(tried.begin(), tried.end(), node) != tried.end()) continue;
+    tried.push_back(node);
+    std::vector<RedisReply> replies;
+    const RedisCommand command = {"CLUSTER", "SLOTS"};
+    absl::Status s = RunOnNode(*node, absl::MakeConstSpan(&command, 1), &replies);
+    if (s.ok() && replies[0].is_error()) {
+      s = absl::FailedPreconditionError(absl::StrCat(
+          node->address, " answered CLUSTER SLOTS with '", replies[0].str,
+          "' (is it a Redis Cluster node? a single server takes redis://host:port)"));
+    }
+    absl::StatusOr<std::vector<RedisSlotRange>> parsed =
+        s.ok() ? ParseClusterSlots(replies[0], node->host)
+               : absl::StatusOr<std::vector<RedisSlotRange>>(s);
+    if (parsed.ok() && !parsed->empty()) {
+      ranges = *std::move(parsed);
+      got = true;
+      break;
+    }
+    absl::StrAppend(&errors, errors.empty() ? "" : "; ",
+                    parsed.ok() ? absl::StrCat(node->address, ": no slots assigned")
+                                : std::string(parsed.status().message()));
+  }
+  std::vector<Node*> owner(kRedisClusterSlots, nullptr);
+  std::vector<Node*> masters;
+  if (got) {
+    for (const RedisSlotRange& r : ranges) {
+      Node* master = NodeFor(r.master);
+      for (int slot = r.start; slot <= r.end; ++slot) owner[slot] = master;
+      if (std::find(masters.begin(), masters.end(), master) == masters.end()) {
+        masters.push_back(master);
+      }
+    }
+  }
+  absl::MutexLock lock(&slots_mu_);
+  refreshing_ = false;
+  if (!got) {
+    if (slots_loaded_) return absl::OkStatus();  // keep the old map; calls fail on their own
+    return absl::UnavailableError(absl::StrCat(
+        "redis cluster at ", address_, ": no node answered CLUSTER SLOTS (", errors, ")"));
+  }
+  slot_owner_ = std::move(owner);
+  masters_ = std::move(masters);
+  slots_loaded_ = true;
+  slots_stale_ = false;
+  return absl::OkStatus();
+}
+
+void RedisClient::FollowRedirects(const RedisCommand& command, Node* from, RedisReply* reply) {
+  for (int hop = 0; hop < 5; ++hop) {
+    std::optional<RedisRedirect> redirect = ParseRedisRedirect(*reply);
+    if (!redirect) return;
+    std::string address = redirect->address;
+    if (absl::StartsWith(address, ":")) address = absl::StrCat(from->host, address);
+    Node* to = NodeFor(address);
+    if (to == nullptr) return;
+    std::vector<RedisReply> replies;
+    absl::Status s;
+    if (redirect->ask) {
+      const RedisCommand both[] = {{"ASKING"}, command};
+      s = RunOnNode(*to, both, &replies);
+      if (s.ok()) replies.erase(replies.begin());
+    } else {
+      MarkSlotMapStale();
+      s = RunOnNode(*to, absl::MakeConstSpan(&command, 1), &replies);
+    }
+    if (!s.ok()) {
+      MarkSlotMapStale();
+      *reply = RedisReply{.type = RedisReply::Type::kError,
+                          .str = absl::StrCat("MASTERDOWN following ", reply->str, ": ",
+                                              s.message())};
+      return;
+    }
+    *reply = std::move(replies[0]);
+    from = to;
+  }
+}
+
+absl::Status RedisClient::RunCluster(absl::Span<const RedisCommand> commands,
+                                     std::vector<RedisReply>* replies) {
+  RETURN_IF_ERROR(EnsureSlotMap());
+  const size_t n = commands.size();
+  std::vector<Node*> target(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    std::optional<absl::string_view> key = RedisCommandKey(commands[i]);
+    if (!key) continue;
+    const int slot = RedisKeySlot(*key);
+    target[i] = SlotOwner(slot);
+    if (target[i] == nullptr) {
+      MarkSlotMapStale();
+      return absl::UnavailableError(absl::StrCat("redis cluster at ", address_, ": hash slot ",
+                                                 slot, " has no master (cluster down?)"));
+    }
+  }
+  // Keyless commands go with the next keyed one (EXEC/DISCARD: the one
+  // before), so a MULTI ... EXEC stays on its node.
+  Node* next = nullptr;
+  for (size_t i = n; i-- > 0;) {
+    if (target[i] != nullptr) {
+      next = target[i];
+    } else if (!commands[i].empty() && !absl::EqualsIgnoreCase(commands[i][0], "exec") &&
+               !absl::EqualsIgnoreCase(commands[i][0], "discard")) {
+      target[i] = next;
+    }
+  }
+  Node* prev = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    if (target[i] == nullptr) target[i] = prev;
+    if (target[i] == nullptr) target[i] = AnyMaster();
+    if (target[i] == nullptr) return absl::UnavailableError("redis cluster: no master known");
+    prev = target[i];
+  }
+  replies->assign(n, RedisReply{});
+  // One pipeline per node, in order of first appearance.
+  std::vector<Node*> order;
+  for (Node* t : target) {
+    if (std::find(order.begin(), order.end(), t) == order.end()) order.push_back(t);
+  }
+  for (Node* node : order) {
+    std::vector<size_t> idx;
+    std::vector<RedisReply> got;
+    absl::Status s;
+    if (order.size() == 1) {
+      s = RunOnNode(*node, commands, &got);
+      for (size_t i = 0; i < n; ++i) idx.push_back(i);
+    } else {
+      std::vector<RedisCommand> sub;
+      for (size_t i = 0; i < n; ++i) {
+        if (target[i] != node) continue;
+        idx.push_back(i);
+        sub.push_back(commands[i]);
+      }
+      s = RunOnNode(*node, sub, &got);
+    }
+    if (!s.ok()) {
+      MarkSlotMapStale();
+      return s;
+    }
+    for (size_t j = 0; j < idx.size(); ++j) (*replies)[idx[j]] = std::move(got[j]);
+  }
+  bool in_transaction = false;
+  for (size_t i = 0; i < n; ++i) {
+    const RedisCommand& c = commands[i];
+    if (!c.empty() && absl::EqualsIgnoreCase(c[0], "multi")) in_transaction = true;
+    if (!c.empty() && (absl::EqualsIgnoreCase(c[0], "exec") ||
+                       absl::EqualsIgnoreCase(c[0], "discard"))) {
+      in_transaction = false;
+    }
+    if (!in_transaction && (*replies)[i].is_error()) FollowRedirects(c, target[i], &(*replies)[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, RedisReply>>> RedisClient::CommandOnEveryMaster(
+    const RedisCommand& command, absl::string_view op) {
+  std::vector<std::pair<std::string, RedisReply>> out;
+  std::vector<Node*> masters;
+  if (single_ != nullptr) {
+    masters.push_back(single_);
+  } else {
+    RETURN_IF_ERROR(EnsureSlotMap());
+    masters = Masters();
+  }
+  OpMetrics* m = MetricsFor(op.empty() ? OpFromCommand(command) : std::string(op));
+  for (Node* node : masters) {
+    const int64_t start = base::MonotonicNanos();
+    std::vector<RedisReply> replies;
+    absl::Status s = RunOnNode(*node, absl::MakeConstSpan(&command, 1), &replies);
+    if (m != nullptr) {
+      m->latency->Observe(static_cast<double>(base::MonotonicNanos() - start) * 1e-9);
+      if (!s.ok() || replies[0].is_error()) m->errors->Increment();
+    }
+    if (!s.ok()) {
+      if (single_ == nullptr) MarkSlotMapStale();
+      return s;
+    }
+    out.emplace_back(node->address, std::move(replies[0]));
+  }
+  return out;
 }
 
 }  // namespace swaserve::cluster

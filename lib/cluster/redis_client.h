@@ -25,6 +25,23 @@
 // answers NOSCRIPT (Redis restarted, SCRIPT FLUSH). A NOSCRIPT reply means the
 // script did not run, so the retry is always safe.
 //
+// Redis Cluster (options.cluster_seeds non-empty): the client learns the slot
+// map with CLUSTER SLOTS from any seed or known node, sends each command to
+// the master of its key's slot (redis_cluster_protocol.h: hash tags decide
+// the slot), splits a pipeline into one pipeline per node (each node's
+// commands keep their order; nodes are visited one after another), and
+// follows MOVED (refreshing the map) and ASK (ASKING first) redirections, up
+// to 5 hops. A command without a key goes with the keyed command after it in
+// its pipeline (EXEC and DISCARD: the one before), else to any master, so a
+// MULTI ... EXEC on one slot stays on one node; commands inside a
+// transaction are not redirected (the EXEC fails and the caller retries). A
+// node that cannot be reached gets the same fail-fast backoff as a single
+// server and marks the map stale: the next call (at most once per
+// cluster_refresh_interval) asks the other nodes, so once a replica is
+// promoted the client follows it. Scripts are loaded on every master on a
+// NOSCRIPT. Multi-key commands and scripts must keep their keys in one slot
+// (Redis answers CROSSSLOT otherwise).
+//
 // Metrics (when options.metrics is set): swaserve_redis_seconds{op}
 // (histogram of call latency, round trip included) and
 // swaserve_redis_errors_total{op} (transport errors, fail-fast refusals and
@@ -44,6 +61,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -72,8 +90,17 @@ struct RedisOptions {
   // is non-empty: Redis 6 ACL users).
   std::string username;
   std::string password;
-  // Logical database (SELECT) when non-zero.
+  // Logical database (SELECT) when non-zero. Must be 0 for a Redis Cluster.
   int db = 0;
+  // Redis Cluster: "host:port" of one or more of its nodes (any, masters or
+  // replicas; the rest are discovered). Non-empty turns cluster mode on:
+  // host and port above are then only used in messages. Default: empty (a
+  // single Redis server).
+  std::vector<std::string> cluster_seeds;
+  // Cluster mode: least time between two slot-map refreshes after a MOVED
+  // or a node failure (a failover takes seconds; this bounds the CLUSTER
+  // SLOTS calls meanwhile). Default 100 ms.
+  absl::Duration cluster_refresh_interval = absl::Milliseconds(100);
   // Fail-fast period after a failed connect: starts at
   // reconnect_backoff_initial and doubles up to reconnect_backoff_max.
   absl::Duration reconnect_backoff_initial = absl::Milliseconds(50);
@@ -106,7 +133,8 @@ struct RedisReply {
   // OK unless this is an error reply, which maps to a status by its prefix:
   // NOSCRIPT -> NotFound, WRONGTYPE -> FailedPrecondition, NOAUTH/WRONGPASS/
   // NOPERM -> PermissionDenied, OOM -> ResourceExhausted, LOADING/BUSY/
-  // MASTERDOWN/READONLY/TRYAGAIN -> Unavailable, anything else -> Internal.
+  // MASTERDOWN/READONLY/TRYAGAIN/CLUSTERDOWN (and a MOVED/ASK left after
+  // the client's redirections) -> Unavailable, anything else -> Internal.
   absl::Status ToStatus() const;
   // The integer of a kInteger reply, or a kString/kStatus that parses as
   // one; InvalidArgument otherwise (an error reply gives its ToStatus()).
@@ -135,9 +163,12 @@ struct RedisReply {
 absl::StatusOr<std::vector<RedisReply>> ParseRedisReplies(
     absl::string_view resp);
 
-// Fills host, port, username, password and db of `*options` from an address
-// as given on a command line: "host", "host:port", "[v6addr]:port" or
-// "redis://[[user]:password@]host[:port][/db]" (port default 6379).
+// Fills host, port, username, password, db and cluster_seeds of `*options`
+// from an address as given on a command line: "host", "host:port",
+// "[v6addr]:port", "redis://[[user]:password@]host[:port][/db]" (port
+// default 6379) for a single server; a Redis Cluster as a seed list:
+// "redis-cluster://[[user]:password@]host:port[,host:port...]" or
+// "host:port,host:port[,...]" (two or more seeds; no database).
 // InvalidArgument naming the address when it is malformed; other fields of
 // `*options` are left as they are.
 absl::Status ParseRedisAddress(absl::string_view address,
@@ -186,43 +217,81 @@ class RedisClient {
                                      absl::Span<const std::string> args,
                                      absl::string_view op = "");
 
-  // PING; OK when Redis answers.
+  // PING; OK when Redis answers (in cluster mode: any master).
   absl::Status Ping();
 
-  // "host:port" of the server, for messages.
+  // Runs `command` on every master (one server when not in cluster mode):
+  // INFO, SCRIPT FLUSH, FLUSHALL and the like. Returns ("host:port", reply)
+  // per master in slot order; an error reply is kept as a kError element.
+  absl::StatusOr<std::vector<std::pair<std::string, RedisReply>>> CommandOnEveryMaster(
+      const RedisCommand& command, absl::string_view op = "");
+
+  bool cluster_mode() const { return !options_.cluster_seeds.empty(); }
+
+  // "host:port" of the server (cluster mode: the seeds, comma-separated),
+  // for messages.
   const std::string& address() const { return address_; }
 
  private:
   struct Connection;
+  struct Node;
   struct OpMetrics;
 
   explicit RedisClient(const RedisOptions& options);
 
-  // Runs `commands` (pipelined) on a free connection, connecting first when
-  // needed; fills `replies`. Records metrics under `op`.
+  // Runs `commands` (pipelined), on the server or, in cluster mode, on the
+  // masters of their slots; fills `replies`. Records metrics under `op`.
   absl::Status Run(absl::Span<const RedisCommand> commands,
                    absl::string_view op, std::vector<RedisReply>* replies);
+  // Runs `commands` on a free connection of `node`, connecting first when
+  // needed (and not in its backoff period).
+  absl::Status RunOnNode(Node& node, absl::Span<const RedisCommand> commands,
+                         std::vector<RedisReply>* replies);
   // Both require conn.mu held.
-  absl::Status RunOn(Connection& conn, absl::Span<const RedisCommand> commands,
+  absl::Status RunOn(Node& node, Connection& conn, absl::Span<const RedisCommand> commands,
                      std::vector<RedisReply>* replies);
-  absl::Status Connect(Connection& conn);
-  // Returns a connection of the pool with its mutex held (the caller
+  absl::Status Connect(Node& node, Connection& conn);
+  // Returns a connection of the node's pool with its mutex held (the caller
   // unlocks it): a free one if any, else waits for one.
-  Connection& AcquireConnection() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  Connection& AcquireConnection(Node& node) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   absl::StatusOr<std::string> ScriptSha(const RedisScript& script, bool reload);
   OpMetrics* MetricsFor(absl::string_view op);
+
+  // Cluster mode (redis_client_cluster.cc).
+  absl::Status RunCluster(absl::Span<const RedisCommand> commands,
+                          std::vector<RedisReply>* replies);
+  // Follows MOVED / ASK for one command whose reply is `*reply`.
+  void FollowRedirects(const RedisCommand& command, Node* from, RedisReply* reply);
+  // Loads the slot map when it was never loaded or is stale (and the last
+  // attempt is older than cluster_refresh_interval).
+  absl::Status EnsureSlotMap();
+  void MarkSlotMapStale();
+  // The node of "host:port", created on first use (never destroyed).
+  Node* NodeFor(absl::string_view address);
+  Node* SlotOwner(int slot);
+  Node* AnyMaster();
+  std::vector<Node*> Masters();
 
   const RedisOptions options_;
   const std::string address_;
   base::Clock* const clock_;
-  std::vector<std::unique_ptr<Connection>> connections_;
-  std::atomic<uint32_t> next_connection_{0};
 
-  // Shared reconnect state: while now < retry_at_, calls fail fast.
-  absl::Mutex backoff_mu_;
-  absl::Time retry_at_ ABSL_GUARDED_BY(backoff_mu_) = absl::InfinitePast();
-  absl::Duration backoff_ ABSL_GUARDED_BY(backoff_mu_);
-  std::string last_error_ ABSL_GUARDED_BY(backoff_mu_);
+  // Every server this client talks to: one when not in cluster mode (set in
+  // the constructor, then constant), the known cluster nodes otherwise.
+  // Nodes are never removed, so Node* stay valid.
+  absl::Mutex nodes_mu_;
+  std::vector<std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(nodes_mu_);
+  Node* single_ = nullptr;  // nodes_[0] when not in cluster mode
+
+  // Cluster mode: slot -> master (nullptr: not served), and its freshness.
+  absl::Mutex slots_mu_;
+  std::vector<Node*> slot_owner_ ABSL_GUARDED_BY(slots_mu_);
+  std::vector<Node*> masters_ ABSL_GUARDED_BY(slots_mu_);
+  bool slots_loaded_ ABSL_GUARDED_BY(slots_mu_) = false;
+  bool slots_stale_ ABSL_GUARDED_BY(slots_mu_) = true;
+  bool refreshing_ ABSL_GUARDED_BY(slots_mu_) = false;
+  absl::Time last_refresh_ ABSL_GUARDED_BY(slots_mu_) = absl::InfinitePast();
+  std::atomic<uint32_t> next_master_{0};
 
   // Script source -> SHA1 (as SCRIPT LOAD returned it).
   absl::Mutex scripts_mu_;
