@@ -14,6 +14,12 @@ size_t CacheEventQueue::Weight(const CacheEventOp& op) {
 
 void CacheEventQueue::Push(CacheEventOp::Kind kind,
                            absl::Span<const uint64_t> hashes) {
+  Push(CacheEventOp{.kind = kind, .hashes = {hashes.begin(), hashes.end()}});
+}
+
+void CacheEventQueue::Push(const CacheEventOp& op) {
+  const CacheEventOp::Kind kind = op.kind;
+  const std::vector<uint64_t>& hashes = op.hashes;
   if (kind == CacheEventOp::Kind::kCleared) {
     PushCleared();
     return;
@@ -22,9 +28,11 @@ void CacheEventQueue::Push(CacheEventOp::Kind kind,
   absl::MutexLock lock(&mu_);
   size_t i = 0;
   while (i < hashes.size()) {
-    if (ops_.empty() || ops_.back().kind != kind ||
+    if (ops_.empty() || ops_.back().kind != kind || ops_.back().shard != op.shard ||
+        ops_.back().index != op.index || ops_.back().stream != op.stream ||
         ops_.back().hashes.size() >= kMaxOpHashes) {
-      ops_.push_back(CacheEventOp{kind, {}});
+      ops_.push_back(
+          CacheEventOp{.kind = kind, .shard = op.shard, .index = op.index, .stream = op.stream});
     }
     std::vector<uint64_t>& tail = ops_.back().hashes;
     const size_t n = std::min(hashes.size() - i, kMaxOpHashes - tail.size());
@@ -60,8 +68,11 @@ std::vector<CacheEventOp> CacheEventQueue::TakeBatch(size_t max_hashes) {
     // Split: take the first (max_hashes - taken) hashes of the front op.
     const size_t n = max_hashes - taken;
     CacheEventOp part{
-        front.kind,
-        std::vector<uint64_t>(front.hashes.begin(), front.hashes.begin() + n)};
+        .kind = front.kind,
+        .hashes = std::vector<uint64_t>(front.hashes.begin(), front.hashes.begin() + n),
+        .shard = front.shard,
+        .index = front.index,
+        .stream = front.stream};
     front.hashes.erase(front.hashes.begin(), front.hashes.begin() + n);
     queued_hashes_ -= n;
     taken += n;

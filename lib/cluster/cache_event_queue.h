@@ -46,6 +46,14 @@ struct CacheEventOp {
   Kind kind = Kind::kStored;
   // Chained page hashes (empty for kCleared).
   std::vector<uint64_t> hashes;
+  // A sharded index (prefix_index.h; IndexShardMapper): the index shard the
+  // op applies to (0 when the index has one shard; ignored by kCleared,
+  // which clears every shard), whether it applies to the index at all, and
+  // whether it goes to the worker's KV event stream (false for the copies a
+  // sharded index needs: head pages copied into another shard).
+  int shard = 0;
+  bool index = true;
+  bool stream = true;
 
   bool operator==(const CacheEventOp&) const = default;
 };
@@ -61,6 +69,9 @@ class CacheEventQueue {
 
   // Appends hashes that were stored (or removed). Empty spans are ignored.
   void Push(CacheEventOp::Kind kind, absl::Span<const uint64_t> hashes);
+  // The same with the op's shard and flags: consecutive ops coalesce only
+  // when kind, shard and flags agree. A kCleared op is PushCleared().
+  void Push(const CacheEventOp& op);
   // The worker's cache was cleared: drops what is queued, appends kCleared.
   void PushCleared();
 

@@ -39,11 +39,13 @@ absl::StatusOr<std::unique_ptr<ClusterView>> ClusterView::Create(
   if (options.redis == nullptr) {
     return absl::InvalidArgumentError("ClusterViewOptions: redis is required");
   }
-  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster));
+  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster,
+                                                     IndexShardCount(*options.redis,
+                                                                     options.index)));
   ASSIGN_OR_RETURN(std::unique_ptr<PrefixIndex> index,
                    PrefixIndex::Create(options.redis, keys, options.index));
-  return absl::WrapUnique(
-      new ClusterView(options.redis, std::move(keys), std::move(index)));
+  return absl::WrapUnique(new ClusterView(options.redis, std::move(keys), std::move(index),
+                                          options.sharded_load_max_age));
 }
 
 absl::StatusOr<std::vector<WorkerInfo>> ClusterView::ListWorkers() {
@@ -128,8 +130,17 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   }
   std::vector<std::optional<std::string>> raw;
   PrefixesAndLoads out;
-  ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, window_pages,
-                                             &out.safe_pages, &out.l1_pages, window_scan_pages));
+  if (index_->sharded()) {
+    // The load reports live in the registry's slot, not the prompt's shard.
+    ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, {}, nullptr, window_pages,
+                                               &out.safe_pages, &out.l1_pages,
+                                               window_scan_pages));
+    ASSIGN_OR_RETURN(raw, CachedLoads(load_keys));
+  } else {
+    ASSIGN_OR_RETURN(out.depths,
+                     index_->Match(hashes, candidates, load_keys, &raw, window_pages,
+                                   &out.safe_pages, &out.l1_pages, window_scan_pages));
+  }
   out.loads.resize(load_ids.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     if (!raw[i]) continue;
@@ -143,6 +154,43 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   return out;
 }
 
+absl::StatusOr<std::vector<std::optional<std::string>>> ClusterView::CachedLoads(
+    const std::vector<std::string>& load_keys) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&loads_mu_);
+    if (now - loads_at_ <= load_max_age_) {
+      std::vector<std::optional<std::string>> out(load_keys.size());
+      bool all = true;
+      for (size_t i = 0; i < load_keys.size() && all; ++i) {
+        auto it = loads_.find(load_keys[i]);
+        if (it == loads_.end()) {
+          all = false;
+        } else {
+          out[i] = it->second;
+        }
+      }
+      if (all) return out;
+    }
+  }
+  std::vector<std::optional<std::string>> out(load_keys.size());
+  if (load_keys.empty()) return out;
+  RedisCommand mget = {"MGET"};
+  mget.insert(mget.end(), load_keys.begin(), load_keys.end());
+  ASSIGN_OR_RETURN(RedisReply reply, redis_->Command(mget, "get_loads"));
+  if (!reply.is_array() || reply.elements.size() != load_keys.size()) {
+    return absl::InternalError(absl::StrCat("get_loads: unexpected reply ", reply.DebugString()));
+  }
+  absl::MutexLock lock(&loads_mu_);
+  loads_.clear();
+  loads_at_ = now;
+  for (size_t i = 0; i < load_keys.size(); ++i) {
+    if (reply.elements[i].type == RedisReply::Type::kString) out[i] = reply.elements[i].str;
+    loads_[load_keys[i]] = out[i];
+  }
+  return out;
+}
+
 absl::Status ClusterView::RecordDispatch(absl::string_view worker_id,
                                          absl::Span<const uint64_t> hashes) {
   return index_->RecordDispatch(worker_id, hashes);
@@ -150,11 +198,12 @@ absl::Status ClusterView::RecordDispatch(absl::string_view worker_id,
 
 absl::Status ClusterView::ForgetWorker(absl::string_view worker_id) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  // One DEL per hash tag (a Redis Cluster refuses keys of several slots).
   std::vector<RedisCommand> commands = {
-      {"DEL", keys_.WorkerKey(worker_id), keys_.LoadKey(worker_id),
-       keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id), keys_.SwaGoneKey(worker_id)},
+      {"DEL", keys_.WorkerKey(worker_id), keys_.LoadKey(worker_id)},
       {"SREM", keys_.WorkersKey(), std::string(worker_id)},
   };
+  for (RedisCommand& c : index_->ClearCommands(worker_id)) commands.push_back(std::move(c));
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
                    redis_->Pipeline(commands, "forget_worker"));
   for (const RedisReply& r : replies) RETURN_IF_ERROR(r.ToStatus());

@@ -25,9 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/prefix_index.h"
@@ -43,6 +47,13 @@ struct ClusterViewOptions {
   std::string cluster = "default";
   // predicted_ttl and max_entries_per_worker apply to RecordDispatch.
   PrefixIndexOptions index;
+  // On a sharded index (Redis Cluster) the load reports live in another
+  // hash slot than the prompt's shard, so MatchPrefixesAndLoads reads them
+  // with their own MGET at most this often (the rest of the time from the
+  // last one), keeping a decision at one round trip. Workers report every
+  // 200 ms (WorkerRegistrationOptions::load_interval), so the default adds
+  // at most an eighth of that to a report's age. Default 25 ms.
+  absl::Duration sharded_load_max_age = absl::Milliseconds(25);
 };
 
 class ClusterView {
@@ -68,7 +79,8 @@ class ClusterView {
       absl::Span<const std::string> candidates);
 
   // MatchPrefixes(hashes, candidates) and GetLoads(load_ids) in ONE round
-  // trip (the match script also reads the load reports).
+  // trip (the match script also reads the load reports; on a sharded index
+  // the loads come from a cache refreshed every sharded_load_max_age).
   // With window_pages > 0 (prefix_index.h), also each match's window-safe
   // depth (searched window_scan_pages below the depth: empty or one bound
   // per candidate; PrefixIndex::Match).
@@ -101,13 +113,25 @@ class ClusterView {
   const KeySchema& keys() const { return keys_; }
 
  private:
-  ClusterView(RedisClient* redis, KeySchema keys,
-              std::unique_ptr<PrefixIndex> index)
-      : redis_(redis), keys_(std::move(keys)), index_(std::move(index)) {}
+  ClusterView(RedisClient* redis, KeySchema keys, std::unique_ptr<PrefixIndex> index,
+              absl::Duration load_max_age)
+      : redis_(redis),
+        keys_(std::move(keys)),
+        index_(std::move(index)),
+        load_max_age_(load_max_age) {}
+  // Sharded index: the raw load reports of `load_keys`, from the cache when
+  // it is younger than load_max_age_ and has every key, else one MGET.
+  absl::StatusOr<std::vector<std::optional<std::string>>> CachedLoads(
+      const std::vector<std::string>& load_keys);
 
   RedisClient* const redis_;
   const KeySchema keys_;
   std::unique_ptr<PrefixIndex> index_;
+  const absl::Duration load_max_age_;
+  absl::Mutex loads_mu_;
+  absl::Time loads_at_ ABSL_GUARDED_BY(loads_mu_) = absl::InfinitePast();
+  absl::flat_hash_map<std::string, std::optional<std::string>> loads_
+      ABSL_GUARDED_BY(loads_mu_);
 };
 
 }  // namespace swaserve::cluster

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/cluster/redis_cluster_protocol.h"
 
 namespace swaserve::cluster {
 namespace {
@@ -44,30 +45,52 @@ absl::Status ValidateName(absl::string_view id, absl::string_view what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<KeySchema> KeySchema::Create(absl::string_view cluster) {
+absl::StatusOr<KeySchema> KeySchema::Create(absl::string_view cluster, int index_shards) {
   absl::Status s = ValidateName(cluster, "cluster name");
   if (!s.ok()) return s;
-  return KeySchema(
-      absl::StrCat("swaserve:", kSchemaVersion, ":", cluster, ":"));
+  if (index_shards < 1 || index_shards > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index shards must be in 1..64, got ", index_shards));
+  }
+  std::string prefix = absl::StrCat("swaserve:", kSchemaVersion, ":", cluster, ":");
+  std::vector<std::string> tags;
+  if (index_shards == 1) {
+    tags.push_back(absl::StrCat(prefix, "{", cluster, ".ix.0}:"));
+  } else {
+    const int band = kRedisClusterSlots / index_shards;
+    for (int shard = 0; shard < index_shards; ++shard) {
+      // The least salt whose slot falls in the shard's band (about
+      // index_shards tries on average; deterministic, so every process
+      // builds the same names).
+      for (int salt = 0;; ++salt) {
+        std::string tag = absl::StrCat(cluster, ".ix.", shard, ".", salt);
+        if (RedisKeySlot(tag) / band == shard) {
+          tags.push_back(absl::StrCat(prefix, "{", tag, "}:"));
+          break;
+        }
+      }
+    }
+  }
+  return KeySchema(std::string(cluster), std::move(prefix), std::move(tags));
 }
 
 std::string KeySchema::WorkerKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "worker:", id);
+  return absl::StrCat(registry_, "worker:", id);
 }
 std::string KeySchema::LoadKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "load:", id);
+  return absl::StrCat(registry_, "load:", id);
 }
-std::string KeySchema::PrefixKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "prefix:", id);
+std::string KeySchema::PrefixKey(absl::string_view id, int shard) const {
+  return absl::StrCat(shard_tags_[shard], "prefix:", id);
 }
-std::string KeySchema::PredictedKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "predicted:", id);
+std::string KeySchema::PredictedKey(absl::string_view id, int shard) const {
+  return absl::StrCat(shard_tags_[shard], "predicted:", id);
 }
-std::string KeySchema::SwaGoneKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "swa_gone:", id);
+std::string KeySchema::SwaGoneKey(absl::string_view id, int shard) const {
+  return absl::StrCat(shard_tags_[shard], "swa_gone:", id);
 }
-std::string KeySchema::LowerTierKey(absl::string_view id) const {
-  return absl::StrCat(prefix_, "lower:", id);
+std::string KeySchema::LowerTierKey(absl::string_view id, int shard) const {
+  return absl::StrCat(shard_tags_[shard], "lower:", id);
 }
 std::string KeySchema::KvPageKey(uint64_t layout, uint64_t hash) const {
   return absl::StrFormat("%skvpage:%016x:%016x", prefix_, layout, hash);

@@ -5,34 +5,50 @@
 // each other's data) and <cluster> lets several clusters (or tests) share one
 // Redis.
 //
-//   <p>workers            SET of worker ids that registered. Discovery reads
+// Below, <p> is that prefix, <r> = <p>{<cluster>}: (the registry tag),
+// <x> = <p>{<cluster>.ix.<s>[.<salt>]}: (index shard s; a single Redis has
+// one shard, s = 0) and <e> = <p>{<cluster>.ev.<id>}: — the hash tags are
+// explained at KeySchema.
+//
+//   <r>workers            SET of worker ids that registered. Discovery reads
 //                         it; members whose record has expired are removed by
 //                         the reader (ClusterView::ListWorkers).
-//   <p>worker:<id>        HASH, the worker's record (WorkerInfo, fields
+//   <r>worker:<id>        HASH, the worker's record (WorkerInfo, fields
 //                         below), PEXPIRE record_ttl, refreshed by the
 //                         heartbeat. Its absence means the worker is dead.
-//   <p>load:<id>          STRING, a serialized swaserve.v1.WorkerLoad, SET
+//   <r>load:<id>          STRING, a serialized swaserve.v1.WorkerLoad, SET
 //                         with PX load_ttl several times a second.
-//   <p>prefix:<id>        SET of chained page hashes (8 bytes, big-endian)
+//   <x>prefix:<id>        SET of chained page hashes (8 bytes, big-endian)
 //                         the worker holds, from its own cache events (the
 //                         authoritative part of the prefix-affinity index);
 //                         PEXPIRE index_ttl, refreshed by events and
 //                         heartbeats. See prefix_index.h.
-//   <p>predicted:<id>     ZSET of page hashes dispatched to the worker by
+//   <x>predicted:<id>     ZSET of page hashes dispatched to the worker by
 //                         routers, score = expiry in Unix ms on the Redis
 //                         server's clock; the key expires with its latest
 //                         member.
-//   <p>swa_gone:<id>      SET of page hashes the worker holds with full KV but
+//   <x>predicted_until    HASH worker id -> Unix ms until which the worker's
+//                         predicted ZSET of this shard may hold live entries.
+//   <x>swa_gone:<id>      SET of page hashes the worker holds with full KV but
 //                         without SWA KV (tombstoned), from its cache events;
-//                         expires with <p>prefix:<id>. Tells the router
+//                         expires with <x>prefix:<id>. Tells the router
 //                         whether a match ends window-safe (prefix_index.h).
+//   <x>lower:<id>         SET of page hashes the worker holds only in a lower
+//                         tier (L2 host memory); expires with the prefix SET.
+//   <e>events:<id>, <e>events_seq:<id>  the worker's KV event stream and its
+//                         sequence counter (kv_events.h).
 //   <p>kvpage:<layout>:<hash>  STRING, one L3 KV page blob (kv/page_blob.h
 //                         format: header with key, length and checksum, then
 //                         the page's bytes), shared by every worker of the
 //                         cluster; <layout> is the kv::KvLayoutFingerprint and
 //                         <hash> the chained page hash, 16 lowercase hex
 //                         digits each. Bounded by Redis's maxmemory with an
-//                         allkeys-* policy (redis_page_store.h).
+//                         allkeys-* policy (redis_page_store.h). No tag: the
+//                         blobs spread over every slot of a Redis Cluster.
+//
+// The tags changed the key names without a version bump: processes of the
+// old names and the new never read each other's keys, which is what a bump
+// would achieve.
 //
 // Record fields (HASH <p>worker:<id>; all values are decimal text unless
 // noted; readers ignore unknown fields and default missing optional ones):
@@ -74,38 +90,78 @@ inline constexpr absl::string_view kSchemaVersion = "v1";
 absl::Status ValidateName(absl::string_view id, absl::string_view what);
 
 // Builds the keys of one cluster.
+//
+// Hash tags (Redis Cluster, redis_cluster_protocol.h): keys that one script
+// or transaction touches together share a tag, so they live in one slot on
+// one Redis Cluster master; on a single Redis the tags are just part of the
+// names.
+//   registry  "{<cluster>}": the workers SET, worker records and load
+//             reports (ListWorkers reads them in one script; a router reads
+//             every load report with one MGET).
+//   index     "{<cluster>.ix.<s>[.<salt>]}" for index shard s in
+//             [0, index_shards): a worker's prefix, predicted, SWA-gone and
+//             lower-tier SETs of shard s and the shard's predicted-until
+//             HASH. A prompt's match reads one shard (prefix_index.h says
+//             which), so a decision stays one round trip on a cluster. With
+//             several shards the salt (the least number that does it) puts
+//             shard s's slot in the s-th of index_shards equal bands of the
+//             slot space, so the shards spread evenly over the masters.
+//   events    "{<cluster>.ev.<worker id>}": the worker's KV event stream and
+//             its sequence counter (kv_events.h).
+//   kvpage    no tag: L3 page blobs spread over every slot.
 class KeySchema {
  public:
-  // `cluster` must pass ValidateName (Create checks it).
-  static absl::StatusOr<KeySchema> Create(absl::string_view cluster);
+  // `cluster` must pass ValidateName; index_shards in 1..64 (1: a single
+  // Redis; cluster mode uses PrefixIndexOptions::cluster_index_shards).
+  static absl::StatusOr<KeySchema> Create(absl::string_view cluster, int index_shards = 1);
 
   const std::string& prefix() const { return prefix_; }
-  std::string WorkersKey() const { return prefix_ + "workers"; }
+  int index_shards() const { return static_cast<int>(shard_tags_.size()); }
+  // The index shard of a chain whose anchor page (prefix_index.h) has this
+  // chained hash.
+  int ShardOf(uint64_t anchor_hash) const {
+    return static_cast<int>(((anchor_hash >> 32) ^ anchor_hash) % shard_tags_.size());
+  }
+
+  std::string WorkersKey() const { return registry_ + "workers"; }
   // The record key of `id` is WorkerKeyPrefix() + id.
-  std::string WorkerKeyPrefix() const { return prefix_ + "worker:"; }
+  std::string WorkerKeyPrefix() const { return registry_ + "worker:"; }
   std::string WorkerKey(absl::string_view id) const;
   std::string LoadKey(absl::string_view id) const;
-  std::string PrefixKey(absl::string_view id) const;
-  std::string PredictedKey(absl::string_view id) const;
-  // HASH worker id -> Unix ms until which its predicted ZSET may hold live
-  // entries (prefix_index.h: one HMGET tells the match which candidates to
-  // scan predictions of).
-  std::string PredictedUntilKey() const { return prefix_ + "predicted_until"; }
-  std::string SwaGoneKey(absl::string_view id) const;
+  // Index keys of `id` in index shard `shard` (0 <= shard < index_shards).
+  std::string PrefixKey(absl::string_view id, int shard = 0) const;
+  std::string PredictedKey(absl::string_view id, int shard = 0) const;
+  // HASH worker id -> Unix ms until which its predicted ZSET of this shard
+  // may hold live entries (prefix_index.h: one HMGET tells the match which
+  // candidates to scan predictions of).
+  std::string PredictedUntilKey(int shard = 0) const {
+    return absl::StrCat(shard_tags_[shard], "predicted_until");
+  }
+  std::string SwaGoneKey(absl::string_view id, int shard = 0) const;
   // The worker's pages held in a lower tier (L2, host memory): prefix_index.h.
-  std::string LowerTierKey(absl::string_view id) const;
+  std::string LowerTierKey(absl::string_view id, int shard = 0) const;
   // The worker's KV event stream (a Redis Stream) and its sequence counter
   // (kv_events.h: the versioned events API for external routers).
-  std::string EventsKey(absl::string_view id) const { return absl::StrCat(prefix_, "events:", id); }
+  std::string EventsKey(absl::string_view id) const {
+    return absl::StrCat(prefix_, "{", cluster_, ".ev.", id, "}:events:", id);
+  }
   std::string EventSeqKey(absl::string_view id) const {
-    return absl::StrCat(prefix_, "events_seq:", id);
+    return absl::StrCat(prefix_, "{", cluster_, ".ev.", id, "}:events_seq:", id);
   }
   // The L3 page blob key of (layout fingerprint, chained page hash).
   std::string KvPageKey(uint64_t layout, uint64_t hash) const;
 
  private:
-  explicit KeySchema(std::string prefix) : prefix_(std::move(prefix)) {}
+  KeySchema(std::string cluster, std::string prefix, std::vector<std::string> shard_tags)
+      : cluster_(std::move(cluster)),
+        prefix_(std::move(prefix)),
+        registry_(absl::StrCat(prefix_, "{", cluster_, "}:")),
+        shard_tags_(std::move(shard_tags)) {}
+  std::string cluster_;
   std::string prefix_;
+  std::string registry_;  // prefix_ + "{<cluster>}:"
+  // prefix_ + "{<cluster>.ix.<s>[.<salt>]}:" per shard.
+  std::vector<std::string> shard_tags_;
 };
 
 // A chained page hash as a prefix-index member: 8 bytes, big-endian.

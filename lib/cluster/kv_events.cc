@@ -11,15 +11,16 @@ namespace {
 
 // KEYS = the worker's SET, SWA-gone SET, lower-tier SET, sequence counter,
 // event stream. Returns {seq, last stream id, pages, swa_gone, lower}.
-const RedisScript& SnapshotScript() {
-  static const RedisScript* script = new RedisScript{"kv_events_snapshot_v1", R"lua(
-local seq = redis.call('GET', KEYS[4])
+// KEYS[1] = the sequence counter, KEYS[2] = the stream (one hash tag).
+// Returns {seq, id of the last entry}, read together.
+const RedisScript& StreamPositionScript() {
+  static const RedisScript* script = new RedisScript{"kv_events_position_v1", R"lua(
+local seq = redis.call('GET', KEYS[1])
 if not seq then seq = '0' end
-local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local id = '0-0'
 if last[1] then id = last[1][1] end
-return {seq, id, redis.call('SMEMBERS', KEYS[1]), redis.call('SMEMBERS', KEYS[2]),
-        redis.call('SMEMBERS', KEYS[3])}
+return {seq, id}
 )lua"};
   return *script;
 }
@@ -124,20 +125,40 @@ absl::string_view KvEventOpName(KvEvent::Op op) {
 }
 
 absl::StatusOr<KvSnapshot> KvEventReader::Snapshot(absl::string_view worker_id) {
-  const std::vector<std::string> keys = {
-      keys_.PrefixKey(worker_id), keys_.SwaGoneKey(worker_id), keys_.LowerTierKey(worker_id),
-      keys_.EventSeqKey(worker_id), keys_.EventsKey(worker_id)};
-  ASSIGN_OR_RETURN(RedisReply r, redis_->Evalsha(SnapshotScript(), keys, {}, "kv_snapshot"));
-  if (!r.is_array() || r.elements.size() != 5) {
-    return absl::InternalError(absl::StrCat("kv snapshot: bad reply ", r.DebugString()));
+  // The stream position first, then the index SETs (every shard; on a
+  // Redis Cluster they are in other hash slots, so this is not atomic). The
+  // index is written before the stream (PrefixIndex::Apply), so the SETs
+  // include every event up to the position, and perhaps some after it;
+  // replaying those again is harmless: each event sets its pages' state, so
+  // the state after the replay is that of the last event.
+  const std::vector<std::string> position_keys = {keys_.EventSeqKey(worker_id),
+                                                  keys_.EventsKey(worker_id)};
+  ASSIGN_OR_RETURN(RedisReply p, redis_->Evalsha(StreamPositionScript(), position_keys, {},
+                                                 "kv_snapshot"));
+  if (!p.is_array() || p.elements.size() != 2) {
+    return absl::InternalError(absl::StrCat("kv snapshot: bad reply ", p.DebugString()));
   }
   KvSnapshot s;
-  ASSIGN_OR_RETURN(const int64_t seq, r.elements[0].AsInteger());
+  ASSIGN_OR_RETURN(const int64_t seq, p.elements[0].AsInteger());
   s.seq = static_cast<uint64_t>(seq);
-  s.id = r.elements[1].str;
-  ASSIGN_OR_RETURN(s.pages, Members(r.elements[2]));
-  ASSIGN_OR_RETURN(s.swa_gone, Members(r.elements[3]));
-  ASSIGN_OR_RETURN(s.lower, Members(r.elements[4]));
+  s.id = p.elements[1].str;
+  std::vector<RedisCommand> commands;
+  for (int shard = 0; shard < keys_.index_shards(); ++shard) {
+    commands.push_back({"SMEMBERS", keys_.PrefixKey(worker_id, shard)});
+    commands.push_back({"SMEMBERS", keys_.SwaGoneKey(worker_id, shard)});
+    commands.push_back({"SMEMBERS", keys_.LowerTierKey(worker_id, shard)});
+  }
+  ASSIGN_OR_RETURN(std::vector<RedisReply> sets, redis_->Pipeline(commands, "kv_snapshot"));
+  // A head page is in several shards (index_shard_mapper.h): the union.
+  absl::flat_hash_set<uint64_t> seen[3];
+  std::vector<uint64_t>* out[3] = {&s.pages, &s.swa_gone, &s.lower};
+  for (size_t i = 0; i < sets.size(); ++i) {
+    RETURN_IF_ERROR(sets[i].ToStatus());
+    ASSIGN_OR_RETURN(std::vector<uint64_t> members, Members(sets[i]));
+    for (uint64_t h : members) {
+      if (seen[i % 3].insert(h).second) out[i % 3]->push_back(h);
+    }
+  }
   return s;
 }
 

@@ -6,13 +6,13 @@
 // cluster::PrefixIndex::Apply (WorkerRegistration drains the worker's
 // ordered queue). The same Lua script that updates the worker's index SETs
 // appends each op to the worker's Redis Stream
-//     <prefix>events:<worker id>        (KeySchema::EventsKey)
+//     <prefix>{<cluster>.ev.<worker id>}:events:<worker id>  (KeySchema::EventsKey)
 // one entry per op, with the fields
 //     v       "1" (this format; entries of a later version keep `v` and
 //             `seq` and may change the rest: a consumer passes over a
 //             version it does not know, counting its seq)
 //     seq     the worker's sequence number: 1, 2, 3, ... with no gaps (a
-//             counter next to the stream, <prefix>events_seq:<worker id>)
+//             counter next to the stream in its hash tag, KeySchema::EventSeqKey)
 //     op      stored | removed | cleared | swa_removed | swa_stored |
 //             tier_changed
 //     pool    full (stored, removed, tier_changed) | swa (swa_removed,
@@ -50,11 +50,15 @@
 // stream and restarted its counter) is a gap, reported as DataLoss, and the
 // consumer takes a snapshot.
 //
-// Snapshot (cold start or after a gap): KvEventReader::Snapshot reads, in
-// one atomic script, the worker's pages (its authoritative SET), its
-// swa_removed and lower-tier pages, and the seq and stream id of the last
-// event, so reading on from that id continues exactly where the snapshot
-// stands. The list of workers is the registry (ClusterView::ListWorkers).
+// Snapshot (cold start or after a gap): KvEventReader::Snapshot reads the
+// seq and stream id of the last event, then the worker's pages (its
+// authoritative SETs: on a Redis Cluster the union of the index shards),
+// its swa_removed and lower-tier pages. The index is written before the
+// stream, so the pages include every event up to that seq and perhaps a few
+// after it; reading on from that id replays those, which is harmless (each
+// event sets its pages' state: the last one wins), so the consumer ends
+// exactly where the worker stands. The list of workers is the registry
+// (ClusterView::ListWorkers).
 //
 // Thread-safety: KvEventReader is thread-safe (stateless over the client);
 // KvWorkerState is not (one per consumer thread).

@@ -5,6 +5,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
+#include "lib/cluster/index_shard_mapper.h"
 
 namespace swaserve::cluster {
 namespace {
@@ -111,6 +112,49 @@ end
 return size
 )lua"};
   return *script;
+}
+
+// A sharded index's event stream (kv_events.h, v1), written after the
+// shards: KEYS[1] = the worker's stream, KEYS[2] = its sequence counter;
+// ARGV[1] = index_ttl ms, ARGV[2] = MAXLEN, then kind/packed pairs as in
+// ApplyScript. Returns the last sequence number.
+const RedisScript& StreamScript() {
+  static const RedisScript* script = new RedisScript{"prefix_stream_v1", R"lua(
+local stream, seqkey = KEYS[1], KEYS[2]
+local maxlen = tonumber(ARGV[2])
+local names = {S = {'stored', 'full', 'l1'}, R = {'removed', 'full', ''},
+               C = {'cleared', '', ''}, T = {'swa_removed', 'swa', ''},
+               H = {'swa_stored', 'swa', ''}, D = {'tier_changed', 'full', 'l2'},
+               U = {'tier_changed', 'full', 'l1'}}
+local seq = 0
+for i = 3, #ARGV, 2 do
+  local name = names[ARGV[i]]
+  if not name then return redis.error_reply('prefix_stream: unknown op kind ' .. ARGV[i]) end
+  seq = redis.call('INCR', seqkey)
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
+             'op', name[1], 'pool', name[2], 'tier', name[3], 'hashes', ARGV[i + 1])
+end
+redis.call('PEXPIRE', stream, ARGV[1])
+redis.call('PEXPIRE', seqkey, ARGV[1])
+return seq
+)lua"};
+  return *script;
+}
+
+// Appends an op's kind letter and packed hashes (ApplyScript's ARGV pairs).
+void AppendOpArgs(const CacheEventOp& e, std::vector<std::string>* args) {
+  const char* kind = "C";
+  switch (e.kind) {
+    case CacheEventOp::Kind::kStored: kind = "S"; break;
+    case CacheEventOp::Kind::kRemoved: kind = "R"; break;
+    case CacheEventOp::Kind::kCleared: kind = "C"; break;
+    case CacheEventOp::Kind::kSwaRemoved: kind = "T"; break;
+    case CacheEventOp::Kind::kSwaStored: kind = "H"; break;
+    case CacheEventOp::Kind::kTierDown: kind = "D"; break;
+    case CacheEventOp::Kind::kTierUp: kind = "U"; break;
+  }
+  args->push_back(kind);
+  args->push_back(e.kind == CacheEventOp::Kind::kCleared ? "" : PackPageHashes(e.hashes));
 }
 
 // KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET.
@@ -362,11 +406,93 @@ absl::Status ValidatePrefixIndexOptions(const PrefixIndexOptions& options) {
         "PrefixIndexOptions.max_entries_per_worker and "
         "max_predicted_per_worker must be >= 0 (0: unbounded)");
   }
+  if (options.cluster_index_shards < 1 || options.cluster_index_shards > 64) {
+    return absl::InvalidArgumentError("PrefixIndexOptions.cluster_index_shards must be in 1..64");
+  }
+  if (options.anchor_page < 1) {
+    return absl::InvalidArgumentError("PrefixIndexOptions.anchor_page must be >= 1");
+  }
   if (options.event_stream_max_len < 0) {
     return absl::InvalidArgumentError(
         "PrefixIndexOptions.event_stream_max_len must be >= 0 (0: no event stream)");
   }
   return absl::OkStatus();
+}
+
+int IndexShardCount(const RedisClient& redis, const PrefixIndexOptions& options) {
+  return redis.cluster_mode() ? options.cluster_index_shards : 1;
+}
+
+int PrefixIndex::MatchShard(absl::Span<const uint64_t> hashes) const {
+  if (!sharded()) return 0;
+  const size_t k = static_cast<size_t>(options_.anchor_page);
+  return hashes.size() > k ? keys_.ShardOf(hashes[k]) : IndexShardMapper::kHomeShard;
+}
+
+absl::StatusOr<int64_t> PrefixIndex::ApplySharded(absl::string_view worker_id,
+                                                  absl::Span<const CacheEventOp> ops,
+                                                  absl::string_view op) {
+  const std::string ttl = absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl));
+  const std::string cap = absl::StrCat(options_.max_entries_per_worker);
+  std::vector<RedisScriptCall> calls;
+  std::vector<int> open(keys_.index_shards(), -1);  // shard -> its call
+  RedisScriptCall stream{.script = &StreamScript(),
+                         .keys = {keys_.EventsKey(worker_id), keys_.EventSeqKey(worker_id)},
+                         .args = {ttl, absl::StrCat(options_.event_stream_max_len)}};
+  int64_t size = 0;
+  // The shards first (a snapshot reads the stream position, then the
+  // shards: kv_events.h), each in order; ops after a clear after the DELs.
+  auto flush = [&]() -> absl::Status {
+    if (calls.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::vector<RedisReply> replies, redis_->EvalshaPipeline(calls, op));
+    for (const RedisReply& r : replies) {
+      if (r.is_error()) {
+        const absl::Status e = r.ToStatus();
+        return absl::Status(e.code(), absl::StrCat("script prefix_apply: ", e.message()));
+      }
+      ASSIGN_OR_RETURN(const int64_t n, r.AsInteger());
+      size += n;
+    }
+    calls.clear();
+    open.assign(open.size(), -1);
+    return absl::OkStatus();
+  };
+  for (const CacheEventOp& e : ops) {
+    if (e.kind == CacheEventOp::Kind::kCleared) {
+      RETURN_IF_ERROR(flush());
+      RETURN_IF_ERROR(Clear(worker_id));
+      size = 0;
+      AppendOpArgs(e, &stream.args);
+      continue;
+    }
+    if (e.stream) AppendOpArgs(e, &stream.args);
+    if (!e.index) continue;
+    if (e.shard < 0 || e.shard >= keys_.index_shards()) {
+      return absl::InvalidArgumentError(absl::StrCat("PrefixIndex::Apply: shard ", e.shard,
+                                                     " of ", keys_.index_shards()));
+    }
+    int& k = open[e.shard];
+    if (k < 0) {
+      k = static_cast<int>(calls.size());
+      const std::string set = keys_.PrefixKey(worker_id, e.shard);
+      // KEYS[5..6] (the stream) stay in the shard's slot: MAXLEN 0 leaves
+      // them alone.
+      calls.push_back(RedisScriptCall{
+          .script = &ApplyScript(),
+          .keys = {set, keys_.PredictedKey(worker_id, e.shard),
+                   keys_.SwaGoneKey(worker_id, e.shard), keys_.LowerTierKey(worker_id, e.shard),
+                   set, set},
+          .args = {ttl, cap, "0"}});
+    }
+    AppendOpArgs(e, &calls[k].args);
+  }
+  RETURN_IF_ERROR(flush());
+  if (options_.event_stream_max_len > 0 && stream.args.size() > 2) {
+    ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                     redis_->EvalshaPipeline(absl::MakeConstSpan(&stream, 1), op));
+    RETURN_IF_ERROR(replies[0].ToStatus());
+  }
+  return size;
 }
 
 absl::StatusOr<std::unique_ptr<PrefixIndex>> PrefixIndex::Create(
@@ -383,25 +509,13 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
                                            absl::Span<const CacheEventOp> ops,
                                            absl::string_view op) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
+  if (sharded()) return ApplySharded(worker_id, ops, op);
   std::vector<std::string> args;
   args.reserve(3 + 2 * ops.size());
   args.push_back(absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl)));
   args.push_back(absl::StrCat(options_.max_entries_per_worker));
   args.push_back(absl::StrCat(options_.event_stream_max_len));
-  for (const CacheEventOp& e : ops) {
-    const char* kind = "C";
-    switch (e.kind) {
-      case CacheEventOp::Kind::kStored: kind = "S"; break;
-      case CacheEventOp::Kind::kRemoved: kind = "R"; break;
-      case CacheEventOp::Kind::kCleared: kind = "C"; break;
-      case CacheEventOp::Kind::kSwaRemoved: kind = "T"; break;
-      case CacheEventOp::Kind::kSwaStored: kind = "H"; break;
-      case CacheEventOp::Kind::kTierDown: kind = "D"; break;
-      case CacheEventOp::Kind::kTierUp: kind = "U"; break;
-    }
-    args.push_back(kind);
-    args.push_back(e.kind == CacheEventOp::Kind::kCleared ? "" : PackPageHashes(e.hashes));
-  }
+  for (const CacheEventOp& e : ops) AppendOpArgs(e, &args);
   const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
                                          keys_.PredictedKey(worker_id),
                                          keys_.SwaGoneKey(worker_id),
@@ -417,9 +531,10 @@ absl::Status PrefixIndex::RecordDispatch(absl::string_view worker_id,
                                          absl::Span<const uint64_t> hashes) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
   if (hashes.empty()) return absl::OkStatus();
-  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
-                                         keys_.PredictedKey(worker_id),
-                                         keys_.PredictedUntilKey()};
+  const int shard = MatchShard(hashes);
+  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id, shard),
+                                         keys_.PredictedKey(worker_id, shard),
+                                         keys_.PredictedUntilKey(shard)};
   const std::vector<std::string> args = {
       absl::StrCat(absl::ToInt64Milliseconds(options_.predicted_ttl)),
       absl::StrCat(options_.max_predicted_per_worker), PackPageHashes(hashes),
@@ -445,21 +560,27 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
         "PrefixIndex::Match: ", window_scan_pages.size(), " window scan bounds for ",
         candidates.size(), " candidates"));
   }
+  if (sharded() && !value_keys.empty()) {
+    return absl::InvalidArgumentError(
+        "PrefixIndex::Match: a sharded index (Redis Cluster) reads no value keys: they live "
+        "in another hash slot");
+  }
+  const int shard = MatchShard(hashes);
   std::vector<std::string> keys;
   keys.reserve(4 * candidates.size() + 1 + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
-    keys.push_back(keys_.PrefixKey(id));
-    keys.push_back(keys_.PredictedKey(id));
-    keys.push_back(keys_.SwaGoneKey(id));
-    keys.push_back(keys_.LowerTierKey(id));
+    keys.push_back(keys_.PrefixKey(id, shard));
+    keys.push_back(keys_.PredictedKey(id, shard));
+    keys.push_back(keys_.SwaGoneKey(id, shard));
+    keys.push_back(keys_.LowerTierKey(id, shard));
   }
   std::vector<int64_t> depths(candidates.size(), 0);
   if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
   if (safe_pages != nullptr) safe_pages->assign(candidates.size(), 0);
   if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
   if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
-  keys.push_back(keys_.PredictedUntilKey());
+  keys.push_back(keys_.PredictedUntilKey(shard));
   for (const std::string& k : value_keys) keys.push_back(k);
   std::vector<std::string> args = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
                                    absl::StrCat(std::max(0, window_pages))};
@@ -512,30 +633,59 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   return depths;
 }
 
+std::vector<RedisCommand> PrefixIndex::ClearCommands(absl::string_view worker_id) const {
+  std::vector<RedisCommand> commands;
+  for (int s = 0; s < keys_.index_shards(); ++s) {
+    commands.push_back({"DEL", keys_.PrefixKey(worker_id, s), keys_.PredictedKey(worker_id, s),
+                        keys_.SwaGoneKey(worker_id, s), keys_.LowerTierKey(worker_id, s)});
+  }
+  return commands;
+}
+
+std::vector<RedisCommand> PrefixIndex::ExpireCommands(absl::string_view worker_id,
+                                                      uint64_t shard_mask) const {
+  const std::string ttl = absl::StrCat(absl::ToInt64Milliseconds(options_.index_ttl));
+  std::vector<RedisCommand> commands;
+  for (int s = 0; s < keys_.index_shards(); ++s) {
+    if ((shard_mask >> s & 1) == 0) continue;
+    for (const std::string& key : {keys_.PrefixKey(worker_id, s), keys_.SwaGoneKey(worker_id, s),
+                                   keys_.LowerTierKey(worker_id, s)}) {
+      commands.push_back({"PEXPIRE", key, ttl});
+    }
+  }
+  return commands;
+}
+
 absl::Status PrefixIndex::Clear(absl::string_view worker_id) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
-  return redis_
-      ->Command(
-          {"DEL", keys_.PrefixKey(worker_id), keys_.PredictedKey(worker_id),
-           keys_.SwaGoneKey(worker_id), keys_.LowerTierKey(worker_id)},
-          "prefix_clear")
-      .status();
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   redis_->Pipeline(ClearCommands(worker_id), "prefix_clear"));
+  for (const RedisReply& r : replies) RETURN_IF_ERROR(r.ToStatus());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PrefixIndexSizes> PrefixIndex::Sizes(
     absl::string_view worker_id) {
   RETURN_IF_ERROR(ValidateName(worker_id, "worker id"));
-  const std::vector<std::string> keys = {keys_.PrefixKey(worker_id),
-                                         keys_.PredictedKey(worker_id)};
-  ASSIGN_OR_RETURN(RedisReply reply,
-                   redis_->Evalsha(SizesScript(), keys, {}, "prefix_sizes"));
-  if (!reply.is_array() || reply.elements.size() != 2) {
-    return absl::InternalError(
-        absl::StrCat("prefix_sizes: unexpected reply ", reply.DebugString()));
+  std::vector<RedisScriptCall> calls;
+  for (int s = 0; s < keys_.index_shards(); ++s) {
+    calls.push_back(RedisScriptCall{
+        .script = &SizesScript(),
+        .keys = {keys_.PrefixKey(worker_id, s), keys_.PredictedKey(worker_id, s)}});
   }
+  ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                   redis_->EvalshaPipeline(calls, "prefix_sizes"));
   PrefixIndexSizes sizes;
-  ASSIGN_OR_RETURN(sizes.authoritative, reply.elements[0].AsInteger());
-  ASSIGN_OR_RETURN(sizes.predicted, reply.elements[1].AsInteger());
+  for (const RedisReply& reply : replies) {
+    if (!reply.is_array() || reply.elements.size() != 2) {
+      return absl::InternalError(
+          absl::StrCat("prefix_sizes: unexpected reply ", reply.DebugString()));
+    }
+    ASSIGN_OR_RETURN(const int64_t authoritative, reply.elements[0].AsInteger());
+    ASSIGN_OR_RETURN(const int64_t predicted, reply.elements[1].AsInteger());
+    sizes.authoritative += authoritative;
+    sizes.predicted += predicted;
+  }
   return sizes;
 }
 

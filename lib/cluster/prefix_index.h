@@ -79,9 +79,27 @@
 // invariant broken (a bug, or a hand-edited key), a depth could be off
 // until the worker's next clear; it only steers routing, never the output.
 //
-// The index lives in one Redis instance (scripts touch several keys; Redis
-// Cluster is not supported). Ownership: does not own the RedisClient, which
-// must outlive it. Thread-safety: thread-safe (stateless over the client).
+// Redis Cluster (issue 22): a script's keys must share one hash slot, and a
+// decision must stay one round trip, so on a cluster the index is split into
+// index shards (PrefixIndexOptions::cluster_index_shards, hash tags in
+// key_schema.h, spread over the masters). A prompt's whole chain lives in
+// the shard of its anchor page K (anchor_page; a prompt of at most K pages:
+// the home shard), and each shard stays closed under prefixes because the
+// worker copies a chain's head pages into its anchor's shard
+// (index_shard_mapper.h: why page K and not page 0, and what it costs).
+// Match and RecordDispatch then touch one shard: one EVALSHA on one master.
+// Apply writes every shard a batch touches (one EVALSHA per shard, pipelined
+// per master), then the event stream (its own hash tag). The load reports
+// live in another slot than the shard, so on a sharded index Match reads no
+// value keys (ClusterView reads loads on its own). A single Redis keeps one
+// shard and every behaviour above. Failover: a replica promoted after a
+// master dies may miss the last writes (Redis replicates asynchronously):
+// entries stored or removed just before are then missing or stale until
+// the worker's next events on those pages — routing is steered, never the
+// output.
+//
+// Ownership: does not own the RedisClient, which must outlive it.
+// Thread-safety: thread-safe (stateless over the client).
 #pragma once
 
 #include <cstdint>
@@ -122,7 +140,22 @@ struct PrefixIndexOptions {
   // pages (32 KiB), so a worker's stream takes at most about 32 KiB x this
   // (typically far less: most ops are a few pages). Default 1,000.
   int64_t event_stream_max_len = 1000;
+  // On a Redis Cluster (RedisClient::cluster_mode()): the number of index
+  // shards, 1..64 (KeySchema; 1 puts the whole index in one slot, so on one
+  // master). Every process of a cluster must agree. Default 64: about
+  // 21 per master of a 3-master cluster, so the shards spread evenly.
+  int cluster_index_shards = 64;
+  // On a sharded index: the anchor page K that chooses a chain's shard
+  // (index_shard_mapper.h). Every process of a cluster must agree. Default
+  // 32 (512 tokens at 16 per page: past the shared system prompt of the
+  // Mooncake conversation trace, whose first 512 tokens every request
+  // shares).
+  int anchor_page = 32;
 };
+
+// The index shards `redis` gets: cluster_index_shards on a Redis Cluster, 1
+// on a single Redis (KeySchema::Create's index_shards).
+int IndexShardCount(const RedisClient& redis, const PrefixIndexOptions& options);
 
 // Checks the options; InvalidArgument names the bad field.
 absl::Status ValidatePrefixIndexOptions(const PrefixIndexOptions& options);
@@ -143,6 +176,9 @@ class PrefixIndex {
   // Applies a worker's cache events (authoritative), in order, in one
   // script call, and refreshes its index_ttl. Returns the number of
   // authoritative entries afterwards. `op` labels the Redis metrics.
+  // Sharded (IndexShardMapper's ops: shard, index and stream flags): one
+  // script call per shard touched, pipelined, then one for the event
+  // stream; returns the entries of the shards touched.
   absl::StatusOr<int64_t> Apply(absl::string_view worker_id,
                                 absl::Span<const CacheEventOp> ops,
                                 absl::string_view op = "cache_events");
@@ -184,10 +220,24 @@ class PrefixIndex {
       std::vector<int64_t>* safe_pages = nullptr, std::vector<int64_t>* l1_pages = nullptr,
       absl::Span<const int64_t> window_scan_pages = {});
 
-  // Deletes every entry of `worker_id`.
+  // Deletes every entry of `worker_id` (every shard).
   absl::Status Clear(absl::string_view worker_id);
+  // The commands Clear sends (one DEL per shard), for a caller's pipeline.
+  std::vector<RedisCommand> ClearCommands(absl::string_view worker_id) const;
+  // PEXPIRE index_ttl of the worker's index keys in the shards of
+  // `shard_mask` (bit s: shard s): a heartbeat keeps a live worker's entries.
+  std::vector<RedisCommand> ExpireCommands(absl::string_view worker_id,
+                                           uint64_t shard_mask) const;
 
-  // Entry counts of `worker_id` (tests, debugging tools).
+  // More than one index shard (a Redis Cluster).
+  bool sharded() const { return keys_.index_shards() > 1; }
+  // The shard a prompt with these page hashes is matched (and recorded) in:
+  // that of page anchor_page when it has one, else the home shard.
+  int MatchShard(absl::Span<const uint64_t> hashes) const;
+  const KeySchema& keys() const { return keys_; }
+
+  // Entry counts of `worker_id` (tests, debugging tools); sharded: the sums
+  // over the shards (a head page counts once per shard holding a copy).
   absl::StatusOr<PrefixIndexSizes> Sizes(absl::string_view worker_id);
 
   const PrefixIndexOptions& options() const { return options_; }
@@ -195,6 +245,9 @@ class PrefixIndex {
  private:
   PrefixIndex(RedisClient* redis, KeySchema keys, PrefixIndexOptions options)
       : redis_(redis), keys_(std::move(keys)), options_(options) {}
+
+  absl::StatusOr<int64_t> ApplySharded(absl::string_view worker_id,
+                                       absl::Span<const CacheEventOp> ops, absl::string_view op);
 
   RedisClient* const redis_;
   const KeySchema keys_;

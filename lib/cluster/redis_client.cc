@@ -668,21 +668,7 @@ absl::StatusOr<RedisReply> RedisClient::Evalsha(
       // Redis restarted or the script cache was flushed (or, in a cluster,
       // this master never saw the script): it did not run. Load it again
       // (on every master) and retry once.
-      if (single_ == nullptr) {
-        ASSIGN_OR_RETURN(auto loaded,
-                         CommandOnEveryMaster({"SCRIPT", "LOAD", script.source}, "script_load"));
-        for (auto& [address, r] : loaded) {
-          if (r.is_error()) {
-            return absl::Status(r.ToStatus().code(),
-                                absl::StrCat("loading script ", script.name, " on ", address,
-                                             ": ", r.str));
-          }
-        }
-      } else {
-        sha = ScriptSha(script, /*reload=*/true);
-        if (!sha.ok()) return sha.status();
-        command[1] = *sha;
-      }
+      ASSIGN_OR_RETURN(command[1], ReloadScript(script));
       continue;
     }
     if (reply.is_error()) {
@@ -692,6 +678,62 @@ absl::StatusOr<RedisReply> RedisClient::Evalsha(
     }
     return std::move(reply);
   }
+}
+
+absl::StatusOr<std::string> RedisClient::ReloadScript(const RedisScript& script) {
+  if (single_ != nullptr) return ScriptSha(script, /*reload=*/true);
+  ASSIGN_OR_RETURN(auto loaded,
+                   CommandOnEveryMaster({"SCRIPT", "LOAD", script.source}, "script_load"));
+  for (auto& [address, r] : loaded) {
+    if (r.is_error()) {
+      return absl::Status(r.ToStatus().code(), absl::StrCat("loading script ", script.name,
+                                                            " on ", address, ": ", r.str));
+    }
+  }
+  return ScriptSha(script, /*reload=*/false);
+}
+
+absl::StatusOr<std::vector<RedisReply>> RedisClient::EvalshaPipeline(
+    absl::Span<const RedisScriptCall> calls, absl::string_view op) {
+  auto command_of = [&](const RedisScriptCall& c) -> absl::StatusOr<RedisCommand> {
+    if (c.script == nullptr) return absl::InvalidArgumentError("EvalshaPipeline: null script");
+    ASSIGN_OR_RETURN(std::string sha, ScriptSha(*c.script, /*reload=*/false));
+    RedisCommand command = {"EVALSHA", std::move(sha), absl::StrCat(c.keys.size())};
+    command.insert(command.end(), c.keys.begin(), c.keys.end());
+    command.insert(command.end(), c.args.begin(), c.args.end());
+    return command;
+  };
+  std::vector<RedisCommand> commands;
+  commands.reserve(calls.size());
+  for (const RedisScriptCall& c : calls) {
+    ASSIGN_OR_RETURN(RedisCommand command, command_of(c));
+    commands.push_back(std::move(command));
+  }
+  std::vector<RedisReply> replies;
+  if (commands.empty()) return replies;
+  RETURN_IF_ERROR(Run(commands, op, &replies));
+  // Calls refused with NOSCRIPT did not run: load their scripts, run them
+  // again (once).
+  std::vector<size_t> again;
+  std::vector<const RedisScript*> reloaded;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (!replies[i].is_error() || !absl::StartsWith(replies[i].str, "NOSCRIPT")) continue;
+    again.push_back(i);
+    if (std::find(reloaded.begin(), reloaded.end(), calls[i].script) == reloaded.end()) {
+      RETURN_IF_ERROR(ReloadScript(*calls[i].script).status());
+      reloaded.push_back(calls[i].script);
+    }
+  }
+  if (again.empty()) return replies;
+  std::vector<RedisCommand> retry;
+  for (size_t i : again) {
+    ASSIGN_OR_RETURN(RedisCommand command, command_of(calls[i]));
+    retry.push_back(std::move(command));
+  }
+  std::vector<RedisReply> retried;
+  RETURN_IF_ERROR(Run(retry, op, &retried));
+  for (size_t j = 0; j < again.size(); ++j) replies[again[j]] = std::move(retried[j]);
+  return replies;
 }
 
 absl::Status RedisClient::Ping() {

@@ -185,6 +185,13 @@ struct RedisScript {
 // ({"HSET", key, field, value}).
 using RedisCommand = std::vector<std::string>;
 
+// One EVALSHA of a pipeline (RedisClient::EvalshaPipeline).
+struct RedisScriptCall {
+  const RedisScript* script = nullptr;  // not owned
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
+
 class RedisClient {
  public:
   // Validates the options; does not connect. InvalidArgument names the bad
@@ -216,6 +223,14 @@ class RedisClient {
                                      absl::Span<const std::string> keys,
                                      absl::Span<const std::string> args,
                                      absl::string_view op = "");
+
+  // Runs every call as one pipeline (in cluster mode: one per master owning
+  // a call's keys). Calls refused with NOSCRIPT did not run: their scripts
+  // are loaded (on every master) and they run once more, as in Evalsha.
+  // Each call's reply, error replies included, comes back in its element
+  // (check each). Unavailable as Pipeline. `op` labels the metrics.
+  absl::StatusOr<std::vector<RedisReply>> EvalshaPipeline(
+      absl::Span<const RedisScriptCall> calls, absl::string_view op);
 
   // PING; OK when Redis answers (in cluster mode: any master).
   absl::Status Ping();
@@ -255,6 +270,9 @@ class RedisClient {
   // unlocks it): a free one if any, else waits for one.
   Connection& AcquireConnection(Node& node) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   absl::StatusOr<std::string> ScriptSha(const RedisScript& script, bool reload);
+  // After NOSCRIPT: loads `script` again (cluster mode: on every master) and
+  // returns its SHA1.
+  absl::StatusOr<std::string> ReloadScript(const RedisScript& script);
   OpMetrics* MetricsFor(absl::string_view op);
 
   // Cluster mode (redis_client_cluster.cc).

@@ -136,13 +136,16 @@ absl::StatusOr<std::vector<RedisSlotRange>> ParseClusterSlots(
         r.elements[1].type != RedisReply::Type::kInteger) {
       return bad("a range is not [start, end, master, ...]");
     }
-    RedisSlotRange range;
-    range.start = static_cast<int>(r.elements[0].integer);
-    range.end = static_cast<int>(r.elements[1].integer);
-    if (r.elements[0].integer < 0 || r.elements[1].integer >= kRedisClusterSlots ||
-        range.start > range.end) {
+    // Compare as 64-bit before narrowing: a start of 54000000061 truncates
+    // to an int inside 0..16383 (found by redis_cluster_fuzzer).
+    const int64_t start = r.elements[0].integer;
+    const int64_t end = r.elements[1].integer;
+    if (start < 0 || end >= kRedisClusterSlots || start > end) {
       return bad("a slot range outside 0..16383");
     }
+    RedisSlotRange range;
+    range.start = static_cast<int>(start);
+    range.end = static_cast<int>(end);
     if (!node(r.elements[2], &range.master)) return bad("a malformed master");
     for (size_t i = 3; i < r.elements.size(); ++i) {
       std::string replica;

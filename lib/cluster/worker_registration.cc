@@ -60,7 +60,9 @@ absl::StatusOr<std::unique_ptr<WorkerRegistration>> WorkerRegistration::Create(
   if (options.max_queued_hashes < 1 || options.max_hashes_per_flush < 1) {
     return bad("max_queued_hashes and max_hashes_per_flush must be >= 1");
   }
-  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster));
+  ASSIGN_OR_RETURN(KeySchema keys, KeySchema::Create(options.cluster,
+                                                     IndexShardCount(*options.redis,
+                                                                     options.index)));
   ASSIGN_OR_RETURN(std::unique_ptr<PrefixIndex> index,
                    PrefixIndex::Create(options.redis, keys, options.index));
   base::Clock* clock =
@@ -108,7 +110,11 @@ WorkerRegistration::WorkerRegistration(WorkerRegistrationOptions options,
       keys_(std::move(keys)),
       clock_(options_.clock != nullptr ? options_.clock : base::Clock::Real()),
       index_(std::move(index)),
-      events_(options_.max_queued_hashes) {}
+      events_(options_.max_queued_hashes) {
+  if (index_->sharded()) {
+    mapper_ = std::make_unique<IndexShardMapper>(keys_, options_.index.anchor_page);
+  }
+}
 
 WorkerRegistration::~WorkerRegistration() { Stop(); }
 
@@ -120,12 +126,35 @@ void WorkerRegistration::PublishCacheEvent(bool stored,
 
 void WorkerRegistration::PublishCacheEvent(CacheEventOp::Kind kind,
                                            std::vector<uint64_t> hashes) {
+  const size_t k = static_cast<size_t>(options_.index.anchor_page);
+  const uint64_t anchor = hashes.size() > k ? hashes[k] : 0;
+  PublishCacheEvent(kind, std::move(hashes), /*depth=*/0, /*parent=*/0, anchor);
+}
+
+void WorkerRegistration::PublishCacheEvent(CacheEventOp::Kind kind,
+                                           std::vector<uint64_t> hashes, int depth,
+                                           uint64_t parent, uint64_t anchor) {
   if (hashes.empty()) return;
   if (kind == CacheEventOp::Kind::kCleared) {
     PublishCacheCleared();
     return;
   }
-  events_.Push(kind, hashes);
+  if (mapper_ == nullptr) {
+    events_.Push(kind, hashes);
+  } else {
+    absl::MutexLock lock(&mapper_mu_);
+    const uint64_t dropped = events_.dropped_hashes();
+    if (dropped != mapper_dropped_) {
+      // The queue dropped events and cleared the index: no copies remain.
+      mapper_->ForgetCopies();
+      mapper_dropped_ = dropped;
+    }
+    std::vector<CacheEventOp> ops;
+    mapper_->Map(PathEvent{.kind = kind, .hashes = hashes, .depth = depth, .parent = parent,
+                           .anchor = anchor},
+                 &ops);
+    for (const CacheEventOp& op : ops) events_.Push(op);
+  }
   const size_t queued = events_.queued_hashes();
   absl::MutexLock lock(&mu_);
   if (first_event_at_ == absl::InfiniteFuture()) {
@@ -136,7 +165,13 @@ void WorkerRegistration::PublishCacheEvent(CacheEventOp::Kind kind,
 }
 
 void WorkerRegistration::PublishCacheCleared() {
-  events_.PushCleared();
+  if (mapper_ == nullptr) {
+    events_.PushCleared();
+  } else {
+    absl::MutexLock lock(&mapper_mu_);
+    mapper_->Clear();
+    events_.PushCleared();
+  }
   absl::MutexLock lock(&mu_);
   if (first_event_at_ == absl::InfiniteFuture()) first_event_at_ = absl::Now();
   wake_ = true;
@@ -225,20 +260,22 @@ absl::Status WorkerRegistration::Register() {
     hset.push_back(field);
     hset.push_back(value);
   }
-  std::vector<RedisCommand> commands = {
-      {"MULTI"},
-      {"DEL", record},
-      std::move(hset),
-      {"PEXPIRE", record, absl::StrCat(ToMs(options_.record_ttl))},
-      {"SADD", keys_.WorkersKey(), options_.info.id},
-  };
+  std::vector<RedisCommand> commands;
   if (first && options_.clear_index_on_start) {
-    // The KV event stream restarts too: its consumers see the sequence
-    // start over and resync from a snapshot (kv_events.h).
+    // Before the record, outside its transaction (on a Redis Cluster the
+    // index and event keys live in other hash slots): a router that sees
+    // the record sees no stale entries. The KV event stream restarts too:
+    // its consumers see the sequence start over and resync from a snapshot
+    // (kv_events.h).
     const std::string& id = options_.info.id;
-    commands.push_back({"DEL", keys_.PrefixKey(id), keys_.PredictedKey(id), keys_.SwaGoneKey(id),
-                        keys_.LowerTierKey(id), keys_.EventsKey(id), keys_.EventSeqKey(id)});
+    commands = index_->ClearCommands(id);
+    commands.push_back({"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id)});
   }
+  commands.push_back({"MULTI"});
+  commands.push_back({"DEL", record});
+  commands.push_back(std::move(hset));
+  commands.push_back({"PEXPIRE", record, absl::StrCat(ToMs(options_.record_ttl))});
+  commands.push_back({"SADD", keys_.WorkersKey(), options_.info.id});
   commands.push_back({"EXEC"});
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
                    options_.redis->Pipeline(commands, "register"));
@@ -279,13 +316,19 @@ absl::Status WorkerRegistration::Heartbeat(bool publish_load,
     commands.push_back({"PEXPIRE", keys_.WorkerKey(options_.info.id),
                         absl::StrCat(ToMs(options_.record_ttl))});
     commands.push_back({"SADD", keys_.WorkersKey(), options_.info.id});
-    // A live worker's index entries do not expire (prefix_index.h).
-    commands.push_back({"PEXPIRE", keys_.PrefixKey(options_.info.id),
-                        absl::StrCat(ToMs(options_.index.index_ttl))});
+    // A live worker's index entries do not expire (prefix_index.h): every
+    // shard it has written (a single Redis: the one shard).
     // (The reply read below is the record's PEXPIRE, the first of these.)
+    uint64_t shards = 1;
+    if (mapper_ != nullptr) {
+      absl::MutexLock lock(&mapper_mu_);
+      shards = mapper_->touched_shards();
+    }
+    for (RedisCommand& c : index_->ExpireCommands(options_.info.id, shards)) {
+      commands.push_back(std::move(c));
+    }
     for (const std::string& key :
-         {keys_.SwaGoneKey(options_.info.id), keys_.LowerTierKey(options_.info.id),
-          keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
+         {keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
       commands.push_back({"PEXPIRE", key, absl::StrCat(ToMs(options_.index.index_ttl))});
     }
   }
@@ -343,12 +386,13 @@ bool WorkerRegistration::FlushEvents() {
 
 absl::Status WorkerRegistration::Deregister() {
   const std::string& id = options_.info.id;
+  // One DEL per hash tag (a Redis Cluster refuses keys of several slots).
   std::vector<RedisCommand> commands = {
-      {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id), keys_.PrefixKey(id),
-       keys_.PredictedKey(id), keys_.SwaGoneKey(id), keys_.LowerTierKey(id),
-       keys_.EventsKey(id), keys_.EventSeqKey(id)},
+      {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id)},
       {"SREM", keys_.WorkersKey(), id},
+      {"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id)},
   };
+  for (RedisCommand& c : index_->ClearCommands(id)) commands.push_back(std::move(c));
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
                    options_.redis->Pipeline(commands, "deregister"));
   RETURN_IF_ERROR(CheckReplies(replies, "deregistering"));

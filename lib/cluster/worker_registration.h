@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
 #include "lib/cluster/cache_event_queue.h"
+#include "lib/cluster/index_shard_mapper.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/prefix_index.h"
 #include "lib/cluster/redis_client.h"
@@ -148,6 +149,16 @@ class WorkerRegistration {
   // the worker's prefix cache. Never blocks on Redis.
   void PublishCacheEvent(bool stored, std::vector<uint64_t> hashes);
   void PublishCacheEvent(CacheEventOp::Kind kind, std::vector<uint64_t> hashes);
+  // The same with the pages' place on their path (kv::CacheEvent depth,
+  // parent, anchor; the cache must have event_anchor_page() set): a sharded
+  // index (Redis Cluster) maps each event to its shards
+  // (index_shard_mapper.h). The overloads above assume a path from the root
+  // (depth 0), true of a whole prompt's pages.
+  void PublishCacheEvent(CacheEventOp::Kind kind, std::vector<uint64_t> hashes, int depth,
+                         uint64_t parent, uint64_t anchor);
+  // kv::PrefixCacheOptions::event_anchor_page for this worker's cache: the
+  // index's anchor page when it is sharded, else 0 (no anchors needed).
+  int event_anchor_page() const { return mapper_ != nullptr ? options_.index.anchor_page : 0; }
   // The worker's whole prefix cache was emptied.
   void PublishCacheCleared();
 
@@ -185,6 +196,13 @@ class WorkerRegistration {
   base::Clock* const clock_;
   std::unique_ptr<PrefixIndex> index_;
   CacheEventQueue events_;
+  // Sharded index only (nullptr otherwise): maps events to shards; guarded
+  // by mapper_mu_, held while the ops are queued so they keep the events'
+  // order. mapper_dropped_ is events_.dropped_hashes() as of the last map
+  // (a drop cleared the index: the mapper forgets its copies).
+  absl::Mutex mapper_mu_;
+  std::unique_ptr<IndexShardMapper> mapper_ ABSL_PT_GUARDED_BY(mapper_mu_);
+  uint64_t mapper_dropped_ ABSL_GUARDED_BY(mapper_mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

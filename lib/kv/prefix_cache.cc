@@ -63,6 +63,7 @@ PrefixCache::PrefixCache(const PrefixCacheOptions& options)
       on_event_(options.on_event),
       root_(std::make_unique<CacheNode>()) {
   root_->id = next_id_++;
+  event_anchor_page_ = std::max(0, options.event_anchor_page);
 }
 
 PrefixCache::~PrefixCache() {
@@ -180,11 +181,24 @@ CacheNode* PrefixCache::Split(CacheNode* node, int pages) {
 }
 
 void PrefixCache::Emit(CacheEvent::Type type, const CacheNode* node,
-                       int first_page, int num_pages) {
+                       int first_page, int num_pages, uint8_t tier) {
   if (!on_event_ || num_pages <= 0) return;
-  CacheEvent e{type, std::vector<uint64_t>(
-                         node->hashes.begin() + first_page,
-                         node->hashes.begin() + first_page + num_pages)};
+  CacheEvent e{.type = type,
+               .hashes = std::vector<uint64_t>(node->hashes.begin() + first_page,
+                                               node->hashes.begin() + first_page + num_pages),
+               .tier = tier,
+               .depth = node->start_page + first_page};
+  if (first_page > 0) {
+    e.parent = node->hashes[first_page - 1];
+  } else if (node->parent != nullptr && node->parent != root_.get()) {
+    e.parent = node->parent->hashes.back();
+  }
+  const int k = event_anchor_page_;
+  if (k > 0 && node->end_page() > k) {
+    const CacheNode* n = node;
+    while (n->start_page > k) n = n->parent;
+    e.anchor = n->hashes[k - n->start_page];
+  }
   on_event_(e);
 }
 

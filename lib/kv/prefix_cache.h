@@ -130,6 +130,14 @@ struct CacheEvent {
   std::vector<uint64_t> hashes;
   // Where the pages are now (kStored: always 0; kTierChanged: the new tier).
   uint8_t tier = 0;
+  // Where the pages sit on their path (for an index sharded by path,
+  // cluster::IndexShardMapper): pages from the root to hashes[0], the hash
+  // of the page before it (0 when depth is 0), and, when the cache has
+  // event_anchor_page = K > 0 and the path goes past page K (depth +
+  // hashes.size() > K), the hash of page K of the path (0 otherwise).
+  int32_t depth = 0;
+  uint64_t parent = 0;
+  uint64_t anchor = 0;
 };
 
 struct PrefixCacheOptions {
@@ -166,6 +174,10 @@ struct PrefixCacheOptions {
   // this many hits' paths, so hot prefixes survive a restart before they
   // are ever evicted. 0: write-back only (pages leaving the tree). Default 2.
   int l3_write_through_hits = 2;
+  // K > 0: every event carries the hash of page K of its path
+  // (CacheEvent::anchor, found by walking up the tree: O(nodes on the
+  // path)). 0 (default): no anchors.
+  int event_anchor_page = 0;
 };
 
 // Result of PrefixCache::LoadBack.
@@ -489,7 +501,7 @@ class PrefixCache {
   void LockFullKv(CacheHit& hit, CacheNode* end_node, int k);
   void UnlockSwa(CacheNode* node, int swa_tokens);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
-            int num_pages);
+            int num_pages, uint8_t tier = 0);
   void CountNodes();
 
   KvPools* pools_;
@@ -501,6 +513,7 @@ class PrefixCache {
   int window_;
   bool keep_tombstones_;
   std::function<void(const CacheEvent&)> on_event_;
+  int event_anchor_page_ = 0;
   std::unique_ptr<CacheNode> root_;
   uint64_t next_id_ = 1;
   // Recency ticks: hot ones start above every cold one (Insert's swa_cold),

@@ -219,10 +219,7 @@ int PrefixCache::AttachFromL3(absl::Span<const uint64_t> page_hashes, const L3Fe
     node->children.emplace(c->hashes[0], std::unique_ptr<CacheNode>(c));
     Emit(CacheEvent::Type::kStored, c, 0, c->pages());
     if (!live) Emit(CacheEvent::Type::kSwaRemoved, c, 0, c->pages());
-    if (on_event_) {
-      CacheEvent e{CacheEvent::Type::kTierChanged, c->hashes, 1};
-      on_event_(e);
-    }
+    Emit(CacheEvent::Type::kTierChanged, c, 0, c->pages(), 1);
     Reindex(node);
     Reindex(c);
     node = c;

@@ -113,10 +113,7 @@ void PrefixCache::Demote(CacheNode* n, EvictResult* result) {
     }
   }
   SetTier(n, 1);
-  if (on_event_) {
-    CacheEvent e{CacheEvent::Type::kTierChanged, n->hashes, 1};
-    on_event_(e);
-  }
+  Emit(CacheEvent::Type::kTierChanged, n, 0, n->pages(), 1);
   Reindex(n);
   if (n->parent != root_.get()) Reindex(n->parent);
   if (!keep_tombstones_ && n->tombstone() && n->leaf()) {
@@ -157,10 +154,7 @@ void PrefixCache::AdoptIntoL1(CacheNode* n, absl::Span<const PageId> full_pages)
     Emit(CacheEvent::Type::kSwaRemoved, n, 0, n->pages());
   }
   SetTier(n, 0);
-  if (on_event_) {
-    CacheEvent e{CacheEvent::Type::kTierChanged, n->hashes, 0};
-    on_event_(e);
-  }
+  Emit(CacheEvent::Type::kTierChanged, n, 0, n->pages(), 0);
   Reindex(n);
   if (n->parent != root_.get()) Reindex(n->parent);
 }
@@ -213,10 +207,7 @@ bool PrefixCache::Promote(CacheNode* n, PendingLoadBack* p) {
   }
   n->load_generation = p->generation_;
   SetTier(n, 0);
-  if (on_event_) {
-    CacheEvent e{CacheEvent::Type::kTierChanged, n->hashes, 0};
-    on_event_(e);
-  }
+  Emit(CacheEvent::Type::kTierChanged, n, 0, n->pages(), 0);
   Reindex(n);
   if (n->parent != root_.get()) Reindex(n->parent);
   return true;

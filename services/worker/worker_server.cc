@@ -63,20 +63,21 @@ class CacheEventForwarder {
     using Kind = cluster::CacheEventOp::Kind;
     switch (e.type) {
       case kv::CacheEvent::Type::kStored:
-        reg_->PublishCacheEvent(Kind::kStored, e.hashes);
+        reg_->PublishCacheEvent(Kind::kStored, e.hashes, e.depth, e.parent, e.anchor);
         break;
       case kv::CacheEvent::Type::kRemoved:
-        reg_->PublishCacheEvent(Kind::kRemoved, e.hashes);
+        reg_->PublishCacheEvent(Kind::kRemoved, e.hashes, e.depth, e.parent, e.anchor);
         break;
       case kv::CacheEvent::Type::kSwaStored:
-        reg_->PublishCacheEvent(Kind::kSwaStored, e.hashes);
+        reg_->PublishCacheEvent(Kind::kSwaStored, e.hashes, e.depth, e.parent, e.anchor);
         break;
       case kv::CacheEvent::Type::kSwaRemoved:
-        reg_->PublishCacheEvent(Kind::kSwaRemoved, e.hashes);
+        reg_->PublishCacheEvent(Kind::kSwaRemoved, e.hashes, e.depth, e.parent, e.anchor);
         break;
       case kv::CacheEvent::Type::kTierChanged:
         // Still cached; the router credits L2 pages less (policy.h).
-        reg_->PublishCacheEvent(e.tier == 0 ? Kind::kTierUp : Kind::kTierDown, e.hashes);
+        reg_->PublishCacheEvent(e.tier == 0 ? Kind::kTierUp : Kind::kTierDown, e.hashes,
+                                 e.depth, e.parent, e.anchor);
         break;
     }
   }
@@ -200,7 +201,13 @@ absl::Status Worker::BuildPrefill() {
                                .l2 = prefill_l2.get(),
                                .l3 = prefill_l3.get(),
                                .l3_model_identity = prefill_l3 != nullptr ? ModelIdentity(o.model) : 0,
-                               .l3_write_through_hits = static_cast<int>(o.l3_write_through_hits)}));
+                               .l3_write_through_hits = static_cast<int>(o.l3_write_through_hits),
+                               // A sharded index (Redis Cluster) maps events
+                               // by their anchor page (index_shard_mapper.h);
+                               // cheap, so set whenever the worker has Redis.
+                               .event_anchor_page = o.redis.empty()
+                                                        ? 0
+                                                        : cluster::PrefixIndexOptions{}.anchor_page}));
   // KV metrics describe the prefill side's pools and prefix cache (the
   // cache hit rate an SRE watches); in monolithic mode the decode pools
   // show in swaserve_decode_* and the load reports.

@@ -79,16 +79,17 @@ int KvEvents(int argc, const char* const* argv) {
     std::fprintf(stderr, "swaserve kv-events: key 'redis': %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  absl::StatusOr<cluster::KeySchema> keys = cluster::KeySchema::Create(cluster_name);
-  if (!keys.ok()) {
-    std::fprintf(stderr, "swaserve kv-events: key 'cluster': %s\n",
-                 std::string(keys.status().message()).c_str());
-    return 2;
-  }
   absl::StatusOr<std::unique_ptr<cluster::RedisClient>> client = cluster::RedisClient::Create(ro);
   if (!client.ok()) {
     std::fprintf(stderr, "swaserve kv-events: %s\n", std::string(client.status().message()).c_str());
     return 1;
+  }
+  absl::StatusOr<cluster::KeySchema> keys = cluster::KeySchema::Create(
+      cluster_name, cluster::IndexShardCount(**client, cluster::PrefixIndexOptions{}));
+  if (!keys.ok()) {
+    std::fprintf(stderr, "swaserve kv-events: key 'cluster': %s\n",
+                 std::string(keys.status().message()).c_str());
+    return 2;
   }
   cluster::KvEventReader reader(client->get(), *keys);
   if (worker.empty()) {

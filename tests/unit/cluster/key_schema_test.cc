@@ -1,4 +1,5 @@
 #include "lib/cluster/key_schema.h"
+#include "lib/cluster/redis_cluster_protocol.h"
 
 #include <random>
 
@@ -27,16 +28,50 @@ TEST(KeySchema, VersionedPrefixPerCluster) {
   absl::StatusOr<KeySchema> keys = KeySchema::Create("prod");
   ASSERT_TRUE(keys.ok()) << keys.status();
   EXPECT_EQ(keys->prefix(), "swaserve:v1:prod:");
-  EXPECT_EQ(keys->WorkersKey(), "swaserve:v1:prod:workers");
-  EXPECT_EQ(keys->WorkerKey("w1"), "swaserve:v1:prod:worker:w1");
+  EXPECT_EQ(keys->WorkersKey(), "swaserve:v1:prod:{prod}:workers");
+  EXPECT_EQ(keys->WorkerKey("w1"), "swaserve:v1:prod:{prod}:worker:w1");
   EXPECT_EQ(keys->WorkerKeyPrefix() + "w1", keys->WorkerKey("w1"));
-  EXPECT_EQ(keys->LoadKey("w1"), "swaserve:v1:prod:load:w1");
-  EXPECT_EQ(keys->PrefixKey("w1"), "swaserve:v1:prod:prefix:w1");
-  EXPECT_EQ(keys->PredictedKey("w1"), "swaserve:v1:prod:predicted:w1");
+  EXPECT_EQ(keys->LoadKey("w1"), "swaserve:v1:prod:{prod}:load:w1");
+  EXPECT_EQ(keys->PrefixKey("w1"), "swaserve:v1:prod:{prod.ix.0}:prefix:w1");
+  EXPECT_EQ(keys->PredictedKey("w1"), "swaserve:v1:prod:{prod.ix.0}:predicted:w1");
+  EXPECT_EQ(keys->EventsKey("w1"), "swaserve:v1:prod:{prod.ev.w1}:events:w1");
+  EXPECT_EQ(keys->index_shards(), 1);
+  EXPECT_EQ(keys->ShardOf(0x123456789abcdefULL), 0);
   EXPECT_EQ(keys->KvPageKey(0xabc, 0x123456789abcdef0ULL),
             "swaserve:v1:prod:kvpage:0000000000000abc:123456789abcdef0");
   EXPECT_FALSE(KeySchema::Create("bad cluster").ok());
   EXPECT_FALSE(KeySchema::Create("").ok());
+  EXPECT_FALSE(KeySchema::Create("prod", 0).ok());
+  EXPECT_FALSE(KeySchema::Create("prod", 65).ok());
+}
+
+// Keys used together share a slot (Redis Cluster), and the index shards
+// spread evenly over the slot space.
+TEST(KeySchema, HashTagsKeepScriptKeysInOneSlotAndSpreadShards) {
+  for (int shards : {1, 3, 16, 64}) {
+    absl::StatusOr<KeySchema> keys = KeySchema::Create("prod", shards);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_EQ(keys->index_shards(), shards);
+    EXPECT_EQ(RedisKeySlot(keys->WorkersKey()), RedisKeySlot(keys->WorkerKey("w1")));
+    EXPECT_EQ(RedisKeySlot(keys->WorkersKey()), RedisKeySlot(keys->LoadKey("w2")));
+    EXPECT_EQ(RedisKeySlot(keys->EventsKey("w1")), RedisKeySlot(keys->EventSeqKey("w1")));
+    std::vector<int> per_band(shards, 0);
+    for (int s = 0; s < shards; ++s) {
+      const int slot = RedisKeySlot(keys->PrefixKey("w1", s));
+      for (const std::string& k : {keys->PrefixKey("w9", s), keys->PredictedKey("w1", s),
+                                   keys->SwaGoneKey("w2", s), keys->LowerTierKey("w3", s),
+                                   keys->PredictedUntilKey(s)}) {
+        EXPECT_EQ(RedisKeySlot(k), slot) << k;
+      }
+      if (shards > 1) {
+        EXPECT_EQ(slot / (16384 / shards), s) << "shard " << s << " slot " << slot;
+      }
+    }
+    // Anchors spread over the shards.
+    std::vector<int> hits(shards, 0);
+    for (uint64_t a = 1; a < 64001; ++a) ++hits[keys->ShardOf(a * 0x9e3779b97f4a7c15ULL)];
+    for (int h : hits) EXPECT_NEAR(h, 64000.0 / shards, 64000.0 / shards * 0.1);
+  }
 }
 
 TEST(PageHash, EncodesBigEndianAndRoundTrips) {

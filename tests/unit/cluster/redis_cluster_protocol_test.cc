@@ -90,6 +90,8 @@ TEST(ParseClusterSlotsTest, RejectsMalformedReplies) {
            Arr({Str("x")}),
            Arr({Arr({Int(0), Int(16384), Arr({Str("h"), Int(1)})})}),
            Arr({Arr({Int(5), Int(4), Arr({Str("h"), Int(1)})})}),
+           // 54000000061 narrows to an int below 16383; found by the fuzzer.
+           Arr({Arr({Int(54000000061), Int(16383), Arr({Str("h"), Int(1)})})}),
            Arr({Arr({Int(0), Int(1), Arr({Str("h"), Int(0)})})}),
            Arr({Arr({Int(0), Int(1), Arr({Str("h")})})}),
            Arr({Arr({Int(0), Int(1)})}),

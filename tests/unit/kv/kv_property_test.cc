@@ -142,6 +142,8 @@ class Harness {
     }
     checkpoint_ = Chance(50) ? ps_ * (1 + Rand(2 * window_ / ps_ + 2)) : 0;
     co.on_event = [this](const CacheEvent& e) { events_.push_back(e); };
+    anchor_page_ = Chance(50) ? 1 + Rand(8) : 0;
+    co.event_anchor_page = anchor_page_;
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
     EXPECT_TRUE(cache.ok()) << cache.status();
     cache_ = std::move(*cache);
@@ -204,6 +206,7 @@ class Harness {
     int64_t async_load_backs = 0, ops_while_loading = 0;
     int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
             tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
+    int64_t anchored = 0;  // events checked against CacheEvent::anchor
   };
   static Coverage& coverage() {
     static Coverage c;
@@ -265,6 +268,39 @@ class Harness {
     if (*model_id == kUnknown) *model_id = actual;
   }
 
+  // Every event's depth, parent and anchor (CacheEvent) agree with the
+  // paths its stored events built; stored events record the path, removed
+  // ones forget it.
+  void CheckEventPath(const CacheEvent& e) {
+    const int n = static_cast<int>(e.hashes.size());
+    for (int i = 0; i < n; ++i) {
+      const uint64_t h = e.hashes[i];
+      const uint64_t parent = i == 0 ? e.parent : e.hashes[i - 1];
+      if (e.type == CacheEvent::Type::kStored) {
+        path_[h] = {e.depth + i, parent};
+        if (e.depth + i > 0) {
+          ASSERT_TRUE(path_.contains(parent)) << "stored under a page never stored";
+        }
+      } else {
+        auto it = path_.find(h);
+        ASSERT_NE(it, path_.end()) << "event on a page never stored";
+        ASSERT_EQ(it->second.first, e.depth + i) << "depth";
+        ASSERT_EQ(it->second.second, parent) << "parent";
+      }
+    }
+    if (anchor_page_ > 0 && e.depth + n > anchor_page_) {
+      uint64_t h = e.hashes.back();
+      while (path_.at(h).first > anchor_page_) h = path_.at(h).second;
+      ASSERT_EQ(e.anchor, h) << "anchor of an event at depth " << e.depth;
+      ++coverage().anchored;
+    } else {
+      ASSERT_EQ(e.anchor, 0u);
+    }
+    if (e.type == CacheEvent::Type::kRemoved) {
+      for (uint64_t h : e.hashes) path_.erase(h);
+    }
+  }
+
   // Applies the events of one operation to the model. `inserted` maps the
   // hashes handed to Insert (by this operation) to the pages handed over.
   void ApplyEvents(int64_t* full_removed = nullptr, int64_t* swa_removed = nullptr) {
@@ -274,6 +310,8 @@ class Harness {
     absl::flat_hash_set<uint64_t> stored_as_tombstone;
     for (const CacheEvent& e : events_) {
       ASSERT_FALSE(e.hashes.empty()) << "empty event";
+      CheckEventPath(e);
+      if (::testing::Test::HasFatalFailure()) return;
       for (uint64_t h : e.hashes) {
         auto it = model_.find(h);
         switch (e.type) {
@@ -1032,6 +1070,9 @@ class Harness {
   std::unique_ptr<KvPools> l2_;  // may be null
   std::unique_ptr<PrefixCache> cache_;
   std::vector<CacheEvent> events_;
+  // Page hash -> (depth, parent hash) of every cached page, from the events.
+  absl::flat_hash_map<uint64_t, std::pair<int, uint64_t>> path_;
+  int anchor_page_ = 0;
   absl::flat_hash_map<uint64_t, ModelPage> inserted_;
   absl::flat_hash_map<uint64_t, ModelPage> model_;
   std::vector<Tokens> prefixes_;
@@ -1098,6 +1139,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);
   EXPECT_GT(c.tombstone_leaves, 500);
+  EXPECT_GT(c.anchored, 1000);
   EXPECT_GT(c.demoted, 1000);
   EXPECT_GT(c.promoted, 1000);
   EXPECT_GT(c.load_backs, 100);
