@@ -137,7 +137,7 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "where the tiny model is made and reused (default "
            "<run_dir>/../model-tiny)")
       .Add("redis", &spec->redis,
-           "host:port of a running Redis (empty: start redis-server)")
+           "a running Redis: host:port, redis://..., or a Redis Cluster as redis-cluster://h:p,h:p (empty: start redis-server)")
       .Add("redis_port", &spec->redis_port,
            "port of the started redis-server (0: a free one)")
       .Add("cluster", &spec->cluster, "cluster name (Redis key prefix)")
