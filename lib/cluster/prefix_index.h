@@ -3,16 +3,17 @@
 // router can find, for every candidate worker, how many leading pages of a
 // prompt that worker has cached — in one round trip.
 //
-// Two kinds of entries per worker (key_schema.h), as in NVIDIA Dynamo's KV
+// Two kinds of entries per worker (key_schema.h; <x> is an index shard's key
+// prefix), as in NVIDIA Dynamo's KV
 // router (an event-fed index plus a short-TTL "predicted" side index):
-//   authoritative  <p>prefix:<id>     SET of page hashes (8 bytes each).
+//   authoritative  <x>prefix:<id>     SET of page hashes (8 bytes each).
 //                  Written only from the worker's own cache events: stored
 //                  -> SADD, removed -> SREM, cleared -> DEL. It mirrors the
 //                  worker's cache, so entries need no per-entry TTL: the
 //                  worker removes what it evicts. The key expires index_ttl
 //                  after the worker's last event or heartbeat (the heartbeat
 //                  refreshes it), so a dead worker leaves nothing behind.
-//   predicted      <p>predicted:<id>  ZSET page hash -> expiry (Unix ms on
+//   predicted      <x>predicted:<id>  ZSET page hash -> expiry (Unix ms on
 //                  the Redis server's clock: scripts read TIME, so hosts
 //                  need no synchronized clocks). Written by routers on
 //                  dispatch (RecordDispatch) for pages the worker does not
@@ -21,7 +22,7 @@
 //                  stored events arrive, so sibling requests co-locate.
 // A page is held by a worker when it is in its SET or live in its ZSET. A
 // removed event deletes the page from both.
-//   swa gone       <p>swa_gone:<id>   SET of the worker's pages whose SWA KV
+//   swa gone       <x>swa_gone:<id>   SET of the worker's pages whose SWA KV
 //                  was dropped (kSwaRemoved: tombstoned; kSwaStored and
 //                  stored/removed events take them out). A match of depth d
 //                  ends window-safe when none of pages [d − wp, d) is in it
@@ -33,7 +34,7 @@
 //                  dropped event clears the worker's entries (kCleared), so
 //                  the SET errs only toward "gone" for pages not yet
 //                  re-stored, never keeps a page live that is not.
-//   lower tier     <p>lower:<id>      SET of the worker's pages held in its
+//   lower tier     <x>lower:<id>      SET of the worker's pages held in its
 //                  lower tier (L2, host memory: kTierDown in, kTierUp,
 //                  stored, removed and cleared out). A worker's tiers only
 //                  go down a path (kv/prefix_cache.h), so the L2 pages of a

@@ -1,0 +1,356 @@
+// The prefix-affinity decision on a single Redis vs a 3-master Redis Cluster
+// (issue 22 item 2 and its decision_bench figure): latency, router CPU and
+// Redis CPU per decision — in total and per master — with the index split
+// into 64 shards by anchor page (prefix_index.h, index_shard_mapper.h).
+//
+// Setup: a redis-server and a 3-master Redis Cluster (no replicas: the same
+// work per write as the single server), started here on loopback through
+// tests/integration/cluster's helpers (--save "" --appendonly no). Each holds
+// the same index, written through cluster::PrefixIndex::Apply (the cluster's
+// ops through IndexShardMapper, as WorkerRegistration does): 8 prefill
+// workers, --hashes (10^6) page hashes of prompts of --prompt-pages (256:
+// 4K tokens at 16 per page), prompt i on worker i mod 8; every prompt starts
+// with the same --shared-pages (32: 512 tokens, the Mooncake conversation
+// trace's shared first block) so that the anchor page, not the first, must
+// spread the chains. Load reports of the 8 workers are set once.
+//
+// Queries (a pool of 600, cycled): 1/3 an indexed prompt (full hit on its
+// worker), 1/3 its first half + fresh pages, 1/3 a fresh prompt after the
+// shared pages; each checked (depth of the owner = 256 / 128 / 32). The
+// decision is ClusterView::MatchPrefixesAndLoads over the 8 workers (what
+// router::Router::Route calls: depths, window-safe depths, L1 depths, loads;
+// on the cluster the loads come from the view's 25 ms cache). --decisions
+// (20,000) over --threads (2) threads after a warm-up. Redis CPU: INFO cpu
+// (used_cpu_sys + used_cpu_user) of every master before and after.
+//
+// Usage: decision_cluster_bench [--hashes N] [--decisions N] [--threads N]
+//          [--prompt-pages N] [--shared-pages N] [--json FILE]
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/str_format.h"
+#include "bench/common/bench_util.h"
+#include "lib/cluster/cluster_view.h"
+#include "lib/cluster/index_shard_mapper.h"
+#include "lib/cluster/prefix_index.h"
+#include "lib/cluster/redis_client.h"
+#include "nlohmann/json.hpp"
+#include "swaserve/v1/common.pb.h"
+#include "tests/integration/cluster/redis_cluster_server.h"
+#include "tests/integration/cluster/redis_server.h"
+
+namespace swaserve {
+namespace {
+
+using cluster::CacheEventOp;
+using cluster::RedisClient;
+
+constexpr int kWorkers = 8;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "decision_cluster_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Flags {
+  int64_t hashes = 1000000;
+  int decisions = 20000;
+  int threads = 2;
+  int prompt_pages = 256;
+  int shared_pages = 32;
+  std::string json;
+};
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// used_cpu_sys + used_cpu_user of every master ("host:port" -> seconds).
+std::map<std::string, double> MasterCpu(RedisClient& redis) {
+  auto replies = redis.CommandOnEveryMaster({"INFO", "cpu"}, "bench");
+  if (!replies.ok()) Die("INFO cpu: " + replies.status().ToString());
+  std::map<std::string, double> out;
+  for (const auto& [address, r] : *replies) {
+    double total = 0;
+    for (absl::string_view line : absl::StrSplit(r.str, "\r\n")) {
+      for (absl::string_view key : {"used_cpu_sys:", "used_cpu_user:"}) {
+        double v = 0;
+        if (absl::ConsumePrefix(&line, key) && absl::SimpleAtod(line, &v)) total += v;
+      }
+    }
+    out[address] = total;
+  }
+  return out;
+}
+
+struct Workload {
+  std::vector<uint64_t> shared;
+  std::vector<std::vector<uint64_t>> prompts;  // indexed, prompt i on worker i % 8
+};
+
+Workload MakeWorkload(const Flags& f) {
+  std::mt19937_64 rng(42);
+  Workload w;
+  for (int i = 0; i < f.shared_pages; ++i) w.shared.push_back(rng() | 1);
+  const int64_t tail = f.prompt_pages - f.shared_pages;
+  const int64_t n = std::max<int64_t>(kWorkers, (f.hashes - kWorkers * f.shared_pages) / tail);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<uint64_t> p = w.shared;
+    for (int64_t j = 0; j < tail; ++j) p.push_back(rng() | 1);
+    w.prompts.push_back(std::move(p));
+  }
+  return w;
+}
+
+// Writes the workload into `redis`'s index, as the workers' registrations
+// would (sharded: through an IndexShardMapper per worker).
+void Populate(RedisClient& redis, cluster::PrefixIndex& index, const Workload& w, int anchor) {
+  std::vector<std::unique_ptr<cluster::IndexShardMapper>> mappers;
+  for (int k = 0; k < kWorkers; ++k) {
+    mappers.push_back(std::make_unique<cluster::IndexShardMapper>(index.keys(), anchor));
+  }
+  std::vector<std::vector<CacheEventOp>> pending(kWorkers);
+  std::vector<size_t> pending_hashes(kWorkers, 0);
+  std::vector<bool> has_shared(kWorkers, false);
+  auto flush = [&](int k) {
+    if (pending[k].empty()) return;
+    auto s = index.Apply(absl::StrCat("prefill-", k), pending[k], "populate");
+    if (!s.ok()) Die("populate: " + s.status().ToString());
+    pending[k].clear();
+    pending_hashes[k] = 0;
+  };
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    const int k = static_cast<int>(i % kWorkers);
+    const std::vector<uint64_t>& p = w.prompts[i];
+    // Only the pages the worker does not hold yet are stored.
+    const size_t first = has_shared[k] ? w.shared.size() : 0;
+    has_shared[k] = true;
+    const std::vector<uint64_t> stored(p.begin() + static_cast<ptrdiff_t>(first), p.end());
+    if (index.sharded()) {
+      cluster::PathEvent e{.kind = CacheEventOp::Kind::kStored,
+                           .hashes = stored,
+                           .depth = static_cast<int>(first),
+                           .parent = first > 0 ? p[first - 1] : 0,
+                           .anchor = p.size() > static_cast<size_t>(anchor) ? p[anchor] : 0};
+      mappers[k]->Map(e, &pending[k]);
+    } else {
+      pending[k].push_back(CacheEventOp{.kind = CacheEventOp::Kind::kStored, .hashes = stored});
+    }
+    pending_hashes[k] += stored.size();
+    if (pending_hashes[k] >= 10000) flush(k);
+  }
+  for (int k = 0; k < kWorkers; ++k) flush(k);
+  for (int k = 0; k < kWorkers; ++k) {
+    swaserve::v1::WorkerLoad load;
+    load.set_worker_id(absl::StrCat("prefill-", k));
+    load.set_queued_uncached_tokens(100 * k);
+    auto s = redis.Command({"SET", index.keys().LoadKey(absl::StrCat("prefill-", k)),
+                            load.SerializeAsString()},
+                           "populate");
+    if (!s.ok()) Die("load report: " + s.status().ToString());
+  }
+}
+
+struct Query {
+  std::vector<uint64_t> hashes;
+  int owner = -1;
+  int64_t want = 0;  // the owner's depth
+};
+
+std::vector<Query> MakeQueries(const Workload& w, int prompt_pages) {
+  std::mt19937_64 rng(7);
+  std::vector<Query> out;
+  for (int i = 0; i < 600; ++i) {
+    const size_t p = rng() % w.prompts.size();
+    Query q;
+    q.owner = static_cast<int>(p % kWorkers);
+    if (i % 3 == 0) {
+      q.hashes = w.prompts[p];
+      q.want = prompt_pages;
+    } else if (i % 3 == 1) {
+      q.hashes.assign(w.prompts[p].begin(), w.prompts[p].begin() + prompt_pages / 2);
+      while (static_cast<int>(q.hashes.size()) < prompt_pages) q.hashes.push_back(rng() | 1);
+      q.want = prompt_pages / 2;
+    } else {
+      q.hashes = w.shared;
+      while (static_cast<int>(q.hashes.size()) < prompt_pages) q.hashes.push_back(rng() | 1);
+      q.want = static_cast<int64_t>(w.shared.size());
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+struct Row {
+  std::string name;
+  int64_t n = 0;
+  double p50_us = 0, p99_us = 0, per_s = 0, router_cpu_us = 0, redis_cpu_us = 0;
+  std::map<std::string, double> per_master_us;
+};
+
+Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& view,
+            const std::vector<Query>& queries, const Flags& f, bool sharded) {
+  std::vector<std::string> ids;
+  for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
+  auto decide = [&](const Query& q) {
+    auto r = view.MatchPrefixesAndLoads(q.hashes, ids, ids, /*window_pages=*/8);
+    if (!r.ok()) Die(name + ": " + r.status().ToString());
+    // The owner's depth is exact; a shallow (<= shared) answer may be less
+    // on the cluster for workers whose head is not in this shard.
+    if (r->depths[q.owner] != q.want && !(sharded && q.want <= f.shared_pages)) {
+      Die(absl::StrCat(name, ": owner depth ", r->depths[q.owner], ", want ", q.want));
+    }
+    if (!r->loads[q.owner].has_value()) Die(name + ": no load report");
+  };
+  for (size_t i = 0; i < 300; ++i) decide(queries[i % queries.size()]);  // warm-up
+  const std::map<std::string, double> cpu0 = MasterCpu(redis);
+  std::vector<std::vector<double>> lat(f.threads);
+  std::vector<double> cpu(f.threads, 0);
+  const int per_thread = f.decisions / f.threads;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < f.threads; ++t) {
+    threads.emplace_back([&, t] {
+      const double c0 = ThreadCpuSeconds();
+      for (int i = 0; i < per_thread; ++i) {
+        const Query& q = queries[(static_cast<size_t>(t) * 7919 + i) % queries.size()];
+        const auto a = std::chrono::steady_clock::now();
+        decide(q);
+        lat[t].push_back(std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - a)
+                             .count());
+      }
+      cpu[t] = ThreadCpuSeconds() - c0;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::map<std::string, double> cpu1 = MasterCpu(redis);
+  Row row;
+  row.name = name;
+  std::vector<double> all;
+  for (const auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  row.n = static_cast<int64_t>(all.size());
+  row.p50_us = all[all.size() / 2];
+  row.p99_us = all[all.size() * 99 / 100];
+  row.per_s = static_cast<double>(row.n) / wall;
+  double router = 0;
+  for (double c : cpu) router += c;
+  row.router_cpu_us = 1e6 * router / static_cast<double>(row.n);
+  for (const auto& [address, c] : cpu1) {
+    const double us = 1e6 * (c - cpu0.at(address)) / static_cast<double>(row.n);
+    row.per_master_us[address] = us;
+    row.redis_cpu_us += us;
+  }
+  return row;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Die("missing value after " + a);
+      return argv[++i];
+    };
+    auto num = [&](int64_t* v) {
+      if (!absl::SimpleAtoi(next(), v) || *v <= 0) Die("bad value for " + a);
+    };
+    int64_t v = 0;
+    if (a == "--hashes") {
+      num(&f.hashes);
+    } else if (a == "--decisions") {
+      num(&v);
+      f.decisions = static_cast<int>(v);
+    } else if (a == "--threads") {
+      num(&v);
+      f.threads = static_cast<int>(v);
+    } else if (a == "--prompt-pages") {
+      num(&v);
+      f.prompt_pages = static_cast<int>(v);
+    } else if (a == "--shared-pages") {
+      if (!absl::SimpleAtoi(next(), &v) || v < 0) Die("bad value for " + a);
+      f.shared_pages = static_cast<int>(v);
+    } else if (a == "--json") {
+      f.json = next();
+    } else {
+      Die("unknown flag " + a);
+    }
+  }
+  if (f.shared_pages >= f.prompt_pages) Die("--shared-pages must be below --prompt-pages");
+  const Workload w = MakeWorkload(f);
+  const std::vector<Query> queries = MakeQueries(w, f.prompt_pages);
+  std::printf("index: %zu prompts of %d pages (first %d shared), %lld hashes, %d workers\n",
+              w.prompts.size(), f.prompt_pages, f.shared_pages,
+              static_cast<long long>(w.prompts.size() * (f.prompt_pages - f.shared_pages) +
+                                     kWorkers * f.shared_pages),
+              kWorkers);
+  std::vector<Row> rows;
+  cluster::PrefixIndexOptions io;
+  io.event_stream_max_len = 0;  // the decision is measured, not the events API
+  {
+    auto server = cluster::testing::RedisServer::Start();
+    if (!server.ok()) Die("redis-server: " + server.status().ToString());
+    auto redis = RedisClient::Create((*server)->ClientOptions());
+    if (!redis.ok()) Die(redis.status().ToString());
+    auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = io});
+    if (!view.ok()) Die(view.status().ToString());
+    Populate(**redis, (*view)->index(), w, io.anchor_page);
+    rows.push_back(Measure("single Redis", **redis, **view, queries, f, false));
+  }
+  {
+    auto server = cluster::testing::RedisClusterServer::Start(3, 0);
+    if (!server.ok()) Die("redis cluster: " + server.status().ToString());
+    cluster::RedisOptions ro = (*server)->ClientOptions();
+    ro.pool_size = f.threads + 1;
+    auto redis = RedisClient::Create(ro);
+    if (!redis.ok()) Die(redis.status().ToString());
+    auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = io});
+    if (!view.ok()) Die(view.status().ToString());
+    Populate(**redis, (*view)->index(), w, io.anchor_page);
+    rows.push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true));
+  }
+  std::printf("%-28s %8s %8s %8s %10s %10s %10s  %s\n", "", "n", "p50 us", "p99 us", "dec/s",
+              "rtr cpu us", "redis cpu", "per master (us/decision)");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    std::string masters;
+    nlohmann::json pm = nlohmann::json::object();
+    for (const auto& [address, us] : r.per_master_us) {
+      absl::StrAppend(&masters, masters.empty() ? "" : " ", absl::StrFormat("%.1f", us));
+      pm[address] = us;
+    }
+    std::printf("%-28s %8lld %8.1f %8.1f %10.0f %10.1f %10.1f  %s\n", r.name.c_str(),
+                static_cast<long long>(r.n), r.p50_us, r.p99_us, r.per_s, r.router_cpu_us,
+                r.redis_cpu_us, masters.c_str());
+    out.push_back({{"name", r.name}, {"decisions", r.n}, {"p50_us", r.p50_us},
+                   {"p99_us", r.p99_us}, {"decisions_per_s", r.per_s},
+                   {"router_cpu_us_per_decision", r.router_cpu_us},
+                   {"redis_cpu_us_per_decision", r.redis_cpu_us}, {"per_master_us", pm}});
+  }
+  const double growth = rows[1].redis_cpu_us / rows[0].redis_cpu_us - 1;
+  std::printf("cluster total Redis CPU vs single: %+.1f%% (target <= +20%%)\n", 100 * growth);
+  if (!f.json.empty()) bench::WriteJsonFile(f.json, out);
+  return 0;
+}
+
+}  // namespace
+}  // namespace swaserve
+
+int main(int argc, char** argv) { return swaserve::Main(argc, argv); }
