@@ -487,11 +487,17 @@ void WorkerRegistration::Run() {
               dropped - dropped_reported, options_.max_queued_hashes);
       dropped_reported = dropped;
     }
-    if (last_failed && !failed) {
-      SWA_LOG(info, "cluster: Redis at {} reachable again",
-              options_.redis->address());
+    // A load report alone touches one Redis Cluster node: its success says
+    // nothing of the others, so only a heartbeat or an event flush ends a
+    // failure episode (else one dead master would log a warning and a
+    // recovery every load interval).
+    if (failed || heartbeat_due || flush_due) {
+      if (last_failed && !failed) {
+        SWA_LOG(info, "cluster: Redis at {} reachable again",
+                options_.redis->address());
+      }
+      last_failed = failed;
     }
-    last_failed = failed;
 
     // Sleep until the next thing is due, or a producer wakes us.
     absl::MutexLock lock(&mu_);
