@@ -317,19 +317,26 @@ absl::Status WorkerRegistration::Heartbeat(bool publish_load,
                         absl::StrCat(ToMs(options_.record_ttl))});
     commands.push_back({"SADD", keys_.WorkersKey(), options_.info.id});
     // A live worker's index entries do not expire (prefix_index.h): every
-    // shard it has written (a single Redis: the one shard).
+    // shard it has written (a single Redis: the one shard), an eighth of
+    // index_ttl apart (on a Redis Cluster that is up to 194 commands; once a
+    // heartbeat would be 2 per second per worker for nothing). Event writes
+    // refresh what they touch in between.
     // (The reply read below is the record's PEXPIRE, the first of these.)
-    uint64_t shards = 1;
-    if (mapper_ != nullptr) {
-      absl::MutexLock lock(&mapper_mu_);
-      shards = mapper_->touched_shards();
-    }
-    for (RedisCommand& c : index_->ExpireCommands(options_.info.id, shards)) {
-      commands.push_back(std::move(c));
-    }
-    for (const std::string& key :
-         {keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
-      commands.push_back({"PEXPIRE", key, absl::StrCat(ToMs(options_.index.index_ttl))});
+    const absl::Time now = absl::Now();
+    if (now >= next_index_refresh_) {
+      next_index_refresh_ = now + options_.index.index_ttl / 8;
+      uint64_t shards = 1;
+      if (mapper_ != nullptr) {
+        absl::MutexLock lock(&mapper_mu_);
+        shards = mapper_->touched_shards();
+      }
+      for (RedisCommand& c : index_->ExpireCommands(options_.info.id, shards)) {
+        commands.push_back(std::move(c));
+      }
+      for (const std::string& key :
+           {keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
+        commands.push_back({"PEXPIRE", key, absl::StrCat(ToMs(options_.index.index_ttl))});
+      }
     }
   }
   if (commands.empty()) return absl::OkStatus();

@@ -203,6 +203,9 @@ class WorkerRegistration {
   absl::Mutex mapper_mu_;
   std::unique_ptr<IndexShardMapper> mapper_ ABSL_PT_GUARDED_BY(mapper_mu_);
   uint64_t mapper_dropped_ ABSL_GUARDED_BY(mapper_mu_) = 0;
+  // When the heartbeat next refreshes the index keys' TTL (registration
+  // thread only).
+  absl::Time next_index_refresh_ = absl::InfinitePast();
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
