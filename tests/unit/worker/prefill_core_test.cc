@@ -4,6 +4,8 @@
 // compositions; cancellation; every page free or cached afterwards.
 #include "lib/worker/prefill_core.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <random>
@@ -457,7 +459,8 @@ TEST_F(Pipeline, CancelAndBadInput) {
 // worker restart comes back from a warm file store after it, as a prefix
 // hit, with the same greedy output.
 TEST_F(Pipeline, L3FileStoreMakesARestartedWorkerWarm) {
-  const std::string dir = ::testing::TempDir() + "/prefill_l3_restart";
+  // Per process: CI runs this test in two builds at once, sharing TMPDIR.
+  const std::string dir = ::testing::TempDir() + "/prefill_l3_restart_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   const std::vector<uint32_t> prompt = testing::RandomPrompt(91, 300);
   std::vector<uint32_t> before;
