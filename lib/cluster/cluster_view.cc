@@ -11,6 +11,23 @@
 namespace swaserve::cluster {
 namespace {
 
+// Decodes raw load reports (aligned with `ids`); absent or undecodable ones
+// stay nullopt (the latter with a warning).
+std::vector<std::optional<swaserve::v1::WorkerLoad>> DecodeLoads(
+    const std::vector<std::optional<std::string>>& raw, absl::Span<const std::string> ids) {
+  std::vector<std::optional<swaserve::v1::WorkerLoad>> loads(ids.size());
+  for (size_t i = 0; i < raw.size() && i < ids.size(); ++i) {
+    if (!raw[i]) continue;
+    swaserve::v1::WorkerLoad load;
+    if (!load.ParseFromString(*raw[i])) {
+      SWA_LOG(warn, "cluster: undecodable load report of worker {}", ids[i]);
+      continue;
+    }
+    loads[i] = std::move(load);
+  }
+  return loads;
+}
+
 // KEYS[1] = the worker set; ARGV[1] = the record key prefix.
 // Returns {id1, {field, value, ...}, id2, {...}, ...} for live records and
 // removes ids whose record has expired from the set.
@@ -87,29 +104,30 @@ absl::StatusOr<std::vector<WorkerInfo>> ClusterView::ListWorkers() {
 
 absl::StatusOr<std::vector<std::optional<swaserve::v1::WorkerLoad>>>
 ClusterView::GetLoads(absl::Span<const std::string> ids) {
-  std::vector<std::optional<swaserve::v1::WorkerLoad>> loads(ids.size());
-  if (ids.empty()) return loads;
-  RedisCommand mget = {"MGET"};
+  std::vector<std::string> load_keys;
+  load_keys.reserve(ids.size());
   for (const std::string& id : ids) {
     RETURN_IF_ERROR(ValidateName(id, "worker id"));
-    mget.push_back(keys_.LoadKey(id));
+    load_keys.push_back(keys_.LoadKey(id));
   }
+  ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> raw, ReadLoads(load_keys));
+  return DecodeLoads(raw, ids);
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> ClusterView::ReadLoads(
+    const std::vector<std::string>& load_keys) {
+  std::vector<std::optional<std::string>> out(load_keys.size());
+  if (load_keys.empty()) return out;
+  RedisCommand mget = {"MGET"};
+  mget.insert(mget.end(), load_keys.begin(), load_keys.end());
   ASSIGN_OR_RETURN(RedisReply reply, redis_->Command(mget, "get_loads"));
-  if (!reply.is_array() || reply.elements.size() != ids.size()) {
-    return absl::InternalError(
-        absl::StrCat("get_loads: unexpected reply ", reply.DebugString()));
+  if (!reply.is_array() || reply.elements.size() != load_keys.size()) {
+    return absl::InternalError(absl::StrCat("get_loads: unexpected reply ", reply.DebugString()));
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const RedisReply& r = reply.elements[i];
-    if (r.is_nil()) continue;
-    swaserve::v1::WorkerLoad load;
-    if (r.type != RedisReply::Type::kString || !load.ParseFromString(r.str)) {
-      SWA_LOG(warn, "cluster: undecodable load report of worker {}", ids[i]);
-      continue;
-    }
-    loads[i] = std::move(load);
+  for (size_t i = 0; i < load_keys.size(); ++i) {
+    if (reply.elements[i].type == RedisReply::Type::kString) out[i] = reply.elements[i].str;
   }
-  return loads;
+  return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> ClusterView::MatchPrefixes(
@@ -141,16 +159,7 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
                      index_->Match(hashes, candidates, load_keys, &raw, window_pages,
                                    &out.safe_pages, &out.l1_pages, window_scan_pages));
   }
-  out.loads.resize(load_ids.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (!raw[i]) continue;
-    swaserve::v1::WorkerLoad load;
-    if (!load.ParseFromString(*raw[i])) {
-      SWA_LOG(warn, "cluster: undecodable load report of worker {}", load_ids[i]);
-      continue;
-    }
-    out.loads[i] = std::move(load);
-  }
+  out.loads = DecodeLoads(raw, load_ids);
   return out;
 }
 
@@ -173,21 +182,11 @@ absl::StatusOr<std::vector<std::optional<std::string>>> ClusterView::CachedLoads
       if (all) return out;
     }
   }
-  std::vector<std::optional<std::string>> out(load_keys.size());
-  if (load_keys.empty()) return out;
-  RedisCommand mget = {"MGET"};
-  mget.insert(mget.end(), load_keys.begin(), load_keys.end());
-  ASSIGN_OR_RETURN(RedisReply reply, redis_->Command(mget, "get_loads"));
-  if (!reply.is_array() || reply.elements.size() != load_keys.size()) {
-    return absl::InternalError(absl::StrCat("get_loads: unexpected reply ", reply.DebugString()));
-  }
+  ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> out, ReadLoads(load_keys));
   absl::MutexLock lock(&loads_mu_);
   loads_.clear();
   loads_at_ = now;
-  for (size_t i = 0; i < load_keys.size(); ++i) {
-    if (reply.elements[i].type == RedisReply::Type::kString) out[i] = reply.elements[i].str;
-    loads_[load_keys[i]] = out[i];
-  }
+  for (size_t i = 0; i < load_keys.size(); ++i) loads_[load_keys[i]] = out[i];
   return out;
 }
 

@@ -119,6 +119,9 @@ class ClusterView {
         keys_(std::move(keys)),
         index_(std::move(index)),
         load_max_age_(load_max_age) {}
+  // The raw load reports of `load_keys` (nullopt: absent), one MGET.
+  absl::StatusOr<std::vector<std::optional<std::string>>> ReadLoads(
+      const std::vector<std::string>& load_keys);
   // Sharded index: the raw load reports of `load_keys`, from the cache when
   // it is younger than load_max_age_ and has every key, else one MGET.
   absl::StatusOr<std::vector<std::optional<std::string>>> CachedLoads(
