@@ -4,14 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <random>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
@@ -28,44 +26,12 @@
 namespace swaserve::router {
 namespace {
 
-int64_t NowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool CanPrefill(v1::Role r) { return r == v1::ROLE_PREFILL || r == v1::ROLE_BOTH; }
 bool CanDecode(v1::Role r) { return r == v1::ROLE_DECODE || r == v1::ROLE_BOTH; }
 
-// A worker incarnation: id + the random incarnation of its record.
-std::string ExclusionKey(const cluster::WorkerInfo& i) {
-  return absl::StrCat(i.id, "#", i.incarnation);
-}
-
 absl::string_view Label(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string CodeLabel(absl::StatusCode code) {
-  std::string s = absl::StatusCodeToString(code);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) {
-    return ch == ' ' ? '_' : static_cast<char>(std::tolower(ch));
-  });
-  return s;
-}
-
 using Endpoints = std::vector<std::shared_ptr<const WorkerEndpoint>>;
-
-// ResourceExhausted (OVERLOADED, retryable) telling the client when to come
-// back (ErrorDetail.retry_after_ms: the HTTP API's Retry-After).
-absl::Status Overloaded(std::string message, double retry_after_seconds) {
-  absl::Status s = rpc::ErrorWithDetail(absl::StatusCode::kResourceExhausted,
-                                        v1::ERROR_CODE_OVERLOADED, message, "",
-                                        /*retryable=*/true);
-  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
-  if (!d) return s;
-  d->set_retry_after_ms(static_cast<uint32_t>(
-      std::clamp(std::ceil(retry_after_seconds * 1000.0), 1.0, 3600.0 * 1000.0)));
-  return rpc::WithErrorDetail(std::move(s), *d);
-}
 
 // Drops candidates whose KV pool cannot hold the prompt (prefill) or the
 // prompt plus one generated token (decode); RESOURCE_EXHAUSTED
@@ -132,6 +98,27 @@ std::vector<DecodeCandidate> DecodeCandidates(
 
 }  // namespace
 
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ExclusionKey(const cluster::WorkerInfo& i) {
+  return absl::StrCat(i.id, "#", i.incarnation);
+}
+
+absl::Status Overloaded(std::string message, double retry_after_seconds) {
+  absl::Status s = rpc::ErrorWithDetail(absl::StatusCode::kResourceExhausted,
+                                        v1::ERROR_CODE_OVERLOADED, message, "",
+                                        /*retryable=*/true);
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+  if (!d) return s;
+  d->set_retry_after_ms(static_cast<uint32_t>(
+      std::clamp(std::ceil(retry_after_seconds * 1000.0), 1.0, 3600.0 * 1000.0)));
+  return rpc::WithErrorDetail(std::move(s), *d);
+}
+
 void CancelFlag::Cancel() {
   cancelled_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
@@ -150,27 +137,17 @@ void CancelFlag::Clear() {
 }
 
 
-struct Router::Outcome {
-  absl::Status status;
-  FailureKind kind = FailureKind::kWorker;
-  std::string leg;     // "prefill" | "decode" (failed attempts)
-  std::string worker;  // whose fault, when a worker's
-  std::string exclusion_key;  // that worker's incarnation (ExclusionKey)
-  bool draining = false;
-  // The prefill worker could not fetch a by-reference embedding.
-  bool embeddings_unavailable = false;
-};
-
-struct Router::Choice {
-  std::shared_ptr<const WorkerEndpoint> prefill;
-  std::shared_ptr<const WorkerEndpoint> decode;
-  int64_t expected_cached_tokens = 0;
-};
-
 Router::Router(const RouterOptions& options)
     : options_(options), id_salt_(std::random_device{}() ^ static_cast<uint64_t>(NowNanos())) {}
 
-Router::~Router() = default;
+Router::~Router() {
+  // Control tasks may set timers; timer callbacks post control tasks (those
+  // that fire meanwhile are dropped: the services wait for idle first).
+  control_.reset();
+  timers_.reset();
+}
+
+void Router::OnControl(std::function<void()> fn) { control_->Schedule(std::move(fn)); }
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
   if ((options.view == nullptr && options.state == nullptr) || options.directory == nullptr ||
@@ -209,6 +186,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   }
   r->record_pool_ =
       std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");
+  r->control_ =
+      std::make_unique<base::ThreadPool>(std::max(1, options.control_threads), "control");
   r->timers_ = std::make_unique<base::TimerQueue>();
   return r;
 }
@@ -530,380 +509,5 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   return choice;
 }
 
-Router::Outcome Router::RunLegs(Request& r, const Choice& c, GenerateSink& sink,
-                                CancelFlag* cancel) {
-  // Unique per dispatch even when clients reuse request ids (a decode
-  // worker refuses a transfer id it has seen recently).
-  const std::string transfer_id = absl::StrFormat("%s/%08x-%d-%d", r.id,
-                                                  static_cast<uint32_t>(id_salt_),
-                                                  next_id_.fetch_add(1), r.attempt);
-  // Workers key requests by id (scheduling, cancellation): they get the
-  // per-dispatch id, which starts with the client's for the logs.
-  v1::DecodeRequest dreq;
-  dreq.set_request_id(transfer_id);  // also names the KV transfer
-  dreq.mutable_prompt_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
-  *dreq.mutable_sampling() = r.sampling;
-  std::unique_ptr<DecodeCall> stream = c.decode->client->StartDecode(dreq, r.deadline);
-  std::unique_ptr<PrefillCall> pcall = c.prefill->client->NewPrefill(r.deadline);
-  // Which calls this router cancelled itself (their CANCELLED is nobody's
-  // fault), and whether the client left.
-  std::atomic<bool> d_cancelled{false}, p_cancelled{false}, client_left{false};
-  auto cancel_decode = [&] {
-    d_cancelled = true;
-    stream->Cancel();
-  };
-  auto cancel_prefill = [&] {
-    p_cancelled = true;
-    pcall->Cancel();
-  };
-  if (cancel != nullptr) {
-    cancel->OnCancel([&] {
-      client_left = true;
-      cancel_decode();
-      cancel_prefill();
-    });
-  }
-  struct ClearOnExit {
-    CancelFlag* f;
-    ~ClearOnExit() {
-      if (f != nullptr) f->Clear();
-    }
-  } clear_on_exit{cancel};
-  const std::string& pid = c.prefill->info.id;
-  const std::string& did = c.decode->info.id;
-  auto outcome = [&](const grpc::Status& s, bool self_cancelled, const std::string& leg,
-                     const std::string& worker, absl::string_view what) {
-    Outcome o;
-    std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
-    o.kind = client_left ? FailureKind::kCancelled
-                         : ClassifyFailure(rpc::FromGrpcCode(s.error_code()), d, self_cancelled);
-    o.leg = leg;
-    o.worker = worker;
-    o.exclusion_key = ExclusionKey(leg == "prefill" ? c.prefill->info : c.decode->info);
-    o.draining = d && d->code() == v1::ERROR_CODE_DRAINING;
-    o.embeddings_unavailable = d && d->code() == v1::ERROR_CODE_EMBEDDINGS_UNAVAILABLE;
-    if (o.kind == FailureKind::kCancelled) {
-      o.status = absl::CancelledError("client went away");
-    } else if (o.kind == FailureKind::kRequest && d) {
-      o.status = rpc::ErrorWithDetail(rpc::FromGrpcCode(s.error_code()), d->code(),
-                                      s.error_message(), worker, /*retryable=*/false);
-    } else {
-      o.status = rpc::ErrorWithDetail(
-          rpc::FromGrpcCode(s.error_code()),
-          o.kind == FailureKind::kOverload ? v1::ERROR_CODE_OVERLOADED : v1::ERROR_CODE_WORKER_LOST,
-          absl::StrCat(leg, " worker ", worker, what, s.error_message()), worker,
-          RetryElsewhere(o.kind));
-    }
-    return o;
-  };
-
-  // The decode worker answers `accepted` at once (it allocates nothing
-  // yet): bound that answer by destination_timeout.
-  std::atomic<bool> accept_timed_out{false};
-  const uint64_t timer = timers_->Schedule(absl::Now() + options_.destination_timeout, [&] {
-    accept_timed_out = true;
-    stream->Cancel();
-  });
-  v1::DecodeResponse msg;
-  const bool accepted = stream->Read(&msg) && msg.has_accepted();
-  timers_->Cancel(timer);
-  if (!accepted) {
-    grpc::Status s = stream->Finish();
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "no `accepted` first message");
-    if (accept_timed_out) {
-      s = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                       absl::StrCat("no answer within ",
-                                    absl::FormatDuration(options_.destination_timeout)));
-    }
-    return outcome(s, d_cancelled && !accept_timed_out, "decode", did, ": ");
-  }
-
-  // Prefill leg, concurrently with reading the token stream: an
-  // asynchronous call (no thread of its own, issue 22), whose completion
-  // may run on any thread. It may queue at the prefill worker as long as
-  // the request's deadline allows; the decode stream waits for it without
-  // a timer of its own. The completion's state is shared (it may finish
-  // after this frame stops reading it, but never after leg->done).
-  struct PrefillLeg {
-    absl::Mutex mu;
-    bool tokens_seen ABSL_GUARDED_BY(mu) = false;
-    bool returned ABSL_GUARDED_BY(mu) = false;
-    grpc::Status status;  // written before `done`
-    v1::PrefillResponse response;
-    absl::Notification done;
-  };
-  auto leg = std::make_shared<PrefillLeg>();
-  {
-    v1::PrefillRequest preq;
-    preq.set_request_id(transfer_id);
-    preq.set_priority(r.priority);
-    preq.mutable_token_ids()->Assign(r.tokens.begin(), r.tokens.end());
-    for (const v1::MultimodalItem& m : r.media) *preq.add_multimodal() = m;
-    *preq.mutable_sampling() = r.sampling;
-    v1::DecodeTarget* t = preq.mutable_decode();
-    t->set_worker_id(did);
-    t->set_grpc_address(c.decode->info.grpc_address);
-    t->set_transfer_id(transfer_id);
-    pcall->Start(std::move(preq), &leg->response, [leg, &cancel_decode](grpc::Status s) {
-      {
-        // Without its KV the decode leg would wait for a commit that will
-        // not come: cancel it — unless tokens already flow, which means the
-        // commit arrived and the decode leg no longer needs the prefill
-        // worker (it may die between committing and answering).
-        absl::MutexLock lock(&leg->mu);
-        leg->status = std::move(s);
-        leg->returned = true;
-        if (!leg->status.ok() && !leg->tokens_seen) cancel_decode();
-      }
-      leg->done.Notify();  // last: RunLegs may return once it is notified
-    });
-  }
-  bool finished = false;
-  bool sink_refused = false;
-  v1::GenerateResponse out;
-  while (!finished && stream->Read(&msg)) {
-    if (!msg.has_tokens()) continue;
-    const v1::TokenChunk& chunk = msg.tokens();
-    if (chunk.token_ids_size() > 0 || chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      absl::MutexLock lock(&leg->mu);
-      leg->tokens_seen = true;
-    }
-    out.Clear();
-    out.set_request_id(r.id);
-    std::string piece;
-    for (uint32_t id : chunk.token_ids()) {
-      out.add_token_ids(id);
-      piece += r.text->Add(id);
-      r.generated.push_back(id);
-    }
-    *out.mutable_logprobs() = chunk.logprobs();
-    r.completion_tokens += static_cast<uint32_t>(chunk.token_ids_size());
-    const int64_t now = NowNanos();
-    if (chunk.token_ids_size() > 0) {
-      if (r.first_token_ns == 0) r.first_token_ns = now;
-      r.last_token_ns = now;
-    }
-    if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      piece += r.text->Finish();
-      out.set_finish_reason(chunk.finish_reason());
-      v1::Usage* u = out.mutable_usage();
-      *u = chunk.usage();  // cached_tokens and the queue wait: as prefill reported them
-      u->set_prompt_tokens(r.prompt_tokens);
-      u->set_completion_tokens(r.completion_tokens);
-      // After a migration the last leg's prompt included generated tokens:
-      // what it reused of the client's prompt is at most the prompt.
-      u->set_cached_tokens(std::min(u->cached_tokens(), r.prompt_tokens));
-      r.cached_tokens = u->cached_tokens();
-      finished = true;
-    }
-    out.set_text(std::move(piece));
-    if (!sink.Write(out)) {
-      sink_refused = true;
-      client_left = true;
-      cancel_decode();
-      cancel_prefill();
-      break;
-    }
-    r.sent_any = true;
-  }
-  if (!finished && !sink_refused) {
-    // A failed decode leg cancels the prefill leg at once (its KV has
-    // nowhere to go; the prefill worker keeps it in its prefix cache).
-    cancel_decode();
-    absl::MutexLock lock(&leg->mu);
-    if (!leg->returned) cancel_prefill();
-  }
-  grpc::Status dstatus = stream->Finish();
-  if (finished) {
-    // The prefill answer carries only statistics (the commit, which the
-    // stream needed, came before the first token): no grace wait for it on
-    // the answer path — a prefill worker hung after committing must not
-    // hold the end of the client's stream.
-    absl::MutexLock lock(&leg->mu);
-    if (!leg->returned) cancel_prefill();
-  }
-  leg->done.WaitForNotification();
-  const grpc::Status& pstatus = leg->status;
-  if (client_left) return outcome(grpc::Status::CANCELLED, true, "decode", did, "");
-  if (finished) {
-    options_.directory->ReportSuccess(did);
-    if (pstatus.ok()) {
-      options_.directory->ReportSuccess(pid);
-    } else if (!(p_cancelled && pstatus.error_code() == grpc::StatusCode::CANCELLED)) {
-      // Died after committing: its fault, though the request succeeded.
-      const Outcome late = outcome(pstatus, false, "prefill", pid, ": ");
-      if (FeedsBreaker(late.kind)) options_.directory->ReportFailure(pid);
-    }
-    Outcome ok;
-    ok.status = absl::OkStatus();
-    return ok;
-  }
-  // Failed. Whose fault? A failed prefill call cancels the decode stream;
-  // but a prefill that failed to ship KV to a dead decode worker names that
-  // worker in its ErrorDetail: then the decode leg is the one to retry.
-  std::optional<v1::ErrorDetail> pdetail = rpc::GetErrorDetail(pstatus);
-  // Its own failure, unless this router cancelled it (and that is what
-  // ended it).
-  const bool prefill_failed =
-      !pstatus.ok() && !(p_cancelled && pstatus.error_code() == grpc::StatusCode::CANCELLED);
-  const bool decode_fault = prefill_failed && pdetail && pdetail->worker_id() == did && did != pid;
-  if (prefill_failed && !decode_fault) return outcome(pstatus, false, "prefill", pid, ": ");
-  if (decode_fault) return outcome(pstatus, false, "decode", did, ": ");
-  if (dstatus.ok()) dstatus = grpc::Status(grpc::StatusCode::INTERNAL, "stream ended early");
-  // CANCELLED that this router asked for because the prefill leg failed was
-  // handled above; any other CANCELLED came from the worker (shutdown).
-  return outcome(dstatus, d_cancelled && !r.sent_any && prefill_failed, "decode", did,
-                 r.sent_any ? " failed mid-stream: " : ": ");
-}
-
-absl::Status Router::Migrate(Request& r, const Outcome& o) {
-  // Re-dispatch prompt + every token already sent; the stream continues.
-  const std::string reason = o.draining ? "draining" : "worker_lost";
-  metrics_->migrations->WithLabels({reason}).Increment();
-  const size_t sent = r.generated.size() - r.generated_in_tokens;
-  r.tokens.insert(r.tokens.end(), r.generated.begin() + r.generated_in_tokens, r.generated.end());
-  r.generated_in_tokens = r.generated.size();
-  r.hash_page_size = 0;  // recompute the page hashes of the longer prompt
-  r.sampling.set_max_tokens(r.max_tokens - r.completion_tokens);
-  r.excluded_decode.insert(o.exclusion_key);
-  ++r.migrations;
-  SWA_LOG(warn, "request {}: decode worker {} {} after {} tokens; migrating ({} tokens re-sent)",
-          r.id, o.worker, o.draining ? "is draining" : "failed", r.completion_tokens, sent);
-  absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
-  if (!bucket.ok()) {
-    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_WORKER_LOST,
-                                absl::StrCat("decode worker ", o.worker,
-                                             " failed mid-stream and the continued prompt (",
-                                             r.tokens.size(), " tokens) fits no bucket"),
-                                o.worker, false);
-  }
-  r.bucket = *bucket;
-  return absl::OkStatus();
-}
-
-absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& sink,
-                              CancelFlag* cancel) {
-  Request r;
-  r.start_ns = NowNanos();
-  r.deadline = absl::Now() + options_.request_timeout;
-  const int inflight = inflight_.fetch_add(1) + 1;
-  metrics_->inflight->Increment();
-  struct Leave {
-    Router* self;
-    ~Leave() {
-      self->inflight_.fetch_sub(1);
-      self->metrics_->inflight->Decrement();
-    }
-  } leave{this};
-  absl::Status st;
-  if (options_.max_inflight_requests > 0 && inflight > options_.max_inflight_requests) {
-    metrics_->shed->WithLabels({"inflight"}).Increment();
-    st = Overloaded(absl::StrCat("router overloaded: ", options_.max_inflight_requests,
-                                 " requests in flight"),
-                    1.0);
-  } else {
-    st = Prepare(request, r);
-  }
-  if (st.ok()) {
-    r.prompt_tokens = static_cast<uint32_t>(r.tokens.size());
-    r.max_tokens = r.sampling.max_tokens();
-    r.text = std::make_unique<TextStream>(
-        *options_.tokenizer,
-        std::vector<std::string>(r.sampling.stop().begin(), r.sampling.stop().end()));
-  }
-  int prefill_attempts = 0, decode_attempts = 0;
-  absl::Time worker_wait_until = std::min(r.deadline, absl::Now() + options_.worker_wait);
-  while (st.ok()) {
-    if (cancel != nullptr && cancel->cancelled()) {
-      st = absl::CancelledError("client went away");
-      break;
-    }
-    absl::StatusOr<Choice> choice = Decide(r);
-    if (!choice.ok() && absl::IsUnavailable(choice.status()) && absl::Now() < worker_wait_until) {
-      // No worker to send to (the others failed this request, are
-      // restarting, or Redis restarted and they have not re-registered
-      // yet): wait for one to come back rather than lose the request.
-      absl::SleepFor(absl::Milliseconds(100));
-      continue;
-    }
-    if (!choice.ok()) {
-      st = choice.status();
-      break;
-    }
-    worker_wait_until = std::min(r.deadline, absl::Now() + options_.worker_wait);
-    Outcome o = RunLegs(r, *choice, sink, cancel);
-    st = o.status;
-    if (st.ok() || !RetryElsewhere(o.kind)) break;
-    if (o.embeddings_unavailable && !r.media_inline) {
-      // A by-reference embedding is gone (evicted, or its encoder died):
-      // encode the items again, inline this time, and retry.
-      SWA_LOG(warn, "request {}: {}; encoding its media again, inline", r.id,
-              std::string(st.message()));
-      st = MediaInline(r);
-      if (!st.ok()) break;
-      ++r.attempt;
-      continue;
-    }
-    if (FeedsBreaker(o.kind)) options_.directory->ReportFailure(o.worker);
-    if (absl::Now() >= r.deadline) break;
-    if (o.leg == "decode" && r.sent_any) {
-      if (r.migrations >= options_.max_migrations) break;
-      if (r.completion_tokens >= r.max_tokens) {
-        // Every token was sent; only the last chunk was lost.
-        st = FinishLocally(r, sink);
-        break;
-      }
-      st = Migrate(r, o);
-      if (!st.ok()) break;
-      ++r.attempt;
-      continue;
-    }
-    const bool more = o.leg == "prefill" ? ++prefill_attempts < options_.max_prefill_attempts
-                                         : ++decode_attempts < options_.max_decode_attempts;
-    if (!more) break;
-    SWA_LOG(warn, "request {}: {} leg failed ({}: {}), retrying elsewhere", r.id, o.leg,
-            FailureKindName(o.kind), std::string(st.message()));
-    metrics_->retries->WithLabels({o.leg}).Increment();
-    // An overloaded worker is not excluded (it may have room next time);
-    // a faulty one is.
-    if (o.kind == FailureKind::kWorker) {
-      (o.leg == "prefill" ? r.excluded_prefill : r.excluded_decode).insert(o.exclusion_key);
-    }
-    ++r.attempt;
-    st = absl::OkStatus();
-  }
-  metrics_->requests->WithLabels({CodeLabel(st.code())}).Increment();
-  if (st.ok()) {
-    const int64_t end = NowNanos();
-    metrics_->e2e->WithLabels({r.bucket_label}).Observe(static_cast<double>(end - r.start_ns) *
-                                                        1e-9);
-    if (r.first_token_ns > 0) {
-      metrics_->ttft->WithLabels({r.bucket_label})
-          .Observe(static_cast<double>(r.first_token_ns - r.start_ns) * 1e-9);
-    }
-    if (r.completion_tokens > 1) {
-      metrics_->tpot->WithLabels({r.bucket_label})
-          .Observe(static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
-                   (r.completion_tokens - 1));
-    }
-    metrics_->prompt_tokens->WithLabels({r.bucket_label}).Increment(static_cast<double>(r.prompt_tokens));
-    metrics_->cached_tokens->WithLabels({r.bucket_label}).Increment(r.cached_tokens);
-    metrics_->generated_tokens->Increment(r.completion_tokens);
-  }
-  return st;
-}
-
-absl::Status Router::FinishLocally(Request& r, GenerateSink& sink) {
-  v1::GenerateResponse out;
-  out.set_request_id(r.id);
-  out.set_text(r.text->Finish());
-  out.set_finish_reason(v1::FINISH_REASON_LENGTH);
-  v1::Usage* u = out.mutable_usage();
-  u->set_prompt_tokens(r.prompt_tokens);
-  u->set_completion_tokens(r.completion_tokens);
-  u->set_cached_tokens(r.cached_tokens);
-  if (!sink.Write(out)) return absl::CancelledError("client went away");
-  return absl::OkStatus();
-}
 
 }  // namespace swaserve::router

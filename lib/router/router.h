@@ -40,12 +40,14 @@
 //      output identical to an uninterrupted run (batch- and chunk-invariant
 //      kernels); usage counts the client's prompt and every token.
 //
-// Generate() runs on the caller's thread and blocks until the request ends
-// (the services give each request its own thread: never call it from a gRPC
-// reactor); that thread reads the decode stream, while the prefill leg is an
-// asynchronous call (WorkerClient, worker_client.h) that holds no thread,
-// however long the prompt queues at its worker. It keeps no state beyond
-// the request: replicas share only Redis.
+// Requests run asynchronously (Start; issue 22): the blocking steps (the
+// prompt's tokenization, the decision's Redis round trip, media encoding)
+// run on a few control threads; the legs are asynchronous gRPC calls (the
+// decode stream a callback reader, the prefill a callback unary call;
+// WorkerClient, worker_client.h), so a request that queues for minutes at a
+// prefill worker or streams for minutes holds no thread, and the output
+// goes to the sink from gRPC's callback threads, paced by the sink's
+// OnReady. It keeps no state beyond the request: replicas share only Redis.
 //
 // Metrics (on options.registry):
 //   swaserve_router_requests_total{code}          requests by final status
@@ -147,6 +149,12 @@ struct RouterOptions {
   double shed_backlog_seconds = 300;
   // Threads recording dispatches in the prefix index (off the request path).
   int record_threads = 2;
+  // Threads that run requests' short blocking steps: the prompt's
+  // tokenization, the decision (one Redis round trip), media encoding, the
+  // bookkeeping between attempts. A request holds one only during those
+  // steps, never while it waits for a worker or streams tokens (those run
+  // on gRPC's callbacks), so 10,000 streams need no more. Default 8.
+  int control_threads = 8;
   // Metrics registry; nullptr: metrics::DefaultRegistry().
   metrics::Registry* registry = nullptr;
   // Multimodal items (media.h): resolved to embeddings by the encoders;
@@ -157,13 +165,25 @@ struct RouterOptions {
   MediaTokenIds media_token_ids;
 };
 
-// Receives a request's output. Write() returns false when the client is
-// gone (the request is then cancelled). Called from the Generate() thread.
+// Receives a request's output. Write() hands one response to the client and
+// returns false when the client is gone (the request is then cancelled).
+// Called from the router's control threads and gRPC callback threads, one
+// call at a time per request: it must not block. Back-pressure goes through
+// OnReady: the router reads the next tokens from the decode worker only
+// once the sink has room, so a slow client slows its own request.
 class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
   virtual bool Write(const v1::GenerateResponse& response) = 0;
+  // Runs `ready` once the sink has room for the next response (may run it
+  // before returning; on any thread). At most one pending at a time. The
+  // default: room at once.
+  virtual void OnReady(std::function<void()> ready) { ready(); }
 };
+
+// Called once when a request ended (after its last Write): OK, or its error
+// (see Router::Generate).
+using GenerateDone = std::function<void(absl::Status)>;
 
 // Cancels a request from another thread (a client that disconnected).
 class CancelFlag {
@@ -188,9 +208,17 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
-  // Runs one request to its end. OK after the last response (with
-  // finish_reason and usage) was written; otherwise the error, carrying an
-  // ErrorDetail (rpc::GetErrorDetail) when the cause is known:
+  // Starts one request and returns at once; `done` runs exactly once, after
+  // the last sink Write, on a router or gRPC thread. `sink` and `cancel`
+  // (may be null) are shared with the request until then. No thread is held
+  // while the request waits at a worker or streams (issue 22).
+  void Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
+             std::shared_ptr<CancelFlag> cancel, GenerateDone done);
+
+  // Runs one request to its end on the caller's thread (Start, then wait):
+  // for tests and tools. OK after the last response (with finish_reason and
+  // usage) was written; otherwise the error, carrying an ErrorDetail
+  // (rpc::GetErrorDetail) when the cause is known:
   //   InvalidArgument   bad prompt or parameters (ERROR_CODE_INVALID_REQUEST)
   //   NotFound          unknown model (ERROR_CODE_UNKNOWN_MODEL)
   //   OutOfRange        prompt beyond the largest bucket (PROMPT_TOO_LONG)
@@ -199,8 +227,14 @@ class Router {
   //                     ErrorDetail.retry_after_ms)
   //   Unavailable       no healthy worker, or every attempt failed
   //   Cancelled         the sink refused a write or `cancel` fired
+  // `sink` and `cancel` must outlive the call.
   absl::Status Generate(const v1::GenerateRequest& request, GenerateSink& sink,
                         CancelFlag* cancel = nullptr);
+
+  // Requests started and not yet done.
+  int inflight() const { return inflight_.load(); }
+  // Waits until no request is in flight or `timeout` passed; true when idle.
+  bool WaitIdle(absl::Duration timeout);
 
   // The routing decision for `request` without running it (no worker is
   // called, nothing is recorded in the index): what Generate's first attempt
@@ -227,6 +261,9 @@ class Router {
   struct Metrics;
   struct Request;
   struct Choice;
+  // One request's asynchronous run: its attempts, legs, retries and
+  // migrations (router_call.cc).
+  class Call;
   explicit Router(const RouterOptions& options);
 
   absl::Status Prepare(const v1::GenerateRequest& in, Request& r);
@@ -243,25 +280,20 @@ class Router {
   absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
-  struct Outcome;
-  // One attempt of both legs: OK, or the failure classified (failure.h)
-  // with the leg and the worker at fault.
-  Outcome RunLegs(Request& r, const Choice& c, GenerateSink& sink, CancelFlag* cancel);
-  // Turns `r` into its continuation after its decode worker failed
-  // mid-stream: prompt + tokens sent, max_tokens reduced, that worker
-  // excluded.
-  absl::Status Migrate(Request& r, const Outcome& o);
-  // The last chunk (finish reason, usage) when every token was sent before
-  // the decode worker died.
-  absl::Status FinishLocally(Request& r, GenerateSink& sink);
+  // Runs `fn` on a control thread.
+  void OnControl(std::function<void()> fn);
 
   const RouterOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<base::ThreadPool> record_pool_;
-  std::unique_ptr<base::TimerQueue> timers_;  // destination timeouts
+  // ~Router stops the control threads first (their tasks may set timers),
+  // then the timers.
+  std::unique_ptr<base::ThreadPool> control_;
+  std::unique_ptr<base::TimerQueue> timers_;  // destination timeouts, worker waits
   std::unique_ptr<RoutingState> own_state_;   // over options.view
   RoutingState* state_ = nullptr;
   std::atomic<int> inflight_{0};
+  absl::Mutex idle_mu_;  // WaitIdle's wake-ups
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;
 };

@@ -1,7 +1,8 @@
 // Router::Request: one client request's state across its legs, retries and
-// migrations. Internal to lib/router (router.cc: the request path;
+// migrations, and the helpers its parts share. Internal to lib/router
+// (router.cc: preparation and decision; router_call.cc: the asynchronous run;
 // router_media.cc: its multimodal items). Not thread-safe: owned by the
-// request's Generate() call.
+// request's Call, whose steps touch it one at a time.
 #pragma once
 
 #include <cstdint>
@@ -10,12 +11,30 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "lib/cluster/cluster_view.h"
 #include "lib/base/hash.h"
 #include "lib/router/router.h"
 #include "lib/router/text_stream.h"
 
 namespace swaserve::router {
+
+// Steady-clock nanoseconds (request timings).
+int64_t NowNanos();
+// A worker incarnation: id + the random incarnation of its record (what a
+// request excludes after that worker failed it).
+std::string ExclusionKey(const cluster::WorkerInfo& i);
+// ResourceExhausted (OVERLOADED, retryable) telling the client when to come
+// back (ErrorDetail.retry_after_ms: the HTTP API's Retry-After).
+absl::Status Overloaded(std::string message, double retry_after_seconds);
+
+// A decision: the two workers of an attempt.
+struct Router::Choice {
+  std::shared_ptr<const WorkerEndpoint> prefill;
+  std::shared_ptr<const WorkerEndpoint> decode;
+  int64_t expected_cached_tokens = 0;
+};
 
 struct Router::Request {
   std::string id;

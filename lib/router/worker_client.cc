@@ -1,24 +1,80 @@
 #include "lib/router/worker_client.h"
 
+#include <optional>
 #include <utility>
+
+#include "absl/synchronization/mutex.h"
 
 namespace swaserve::router {
 namespace {
 
-class GrpcDecodeCall final : public DecodeCall {
+// gRPC's callback API: a ClientReadReactor, so no thread blocks on the
+// stream. gRPC delivers OnDone last, after every read completed; the object
+// is destroyed only after Finish's callback ran (the DecodeCall contract),
+// and the destructor waits for OnDone to have handed over the status.
+class GrpcDecodeCall final : public DecodeCall,
+                             public grpc::ClientReadReactor<v1::DecodeResponse> {
  public:
-  GrpcDecodeCall(v1::Decode::Stub& stub, const v1::DecodeRequest& request, absl::Time deadline) {
+  GrpcDecodeCall(v1::Decode::Stub& stub, const v1::DecodeRequest& request, absl::Time deadline)
+      : request_(request) {
     ctx_.set_deadline(absl::ToChronoTime(deadline));
-    reader_ = stub.Decode(&ctx_, request);
+    stub.async()->Decode(&ctx_, &request_, this);
+    StartCall();
   }
-  bool Read(v1::DecodeResponse* msg) override { return reader_->Read(msg); }
-  grpc::Status Finish() override { return reader_->Finish(); }
+  ~GrpcDecodeCall() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+  void Read(v1::DecodeResponse* msg, ReadDone done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      read_done_ = std::move(done);
+    }
+    StartRead(msg);
+  }
+  void OnReadDone(bool ok) override {
+    ReadDone d;
+    {
+      absl::MutexLock lock(&mu_);
+      d = std::move(read_done_);
+    }
+    if (d) d(ok);
+  }
+  void Finish(FinishDone done) override {
+    std::optional<grpc::Status> now;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) {
+        now = status_;
+      } else {
+        finish_done_ = std::move(done);
+      }
+    }
+    if (now) done(*std::move(now));
+  }
+  void OnDone(const grpc::Status& s) override {
+    FinishDone d;
+    {
+      absl::MutexLock lock(&mu_);
+      status_ = s;
+      done_ = true;
+      d = std::move(finish_done_);
+    }
+    // Nothing of this object is touched after the lock is released: the
+    // owner may destroy it as soon as `done_` is set.
+    if (d) d(s);
+  }
   // ClientContext::TryCancel is thread-safe and a no-op after the call ended.
   void Cancel() override { ctx_.TryCancel(); }
 
  private:
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader_;
+  const v1::DecodeRequest request_;
+  absl::Mutex mu_;
+  ReadDone read_done_ ABSL_GUARDED_BY(mu_);
+  FinishDone finish_done_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 class GrpcPrefillCall final : public PrefillCall {

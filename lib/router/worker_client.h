@@ -6,10 +6,12 @@
 // tests run it against scripted fakes (tests/unit/router/router_legs_test.cc)
 // and the services use the gRPC implementation (NewGrpcWorkerClient).
 //
-// Call objects are created per leg and used by the leg's threads: Read and
-// Finish (DecodeCall) and Start (PrefillCall) from one thread, Cancel from
-// any thread at any time, also before the call started (then the call ends
-// CANCELLED as soon as it starts) or after it ended (a no-op).
+// Call objects are created per leg. Both are asynchronous: no thread waits
+// on a worker. Read and Finish (DecodeCall) are called in sequence, Start
+// (PrefillCall) once; Cancel from any thread at any time, also before the
+// call started (then the call ends CANCELLED as soon as it starts) or after
+// it ended (a no-op). Callbacks may run inline, so callers call them
+// without holding a lock that a callback takes.
 //
 // Thread-safety: WorkerClient is thread-safe (one per worker, shared by all
 // requests); call objects as above.
@@ -25,17 +27,24 @@
 
 namespace swaserve::router {
 
-// A Decode.Decode stream in progress.
+// A Decode.Decode stream in progress, read asynchronously (issue 22: a
+// streaming request holds no router thread while it waits for tokens).
+// Destroy it only after Finish's callback ran.
 class DecodeCall {
  public:
+  using ReadDone = std::function<void(bool ok)>;
+  using FinishDone = std::function<void(grpc::Status)>;
   virtual ~DecodeCall() = default;
-  // Blocks for the next message; false when the stream ended (then call
-  // Finish for its status).
-  virtual bool Read(v1::DecodeResponse* msg) = 0;
-  // The stream's final status; after Read returned false (or to end it
-  // early after Cancel).
-  virtual grpc::Status Finish() = 0;
-  // Ends the call with CANCELLED: a blocked Read returns false.
+  // Reads the next message into *msg (valid until `done`): done(true) when
+  // *msg holds it, done(false) when the stream ended (then Finish). One Read
+  // at a time. `done` runs on any thread, possibly before Read returns; it
+  // must not block.
+  virtual void Read(v1::DecodeResponse* msg, ReadDone done) = 0;
+  // The stream's final status, once a Read reported false (or after Cancel
+  // with no Read pending): `done` runs once, on any thread, possibly before
+  // Finish returns.
+  virtual void Finish(FinishDone done) = 0;
+  // Ends the call with CANCELLED: a pending Read reports false.
   virtual void Cancel() = 0;
 };
 

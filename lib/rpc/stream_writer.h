@@ -7,6 +7,8 @@
 //   writer->Write(msg);            // queued in order; false once finishing
 //   writer->Finish(status);        // after everything queued was written
 //   writer->WriteWhenRoom(msg, 64) // the same, but waits while 64 are queued
+//   writer->WhenRoom(64, fn)       // fn() once fewer than 64 are queued
+//                                  // (asynchronous producers: no wait)
 //
 // Semantics:
 //   - messages are written in the order queued, one at a time;
@@ -77,6 +79,23 @@ class StreamWriter {
     return true;
   }
 
+  // Runs `ready` once fewer than `max_queued` (>= 1) messages wait to be
+  // written: at once (before returning) if so now, else from the write
+  // completion that makes room; also when the stream is cancelled, finishing
+  // or detached (then the next Write returns false). One pending at a time
+  // (a later call replaces it). Never called with the lock held.
+  void WhenRoom(size_t max_queued, std::function<void()> ready) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!closed() && queue_.size() >= max_queued) {
+        room_max_ = max_queued;
+        room_ = std::move(ready);
+        return;
+      }
+    }
+    ready();
+  }
+
   // Finishes with `status` once the queued messages are written. Once.
   void Finish(grpc::Status status) {
     {
@@ -106,6 +125,7 @@ class StreamWriter {
       absl::MutexLock lock(&mu_);
       cancelling_ = false;
     }
+    RunRoom();
     Pump();
   }
 
@@ -118,14 +138,18 @@ class StreamWriter {
       writing_ = false;
     }
     if (!ok) Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    RunRoom();
     Pump();  // also when already cancelled: the finish may be due now
   }
 
   // Reactor side, from OnDone: the reactor is gone.
   void Detach() {
-    absl::MutexLock lock(&mu_);
-    detached_ = true;
-    queue_.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      detached_ = true;
+      queue_.clear();
+    }
+    RunRoom();
   }
 
   // True once Cancel ran (the client left or a write failed).
@@ -143,6 +167,18 @@ class StreamWriter {
   // No more messages accepted.
   bool closed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return detached_ || cancelled_ || finished_ || final_status_.has_value();
+  }
+
+  // Runs the WhenRoom callback if there is room now (or the stream closed).
+  void RunRoom() {
+    std::function<void()> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      if (room_ == nullptr || (!closed() && queue_.size() >= room_max_)) return;
+      ready = std::move(room_);
+      room_ = nullptr;
+    }
+    ready();
   }
 
   // Starts the next write or the finish (the gRPC call without the lock).
@@ -180,6 +216,8 @@ class StreamWriter {
   bool cancelling_ ABSL_GUARDED_BY(mu_) = false;  // on_cancel is running
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> room_ ABSL_GUARDED_BY(mu_);  // WhenRoom's
+  size_t room_max_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A server-streaming reactor that writes through a StreamWriter. Subclasses

@@ -1,11 +1,13 @@
-// CallState: the hand-off between a thread running router::Router::Generate
-// (the producer: a GenerateSink) and the HTTP handler that streams its
-// output (the gRPC reactor writes through rpc::StreamWriter instead).
+// CallState: the hand-off between a request running in router::Router (the
+// producer: a GenerateSink, written from the router's callbacks) and the
+// HTTP handler that streams its output (the gRPC reactor writes through
+// rpc::StreamWriter instead).
 //
-// Write() queues a response and blocks while `max_queued` are waiting (a slow
-// client slows its own request, not the router); it returns false once the
-// consumer cancelled. Finish() records the final status. The consumer pops
-// with a timeout (Pop), so it can notice a client that left.
+// Write() queues a response without blocking; it returns false once the
+// consumer cancelled. OnReady() runs its callback once fewer than
+// `max_queued` wait (a slow client slows its own request, not the router).
+// Finish() records the final status. The consumer pops with a timeout (Pop),
+// so it can notice a client that left.
 //
 // Shared between the producer thread and the consumer through shared_ptr.
 // Thread-safe.
@@ -29,6 +31,7 @@ class CallState : public router::GenerateSink {
 
   // Producer side.
   bool Write(const v1::GenerateResponse& response) override;
+  void OnReady(std::function<void()> ready) override;
   void Finish(absl::Status status);
 
   // Consumer side. kItem: *out holds the next response; kEmpty: nothing yet;
@@ -36,7 +39,8 @@ class CallState : public router::GenerateSink {
   enum class Next { kItem, kEmpty, kFinished };
   // Blocks up to `timeout` for the next item or the end (kEmpty on timeout).
   Next Pop(v1::GenerateResponse* out, absl::Status* status, absl::Duration timeout);
-  // The client went away: cancels the request and unblocks Write().
+  // The client went away: cancels the request (and runs a pending OnReady
+  // callback, so that the request notices).
   void Cancel();
 
   router::CancelFlag& cancel_flag() { return cancel_; }
@@ -48,6 +52,7 @@ class CallState : public router::GenerateSink {
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

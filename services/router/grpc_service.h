@@ -1,38 +1,20 @@
 // The public gRPC API of a router replica: swaserve.v1.Router (Generate,
-// ListModels) over router::Router, callback API. Each Generate call runs the
-// router on its own thread (RequestThreads) and streams through a CallState;
-// the reactor never blocks.
+// ListModels) over router::Router, callback API. Each Generate call starts
+// the request asynchronously (Router::Start) and streams through the
+// reactor's rpc::StreamWriter, which paces the request (WhenRoom); no thread
+// is held per request, and the reactor never blocks.
 #pragma once
 
-#include <atomic>
-#include <functional>
 #include <memory>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.grpc.pb.h"
 
 namespace swaserve::router_service {
 
-// Runs each request on a thread of its own and counts them, so that a server
-// can wait for the running ones at shutdown. Thread-safe.
-class RequestThreads {
- public:
-  void Spawn(std::function<void()> fn);
-  // Waits until no request thread runs or `timeout` passes; true when idle.
-  bool WaitIdle(absl::Duration timeout);
-  int running();
-
- private:
-  absl::Mutex mu_;
-  int running_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
 class RouterGrpcService final : public v1::Router::CallbackService {
  public:
-  RouterGrpcService(router::Router* router, RequestThreads* threads)
-      : router_(router), threads_(threads) {}
+  explicit RouterGrpcService(router::Router* router) : router_(router) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -42,7 +24,6 @@ class RouterGrpcService final : public v1::Router::CallbackService {
 
  private:
   router::Router* const router_;
-  RequestThreads* const threads_;
 };
 
 }  // namespace swaserve::router_service

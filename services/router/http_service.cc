@@ -108,10 +108,8 @@ void HttpService::Impl::Generate(const httplib::Request& req, httplib::Response&
 
   auto call = std::make_shared<CallState>();
   router::Router* router = o.router;
-  o.request_threads->Spawn([router, call, p] {
-    absl::Status s = router->Generate(p->request, *call, &call->cancel_flag());
-    call->Finish(std::move(s));
-  });
+  router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
+                [call](absl::Status s) { call->Finish(std::move(s)); });
 
   // The first event decides the status code.
   v1::GenerateResponse first;
@@ -240,9 +238,8 @@ void HttpService::Stop() {
 
 absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
     const HttpServiceOptions& options) {
-  if (options.router == nullptr || options.request_threads == nullptr ||
-      options.tokenizer == nullptr) {
-    return absl::InvalidArgumentError("HttpService needs a router, request threads, a tokenizer");
+  if (options.router == nullptr || options.tokenizer == nullptr) {
+    return absl::InvalidArgumentError("HttpService needs a router and a tokenizer");
   }
   std::unique_ptr<HttpService> self(new HttpService());
   self->impl_ = std::make_unique<Impl>();

@@ -5,7 +5,8 @@
 // status: 400 bad JSON or parameters, 401 missing/wrong key, 404 unknown
 // model, 413 body over the limit or prompt beyond the largest bucket, 429
 // key concurrency limit or router overloaded, 503 no healthy workers), then
-// run by router::Router on a request thread of their own. A streamed
+// run by router::Router (asynchronously: the connection's thread streams
+// what the request queues in a CallState). A streamed
 // request's status is decided by its first event: errors before the first
 // token get a proper status code; an error after it ends the stream with an
 // error event and [DONE].
@@ -27,7 +28,6 @@
 #include "lib/api/openai.h"
 #include "lib/metrics/registry.h"
 #include "lib/router/router.h"
-#include "services/router/grpc_service.h"
 
 namespace httplib {
 class Server;
@@ -48,7 +48,6 @@ struct HttpServiceOptions {
   api::ConcurrencyLimiter* limiter = nullptr;
   // Required; not owned.
   router::Router* router = nullptr;
-  RequestThreads* request_threads = nullptr;
   const model::Tokenizer* tokenizer = nullptr;
   // nullptr: metrics::DefaultRegistry() (also what /metrics serves).
   metrics::Registry* registry = nullptr;

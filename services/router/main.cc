@@ -66,6 +66,7 @@ struct RouterConfig {
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
+  int64_t control_threads = 8;
   double shed_backlog_seconds = router::RouterOptions{}.shed_backlog_seconds;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
@@ -119,6 +120,9 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("default_max_tokens", &c->default_max_tokens, "max_tokens when a request gives none")
       .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
+      .Add("control_threads", &c->control_threads,
+           "threads for requests' short blocking steps (tokenization, the Redis decision, "
+           "media encoding); a streaming or queued request holds none")
       .Add("shed_backlog_seconds", &c->shed_backlog_seconds,
            "429 with Retry-After for a new request when every prefill worker of its bucket "
            "owes more than this many seconds of prefill (0: never)")
@@ -200,7 +204,6 @@ struct RouterProcess {
   std::unique_ptr<router::Router> router;
   std::unique_ptr<api::ApiKeyStore> keys;
   std::unique_ptr<api::ConcurrencyLimiter> limiter;
-  router_service::RequestThreads request_threads;
   std::unique_ptr<router_service::RouterGrpcService> grpc_service;
   std::unique_ptr<rpc::GrpcServer> server;
   std::unique_ptr<router_service::HttpService> http;
@@ -238,6 +241,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
   opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
   opt.max_inflight_requests = static_cast<int>(c.max_inflight);
+  opt.control_threads = static_cast<int>(std::max<int64_t>(1, c.control_threads));
   opt.shed_backlog_seconds = c.shed_backlog_seconds;
   opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
   opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);
@@ -282,7 +286,7 @@ absl::Status RouterProcess::LoadApiKeys() {
 
 absl::Status RouterProcess::StartServers() {
   grpc_service =
-      std::make_unique<router_service::RouterGrpcService>(router.get(), &request_threads);
+      std::make_unique<router_service::RouterGrpcService>(router.get());
   rpc::GrpcServerOptions go;
   go.listen_address = c.listen;
   go.services = {grpc_service.get()};
@@ -300,7 +304,6 @@ absl::Status RouterProcess::StartServers() {
   ho.keys = keys.get();
   ho.limiter = limiter.get();
   ho.router = router.get();
-  ho.request_threads = &request_threads;
   ho.tokenizer = tokenizer.get();
   ho.registry = &registry;
   ASSIGN_OR_RETURN(http, router_service::HttpService::Create(ho));
@@ -345,8 +348,8 @@ int Run(int argc, char** argv) {
   const int signo = rpc::ServeUntilTerminated(*p.server, **signal);
   SWA_LOG(info, "router stopping (signal {})", signo);
   p.http->Stop();
-  if (!p.request_threads.WaitIdle(absl::Seconds(5))) {
-    SWA_LOG(warn, "{} requests still running at exit", p.request_threads.running());
+  if (!p.router->WaitIdle(absl::Seconds(5))) {
+    SWA_LOG(warn, "{} requests still running at exit", p.router->inflight());
   }
   return signo >= 0 ? 0 : 1;
 }

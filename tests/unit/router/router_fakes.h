@@ -17,6 +17,8 @@
 // Thread-safety: all fakes are thread-safe.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <functional>
 #include <map>
@@ -153,13 +155,15 @@ class FakeWorkerClient final : public WorkerClient {
   std::vector<std::function<void()>> parked_ ABSL_GUARDED_BY(mu_);
 };
 
-class FakeDecodeCall final : public DecodeCall {
+// The scripted decode stream, blocking (ThreadedDecodeCall makes it the
+// asynchronous DecodeCall the router uses).
+class FakeDecodeCall {
  public:
   FakeDecodeCall(FakeWorkerClient* w, const v1::DecodeRequest& req)
       : w_(w), req_(req), script_(w->script()) {
     seq_.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
   }
-  bool Read(v1::DecodeResponse* msg) override {
+  bool Read(v1::DecodeResponse* msg) {
     msg->Clear();
     if (cancelled_) return End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
     if (!accepted_) {
@@ -197,8 +201,8 @@ class FakeDecodeCall final : public DecodeCall {
     }
     return true;
   }
-  grpc::Status Finish() override { return status_; }
-  void Cancel() override {
+  grpc::Status Finish() { return status_; }
+  void Cancel() {
     if (!cancelled_.exchange(true)) {
       absl::MutexLock lock(&w_->log()->mu);
       ++w_->log()->cancelled_decodes;
@@ -222,8 +226,74 @@ class FakeDecodeCall final : public DecodeCall {
   grpc::Status status_;
 };
 
+// A blocking FakeDecodeCall as an asynchronous DecodeCall: its Reads and
+// Finish run in order on a thread of the call's own; callbacks run there.
+// The router may drop the call on that thread (from a callback): then the
+// thread is detached, and it exits as soon as the callback returns.
+class ThreadedDecodeCall final : public DecodeCall {
+ public:
+  // The name of its threads (tests that count the router's threads skip
+  // them: they are the fake worker's, not the router's).
+  static constexpr const char* kThreadName = "fake-decode";
+  explicit ThreadedDecodeCall(std::unique_ptr<FakeDecodeCall> inner)
+      : inner_(std::move(inner)), state_(std::make_shared<State>()) {
+    thread_ = std::thread([state = state_] {
+      pthread_setname_np(pthread_self(), kThreadName);
+      Loop(state);
+    });
+  }
+  ~ThreadedDecodeCall() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->stop = true;
+    }
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  void Read(v1::DecodeResponse* msg, ReadDone done) override {
+    Post([inner = inner_, msg, done = std::move(done)] { done(inner->Read(msg)); });
+  }
+  void Finish(FinishDone done) override {
+    Post([inner = inner_, done = std::move(done)] { done(inner->Finish()); });
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    std::vector<std::function<void()>> jobs ABSL_GUARDED_BY(mu);
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  };
+  static void Loop(std::shared_ptr<State> state) {
+    for (;;) {
+      std::function<void()> job;
+      {
+        absl::MutexLock lock(&state->mu);
+        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(state->mu) {
+          return state->stop || !state->jobs.empty();
+        };
+        state->mu.Await(absl::Condition(&ready));
+        if (state->jobs.empty()) return;  // stopping, nothing left
+        job = std::move(state->jobs.front());
+        state->jobs.erase(state->jobs.begin());
+      }
+      job();
+    }
+  }
+  void Post(std::function<void()> job) {
+    absl::MutexLock lock(&state_->mu);
+    state_->jobs.push_back(std::move(job));
+  }
+  std::shared_ptr<FakeDecodeCall> inner_;
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
 // Runs the scripted prefill on a thread of its own (joined on destruction,
-// which the router does only after `done`).
+// or detached when the router drops the call from its `done`).
 class FakePrefillCall final : public PrefillCall {
  public:
   explicit FakePrefillCall(FakeWorkerClient* w) : w_(w) {}
@@ -233,7 +303,12 @@ class FakePrefillCall final : public PrefillCall {
       absl::MutexLock lock(&mu_);  // a canceller may be assigning it
       t = std::move(thread_);
     }
-    if (t.joinable()) t.join();
+    if (!t.joinable()) return;
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // dropped from `done`, on this thread
+    } else {
+      t.join();
+    }
   }
   void Start(v1::PrefillRequest request, v1::PrefillResponse* response, Done done) override {
     if (w_->script().prefill_parks) {
@@ -241,9 +316,14 @@ class FakePrefillCall final : public PrefillCall {
         absl::MutexLock lock(&w_->log()->mu);
         w_->log()->prefills.emplace_back(w_->id(), request);
       }
+      // `done` holds the router's leg, which owns this call: the slot is
+      // emptied when it runs, so that on_cancel_ keeps no cycle alive.
       auto once = std::make_shared<std::atomic<bool>>(false);
-      auto finish = [w = w_, request, done, once](bool cancelled) {
+      auto slot = std::make_shared<Done>(std::move(done));
+      auto finish = [w = w_, request, slot, once](bool cancelled) {
         if (once->exchange(true)) return;
+        Done done = std::move(*slot);
+        *slot = nullptr;
         if (cancelled) {
           done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
           return;
@@ -313,7 +393,7 @@ inline std::unique_ptr<DecodeCall> FakeWorkerClient::StartDecode(const v1::Decod
     absl::MutexLock lock(&log_->mu);
     log_->decodes.emplace_back(id_, request);
   }
-  return std::make_unique<FakeDecodeCall>(this, request);
+  return std::make_unique<ThreadedDecodeCall>(std::make_unique<FakeDecodeCall>(this, request));
 }
 
 inline std::unique_ptr<PrefillCall> FakeWorkerClient::NewPrefill(absl::Time) {

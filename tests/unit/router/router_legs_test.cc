@@ -6,6 +6,7 @@
 // shedding with Retry-After, and priorities handed to the prefill worker.
 // tests/integration/router keeps the same paths against real processes.
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -262,7 +263,8 @@ TEST_F(RouterLegsTest, ADecodeWorkerThatRejectsIsReplacedBeforeAnyToken) {
   EXPECT_TRUE(first.tokens.empty());
   Script("d2", {});
   CollectingSink sink;
-  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  absl::Status second = router_->Generate(req, sink);
+  ASSERT_TRUE(second.ok()) << second;
   EXPECT_EQ(sink.tokens, Expected(req));
   EXPECT_EQ(DecodeWorkersCalled().back(), "d2");
 }
@@ -419,43 +421,61 @@ TEST_F(RouterLegsTest, ABreakerOpensAfterRepeatedFaultsAndTheWorkerIsSkipped) {
   EXPECT_EQ(source_->breakers().Open(), 0);
 }
 
-// Issue 22, asynchronous request path: a request whose prefill is queued at
-// a worker holds no router thread for its prefill leg (before: a thread per
-// attempt, so a queue of N requests cost 2N threads). The N request threads
-// here are the test's own callers of Generate.
-int ThreadsOfThisProcess() {
+// Issue 22, asynchronous request path: a request holds no router thread
+// while its prefill is queued at a worker, while it waits for tokens, or
+// while it streams (before: a thread per request plus one per prefill
+// attempt). Started with Router::Start: no caller thread either. The fake
+// decode workers run a thread per stream (ThreadedDecodeCall); those are
+// not the router's and are not counted.
+int RouterThreadsOfThisProcess() {
   int n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != testing::ThreadedDecodeCall::kThreadName) ++n;
+  }
   return n;
 }
 
-TEST_F(RouterLegsTest, AQueuedPrefillLegHoldsNoThread) {
+TEST_F(RouterLegsTest, QueuedRequestsHoldNoThread) {
   Script("p1", {.prefill_parks = true});
   Script("p2", {.prefill_parks = true});
-  const int before = ThreadsOfThisProcess();
-  constexpr int kRequests = 24;
-  std::vector<std::thread> callers;
-  std::vector<CollectingSink> sinks(kRequests);
+  const int before = RouterThreadsOfThisProcess();
+  constexpr int kRequests = 64;
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
   std::vector<absl::Status> results(kRequests);
+  absl::Mutex mu;
+  int done = 0;
   for (int i = 0; i < kRequests; ++i) {
-    callers.emplace_back([&, i] { results[i] = router_->Generate(Request(40 + i, 3), sinks[i]); });
+    sinks.push_back(std::make_shared<CollectingSink>());
+    router_->Start(Request(40 + i, 3), sinks.back(), nullptr, [&, i](absl::Status s) {
+      absl::MutexLock lock(&mu);
+      results[i] = std::move(s);
+      ++done;
+    });
   }
   for (int i = 0; i < 2000 && PrefillWorkersCalled().size() < kRequests; ++i) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_EQ(PrefillWorkersCalled().size(), static_cast<size_t>(kRequests));
-  const int during = ThreadsOfThisProcess();
-  // The callers, and at most a few threads the router starts once (its
-  // dispatch-record pool, its timers) — not one per queued prefill.
-  EXPECT_LE(during - before, kRequests + 4) << before << " -> " << during;
-  RecordProperty("threads_per_queued_request",
+  EXPECT_EQ(router_->inflight(), kRequests);
+  const int during = RouterThreadsOfThisProcess();
+  // At most the threads the router starts once (its timer thread) — not
+  // one per request.
+  EXPECT_LE(during - before, 2) << before << " -> " << during;
+  RecordProperty("router_threads_per_queued_request",
                  absl::StrCat(static_cast<double>(during - before) / kRequests));
   EXPECT_EQ(clients_["p1"]->ReleaseParked() + clients_["p2"]->ReleaseParked(),
             static_cast<size_t>(kRequests));
-  for (std::thread& t : callers) t.join();
+  ASSERT_TRUE(router_->WaitIdle(absl::Seconds(30)));
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                      +[](int* d) { return *d == kRequests; }, &done),
+                                  absl::Seconds(30)));
   for (int i = 0; i < kRequests; ++i) {
     EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
-    EXPECT_EQ(sinks[i].tokens.size(), 3u);
+    EXPECT_EQ(sinks[i]->tokens.size(), 3u);
   }
 }
 

@@ -140,6 +140,30 @@ TEST(StreamWriterTest, WriteWhenRoomWaitsForTheClientAndWakesOnCancel) {
   EXPECT_FALSE(third_ok);
 }
 
+// The asynchronous producer's pacing (the router's GenerateSink::OnReady):
+// the callback runs at once while there is room, else from the write
+// completion that makes room, and on cancel (so the producer notices).
+TEST(StreamWriterTest, WhenRoomRunsOnceThereIsRoomOrTheStreamCloses) {
+  FakeReactor r;
+  int ran = 0;
+  r.writer->WhenRoom(2, [&] { ++ran; });
+  EXPECT_EQ(ran, 1);  // empty: room now
+  ASSERT_TRUE(r.writer->Write("a"));
+  ASSERT_TRUE(r.writer->Write("b"));
+  r.writer->WhenRoom(2, [&] { ++ran; });
+  EXPECT_EQ(ran, 1);  // 2 queued: waits
+  r.Complete();       // "a" done: room
+  EXPECT_EQ(ran, 2);
+  ASSERT_TRUE(r.writer->Write("c"));
+  r.writer->WhenRoom(2, [&] { ++ran; });
+  EXPECT_EQ(ran, 2);
+  r.writer->Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+  EXPECT_EQ(ran, 3);  // woken by the cancel
+  EXPECT_FALSE(r.writer->Write("d"));
+  r.writer->WhenRoom(2, [&] { ++ran; });
+  EXPECT_EQ(ran, 4);  // closed: at once
+}
+
 // Random operation sequences; after each step: at most one write in flight,
 // what was written is the accepted messages in order (a prefix of them once
 // cancelled), finish at most once and never followed by a write.
