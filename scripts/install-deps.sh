@@ -33,6 +33,7 @@ pkgs=(
   libucx-dev ucx-utils                # KV transfer; ucx_perftest for benchmarks
   libhiredis-dev redis-server redis-tools
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
+  libevent-dev                        # the router's HTTP API: event-driven streaming
   libopenblas-dev libxxhash-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   libpng-dev                          # swaserve dashboard's PNG charts, lib/media
   libjpeg62-turbo-dev                 # lib/media: JPEG decode

@@ -14,8 +14,10 @@
 //     clients received in the window;
 //   - each token's delivery latency, simulator -> client (the token ids are
 //     the simulator's send timestamps), p50/p99; and the same load sent
-//     straight to the simulator (--direct, no router: the load generator
-//     makes the router's two calls itself) for the added latency.
+//     straight to the simulator (no router: the load generator makes the
+//     router's two calls itself; --no-direct skips it) for the added latency;
+//   - the same streams over the OpenAI HTTP API (SSE, one connection each;
+//     --no-http skips it): threads, RSS and CPU per token.
 // Every stream must end OK.
 //
 //   build-clang/bench/router/router_capacity_bench --streams 10000
@@ -31,9 +33,15 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -61,6 +69,7 @@ struct Flags {
   absl::Duration ramp = absl::Seconds(15);
   absl::Duration window = absl::Seconds(20);
   bool direct = true;
+  bool http = true;
 };
 
 // Delivery latencies in 100 µs buckets up to the 131 ms the token ids can
@@ -72,6 +81,10 @@ class LatencyHistogram {
     if (!on_.load(std::memory_order_relaxed)) return;
     counts_[std::min<int64_t>(us / 100, kBuckets - 1)].fetch_add(1, std::memory_order_relaxed);
     tokens_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Tokens whose latency is not known.
+  void Count(int64_t n) {
+    if (on_.load(std::memory_order_relaxed)) tokens_.fetch_add(n, std::memory_order_relaxed);
   }
   void Measure(bool on) { on_ = on; }
   int64_t tokens() const { return tokens_.load(); }
@@ -195,6 +208,93 @@ class DirectStream final : public grpc::ClientReadReactor<v1::DecodeResponse> {
   bool first_ = false;
 };
 
+// The OpenAI HTTP API under the same load: one connection per stream (as
+// clients of the HTTP API have), SSE frames counted as they arrive, on one
+// libevent loop of the load generator's own. The frames carry text, not
+// the simulator's token ids, so HTTP mode measures threads, memory and CPU,
+// not latency.
+class HttpLoad {
+ public:
+  explicit HttpLoad(int port) : port_(port), base_(event_base_new()) {
+    // A timer keeps the loop running while no connection exists.
+    keepalive_ = event_new(base_, -1, EV_PERSIST, [](evutil_socket_t, short, void*) {}, nullptr);
+    timeval tv{1, 0};
+    event_add(keepalive_, &tv);
+    thread_ = std::thread([this] { event_base_dispatch(base_); });
+  }
+  ~HttpLoad() {
+    event_base_loopbreak(base_);
+    thread_.join();
+    event_free(keepalive_);
+    for (evhttp_connection* c : conns_) evhttp_connection_free(c);
+    event_base_free(base_);
+  }
+  // Starts stream `i` (from any thread: it runs on the load's loop).
+  void Start(std::string body, LoadStats* stats) {
+    auto* s = new Stream{this, std::move(body), stats};
+    event_base_once(base_, -1, EV_TIMEOUT, &HttpLoad::Open, s, nullptr);
+  }
+
+ private:
+  struct Stream {
+    HttpLoad* load;
+    std::string body;
+    LoadStats* stats;
+    std::string tail;  // the end of the last chunk (a frame marker may span two)
+    bool first = false;
+    int64_t frames = 0;
+  };
+  static void Open(evutil_socket_t, short, void* arg) {
+    auto* s = static_cast<Stream*>(arg);
+    evhttp_connection* c = evhttp_connection_base_new(s->load->base_, nullptr, "127.0.0.1",
+                                                      static_cast<uint16_t>(s->load->port_));
+    evhttp_connection_set_timeout(c, 600);
+    s->load->conns_.push_back(c);
+    evhttp_request* req = evhttp_request_new(&HttpLoad::Done, s);
+    evhttp_request_set_chunked_cb(req, &HttpLoad::Chunk);
+    evkeyvalq* h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Host", "127.0.0.1");
+    evhttp_add_header(h, "Content-Type", "application/json");
+    evbuffer_add(evhttp_request_get_output_buffer(req), s->body.data(), s->body.size());
+    evhttp_make_request(c, req, EVHTTP_REQ_POST, "/v1/completions");
+  }
+  static void Chunk(evhttp_request* req, void* arg) {
+    auto* s = static_cast<Stream*>(arg);
+    evbuffer* in = evhttp_request_get_input_buffer(req);
+    std::string data = s->tail;
+    const size_t old = data.size();
+    data.resize(old + evbuffer_get_length(in));
+    evbuffer_copyout(in, data.data() + old, data.size() - old);
+    int64_t n = 0;
+    for (size_t at = data.find("data: {"); at != std::string::npos;
+         at = data.find("data: {", at + 1)) {
+      if (at + 7 > old) ++n;  // not counted with the last chunk
+    }
+    s->tail = data.substr(data.size() > 6 ? data.size() - 6 : 0);
+    s->frames += n;
+    // Each frame carries one token (the simulator sends one per message).
+    s->stats->latency.Count(n);
+    if (!s->first && n > 0) {
+      s->first = true;
+      s->stats->streaming.fetch_add(1);
+    }
+  }
+  static void Done(evhttp_request* req, void* arg) {
+    std::unique_ptr<Stream> s(static_cast<Stream*>(arg));
+    const int code = req != nullptr ? evhttp_request_get_response_code(req) : 0;
+    s->stats->End(code == 200 ? grpc::Status::OK
+                              : grpc::Status(grpc::StatusCode::UNKNOWN,
+                                             absl::StrCat("HTTP status ", code)),
+                  s->first);
+  }
+
+  const int port_;
+  event_base* const base_;
+  event* keepalive_ = nullptr;
+  std::vector<evhttp_connection*> conns_;  // loop thread
+  std::thread thread_;
+};
+
 struct ProcStats {
   int64_t threads = 0;
   int64_t rss_kib = 0;
@@ -254,6 +354,7 @@ struct Result {
   double idle_cpu_fraction = 0;  // of a core
   int64_t tokens = 0;
   double p50_ms = 0, p99_ms = 0;
+  bool latency_measured = true;
   int64_t failed = 0;
   std::string first_error;
 };
@@ -339,8 +440,10 @@ void Print(const Result& r) {
   std::printf("tokens: %lld in the window (%.0f/s); load generator + simulator CPU %.1f us/token\n",
               static_cast<long long>(r.tokens), r.tokens / r.window_s,
               r.tokens > 0 ? r.self_cpu_s * 1e6 / r.tokens : 0.0);
-  std::printf("token delivery latency (simulator -> client): p50 %.1f ms, p99 %.1f ms\n",
-              r.p50_ms, r.p99_ms);
+  if (r.latency_measured) {
+    std::printf("token delivery latency (simulator -> client): p50 %.1f ms, p99 %.1f ms\n",
+                r.p50_ms, r.p99_ms);
+  }
   std::printf("failed streams: %lld%s%s\n", static_cast<long long>(r.failed),
               r.first_error.empty() ? "" : " (first: ", r.first_error.empty() ? "" : ")");
   if (!r.first_error.empty()) std::printf("  first error: %s\n", r.first_error.c_str());
@@ -377,6 +480,8 @@ int Main(int argc, char** argv) {
       dur(&f.window);
     } else if (a == "--no-direct") {
       f.direct = false;
+    } else if (a == "--no-http") {
+      f.http = false;
     } else {
       Die("unknown flag " + a);
     }
@@ -422,6 +527,25 @@ int Main(int argc, char** argv) {
   });
   Print(via);
   bool ok = via.failed == 0;
+  if (f.http) {
+    HttpLoad load((*router)->http_port);
+    Result http = Run("HTTP (OpenAI API, SSE) via router", f, pid,
+                            [&](int64_t i, LoadStats* stats) {
+                              std::vector<uint32_t> prompt;
+                              for (int t = 0; t < f.prompt_tokens; ++t) {
+                                prompt.push_back(static_cast<uint32_t>(1000 + (i * 7 + t) % 50000));
+                              }
+                              load.Start(nlohmann::json{{"model", "tiny"},
+                                                        {"prompt", prompt},
+                                                        {"max_tokens", f.tokens},
+                                                        {"stream", true}}
+                                             .dump(),
+                                         stats);
+                            });
+    http.latency_measured = false;
+    Print(http);
+    ok = ok && http.failed == 0;
+  }
   if (f.direct) {
     auto sim_channels = Channels((*sim)->grpc_address(), static_cast<int>(f.channels));
     std::vector<std::unique_ptr<v1::Decode::Stub>> ds;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/serving.h"
 #include "lib/base/port_file.h"
 #include "lib/base/status.h"
 #include "lib/cluster/redis_client.h"
@@ -189,6 +190,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (f.encoder_id.empty()) f.encoder_id = cluster::DefaultWorkerId("encoder");
+  base::TuneForServing();
   if (absl::Status s = base::InitLogging({f.log_level, "encoder"}); !s.ok()) return bad(s.ToString());
   SWA_LOG(info, "swaserve-encoder {} starting: model {}", f.encoder_id, f.model);
   Encoder e;

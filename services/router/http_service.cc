@@ -1,71 +1,96 @@
 #include "services/router/http_service.h"
 
-#include <httplib.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <chrono>
 #include <random>
 #include <utility>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
 #include "lib/metrics/exposition.h"
-#include "lib/rpc/status_conversion.h"
-#include "services/router/call_state.h"
+#include "services/router/http_call.h"
 
 namespace swaserve::router_service {
 namespace {
 
 constexpr char kJson[] = "application/json";
 
-// The error a failed Generate gets over HTTP. A prompt too long for every
-// bucket, or too large for every worker's KV memory, is 413 (issues 7, 16),
-// not OpenAI's 400.
-api::ApiError ErrorFor(const absl::Status& s) {
-  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
-  if (d && (d->code() == v1::ERROR_CODE_PROMPT_TOO_LONG ||
-            d->code() == v1::ERROR_CODE_TOO_LARGE_FOR_WORKER)) {
-    api::ApiError e;
-    e.http_status = 413;
-    e.type = "invalid_request_error";
-    e.message = std::string(s.message());
-    e.code = "context_length_exceeded";
-    return e;
-  }
-  if (d && d->code() != v1::ERROR_CODE_UNSPECIFIED) {
-    api::ApiError e = api::ApiErrorFromDetail(*d);
-    if (e.message.empty()) e.message = std::string(s.message());
-    return e;
-  }
-  return api::ApiErrorFromStatus(s);
+std::string Header(evhttp_request* req, const char* name) {
+  const char* v = evhttp_find_header(evhttp_request_get_input_headers(req), name);
+  return v != nullptr ? v : "";
 }
+
+std::string Body(evhttp_request* req) {
+  evbuffer* b = evhttp_request_get_input_buffer(req);
+  std::string s(evbuffer_get_length(b), '\0');
+  if (!s.empty()) evbuffer_copyout(b, s.data(), s.size());
+  return s;
+}
+
+void Send(evhttp_request* req, int status, const char* content_type, const std::string& body) {
+  evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
+  evbuffer* b = evbuffer_new();
+  evbuffer_add(b, body.data(), body.size());
+  evhttp_send_reply(req, status, nullptr, b);
+  evbuffer_free(b);
+}
+
+// One event loop: its base, its evhttp (sharing the listening socket with
+// the other loops') and its thread.
+struct Loop {
+  event_base* base = nullptr;
+  evhttp* http = nullptr;
+  std::thread thread;
+};
 
 }  // namespace
 
-struct HttpService::Impl {
+struct HttpService::Impl final : public HttpReplies {
   HttpServiceOptions o;
+  metrics::Registry* registry = nullptr;
   metrics::CounterFamily* requests = nullptr;
   std::mt19937_64 rng{std::random_device{}()};
   absl::Mutex rng_mu;
+  std::vector<std::unique_ptr<Loop>> loops;
+  bool stopped = false;
+
+  // What a loop's request callback gets.
+  struct LoopArg {
+    Impl* impl;
+    Loop* loop;
+  };
+  std::vector<std::unique_ptr<LoopArg>> args;
 
   std::string NewId() {
     absl::MutexLock lock(&rng_mu);
     return absl::StrFormat("%016x", rng());
   }
 
-  void Reply(httplib::Response& res, const std::string& path, int status, std::string body) {
-    res.status = status;
-    res.set_content(std::move(body), kJson);
+  void Count(const std::string& path, int status) override {
     requests->WithLabels({path, absl::StrCat(status)}).Increment();
   }
-  void ReplyError(httplib::Response& res, const std::string& path, const api::ApiError& e) {
+  void Reply(evhttp_request* req, const std::string& path, int status, std::string body) override {
+    Send(req, status, kJson, body);
+    Count(path, status);
+  }
+  void ReplyError(evhttp_request* req, const std::string& path, const api::ApiError& e) override {
     if (e.retry_after_ms > 0) {
-      res.set_header("Retry-After", absl::StrCat((e.retry_after_ms + 999) / 1000));
-      res.set_header("retry-after-ms", absl::StrCat(e.retry_after_ms));
+      evkeyvalq* h = evhttp_request_get_output_headers(req);
+      evhttp_add_header(h, "Retry-After", absl::StrCat((e.retry_after_ms + 999) / 1000).c_str());
+      evhttp_add_header(h, "retry-after-ms", absl::StrCat(e.retry_after_ms).c_str());
     }
-    Reply(res, path, e.http_status, api::ErrorJson(e));
+    Reply(req, path, e.http_status, api::ErrorJson(e));
   }
 
   std::function<std::string(uint32_t)> TokenText() const {
@@ -73,21 +98,68 @@ struct HttpService::Impl {
     return [t](uint32_t id) { return t->Decode({&id, 1}); };
   }
 
-  void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  static void OnRequest(evhttp_request* req, void* arg);
+  void Handle(Loop& loop, evhttp_request* req);
+  void Generate(Loop& loop, evhttp_request* req, bool chat);
+  // /v1/ paths with API keys configured: the key's name, or an error reply
+  // was sent (nullopt).
+  std::optional<std::string> Authorize(evhttp_request* req, const std::string& path);
 };
 
-void HttpService::Impl::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpService::Impl::OnRequest(evhttp_request* req, void* arg) {
+  auto* a = static_cast<LoopArg*>(arg);
+  a->impl->Handle(*a->loop, req);
+}
+
+void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+  const char* raw_path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
+  const std::string path = raw_path != nullptr && *raw_path != '\0' ? raw_path : "/";
+  const evhttp_cmd_type method = evhttp_request_get_command(req);
+  const bool get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
+  if (method == EVHTTP_REQ_POST && path == "/v1/completions") return Generate(loop, req, false);
+  if (method == EVHTTP_REQ_POST && path == "/v1/chat/completions") {
+    return Generate(loop, req, true);
+  }
+  if (get && path == "/v1/models") {
+    if (o.keys != nullptr && !Authorize(req, path)) return;
+    return Reply(req, path, 200, api::ModelsJson(o.router->ListModels()));
+  }
+  if (get && path == "/health") {
+    absl::Status s = o.router->Health();
+    return Send(req, s.ok() ? 200 : 503, "text/plain; charset=utf-8",
+                s.ok() ? "ok\n" : absl::StrCat(s.message(), "\n"));
+  }
+  if (get && path == "/metrics") {
+    return Send(req, 200, std::string(metrics::kTextFormatContentType).c_str(),
+                registry->RenderText());
+  }
+  // Unknown paths and wrong methods: OpenAI-style JSON errors.
+  api::ApiError e = api::InvalidRequestError(absl::StrCat("unknown path ", path));
+  e.http_status = 404;
+  Send(req, 404, kJson, api::ErrorJson(e));
+}
+
+std::optional<std::string> HttpService::Impl::Authorize(evhttp_request* req,
+                                                        const std::string& path) {
+  absl::StatusOr<std::string> name = o.keys->Authorize(Header(req, "Authorization"));
+  if (!name.ok()) {
+    ReplyError(req, path, api::AuthenticationError(std::string(name.status().message())));
+    return std::nullopt;
+  }
+  return *name;
+}
+
+void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, bool chat) {
   const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
   if (o.keys != nullptr) {
-    absl::StatusOr<std::string> name = o.keys->Authorize(req.get_header_value("Authorization"));
-    if (!name.ok()) {
-      return ReplyError(res, path, api::AuthenticationError(std::string(name.status().message())));
-    }
+    std::optional<std::string> name = Authorize(req, path);
+    if (!name) return;
     if (o.limiter != nullptr) {
       std::optional<api::ConcurrencyLimiter::Lease> l = o.limiter->TryAcquire(*name);
       if (!l) {
-        return ReplyError(res, path,
+        return ReplyError(req, path,
                           api::RateLimitError(absl::StrCat(
                               "too many concurrent requests for this API key (limit ",
                               o.limiter->LimitFor(*name), ")")));
@@ -95,145 +167,46 @@ void HttpService::Impl::Generate(const httplib::Request& req, httplib::Response&
       lease = std::make_shared<api::ConcurrencyLimiter::Lease>(std::move(*l));
     }
   }
-  if (req.body.size() > o.limits.max_body_bytes) {
-    return ReplyError(res, path, api::PayloadTooLargeError(o.limits.max_body_bytes));
+  const std::string body = Body(req);
+  if (body.size() > o.limits.max_body_bytes) {
+    return ReplyError(req, path, api::PayloadTooLargeError(o.limits.max_body_bytes));
   }
-  api::ParseResult parsed = chat ? api::ParseChatRequest(req.body, o.limits)
-                                 : api::ParseCompletionRequest(req.body, o.limits);
-  if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(res, path, *e);
+  api::ParseResult parsed = chat ? api::ParseChatRequest(body, o.limits)
+                                 : api::ParseCompletionRequest(body, o.limits);
+  if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(req, path, *e);
   auto p = std::make_shared<api::ParsedRequest>(std::get<api::ParsedRequest>(std::move(parsed)));
-  const std::string id = NewId();
-  p->request.set_request_id(id);
-  const int64_t created = absl::ToUnixSeconds(absl::Now());
-
-  auto call = std::make_shared<CallState>();
-  router::Router* router = o.router;
-  router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
-                [call](absl::Status s) { call->Finish(std::move(s)); });
-
-  // The first event decides the status code.
-  v1::GenerateResponse first;
-  absl::Status status;
-  // (httplib 0.11 cannot tell that a client left before the response
-  // starts: such a request runs to its end, bounded by max_tokens.)
-  CallState::Next next;
-  do {
-    next = call->Pop(&first, &status, absl::Seconds(1));
-  } while (next == CallState::Next::kEmpty);
-  if (next == CallState::Next::kFinished && !status.ok()) {
-    return ReplyError(res, path, ErrorFor(status));
-  }
-
-  auto base_input = [p, id, created] {
-    api::ResponseInput in;
-    in.request_id = id;
-    in.model = p->model;
-    in.created = created;
-    in.logprobs = p->logprobs;
-    in.include_usage = p->include_usage;
-    return in;
-  };
-
-  if (!p->stream) {
-    api::ResponseInput in = base_input();
-    v1::GenerateResponse item = std::move(first);
-    bool have = next == CallState::Next::kItem;
-    while (true) {
-      if (have) {
-        in.text += item.text();
-        in.token_ids.insert(in.token_ids.end(), item.token_ids().begin(), item.token_ids().end());
-        if (p->logprobs) {
-          for (api::TokenLogprobText& t : api::MakeTokenLogprobs(item.logprobs(), TokenText())) {
-            in.token_logprobs.push_back(std::move(t));
-          }
-        }
-        if (item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-          in.finish_reason = item.finish_reason();
-          in.usage = item.usage();
-        }
-      }
-      next = call->Pop(&item, &status, absl::Seconds(1));
-      if (next == CallState::Next::kFinished) break;
-      have = next == CallState::Next::kItem;
-    }
-    if (!status.ok()) return ReplyError(res, path, ErrorFor(status));
-    in.include_usage = false;
-    return Reply(res, path, 200, chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in));
-  }
-
-  // Streaming: 200 from here on.
-  requests->WithLabels({path, "200"}).Increment();
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  auto pending = std::make_shared<std::optional<v1::GenerateResponse>>();
-  if (next == CallState::Next::kItem) *pending = std::move(first);
-  auto token_text = TokenText();
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [call, p, pending, base_input, token_text, chat, lease](size_t,
-                                                               httplib::DataSink& sink) {
-        bool first_chunk = true;
-        size_t offset = 0;
-        std::optional<v1::Usage> usage;
-        auto send = [&](const std::string& frame) {
-          if (!sink.write(frame.data(), frame.size())) {
-            call->Cancel();
-            return false;
-          }
-          return true;
-        };
-        auto emit = [&](const v1::GenerateResponse& item) {
-          api::ResponseInput in = base_input();
-          in.text = item.text();
-          in.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
-          if (p->logprobs) in.token_logprobs = api::MakeTokenLogprobs(item.logprobs(), token_text);
-          in.text_offset_start = offset;
-          offset += item.text().size();
-          in.finish_reason = item.finish_reason();
-          if (item.has_usage()) usage = item.usage();
-          in.first_chunk = first_chunk;
-          first_chunk = false;
-          return send(api::SseFrame(chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
-        };
-        v1::GenerateResponse item;
-        absl::Status status;
-        if (pending->has_value()) {
-          if (!emit(**pending)) return false;
-          pending->reset();
-        }
-        while (true) {
-          CallState::Next next = call->Pop(&item, &status, absl::Seconds(1));
-          if (next == CallState::Next::kFinished) break;
-          if (next == CallState::Next::kEmpty) {
-            if (!sink.is_writable()) {
-              call->Cancel();
-              return false;
-            }
-            continue;
-          }
-          if (!emit(item)) return false;
-        }
-        if (!status.ok()) {
-          if (!send(api::SseFrame(api::ErrorJson(ErrorFor(status))))) return false;
-        } else if (p->include_usage) {
-          api::ResponseInput in = base_input();
-          in.usage = usage;
-          if (!send(api::SseFrame(api::UsageChunkJson(in, chat)))) return false;
-        }
-        if (!send(std::string(api::kSseDone))) return false;
-        sink.done();
-        return true;
-      },
-      [call](bool success) {
-        if (!success) call->Cancel();
-      });
+  HttpCall::Params cp;
+  cp.req = req;
+  cp.base = loop.base;
+  cp.replies = this;
+  cp.id = NewId();
+  p->request.set_request_id(cp.id);
+  cp.parsed = p;
+  cp.created = absl::ToUnixSeconds(absl::Now());
+  cp.chat = chat;
+  cp.lease = std::move(lease);
+  cp.token_text = TokenText();
+  std::shared_ptr<HttpCall> call = HttpCall::Begin(std::move(cp));
+  o.router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
+                  [call](absl::Status s) { call->Finish(std::move(s)); });
 }
 
 HttpService::~HttpService() { Stop(); }
 
 void HttpService::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (impl_ == nullptr || impl_->stopped) return;
+  impl_->stopped = true;
+  for (auto& l : impl_->loops) event_base_loopbreak(l->base);
+  for (auto& l : impl_->loops) {
+    if (l->thread.joinable()) l->thread.join();
+  }
+  // Frees the connections (requests in flight see their close callback and
+  // are cancelled), then the bases.
+  for (auto& l : impl_->loops) {
+    evhttp_free(l->http);
+    event_base_free(l->base);
+  }
+  impl_->loops.clear();
 }
 
 absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
@@ -241,81 +214,71 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
   if (options.router == nullptr || options.tokenizer == nullptr) {
     return absl::InvalidArgumentError("HttpService needs a router and a tokenizer");
   }
+  static absl::once_flag threads_once;
+  absl::call_once(threads_once, [] { evthread_use_pthreads(); });
   std::unique_ptr<HttpService> self(new HttpService());
   self->impl_ = std::make_unique<Impl>();
   Impl* impl = self->impl_.get();
   impl->o = options;
-  metrics::Registry* registry =
-      options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
+  impl->registry = options.registry != nullptr ? options.registry : &metrics::DefaultRegistry();
   ASSIGN_OR_RETURN(impl->requests,
-                   registry->AddCounter("swaserve_router_http_requests_total",
-                                        "HTTP API requests by path and status code.",
-                                        {"path", "status"}));
-  auto server = std::make_unique<httplib::Server>();
-  const int threads = std::max(4, options.threads);
-  server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // Only rebinding over TIME_WAIT, never sharing a port (no SO_REUSEPORT).
-  server->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  // Bodies past the limit are answered 413 by the handler; httplib cuts off
-  // anything grossly larger.
-  server->set_payload_max_length(options.limits.max_body_bytes * 2 + 4096);
-  server->set_read_timeout(30);
-  server->set_write_timeout(30);
-  server->set_keep_alive_max_count(1000);
-
-  server->Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    impl->Generate(req, res, /*chat=*/false);
-  });
-  server->Post("/v1/chat/completions",
-               [impl](const httplib::Request& req, httplib::Response& res) {
-                 impl->Generate(req, res, /*chat=*/true);
-               });
-  server->Get("/v1/models", [impl](const httplib::Request& req, httplib::Response& res) {
-    if (impl->o.keys != nullptr) {
-      absl::StatusOr<std::string> name = impl->o.keys->Authorize(req.get_header_value("Authorization"));
-      if (!name.ok()) {
-        return impl->ReplyError(res, "/v1/models",
-                                api::AuthenticationError(std::string(name.status().message())));
-      }
+                   impl->registry->AddCounter("swaserve_router_http_requests_total",
+                                              "HTTP API requests by path and status code.",
+                                              {"path", "status"}));
+  const int n = std::clamp(options.threads, 1, 64);
+  evutil_socket_t listen_fd = -1;
+  for (int i = 0; i < n; ++i) {
+    auto loop = std::make_unique<Loop>();
+    loop->base = event_base_new();
+    if (loop->base == nullptr) return absl::InternalError("event_base_new failed");
+    loop->http = evhttp_new(loop->base);
+    if (loop->http == nullptr) {
+      event_base_free(loop->base);
+      return absl::InternalError("evhttp_new failed");
     }
-    impl->Reply(res, "/v1/models", 200, api::ModelsJson(impl->o.router->ListModels()));
-  });
-  server->Get("/health", [impl](const httplib::Request&, httplib::Response& res) {
-    absl::Status s = impl->o.router->Health();
-    res.status = s.ok() ? 200 : 503;
-    res.set_content(s.ok() ? "ok\n" : absl::StrCat(s.message(), "\n"), "text/plain; charset=utf-8");
-  });
-  server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-    res.set_content(registry->RenderText(), std::string(metrics::kTextFormatContentType).c_str());
-  });
-  // Unknown paths and wrong methods: OpenAI-style JSON errors.
-  server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    api::ApiError e = api::InvalidRequestError(
-        res.status == 404 ? absl::StrCat("unknown path ", req.path)
-        : res.status == 413 ? "request body too large"
-                            : absl::StrCat("HTTP ", res.status));
-    e.http_status = res.status;
-    res.set_content(api::ErrorJson(e), kJson);
-  });
-
-  int port = options.port;
-  if (port == 0) {
-    port = server->bind_to_any_port(options.host);
-    if (port < 0) return absl::UnavailableError(absl::StrCat("cannot bind ", options.host, ":0"));
-  } else if (!server->bind_to_port(options.host, port)) {
-    return absl::UnavailableError(absl::StrCat("cannot bind HTTP ", options.host, ":", port));
+    // Bodies past the limit are answered 413 (JSON) by the handler; evhttp
+    // cuts off anything grossly larger (413 of its own).
+    evhttp_set_max_body_size(loop->http, static_cast<ev_ssize_t>(options.limits.max_body_bytes * 2 + 4096));
+    evhttp_set_max_headers_size(loop->http, 64 << 10);
+    // Reading a request and writing to a client that stopped reading time
+    // out; a request waiting for its first token does not (evhttp reads
+    // nothing then).
+    evhttp_set_timeout(loop->http, 30);
+    evhttp_set_allowed_methods(loop->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    auto arg = std::make_unique<Impl::LoopArg>(Impl::LoopArg{impl, loop.get()});
+    evhttp_set_gencb(loop->http, &Impl::OnRequest, arg.get());
+    impl->args.push_back(std::move(arg));
+    if (i == 0) {
+      // SO_REUSEADDR only (rebinding over TIME_WAIT), never SO_REUSEPORT.
+      evhttp_bound_socket* bound =
+          evhttp_bind_socket_with_handle(loop->http, options.host.c_str(),
+                                         static_cast<ev_uint16_t>(options.port));
+      if (bound == nullptr) {
+        evhttp_free(loop->http);
+        event_base_free(loop->base);
+        return absl::UnavailableError(
+            absl::StrCat("cannot bind HTTP ", options.host, ":", options.port));
+      }
+      listen_fd = evhttp_bound_socket_get_fd(bound);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+      self->port_ = addr.ss_family == AF_INET6
+                        ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    } else if (evhttp_accept_socket(loop->http, dup(listen_fd)) != 0) {
+      // Each loop accepts on its own descriptor of the one socket (each
+      // closes its own).
+      evhttp_free(loop->http);
+      event_base_free(loop->base);
+      return absl::InternalError("evhttp_accept_socket failed");
+    }
+    impl->loops.push_back(std::move(loop));
   }
-  self->port_ = port;
-  self->server_ = std::move(server);
-  httplib::Server* raw = self->server_.get();
-  self->thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!raw->is_running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  for (auto& l : impl->loops) {
+    event_base* base = l->base;
+    l->thread = std::thread([base] { event_base_dispatch(base); });
+  }
   return self;
 }
 

@@ -5,11 +5,19 @@
 // status: 400 bad JSON or parameters, 401 missing/wrong key, 404 unknown
 // model, 413 body over the limit or prompt beyond the largest bucket, 429
 // key concurrency limit or router overloaded, 503 no healthy workers), then
-// run by router::Router (asynchronously: the connection's thread streams
-// what the request queues in a CallState). A streamed
+// run by router::Router asynchronously (Router::Start). A streamed
 // request's status is decided by its first event: errors before the first
 // token get a proper status code; an error after it ends the stream with an
 // error event and [DONE].
+//
+// Event-driven (issue 22, "HTTP streaming without a per-request thread"):
+// libevent's evhttp on `threads` event loops sharing the listening socket.
+// A request is parsed and answered on its connection's loop; the router's
+// output reaches it through an HttpCall (http_call.h), which the router
+// writes from its own threads and the loop drains into the socket. No
+// thread is held per request or per connection, and a slow client paces
+// its own request (the router reads on only when the client has room). A
+// client that closes its connection cancels its request.
 //
 // Optional access control: with an ApiKeyStore, every /v1/ path needs
 // "Authorization: Bearer <key>"; a ConcurrencyLimiter bounds requests in
@@ -22,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/api/api_keys.h"
@@ -29,19 +38,15 @@
 #include "lib/metrics/registry.h"
 #include "lib/router/router.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace swaserve::router_service {
 
 struct HttpServiceOptions {
   std::string host = "0.0.0.0";
   // 0: any free port (see port()).
   int port = 0;
-  // Threads serving connections; a streaming request holds one for its
-  // duration. Default 256.
-  int threads = 256;
+  // Event loops (threads) serving connections; each holds any number of
+  // connections and streams. Default 2.
+  int threads = 2;
   api::ParseLimits limits;
   // Optional; not owned.
   api::ApiKeyStore* keys = nullptr;
@@ -65,8 +70,6 @@ class HttpService {
   HttpService() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
   int port_ = 0;
 };
 

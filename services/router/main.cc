@@ -27,6 +27,7 @@
 #include "lib/api/openai.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/serving.h"
 #include "lib/base/status.h"
 #include "lib/base/port_file.h"
 #include "lib/cluster/cluster_view.h"
@@ -54,7 +55,7 @@ struct RouterConfig {
   std::string listen = "0.0.0.0:50051";
   std::string http_host = "0.0.0.0";
   int64_t http_port = 8000;
-  int64_t http_threads = 256;
+  int64_t http_threads = 2;
   std::string port_file;
   std::string log_level = "info";
   std::string bucket_bounds = "65536,262144,1048576";
@@ -102,7 +103,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
       .Add("http.port", &c->http_port, "HTTP port (0: any free port)")
-      .Add("http.threads", &c->http_threads, "HTTP threads (a streaming request holds one)")
+      .Add("http.threads", &c->http_threads,
+           "HTTP event loops (threads); each serves any number of connections and streams")
       .Add("http.max_body_bytes", &c->max_body_bytes, "largest request body (413 beyond)")
       .Add("port_file", &c->port_file, "write the bound ports here as JSON once serving")
       .Add("log_level", &c->log_level, "trace, debug, info, warn, error")
@@ -336,6 +338,7 @@ int Run(int argc, char** argv) {
   if (absl::Status s = FinishRouterConfig(&c, &policy, &ro); !s.ok()) {
     return bad(std::string(s.message()));
   }
+  base::TuneForServing();
   if (absl::Status s = base::InitLogging({c.log_level, "router"}); !s.ok()) return bad(s.ToString());
   RouterProcess p{c};
   absl::Status st = p.BuildRouter(policy, ro);

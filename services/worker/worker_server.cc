@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
+#include "lib/base/serving.h"
 #include "lib/base/port_file.h"
 #include "lib/base/status.h"
 #include "lib/base/hash.h"
@@ -449,6 +450,7 @@ int WorkerMain(const WorkerMainSpec& spec, int argc, char** argv) {
   // Unique across hosts and restarts (a registry id names one live process;
   // WorkerRegistration refuses an id a live worker holds).
   if (o.worker_id.empty()) o.worker_id = cluster::DefaultWorkerId(o.role);
+  base::TuneForServing();
   if (absl::Status s = base::InitLogging({o.log_level, "worker"}); !s.ok()) return bad(s.ToString());
   SWA_LOG(info, "{} {} starting: role {}, model {}", spec.program, o.worker_id, o.role, o.model);
   Worker w{o};

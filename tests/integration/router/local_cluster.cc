@@ -139,7 +139,7 @@ absl::StatusOr<LocalProcess*> LocalCluster::StartRouter(const std::string& id,
                                    "--model_name=tiny",    "--redis=" + redis_address(),
                                    "--listen=127.0.0.1:0", "--http.host=127.0.0.1",
                                    "--http.port=0",        "--refresh_interval=200ms",
-                                   "--drain=2s",           "--http.threads=64"};
+                                   "--drain=2s"};
   argv.insert(argv.end(), o_.router_flags.begin(), o_.router_flags.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   return Start(id, std::move(argv), true);

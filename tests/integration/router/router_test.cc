@@ -7,6 +7,11 @@
 // missing workers, API keys and their concurrency limit), gRPC Generate
 // agreeing with HTTP, prefix affinity shared by two routers through Redis
 // only, and a prefill leg retried on another worker when one is killed.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -477,6 +482,61 @@ TEST_F(RouterIntegrationTest, OverloadIsAnsweredWithRetryAfter) {
   EXPECT_EQ(d->retry_after_ms(), 1000u);
   slow.join();
   EXPECT_EQ(cluster_->Metric("r6", R"(swaserve_router_shed_total{reason="inflight"})"), 2);
+}
+
+// Issue 22: the HTTP API is event-driven (no thread per stream), and a
+// client that closes its connection mid-stream cancels its request at once:
+// the router ends it CANCELLED and cancels its worker legs, long before its
+// max_tokens.
+TEST_F(RouterIntegrationTest, ClosingAnHttpStreamCancelsItsRequest) {
+  auto r = cluster_->StartRouter("r7");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r7", absl::Seconds(20)).ok());
+  const std::string body =
+      json{{"model", "tiny"}, {"prompt", "tell me everything"}, {"max_tokens", 4000},
+           {"ignore_eos", true}, {"stream", true}}
+          .dump();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*r)->http_port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string req = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Content-Length: ", body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  // Read until three SSE frames arrived.
+  std::string got;
+  char buf[4096];
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  size_t frames = 0;
+  while (frames < 3 && absl::Now() < deadline) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    ASSERT_GT(n, 0) << "the stream ended early: " << got;
+    got.append(buf, static_cast<size_t>(n));
+    frames = 0;
+    for (size_t at = got.find("data: "); at != std::string::npos; at = got.find("data: ", at + 1)) {
+      ++frames;
+    }
+  }
+  ASSERT_GE(frames, 3u) << got;
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  EXPECT_EQ(cluster_->Metric("r7", "swaserve_router_inflight_requests"), 1);
+  const absl::Time closed_at = absl::Now();
+  close(fd);
+  while (cluster_->Metric("r7", R"(swaserve_router_requests_total{code="cancelled"})") < 1 &&
+         absl::Now() < closed_at + absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(cluster_->Metric("r7", R"(swaserve_router_requests_total{code="cancelled"})"), 1);
+  EXPECT_LE(cluster_->Metric("r7", R"(swaserve_router_requests_total{code="ok"})"), 0);  // -1: none yet
+  EXPECT_EQ(cluster_->Metric("r7", "swaserve_router_inflight_requests"), 0);
+  EXPECT_LT(absl::Now() - closed_at, absl::Seconds(5));
+  // The router still serves on the same event loops.
+  json j = Post("r7", "/v1/completions", json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 3}});
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
 }
 
 }  // namespace

@@ -1,0 +1,271 @@
+#include "services/router/http_call.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include <utility>
+
+#include "lib/rpc/status_conversion.h"
+
+namespace swaserve::router_service {
+
+api::ApiError ErrorFor(const absl::Status& s) {
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(s);
+  if (d && (d->code() == v1::ERROR_CODE_PROMPT_TOO_LONG ||
+            d->code() == v1::ERROR_CODE_TOO_LARGE_FOR_WORKER)) {
+    api::ApiError e;
+    e.http_status = 413;
+    e.type = "invalid_request_error";
+    e.message = std::string(s.message());
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  if (d && d->code() != v1::ERROR_CODE_UNSPECIFIED) {
+    api::ApiError e = api::ApiErrorFromDetail(*d);
+    if (e.message.empty()) e.message = std::string(s.message());
+    return e;
+  }
+  return api::ApiErrorFromStatus(s);
+}
+
+HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) { whole_ = BaseInput(); }
+
+HttpCall::~HttpCall() = default;
+
+std::shared_ptr<HttpCall> HttpCall::Begin(Params p) {
+  std::shared_ptr<HttpCall> c(new HttpCall(std::move(p)));
+  c->self_ = c;
+  c->conn_ = evhttp_request_get_connection(c->req_);
+  if (c->conn_ != nullptr) evhttp_connection_set_closecb(c->conn_, &HttpCall::OnClose, c.get());
+  return c;
+}
+
+const std::string& HttpCall::path() const {
+  static const std::string kChat = "/v1/chat/completions";
+  static const std::string kCompletions = "/v1/completions";
+  return p_.chat ? kChat : kCompletions;
+}
+
+api::ResponseInput HttpCall::BaseInput() const {
+  api::ResponseInput in;
+  in.request_id = p_.id;
+  in.model = p_.parsed->model;
+  in.created = p_.created;
+  in.logprobs = p_.parsed->logprobs;
+  in.include_usage = p_.parsed->include_usage;
+  return in;
+}
+
+// ---- Router side ----
+
+bool HttpCall::Write(const v1::GenerateResponse& response) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return false;
+  queue_.push_back(response);
+  Notify();
+  return true;
+}
+
+void HttpCall::OnReady(std::function<void()> ready) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_ && (queue_.size() >= kMaxQueued || backlogged_)) {
+      ready_ = std::move(ready);
+      return;
+    }
+  }
+  ready();
+}
+
+void HttpCall::Finish(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
+  status_ = std::move(status);
+  if (!closed_) Notify();
+}
+
+void HttpCall::Notify() {
+  // With mu_ held, so that the loop cannot close (and the service free the
+  // event base at shutdown) in between; event_base_once takes the base's
+  // lock, which the loop never holds while it runs a callback.
+  if (notify_pending_ || closed_) return;
+  notify_pending_ = true;
+  auto* arg = new std::shared_ptr<HttpCall>(shared_from_this());
+  if (event_base_once(p_.base, -1, EV_TIMEOUT, &HttpCall::OnNotify, arg, nullptr) != 0) {
+    notify_pending_ = false;
+    delete arg;
+  }
+}
+
+// ---- Loop side ----
+
+void HttpCall::OnNotify(int, short, void* arg) {
+  std::unique_ptr<std::shared_ptr<HttpCall>> call(static_cast<std::shared_ptr<HttpCall>*>(arg));
+  (*call)->Drain();
+}
+
+void HttpCall::Drain() {
+  std::deque<v1::GenerateResponse> items;
+  bool finished;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    notify_pending_ = false;
+    items.swap(queue_);
+    finished = finished_;
+    status = status_;
+  }
+  if (req_ == nullptr) return;  // closed, or the reply is over
+  for (const v1::GenerateResponse& item : items) Emit(item);
+  if (finished) return End(status);
+  MaybeReady();
+}
+
+void HttpCall::Emit(const v1::GenerateResponse& item) {
+  if (!p_.parsed->stream) {
+    whole_.text += item.text();
+    whole_.token_ids.insert(whole_.token_ids.end(), item.token_ids().begin(),
+                            item.token_ids().end());
+    if (p_.parsed->logprobs) {
+      for (api::TokenLogprobText& t : api::MakeTokenLogprobs(item.logprobs(), p_.token_text)) {
+        whole_.token_logprobs.push_back(std::move(t));
+      }
+    }
+    if (item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      whole_.finish_reason = item.finish_reason();
+      whole_.usage = item.usage();
+    }
+    return;
+  }
+  if (!started_) StartStream();
+  api::ResponseInput in = BaseInput();
+  in.text = item.text();
+  in.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
+  if (p_.parsed->logprobs) in.token_logprobs = api::MakeTokenLogprobs(item.logprobs(), p_.token_text);
+  in.text_offset_start = offset_;
+  offset_ += item.text().size();
+  in.finish_reason = item.finish_reason();
+  if (item.has_usage()) usage_ = item.usage();
+  in.first_chunk = first_chunk_;
+  first_chunk_ = false;
+  SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
+}
+
+void HttpCall::StartStream() {
+  evkeyvalq* h = evhttp_request_get_output_headers(req_);
+  evhttp_add_header(h, "Content-Type", "text/event-stream");
+  evhttp_add_header(h, "Cache-Control", "no-cache");
+  evhttp_send_reply_start(req_, 200, "OK");
+  p_.replies->Count(path(), 200);
+  started_ = true;
+}
+
+void HttpCall::SendFrame(const std::string& frame) {
+  evbuffer* b = evbuffer_new();
+  evbuffer_add(b, frame.data(), frame.size());
+  evhttp_send_reply_chunk_with_cb(req_, b, &HttpCall::OnChunkSent, this);
+  evbuffer_free(b);
+  if (conn_ != nullptr) {
+    const size_t unsent =
+        evbuffer_get_length(bufferevent_get_output(evhttp_connection_get_bufferevent(conn_)));
+    absl::MutexLock lock(&mu_);
+    backlogged_ = unsent >= kMaxUnsentBytes;
+  }
+}
+
+void HttpCall::OnChunkSent(evhttp_connection*, void* arg) {
+  // The socket took everything written so far (the reply is open: the call
+  // is alive, see SendFrame's callers).
+  auto* c = static_cast<HttpCall*>(arg);
+  {
+    absl::MutexLock lock(&c->mu_);
+    c->backlogged_ = false;
+  }
+  c->MaybeReady();
+}
+
+void HttpCall::MaybeReady() {
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ready_ == nullptr || queue_.size() >= kMaxQueued || backlogged_) return;
+    ready = std::move(ready_);
+    ready_ = nullptr;
+  }
+  ready();  // the request reads on (from the loop: it does not block)
+}
+
+void HttpCall::End(const absl::Status& status) {
+  if (!p_.parsed->stream) {
+    if (!status.ok()) {
+      p_.replies->ReplyError(req_, path(), ErrorFor(status));
+    } else {
+      api::ResponseInput in = whole_;
+      in.include_usage = false;
+      p_.replies->Reply(req_, path(), 200,
+                        p_.chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in));
+    }
+    return Done();
+  }
+  if (!started_) {
+    // The first event decides the status code.
+    if (!status.ok()) {
+      p_.replies->ReplyError(req_, path(), ErrorFor(status));
+      return Done();
+    }
+    StartStream();
+  }
+  if (!status.ok()) {
+    SendFrame(api::SseFrame(api::ErrorJson(ErrorFor(status))));
+  } else if (p_.parsed->include_usage) {
+    api::ResponseInput in = BaseInput();
+    in.usage = usage_;
+    SendFrame(api::SseFrame(api::UsageChunkJson(in, p_.chat)));
+  }
+  SendFrame(std::string(api::kSseDone));
+  evhttp_send_reply_end(req_);
+  Done();
+}
+
+void HttpCall::Done() {
+  // evhttp owns the request again (and frees it once the reply went out).
+  if (conn_ != nullptr) evhttp_connection_set_closecb(conn_, nullptr, nullptr);
+  req_ = nullptr;
+  conn_ = nullptr;
+  p_.lease.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  std::shared_ptr<HttpCall> keep = std::move(self_);  // may be the last reference
+}
+
+void HttpCall::OnClose(evhttp_connection*, void* arg) { static_cast<HttpCall*>(arg)->Closed(); }
+
+void HttpCall::Closed() {
+  // The connection is going away with the reply unfinished. A request that
+  // evhttp detached from it (a write failed: the client left) is ours to
+  // free; one still attached (the server is shutting down) evhttp frees.
+  if (req_ != nullptr && evhttp_request_get_connection(req_) == nullptr) {
+    evhttp_request_free(req_);
+  }
+  req_ = nullptr;
+  conn_ = nullptr;
+  p_.lease.reset();
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    queue_.clear();
+    ready = std::move(ready_);
+    ready_ = nullptr;
+  }
+  cancel_.Cancel();
+  if (ready != nullptr) ready();  // the request notices (its reads fail now)
+  std::shared_ptr<HttpCall> keep = std::move(self_);  // may be the last reference
+}
+
+}  // namespace swaserve::router_service

@@ -1,0 +1,134 @@
+// HttpCall: one HTTP generate request (POST /v1/completions or
+// /v1/chat/completions) between router::Router, which writes its output
+// from the router's threads (a GenerateSink), and the event loop of the
+// request's connection (libevent evhttp), which renders it (OpenAI JSON or
+// SSE chunks) into the socket. Replaces a thread per request that polled a
+// queue (issue 22).
+//
+//   router threads: Write / OnReady / Finish  ──queue + event_base_once──>
+//   loop thread:    Drain: first event decides the status; SSE chunks out;
+//                   OnReady's callback once < 64 responses wait and the
+//                   socket holds < 1 MiB unsent (a slow client paces its
+//                   own request); the reply ends after Finish.
+//
+// A connection closed by the client (evhttp's close callback) cancels the
+// request and wakes a pending OnReady callback, so the request notices.
+//
+// Ownership: shared. The call keeps itself alive (self_) until its reply
+// ended or its connection closed; the router holds it (sink, cancel flag,
+// done callback) until the request ended. libevent objects are touched only
+// on the loop thread, and only while the reply is open.
+// Thread-safety: the GenerateSink side and Finish from any thread; the rest
+// on the loop thread.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/api/api_keys.h"
+#include "lib/api/openai.h"
+#include "lib/router/router.h"
+#include "swaserve/v1/router.pb.h"
+
+struct evhttp_request;
+struct evhttp_connection;
+struct event_base;
+
+namespace swaserve::router_service {
+
+// The error a failed Generate gets over HTTP. A prompt too long for every
+// bucket, or too large for every worker's KV memory, is 413 (issues 7, 16),
+// not OpenAI's 400.
+api::ApiError ErrorFor(const absl::Status& s);
+
+// What the HTTP service does for a call, on the loop thread: whole replies
+// (counted in swaserve_router_http_requests_total) and the count of a
+// streamed reply.
+class HttpReplies {
+ public:
+  virtual ~HttpReplies() = default;
+  virtual void Reply(evhttp_request* req, const std::string& path, int status, std::string body) = 0;
+  virtual void ReplyError(evhttp_request* req, const std::string& path, const api::ApiError& e) = 0;
+  virtual void Count(const std::string& path, int status) = 0;
+};
+
+class HttpCall final : public router::GenerateSink, public std::enable_shared_from_this<HttpCall> {
+ public:
+  struct Params {
+    evhttp_request* req = nullptr;
+    event_base* base = nullptr;
+    HttpReplies* replies = nullptr;
+    std::shared_ptr<const api::ParsedRequest> parsed;
+    std::string id;
+    int64_t created = 0;
+    bool chat = false;
+    // Held until the reply ended or the connection closed (per-key
+    // concurrency): released on the loop then, not when the router lets go
+    // of the call (a client may send its next request at once).
+    std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
+    std::function<std::string(uint32_t)> token_text;
+  };
+  // Responses waiting for the loop, and unsent bytes in the socket's
+  // buffer, beyond which the request waits (OnReady).
+  static constexpr size_t kMaxQueued = 64;
+  static constexpr size_t kMaxUnsentBytes = size_t{1} << 20;
+
+  // Loop thread: a call for `p.req`, watching its connection.
+  static std::shared_ptr<HttpCall> Begin(Params p);
+  ~HttpCall() override;
+
+  // Router side (any thread).
+  bool Write(const v1::GenerateResponse& response) override;
+  void OnReady(std::function<void()> ready) override;
+  void Finish(absl::Status status);
+  router::CancelFlag& cancel_flag() { return cancel_; }
+
+ private:
+  explicit HttpCall(Params p);
+  // Schedules Drain on the loop (once until it ran).
+  void Notify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void OnNotify(int fd, short what, void* arg);
+  static void OnClose(evhttp_connection* conn, void* arg);
+  static void OnChunkSent(evhttp_connection* conn, void* arg);
+  // Loop thread.
+  void Drain();
+  void Emit(const v1::GenerateResponse& item);
+  void End(const absl::Status& status);
+  void StartStream();
+  void SendFrame(const std::string& frame);
+  void MaybeReady();
+  void Closed();
+  // The reply is over: stops watching the connection, lets go of self_.
+  void Done();
+  api::ResponseInput BaseInput() const;
+  const std::string& path() const;
+
+  Params p_;  // p_.lease is released by Done / Closed
+  router::CancelFlag cancel_;
+  // Loop thread only.
+  evhttp_request* req_;
+  evhttp_connection* conn_ = nullptr;
+  std::shared_ptr<HttpCall> self_;
+  bool started_ = false;  // streamed reply begun (200 sent)
+  bool first_chunk_ = true;
+  size_t offset_ = 0;
+  std::optional<v1::Usage> usage_;
+  api::ResponseInput whole_;  // a non-streamed reply, accumulated
+
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;  // connection closed or reply over
+  bool notify_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // The socket holds kMaxUnsentBytes or more not yet sent (a slow client).
+  bool backlogged_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace swaserve::router_service
