@@ -143,11 +143,13 @@ Router::Router(const RouterOptions& options)
 Router::~Router() {
   // Control tasks may set timers; timer callbacks post control tasks (those
   // that fire meanwhile are dropped: the services wait for idle first).
+  media_.reset();
   control_.reset();
   timers_.reset();
 }
 
 void Router::OnControl(std::function<void()> fn) { control_->Schedule(std::move(fn)); }
+void Router::OnMedia(std::function<void()> fn) { media_->Schedule(std::move(fn)); }
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
   if ((options.view == nullptr && options.state == nullptr) || options.directory == nullptr ||
@@ -188,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
       std::make_unique<base::ThreadPool>(std::max(1, options.record_threads), "record");
   r->control_ =
       std::make_unique<base::ThreadPool>(std::max(1, options.control_threads), "control");
+  r->media_ = std::make_unique<base::ThreadPool>(std::max(1, options.media_threads), "media");
   r->timers_ = std::make_unique<base::TimerQueue>();
   return r;
 }

@@ -155,6 +155,11 @@ struct RouterOptions {
   // steps, never while it waits for a worker or streams tokens (those run
   // on gRPC's callbacks), so 10,000 streams need no more. Default 8.
   int control_threads = 8;
+  // Threads that prepare requests with multimodal items (URL fetches,
+  // encoder calls: up to seconds each), so that a slow encoder or URL never
+  // holds up the decisions of text requests on the control threads.
+  // Default 8.
+  int media_threads = 8;
   // Metrics registry; nullptr: metrics::DefaultRegistry().
   metrics::Registry* registry = nullptr;
   // Multimodal items (media.h): resolved to embeddings by the encoders;
@@ -280,8 +285,9 @@ class Router {
   absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
-  // Runs `fn` on a control thread.
+  // Runs `fn` on a control thread / a media thread.
   void OnControl(std::function<void()> fn);
+  void OnMedia(std::function<void()> fn);
 
   const RouterOptions options_;
   std::unique_ptr<Metrics> metrics_;
@@ -289,6 +295,7 @@ class Router {
   // ~Router stops the control threads first (their tasks may set timers),
   // then the timers.
   std::unique_ptr<base::ThreadPool> control_;
+  std::unique_ptr<base::ThreadPool> media_;
   std::unique_ptr<base::TimerQueue> timers_;  // destination timeouts, worker waits
   std::unique_ptr<RoutingState> own_state_;   // over options.view
   RoutingState* state_ = nullptr;

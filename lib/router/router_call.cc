@@ -5,7 +5,8 @@
 // (worker_client.h), whose callbacks carry the request on:
 //
 //   Begin ─> Attempt ─> StartLegs ─> OnAccepted ─> OnRead ... ─> EndDecode
-//   (control) (control)  (control)    (callback)    (callback)    (callback)
+//   (control  (control)  (control)    (callback)    (callback)    (callback)
+//   or media)
 //        ^                                                           │
 //        └──── AfterAttempt (control) <── LegDone: decode status and ┘
 //              retry / migrate / done       prefill result both in
@@ -185,7 +186,8 @@ void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
   r_.text = std::make_unique<TextStream>(
       *o.tokenizer, std::vector<std::string>(r_.sampling.stop().begin(), r_.sampling.stop().end()));
   worker_wait_until_ = std::min(r_.deadline, absl::Now() + o.worker_wait);
-  Attempt();
+  if (r_.media.empty()) return Attempt();
+  router_->OnControl([self = shared_from_this()] { self->Attempt(); });  // off the media thread
 }
 
 void Router::Call::Attempt() {
@@ -486,10 +488,13 @@ void Router::Call::AfterAttempt(const LegPtr& leg) {
     // encode the items again, inline this time, and retry.
     SWA_LOG(warn, "request {}: {}; encoding its media again, inline", r_.id,
             std::string(st.message()));
-    st = router_->MediaInline(r_);
-    if (!st.ok()) return Complete(std::move(st));
-    ++r_.attempt;
-    return Attempt();
+    router_->OnMedia([self = shared_from_this()] {
+      absl::Status s = self->router_->MediaInline(self->r_);
+      if (!s.ok()) return self->Complete(std::move(s));
+      ++self->r_.attempt;
+      self->router_->OnControl([self] { self->Attempt(); });
+    });
+    return;
   }
   if (FeedsBreaker(o.kind)) opt.directory->ReportFailure(o.worker);
   if (absl::Now() >= r_.deadline) return Complete(std::move(st));
@@ -578,7 +583,7 @@ void Router::Call::Complete(absl::Status st) {
     m.generated_tokens->Increment(r.completion_tokens);
   }
   // Before `done`: its caller may destroy the router once it ran (~Router
-  // joins the control threads, on one of which this runs).
+  // joins the media and control threads, on one of which this runs).
   m.inflight->Decrement();
   {
     absl::MutexLock lock(&router_->idle_mu_);
@@ -593,7 +598,15 @@ void Router::Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateS
   const int inflight = inflight_.fetch_add(1) + 1;
   metrics_->inflight->Increment();
   auto call = std::make_shared<Call>(this, std::move(sink), std::move(cancel), std::move(done));
-  OnControl([call, request, inflight] { call->Begin(request, inflight); });
+  // A request with multimodal items prepares on a media thread (its items
+  // may take seconds to fetch and encode); its attempts run on the control
+  // threads like any other.
+  auto begin = [call, request, inflight] { call->Begin(request, inflight); };
+  if (request.multimodal_size() > 0) {
+    OnMedia(std::move(begin));
+  } else {
+    OnControl(std::move(begin));
+  }
 }
 
 absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& sink,

@@ -535,9 +535,21 @@ class FakeEncoderClient final : public EncoderClient {
     absl::MutexLock lock(&mu_);
     return calls_;
   }
+  // While blocked, Encode calls wait (a slow encoder); calls waiting now.
+  void SetBlocked(bool blocked) {
+    absl::MutexLock lock(&mu_);
+    blocked_ = blocked;
+  }
+  int waiting() {
+    absl::MutexLock lock(&mu_);
+    return waiting_;
+  }
   absl::StatusOr<v1::EncodeResponse> Encode(const v1::EncodeRequest& request,
                                             absl::Time) override {
     absl::MutexLock lock(&mu_);
+    ++waiting_;
+    mu_.Await(absl::Condition(+[](bool* b) { return !*b; }, &blocked_));
+    --waiting_;
     ++calls_;
     if (!fail_.ok()) return fail_;
     v1::EncodeResponse out;
@@ -574,6 +586,8 @@ class FakeEncoderClient final : public EncoderClient {
   absl::Mutex mu_;
   absl::Status fail_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool blocked_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -508,6 +508,55 @@ namespace {
 // placeholders; the page hashes mix in the content hash (a different image
 // of the same size gives different hashes from its first page on, the text
 // before it the same ones).
+// Asynchronous request path (issue 22): requests with multimodal items
+// prepare on media threads, so encoder calls that take long (here: blocked
+// until released, more of them than there are media or control threads)
+// never hold up a text request's decision and legs.
+TEST_F(RouterLegsTest, ASlowEncoderDoesNotDelayTextRequests) {
+  const uint32_t pad = *tok_->TokenId("<|image_pad|>");
+  auto enc = AddEncoder(MediaOptions{}, {.image = pad, .video = pad, .audio = pad});
+  enc->SetBlocked(true);
+  constexpr int kImages = 12;  // > media_threads (8) + control_threads (8) / 2
+  absl::Mutex mu;
+  int done = 0;
+  std::vector<absl::Status> results(kImages);
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (int i = 0; i < kImages; ++i) {
+    v1::GenerateRequest req;
+    v1::ChatMessage* m = req.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content("look: <|image_pad|>");
+    req.mutable_chat()->set_add_generation_prompt(true);
+    v1::MultimodalItem* item = req.add_multimodal();
+    item->set_modality(v1::MODALITY_IMAGE);
+    item->set_data(absl::StrCat("image-", i));
+    req.mutable_sampling()->set_max_tokens(2);
+    sinks.push_back(std::make_shared<CollectingSink>());
+    router_->Start(req, sinks.back(), nullptr, [&, i](absl::Status s) {
+      absl::MutexLock lock(&mu);
+      results[i] = std::move(s);
+      ++done;
+    });
+  }
+  for (int i = 0; i < 400 && enc->waiting() < 8; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(enc->waiting(), 8);  // every media thread waits on the encoder
+  const absl::Time t0 = absl::Now();
+  v1::GenerateRequest text = Request(40, 3);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(text, sink).ok());
+  EXPECT_EQ(sink.tokens, Expected(text));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(done, 0);  // the image requests still wait
+  }
+  enc->SetBlocked(false);
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(mu.AwaitWithTimeout(
+      absl::Condition(+[](int* d) { return *d == kImages; }, &done), absl::Seconds(30)));
+  for (int i = 0; i < kImages; ++i) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+}
+
 TEST_F(RouterLegsTest, AnImageGoesThroughTheEncoderToThePrefillWorker) {
   const uint32_t pad = *tok_->TokenId("<|image_pad|>");
   auto enc = AddEncoder(MediaOptions{}, {.image = pad, .video = pad, .audio = pad});

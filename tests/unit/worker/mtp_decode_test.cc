@@ -570,7 +570,14 @@ TEST_F(MtpPipeline, PrefixHitKeepsTheDraftsOfAColdRun) {
 // random model): after the first few steps the requests decode plainly,
 // drafting only in rare probes, and greedy output is unchanged.
 TEST_F(MtpPipeline, AdaptiveDraftingStopsWhereDraftsAreRejected) {
-  Start(&testing::TestEngine(), MtpOptions{});
+  // The fixed cost model: a measured one follows this machine's step times,
+  // which on a loaded machine (CI runs two test suites at once) can make
+  // drafting look cheap enough to keep drafting past the bound below — the
+  // likely cause of one failure in a full local ctest run (not reproduced
+  // in 3 reruns alone).
+  MtpOptions o;
+  o.measure_cost = false;
+  Start(&testing::TestEngine(), o);
   std::vector<std::vector<uint32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
     prompts.push_back(testing::RandomPrompt(500 + i, 20));
