@@ -192,6 +192,10 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
       std::make_unique<base::ThreadPool>(std::max(1, options.control_threads), "control");
   r->media_ = std::make_unique<base::ThreadPool>(std::max(1, options.media_threads), "media");
   r->timers_ = std::make_unique<base::TimerQueue>();
+  if (options.stall_report_after > absl::ZeroDuration()) {
+    Router* raw = r.get();
+    r->timers_->Schedule(absl::Now() + r->StallScanInterval(), [raw] { raw->ScanStalled(); });
+  }
   return r;
 }
 

@@ -62,6 +62,9 @@
 //   prefill workers reported reusing, never the router's estimate),
 //   swaserve_router_generated_tokens_total        (hit rate = cached/prompt)
 //   swaserve_router_inflight_requests             gauge
+//   swaserve_router_stalled_requests              gauge: in flight without
+//                                                 progress for
+//                                                 stall_report_after
 //   swaserve_router_redis_fallbacks_total         index/load read failed:
 //                                                 routed without it
 //   swaserve_router_shed_total{reason}            requests refused with 429:
@@ -73,12 +76,14 @@
 // Thread-safety: thread-safe; Generate may run concurrently.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -160,6 +165,12 @@ struct RouterOptions {
   // holds up the decisions of text requests on the control threads.
   // Default 8.
   int media_threads = 8;
+  // A request that makes no progress (no decision, no answer from a worker,
+  // no token, no room at its client) for this long is logged once, naming
+  // what it waits for, and counted in swaserve_router_stalled_requests
+  // (evaluated every stall_report_after / 4, at most every 5 s). Zero
+  // disables. Default 60 s.
+  absl::Duration stall_report_after = absl::Seconds(60);
   // Metrics registry; nullptr: metrics::DefaultRegistry().
   metrics::Registry* registry = nullptr;
   // Multimodal items (media.h): resolved to embeddings by the encoders;
@@ -285,6 +296,13 @@ class Router {
   absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
+  // Every StallScanInterval (timer thread): requests without progress for
+  // stall_report_after, logged once each and counted.
+  void ScanStalled();
+  // stall_report_after / 4 within [50 ms, 5 s].
+  absl::Duration StallScanInterval() const {
+    return std::clamp(options_.stall_report_after / 4, absl::Milliseconds(50), absl::Seconds(5));
+  }
   // Runs `fn` on a control thread / a media thread.
   void OnControl(std::function<void()> fn);
   void OnMedia(std::function<void()> fn);
@@ -301,6 +319,9 @@ class Router {
   RoutingState* state_ = nullptr;
   std::atomic<int> inflight_{0};
   absl::Mutex idle_mu_;  // WaitIdle's wake-ups
+  // Requests in flight, for ScanStalled.
+  absl::Mutex live_mu_;
+  absl::flat_hash_map<Call*, std::weak_ptr<Call>> live_ ABSL_GUARDED_BY(live_mu_);
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;
 };

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -103,7 +104,21 @@ class Router::Call : public std::enable_shared_from_this<Router::Call> {
   absl::Status FinishLocally();
   void Complete(absl::Status st);
 
+  // What the request waits for now (a string literal) and since when:
+  // ScanStalled reads them from the timer thread.
+  void Progress(const char* phase) {
+    phase_.store(phase, std::memory_order_relaxed);
+    progress_ns_.store(NowNanos(), std::memory_order_relaxed);
+    stall_reported_.store(false, std::memory_order_relaxed);
+  }
+  friend class Router;  // ScanStalled
+
   Router* const router_;
+  std::atomic<const char*> phase_{"starting"};
+  std::atomic<int64_t> progress_ns_{NowNanos()};
+  std::atomic<bool> stall_reported_{false};
+  absl::Mutex id_mu_;
+  std::string id_ ABSL_GUARDED_BY(id_mu_);  // r_.id, for ScanStalled's log
   const std::shared_ptr<GenerateSink> sink_;
   const std::shared_ptr<CancelFlag> cancel_;  // may be null
   GenerateDone done_;
@@ -168,6 +183,7 @@ struct Router::Call::Leg {
 };
 
 void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
+  Progress("preparing (tokenization, media)");
   r_.start_ns = NowNanos();
   r_.deadline = absl::Now() + router_->options_.request_timeout;
   const RouterOptions& o = router_->options_;
@@ -181,6 +197,10 @@ void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
     st = router_->Prepare(request, r_);
   }
   if (!st.ok()) return Complete(std::move(st));
+  {
+    absl::MutexLock lock(&id_mu_);
+    id_ = r_.id;
+  }
   r_.prompt_tokens = static_cast<uint32_t>(r_.tokens.size());
   r_.max_tokens = r_.sampling.max_tokens();
   r_.text = std::make_unique<TextStream>(
@@ -191,6 +211,7 @@ void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
 }
 
 void Router::Call::Attempt() {
+  Progress("deciding (Redis)");
   if (cancel_ != nullptr && cancel_->cancelled()) {
     return Complete(absl::CancelledError("client went away"));
   }
@@ -199,6 +220,7 @@ void Router::Call::Attempt() {
     // No worker to send to (the others failed this request, are restarting,
     // or Redis restarted and they have not re-registered yet): wait for one
     // to come back rather than lose the request. A timer, not a thread.
+    Progress("waiting for a worker to (re)appear");
     Router* router = router_;
     router_->timers_->Schedule(absl::Now() + absl::Milliseconds(100),
                                [router, self = shared_from_this()] {
@@ -212,6 +234,7 @@ void Router::Call::Attempt() {
 }
 
 void Router::Call::StartLegs(const Choice& c) {
+  Progress("waiting for the decode worker's `accepted`");
   auto leg = std::make_shared<Leg>();
   leg->c = c;
   // Unique per dispatch even when clients reuse request ids (a decode
@@ -248,6 +271,7 @@ void Router::Call::StartLegs(const Choice& c) {
 }
 
 void Router::Call::OnAccepted(const LegPtr& leg, bool ok) {
+  Progress("waiting for the first token (the prefill leg runs)");
   router_->timers_->Cancel(leg->accept_timer);
   if (!ok || !leg->msg.has_accepted()) {
     if (ok) {
@@ -307,6 +331,7 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
   if (ok && leg->finished) leg->CancelDecode();  // nothing may follow the last chunk
   if (!ok || leg->finished) return EndDecode(leg);
   if (!leg->msg.has_tokens()) return ReadNext(leg);
+  Progress("streaming: waiting for the decode worker's next tokens");
   const v1::TokenChunk& chunk = leg->msg.tokens();
   if (chunk.token_ids_size() > 0 || chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
     bool doomed;
@@ -367,10 +392,12 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
   }
   // The next read once the client has room: a slow client slows its own
   // request, never the router.
+  Progress("streaming: waiting for room at the client");
   sink_->OnReady([self = shared_from_this(), leg] { self->ReadNext(leg); });
 }
 
 void Router::Call::EndDecode(const LegPtr& leg) {
+  Progress("ending the attempt (waiting for both legs' status)");
   if (!leg->finished && !leg->sink_refused) {
     // A failed decode leg cancels the prefill leg at once (its KV has
     // nowhere to go; the prefill worker keeps it in its prefix cache).
@@ -582,6 +609,10 @@ void Router::Call::Complete(absl::Status st) {
     m.cached_tokens->WithLabels({r.bucket_label}).Increment(r.cached_tokens);
     m.generated_tokens->Increment(r.completion_tokens);
   }
+  {
+    absl::MutexLock lock(&router_->live_mu_);
+    router_->live_.erase(this);
+  }
   // Before `done`: its caller may destroy the router once it ran (~Router
   // joins the media and control threads, on one of which this runs).
   m.inflight->Decrement();
@@ -598,6 +629,10 @@ void Router::Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateS
   const int inflight = inflight_.fetch_add(1) + 1;
   metrics_->inflight->Increment();
   auto call = std::make_shared<Call>(this, std::move(sink), std::move(cancel), std::move(done));
+  {
+    absl::MutexLock lock(&live_mu_);
+    live_[call.get()] = call;
+  }
   // A request with multimodal items prepares on a media thread (its items
   // may take seconds to fetch and encode); its attempts run on the control
   // threads like any other.
@@ -623,6 +658,34 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
         });
   finished.WaitForNotification();
   return out;
+}
+
+void Router::ScanStalled() {
+  const int64_t now = NowNanos();
+  const int64_t limit = absl::ToInt64Nanoseconds(options_.stall_report_after);
+  int64_t stalled = 0;
+  std::vector<std::shared_ptr<Call>> report;
+  {
+    absl::MutexLock lock(&live_mu_);
+    for (auto& [raw, weak] : live_) {
+      std::shared_ptr<Call> c = weak.lock();
+      if (c == nullptr || now - c->progress_ns_.load(std::memory_order_relaxed) < limit) continue;
+      ++stalled;
+      if (!c->stall_reported_.exchange(true)) report.push_back(std::move(c));
+    }
+  }
+  metrics_->stalled->Set(static_cast<double>(stalled));
+  for (const std::shared_ptr<Call>& c : report) {
+    std::string id;
+    {
+      absl::MutexLock lock(&c->id_mu_);
+      id = c->id_;
+    }
+    SWA_LOG(warn, "request {} has made no progress for {:.1f} s: {}", id.empty() ? "?" : id,
+            static_cast<double>(now - c->progress_ns_.load()) * 1e-9,
+            c->phase_.load(std::memory_order_relaxed));
+  }
+  timers_->Schedule(absl::Now() + StallScanInterval(), [this] { ScanStalled(); });
 }
 
 bool Router::WaitIdle(absl::Duration timeout) {

@@ -49,6 +49,12 @@ absl::StatusOr<std::unique_ptr<Router::Metrics>> Router::Metrics::Create(
                                    "Tokens generated."));
   ASSIGN_OR_RETURN(metrics::GaugeFamily * inf,
                    reg->AddGauge("swaserve_router_inflight_requests", "Requests in flight."));
+  ASSIGN_OR_RETURN(metrics::GaugeFamily * stalled,
+                   reg->AddGauge("swaserve_router_stalled_requests",
+                                 "Requests in flight that made no progress (decision, worker "
+                                 "answer, token, room at the client) for the router's "
+                                 "stall_report_after."));
+  m->stalled = &stalled->WithLabels();
   ASSIGN_OR_RETURN(metrics::CounterFamily * fb,
                    reg->AddCounter("swaserve_router_redis_fallbacks_total",
                                    "Decisions made without loads or the prefix index "

@@ -24,6 +24,7 @@ struct Router::Metrics {
   metrics::CounterFamily* cached_tokens = nullptr;  // {bucket}
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* inflight = nullptr;
+  metrics::Gauge* stalled = nullptr;
   metrics::Counter* redis_fallbacks = nullptr;
   metrics::Counter* window_unsafe_matches = nullptr;
   metrics::CounterFamily* migrations = nullptr;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/registry.h"
@@ -94,7 +95,8 @@ class RouterLegsTest : public ::testing::Test {
   }
 
   void MakeRouter(double shed_backlog_seconds = 300, MediaResolver* media = nullptr,
-                  MediaTokenIds media_ids = {}) {
+                  MediaTokenIds media_ids = {},
+                  absl::Duration stall_report_after = absl::Seconds(60)) {
     router_.reset();
     registry_ = std::make_unique<metrics::Registry>();
     RouterOptions o;
@@ -108,6 +110,7 @@ class RouterLegsTest : public ::testing::Test {
     o.shed_backlog_seconds = shed_backlog_seconds;
     o.media = media;
     o.media_token_ids = media_ids;
+    o.stall_report_after = stall_report_after;
     auto r = Router::Create(o);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = *std::move(r);
@@ -512,6 +515,32 @@ namespace {
 // prepare on media threads, so encoder calls that take long (here: blocked
 // until released, more of them than there are media or control threads)
 // never hold up a text request's decision and legs.
+// A request that makes no progress (here: its prefill parked at the worker)
+// is counted in swaserve_router_stalled_requests (and logged with what it
+// waits for) once stall_report_after passed, and no longer once it moves.
+TEST_F(RouterLegsTest, ARequestWithoutProgressIsReportedAsStalled) {
+  MakeRouter(300, nullptr, {}, absl::Milliseconds(200));
+  Script("p1", {.prefill_parks = true});
+  Script("p2", {.prefill_parks = true});
+  auto stalled = [&] { return Metric("swaserve_router_stalled_requests"); };
+  auto sink = std::make_shared<CollectingSink>();
+  absl::Notification done;
+  absl::Status result;
+  const v1::GenerateRequest req = Request(40, 3);
+  router_->Start(req, sink, nullptr, [&](absl::Status s) {
+    result = std::move(s);
+    done.Notify();
+  });
+  for (int i = 0; i < 400 && stalled() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(stalled(), 1);
+  EXPECT_EQ(clients_["p1"]->ReleaseParked() + clients_["p2"]->ReleaseParked(), 1u);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(sink->tokens, Expected(req));
+  for (int i = 0; i < 400 && stalled() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(stalled(), 0);
+}
+
 TEST_F(RouterLegsTest, ASlowEncoderDoesNotDelayTextRequests) {
   const uint32_t pad = *tok_->TokenId("<|image_pad|>");
   auto enc = AddEncoder(MediaOptions{}, {.image = pad, .video = pad, .audio = pad});
