@@ -73,6 +73,7 @@ struct RouterConfig {
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
   int64_t max_decode_attempts = router::RouterOptions{}.max_decode_attempts;
   absl::Duration request_timeout = absl::Minutes(10);
+  absl::Duration stall_report_after = absl::Seconds(60);
   absl::Duration destination_timeout = router::RouterOptions{}.destination_timeout;
   int64_t max_migrations = router::RouterOptions{}.max_migrations;
   absl::Duration worker_wait = router::RouterOptions{}.worker_wait;
@@ -131,6 +132,9 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("retry.prefill_attempts", &c->max_prefill_attempts, "attempts of a prefill leg")
       .Add("retry.decode_attempts", &c->max_decode_attempts,
            "attempts of a decode leg (before the first token)")
+      .Add("stall_report_after", &c->stall_report_after,
+           "log a request (and count it in swaserve_router_stalled_requests) once it made no "
+           "progress for this long (0: never)")
       .Add("request_timeout", &c->request_timeout,
            "deadline of a request's worker calls (its queue wait at a prefill worker included)")
       .Add("destination_timeout", &c->destination_timeout,
@@ -248,6 +252,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
   opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);
   opt.request_timeout = c.request_timeout;
+  opt.stall_report_after = c.stall_report_after;
   opt.destination_timeout = c.destination_timeout;
   opt.max_migrations = static_cast<int>(c.max_migrations);
   opt.worker_wait = c.worker_wait;
