@@ -155,8 +155,42 @@ std::string RedisReply::DebugString() const {
   return "?";
 }
 
+namespace {
+
+// hiredis 0.14 (Debian 12) allocates an array reply's element table from the
+// declared count before any element arrives, so "*500000061\r\n" alone
+// asks for 4 GB (found by redis_cluster_fuzzer; hiredis 1.0's maxelements
+// is not in this version). Every element takes at least 3 bytes ("+\r\n"),
+// so in a complete stream a count above the bytes left / 3 cannot be
+// honest: such a stream is refused before hiredis sees it. The walk follows
+// the RESP framing (a bulk string's bytes are skipped, never read as
+// headers); malformed framing is left to hiredis to report.
+absl::Status CheckArrayCounts(absl::string_view resp) {
+  size_t p = 0;
+  while (p < resp.size()) {
+    const size_t eol = resp.find("\r\n", p);
+    if (eol == absl::string_view::npos) return absl::OkStatus();
+    const char type = resp[p];
+    int64_t n = 0;
+    const bool counted = (type == '*' || type == '$') &&
+                         absl::SimpleAtoi(resp.substr(p + 1, eol - p - 1), &n);
+    p = eol + 2;
+    if (!counted || n < 0) continue;
+    if (type == '$') {
+      p += static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(resp.size()))) + 2;
+    } else if (static_cast<uint64_t>(n) > (resp.size() - p) / 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RESP: an array of ", n, " elements in ", resp.size() - p, " remaining bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RedisReply>> ParseRedisReplies(
     absl::string_view resp) {
+  if (absl::Status s = CheckArrayCounts(resp); !s.ok()) return s;
   std::unique_ptr<redisReader, void (*)(redisReader*)> reader(
       redisReaderCreate(), redisReaderFree);
   if (reader == nullptr) return absl::ResourceExhaustedError("redisReader");
