@@ -12,6 +12,14 @@ namespace {
 // stream. gRPC delivers OnDone last, after every read completed; the object
 // is destroyed only after Finish's callback ran (the DecodeCall contract),
 // and the destructor waits for OnDone to have handed over the status.
+//
+// A hold (AddHold before StartCall, removed by Finish) keeps OnDone back
+// until the router asks for the status. Without it, a call that fails at
+// once (the worker just died: the channel fails fast) could reach OnDone
+// before the router's first StartRead, and a read started after OnDone
+// never completes: the request then waited for `accepted` until its
+// deadline, the accept timeout's TryCancel being a no-op on a finished call
+// (2 requests of the chaos replay, named by the stalled-request log).
 class GrpcDecodeCall final : public DecodeCall,
                              public grpc::ClientReadReactor<v1::DecodeResponse> {
  public:
@@ -19,6 +27,7 @@ class GrpcDecodeCall final : public DecodeCall,
       : request_(request) {
     ctx_.set_deadline(absl::ToChronoTime(deadline));
     stub.async()->Decode(&ctx_, &request_, this);
+    AddHold();
     StartCall();
   }
   ~GrpcDecodeCall() override {
@@ -42,6 +51,7 @@ class GrpcDecodeCall final : public DecodeCall,
   }
   void Finish(FinishDone done) override {
     std::optional<grpc::Status> now;
+    bool release = false;
     {
       absl::MutexLock lock(&mu_);
       if (done_) {
@@ -49,7 +59,10 @@ class GrpcDecodeCall final : public DecodeCall,
       } else {
         finish_done_ = std::move(done);
       }
+      release = !released_;
+      released_ = true;
     }
+    if (release) RemoveHold();  // OnDone may run (and call `done`) from here on
     if (now) done(*std::move(now));
   }
   void OnDone(const grpc::Status& s) override {
@@ -74,6 +87,7 @@ class GrpcDecodeCall final : public DecodeCall,
   ReadDone read_done_ ABSL_GUARDED_BY(mu_);
   FinishDone finish_done_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;  // the hold, by Finish
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
