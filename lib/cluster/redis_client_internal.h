@@ -1,0 +1,67 @@
+// RedisClient's private parts shared by its two source files
+// (redis_client.cc: connections, the single-node path; redis_client_cluster.cc:
+// cluster mode). Internal to lib/cluster; see redis_client.h for the
+// ownership and thread-safety of the whole.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lib/cluster/redis_client.h"
+#include "lib/metrics/registry.h"
+
+namespace swaserve::cluster {
+
+// The metrics label of a command: its name, lower-cased ("empty" for none).
+std::string OpFromCommand(const RedisCommand& command);
+
+struct RedisClient::Connection {
+  absl::Mutex mu;
+  redisContext* ctx ABSL_GUARDED_BY(mu) = nullptr;
+
+  void Drop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (ctx != nullptr) redisFree(ctx);
+    ctx = nullptr;
+  }
+};
+
+struct RedisClient::Node {
+  Node(std::string h, int p, int pool_size, absl::Duration initial_backoff)
+      : host(std::move(h)), port(p), address(absl::StrCat(host, ":", p)),
+        backoff(initial_backoff) {
+    for (int i = 0; i < pool_size; ++i) connections.push_back(std::make_unique<Connection>());
+  }
+  ~Node() {
+    for (auto& conn : connections) {
+      absl::MutexLock lock(&conn->mu);
+      conn->Drop();
+    }
+  }
+
+  const std::string host;
+  const int port;
+  const std::string address;
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::atomic<uint32_t> next_connection{0};
+  // Reconnect state: while now < retry_at, calls fail fast.
+  absl::Mutex backoff_mu;
+  absl::Time retry_at ABSL_GUARDED_BY(backoff_mu) = absl::InfinitePast();
+  absl::Duration backoff ABSL_GUARDED_BY(backoff_mu);
+  std::string last_error ABSL_GUARDED_BY(backoff_mu);
+};
+
+struct RedisClient::OpMetrics {
+  metrics::Histogram* latency = nullptr;
+  metrics::Counter* errors = nullptr;
+};
+
+}  // namespace swaserve::cluster
