@@ -49,6 +49,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/common/bench_util.h"
 #include "bench/router/sim_worker.h"
 #include "swaserve/v1/router.grpc.pb.h"
 #include "swaserve/v1/worker.grpc.pb.h"
@@ -57,10 +58,8 @@
 namespace swaserve {
 namespace {
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::fprintf(stderr, "router_capacity_bench: %s\n", msg.c_str());
-  std::exit(1);
-}
+using bench::Check;
+using bench::Die;
 
 struct Flags {
   int64_t streams = 10000;
@@ -459,27 +458,27 @@ void Print(const Result& r) {
 }
 
 int Main(int argc, char** argv) {
+  bench::SetProgramName("router_capacity_bench");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value after " + a);
-      return argv[++i];
-    };
-    auto num = [&](int64_t* v) {
-      if (!absl::SimpleAtoi(next(), v) || *v <= 0) Die("bad value for " + a);
+  for (bench::FlagReader r(argc, argv); r.Next();) {
+    const std::string& a = r.flag();
+    auto positive = [&](int64_t* v) {
+      r.Integer(v);
+      if (*v <= 0) Die("bad value for " + a);
     };
     auto dur = [&](absl::Duration* d) {
-      if (!absl::ParseDuration(next(), d) || *d <= absl::ZeroDuration()) Die("bad value for " + a);
+      if (!absl::ParseDuration(r.Value(), d) || *d <= absl::ZeroDuration()) {
+        Die("bad value for " + a);
+      }
     };
     if (a == "--streams") {
-      num(&f.streams);
+      positive(&f.streams);
     } else if (a == "--channels") {
-      num(&f.channels);
+      positive(&f.channels);
     } else if (a == "--tokens") {
-      num(&f.tokens);
+      positive(&f.tokens);
     } else if (a == "--prompt-tokens") {
-      num(&f.prompt_tokens);
+      positive(&f.prompt_tokens);
     } else if (a == "--tpot") {
       dur(&f.tpot);
     } else if (a == "--ramp") {
@@ -503,28 +502,25 @@ int Main(int argc, char** argv) {
   testing::LocalClusterOptions co;
   co.cli_bin = SWASERVE_CLI_BIN;
   co.router_bin = SWASERVE_ROUTER_BIN;
-  absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
-      testing::LocalCluster::Create(co);
-  if (!cluster.ok()) Die(cluster.status().ToString());
+  std::unique_ptr<testing::LocalCluster> cluster =
+      Check(testing::LocalCluster::Create(co), "local cluster");
   bench::SimWorkerOptions so;
-  so.redis = (*cluster)->redis_address();
+  so.redis = cluster->redis_address();
   so.tpot = f.tpot;
-  absl::StatusOr<std::unique_ptr<bench::SimWorker>> sim = bench::SimWorker::Start(so);
-  if (!sim.ok()) Die(sim.status().ToString());
-  absl::StatusOr<testing::LocalProcess*> router = (*cluster)->StartRouter(
-      "r0", {"--max_inflight=0", "--log_level=warn", "--shed_backlog_seconds=0"});
-  if (!router.ok()) Die(router.status().ToString());
-  if (absl::Status s = (*cluster)->WaitHealthy("r0", absl::Seconds(30)); !s.ok()) {
-    Die(s.ToString());
-  }
-  const pid_t pid = (*router)->process->pid();
+  std::unique_ptr<bench::SimWorker> sim = Check(bench::SimWorker::Start(so), "simulator");
+  testing::LocalProcess* router = Check(
+      cluster->StartRouter("r0", {"--max_inflight=0", "--log_level=warn",
+                                  "--shed_backlog_seconds=0"}),
+      "router");
+  Check(cluster->WaitHealthy("r0", absl::Seconds(30)), "router health");
+  const pid_t pid = router->process->pid();
   std::printf("router pid %d at %s; simulator at %s (tpot %s, %lld tokens per stream)\n",
-              static_cast<int>(pid), (*router)->grpc_address().c_str(),
-              (*sim)->grpc_address().c_str(), absl::FormatDuration(f.tpot).c_str(),
+              static_cast<int>(pid), router->grpc_address().c_str(),
+              sim->grpc_address().c_str(), absl::FormatDuration(f.tpot).c_str(),
               static_cast<long long>(f.tokens));
   std::fflush(stdout);
 
-  auto channels = Channels((*router)->grpc_address(), static_cast<int>(f.channels));
+  auto channels = Channels(router->grpc_address(), static_cast<int>(f.channels));
   std::vector<std::unique_ptr<v1::Router::Stub>> stubs;
   for (auto& c : channels) stubs.push_back(v1::Router::NewStub(c));
   Result via;
@@ -539,7 +535,7 @@ int Main(int argc, char** argv) {
   if (f.grpc) Print(via);
   bool ok = via.failed == 0;
   if (f.http) {
-    HttpLoad load((*router)->http_port);
+    HttpLoad load(router->http_port);
     Result http = Run("HTTP (OpenAI API, SSE) via router", f, pid,
                             [&](int64_t i, LoadStats* stats) {
                               std::vector<uint32_t> prompt;
@@ -558,7 +554,7 @@ int Main(int argc, char** argv) {
     ok = ok && http.failed == 0;
   }
   if (f.direct) {
-    auto sim_channels = Channels((*sim)->grpc_address(), static_cast<int>(f.channels));
+    auto sim_channels = Channels(sim->grpc_address(), static_cast<int>(f.channels));
     std::vector<std::unique_ptr<v1::Decode::Stub>> ds;
     std::vector<std::unique_ptr<v1::Prefill::Stub>> ps;
     for (auto& c : sim_channels) {

@@ -331,7 +331,6 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
   if (ok && leg->finished) leg->CancelDecode();  // nothing may follow the last chunk
   if (!ok || leg->finished) return EndDecode(leg);
   if (!leg->msg.has_tokens()) return ReadNext(leg);
-  Progress("streaming: waiting for the decode worker's next tokens");
   const v1::TokenChunk& chunk = leg->msg.tokens();
   if (chunk.token_ids_size() > 0 || chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
     bool doomed;
@@ -388,12 +387,16 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
     // end of the client's stream.
     leg->CancelPrefillIfRunning();
     // The worker ends the stream after its last chunk: read to its end.
+    Progress("finished: waiting for the decode stream's end");
     return ReadNext(leg);
   }
   // The next read once the client has room: a slow client slows its own
   // request, never the router.
   Progress("streaming: waiting for room at the client");
-  sink_->OnReady([self = shared_from_this(), leg] { self->ReadNext(leg); });
+  sink_->OnReady([self = shared_from_this(), leg] {
+    self->Progress("streaming: waiting for the decode worker's next tokens");
+    self->ReadNext(leg);
+  });
 }
 
 void Router::Call::EndDecode(const LegPtr& leg) {
