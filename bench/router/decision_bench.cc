@@ -34,13 +34,16 @@
 // execution time (INFO commandstats). One extra row: text prompts of ~4K tokens (tokenization
 // included). A breakdown table times the parts of a decision alone
 // (hashing, directory, MGET, EVALSHA by kind) to show where the time goes.
+// --coalesce N turns on the router's Redis group commit
+// (RedisOptions::coalesce_calls, N pipelines in flight): run it with
+// --threads above N to see Redis CPU per decision when decisions queue.
 //
 // Targets (issue 7): p99 < 1 ms including the Redis round trips on
 // loopback; >= 5,000 decisions/s per router core.
 //
 // Usage: decision_bench [--json FILE] [--tokenizer FILE]
 //          [--decisions 20000] [--threads 2] [--sizes 100000,1000000]
-//          [--prompt-tokens 4096] [--text-prompts 100]
+//          [--prompt-tokens 4096] [--text-prompts 100] [--coalesce 0]
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +68,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -498,6 +502,9 @@ struct Flags {
   std::vector<int64_t> sizes = {100000, 1000000};
   int prompt_tokens = 4096;
   int text_prompts = 100;
+  // Router's Redis client: group commit (RedisOptions::coalesce_calls) with
+  // this many pipelines in flight; 0: off (each call its own round trip).
+  int coalesce_in_flight = 0;
 };
 
 int Main(int argc, char** argv) {
@@ -527,11 +534,14 @@ int Main(int argc, char** argv) {
       f.prompt_tokens = static_cast<int>(integer());
     } else if (a == "--text-prompts") {
       f.text_prompts = static_cast<int>(integer());
+    } else if (a == "--coalesce") {
+      f.coalesce_in_flight = static_cast<int>(integer());
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: decision_bench [--json FILE] [--tokenizer FILE]\n"
           "  [--decisions 20000] [--threads 2] [--sizes 100000,1000000]\n"
-          "  [--prompt-tokens 4096] [--text-prompts 100]\n");
+          "  [--prompt-tokens 4096] [--text-prompts 100]\n"
+          "  [--coalesce IN_FLIGHT]  (router's Redis client: group commit, 0 = off)\n");
       return 0;
     } else {
       Die("unknown flag " + a);
@@ -575,6 +585,11 @@ int Main(int argc, char** argv) {
   router_ro.pool_size = std::max(4, f.threads + 2);
   router_ro.command_timeout = absl::Seconds(2);
   router_ro.metrics = &registry;
+  if (f.coalesce_in_flight > 0) {
+    router_ro.coalesce_calls = true;
+    router_ro.coalesce_in_flight = f.coalesce_in_flight;
+    router_ro.pool_size = std::max(router_ro.pool_size, f.coalesce_in_flight);
+  }
   std::unique_ptr<cluster::RedisClient> router_redis =
       Check(cluster::RedisClient::Create(router_ro), "redis client");
 
@@ -701,7 +716,8 @@ int Main(int argc, char** argv) {
       {"prompt_tokens", f.prompt_tokens},
       {"page_size", kPageSize},
       {"decisions", f.decisions},
-      {"threads", f.threads}};
+      {"threads", f.threads},
+      {"coalesce_in_flight", f.coalesce_in_flight}};
   nlohmann::json phases = nlohmann::json::array();
   std::vector<std::string> verdicts;
   bool all_met = true;
@@ -878,6 +894,37 @@ int Main(int argc, char** argv) {
           Die("unexpected match depth");
       }));
     }
+    // The same match calls (the mix), k per pipeline: what a router's
+    // Redis client sends when decisions queue (RedisOptions::coalesce_calls).
+    // Per-decision columns: CPU and decisions/s per decision, latency per
+    // pipeline.
+    for (const int k : {4, 16}) {
+      const std::string label = absl::StrCat("EVALSHA match, mix, ", k, " pipelined");
+      Row r = TimeFn(label, kBreakdownIters / k, redis_pid, [&](int i) {
+        std::vector<cluster::RedisScriptCall> calls;
+        std::vector<size_t> which;
+        for (int c = 0; c < k; ++c) {
+          const size_t j = static_cast<size_t>(i * k + c) % pool.size();
+          which.push_back(j);
+          calls.push_back(Check(view->index().MatchCall(pool_hashes[j], prefill_ids), "call"));
+        }
+        const auto replies =
+            Check(router_redis->EvalshaPipeline(calls, "match_prefixes"), "pipeline");
+        for (int c = 0; c < k; ++c) {
+          const auto parsed = Check(
+              cluster::PrefixIndex::ParseMatchReply(replies[c], prefill_ids.size(), 0), "reply");
+          int64_t best = 0;
+          for (int64_t x : parsed.depths) best = std::max(best, x);
+          if (best * kPageSize != pool[which[c]].expected_cached) Die("unexpected match depth");
+        }
+      });
+      r.router_cpu_us /= k;
+      r.redis_cpu_us /= k;
+      r.per_s *= k;
+      r.per_router_cpu_s *= k;
+      r.n *= k;
+      parts.push_back(r);
+    }
     parts.push_back(TimeFn("PING (bare round trip)", kBreakdownIters, redis_pid,
                            [&](int) { Check(router_redis->Ping(), "ping"); }));
     std::printf(
@@ -961,6 +1008,16 @@ int Main(int argc, char** argv) {
       "load average at end: %s\n\n== Targets (issue 7) ==\n",
       load_end.c_str());
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
+  // The router's Redis calls over the whole run, by op, and with --coalesce
+  // how many calls each pipeline carried.
+  std::printf("\n== Router's Redis calls (whole run) ==\n");
+  for (absl::string_view line : absl::StrSplit(registry.RenderText(), '\n')) {
+    if (absl::StartsWith(line, "swaserve_redis_seconds_count") ||
+        absl::StartsWith(line, "swaserve_redis_coalesced_calls_sum") ||
+        absl::StartsWith(line, "swaserve_redis_coalesced_calls_count")) {
+      std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
+    }
+  }
   out["phases"] = phases;
   out["load_average_end"] = load_end;
   out["verdicts"] = verdicts;

@@ -549,12 +549,10 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   return Match(hashes, candidates, {}, nullptr);
 }
 
-absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
+absl::StatusOr<RedisScriptCall> PrefixIndex::MatchCall(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
-    absl::Span<const std::string> value_keys,
-    std::vector<std::optional<std::string>>* values, int window_pages,
-    std::vector<int64_t>* safe_pages, std::vector<int64_t>* l1_pages,
-    absl::Span<const int64_t> window_scan_pages) {
+    absl::Span<const std::string> value_keys, int window_pages,
+    absl::Span<const int64_t> window_scan_pages) const {
   if (!window_scan_pages.empty() && window_scan_pages.size() != candidates.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PrefixIndex::Match: ", window_scan_pages.size(), " window scan bounds for ",
@@ -566,71 +564,91 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
         "in another hash slot");
   }
   const int shard = MatchShard(hashes);
-  std::vector<std::string> keys;
-  keys.reserve(4 * candidates.size() + 1 + value_keys.size());
+  RedisScriptCall call{.script = &MatchScript()};
+  call.keys.reserve(4 * candidates.size() + 1 + value_keys.size());
   for (const std::string& id : candidates) {
     RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
-    keys.push_back(keys_.PrefixKey(id, shard));
-    keys.push_back(keys_.PredictedKey(id, shard));
-    keys.push_back(keys_.SwaGoneKey(id, shard));
-    keys.push_back(keys_.LowerTierKey(id, shard));
+    call.keys.push_back(keys_.PrefixKey(id, shard));
+    call.keys.push_back(keys_.PredictedKey(id, shard));
+    call.keys.push_back(keys_.SwaGoneKey(id, shard));
+    call.keys.push_back(keys_.LowerTierKey(id, shard));
   }
-  std::vector<int64_t> depths(candidates.size(), 0);
-  if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
-  if (safe_pages != nullptr) safe_pages->assign(candidates.size(), 0);
-  if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
-  if ((candidates.empty() || hashes.empty()) && value_keys.empty()) return depths;
-  keys.push_back(keys_.PredictedUntilKey(shard));
-  for (const std::string& k : value_keys) keys.push_back(k);
-  std::vector<std::string> args = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
-                                   absl::StrCat(std::max(0, window_pages))};
-  args.insert(args.end(), candidates.begin(), candidates.end());
-  for (const int64_t s : window_scan_pages) args.push_back(absl::StrCat(std::max<int64_t>(0, s)));
-  ASSIGN_OR_RETURN(RedisReply reply,
-                   redis_->Evalsha(MatchScript(), keys, absl::MakeConstSpan(args),
-                                   "match_prefixes"));
-  const size_t want = candidates.size() + 2 + (value_keys.empty() ? 0 : 1);
+  call.keys.push_back(keys_.PredictedUntilKey(shard));
+  for (const std::string& k : value_keys) call.keys.push_back(k);
+  call.args = {PackPageHashes(hashes), absl::StrCat(candidates.size()),
+               absl::StrCat(std::max(0, window_pages))};
+  call.args.insert(call.args.end(), candidates.begin(), candidates.end());
+  for (const int64_t s : window_scan_pages) {
+    call.args.push_back(absl::StrCat(std::max<int64_t>(0, s)));
+  }
+  return call;
+}
+
+absl::StatusOr<PrefixIndex::MatchReply> PrefixIndex::ParseMatchReply(const RedisReply& reply,
+                                                                     size_t candidates,
+                                                                     size_t value_keys) {
+  if (reply.is_error()) return reply.ToStatus();
+  const size_t want = candidates + 2 + (value_keys == 0 ? 0 : 1);
   if (!reply.is_array() || reply.elements.size() != want) {
     return absl::InternalError(absl::StrCat("prefix_match: expected ", want,
                                             " elements, got ", reply.DebugString()));
   }
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    ASSIGN_OR_RETURN(depths[i], reply.elements[i].AsInteger());
+  MatchReply out;
+  out.depths.resize(candidates);
+  for (size_t i = 0; i < candidates; ++i) {
+    ASSIGN_OR_RETURN(out.depths[i], reply.elements[i].AsInteger());
   }
-  const RedisReply& flags = reply.elements[candidates.size()];
   // An empty Lua table comes back as an empty array (no candidates).
-  if (!flags.is_array() || flags.elements.size() != candidates.size()) {
-    return absl::InternalError(
-        absl::StrCat("prefix_match: bad window-safe reply ", flags.DebugString()));
-  }
-  if (safe_pages != nullptr) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      ASSIGN_OR_RETURN((*safe_pages)[i], flags.elements[i].AsInteger());
+  auto per_candidate = [&](const RedisReply& r, absl::string_view what,
+                           std::vector<int64_t>* into) -> absl::Status {
+    if (!r.is_array() || r.elements.size() != candidates) {
+      return absl::InternalError(
+          absl::StrCat("prefix_match: bad ", what, " reply ", r.DebugString()));
     }
-  }
-  const RedisReply& upper = reply.elements[candidates.size() + 1];
-  if (!upper.is_array() || upper.elements.size() != candidates.size()) {
-    return absl::InternalError(
-        absl::StrCat("prefix_match: bad tier reply ", upper.DebugString()));
-  }
-  if (l1_pages != nullptr) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      ASSIGN_OR_RETURN((*l1_pages)[i], upper.elements[i].AsInteger());
+    into->resize(candidates);
+    for (size_t i = 0; i < candidates; ++i) {
+      ASSIGN_OR_RETURN((*into)[i], r.elements[i].AsInteger());
     }
-  }
-  if (!value_keys.empty()) {
-    const RedisReply& v = reply.elements[candidates.size() + 2];
-    if (!v.is_array() || v.elements.size() != value_keys.size()) {
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(per_candidate(reply.elements[candidates], "window-safe", &out.safe_pages));
+  RETURN_IF_ERROR(per_candidate(reply.elements[candidates + 1], "tier", &out.l1_pages));
+  out.values.assign(value_keys, std::nullopt);
+  if (value_keys != 0) {
+    const RedisReply& v = reply.elements[candidates + 2];
+    if (!v.is_array() || v.elements.size() != value_keys) {
       return absl::InternalError(
           absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
     }
-    if (values != nullptr) {
-      for (size_t i = 0; i < value_keys.size(); ++i) {
-        if (v.elements[i].type == RedisReply::Type::kString) (*values)[i] = v.elements[i].str;
-      }
+    for (size_t i = 0; i < value_keys; ++i) {
+      if (v.elements[i].type == RedisReply::Type::kString) out.values[i] = v.elements[i].str;
     }
   }
-  return depths;
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
+    absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
+    absl::Span<const std::string> value_keys,
+    std::vector<std::optional<std::string>>* values, int window_pages,
+    std::vector<int64_t>* safe_pages, std::vector<int64_t>* l1_pages,
+    absl::Span<const int64_t> window_scan_pages) {
+  ASSIGN_OR_RETURN(RedisScriptCall call, MatchCall(hashes, candidates, value_keys, window_pages,
+                                                   window_scan_pages));
+  if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
+  if (safe_pages != nullptr) safe_pages->assign(candidates.size(), 0);
+  if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);
+  if ((candidates.empty() || hashes.empty()) && value_keys.empty()) {
+    return std::vector<int64_t>(candidates.size(), 0);
+  }
+  ASSIGN_OR_RETURN(RedisReply reply,
+                   redis_->Evalsha(*call.script, call.keys, call.args, "match_prefixes"));
+  ASSIGN_OR_RETURN(MatchReply parsed,
+                   ParseMatchReply(reply, candidates.size(), value_keys.size()));
+  if (values != nullptr) *values = std::move(parsed.values);
+  if (safe_pages != nullptr) *safe_pages = std::move(parsed.safe_pages);
+  if (l1_pages != nullptr) *l1_pages = std::move(parsed.l1_pages);
+  return std::move(parsed.depths);
 }
 
 std::vector<RedisCommand> PrefixIndex::ClearCommands(absl::string_view worker_id) const {

@@ -221,6 +221,25 @@ class PrefixIndex {
       std::vector<int64_t>* safe_pages = nullptr, std::vector<int64_t>* l1_pages = nullptr,
       absl::Span<const int64_t> window_scan_pages = {});
 
+  // Match split in two, for a caller that pipelines several decisions in
+  // one round trip (RedisClient::EvalshaPipeline): the script call Match
+  // would send (same arguments; checks them as Match does), and the parse
+  // of its reply. MatchReply holds one entry per candidate in depths,
+  // safe_pages and l1_pages, and one per value key in values.
+  struct MatchReply {
+    std::vector<int64_t> depths;
+    std::vector<int64_t> safe_pages;
+    std::vector<int64_t> l1_pages;
+    std::vector<std::optional<std::string>> values;
+  };
+  absl::StatusOr<RedisScriptCall> MatchCall(absl::Span<const uint64_t> hashes,
+                                            absl::Span<const std::string> candidates,
+                                            absl::Span<const std::string> value_keys = {},
+                                            int window_pages = 0,
+                                            absl::Span<const int64_t> window_scan_pages = {}) const;
+  static absl::StatusOr<MatchReply> ParseMatchReply(const RedisReply& reply, size_t candidates,
+                                                    size_t value_keys);
+
   // Deletes every entry of `worker_id` (every shard).
   absl::Status Clear(absl::string_view worker_id);
   // The commands Clear sends (one DEL per shard), for a caller's pipeline.

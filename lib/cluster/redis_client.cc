@@ -393,6 +393,14 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
     return bad(
         absl::StrCat("pool_size must be in 1..64, got ", options.pool_size));
   }
+  if (options.coalesce_calls &&
+      (options.coalesce_in_flight < 1 || options.coalesce_in_flight > options.pool_size ||
+       options.coalesce_max_calls < 1)) {
+    return bad(absl::StrCat("coalescing needs 1 <= coalesce_in_flight <= pool_size and "
+                            "coalesce_max_calls >= 1, got ",
+                            options.coalesce_in_flight, ", ", options.pool_size, " and ",
+                            options.coalesce_max_calls));
+  }
   if (options.db < 0) return bad("db must be >= 0");
   base::IgnoreSigpipeIfDefault();
   auto client = absl::WrapUnique(new RedisClient(options));
@@ -416,6 +424,17 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
     if (!errors.ok()) return errors.status();
     client->latency_family_ = *latency;
     client->error_family_ = *errors;
+    if (options.coalesce_calls) {
+      ASSIGN_OR_RETURN(std::vector<double> sizes, metrics::ExponentialBuckets(1, 2, 8));
+      ASSIGN_OR_RETURN(metrics::HistogramFamily * coalesced,
+                       options.metrics->AddHistogram(
+                           "swaserve_redis_coalesced_calls",
+                           "Calls per pipeline sent by a coalescing Redis client "
+                           "(group commit: the calls that waited while the server's "
+                           "in-flight pipelines ran).",
+                           {}, sizes));
+      client->coalesced_calls_ = &coalesced->WithLabels({});
+    }
   }
   return client;
 }
@@ -496,26 +515,25 @@ absl::Status RedisClient::Connect(Node& node, Connection& conn) {
 }
 
 absl::Status RedisClient::RunOn(Node& node, Connection& conn,
-                                absl::Span<const RedisCommand> commands,
+                                absl::Span<const RedisCommand* const> commands,
                                 std::vector<RedisReply>* replies) {
   conn.mu.AssertHeld();
   redisContext* ctx = conn.ctx;
   std::vector<const char*> argv;
   std::vector<size_t> lens;
-  for (const RedisCommand& command : commands) {
-    if (command.empty()) {
-      return absl::InvalidArgumentError("redis: empty command");
-    }
+  for (const RedisCommand* command : commands) {
     argv.clear();
     lens.clear();
-    for (const std::string& a : command) {
+    for (const std::string& a : *command) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
     if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(),
                                lens.data()) != REDIS_OK) {
+      // The context's output buffer may hold part of the pipeline: drop it.
+      conn.Drop();
       return absl::ResourceExhaustedError(
-          absl::StrCat("redis: cannot format command ", command[0]));
+          absl::StrCat("redis: cannot format command ", (*command)[0]));
     }
   }
   replies->clear();
@@ -540,6 +558,65 @@ absl::Status RedisClient::RunOn(Node& node, Connection& conn,
 
 absl::Status RedisClient::RunOnNode(Node& node, absl::Span<const RedisCommand> commands,
                                      std::vector<RedisReply>* replies) {
+  for (const RedisCommand& command : commands) {
+    if (command.empty()) return absl::InvalidArgumentError("redis: empty command");
+  }
+  if (options_.coalesce_calls) return RunCoalesced(node, commands, replies);
+  std::vector<const RedisCommand*> list;
+  list.reserve(commands.size());
+  for (const RedisCommand& command : commands) list.push_back(&command);
+  return RunOnConnection(node, list, replies);
+}
+
+absl::Status RedisClient::RunCoalesced(Node& node, absl::Span<const RedisCommand> commands,
+                                       std::vector<RedisReply>* replies) {
+  PendingCall me{.commands = commands, .replies = replies};
+  const int max_in_flight = options_.coalesce_in_flight;
+  const size_t max_calls = static_cast<size_t>(options_.coalesce_max_calls);
+  absl::MutexLock lock(&node.coalesce_mu);
+  node.pending.push_back(&me);
+  auto done_or_free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.coalesce_mu) {
+    return me.done || node.in_flight < max_in_flight;
+  };
+  while (true) {
+    node.coalesce_mu.Await(absl::Condition(&done_or_free));
+    if (me.done) return me.status;
+    // Lead one pipeline: the oldest waiting calls (this one, or the ones
+    // before it; then this one waits for the next free slot).
+    std::vector<PendingCall*> batch;
+    while (!node.pending.empty() && batch.size() < max_calls) {
+      batch.push_back(node.pending.front());
+      node.pending.pop_front();
+    }
+    ++node.in_flight;
+    node.coalesce_mu.Unlock();
+    std::vector<const RedisCommand*> list;
+    for (const PendingCall* call : batch) {
+      for (const RedisCommand& command : call->commands) list.push_back(&command);
+    }
+    std::vector<RedisReply> all;
+    const absl::Status status = RunOnConnection(node, list, &all);
+    if (coalesced_calls_ != nullptr) coalesced_calls_->Observe(static_cast<double>(batch.size()));
+    size_t next = 0;
+    for (PendingCall* call : batch) {
+      call->status = status;
+      call->replies->clear();
+      if (status.ok()) {
+        const size_t n = call->commands.size();
+        call->replies->assign(std::make_move_iterator(all.begin() + next),
+                              std::make_move_iterator(all.begin() + next + n));
+        next += n;
+      }
+    }
+    node.coalesce_mu.Lock();
+    --node.in_flight;
+    for (PendingCall* call : batch) call->done = true;
+  }
+}
+
+absl::Status RedisClient::RunOnConnection(Node& node,
+                                          absl::Span<const RedisCommand* const> commands,
+                                          std::vector<RedisReply>* replies) {
   absl::Status status;
   Connection& conn = AcquireConnection(node);
   conn.mu.AssertHeld();

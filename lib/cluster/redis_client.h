@@ -107,6 +107,23 @@ struct RedisOptions {
   absl::Duration reconnect_backoff_max = absl::Seconds(1);
   // Connections kept (each call uses one). Default 1.
   int pool_size = 1;
+  // Group commit ("auto-pipelining", as ioredis and Lettuce do it): with
+  // coalesce_calls, at most coalesce_in_flight calls (pipelines) run on a
+  // server at a time; a call that finds them all busy waits, and the calls
+  // waiting when one finishes go out together as ONE pipeline (at most
+  // coalesce_max_calls calls, oldest first), so Redis reads, parses and
+  // answers them with one read() and one write(): under load a server spends
+  // a fraction of a round trip's CPU per call (bench/RESULTS.md, "Router
+  // decision latency"). A call that finds a free slot goes at once, so an
+  // idle client adds no latency. Each call keeps its own replies, error
+  // replies and NOSCRIPT handling; when a pipeline's connection fails, every
+  // call in it gets Unavailable (some may have run), as a call alone would.
+  // Never send blocking commands (XREAD BLOCK, BLPOP, WAIT) through a
+  // coalescing client: the calls batched with or behind one would wait for
+  // it. Needs pool_size >= coalesce_in_flight. Defaults: off, 2, 64.
+  bool coalesce_calls = false;
+  int coalesce_in_flight = 2;
+  int coalesce_max_calls = 64;
   // Where swaserve_redis_seconds / swaserve_redis_errors_total are
   // registered; not owned, must outlive the client. nullptr: no metrics.
   metrics::Registry* metrics = nullptr;
@@ -251,6 +268,7 @@ class RedisClient {
   struct Connection;
   struct Node;
   struct OpMetrics;
+  struct PendingCall;
 
   explicit RedisClient(const RedisOptions& options);
 
@@ -258,12 +276,21 @@ class RedisClient {
   // masters of their slots; fills `replies`. Records metrics under `op`.
   absl::Status Run(absl::Span<const RedisCommand> commands,
                    absl::string_view op, std::vector<RedisReply>* replies);
-  // Runs `commands` on a free connection of `node`, connecting first when
-  // needed (and not in its backoff period).
+  // Runs `commands` on `node`: coalesced with other callers' calls when
+  // options_.coalesce_calls, else on a free connection (RunOnConnection).
   absl::Status RunOnNode(Node& node, absl::Span<const RedisCommand> commands,
                          std::vector<RedisReply>* replies);
+  // Group commit (RedisOptions::coalesce_calls): queues the call, and leads
+  // a pipeline of the queued calls whenever fewer than coalesce_in_flight run.
+  absl::Status RunCoalesced(Node& node, absl::Span<const RedisCommand> commands,
+                            std::vector<RedisReply>* replies);
+  // Runs `commands` on a free connection of `node`, connecting first when
+  // needed (and not in its backoff period).
+  absl::Status RunOnConnection(Node& node, absl::Span<const RedisCommand* const> commands,
+                               std::vector<RedisReply>* replies);
   // Both require conn.mu held.
-  absl::Status RunOn(Node& node, Connection& conn, absl::Span<const RedisCommand> commands,
+  absl::Status RunOn(Node& node, Connection& conn,
+                     absl::Span<const RedisCommand* const> commands,
                      std::vector<RedisReply>* replies);
   absl::Status Connect(Node& node, Connection& conn);
   // Returns a connection of the node's pool with its mutex held (the caller
@@ -318,6 +345,9 @@ class RedisClient {
 
   metrics::HistogramFamily* latency_family_ = nullptr;
   metrics::CounterFamily* error_family_ = nullptr;
+  // swaserve_redis_coalesced_calls (calls per pipeline a coalescing client
+  // sent); nullptr without metrics or coalescing.
+  metrics::Histogram* coalesced_calls_ = nullptr;
   absl::Mutex metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<OpMetrics>> op_metrics_
       ABSL_GUARDED_BY(metrics_mu_);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,11 +53,26 @@ struct RedisClient::Node {
   const std::string address;
   std::vector<std::unique_ptr<Connection>> connections;
   std::atomic<uint32_t> next_connection{0};
+  // Group commit (RedisOptions::coalesce_calls): calls waiting to be sent,
+  // oldest first, and the pipelines running (at most coalesce_in_flight).
+  absl::Mutex coalesce_mu;
+  std::deque<PendingCall*> pending ABSL_GUARDED_BY(coalesce_mu);
+  int in_flight ABSL_GUARDED_BY(coalesce_mu) = 0;
   // Reconnect state: while now < retry_at, calls fail fast.
   absl::Mutex backoff_mu;
   absl::Time retry_at ABSL_GUARDED_BY(backoff_mu) = absl::InfinitePast();
   absl::Duration backoff ABSL_GUARDED_BY(backoff_mu);
   std::string last_error ABSL_GUARDED_BY(backoff_mu);
+};
+
+// One caller's call waiting in Node::pending (it lives on the caller's
+// stack). The pipeline's leader fills *replies and status, then sets done
+// under Node::coalesce_mu.
+struct RedisClient::PendingCall {
+  absl::Span<const RedisCommand> commands;
+  std::vector<RedisReply>* replies = nullptr;
+  absl::Status status;
+  bool done = false;
 };
 
 struct RedisClient::OpMetrics {

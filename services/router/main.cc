@@ -52,6 +52,8 @@ struct RouterConfig {
   std::string redis = "127.0.0.1:6379";
   std::string cluster = "default";
   int64_t redis_pool = 16;
+  bool redis_coalesce = true;
+  int64_t redis_in_flight = 2;
   std::string listen = "0.0.0.0:50051";
   std::string http_host = "0.0.0.0";
   int64_t http_port = 8000;
@@ -100,6 +102,11 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("model_name", &c->model_name, "model id clients use (default: the directory name)")
       .Add("redis", &c->redis, "Redis host:port (worker registry, loads, prefix index)")
       .Add("redis_pool", &c->redis_pool, "Redis connections (concurrent decisions)")
+      .Add("redis_coalesce", &c->redis_coalesce,
+           "group commit: calls that queue while redis_in_flight pipelines run go out "
+           "together as one pipeline (less Redis CPU per decision under load)")
+      .Add("redis_in_flight", &c->redis_in_flight,
+           "with redis_coalesce: pipelines in flight at a time (<= redis_pool)")
       .Add("cluster", &c->cluster, "cluster name (Redis key prefix)")
       .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
@@ -193,6 +200,8 @@ absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
   }
   RETURN_IF_ERROR(cluster::ParseRedisAddress(c->redis, redis));
   redis->pool_size = static_cast<int>(std::max<int64_t>(1, c->redis_pool));
+  redis->coalesce_calls = c->redis_coalesce;
+  redis->coalesce_in_flight = static_cast<int>(c->redis_in_flight);
   return absl::OkStatus();
 }
 

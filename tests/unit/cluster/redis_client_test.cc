@@ -13,7 +13,11 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -520,6 +524,128 @@ TEST(RedisClientWire, PoolServesConcurrentCallers) {
   // Connections are opened lazily, at most pool_size.
   EXPECT_GE(fake.connections(), 1);
   EXPECT_LE(fake.connections(), 3);
+}
+
+// Group commit: calls that wait while the in-flight pipeline runs go out as
+// ONE pipeline; each caller still gets exactly its own replies, in order,
+// its error replies included.
+TEST(RedisClientWire, CoalescedCallsShareOnePipelineAndKeepTheirReplies) {
+  std::atomic<bool> slow_started{false};
+  FakeRedis fake([&](const std::vector<std::string>& args) -> std::string {
+    if (args[0] == "SLOW") {
+      slow_started = true;
+      absl::SleepFor(absl::Milliseconds(400));
+      return "+OK\r\n";
+    }
+    if (args[0] == "BAD") return "-ERR bad " + args[1] + "\r\n";
+    return Bulk(args[1]);
+  });
+  metrics::Registry registry;
+  auto client = RedisClient::Create({.port = fake.port(),
+                                     .pool_size = 1,
+                                     .coalesce_calls = true,
+                                     .coalesce_in_flight = 1,
+                                     .metrics = &registry});
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::thread slow([&] { EXPECT_TRUE((*client)->Command({"SLOW"}).ok()); });
+  while (!slow_started) absl::SleepFor(absl::Milliseconds(1));
+  constexpr int kCallers = 8;
+  std::vector<std::thread> callers;
+  std::atomic<int> right{0};
+  for (int t = 0; t < kCallers; ++t) {
+    callers.emplace_back([&, t] {
+      const std::string a = absl::StrCat(t, "a"), b = absl::StrCat(t, "b");
+      if (t % 4 == 3) {  // an error reply stays this caller's
+        absl::StatusOr<RedisReply> r = (*client)->Command({"BAD", a});
+        if (!r.ok() && absl::StrContains(r.status().message(), "bad " + a)) ++right;
+        return;
+      }
+      absl::StatusOr<std::vector<RedisReply>> r =
+          (*client)->Pipeline({{"ECHO", a}, {"ECHO", b}}, "test");
+      if (r.ok() && r->size() == 2 && (*r)[0].str == a && (*r)[1].str == b) ++right;
+    });
+  }
+  for (std::thread& th : callers) th.join();
+  slow.join();
+  EXPECT_EQ(right, kCallers);
+  // The SLOW call alone, then the callers that queued behind it together:
+  // fewer pipelines than calls, each caller's commands adjacent and in order.
+  const std::string text = registry.RenderText();
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("swaserve_redis_coalesced_calls_sum ",
+                                           kCallers + 1, "\n")));
+  int64_t pipelines = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, "swaserve_redis_coalesced_calls_count ")) {
+      ASSERT_TRUE(absl::SimpleAtoi(line, &pipelines));
+    }
+  }
+  EXPECT_GE(pipelines, 2);
+  EXPECT_LE(pipelines, 3) << text;  // 8 callers queued in 400 ms: one or two pipelines
+  const auto requests = fake.requests();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i][0] == "ECHO" && absl::EndsWith(requests[i][1], "a")) {
+      ASSERT_LT(i + 1, requests.size());
+      EXPECT_EQ(requests[i + 1][1], absl::StrCat(requests[i][1].substr(0, 1), "b"));
+    }
+  }
+  EXPECT_EQ(fake.connections(), 1);
+}
+
+// A pipeline whose connection fails fails every call in it (Unavailable,
+// as a call alone would); the next calls reconnect.
+TEST(RedisClientWire, CoalescedPipelineLostFailsItsCallsThenReconnects) {
+  FakeRedis fake([](const std::vector<std::string>& args) { return Bulk(args[1]); });
+  auto client = RedisClient::Create(
+      {.port = fake.port(), .pool_size = 2, .coalesce_calls = true, .coalesce_in_flight = 2});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Command({"ECHO", "x"}).ok());
+  fake.DropNextRequest();
+  EXPECT_EQ((*client)->Command({"ECHO", "y"}).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<RedisReply> again = (*client)->Command({"ECHO", "z"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->str, "z");
+}
+
+// Property: many callers, random pipelines, two pipelines in flight, a
+// batch bound of 3 calls: every caller gets exactly its replies.
+TEST(RedisClientWire, CoalescingUnderRandomConcurrentLoadKeepsEveryReply) {
+  FakeRedis fake([](const std::vector<std::string>& args) { return Bulk(args[1]); });
+  auto client = RedisClient::Create({.port = fake.port(),
+                                     .pool_size = 3,
+                                     .coalesce_calls = true,
+                                     .coalesce_in_flight = 2,
+                                     .coalesce_max_calls = 3});
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t rng = 0x9E3779B97F4A7C15ull * (t + 1);
+      for (int i = 0; i < 150; ++i) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int n = 1 + static_cast<int>((rng >> 33) % 5);
+        std::vector<RedisCommand> commands;
+        for (int k = 0; k < n; ++k) commands.push_back({"ECHO", absl::StrCat(t, ":", i, ":", k)});
+        absl::StatusOr<std::vector<RedisReply>> r = (*client)->Pipeline(commands, "test");
+        bool ok = r.ok() && r->size() == commands.size();
+        for (int k = 0; ok && k < n; ++k) ok = (*r)[k].str == commands[k][1];
+        if (!ok) ++wrong;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_LE(fake.connections(), 3);  // at most pool_size
+}
+
+TEST(RedisClient, CoalescingOptionsAreChecked) {
+  EXPECT_EQ(RedisClient::Create({.pool_size = 1, .coalesce_calls = true, .coalesce_in_flight = 2})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RedisClient::Create({.coalesce_calls = true, .coalesce_max_calls = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RedisClient::Create({.pool_size = 2, .coalesce_calls = true}).ok());
 }
 
 }  // namespace
