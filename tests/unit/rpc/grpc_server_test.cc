@@ -302,6 +302,12 @@ TEST_F(GrpcServerTest, NotServingDuringLameDuckWhileStillAcceptingCalls) {
   EXPECT_EQ(*health, HealthStatus::kNotServing);
   EXPECT_TRUE(server_->shutting_down());
   EXPECT_FALSE(server_->draining());
+  // on_drain_start runs on the shutdown thread right AFTER health turned
+  // NOT_SERVING (grpc_server.h), so a health check can see NOT_SERVING
+  // first: wait for it (a flake seen once under load).
+  while (drain_callbacks.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(drain_callbacks.load(), 1);
   // SetServing cannot bring a shutting-down server back.
   server_->SetServing(true);
