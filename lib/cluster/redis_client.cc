@@ -575,8 +575,10 @@ absl::Status RedisClient::RunCoalesced(Node& node, absl::Span<const RedisCommand
   const size_t max_calls = static_cast<size_t>(options_.coalesce_max_calls);
   absl::MutexLock lock(&node.coalesce_mu);
   node.pending.push_back(&me);
+  // Only a caller whose call still waits leads: one already taken into a
+  // pipeline waits for it (no empty pipelines, no spinning).
   auto done_or_free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.coalesce_mu) {
-    return me.done || node.in_flight < max_in_flight;
+    return me.done || (!me.taken && node.in_flight < max_in_flight);
   };
   while (true) {
     node.coalesce_mu.Await(absl::Condition(&done_or_free));
@@ -586,6 +588,7 @@ absl::Status RedisClient::RunCoalesced(Node& node, absl::Span<const RedisCommand
     std::vector<PendingCall*> batch;
     while (!node.pending.empty() && batch.size() < max_calls) {
       batch.push_back(node.pending.front());
+      batch.back()->taken = true;
       node.pending.pop_front();
     }
     ++node.in_flight;

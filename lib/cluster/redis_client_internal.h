@@ -72,6 +72,7 @@ struct RedisClient::PendingCall {
   absl::Span<const RedisCommand> commands;
   std::vector<RedisReply>* replies = nullptr;
   absl::Status status;
+  bool taken = false;  // in a pipeline being sent
   bool done = false;
 };
 

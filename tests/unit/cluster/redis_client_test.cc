@@ -607,14 +607,18 @@ TEST(RedisClientWire, CoalescedPipelineLostFailsItsCallsThenReconnects) {
 }
 
 // Property: many callers, random pipelines, two pipelines in flight, a
-// batch bound of 3 calls: every caller gets exactly its replies.
+// batch bound of 3 calls: every caller gets exactly its replies, and no
+// pipeline goes out empty (a caller whose call is already in a pipeline
+// must wait for it, not lead empty ones while a slot is free).
 TEST(RedisClientWire, CoalescingUnderRandomConcurrentLoadKeepsEveryReply) {
   FakeRedis fake([](const std::vector<std::string>& args) { return Bulk(args[1]); });
+  metrics::Registry registry;
   auto client = RedisClient::Create({.port = fake.port(),
                                      .pool_size = 3,
                                      .coalesce_calls = true,
                                      .coalesce_in_flight = 2,
-                                     .coalesce_max_calls = 3});
+                                     .coalesce_max_calls = 3,
+                                     .metrics = &registry});
   ASSERT_TRUE(client.ok()) << client.status();
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -636,6 +640,17 @@ TEST(RedisClientWire, CoalescingUnderRandomConcurrentLoadKeepsEveryReply) {
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(wrong, 0);
   EXPECT_LE(fake.connections(), 3);  // at most pool_size
+  int64_t calls = 0, pipelines = 0;
+  for (absl::string_view line : absl::StrSplit(registry.RenderText(), '\n')) {
+    if (absl::ConsumePrefix(&line, "swaserve_redis_coalesced_calls_sum ")) {
+      ASSERT_TRUE(absl::SimpleAtoi(line, &calls)) << line;
+    } else if (absl::ConsumePrefix(&line, "swaserve_redis_coalesced_calls_count ")) {
+      ASSERT_TRUE(absl::SimpleAtoi(line, &pipelines)) << line;
+    }
+  }
+  EXPECT_EQ(calls, 6 * 150);
+  EXPECT_GE(pipelines, calls / 3);  // at most 3 calls per pipeline
+  EXPECT_LE(pipelines, calls);      // none empty
 }
 
 TEST(RedisClient, CoalescingOptionsAreChecked) {
