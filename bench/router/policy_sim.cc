@@ -95,6 +95,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -215,7 +216,79 @@ struct RunResult {
   std::vector<Reason> reason;  // ours only
   int64_t failed = 0;
   double wall_s = 0;
+  // The match script's SISMEMBER probes (prefix_index.cc auth_depth) to
+  // find each candidate's depth d of an n-page prompt, summed over every
+  // candidate of every decision: [0] v8's search (page 1, page n, then
+  // pages n-1, n-2, n-4, ... and a binary search), [1] page 1, page n, then
+  // a plain binary search over 1..n-1.
+  // [2] page 1, page n, then the depths found for the earlier candidates
+  // of the same decision as hints (up to 4, the latest first; page h, then
+  // h + 1: each probe narrows the bracket), then a binary search — v9's
+  // search (prefix_index.cc).
+  int64_t probe_candidates = 0;
+  int64_t probes[3] = {0, 0, 0};
 };
+
+// Probes of the hinted search ([2] above); `hints`: earlier candidates'
+// depths, most recent first.
+int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
+  if (n == 0) return 0;
+  int probes = 1;
+  if (d == 0 || n == 1) return probes;
+  ++probes;
+  if (d == n) return probes;
+  int64_t lo = 1, hi = n - 1;
+  for (const int64_t h : hints) {
+    if (lo == hi) break;
+    if (h < lo || h > hi) continue;
+    if (h > lo) {
+      ++probes;
+      if (h <= d) {
+        lo = h;
+      } else {
+        hi = h - 1;
+        continue;
+      }
+    }
+    if (h + 1 <= hi) {
+      ++probes;
+      if (h + 1 <= d) lo = h + 1; else hi = h;
+    }
+  }
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    ++probes;
+    if (mid <= d) lo = mid; else hi = mid - 1;
+  }
+  return probes;
+}
+
+// Probes of the two depth searches above (d = pages held, 0 <= d <= n).
+int SearchProbes(int64_t n, int64_t d, bool from_end) {
+  if (n == 0) return 0;
+  int probes = 1;  // page 1
+  if (d == 0) return probes;
+  if (n == 1) return probes;
+  ++probes;  // page n
+  if (d == n) return probes;
+  int64_t lo = 1, hi = n - 1;  // page lo held, page hi + 1 not
+  if (from_end) {
+    for (int64_t step = 1; n - step > lo; step *= 2) {
+      ++probes;
+      if (n - step <= d) {
+        lo = n - step;
+        break;
+      }
+      hi = n - step - 1;
+    }
+  }
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    ++probes;
+    if (mid <= d) lo = mid; else hi = mid - 1;
+  }
+  return probes;
+}
 
 struct Worker {
   std::unique_ptr<kv::KvPools> pools;
@@ -345,10 +418,23 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
       const size_t i = next++;
       const int len = wl.length[i];
       const int64_t cap = static_cast<int64_t>((len - 1) / ps) * ps;
+      std::vector<int64_t> hints;
       for (int k = 0; k < cfg.workers; ++k) {
         const Worker& w = workers[k];
         const kv::MatchLengths ml = w.cache->Match(wl.Hashes(i), len - 1);
         depth[k] = std::min<int64_t>(ml.matched_tokens, cap);
+        {
+          const int64_t pages = static_cast<int64_t>(wl.Hashes(i).size());
+          const int64_t held = std::min<int64_t>(ml.matched_tokens / ps, pages);
+          ++res.probe_candidates;
+          res.probes[0] += SearchProbes(pages, held, /*from_end=*/true);
+          res.probes[1] += SearchProbes(pages, held, /*from_end=*/false);
+          res.probes[2] += HintedProbes(pages, held, hints);
+          if (held > 0 && held < pages && hints.size() < 4 &&
+              std::find(hints.begin(), hints.end(), held) == hints.end()) {
+            hints.insert(hints.begin(), held);
+          }
+        }
         PrefillCandidate& c = cands[k];
         c.cached_tokens = depth[k];
         if (cfg.swa_aware) {
@@ -799,6 +885,7 @@ int Main(int argc, char** argv) {
       half, n - 1);
   PrintHeader();
   std::vector<Metrics> second, whole;
+  std::string probe_line;
   nlohmann::json results = nlohmann::json::array();
   for (Policy p : {Policy::kRoundRobin, Policy::kLeastLoad, Policy::kSglang,
                    Policy::kOurs}) {
@@ -811,6 +898,17 @@ int Main(int argc, char** argv) {
     whole.push_back(Measure(r, wl, 0, n, f.workers, "whole"));
     PrintRow(second.back());
     PrintRow(whole.back());
+    if (p == Policy::kOurs) {
+      const double c = std::max<int64_t>(1, r.probe_candidates);
+      probe_line = absl::StrFormat(
+          "ours, the match script's SISMEMBER probes per candidate (whole trace, %lld): "
+          "v8 (search from the end) %.2f, plain binary search %.2f, v9 (hinted by the earlier "
+          "candidates' depths) %.2f",
+          static_cast<long long>(r.probe_candidates), r.probes[0] / c, r.probes[1] / c,
+          r.probes[2] / c);
+      out["probes_per_candidate"] = {
+          {"from_end", r.probes[0] / c}, {"binary", r.probes[1] / c}, {"hinted", r.probes[2] / c}};
+    }
     nlohmann::json a = ToJson(second.back());
     nlohmann::json b = ToJson(whole.back());
     a["failed_requests"] = b["failed_requests"] = r.failed;
@@ -827,6 +925,7 @@ int Main(int argc, char** argv) {
     std::printf("ours, decisions by reason (whole trace): %s\n",
                 whole.back().reasons.dump().c_str());
   }
+  if (!probe_line.empty()) std::printf("%s\n", probe_line.c_str());
   out["results"] = results;
 
   // --- Targets (held-out second half) --------------------------------------

@@ -68,10 +68,12 @@
 // dropped whole instead of evicted at random. So the prompt's pages in a
 // SET are exactly its first d pages, and d is found by search, not a scan:
 // page 1 (a miss costs one probe), page n (so does a whole-prompt hit),
-// then pages n-1, n-2, n-4, ... down to the first one held and a binary
-// search in the bracket left — O(log(n - d)) single-member SISMEMBER probes
-// per candidate instead of d members (an agent's growing prompt matches all
-// but its tail; bench/router/decision_bench: Redis CPU per decision). From
+// then the depths the same call found for earlier candidates as hints
+// (pages h and h + 1: candidates that share a cached prefix, such as a
+// system prompt, settle in two probes) and a binary search in the bracket
+// left — O(log n) single-member SISMEMBER probes per candidate at worst
+// instead of d members (bench/router/policy_sim: probes per candidate on
+// the Mooncake trace; decision_bench: Redis CPU per decision). From
 // page d on, a worker with predictions is scanned through its ZSET
 // (ZMSCORE) in growing chunks (8, 32, 128, ...), stopping at the first page
 // not live there; predicted entries need not be prefix-closed. The result

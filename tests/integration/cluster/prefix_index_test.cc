@@ -152,6 +152,43 @@ TEST_F(PrefixIndexTest, TheSearchFindsEveryDepth) {
   }
 }
 
+// Several candidates in one call: each depth found is a hint for the later
+// candidates (pages h and h + 1), so depths equal to, next to, just below,
+// above and far from an earlier one must all come out exact, in any order.
+TEST_F(PrefixIndexTest, HintsFromEarlierCandidatesKeepEveryDepthExact) {
+  auto index = MakeIndex();
+  const size_t n = 64;
+  const std::vector<uint64_t> chain = Chain(777, n);
+  const std::vector<int64_t> depths = {32, 32, 33, 31, 0, 64, 1, 63, 2, 30, 34, 17, 48, 32};
+  std::vector<std::string> workers;
+  for (size_t k = 0; k < depths.size(); ++k) {
+    workers.push_back(absl::StrCat("h", k));
+    if (depths[k] > 0) {
+      Apply(*index, workers.back(), Kind::kStored, Slice(chain, 0, depths[k]));
+    }
+  }
+  std::mt19937_64 rng(99);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<size_t> order(workers.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    if (round > 0) std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::string> candidates;
+    std::vector<int64_t> want;
+    for (size_t k : order) {
+      candidates.push_back(workers[k]);
+      want.push_back(depths[k]);
+    }
+    ASSERT_EQ(Match(*index, chain, candidates), want) << "round " << round;
+    // A shorter prompt (hints past its end) and a grown one.
+    std::vector<int64_t> want_short;
+    for (int64_t d : want) want_short.push_back(std::min<int64_t>(d, 40));
+    ASSERT_EQ(Match(*index, Slice(chain, 0, 40), candidates), want_short) << "round " << round;
+    std::vector<uint64_t> grown = chain;
+    for (int k = 0; k < 9; ++k) grown.push_back(5000 + k);
+    ASSERT_EQ(Match(*index, grown, candidates), want) << "round " << round;
+  }
+}
+
 // Window-safe depths (issues 20, 22): SWA-removed events mark pages; a
 // match's window-safe depth L is the largest p <= d whose last wp pages are
 // all unmarked; healing, re-storing, removing and clearing unmark them.
