@@ -221,10 +221,10 @@ struct RunResult {
   // candidate of every decision: [0] v8's search (page 1, page n, then
   // pages n-1, n-2, n-4, ... and a binary search), [1] page 1, page n, then
   // a plain binary search over 1..n-1.
-  // [2] page 1, page n, then the depths found for the earlier candidates
-  // of the same decision as hints (up to 4, the latest first; page h, then
-  // h + 1: each probe narrows the bracket), then a binary search — v9's
-  // search (prefix_index.cc).
+  // [2] page 1, then the depths found for the earlier candidates of the
+  // same decision as hints (up to 4, the latest first; page h, then h + 1:
+  // each probe narrows the bracket), then page n while open, then a binary
+  // search — v10's search (prefix_index.cc).
   int64_t probe_candidates = 0;
   int64_t probes[3] = {0, 0, 0};
 };
@@ -235,9 +235,7 @@ int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
   if (n == 0) return 0;
   int probes = 1;
   if (d == 0 || n == 1) return probes;
-  ++probes;
-  if (d == n) return probes;
-  int64_t lo = 1, hi = n - 1;
+  int64_t lo = 1, hi = n;
   for (const int64_t h : hints) {
     if (lo == hi) break;
     if (h < lo || h > hi) continue;
@@ -254,6 +252,11 @@ int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
       ++probes;
       if (h + 1 <= d) lo = h + 1; else hi = h;
     }
+  }
+  if (lo < hi && hi == n) {
+    ++probes;
+    if (d == n) return probes;
+    hi = n - 1;
   }
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
@@ -902,7 +905,7 @@ int Main(int argc, char** argv) {
       const double c = std::max<int64_t>(1, r.probe_candidates);
       probe_line = absl::StrFormat(
           "ours, the match script's SISMEMBER probes per candidate (whole trace, %lld): "
-          "v8 (search from the end) %.2f, plain binary search %.2f, v9 (hinted by the earlier "
+          "v8 (search from the end) %.2f, plain binary search %.2f, v10 (hinted by the earlier "
           "candidates' depths) %.2f",
           static_cast<long long>(r.probe_candidates), r.probes[0] / c, r.probes[1] / c,
           r.probes[2] / c);

@@ -228,22 +228,23 @@ return size
 //
 // The depth (prefix_index.h "Match"): the authoritative SET is closed under
 // prefixes, so the prompt's pages in it are exactly pages 1..d for some d,
-// found by search instead of a scan: page 1 (a miss ends there), page n (a
-// whole-prompt hit ends there), then the depths already found for this
-// decision's earlier candidates (up to 4, the latest first) as hints — page
-// h, then page h + 1 — and a binary search in the bracket left: one
+// found by search instead of a scan: page 1 (a miss ends there), then the
+// depths already found for this decision's earlier candidates (up to 4, the
+// latest first) as hints — page h, then page h + 1 — then page n (a
+// whole-prompt hit ends there) while the bracket is open, and a binary
+// search in the bracket left: one
 // SISMEMBER per probe, as a member costs about what a call does on a large
 // SET (measured: bench/RESULTS.md "Router decision latency"). Every probe
 // only narrows [lo, hi], so a wrong hint costs probes, never exactness. On
 // the Mooncake trace (bench/router/policy_sim: most candidates hold the
-// shared system prompt and nothing more) this costs 6.0 probes per candidate,
-// against 10.4 for a plain binary search and 16.6 for v8's search from the
-// prompt's end. Then, when the worker has predictions (its predicted-until time,
+// shared system prompt and nothing more) this costs 5.3 probes per
+// candidate, against 10.4 for a plain binary search and 16.6 for v8's search
+// from the prompt's end. Then, when the worker has predictions (its predicted-until time,
 // read for all candidates in one HMGET, is in the future), pages d+1.. are scanned
 // through the ZSET in growing chunks (none of them is in the SET). Members
 // are cut out of ARGV[1] on demand and shared by the candidates.
 const RedisScript& MatchScript() {
-  static const RedisScript* script = new RedisScript{"prefix_match_v9", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_match_v10", R"lua(
 local now = nil
 local function clock()
   if not now then
@@ -266,17 +267,18 @@ local function m(i)
   return v
 end
 -- The largest d with pages 1..d in `set`, given that they form a prefix:
--- page 1 (a miss ends here), page n (a whole-prompt hit ends here), then
--- the depths found for this decision's earlier candidates as hints (page h,
--- then page h + 1: two probes settle a candidate that shares the same
--- cached prefix, e.g. a system prompt every worker holds; a wrong hint
--- still narrows the bracket), then a binary search in the bracket left. One member per call: on a large SET a member
+-- page 1 (a miss ends here), then the depths found for this decision's
+-- earlier candidates as hints (page h, then page h + 1: two probes settle a
+-- candidate that shares the same cached prefix, e.g. a system prompt every
+-- worker holds; a wrong hint still narrows the bracket), then page n (a
+-- whole-prompt hit ends here) when still open, then a binary search in the
+-- bracket left. One member per call: on a large SET a member
 -- costs about as much as a call.
 local hints = {}
 local function auth_depth(set)
   if redis.call('SISMEMBER', set, m(1)) == 0 then return 0 end
-  if n == 1 or redis.call('SISMEMBER', set, m(n)) == 1 then return n end
-  local lo, hi = 1, n - 1  -- page lo is held, page hi + 1 is not
+  if n == 1 then return 1 end
+  local lo, hi = 1, n  -- page lo is held, page hi + 1 is not (none past n)
   for _, h in ipairs(hints) do
     if lo == hi then break end
     if h >= lo and h <= hi then
@@ -288,6 +290,10 @@ local function auth_depth(set)
         if redis.call('SISMEMBER', set, m(h + 1)) == 1 then lo = h + 1 else hi = h end
       end
     end
+  end
+  if lo < hi and hi == n then
+    if redis.call('SISMEMBER', set, m(n)) == 1 then return n end
+    hi = n - 1
   end
   while lo < hi do
     local mid = floor((lo + hi + 1) / 2)

@@ -67,11 +67,10 @@
 // clears the worker (kCleared), and a SET past max_entries_per_worker is
 // dropped whole instead of evicted at random. So the prompt's pages in a
 // SET are exactly its first d pages, and d is found by search, not a scan:
-// page 1 (a miss costs one probe), page n (so does a whole-prompt hit),
-// then the depths the same call found for earlier candidates as hints
-// (pages h and h + 1: candidates that share a cached prefix, such as a
-// system prompt, settle in two probes) and a binary search in the bracket
-// left — O(log n) single-member SISMEMBER probes per candidate at worst
+// page 1 (a miss costs one probe), then the depths the same call found for
+// earlier candidates as hints (pages h and h + 1: candidates that share a
+// cached prefix, such as a system prompt, settle in three probes), page n
+// (a whole-prompt hit) and a binary search in the bracket left — O(log n) single-member SISMEMBER probes per candidate at worst
 // instead of d members (bench/router/policy_sim: probes per candidate on
 // the Mooncake trace; decision_bench: Redis CPU per decision). From
 // page d on, a worker with predictions is scanned through its ZSET
