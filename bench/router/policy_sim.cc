@@ -225,17 +225,18 @@ struct RunResult {
   // same decision as hints (up to 4, the latest first; page h, then h + 1:
   // each probe narrows the bracket), then page n while open, then a binary
   // search — v10's search (prefix_index.cc).
+  // [3] v11's (prefix_index_scripts.cc): the hints first (a held page h
+  // implies pages 1..h), page 1 only when no hint was held — or first, while
+  // there are no hints or an earlier candidate of the decision missed it.
   int64_t probe_candidates = 0;
-  int64_t probes[3] = {0, 0, 0};
+  int64_t probes[4] = {0, 0, 0, 0};
 };
 
-// Probes of the hinted search ([2] above); `hints`: earlier candidates'
-// depths, most recent first.
-int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
-  if (n == 0) return 0;
-  int probes = 1;
-  if (d == 0 || n == 1) return probes;
-  int64_t lo = 1, hi = n;
+// The hint probes of v10's and v11's searches (page h, then h + 1, each
+// narrowing [lo, hi]: pages 1..lo held, page hi + 1 not); returns the probes.
+int HintProbes(int64_t d, const std::vector<int64_t>& hints, int64_t* lo_io, int64_t* hi_io) {
+  int probes = 0;
+  int64_t lo = *lo_io, hi = *hi_io;
   for (const int64_t h : hints) {
     if (lo == hi) break;
     if (h < lo || h > hi) continue;
@@ -253,6 +254,15 @@ int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
       if (h + 1 <= d) lo = h + 1; else hi = h;
     }
   }
+  *lo_io = lo;
+  *hi_io = hi;
+  return probes;
+}
+
+// What follows the hints: page n while the bracket is open, then a binary
+// search; returns the probes.
+int FinishProbes(int64_t n, int64_t d, int64_t lo, int64_t hi) {
+  int probes = 0;
   if (lo < hi && hi == n) {
     ++probes;
     if (d == n) return probes;
@@ -264,6 +274,44 @@ int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
     if (mid <= d) lo = mid; else hi = mid - 1;
   }
   return probes;
+}
+
+// Probes of v11's search ([3] above); *page1_missed: whether an earlier
+// candidate of the decision missed page 1 (updated).
+int HintFirstProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints,
+                    bool* page1_missed) {
+  if (n == 0) return 0;
+  int probes = 0;
+  int64_t lo = 0, hi = n;  // pages 1..lo held, page hi + 1 not
+  if (hints.empty() || *page1_missed) {
+    ++probes;
+    if (d == 0) {
+      *page1_missed = true;
+      return probes;
+    }
+    lo = 1;
+  }
+  probes += HintProbes(d, hints, &lo, &hi);
+  if (lo == 0) {
+    if (hi > 0) ++probes;
+    if (hi == 0 || d == 0) {
+      *page1_missed = true;
+      return probes;
+    }
+    lo = 1;
+  }
+  return probes + FinishProbes(n, d, lo, hi);
+}
+
+// Probes of the hinted search ([2] above); `hints`: earlier candidates'
+// depths, most recent first.
+int HintedProbes(int64_t n, int64_t d, const std::vector<int64_t>& hints) {
+  if (n == 0) return 0;
+  int probes = 1;
+  if (d == 0 || n == 1) return probes;
+  int64_t lo = 1, hi = n;
+  probes += HintProbes(d, hints, &lo, &hi);
+  return probes + FinishProbes(n, d, lo, hi);
 }
 
 // Probes of the two depth searches above (d = pages held, 0 <= d <= n).
@@ -422,6 +470,7 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
       const int len = wl.length[i];
       const int64_t cap = static_cast<int64_t>((len - 1) / ps) * ps;
       std::vector<int64_t> hints;
+      bool page1_missed = false;
       for (int k = 0; k < cfg.workers; ++k) {
         const Worker& w = workers[k];
         const kv::MatchLengths ml = w.cache->Match(wl.Hashes(i), len - 1);
@@ -433,6 +482,7 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
           res.probes[0] += SearchProbes(pages, held, /*from_end=*/true);
           res.probes[1] += SearchProbes(pages, held, /*from_end=*/false);
           res.probes[2] += HintedProbes(pages, held, hints);
+          res.probes[3] += HintFirstProbes(pages, held, hints, &page1_missed);
           if (held > 0 && held < pages && hints.size() < 4 &&
               std::find(hints.begin(), hints.end(), held) == hints.end()) {
             hints.insert(hints.begin(), held);
@@ -906,11 +956,13 @@ int Main(int argc, char** argv) {
       probe_line = absl::StrFormat(
           "ours, the match script's SISMEMBER probes per candidate (whole trace, %lld): "
           "v8 (search from the end) %.2f, plain binary search %.2f, v10 (hinted by the earlier "
-          "candidates' depths) %.2f",
+          "candidates' depths) %.2f, v11 (hints before page 1) %.2f",
           static_cast<long long>(r.probe_candidates), r.probes[0] / c, r.probes[1] / c,
-          r.probes[2] / c);
-      out["probes_per_candidate"] = {
-          {"from_end", r.probes[0] / c}, {"binary", r.probes[1] / c}, {"hinted", r.probes[2] / c}};
+          r.probes[2] / c, r.probes[3] / c);
+      out["probes_per_candidate"] = {{"from_end", r.probes[0] / c},
+                                     {"binary", r.probes[1] / c},
+                                     {"hinted", r.probes[2] / c},
+                                     {"hint_first", r.probes[3] / c}};
     }
     nlohmann::json a = ToJson(second.back());
     nlohmann::json b = ToJson(whole.back());

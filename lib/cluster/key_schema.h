@@ -140,6 +140,11 @@ class KeySchema {
   std::string SwaGoneKey(absl::string_view id, int shard = 0) const;
   // The worker's pages held in a lower tier (L2, host memory): prefix_index.h.
   std::string LowerTierKey(absl::string_view id, int shard = 0) const;
+  // The worker's tier summary (prefix_index_scripts.cc ApplyScript): "0"
+  // to "6", bit 2 = it has SWA-gone pages, bit 4 = lower-tier pages.
+  std::string TierSummaryKey(absl::string_view id, int shard = 0) const {
+    return absl::StrCat(shard_tags_[shard], "tiers:", id);
+  }
   // The worker's KV event stream (a Redis Stream) and its sequence counter
   // (kv_events.h: the versioned events API for external routers).
   std::string EventsKey(absl::string_view id) const {

@@ -46,6 +46,14 @@
 //                  by every worker (no affinity to credit), and a local one's
 //                  own LRU evictions are not reported, so the index could not
 //                  stay exact for them.
+//   tier summary   <x>tiers:<id>      "0".."6": bit 2 = the SWA-gone SET has
+//                  pages, bit 4 = the lower-tier SET has. Written by Apply
+//                  after every call (exact then: only Apply fills those
+//                  SETs), refreshed by the heartbeat, deleted by Clear; so
+//                  a match reads it for all candidates in one MGET instead
+//                  of an EXISTS per SET and candidate. A DEL or expiry of
+//                  the SETs leaves it at most conservative ("has": the
+//                  search finds nothing), and a missing one means EXISTS.
 //
 // Bounds: predicted entries by predicted_ttl and max_predicted_per_worker
 // (the entries closest to expiry are evicted first); authoritative entries
@@ -67,10 +75,13 @@
 // clears the worker (kCleared), and a SET past max_entries_per_worker is
 // dropped whole instead of evicted at random. So the prompt's pages in a
 // SET are exactly its first d pages, and d is found by search, not a scan:
-// page 1 (a miss costs one probe), then the depths the same call found for
-// earlier candidates as hints (pages h and h + 1: candidates that share a
-// cached prefix, such as a system prompt, settle in three probes), page n
-// (a whole-prompt hit) and a binary search in the bracket left — O(log n) single-member SISMEMBER probes per candidate at worst
+// the depths the same call found for earlier candidates as hints (pages h
+// and h + 1: a held page h implies pages 1..h, so candidates that share a
+// cached prefix, such as a system prompt, settle in two probes), page 1 when
+// no hint was held (first, while there are no hints or an earlier candidate
+// missed it: a miss then costs one probe), page n (a whole-prompt hit) and a
+// binary search in the bracket left — O(log n) single-member SISMEMBER
+// probes per candidate at worst
 // instead of d members (bench/router/policy_sim: probes per candidate on
 // the Mooncake trace; decision_bench: Redis CPU per decision). From
 // page d on, a worker with predictions is scanned through its ZSET

@@ -346,6 +346,75 @@ TEST_F(PrefixIndexTest, MatchReportsHowManyMatchedPagesAreInL1) {
   EXPECT_EQ(Integer({"EXISTS", keys_.LowerTierKey("b")}), 0);
 }
 
+// The tier summary (prefix_match_v11): Apply writes, with the SETs, whether
+// a worker has SWA-gone and lower-tier pages, so a match reads it for all
+// candidates in one MGET. A missing summary falls back to EXISTS and a stale
+// "has" only costs the search: the answers never change.
+TEST_F(PrefixIndexTest, TierSummaryMirrorsTheSetsAndOnlySpeedsTheMatchUp) {
+  auto index = MakeIndex();
+  const std::vector<uint64_t> chain = Chain(11, 40);
+  Apply(*index, "a", Kind::kStored, chain);
+  Apply(*index, "b", Kind::kStored, Slice(chain, 0, 20));
+  auto summary = [&](const std::string& w) {
+    absl::StatusOr<RedisReply> r = redis_->Command({"GET", keys_.TierSummaryKey(w)});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && r->type == RedisReply::Type::kString ? r->str : std::string("(none)");
+  };
+  struct Answer {
+    std::vector<int64_t> depth, safe, l1;
+    bool operator==(const Answer& o) const {
+      return depth == o.depth && safe == o.safe && l1 == o.l1;
+    }
+  };
+  auto match = [&] {
+    Answer a;
+    absl::StatusOr<std::vector<int64_t>> d = index->Match(
+        chain, {"a", "b", "none"}, {}, nullptr, /*window_pages=*/4, &a.safe, &a.l1);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (d.ok()) a.depth = *d;
+    return a;
+  };
+  EXPECT_EQ(summary("a"), "0");
+  const Answer clean = match();
+  EXPECT_EQ(clean.depth, (std::vector<int64_t>{40, 20, 0}));
+  EXPECT_EQ(clean.safe, (std::vector<int64_t>{40, 20, 0}));
+  EXPECT_EQ(clean.l1, (std::vector<int64_t>{40, 20, 0}));
+  Apply(*index, "a", Kind::kSwaRemoved, Slice(chain, 37, 38));
+  EXPECT_EQ(summary("a"), "2");
+  Apply(*index, "a", Kind::kTierDown, Slice(chain, 30, 40));
+  EXPECT_EQ(summary("a"), "6");
+  Apply(*index, "b", Kind::kTierDown, Slice(chain, 15, 20));
+  EXPECT_EQ(summary("b"), "4");
+  const Answer marked = match();
+  EXPECT_EQ(marked.depth, (std::vector<int64_t>{40, 20, 0}));
+  EXPECT_EQ(marked.safe, (std::vector<int64_t>{37, 20, 0}));
+  EXPECT_EQ(marked.l1, (std::vector<int64_t>{30, 15, 0}));
+  // Without summaries (expired, or an index written before v11), and with a
+  // stale "has both": the same answers.
+  ASSERT_EQ(Integer({"DEL", keys_.TierSummaryKey("a"), keys_.TierSummaryKey("b")}), 2);
+  EXPECT_TRUE(match() == marked);
+  ASSERT_TRUE(redis_->Command({"SET", keys_.TierSummaryKey("a"), "6"}).ok());
+  ASSERT_TRUE(redis_->Command({"SET", keys_.TierSummaryKey("b"), "6"}).ok());
+  EXPECT_TRUE(match() == marked);
+  // Healed and loaded back: "0" again, and the clean answers.
+  Apply(*index, "a", Kind::kSwaStored, Slice(chain, 37, 38));
+  Apply(*index, "a", Kind::kTierUp, Slice(chain, 30, 40));
+  Apply(*index, "b", Kind::kTierUp, Slice(chain, 15, 20));
+  EXPECT_EQ(summary("a"), "0");
+  EXPECT_EQ(summary("b"), "0");
+  EXPECT_TRUE(match() == clean);
+  // It lives as long as the SETs: Apply and the heartbeat's expiry refresh
+  // it, a clear deletes it.
+  EXPECT_GT(Integer({"PTTL", keys_.TierSummaryKey("a")}), 0);
+  bool refreshed = false;
+  for (const RedisCommand& c : index->ExpireCommands("a", 1)) {
+    refreshed |= c.size() > 1 && c[1] == keys_.TierSummaryKey("a");
+  }
+  EXPECT_TRUE(refreshed);
+  ASSERT_TRUE(index->Clear("a").ok());
+  EXPECT_EQ(summary("a"), "(none)");
+}
+
 TEST_F(PrefixIndexTest, MatchAlsoReadsValuesInTheSameRoundTrip) {
   auto index = MakeIndex();
   const std::vector<uint64_t> chain = Chain(3, 12);
