@@ -32,7 +32,13 @@
 // pipeline, so Redis reads, parses and answers them in one go.
 //
 // Usage: decision_cluster_bench [--hashes N] [--decisions N] [--threads N]
-//          [--prompt-pages N] [--shared-pages N] [--coalesce N] [--json FILE]
+//          [--prompt-pages N] [--shared-pages N] [--coalesce N] [--mirror]
+//          [--json FILE]
+// --mirror adds a row: a single Redis whose decisions take the depths from a
+// router index mirror (index_mirror.h: the match script only adds
+// predictions and reads the loads), and the mirror's Redis CPU per event op
+// it reads (2,000 stored ops applied with the mirror reading, minus the same
+// without).
 #include <time.h>
 
 #include <algorithm>
@@ -51,7 +57,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "bench/common/bench_util.h"
+#include "absl/time/clock.h"
 #include "lib/cluster/cluster_view.h"
+#include "lib/cluster/index_mirror.h"
 #include "lib/cluster/index_shard_mapper.h"
 #include "lib/cluster/prefix_index.h"
 #include "lib/cluster/redis_client.h"
@@ -82,6 +90,9 @@ struct Flags {
   // The client's group commit (RedisOptions::coalesce_calls) with this many
   // pipelines in flight, as the router runs it (--redis_coalesce); 0 = off.
   int coalesce = 0;
+  // Also measure a single Redis whose decisions take the depths from a
+  // router index mirror (index_mirror.h), and the mirror's cost per event.
+  bool mirror = false;
   std::string json;
 };
 
@@ -294,6 +305,103 @@ Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& v
   return row;
 }
 
+// Waits (up to 2 min) until the mirror has read every event of `ids`.
+void WaitForMirror(RedisClient& redis, cluster::ClusterView& view, cluster::IndexMirror& mirror,
+                   const std::vector<std::string>& ids) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  for (const std::string& id : ids) {
+    while (true) {
+      auto r = redis.Command({"GET", view.keys().EventSeqKey(id)});
+      if (!r.ok()) Die("mirror wait: " + r.status().ToString());
+      uint64_t counter = 0;
+      if (!r->is_nil() && !absl::SimpleAtoi(r->str, &counter)) Die("mirror wait: bad counter");
+      if (mirror.Seq(id).value_or(UINT64_MAX) == counter) break;
+      if (absl::Now() > deadline) Die("the index mirror did not catch up with " + id);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+}
+
+// A fresh redis-server, the bench's client to it and a view (cluster "bench").
+struct SingleRedis {
+  std::unique_ptr<cluster::testing::RedisServer> server;
+  std::unique_ptr<RedisClient> redis;
+  std::unique_ptr<cluster::ClusterView> view;
+};
+
+SingleRedis StartSingleRedis(const Flags& f, const cluster::PrefixIndexOptions& io) {
+  SingleRedis one;
+  auto server = cluster::testing::RedisServer::Start();
+  if (!server.ok()) Die("redis-server: " + server.status().ToString());
+  one.server = *std::move(server);
+  auto redis = RedisClient::Create(BenchClientOptions(one.server->ClientOptions(), f));
+  if (!redis.ok()) Die(redis.status().ToString());
+  one.redis = *std::move(redis);
+  auto view = cluster::ClusterView::Create({.redis = one.redis.get(), .cluster = "bench", .index = io});
+  if (!view.ok()) Die(view.status().ToString());
+  one.view = *std::move(view);
+  return one;
+}
+
+constexpr int kMirrorEventOps = 2000;
+
+// Redis CPU (all masters) while `ops` stored ops of 16 fresh pages are
+// applied (and, with a mirror, until it has read them all).
+double EventOpsCpu(RedisClient& redis, cluster::ClusterView& view, cluster::IndexMirror* mirror,
+                   const std::vector<std::string>& ids, uint64_t seed) {
+  const auto before = MasterCpu(redis);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < kMirrorEventOps; ++i) {
+    std::vector<uint64_t> pages(16);
+    for (uint64_t& h : pages) h = rng() | 1;
+    CacheEventOp op{.kind = CacheEventOp::Kind::kStored, .hashes = pages};
+    auto s = view.index().Apply(ids[i % ids.size()], absl::MakeConstSpan(&op, 1), "events");
+    if (!s.ok()) Die("events: " + s.status().ToString());
+  }
+  if (mirror != nullptr) WaitForMirror(redis, view, *mirror, ids);
+  const auto after = MasterCpu(redis);
+  double us = 0;
+  for (const auto& [address, c] : after) us += 1e6 * (c.total - before.at(address).total);
+  return us;
+}
+
+// Redis CPU per event op applied, with and without a mirror reading them.
+struct MirrorEventCost {
+  double with_us = 0;
+  double without_us = 0;
+};
+
+// The mirror row (--mirror): a fresh single Redis with the event streams on,
+// populated while the mirror reads them; the decisions; then the Redis CPU
+// per event op with and without the mirror reading.
+MirrorEventCost MeasureMirror(const Workload& w, const std::vector<Query>& queries, const Flags& f,
+                     cluster::PrefixIndexOptions io, std::vector<Row>* rows) {
+  io.event_stream_max_len = 1000;  // the mirror reads the streams
+  SingleRedis one = StartSingleRedis(f, io);
+  RedisClient* const redis = one.redis.get();
+  cluster::ClusterView* const view = one.view.get();
+  cluster::RedisOptions mo = one.server->ClientOptions();
+  mo.command_timeout = absl::Seconds(5);  // above the mirror's XREAD BLOCK
+  auto mirror_redis = RedisClient::Create(mo);
+  if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
+  std::vector<std::string> ids;
+  for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
+  auto mirror = cluster::IndexMirror::Start(
+      mirror_redis->get(), view->keys(),
+      [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, {});
+  if (!mirror.ok()) Die(mirror.status().ToString());
+  Populate(*redis, view->index(), w, io.anchor_page);
+  WaitForMirror(*redis, *view, **mirror, ids);
+  view->SetIndexMirror(mirror->get());
+  rows->push_back(Measure("single Redis, index mirror", *redis, *view, queries, f, false));
+  MirrorEventCost cost;
+  cost.with_us = EventOpsCpu(*redis, *view, mirror->get(), ids, 1) / kMirrorEventOps;
+  view->SetIndexMirror(nullptr);
+  mirror->reset();
+  cost.without_us = EventOpsCpu(*redis, *view, nullptr, ids, 2) / kMirrorEventOps;
+  return cost;
+}
+
 int Main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
@@ -320,6 +428,8 @@ int Main(int argc, char** argv) {
     } else if (a == "--shared-pages") {
       if (!absl::SimpleAtoi(next(), &v) || v < 0) Die("bad value for " + a);
       f.shared_pages = static_cast<int>(v);
+    } else if (a == "--mirror") {
+      f.mirror = true;
     } else if (a == "--coalesce") {
       if (!absl::SimpleAtoi(next(), &v) || v < 0) Die("bad value for " + a);
       f.coalesce = static_cast<int>(v);
@@ -341,14 +451,9 @@ int Main(int argc, char** argv) {
   cluster::PrefixIndexOptions io;
   io.event_stream_max_len = 0;  // the decision is measured, not the events API
   {
-    auto server = cluster::testing::RedisServer::Start();
-    if (!server.ok()) Die("redis-server: " + server.status().ToString());
-    auto redis = RedisClient::Create(BenchClientOptions((*server)->ClientOptions(), f));
-    if (!redis.ok()) Die(redis.status().ToString());
-    auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = io});
-    if (!view.ok()) Die(view.status().ToString());
-    Populate(**redis, (*view)->index(), w, io.anchor_page);
-    rows.push_back(Measure("single Redis", **redis, **view, queries, f, false));
+    SingleRedis one = StartSingleRedis(f, io);
+    Populate(*one.redis, one.view->index(), w, io.anchor_page);
+    rows.push_back(Measure("single Redis", *one.redis, *one.view, queries, f, false));
   }
   {
     auto server = cluster::testing::RedisClusterServer::Start(3, 0);
@@ -360,6 +465,8 @@ int Main(int argc, char** argv) {
     Populate(**redis, (*view)->index(), w, io.anchor_page);
     rows.push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true));
   }
+  MirrorEventCost event_cost;
+  if (f.mirror) event_cost = MeasureMirror(w, queries, f, io, &rows);
   std::printf("%-28s %8s %8s %8s %10s %10s %10s %10s  %s\n", "", "n", "p50 us", "p99 us",
               "dec/s", "rtr cpu us", "redis cpu", "redis user", "per master (us/decision)");
   nlohmann::json out = nlohmann::json::array();
@@ -381,6 +488,12 @@ int Main(int argc, char** argv) {
   }
   const double growth = rows[1].redis_cpu_us / rows[0].redis_cpu_us - 1;
   std::printf("cluster total Redis CPU vs single: %+.1f%% (target <= +20%%)\n", 100 * growth);
+  if (f.mirror) {
+    std::printf("index mirror: Redis CPU per event op (%d stored ops of 16 new pages): %.1f us "
+                "with the mirror reading, %.1f without: %+.1f us per op read\n",
+                kMirrorEventOps, event_cost.with_us, event_cost.without_us,
+                event_cost.with_us - event_cost.without_us);
+  }
   if (!f.json.empty()) bench::WriteJsonFile(f.json, out);
   return 0;
 }

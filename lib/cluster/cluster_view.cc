@@ -148,6 +148,19 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   }
   std::vector<std::optional<std::string>> raw;
   PrefixesAndLoads out;
+  IndexMirror* mirror = mirror_.load(std::memory_order_acquire);
+  std::vector<int64_t> held;
+  if (mirror != nullptr && !index_->sharded() && mirror->Depths(hashes, candidates, &held)) {
+    // The mirror's depths; Redis adds predictions and reads the loads.
+    ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, 0, nullptr,
+                                               nullptr, {}, held));
+    if (mirror->WindowAndTier(hashes, candidates, out.depths, window_pages, window_scan_pages,
+                              &out.safe_pages, &out.l1_pages)) {
+      out.loads = DecodeLoads(raw, load_ids);
+      return out;
+    }
+    // A candidate left the mirror meanwhile (a resnapshot): the script.
+  }
   if (index_->sharded()) {
     // The load reports live in the registry's slot, not the prompt's shard.
     ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, {}, nullptr, window_pages,

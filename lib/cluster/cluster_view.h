@@ -20,6 +20,7 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "lib/cluster/index_mirror.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/prefix_index.h"
 #include "lib/cluster/redis_client.h"
@@ -112,6 +114,13 @@ class ClusterView {
   PrefixIndex& index() { return *index_; }
   const KeySchema& keys() const { return keys_; }
 
+  // From now on MatchPrefixesAndLoads takes the depths, window-safe depths
+  // and L1 pages of candidates `mirror` holds from it (index_mirror.h) and
+  // sends Redis only the predictions and load reads; a candidate it does not
+  // hold yet, or a sharded index, still goes through the match script.
+  // nullptr turns it off. Not owned: must outlive its use here.
+  void SetIndexMirror(IndexMirror* mirror) { mirror_.store(mirror, std::memory_order_release); }
+
  private:
   ClusterView(RedisClient* redis, KeySchema keys, std::unique_ptr<PrefixIndex> index,
               absl::Duration load_max_age)
@@ -131,6 +140,7 @@ class ClusterView {
   const KeySchema keys_;
   std::unique_ptr<PrefixIndex> index_;
   const absl::Duration load_max_age_;
+  std::atomic<IndexMirror*> mirror_{nullptr};
   absl::Mutex loads_mu_;
   absl::Time loads_at_ ABSL_GUARDED_BY(loads_mu_) = absl::InfinitePast();
   absl::flat_hash_map<std::string, std::optional<std::string>> loads_

@@ -197,11 +197,16 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
 absl::StatusOr<RedisScriptCall> PrefixIndex::MatchCall(
     absl::Span<const uint64_t> hashes, absl::Span<const std::string> candidates,
     absl::Span<const std::string> value_keys, int window_pages,
-    absl::Span<const int64_t> window_scan_pages) const {
+    absl::Span<const int64_t> window_scan_pages, absl::Span<const int64_t> given_depths) const {
   if (!window_scan_pages.empty() && window_scan_pages.size() != candidates.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PrefixIndex::Match: ", window_scan_pages.size(), " window scan bounds for ",
         candidates.size(), " candidates"));
+  }
+  if (!given_depths.empty() && given_depths.size() != candidates.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("PrefixIndex::Match: ", given_depths.size(),
+                                                   " given depths for ", candidates.size(),
+                                                   " candidates"));
   }
   if (sharded() && !value_keys.empty()) {
     return absl::InvalidArgumentError(
@@ -226,6 +231,11 @@ absl::StatusOr<RedisScriptCall> PrefixIndex::MatchCall(
   call.args.insert(call.args.end(), candidates.begin(), candidates.end());
   for (const int64_t s : window_scan_pages) {
     call.args.push_back(absl::StrCat(std::max<int64_t>(0, s)));
+  }
+  if (!given_depths.empty()) {
+    // The script finds them after the bounds (zeros when none: unused).
+    if (window_scan_pages.empty()) call.args.resize(call.args.size() + candidates.size(), "0");
+    for (const int64_t d : given_depths) call.args.push_back(absl::StrCat(std::max<int64_t>(0, d)));
   }
   return call;
 }
@@ -278,9 +288,9 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
     absl::Span<const std::string> value_keys,
     std::vector<std::optional<std::string>>* values, int window_pages,
     std::vector<int64_t>* safe_pages, std::vector<int64_t>* l1_pages,
-    absl::Span<const int64_t> window_scan_pages) {
+    absl::Span<const int64_t> window_scan_pages, absl::Span<const int64_t> given_depths) {
   ASSIGN_OR_RETURN(RedisScriptCall call, MatchCall(hashes, candidates, value_keys, window_pages,
-                                                   window_scan_pages));
+                                                   window_scan_pages, given_depths));
   if (values != nullptr) values->assign(value_keys.size(), std::nullopt);
   if (safe_pages != nullptr) safe_pages->assign(candidates.size(), 0);
   if (l1_pages != nullptr) l1_pages->assign(candidates.size(), 0);

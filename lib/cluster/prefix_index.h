@@ -231,7 +231,8 @@ class PrefixIndex {
       absl::Span<const std::string> value_keys,
       std::vector<std::optional<std::string>>* values, int window_pages = 0,
       std::vector<int64_t>* safe_pages = nullptr, std::vector<int64_t>* l1_pages = nullptr,
-      absl::Span<const int64_t> window_scan_pages = {});
+      absl::Span<const int64_t> window_scan_pages = {},
+      absl::Span<const int64_t> given_depths = {});
 
   // Match split in two, for a caller that pipelines several decisions in
   // one round trip (RedisClient::EvalshaPipeline): the script call Match
@@ -244,11 +245,16 @@ class PrefixIndex {
     std::vector<int64_t> l1_pages;
     std::vector<std::optional<std::string>> values;
   };
+  // given_depths (empty, or one per candidate): each candidate's depth in
+  // its SET as the caller's IndexMirror found it; the script then only adds
+  // live predictions and reads the values, and its window-safe and L1
+  // answers are the depths (the mirror computes the real ones).
   absl::StatusOr<RedisScriptCall> MatchCall(absl::Span<const uint64_t> hashes,
                                             absl::Span<const std::string> candidates,
                                             absl::Span<const std::string> value_keys = {},
                                             int window_pages = 0,
-                                            absl::Span<const int64_t> window_scan_pages = {}) const;
+                                            absl::Span<const int64_t> window_scan_pages = {},
+                                            absl::Span<const int64_t> given_depths = {}) const;
   static absl::StatusOr<MatchReply> ParseMatchReply(const RedisReply& reply, size_t candidates,
                                                     size_t value_keys);
 

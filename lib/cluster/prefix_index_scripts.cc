@@ -200,7 +200,11 @@ return size
 // hit at a page boundary needs: ceil((W - 1) / page); 0: do not check),
 // ARGV[4..3+n] = the candidates' ids, ARGV[4+n..3+2n] (optional) = per candidate
 // how far below its depth d the window-safe search looks (S pages; absent:
-// down to page 0). Returns, per candidate, the number of leading pages it
+// down to page 0), ARGV[4+2n..3+3n] (optional, after the bounds) = per
+// candidate its depth in the SET as the caller's index mirror found it
+// (index_mirror.h): the script then only extends it by live predictions and
+// reads the values (no SET search; the window-safe and L1 answers equal the
+// depths: the mirror computes them). Returns, per candidate, the number of leading pages it
 // holds; then a table with, per candidate, its window-safe depth L: the
 // largest p <= d such that none of pages max(1, p - wp + 1)..p is in the
 // SWA-gone SET (pages held only by a prediction count as live; p = 0 always
@@ -349,11 +353,16 @@ local safe = {}
 local upper = {}
 local pred_until = {}
 local tiers = {}
+-- The caller's own depths (its index mirror, index_mirror.h) after the scan
+-- bounds: only predictions are added to them here.
+local given = ncand > 0 and #ARGV >= 3 + 3 * ncand
 if ncand > 0 and n > 0 then
   pred_until = redis.call('HMGET', KEYS[5 * ncand + 1], unpack(ARGV, 4, 3 + ncand))
-  local tkeys = {}
-  for c = 1, ncand do tkeys[c] = KEYS[5 * c] end
-  tiers = redis.call('MGET', unpack(tkeys))
+  if not given then
+    local tkeys = {}
+    for c = 1, ncand do tkeys[c] = KEYS[5 * c] end
+    tiers = redis.call('MGET', unpack(tkeys))
+  end
 end
 -- Whether candidate c may have pages in `key` (its SWA-gone SET: bit 2,
 -- lower-tier SET: bit 4): its tier summary says so (Apply writes it with the
@@ -366,7 +375,11 @@ end
 for c = 1, ncand do
   local set, pred, gone, lower = KEYS[5 * c - 4], KEYS[5 * c - 3], KEYS[5 * c - 2], KEYS[5 * c - 1]
   local depth = 0
-  if n > 0 then depth = auth_depth(set) end
+  if n > 0 and given then
+    depth = math.min(n, tonumber(ARGV[3 + 2 * ncand + c]))
+  elseif n > 0 then
+    depth = auth_depth(set)
+  end
   local pu = pred_until[c]
   if depth < n and pu and tonumber(pu) > clock() then
     -- Beyond the SET's part: live predicted entries, in prefix order.
@@ -391,11 +404,11 @@ for c = 1, ncand do
   end
   result[c] = depth
   safe[c] = depth
-  if wp > 0 and depth > 0 and may_have(c, 2, gone) then
+  if not given and wp > 0 and depth > 0 and may_have(c, 2, gone) then
     safe[c] = safe_depth(gone, depth, tonumber(ARGV[3 + ncand + c]) or depth)
   end
   upper[c] = depth
-  if depth > 0 and may_have(c, 4, lower) then
+  if not given and depth > 0 and may_have(c, 4, lower) then
     local lo, hi = 1, depth + 1
     while lo < hi do
       local mid = floor((lo + hi) / 2)

@@ -55,7 +55,11 @@ class RouterIntegrationTest : public ::testing::Test {
     auto d = cluster_->StartWorker("decode", "d1");
     ASSERT_TRUE(d.ok()) << d.status();
     for (const char* id : {"r1", "r2"}) {
-      auto r = cluster_->StartRouter(id);
+      // r2 decides from its index mirror (the KV event streams), r1 through
+      // the match script: TwoRoutersShareAffinityThroughRedis checks both.
+      std::vector<std::string> extra;
+      if (std::string(id) == "r2") extra.push_back("--index_mirror");
+      auto r = cluster_->StartRouter(id, extra);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_TRUE(cluster_->WaitHealthy(id, absl::Seconds(20)).ok());
     }
@@ -334,6 +338,9 @@ TEST_F(RouterIntegrationTest, TwoRoutersShareAffinityThroughRedis) {
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 368) << second;
   EXPECT_GE(cluster_->Metric("r2", R"(swaserve_router_decisions_total{leg="prefill",reason="cache_affinity"})"),
             7);
+  // r2's decisions came from its mirror of the three workers' streams.
+  EXPECT_EQ(cluster_->Metric("r2", "swaserve_index_mirror_workers"), 3);
+  EXPECT_GE(cluster_->Metric("r2", "swaserve_index_mirror_events_total"), 7);
 }
 
 TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
