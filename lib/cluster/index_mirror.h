@@ -25,6 +25,9 @@
 // router memory (about 40 bytes per indexed page: three flat hash sets per
 // worker) and Redis one read of each event per router replica.
 //
+// It needs the workers' event streams (PrefixIndexOptions::
+// event_stream_max_len > 0: the default, and no worker flag turns them off).
+//
 // Single Redis only: on a Redis Cluster the workers' streams live in
 // different hash slots, so one XREAD cannot wait on all of them (and the
 // cluster already splits the match's cost over its masters).
