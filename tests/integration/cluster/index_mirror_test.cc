@@ -5,9 +5,11 @@
 #include "lib/cluster/index_mirror.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -231,6 +233,65 @@ TEST_F(IndexMirrorTest, AWorkerNotMirroredFallsBackToTheScript) {
   const Answer got = Decide(*mirrored_, p, 0, {});
   EXPECT_EQ(got.depths, (std::vector<int64_t>{16, 0, 5, 0}));
   EXPECT_EQ(mirror_->Seq("w2"), std::nullopt);
+}
+
+// Decisions from several threads while events flow and a stream is lost
+// now and then (resnapshots swap a worker's copy under the readers): no
+// error, and once the events stop the answers equal the script's again.
+TEST_F(IndexMirrorTest, DecisionsRaceEventsAndResnapshots) {
+  StartMirror(ids_);
+  const std::vector<uint64_t> p = Chain(21, 64);
+  std::atomic<bool> stop{false};
+  std::atomic<int> decisions{0}, errors{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      while (!stop.load()) {
+        std::vector<uint64_t> prompt(p.begin(), p.begin() + 1 + rng() % p.size());
+        absl::StatusOr<ClusterView::PrefixesAndLoads> r =
+            mirrored_->MatchPrefixesAndLoads(prompt, ids_, ids_, 2);
+        if (!r.ok() || r->depths.size() != ids_.size()) errors.fetch_add(1);
+        decisions.fetch_add(1);
+      }
+    });
+  }
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300; ++i) {
+    const std::string& w = ids_[rng() % kWorkers];
+    const size_t to = 1 + rng() % p.size();
+    switch (rng() % 4) {
+      case 0:
+        Apply(w, Kind::kStored, std::vector<uint64_t>(p.begin(), p.begin() + to));
+        break;
+      case 1:
+        Apply(w, Kind::kRemoved, std::vector<uint64_t>(p.begin() + to - 1, p.end()));
+        break;
+      case 2:
+        Apply(w, Kind::kSwaRemoved, std::vector<uint64_t>(p.begin() + to - 1, p.begin() + to));
+        break;
+      default:
+        if (rng() % 10 == 0) {
+          ASSERT_TRUE(redis_->Command({"DEL", plain_->keys().EventsKey(w),
+                                       plain_->keys().EventSeqKey(w)})
+                          .ok());
+        }
+        break;
+    }
+  }
+  stop.store(true);
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(decisions.load(), 100);
+  WaitForMirror(ids_);
+  for (size_t n = 1; n <= p.size(); n += 7) {
+    const std::vector<uint64_t> prompt(p.begin(), p.begin() + n);
+    const Answer want = Decide(*plain_, prompt, 2, {});
+    const Answer got = Decide(*mirrored_, prompt, 2, {});
+    EXPECT_EQ(got.depths, want.depths) << n;
+    EXPECT_EQ(got.safe, want.safe) << n;
+    EXPECT_EQ(got.l1, want.l1) << n;
+  }
 }
 
 TEST(IndexMirrorOptionsTest, BadOptionsAreRejected) {
