@@ -174,10 +174,6 @@ void IndexMirror::ReadOnce() {
     return;
   }
   if (!reply->is_array()) return;  // nil: nothing new within the poll
-  // Something came: let the next events gather before reading again.
-  if (options_.batch_interval > absl::ZeroDuration()) {
-    stop_.WaitForNotificationWithTimeout(options_.batch_interval);
-  }
   for (const RedisReply& stream : reply->elements) {
     if (!stream.is_array() || stream.elements.size() != 2 || !stream.elements[1].is_array()) {
       continue;
@@ -201,6 +197,10 @@ void IndexMirror::ReadOnce() {
     }
     if (events_ != nullptr) events_->Increment(static_cast<double>(applied));
     if (gap) Snapshot(id);
+  }
+  // Applied: let the next events gather before reading again.
+  if (options_.batch_interval > absl::ZeroDuration()) {
+    stop_.WaitForNotificationWithTimeout(options_.batch_interval);
   }
 }
 

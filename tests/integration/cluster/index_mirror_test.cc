@@ -235,6 +235,38 @@ TEST_F(IndexMirrorTest, AWorkerNotMirroredFallsBackToTheScript) {
   EXPECT_EQ(mirror_->Seq("w2"), std::nullopt);
 }
 
+// Prompts of every length bucket's size (4K, 128K and 1M tokens at 16 per
+// page): the mirror's searches answer as the script's over long chains too.
+TEST_F(IndexMirrorTest, LongPromptsAnswerLikeTheScript) {
+  StartMirror(ids_);
+  for (const size_t pages : {size_t{256}, size_t{8192}, size_t{65536}}) {
+    SCOPED_TRACE(pages);
+    const std::vector<uint64_t> p = Chain(pages, pages);
+    auto head = [&](size_t n) { return std::vector<uint64_t>(p.begin(), p.begin() + n); };
+    Apply("w0", Kind::kStored, p);
+    Apply("w1", Kind::kStored, head(pages / 2));
+    Apply("w2", Kind::kStored, head(pages - 3));
+    // w0 lost SWA KV in the middle and near the end, moved its tail to L2.
+    Apply("w0", Kind::kSwaRemoved, std::vector<uint64_t>(p.begin() + pages / 3, p.begin() + pages / 3 + 5));
+    Apply("w0", Kind::kSwaRemoved, std::vector<uint64_t>(p.end() - 2, p.end()));
+    Apply("w0", Kind::kTierDown, std::vector<uint64_t>(p.end() - pages / 4, p.end()));
+    ASSERT_TRUE(plain_->RecordDispatch("w3", head(pages / 8)).ok());
+    WaitForMirror(ids_);
+    for (const size_t n : {pages, pages / 2 + 1, pages - 1}) {
+      const std::vector<uint64_t> prompt = head(n);
+      for (const std::vector<int64_t>& scan :
+           {std::vector<int64_t>{}, std::vector<int64_t>(kWorkers, 4)}) {
+        const Answer want = Decide(*plain_, prompt, 8, scan);
+        const Answer got = Decide(*mirrored_, prompt, 8, scan);
+        EXPECT_EQ(got.depths, want.depths) << n;
+        EXPECT_EQ(got.safe, want.safe) << n;
+        EXPECT_EQ(got.l1, want.l1) << n;
+      }
+    }
+    for (const std::string& w : ids_) Apply(w, Kind::kCleared, {});
+  }
+}
+
 // Decisions from several threads while events flow and a stream is lost
 // now and then (resnapshots swap a worker's copy under the readers): no
 // error, and once the events stop the answers equal the script's again.
