@@ -11,6 +11,7 @@
 // The scripts (prefix_index_scripts.h).
 using swaserve::cluster::prefix_scripts::ApplyScript;
 using swaserve::cluster::prefix_scripts::DispatchScript;
+using swaserve::cluster::prefix_scripts::ExtendScript;
 using swaserve::cluster::prefix_scripts::MatchScript;
 using swaserve::cluster::prefix_scripts::SizesScript;
 using swaserve::cluster::prefix_scripts::StreamScript;
@@ -213,11 +214,12 @@ absl::StatusOr<RedisScriptCall> PrefixIndex::MatchCall(
         "PrefixIndex::Match: a sharded index (Redis Cluster) reads no value keys: they live "
         "in another hash slot");
   }
+  for (const std::string& id : candidates) RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
   const int shard = MatchShard(hashes);
+  if (!given_depths.empty()) return ExtendCall(hashes, candidates, value_keys, given_depths, shard);
   RedisScriptCall call{.script = &MatchScript()};
   call.keys.reserve(5 * candidates.size() + 1 + value_keys.size());
   for (const std::string& id : candidates) {
-    RETURN_IF_ERROR(ValidateName(id, "candidate worker id"));
     call.keys.push_back(keys_.PrefixKey(id, shard));
     call.keys.push_back(keys_.PredictedKey(id, shard));
     call.keys.push_back(keys_.SwaGoneKey(id, shard));
@@ -232,19 +234,38 @@ absl::StatusOr<RedisScriptCall> PrefixIndex::MatchCall(
   for (const int64_t s : window_scan_pages) {
     call.args.push_back(absl::StrCat(std::max<int64_t>(0, s)));
   }
-  if (!given_depths.empty()) {
-    // The script finds them after the bounds (zeros when none: unused).
-    if (window_scan_pages.empty()) call.args.resize(call.args.size() + candidates.size(), "0");
-    for (const int64_t d : given_depths) call.args.push_back(absl::StrCat(std::max<int64_t>(0, d)));
-  }
+  return call;
+}
+
+RedisScriptCall PrefixIndex::ExtendCall(absl::Span<const uint64_t> hashes,
+                                        absl::Span<const std::string> candidates,
+                                        absl::Span<const std::string> value_keys,
+                                        absl::Span<const int64_t> given_depths,
+                                        int shard) const {
+  const int64_t n = static_cast<int64_t>(hashes.size());
+  int64_t base = n;
+  for (const int64_t d : given_depths) base = std::min(base, std::max<int64_t>(0, d));
+  RedisScriptCall call{.script = &ExtendScript()};
+  call.keys.reserve(1 + candidates.size() + value_keys.size());
+  call.keys.push_back(keys_.PredictedUntilKey(shard));
+  for (const std::string& id : candidates) call.keys.push_back(keys_.PredictedKey(id, shard));
+  for (const std::string& k : value_keys) call.keys.push_back(k);
+  call.args.reserve(3 + 2 * candidates.size());
+  call.args = {PackPageHashes(hashes.subspan(static_cast<size_t>(base))), absl::StrCat(base),
+               absl::StrCat(candidates.size())};
+  call.args.insert(call.args.end(), candidates.begin(), candidates.end());
+  for (const int64_t d : given_depths) call.args.push_back(absl::StrCat(std::max<int64_t>(0, d)));
   return call;
 }
 
 absl::StatusOr<PrefixIndex::MatchReply> PrefixIndex::ParseMatchReply(const RedisReply& reply,
                                                                      size_t candidates,
-                                                                     size_t value_keys) {
+                                                                     size_t value_keys,
+                                                                     bool given_depths) {
   if (reply.is_error()) return reply.ToStatus();
-  const size_t want = candidates + 2 + (value_keys == 0 ? 0 : 1);
+  // prefix_extend (given depths) answers no window-safe and L1 depths.
+  const size_t answers = given_depths ? 0 : 2;
+  const size_t want = candidates + answers + (value_keys == 0 ? 0 : 1);
   if (!reply.is_array() || reply.elements.size() != want) {
     return absl::InternalError(absl::StrCat("prefix_match: expected ", want,
                                             " elements, got ", reply.DebugString()));
@@ -254,7 +275,21 @@ absl::StatusOr<PrefixIndex::MatchReply> PrefixIndex::ParseMatchReply(const Redis
   for (size_t i = 0; i < candidates; ++i) {
     ASSIGN_OR_RETURN(out.depths[i], reply.elements[i].AsInteger());
   }
-  // An empty Lua table comes back as an empty array (no candidates).
+  out.values.assign(value_keys, std::nullopt);
+  if (value_keys != 0) {
+    const RedisReply& v = reply.elements[candidates + answers];
+    if (!v.is_array() || v.elements.size() != value_keys) {
+      return absl::InternalError(
+          absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
+    }
+    for (size_t i = 0; i < value_keys; ++i) {
+      if (v.elements[i].type == RedisReply::Type::kString) out.values[i] = v.elements[i].str;
+    }
+  }
+  if (given_depths) {
+    out.safe_pages = out.l1_pages = out.depths;
+    return out;
+  }
   auto per_candidate = [&](const RedisReply& r, absl::string_view what,
                            std::vector<int64_t>* into) -> absl::Status {
     if (!r.is_array() || r.elements.size() != candidates) {
@@ -269,17 +304,6 @@ absl::StatusOr<PrefixIndex::MatchReply> PrefixIndex::ParseMatchReply(const Redis
   };
   RETURN_IF_ERROR(per_candidate(reply.elements[candidates], "window-safe", &out.safe_pages));
   RETURN_IF_ERROR(per_candidate(reply.elements[candidates + 1], "tier", &out.l1_pages));
-  out.values.assign(value_keys, std::nullopt);
-  if (value_keys != 0) {
-    const RedisReply& v = reply.elements[candidates + 2];
-    if (!v.is_array() || v.elements.size() != value_keys) {
-      return absl::InternalError(
-          absl::StrCat("prefix_match: bad values reply ", v.DebugString()));
-    }
-    for (size_t i = 0; i < value_keys; ++i) {
-      if (v.elements[i].type == RedisReply::Type::kString) out.values[i] = v.elements[i].str;
-    }
-  }
   return out;
 }
 
@@ -300,7 +324,8 @@ absl::StatusOr<std::vector<int64_t>> PrefixIndex::Match(
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(*call.script, call.keys, call.args, "match_prefixes"));
   ASSIGN_OR_RETURN(MatchReply parsed,
-                   ParseMatchReply(reply, candidates.size(), value_keys.size()));
+                   ParseMatchReply(reply, candidates.size(), value_keys.size(),
+                                   !given_depths.empty()));
   if (values != nullptr) *values = std::move(parsed.values);
   if (safe_pages != nullptr) *safe_pages = std::move(parsed.safe_pages);
   if (l1_pages != nullptr) *l1_pages = std::move(parsed.l1_pages);

@@ -246,9 +246,12 @@ class PrefixIndex {
     std::vector<std::optional<std::string>> values;
   };
   // given_depths (empty, or one per candidate): each candidate's depth in
-  // its SET as the caller's IndexMirror found it; the script then only adds
-  // live predictions and reads the values, and its window-safe and L1
-  // answers are the depths (the mirror computes the real ones).
+  // its SET as the caller's IndexMirror found it; the call is then the
+  // slimmer prefix_extend script (one key per candidate, the prompt's pages
+  // after the smallest given depth), which only adds live predictions and
+  // reads the values, and the window-safe and L1 answers are the depths
+  // (the mirror computes the real ones). ParseMatchReply's given_depths
+  // says which of the two calls the reply answers.
   absl::StatusOr<RedisScriptCall> MatchCall(absl::Span<const uint64_t> hashes,
                                             absl::Span<const std::string> candidates,
                                             absl::Span<const std::string> value_keys = {},
@@ -256,7 +259,7 @@ class PrefixIndex {
                                             absl::Span<const int64_t> window_scan_pages = {},
                                             absl::Span<const int64_t> given_depths = {}) const;
   static absl::StatusOr<MatchReply> ParseMatchReply(const RedisReply& reply, size_t candidates,
-                                                    size_t value_keys);
+                                                    size_t value_keys, bool given_depths = false);
 
   // Deletes every entry of `worker_id` (every shard).
   absl::Status Clear(absl::string_view worker_id);
@@ -283,6 +286,12 @@ class PrefixIndex {
  private:
   PrefixIndex(RedisClient* redis, KeySchema keys, PrefixIndexOptions options)
       : redis_(redis), keys_(std::move(keys)), options_(options) {}
+
+  // MatchCall with given depths (checked by MatchCall).
+  RedisScriptCall ExtendCall(absl::Span<const uint64_t> hashes,
+                             absl::Span<const std::string> candidates,
+                             absl::Span<const std::string> value_keys,
+                             absl::Span<const int64_t> given_depths, int shard) const;
 
   absl::StatusOr<int64_t> ApplySharded(absl::string_view worker_id,
                                        absl::Span<const CacheEventOp> ops, absl::string_view op);

@@ -200,12 +200,9 @@ return size
 // hit at a page boundary needs: ceil((W - 1) / page); 0: do not check),
 // ARGV[4..3+n] = the candidates' ids, ARGV[4+n..3+2n] (optional) = per candidate
 // how far below its depth d the window-safe search looks (S pages; absent:
-// down to page 0), ARGV[4+2n..3+3n] (optional, after the bounds) = per
-// candidate its depth in the SET as the caller's index mirror found it
-// (index_mirror.h): the script then only extends it by live predictions and
-// reads the values (no SET search; the window-safe and L1 answers equal the
-// depths: the mirror computes them). Returns, per candidate, the number of leading pages it
-// holds; then a table with, per candidate, its window-safe depth L: the
+// down to page 0) (a caller whose index mirror found the depths sends
+// prefix_extend below instead). Returns, per candidate, the number of
+// leading pages it holds; then a table with, per candidate, its window-safe depth L: the
 // largest p <= d such that none of pages max(1, p - wp + 1)..p is in the
 // SWA-gone SET (pages held only by a prediction count as live; p = 0 always
 // qualifies), or -1 when L < d - S; = d without the check; then a table with, per candidate, how
@@ -353,16 +350,11 @@ local safe = {}
 local upper = {}
 local pred_until = {}
 local tiers = {}
--- The caller's own depths (its index mirror, index_mirror.h) after the scan
--- bounds: only predictions are added to them here.
-local given = ncand > 0 and #ARGV >= 3 + 3 * ncand
 if ncand > 0 and n > 0 then
   pred_until = redis.call('HMGET', KEYS[5 * ncand + 1], unpack(ARGV, 4, 3 + ncand))
-  if not given then
-    local tkeys = {}
-    for c = 1, ncand do tkeys[c] = KEYS[5 * c] end
-    tiers = redis.call('MGET', unpack(tkeys))
-  end
+  local tkeys = {}
+  for c = 1, ncand do tkeys[c] = KEYS[5 * c] end
+  tiers = redis.call('MGET', unpack(tkeys))
 end
 -- Whether candidate c may have pages in `key` (its SWA-gone SET: bit 2,
 -- lower-tier SET: bit 4): its tier summary says so (Apply writes it with the
@@ -375,11 +367,7 @@ end
 for c = 1, ncand do
   local set, pred, gone, lower = KEYS[5 * c - 4], KEYS[5 * c - 3], KEYS[5 * c - 2], KEYS[5 * c - 1]
   local depth = 0
-  if n > 0 and given then
-    depth = math.min(n, tonumber(ARGV[3 + 2 * ncand + c]))
-  elseif n > 0 then
-    depth = auth_depth(set)
-  end
+  if n > 0 then depth = auth_depth(set) end
   local pu = pred_until[c]
   if depth < n and pu and tonumber(pu) > clock() then
     -- Beyond the SET's part: live predicted entries, in prefix order.
@@ -404,11 +392,11 @@ for c = 1, ncand do
   end
   result[c] = depth
   safe[c] = depth
-  if not given and wp > 0 and depth > 0 and may_have(c, 2, gone) then
+  if wp > 0 and depth > 0 and may_have(c, 2, gone) then
     safe[c] = safe_depth(gone, depth, tonumber(ARGV[3 + ncand + c]) or depth)
   end
   upper[c] = depth
-  if not given and depth > 0 and may_have(c, 4, lower) then
+  if depth > 0 and may_have(c, 4, lower) then
     local lo, hi = 1, depth + 1
     while lo < hi do
       local mid = floor((lo + hi) / 2)
@@ -421,6 +409,72 @@ result[ncand + 1] = safe
 result[ncand + 2] = upper
 if #KEYS > 5 * ncand + 1 then
   result[ncand + 3] = redis.call('MGET', unpack(KEYS, 5 * ncand + 2, #KEYS))
+end
+return result
+)lua"};
+  return *script;
+}
+
+// The match of a router whose index mirror (index_mirror.h) found each
+// candidate's depth in its SET: only live predictions are added here, and
+// the value keys read. KEYS[1] = the predicted-until HASH, KEYS[1 + c] =
+// candidate c's predicted ZSET, then the value keys. ARGV[1] = the prompt's
+// page hashes from page base + 1 on (packed), ARGV[2] = base (at most the
+// smallest given depth: pages up to it are never read), ARGV[3] = ncand,
+// ARGV[4..3+ncand] = the candidates' ids, ARGV[4+ncand..3+2ncand] = their
+// given depths. Returns {depth of each candidate..., {values}} (the values
+// only with value keys). The predicted part as in prefix_match (its scan in
+// growing chunks, stopping at the first page not live); one key per
+// candidate and no searches, which halves the keys and arguments Redis
+// parses and a third of the script's time (bench/RESULTS.md).
+const RedisScript& ExtendScript() {
+  static const RedisScript* script = new RedisScript{"prefix_extend_v1", R"lua(
+local ncand = tonumber(ARGV[3])
+local base = tonumber(ARGV[2])
+local packed = ARGV[1]
+local n = base + #packed / 8
+local result = {}
+if ncand > 0 then
+  local pu = redis.call('HMGET', KEYS[1], unpack(ARGV, 4, 3 + ncand))
+  local now = nil
+  local sub = string.sub
+  for c = 1, ncand do
+    local depth = tonumber(ARGV[3 + ncand + c])
+    if depth > n then depth = n end
+    local until_ms = pu[c]
+    if until_ms and depth < n and depth >= base then
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      if tonumber(until_ms) > now then
+        local chunk = 8
+        local open = true
+        while open and depth < n do
+          local last = depth + chunk
+          if last > n then last = n end
+          local args = {}
+          for i = depth + 1 - base, last - base do
+            args[#args + 1] = sub(packed, i * 8 - 7, i * 8)
+          end
+          local scores = redis.call('ZMSCORE', KEYS[1 + c], unpack(args))
+          local k = 1
+          local len = #args
+          while k <= len do
+            local s = scores[k]
+            if s and tonumber(s) > now then k = k + 1 else break end
+          end
+          if k <= len then open = false end
+          depth = depth + k - 1
+          if chunk < 2048 then chunk = chunk * 4 end
+        end
+      end
+    end
+    result[c] = depth
+  end
+end
+if #KEYS > ncand + 1 then
+  result[ncand + 1] = redis.call('MGET', unpack(KEYS, ncand + 2, #KEYS))
 end
 return result
 )lua"};

@@ -14,6 +14,7 @@ const RedisScript& ApplyScript();
 const RedisScript& StreamScript();
 const RedisScript& DispatchScript();
 const RedisScript& MatchScript();
+const RedisScript& ExtendScript();
 const RedisScript& SizesScript();
 
 }  // namespace swaserve::cluster::prefix_scripts

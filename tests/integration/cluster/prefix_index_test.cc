@@ -152,6 +152,59 @@ TEST_F(PrefixIndexTest, TheSearchFindsEveryDepth) {
   }
 }
 
+// A caller's own SET depths (its index mirror) go through prefix_extend:
+// the answer is the given depth extended by live predictions, equal to the
+// full match's, whatever the smallest depth (the pages it packs start
+// after it), across the scan's chunk ends (8, 32, 128 pages), and with the
+// value keys read in the same call.
+TEST_F(PrefixIndexTest, GivenDepthsAreExtendedByLivePredictionsLikeTheMatch) {
+  auto index = MakeIndex();
+  std::mt19937 rng(7);
+  ASSERT_TRUE(redis_->Command({"SET", "load-key", "42"}).ok());
+  for (size_t n : {1u, 9u, 41u, 300u}) {
+    const std::vector<uint64_t> chain = Chain(500 + n, n);
+    for (int round = 0; round < 6; ++round) {
+      std::vector<std::string> ids;
+      std::vector<int64_t> set_depths;
+      for (int w = 0; w < 4; ++w) {
+        const std::string id = absl::StrCat("g", n, "_", round, "_", w);
+        const size_t d = std::uniform_int_distribution<size_t>(0, n)(rng);
+        if (d > 0) Apply(*index, id, Kind::kStored, Slice(chain, 0, d));
+        // Predictions from d on (up to the whole prompt), or none.
+        if (d < n && rng() % 3 != 0) {
+          const size_t p = std::uniform_int_distribution<size_t>(d + 1, n)(rng);
+          ASSERT_TRUE(index->RecordDispatch(id, Slice(chain, 0, p)).ok());
+        }
+        ids.push_back(id);
+        set_depths.push_back(static_cast<int64_t>(d));
+      }
+      const std::vector<int64_t> want = Match(*index, chain, ids);
+      std::vector<std::optional<std::string>> values;
+      std::vector<int64_t> safe, l1;
+      absl::StatusOr<std::vector<int64_t>> got =
+          index->Match(chain, ids, {"load-key", "no-such-key"}, &values, 8, &safe, &l1, {},
+                       set_depths);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, want) << n << " " << round;
+      // The window-safe and L1 answers are the depths (the mirror has its own).
+      EXPECT_EQ(safe, *got);
+      EXPECT_EQ(l1, *got);
+      EXPECT_THAT(values, ElementsAre(std::optional<std::string>("42"), std::nullopt));
+    }
+  }
+  // Given depths beyond the prompt are clamped; a wrong count is rejected.
+  const std::vector<uint64_t> chain = Chain(9, 5);
+  Apply(*index, "clamp", Kind::kStored, chain);
+  absl::StatusOr<std::vector<int64_t>> clamped =
+      index->Match(chain, {"clamp"}, {}, nullptr, 0, nullptr, nullptr, {}, {99});
+  ASSERT_TRUE(clamped.ok()) << clamped.status();
+  EXPECT_THAT(*clamped, ElementsAre(5));
+  EXPECT_EQ(index->Match(chain, {"clamp"}, {}, nullptr, 0, nullptr, nullptr, {}, {1, 2})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Several candidates in one call: each depth found is a hint for the later
 // candidates (pages h and h + 1), so depths equal to, next to, just below,
 // above and far from an earlier one must all come out exact, in any order.

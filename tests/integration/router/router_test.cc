@@ -55,10 +55,11 @@ class RouterIntegrationTest : public ::testing::Test {
     auto d = cluster_->StartWorker("decode", "d1");
     ASSERT_TRUE(d.ok()) << d.status();
     for (const char* id : {"r1", "r2"}) {
-      // r2 decides from its index mirror (the KV event streams), r1 through
-      // the match script: TwoRoutersShareAffinityThroughRedis checks both.
+      // r2 decides from its index mirror (the KV event streams: the
+      // default), r1 through the match script alone:
+      // TwoRoutersShareAffinityThroughRedis checks both.
       std::vector<std::string> extra;
-      if (std::string(id) == "r2") extra.push_back("--index_mirror");
+      if (std::string(id) == "r1") extra.push_back("--index_mirror=false");
       auto r = cluster_->StartRouter(id, extra);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_TRUE(cluster_->WaitHealthy(id, absl::Seconds(20)).ok());
@@ -341,6 +342,10 @@ TEST_F(RouterIntegrationTest, TwoRoutersShareAffinityThroughRedis) {
   // r2's decisions came from its mirror of the three workers' streams.
   EXPECT_EQ(cluster_->Metric("r2", "swaserve_index_mirror_workers"), 3);
   EXPECT_GE(cluster_->Metric("r2", "swaserve_index_mirror_events_total"), 7);
+  // r1 has no mirror (--index_mirror=false): no such metric on its
+  // /metrics (which answers: the breaker gauge is there).
+  EXPECT_GE(cluster_->Metric("r1", "swaserve_router_open_breakers"), 0);
+  EXPECT_EQ(cluster_->Metric("r1", "swaserve_index_mirror_workers"), -1);
 }
 
 TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
