@@ -150,10 +150,18 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   PrefixesAndLoads out;
   IndexMirror* mirror = mirror_.load(std::memory_order_acquire);
   std::vector<int64_t> held;
-  if (mirror != nullptr && !index_->sharded() && mirror->Depths(hashes, candidates, &held)) {
-    // The mirror's depths; Redis adds predictions and reads the loads.
-    ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, 0, nullptr,
-                                               nullptr, {}, held));
+  if (mirror != nullptr && mirror->Depths(hashes, candidates, &held)) {
+    // The mirror's depths; Redis adds predictions (the prompt's shard on a
+    // cluster) and reads the loads (a cluster: from the view's cache, they
+    // live in another slot).
+    if (index_->sharded()) {
+      ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, {}, nullptr, 0, nullptr,
+                                                 nullptr, {}, held));
+      ASSIGN_OR_RETURN(raw, CachedLoads(load_keys));
+    } else {
+      ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, 0, nullptr,
+                                                 nullptr, {}, held));
+    }
     if (mirror->WindowAndTier(hashes, candidates, out.depths, window_pages, window_scan_pages,
                               &out.safe_pages, &out.l1_pages)) {
       out.loads = DecodeLoads(raw, load_ids);

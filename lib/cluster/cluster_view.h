@@ -116,8 +116,9 @@ class ClusterView {
 
   // From now on MatchPrefixesAndLoads takes the depths, window-safe depths
   // and L1 pages of candidates `mirror` holds from it (index_mirror.h) and
-  // sends Redis only the predictions and load reads; a candidate it does not
-  // hold yet, or a sharded index, still goes through the match script.
+  // sends Redis only the predictions and load reads (a sharded index: the
+  // predictions of the prompt's shard, the loads from the view's cache); a
+  // candidate it does not hold yet still goes through the match script.
   // nullptr turns it off. Not owned: must outlive its use here.
   void SetIndexMirror(IndexMirror* mirror) { mirror_.store(mirror, std::memory_order_release); }
 

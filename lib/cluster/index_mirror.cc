@@ -22,6 +22,9 @@ absl::Status ValidateIndexMirrorOptions(const IndexMirrorOptions& options) {
   if (options.refresh < absl::Milliseconds(1)) {
     return absl::InvalidArgumentError("IndexMirrorOptions.refresh must be >= 1 ms");
   }
+  if (options.cluster_poll < options.batch_interval) {
+    return absl::InvalidArgumentError("IndexMirrorOptions.cluster_poll must be >= batch_interval");
+  }
   return absl::OkStatus();
 }
 
@@ -31,11 +34,6 @@ absl::StatusOr<std::unique_ptr<IndexMirror>> IndexMirror::Start(
   if (redis == nullptr) return absl::InvalidArgumentError("IndexMirror: redis client is null");
   if (!workers) return absl::InvalidArgumentError("IndexMirror: no worker list");
   RETURN_IF_ERROR(ValidateIndexMirrorOptions(options));
-  if (redis->cluster_mode()) {
-    return absl::FailedPreconditionError(
-        "IndexMirror: a Redis Cluster keeps each worker's event stream in its own hash slot; "
-        "the mirror needs a single Redis");
-  }
   auto mirror = absl::WrapUnique(new IndexMirror(redis, keys, std::move(workers), options));
   if (options.metrics != nullptr) {
     ASSIGN_OR_RETURN(auto* events, options.metrics->AddCounter(
@@ -122,12 +120,14 @@ void IndexMirror::Refresh() {
   // A counter behind the copy: Redis lost the stream (a restart without
   // persistence, or it expired) — an XREAD would wait forever.
   if (!known.empty()) {
-    RedisCommand mget = {"MGET"};
-    for (const std::string& id : known) mget.push_back(keys_.EventSeqKey(id));
-    absl::StatusOr<RedisReply> counters = redis_->Command(mget, "index_mirror");
-    if (counters.ok() && counters->is_array() && counters->elements.size() == known.size()) {
+    // One GET each: on a Redis Cluster the counters are in different slots.
+    std::vector<RedisCommand> gets;
+    for (const std::string& id : known) gets.push_back({"GET", keys_.EventSeqKey(id)});
+    absl::StatusOr<std::vector<RedisReply>> counters = redis_->Pipeline(gets, "index_mirror");
+    if (counters.ok() && counters->size() == known.size()) {
       for (size_t i = 0; i < known.size(); ++i) {
-        const RedisReply& c = counters->elements[i];
+        const RedisReply& c = (*counters)[i];
+        if (c.is_error()) continue;
         const uint64_t counter =
             c.is_nil() ? 0 : static_cast<uint64_t>(c.AsInteger().value_or(0));
         const std::optional<uint64_t> seq = Seq(known[i]);
@@ -145,6 +145,11 @@ void IndexMirror::Refresh() {
 }
 
 void IndexMirror::ReadOnce() {
+  // A Redis Cluster is polled (no XREAD BLOCK spans two hash slots).
+  if (redis_->cluster_mode() && idle_wait_ > absl::ZeroDuration() &&
+      stop_.WaitForNotificationWithTimeout(idle_wait_)) {
+    return;
+  }
   std::vector<std::pair<std::string, std::shared_ptr<Worker>>> workers;
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -154,54 +159,98 @@ void IndexMirror::ReadOnce() {
     stop_.WaitForNotificationWithTimeout(options_.poll);
     return;
   }
-  RedisCommand xread = {"XREAD", "COUNT", absl::StrCat(options_.batch), "BLOCK",
-                        absl::StrCat(absl::ToInt64Milliseconds(options_.poll)), "STREAMS"};
   absl::flat_hash_map<std::string, size_t> by_key;
+  std::vector<std::string> ids;  // each stream's last id read
   for (size_t i = 0; i < workers.size(); ++i) {
-    std::string key = keys_.EventsKey(workers[i].first);
-    by_key[key] = i;
-    xread.push_back(std::move(key));
+    by_key[keys_.EventsKey(workers[i].first)] = i;
+    absl::ReaderMutexLock lock(&workers[i].second->mu);
+    ids.push_back(workers[i].second->state.id());
   }
-  for (const auto& [id, w] : workers) {
-    absl::ReaderMutexLock lock(&w->mu);
-    xread.push_back(w->state.id());
-  }
-  absl::StatusOr<RedisReply> reply = redis_->Command(xread, "index_mirror");
-  if (!reply.ok() || reply->is_error()) {
-    SWA_LOG(debug, "index mirror: XREAD: {}",
-            reply.ok() ? reply->DebugString() : reply.status().ToString());
-    stop_.WaitForNotificationWithTimeout(options_.poll);
-    return;
-  }
-  if (!reply->is_array()) return;  // nil: nothing new within the poll
-  for (const RedisReply& stream : reply->elements) {
-    if (!stream.is_array() || stream.elements.size() != 2 || !stream.elements[1].is_array()) {
-      continue;
+  const std::string count = absl::StrCat(options_.batch);
+  // Each reply element: one stream's [key, [entries]].
+  std::vector<const RedisReply*> streams;
+  absl::StatusOr<RedisReply> single;
+  absl::StatusOr<std::vector<RedisReply>> polled;
+  absl::Status failed;
+  if (!redis_->cluster_mode()) {
+    RedisCommand xread = {"XREAD", "COUNT", count, "BLOCK",
+                          absl::StrCat(absl::ToInt64Milliseconds(options_.poll)), "STREAMS"};
+    for (const auto& [id, w] : workers) xread.push_back(keys_.EventsKey(id));
+    xread.insert(xread.end(), ids.begin(), ids.end());
+    single = redis_->Command(xread, "index_mirror");
+    if (!single.ok() || single->is_error()) {
+      failed = single.ok() ? single->ToStatus() : single.status();
+    } else if (single->is_array()) {  // nil: nothing new within the poll
+      for (const RedisReply& r : single->elements) streams.push_back(&r);
     }
-    auto it = by_key.find(stream.elements[0].str);
-    if (it == by_key.end()) continue;
-    const auto& [id, w] = workers[it->second];
-    bool gap = false;
-    int64_t applied = 0;
-    {
-      absl::MutexLock lock(&w->mu);
-      for (const RedisReply& entry : stream.elements[1].elements) {
-        absl::StatusOr<KvEvent> e = ParseKvEventEntry(entry);
-        // A malformed entry or a seq that does not follow: resynchronize.
-        if (!e.ok() || !w->state.Apply(*e).ok()) {
-          gap = true;
-          break;
+  } else {
+    // One XREAD per stream, without BLOCK, pipelined (one round trip per
+    // master).
+    std::vector<RedisCommand> reads;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      reads.push_back({"XREAD", "COUNT", count, "STREAMS", keys_.EventsKey(workers[i].first),
+                       ids[i]});
+    }
+    polled = redis_->Pipeline(reads, "index_mirror");
+    if (!polled.ok()) {
+      failed = polled.status();
+    } else {
+      for (const RedisReply& r : *polled) {
+        if (r.is_error()) failed = r.ToStatus();
+        if (r.is_array()) {
+          for (const RedisReply& stream : r.elements) streams.push_back(&stream);
         }
-        ++applied;
       }
     }
-    if (events_ != nullptr) events_->Increment(static_cast<double>(applied));
-    if (gap) Snapshot(id);
+  }
+  if (!failed.ok()) {
+    SWA_LOG(debug, "index mirror: XREAD: {}", failed.ToString());
+    if (streams.empty()) {
+      stop_.WaitForNotificationWithTimeout(options_.poll);
+      return;
+    }
+  }
+  bool applied = false;
+  for (const RedisReply* stream : streams) applied |= ApplyStream(*stream, by_key, workers);
+  if (redis_->cluster_mode()) {
+    // Quiet: poll less often, up to cluster_poll; news: every batch_interval.
+    idle_wait_ = applied ? options_.batch_interval
+                         : std::min(options_.cluster_poll,
+                                    std::max(2 * idle_wait_, absl::Milliseconds(1)));
+    return;
   }
   // Applied: let the next events gather before reading again.
-  if (options_.batch_interval > absl::ZeroDuration()) {
+  if (applied && options_.batch_interval > absl::ZeroDuration()) {
     stop_.WaitForNotificationWithTimeout(options_.batch_interval);
   }
+}
+
+bool IndexMirror::ApplyStream(
+    const RedisReply& stream, const absl::flat_hash_map<std::string, size_t>& by_key,
+    const std::vector<std::pair<std::string, std::shared_ptr<Worker>>>& workers) {
+  if (!stream.is_array() || stream.elements.size() != 2 || !stream.elements[1].is_array()) {
+    return false;
+  }
+  auto it = by_key.find(stream.elements[0].str);
+  if (it == by_key.end()) return false;
+  const auto& [id, w] = workers[it->second];
+  bool gap = false;
+  int64_t applied = 0;
+  {
+    absl::MutexLock lock(&w->mu);
+    for (const RedisReply& entry : stream.elements[1].elements) {
+      absl::StatusOr<KvEvent> e = ParseKvEventEntry(entry);
+      // A malformed entry or a seq that does not follow: resynchronize.
+      if (!e.ok() || !w->state.Apply(*e).ok()) {
+        gap = true;
+        break;
+      }
+      ++applied;
+    }
+  }
+  if (events_ != nullptr) events_->Increment(static_cast<double>(applied));
+  if (gap) Snapshot(id);
+  return applied > 0 || gap;
 }
 
 std::optional<uint64_t> IndexMirror::Seq(absl::string_view worker_id) const {

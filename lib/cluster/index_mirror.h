@@ -14,7 +14,8 @@
 // so each worker's copy equals its index SETs as of the last event read. It
 // lags the index by Options::batch_interval plus a round trip (an XREAD
 // BLOCK over all streams returns as soon as one has news; the thread then
-// waits batch_interval so that later events share the next read). Not mirrored: predicted
+// waits batch_interval so that later events share the next read; on a Redis
+// Cluster, see below, add up to Options::cluster_poll). Not mirrored: predicted
 // entries (router-written ZSETs: still read from Redis in the decision's
 // round trip) and the SETs' random SPOP past max_entries_per_worker (a
 // safety valve that real caches do not reach).
@@ -28,9 +29,19 @@
 // It needs the workers' event streams (PrefixIndexOptions::
 // event_stream_max_len > 0: the default, and no worker flag turns them off).
 //
-// Single Redis only: on a Redis Cluster the workers' streams live in
-// different hash slots, so one XREAD cannot wait on all of them (and the
-// cluster already splits the match's cost over its masters).
+// On a Redis Cluster each worker's stream lives in its own hash slot, so no
+// one XREAD can wait on all of them: the mirror polls instead, one XREAD per
+// stream without BLOCK, pipelined (one round trip per master), every
+// batch_interval while events come and up to cluster_poll apart (doubling
+// from batch_interval) while none do. The copy is the union of the index
+// shards (the snapshot's, and the events are the worker's own), so its
+// depth is the worker's whole cached prefix, where the sharded match script
+// sees only the prompt's shard (a shallow match may miss head pages not
+// copied there: prefix_index.h): the mirror is exact on a cluster too.
+// A master that is down stalls the reads (the copy keeps its last state)
+// until its replica is promoted; the promoted replica may lack the last
+// events (asynchronous replication), which the counter check or the next
+// event's seq sees: a new snapshot.
 //
 // Ownership: does not own the RedisClient, which must outlive the mirror
 // and be its own (the mirror blocks a connection for up to Options::poll:
@@ -78,6 +89,12 @@ struct IndexMirrorOptions {
   // against its copy (a counter behind the copy: Redis lost the stream).
   // Default 1 s.
   absl::Duration refresh = absl::Seconds(1);
+  // Redis Cluster only: the longest wait between two polls of the streams
+  // while none brings events (the copy's extra lag when a quiet worker
+  // stores again; the router's own dispatches are covered by predicted
+  // entries meanwhile). Each poll costs each master one round trip with an
+  // XREAD per stream it holds. >= batch_interval. Default 20 ms.
+  absl::Duration cluster_poll = absl::Milliseconds(20);
   // Optional: swaserve_index_mirror_events_total, _snapshots_total,
   // _workers (gauge).
   metrics::Registry* metrics = nullptr;
@@ -92,8 +109,7 @@ class IndexMirror {
   // on the mirror's thread every Options::refresh.
   using WorkerList = std::function<absl::StatusOr<std::vector<std::string>>()>;
 
-  // Starts the thread; its first refresh snapshots every worker. `redis`
-  // must not be in cluster mode (FailedPrecondition).
+  // Starts the thread; its first refresh snapshots every worker.
   static absl::StatusOr<std::unique_ptr<IndexMirror>> Start(RedisClient* redis,
                                                             const KeySchema& keys,
                                                             WorkerList workers,
@@ -133,8 +149,14 @@ class IndexMirror {
   // Replaces a worker's copy with a fresh snapshot (logs on failure: the
   // worker stays unmirrored and is retried at the next refresh).
   void Snapshot(const std::string& id);
-  // One XREAD over every mirrored worker's stream; applies what it gets.
+  // One XREAD over every mirrored worker's stream (a Redis Cluster: one
+  // XREAD per stream, pipelined, after the idle wait); applies what it gets.
   void ReadOnce();
+  // Applies one stream of an XREAD reply ([key, [entries]]); true when it
+  // held events.
+  bool ApplyStream(const RedisReply& stream,
+                   const absl::flat_hash_map<std::string, size_t>& by_key,
+                   const std::vector<std::pair<std::string, std::shared_ptr<Worker>>>& workers);
   std::shared_ptr<Worker> Find(absl::string_view id) const;
 
   RedisClient* const redis_;
@@ -146,6 +168,9 @@ class IndexMirror {
   mutable absl::Mutex mu_;
   // Only the mirror's thread inserts or erases; Depths/WindowAndTier read.
   absl::flat_hash_map<std::string, std::shared_ptr<Worker>> mirrored_ ABSL_GUARDED_BY(mu_);
+
+  // Redis Cluster: the wait before the next poll (the mirror's thread only).
+  absl::Duration idle_wait_ = absl::ZeroDuration();
 
   metrics::Counter* events_ = nullptr;
   metrics::Counter* snapshots_ = nullptr;

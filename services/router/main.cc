@@ -111,8 +111,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("index_mirror", &c->index_mirror,
            "keep an in-memory copy of the prefix index fed by the workers' KV event streams, "
            "so a decision asks Redis only for predictions and loads (about a third of the "
-           "Redis CPU per decision; ~40 bytes of router memory per indexed page); a single "
-           "Redis only: on a Redis Cluster decisions always use the match script")
+           "Redis CPU per decision; ~40 bytes of router memory per indexed page; on a Redis "
+           "Cluster it polls the streams, one XREAD each, every 2-20 ms)")
       .Add("cluster", &c->cluster, "cluster name (Redis key prefix)")
       .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
@@ -246,12 +246,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   ro.metrics = &registry;
   ASSIGN_OR_RETURN(redis, cluster::RedisClient::Create(ro));
   ASSIGN_OR_RETURN(view, cluster::ClusterView::Create({.redis = redis.get(), .cluster = c.cluster}));
-  if (c.index_mirror && redis->cluster_mode()) {
-    // Each worker's event stream has its own hash slot there (index_mirror.h).
-    SWA_LOG(info, "prefix index: Redis Cluster, so no index mirror (the match script decides)");
-  } else if (c.index_mirror) {
-    RETURN_IF_ERROR(StartIndexMirror(ro));
-  }
+  if (c.index_mirror) RETURN_IF_ERROR(StartIndexMirror(ro));
   router::WorkerDirectoryOptions wdo;
   wdo.view = view.get();
   wdo.refresh_interval = c.refresh_interval;

@@ -334,6 +334,9 @@ TEST(IndexMirrorOptionsTest, BadOptionsAreRejected) {
   o = {};
   o.batch = 0;
   EXPECT_FALSE(ValidateIndexMirrorOptions(o).ok());
+  o = {};
+  o.cluster_poll = absl::Milliseconds(1);  // below batch_interval (2 ms)
+  EXPECT_FALSE(ValidateIndexMirrorOptions(o).ok());
   EXPECT_FALSE(IndexMirror::Start(nullptr, *KeySchema::Create("x"), nullptr, {}).ok());
 }
 

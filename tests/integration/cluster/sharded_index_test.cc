@@ -18,10 +18,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lib/cluster/cluster_view.h"
+#include "lib/cluster/index_mirror.h"
 #include "lib/cluster/kv_events.h"
 #include "lib/cluster/redis_client.h"
 #include "lib/cluster/redis_cluster_protocol.h"
 #include "lib/cluster/worker_registration.h"
+#include "lib/metrics/registry.h"
 #include "tests/integration/cluster/redis_cluster_server.h"
 #include "tests/integration/cluster/redis_server.h"
 
@@ -216,8 +218,48 @@ class ShardedIndexTest : public ::testing::Test {
     return *std::move(reg);
   }
 
+  // A router's index mirror on the cluster (its own client: the mirror's
+  // reads) and a view deciding from it.
+  void StartClusterMirror(const std::vector<std::string>& ids) {
+    RedisOptions o = cluster_->ClientOptions();
+    o.command_timeout = std::max(o.command_timeout, absl::Seconds(2));
+    auto c = RedisClient::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    mirror_redis_ = *std::move(c);
+    auto v = ClusterView::Create({.redis = cluster_router_redis_.get(), .cluster = "shard",
+                                  .index = index_,
+                                  .sharded_load_max_age = absl::ZeroDuration()});
+    ASSERT_TRUE(v.ok()) << v.status();
+    mirrored_view_ = *std::move(v);
+    IndexMirrorOptions mo;
+    mo.poll = absl::Milliseconds(50);
+    mo.refresh = absl::Milliseconds(100);
+    mo.metrics = &registry_;
+    auto m = IndexMirror::Start(
+        mirror_redis_.get(), mirrored_view_->keys(),
+        [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, mo);
+    ASSERT_TRUE(m.ok()) << m.status();
+    mirror_ = *std::move(m);
+    mirrored_view_->SetIndexMirror(mirror_.get());
+  }
+
+  // True once the mirror has applied every event of `ids` in the cluster.
+  bool MirrorCaughtUp(const std::vector<std::string>& ids) {
+    for (const std::string& id : ids) {
+      auto r = cluster_router_redis_->Command({"GET", mirrored_view_->keys().EventSeqKey(id)});
+      if (!r.ok()) return false;
+      const uint64_t counter = r->is_nil() ? 0 : std::stoull(r->str);  // nil: no events yet
+      if (mirror_->Seq(id) != counter) return false;
+    }
+    return true;
+  }
+
   PrefixIndexOptions index_;
   std::unique_ptr<testing::RedisClusterServer> cluster_;
+  metrics::Registry registry_;
+  std::unique_ptr<RedisClient> mirror_redis_;
+  std::unique_ptr<ClusterView> mirrored_view_;
+  std::unique_ptr<IndexMirror> mirror_;
   std::unique_ptr<testing::RedisServer> single_;
   std::unique_ptr<RedisClient> cluster_redis_, cluster_router_redis_, single_redis_;
   std::unique_ptr<ClusterView> cluster_view_, single_view_;
@@ -249,8 +291,10 @@ TEST_F(ShardedIndexTest, MatchesAgreeWithASingleRedisAndTheShardsSpread) {
     }
   }
   for (auto& reg : regs) ASSERT_TRUE(reg->WaitEventsFlushed(absl::Seconds(20)));
+  StartClusterMirror(ids);
+  ASSERT_TRUE(Eventually([&] { return MirrorCaughtUp(ids); }, absl::Seconds(20)));
 
-  int past_anchor = 0, exact_short = 0;
+  int past_anchor = 0, exact_short = 0, mirror_deeper = 0;
   for (int q = 0; q < 300; ++q) {
     const int c = static_cast<int>(rng() % kConversations);
     const int pages = static_cast<int>(rng() % (kMaxTurnPages + 5));
@@ -260,8 +304,19 @@ TEST_F(ShardedIndexTest, MatchesAgreeWithASingleRedisAndTheShardsSpread) {
                               " pages, fork ", fork));
     auto want = single_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
     auto got = cluster_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
+    auto mirrored = mirrored_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(mirrored.ok()) << mirrored.status();
+    // The cluster's mirror (the union of the shards) is exact: the single
+    // Redis' answers, shallow matches included.
+    ASSERT_EQ(mirrored->depths, want->depths);
+    ASSERT_EQ(mirrored->safe_pages, want->safe_pages);
+    ASSERT_EQ(mirrored->l1_pages, want->l1_pages);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_TRUE(mirrored->loads[i].has_value());
+      mirror_deeper += mirrored->depths[i] > got->depths[i];
+    }
     for (size_t i = 0; i < ids.size(); ++i) {
       SCOPED_TRACE(ids[i]);
       ASSERT_TRUE(got->loads[i].has_value()) << "load report missing";
@@ -285,6 +340,42 @@ TEST_F(ShardedIndexTest, MatchesAgreeWithASingleRedisAndTheShardsSpread) {
   }
   EXPECT_GT(past_anchor, 100);
   EXPECT_GT(exact_short, 5);
+  // Shallow matches whose heads were not in the prompt's shard: the sharded
+  // script answered less, the mirror the truth.
+  EXPECT_GT(mirror_deeper, 5);
+
+  // Dispatches (predicted entries in the prompt's shard) extend the
+  // mirror's depths as the single Redis' match extends its own — when the
+  // prompt asked is in the dispatched one's shard (a prompt grown past the
+  // anchor page moves from the home shard to its anchor's, which does not
+  // hold the home shard's predictions: never more than the truth then).
+  int predicted = 0, same_shard = 0;
+  for (int q = 0; q < 60; ++q) {
+    const int c = static_cast<int>(rng() % kConversations);
+    const std::vector<uint64_t> prompt =
+        Prompt(c, 1 + static_cast<int>(rng() % (kMaxTurnPages + 5)));
+    const std::string& to = ids[rng() % ids.size()];
+    ASSERT_TRUE(single_view_->RecordDispatch(to, prompt).ok());
+    ASSERT_TRUE(cluster_view_->RecordDispatch(to, prompt).ok());
+    std::vector<uint64_t> asked = prompt;
+    if (rng() % 2 == 0) asked.push_back(Mix(asked.back(), 99));  // grown past it
+    auto want = single_view_->MatchPrefixesAndLoads(asked, ids, ids, kWindowPages);
+    auto mirrored = mirrored_view_->MatchPrefixesAndLoads(asked, ids, ids, kWindowPages);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(mirrored.ok()) << mirrored.status();
+    if (cluster_view_->index().MatchShard(asked) != cluster_view_->index().MatchShard(prompt)) {
+      for (size_t i = 0; i < ids.size(); ++i) ASSERT_LE(mirrored->depths[i], want->depths[i]);
+      continue;
+    }
+    ASSERT_EQ(mirrored->depths, want->depths) << "dispatch " << q;
+    ++same_shard;
+    std::vector<int64_t> held;
+    ASSERT_TRUE(mirror_->Depths(asked, ids, &held));
+    for (size_t i = 0; i < ids.size(); ++i) predicted += want->depths[i] > held[i];
+  }
+  EXPECT_GT(predicted, 20);
+  EXPECT_GT(same_shard, 40);
+  EXPECT_NE(registry_.RenderText().find("swaserve_index_mirror_workers 3"), std::string::npos);
 
   // The KV events snapshot (the union of the shards) is the worker's cache.
   KvEventReader reader(cluster_router_redis_.get(), cluster_view_->keys());
@@ -321,6 +412,11 @@ TEST_F(ShardedIndexTest, AKilledMasterFailsFastThenAffinityReturnsAfterPromotion
   auto before = cluster_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
   ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_EQ(before->depths, (std::vector<int64_t>{static_cast<int64_t>(prompt.size()), 0}));
+  StartClusterMirror(ids);
+  ASSERT_TRUE(Eventually([&] { return MirrorCaughtUp(ids); }, absl::Seconds(10)));
+  auto mirrored = mirrored_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
+  ASSERT_TRUE(mirrored.ok()) << mirrored.status();
+  ASSERT_EQ(mirrored->depths, before->depths);
 
   // Let the replica catch up (WAIT on the shard's master), then kill it.
   const int shard = cluster_view_->index().MatchShard(prompt);
@@ -364,6 +460,15 @@ TEST_F(ShardedIndexTest, AKilledMasterFailsFastThenAffinityReturnsAfterPromotion
   auto after = cluster_view_->MatchPrefixesAndLoads(Prompt(3, 30), ids, ids, kWindowPages);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->depths[0], kSystemPages + 30);
+  // The mirror reads the streams again (on the promoted replica) and sees
+  // the new store.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto r = mirrored_view_->MatchPrefixesAndLoads(Prompt(3, 30), ids, ids, kWindowPages);
+        return r.ok() && r->depths[0] == kSystemPages + 30 && MirrorCaughtUp(ids);
+      },
+      absl::Seconds(20)))
+      << "the mirror did not recover after failover";
 }
 
 }  // namespace

@@ -85,11 +85,12 @@ class RedisClusterLaunchTest : public ::testing::Test {
     return r->status;
   }
 
-  double Fallbacks(int port) {
+  double Fallbacks(int port) { return RouterMetric(port, "swaserve_router_redis_fallbacks_total"); }
+  double RouterMetric(int port, const std::string& name) {
     httplib::Client h("127.0.0.1", port);
     httplib::Result r = h.Get("/metrics");
     if (!r || r->status != 200) return -1;
-    return Counter(r->body, "swaserve_router_redis_fallbacks_total");
+    return Counter(r->body, name);
   }
 
   std::unique_ptr<cluster::testing::RedisClusterServer> redis_;
@@ -130,6 +131,11 @@ TEST_F(RedisClusterLaunchTest, ServesThroughAKilledMasterAndTheIndexReturns) {
     ASSERT_EQ(Complete(port, long_prompt), 200);
   }
   EXPECT_EQ(Fallbacks(port), 0);
+  // The router decides from its index mirror (the default), which polls the
+  // workers' streams across the cluster's slots: every worker (2 prefill,
+  // 1 decode) mirrored, and the prefill workers' events read.
+  EXPECT_EQ(RouterMetric(port, "swaserve_index_mirror_workers"), 3);
+  EXPECT_GT(RouterMetric(port, "swaserve_index_mirror_events_total"), 0);
 
   // The workers' index and KV events are in the cluster.
   std::string out;
