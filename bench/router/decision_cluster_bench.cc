@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -372,6 +373,10 @@ struct MirrorEventCost {
   double with_us = 0;
   double without_us = 0;
 };
+MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
+                          const std::vector<std::string>& ids,
+                          std::unique_ptr<cluster::IndexMirror> mirror,
+                          const std::function<std::unique_ptr<cluster::IndexMirror>()>& start_mirror);
 
 // The mirror row (--mirror): a fresh single Redis with the event streams on,
 // populated while the mirror reads them; the decisions; then the Redis CPU
@@ -401,18 +406,25 @@ MirrorEventCost MeasureMirror(const Workload& w, const std::vector<Query>& queri
   view->SetIndexMirror(mirror.get());
   rows->push_back(Measure("single Redis, index mirror", *redis, *view, queries, f, false));
   view->SetIndexMirror(nullptr);
-  // The event ops' cost with and without the mirror reading them, in the
-  // order with, without, without, with (each batch adds pages, so a later
-  // one may cost more): the averages.
+  return EventCost(*redis, *view, ids, std::move(mirror), start_mirror);
+}
+
+// The event ops' cost with and without the mirror reading them, in the order
+// with, without, without, with (each batch adds pages, so a later one may
+// cost more): the averages. `mirror` is running; start_mirror starts another.
+MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
+                          const std::vector<std::string>& ids,
+                          std::unique_ptr<cluster::IndexMirror> mirror,
+                          const std::function<std::unique_ptr<cluster::IndexMirror>()>& start_mirror) {
   MirrorEventCost cost;
   uint64_t seed = 1;
   for (const bool with : {true, false, false, true}) {
     if (with && mirror == nullptr) {
       mirror = start_mirror();
-      WaitForMirror(*redis, *view, *mirror, ids);
+      WaitForMirror(redis, view, *mirror, ids);
     }
     if (!with) mirror.reset();
-    const double us = EventOpsCpu(*redis, *view, mirror.get(), ids, seed++) / kMirrorEventOps / 2;
+    const double us = EventOpsCpu(redis, view, mirror.get(), ids, seed++) / kMirrorEventOps / 2;
     (with ? cost.with_us : cost.without_us) += us;
   }
   return cost;
@@ -492,14 +504,39 @@ int Main(int argc, char** argv) {
       if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
       std::vector<std::string> ids;
       for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
-      auto mirror = cluster::IndexMirror::Start(
-          mirror_redis->get(), (*view)->keys(),
-          [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, {});
-      if (!mirror.ok()) Die(mirror.status().ToString());
-      WaitForMirror(**redis, **view, **mirror, ids);
-      (*view)->SetIndexMirror(mirror->get());
+      auto start_mirror = [&] {
+        auto m = cluster::IndexMirror::Start(
+            mirror_redis->get(), (*view)->keys(),
+            [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, {});
+        if (!m.ok()) Die(m.status().ToString());
+        return *std::move(m);
+      };
+      std::unique_ptr<cluster::IndexMirror> mirror = start_mirror();
+      WaitForMirror(**redis, **view, *mirror, ids);
+      (*view)->SetIndexMirror(mirror.get());
       rows.push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false));
       (*view)->SetIndexMirror(nullptr);
+      // The cost of the mirror's polls on a quiet cluster (no events): all
+      // masters' CPU over 3 s with the mirror polling, then without it.
+      auto idle_ms_per_s = [&] {
+        const auto a = MasterCpu(**redis);
+        absl::SleepFor(absl::Seconds(3));
+        const auto b = MasterCpu(**redis);
+        double s = 0;
+        for (const auto& [address, c] : b) s += c.total - a.at(address).total;
+        return 1e3 * s / 3;
+      };
+      const double with_polls = idle_ms_per_s();
+      const double without = (mirror.reset(), idle_ms_per_s());
+      std::printf("cluster mirror, quiet: %.2f ms of Redis CPU per s polling (%.2f with, %.2f "
+                  "without)\n", with_polls - without, with_polls, without);
+      mirror = start_mirror();
+      WaitForMirror(**redis, **view, *mirror, ids);
+      const MirrorEventCost busy = EventCost(**redis, **view, ids, std::move(mirror), start_mirror);
+      std::printf("cluster mirror, busy: Redis CPU per event op (all masters, 2 x %d stored ops "
+                  "of 16 new pages each way): %.1f us with the mirror polling, %.1f without: "
+                  "%+.1f us per op\n", kMirrorEventOps, busy.with_us, busy.without_us,
+                  busy.with_us - busy.without_us);
     }
   }
   MirrorEventCost event_cost;

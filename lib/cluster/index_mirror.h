@@ -93,8 +93,10 @@ struct IndexMirrorOptions {
   // while none brings events (the copy's extra lag when a quiet worker
   // stores again; the router's own dispatches are covered by predicted
   // entries meanwhile). Each poll costs each master one round trip with an
-  // XREAD per stream it holds. >= batch_interval. Default 20 ms.
-  absl::Duration cluster_poll = absl::Milliseconds(20);
+  // XREAD per stream it holds (quiet: about 17 ms of Redis CPU per second
+  // over 3 masters at 20 ms on this VM, bench/RESULTS.md). >= batch_interval.
+  // Default 50 ms.
+  absl::Duration cluster_poll = absl::Milliseconds(50);
   // Optional: swaserve_index_mirror_events_total, _snapshots_total,
   // _workers (gauge).
   metrics::Registry* metrics = nullptr;

@@ -112,7 +112,7 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "keep an in-memory copy of the prefix index fed by the workers' KV event streams, "
            "so a decision asks Redis only for predictions and loads (about a third of the "
            "Redis CPU per decision; ~40 bytes of router memory per indexed page; on a Redis "
-           "Cluster it polls the streams, one XREAD each, every 2-20 ms)")
+           "Cluster it polls the streams, one XREAD each, every 2-50 ms)")
       .Add("cluster", &c->cluster, "cluster name (Redis key prefix)")
       .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
