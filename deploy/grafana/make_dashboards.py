@@ -54,6 +54,11 @@ DASHBOARDS = {
             ("sum by (reason) (rate(swaserve_router_migrations_total[$__rate_interval]))", "migration {{reason}}"),
             ("sum by (leg) (rate(swaserve_router_retries_total[$__rate_interval]))", "retry {{leg}}"),
         ], "ops", "Streams moved to another worker pair, and retried worker calls."),
+        panel("Router index mirror", [
+            ("sum by (instance) (swaserve_index_mirror_workers)", "workers mirrored {{instance}}"),
+            ("sum by (instance) (rate(swaserve_index_mirror_events_total[$__rate_interval]))", "events/s {{instance}}"),
+            ("sum by (instance) (rate(swaserve_index_mirror_snapshots_total[$__rate_interval]))", "snapshots/s {{instance}}"),
+        ], "short", "Each router's in-memory copy of the prefix index (--index_mirror, the default): workers it holds, KV events it applies, and snapshots it takes — new workers, or a gap in a stream (lost events, a Redis restart or failover); snapshots that keep coming mean the streams are being trimmed before the router reads them."),
     ]),
     "swaserve-workers": ("swaserve: workers, KV and MTP", [
         panel("KV pool usage: full vs SWA", [
