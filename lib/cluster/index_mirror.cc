@@ -48,6 +48,14 @@ absl::StatusOr<std::unique_ptr<IndexMirror>> IndexMirror::Start(
     mirror->events_ = &events->WithLabels({});
     mirror->snapshots_ = &snapshots->WithLabels({});
     mirror->workers_gauge_ = &gauge->WithLabels({});
+    ASSIGN_OR_RETURN(auto* entries,
+                     options.metrics->AddGauge(
+                         "swaserve_index_mirror_entries",
+                         "Page hashes the index mirror holds (every worker's pages, SWA-gone "
+                         "and lower-tier pages): about 40 bytes of router memory per indexed "
+                         "page.",
+                         {}));
+    mirror->entries_gauge_ = &entries->WithLabels({});
   }
   mirror->thread_ = std::thread([m = mirror.get()] { m->Run(); });
   return mirror;
@@ -141,6 +149,12 @@ void IndexMirror::Refresh() {
   if (workers_gauge_ != nullptr) {
     absl::ReaderMutexLock lock(&mu_);
     workers_gauge_->Set(static_cast<double>(mirrored_.size()));
+    size_t entries = 0;
+    for (const auto& [id, w] : mirrored_) {
+      absl::ReaderMutexLock worker_lock(&w->mu);
+      entries += w->state.pages().size() + w->state.swa_gone().size() + w->state.lower().size();
+    }
+    entries_gauge_->Set(static_cast<double>(entries));
   }
 }
 

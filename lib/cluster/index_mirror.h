@@ -98,7 +98,7 @@ struct IndexMirrorOptions {
   // Default 50 ms.
   absl::Duration cluster_poll = absl::Milliseconds(50);
   // Optional: swaserve_index_mirror_events_total, _snapshots_total,
-  // _workers (gauge).
+  // _workers and _entries (gauges, set every refresh).
   metrics::Registry* metrics = nullptr;
 };
 
@@ -177,6 +177,7 @@ class IndexMirror {
   metrics::Counter* events_ = nullptr;
   metrics::Counter* snapshots_ = nullptr;
   metrics::Gauge* workers_gauge_ = nullptr;
+  metrics::Gauge* entries_gauge_ = nullptr;  // set with workers_gauge_
 
   absl::Notification stop_;
   std::thread thread_;

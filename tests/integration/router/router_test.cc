@@ -342,6 +342,8 @@ TEST_F(RouterIntegrationTest, TwoRoutersShareAffinityThroughRedis) {
   // r2's decisions came from its mirror of the three workers' streams.
   EXPECT_EQ(cluster_->Metric("r2", "swaserve_index_mirror_workers"), 3);
   EXPECT_GE(cluster_->Metric("r2", "swaserve_index_mirror_events_total"), 7);
+  // Its size: at least the 400-token prompt's whole pages on its holder.
+  EXPECT_GE(cluster_->Metric("r2", "swaserve_index_mirror_entries"), 10);
   // r1 has no mirror (--index_mirror=false): no such metric on its
   // /metrics (which answers: the breaker gauge is there).
   EXPECT_GE(cluster_->Metric("r1", "swaserve_router_open_breakers"), 0);
