@@ -142,24 +142,61 @@ absl::StatusOr<KvSnapshot> KvEventReader::Snapshot(absl::string_view worker_id) 
   ASSIGN_OR_RETURN(const int64_t seq, p.elements[0].AsInteger());
   s.seq = static_cast<uint64_t>(seq);
   s.id = p.elements[1].str;
-  std::vector<RedisCommand> commands;
+  std::vector<std::string> keys;
   for (int shard = 0; shard < keys_.index_shards(); ++shard) {
-    commands.push_back({"SMEMBERS", keys_.PrefixKey(worker_id, shard)});
-    commands.push_back({"SMEMBERS", keys_.SwaGoneKey(worker_id, shard)});
-    commands.push_back({"SMEMBERS", keys_.LowerTierKey(worker_id, shard)});
+    keys.push_back(keys_.PrefixKey(worker_id, shard));
+    keys.push_back(keys_.SwaGoneKey(worker_id, shard));
+    keys.push_back(keys_.LowerTierKey(worker_id, shard));
   }
-  ASSIGN_OR_RETURN(std::vector<RedisReply> sets, redis_->Pipeline(commands, "kv_snapshot"));
+  // Sizes first: small SETs in one pipelined SMEMBERS, large ones scanned.
+  std::vector<RedisCommand> cards;
+  for (const std::string& key : keys) cards.push_back({"SCARD", key});
+  ASSIGN_OR_RETURN(std::vector<RedisReply> sizes, redis_->Pipeline(cards, "kv_snapshot"));
+  std::vector<RedisCommand> small;
+  std::vector<size_t> small_at;
+  std::vector<std::vector<RedisReply>> sets(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSIGN_OR_RETURN(const int64_t n, sizes[i].AsInteger());
+    if (n > smembers_max_) {
+      RETURN_IF_ERROR(Scan(keys[i], &sets[i]));
+    } else if (n > 0) {
+      small.push_back({"SMEMBERS", keys[i]});
+      small_at.push_back(i);
+    }
+  }
+  if (!small.empty()) {
+    ASSIGN_OR_RETURN(std::vector<RedisReply> got, redis_->Pipeline(small, "kv_snapshot"));
+    for (size_t j = 0; j < got.size(); ++j) {
+      RETURN_IF_ERROR(got[j].ToStatus());
+      sets[small_at[j]].push_back(std::move(got[j]));
+    }
+  }
   // A head page is in several shards (index_shard_mapper.h): the union.
   absl::flat_hash_set<uint64_t> seen[3];
   std::vector<uint64_t>* out[3] = {&s.pages, &s.swa_gone, &s.lower};
   for (size_t i = 0; i < sets.size(); ++i) {
-    RETURN_IF_ERROR(sets[i].ToStatus());
-    ASSIGN_OR_RETURN(std::vector<uint64_t> members, Members(sets[i]));
-    for (uint64_t h : members) {
-      if (seen[i % 3].insert(h).second) out[i % 3]->push_back(h);
+    for (const RedisReply& part : sets[i]) {
+      ASSIGN_OR_RETURN(std::vector<uint64_t> members, Members(part));
+      for (uint64_t h : members) {
+        if (seen[i % 3].insert(h).second) out[i % 3]->push_back(h);
+      }
     }
   }
   return s;
+}
+
+absl::Status KvEventReader::Scan(const std::string& key, std::vector<RedisReply>* out) {
+  std::string cursor = "0";
+  do {
+    ASSIGN_OR_RETURN(RedisReply r,
+                     redis_->Command({"SSCAN", key, cursor, "COUNT", "1000"}, "kv_snapshot"));
+    if (!r.is_array() || r.elements.size() != 2 || !r.elements[1].is_array()) {
+      return absl::InternalError(absl::StrCat("kv snapshot: bad SSCAN reply ", r.DebugString()));
+    }
+    cursor = r.elements[0].str;
+    out->push_back(std::move(r.elements[1]));
+  } while (cursor != "0");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worker_id,

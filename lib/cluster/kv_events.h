@@ -103,9 +103,19 @@ struct KvSnapshot {
 
 class KvEventReader {
  public:
-  // `redis` is not owned and must outlive the reader.
-  KvEventReader(RedisClient* redis, KeySchema keys) : redis_(redis), keys_(std::move(keys)) {}
+  // `redis` is not owned and must outlive the reader. A SET of more than
+  // `smembers_max` entries is read by SSCAN in steps of about 1,000 (Redis
+  // serves other clients between the steps: one SMEMBERS of 10^6 entries
+  // would stall it for about 100 ms), smaller ones by one pipelined
+  // SMEMBERS. Default 10,000.
+  KvEventReader(RedisClient* redis, KeySchema keys, int64_t smembers_max = 10000)
+      : redis_(redis), keys_(std::move(keys)), smembers_max_(smembers_max) {}
 
+  // SSCAN returns every entry present throughout the scan, and entries
+  // stored or removed meanwhile may or may not come back: both are events
+  // after the snapshot's position, which a reader replays (the last event
+  // of a page sets its state), so a scanned snapshot is as exact as one
+  // SMEMBERS.
   absl::StatusOr<KvSnapshot> Snapshot(absl::string_view worker_id);
 
   // Up to `count` events of `worker_id` after stream id `after_id`, the
@@ -120,8 +130,12 @@ class KvEventReader {
                                             int count, absl::Duration block = absl::ZeroDuration());
 
  private:
+  // The members of the SET at `key` (SSCAN), appended to *out.
+  absl::Status Scan(const std::string& key, std::vector<RedisReply>* out);
+
   RedisClient* const redis_;
   const KeySchema keys_;
+  const int64_t smembers_max_;
 };
 
 // A consumer's copy of one worker's KV state, kept by applying its events
