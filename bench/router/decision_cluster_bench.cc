@@ -48,7 +48,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -249,10 +248,16 @@ struct Row {
   std::map<std::string, double> per_master_us;
 };
 
-Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& view,
-            const std::vector<Query>& queries, const Flags& f, bool sharded) {
+// "prefill-0" .. "prefill-<kWorkers - 1>".
+std::vector<std::string> WorkerIds() {
   std::vector<std::string> ids;
   for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
+  return ids;
+}
+
+Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& view,
+            const std::vector<Query>& queries, const Flags& f, bool sharded) {
+  const std::vector<std::string> ids = WorkerIds();
   auto decide = [&](const Query& q) {
     auto r = view.MatchPrefixesAndLoads(q.hashes, ids, ids, /*window_pages=*/8);
     if (!r.ok()) Die(name + ": " + r.status().ToString());
@@ -348,6 +353,16 @@ SingleRedis StartSingleRedis(const Flags& f, const cluster::PrefixIndexOptions& 
 
 constexpr int kMirrorEventOps = 2000;
 
+// The index mirror of the kWorkers workers, reading through `mirror_redis`.
+std::unique_ptr<cluster::IndexMirror> StartMirror(RedisClient& mirror_redis,
+                                                  const cluster::KeySchema& keys) {
+  auto m = cluster::IndexMirror::Start(
+      &mirror_redis, keys, []() -> absl::StatusOr<std::vector<std::string>> { return WorkerIds(); },
+      {});
+  if (!m.ok()) Die(m.status().ToString());
+  return *std::move(m);
+}
+
 // Redis CPU (all masters) while `ops` stored ops of 16 fresh pages are
 // applied (and, with a mirror, until it has read them all).
 double EventOpsCpu(RedisClient& redis, cluster::ClusterView& view, cluster::IndexMirror* mirror,
@@ -374,9 +389,7 @@ struct MirrorEventCost {
   double without_us = 0;
 };
 MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
-                          const std::vector<std::string>& ids,
-                          std::unique_ptr<cluster::IndexMirror> mirror,
-                          const std::function<std::unique_ptr<cluster::IndexMirror>()>& start_mirror);
+                          RedisClient& mirror_redis, std::unique_ptr<cluster::IndexMirror> mirror);
 
 // The mirror row (--mirror): a fresh single Redis with the event streams on,
 // populated while the mirror reads them; the decisions; then the Redis CPU
@@ -391,36 +404,26 @@ MirrorEventCost MeasureMirror(const Workload& w, const std::vector<Query>& queri
   mo.command_timeout = absl::Seconds(5);  // above the mirror's XREAD BLOCK
   auto mirror_redis = RedisClient::Create(mo);
   if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
-  std::vector<std::string> ids;
-  for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
-  auto start_mirror = [&] {
-    auto m = cluster::IndexMirror::Start(
-        mirror_redis->get(), view->keys(),
-        [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, {});
-    if (!m.ok()) Die(m.status().ToString());
-    return *std::move(m);
-  };
-  std::unique_ptr<cluster::IndexMirror> mirror = start_mirror();
+  std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, view->keys());
   Populate(*redis, view->index(), w, io.anchor_page);
-  WaitForMirror(*redis, *view, *mirror, ids);
+  WaitForMirror(*redis, *view, *mirror, WorkerIds());
   view->SetIndexMirror(mirror.get());
   rows->push_back(Measure("single Redis, index mirror", *redis, *view, queries, f, false));
   view->SetIndexMirror(nullptr);
-  return EventCost(*redis, *view, ids, std::move(mirror), start_mirror);
+  return EventCost(*redis, *view, **mirror_redis, std::move(mirror));
 }
 
 // The event ops' cost with and without the mirror reading them, in the order
 // with, without, without, with (each batch adds pages, so a later one may
-// cost more): the averages. `mirror` is running; start_mirror starts another.
+// cost more): the averages. `mirror` is running (on mirror_redis).
 MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
-                          const std::vector<std::string>& ids,
-                          std::unique_ptr<cluster::IndexMirror> mirror,
-                          const std::function<std::unique_ptr<cluster::IndexMirror>()>& start_mirror) {
+                          RedisClient& mirror_redis, std::unique_ptr<cluster::IndexMirror> mirror) {
+  const std::vector<std::string> ids = WorkerIds();
   MirrorEventCost cost;
   uint64_t seed = 1;
   for (const bool with : {true, false, false, true}) {
     if (with && mirror == nullptr) {
-      mirror = start_mirror();
+      mirror = StartMirror(mirror_redis, view.keys());
       WaitForMirror(redis, view, *mirror, ids);
     }
     if (!with) mirror.reset();
@@ -502,17 +505,8 @@ int Main(int argc, char** argv) {
       mo.command_timeout = absl::Seconds(30);  // the snapshots of 125,000 pages per worker
       auto mirror_redis = RedisClient::Create(mo);
       if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
-      std::vector<std::string> ids;
-      for (int k = 0; k < kWorkers; ++k) ids.push_back(absl::StrCat("prefill-", k));
-      auto start_mirror = [&] {
-        auto m = cluster::IndexMirror::Start(
-            mirror_redis->get(), (*view)->keys(),
-            [ids]() -> absl::StatusOr<std::vector<std::string>> { return ids; }, {});
-        if (!m.ok()) Die(m.status().ToString());
-        return *std::move(m);
-      };
-      std::unique_ptr<cluster::IndexMirror> mirror = start_mirror();
-      WaitForMirror(**redis, **view, *mirror, ids);
+      std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, (*view)->keys());
+      WaitForMirror(**redis, **view, *mirror, WorkerIds());
       (*view)->SetIndexMirror(mirror.get());
       rows.push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false));
       (*view)->SetIndexMirror(nullptr);
@@ -530,9 +524,9 @@ int Main(int argc, char** argv) {
       const double without = (mirror.reset(), idle_ms_per_s());
       std::printf("cluster mirror, quiet: %.2f ms of Redis CPU per s polling (%.2f with, %.2f "
                   "without)\n", with_polls - without, with_polls, without);
-      mirror = start_mirror();
-      WaitForMirror(**redis, **view, *mirror, ids);
-      const MirrorEventCost busy = EventCost(**redis, **view, ids, std::move(mirror), start_mirror);
+      mirror = StartMirror(**mirror_redis, (*view)->keys());
+      WaitForMirror(**redis, **view, *mirror, WorkerIds());
+      const MirrorEventCost busy = EventCost(**redis, **view, **mirror_redis, std::move(mirror));
       std::printf("cluster mirror, busy: Redis CPU per event op (all masters, 2 x %d stored ops "
                   "of 16 new pages each way): %.1f us with the mirror polling, %.1f without: "
                   "%+.1f us per op\n", kMirrorEventOps, busy.with_us, busy.without_us,

@@ -282,16 +282,7 @@ bool IndexMirror::Depths(absl::Span<const uint64_t> hashes,
     std::shared_ptr<Worker> w = Find(candidates[c]);
     if (w == nullptr) return false;
     absl::ReaderMutexLock lock(&w->mu);
-    // The pages held are closed under prefixes (prefix_index.h), so the
-    // depth is found by binary search, as the match script does.
-    const auto& pages = w->state.pages();
-    const int64_t n = static_cast<int64_t>(hashes.size());
-    int64_t lo = 0, hi = n;  // pages 1..lo held, page hi + 1 not
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (pages.contains(hashes[mid - 1])) lo = mid; else hi = mid - 1;
-    }
-    (*depths)[c] = lo;
+    (*depths)[c] = w->state.Depth(hashes);
   }
   return true;
 }

@@ -299,10 +299,13 @@ absl::Status KvWorkerState::Apply(const KvEvent& e) {
   return absl::OkStatus();
 }
 
-int64_t KvWorkerState::Depth(const std::vector<uint64_t>& hashes) const {
-  int64_t d = 0;
-  while (d < static_cast<int64_t>(hashes.size()) && pages_.contains(hashes[d])) ++d;
-  return d;
+int64_t KvWorkerState::Depth(absl::Span<const uint64_t> hashes) const {
+  int64_t lo = 0, hi = static_cast<int64_t>(hashes.size());  // pages 1..lo held, hi + 1 not
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (pages_.contains(hashes[mid - 1])) lo = mid; else hi = mid - 1;
+  }
+  return lo;
 }
 
 }  // namespace swaserve::cluster

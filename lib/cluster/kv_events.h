@@ -74,6 +74,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/redis_client.h"
 
@@ -152,7 +153,10 @@ class KvWorkerState {
   const absl::flat_hash_set<uint64_t>& swa_gone() const { return swa_gone_; }
   const absl::flat_hash_set<uint64_t>& lower() const { return lower_; }
   // Leading pages of `hashes` held (the index's depth, without predictions).
-  int64_t Depth(const std::vector<uint64_t>& hashes) const;
+  // The pages held are closed under prefixes (prefix_index.h: a worker's
+  // cache stores a page only under its parent and evicts leaves first), so
+  // this is a binary search, as the match script's: O(log n) lookups.
+  int64_t Depth(absl::Span<const uint64_t> hashes) const;
 
  private:
   uint64_t seq_ = 0;
