@@ -33,7 +33,14 @@
 //
 // Usage: decision_cluster_bench [--hashes N] [--decisions N] [--threads N]
 //          [--prompt-pages N] [--shared-pages N] [--coalesce N] [--mirror]
+//          [--rate N] [--cluster-rate N] [--rounds N] [--node-timeout-ms N]
 //          [--json FILE]
+// --rate N paces the decisions at N per second over all threads (the same
+// workload for the single Redis and the cluster) instead of a closed loop;
+// --cluster-rate N paces the cluster rows at N instead (3 x --rate: the same
+// load per server);
+// --rounds N (with --mirror) measures the two mirrored rows N times,
+// alternately.
 // --mirror adds two rows: the cluster and a single Redis whose decisions
 // take the depths from a router index mirror (index_mirror.h: the
 // prefix_extend script only adds predictions and reads the loads; on the
@@ -49,6 +56,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -95,6 +103,24 @@ struct Flags {
   // Also measure a single Redis whose decisions take the depths from a
   // router index mirror (index_mirror.h), and the mirror's cost per event.
   bool mirror = false;
+  // Decisions per second over all threads, paced (each thread sends its next
+  // decision at its scheduled time, or at once when late); 0 = as fast as the
+  // threads can (closed loop). Paced, the single Redis and the cluster serve
+  // the same workload, so their Redis CPU per decision compares like for
+  // like; closed loop, each runs at its own saturation point.
+  double rate = 0;
+  // The cluster rows' pace (0: --rate). At 3 x --rate each master serves
+  // what the single Redis serves: the same load per server, so the same
+  // requests per wake-up of its event loop.
+  double cluster_rate = 0;
+  // With --mirror: the mirrored single Redis and the mirrored cluster are
+  // measured this many times, alternately, in one process (the VM's speed
+  // drifts over minutes; alternating rounds see the same drift).
+  int rounds = 1;
+  // The cluster's cluster-node-timeout: Redis's default (the test helper's
+  // 1 s is for fast failovers; the nodes ping each other at least every
+  // half of it, idle CPU the decisions would be charged).
+  int node_timeout_ms = 15000;
   std::string json;
 };
 
@@ -138,6 +164,33 @@ std::map<std::string, ServerCpu> MasterCpu(RedisClient& redis) {
       }
     }
     out[address] = cpu;
+  }
+  return out;
+}
+
+// Redis's own accounting over every master (INFO commandstats): calls and
+// usec per command name.
+struct CommandStat {
+  double calls = 0;
+  double usec = 0;
+};
+std::map<std::string, CommandStat> CommandStats(RedisClient& redis) {
+  auto replies = redis.CommandOnEveryMaster({"INFO", "commandstats"}, "bench");
+  if (!replies.ok()) Die("INFO commandstats: " + replies.status().ToString());
+  std::map<std::string, CommandStat> out;
+  for (const auto& [address, r] : *replies) {
+    // cmdstat_evalsha:calls=20300,usec=512345,usec_per_call=25.24,...
+    for (absl::string_view line : absl::StrSplit(r.str, "\r\n")) {
+      if (!absl::ConsumePrefix(&line, "cmdstat_")) continue;
+      const size_t colon = line.find(':');
+      if (colon == absl::string_view::npos) continue;
+      CommandStat& st = out[std::string(line.substr(0, colon))];
+      for (absl::string_view kv : absl::StrSplit(line.substr(colon + 1), ',')) {
+        double v = 0;
+        if (absl::ConsumePrefix(&kv, "calls=") && absl::SimpleAtod(kv, &v)) st.calls += v;
+        if (absl::ConsumePrefix(&kv, "usec=") && absl::SimpleAtod(kv, &v)) st.usec += v;
+      }
+    }
   }
   return out;
 }
@@ -245,6 +298,13 @@ struct Row {
   int64_t n = 0;
   double p50_us = 0, p99_us = 0, per_s = 0, router_cpu_us = 0, redis_cpu_us = 0;
   double redis_user_us = 0;  // the user part of redis_cpu_us
+  // Commands Redis executed per decision, all masters ("evalsha 1.00 (24.1
+  // us)": calls per decision and usec per call, INFO commandstats).
+  std::string commands;
+  // Their execution time per decision (INFO commandstats usec, all
+  // commands but the bench's INFO): Redis's work without its I/O and event
+  // loop.
+  double redis_exec_us = 0;
   std::map<std::string, double> per_master_us;
 };
 
@@ -255,8 +315,9 @@ std::vector<std::string> WorkerIds() {
   return ids;
 }
 
+// `rate`: decisions/s, paced (0: closed loop).
 Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& view,
-            const std::vector<Query>& queries, const Flags& f, bool sharded) {
+            const std::vector<Query>& queries, const Flags& f, bool sharded, double rate) {
   const std::vector<std::string> ids = WorkerIds();
   auto decide = [&](const Query& q) {
     auto r = view.MatchPrefixesAndLoads(q.hashes, ids, ids, /*window_pages=*/8);
@@ -269,6 +330,7 @@ Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& v
     if (!r->loads[q.owner].has_value()) Die(name + ": no load report");
   };
   for (size_t i = 0; i < 300; ++i) decide(queries[i % queries.size()]);  // warm-up
+  const std::map<std::string, CommandStat> stats0 = CommandStats(redis);
   const std::map<std::string, ServerCpu> cpu0 = MasterCpu(redis);
   std::vector<std::vector<double>> lat(f.threads);
   std::vector<double> cpu(f.threads, 0);
@@ -278,8 +340,16 @@ Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& v
   for (int t = 0; t < f.threads; ++t) {
     threads.emplace_back([&, t] {
       const double c0 = ThreadCpuSeconds();
+      // Paced: thread t's decision i is due at start + (i + t / threads) *
+      // threads / rate (the threads' schedules interleave).
+      const std::chrono::duration<double> gap(rate > 0 ? f.threads / rate : 0);
       for (int i = 0; i < per_thread; ++i) {
         const Query& q = queries[(static_cast<size_t>(t) * 7919 + i) % queries.size()];
+        if (rate > 0) {
+          std::this_thread::sleep_until(
+              start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          gap * (i + static_cast<double>(t) / f.threads)));
+        }
         const auto a = std::chrono::steady_clock::now();
         decide(q);
         lat[t].push_back(std::chrono::duration<double, std::micro>(
@@ -292,8 +362,21 @@ Row Measure(const std::string& name, RedisClient& redis, cluster::ClusterView& v
   for (std::thread& th : threads) th.join();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::map<std::string, ServerCpu> cpu1 = MasterCpu(redis);
+  const std::map<std::string, CommandStat> stats1 = CommandStats(redis);
   Row row;
   row.name = name;
+  for (const auto& [command, st] : stats1) {
+    if (command == "info") continue;  // the bench's own
+    const auto before = stats0.find(command);
+    const double calls = st.calls - (before == stats0.end() ? 0 : before->second.calls);
+    const double usec = st.usec - (before == stats0.end() ? 0 : before->second.usec);
+    if (calls <= 0) continue;
+    row.redis_exec_us += usec / static_cast<double>(f.decisions / f.threads * f.threads);
+    absl::StrAppend(&row.commands, row.commands.empty() ? "" : ", ",
+                    absl::StrFormat("%s %.2f (%.1f us)", command,
+                                    calls / static_cast<double>(f.decisions / f.threads * f.threads),
+                                    usec / calls));
+  }
   std::vector<double> all;
   for (const auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
@@ -391,26 +474,30 @@ struct MirrorEventCost {
 MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
                           RedisClient& mirror_redis, std::unique_ptr<cluster::IndexMirror> mirror);
 
-// The mirror row (--mirror): a fresh single Redis with the event streams on,
-// populated while the mirror reads them; the decisions; then the Redis CPU
-// per event op with and without the mirror reading.
-MirrorEventCost MeasureMirror(const Workload& w, const std::vector<Query>& queries, const Flags& f,
-                     cluster::PrefixIndexOptions io, std::vector<Row>* rows) {
+// The mirrored single Redis (--mirror): a fresh redis-server with the event
+// streams on, populated while its index mirror reads them, the mirror set on
+// its view.
+struct MirroredSingle {
+  SingleRedis one;
+  std::unique_ptr<RedisClient> mirror_redis;
+  std::unique_ptr<cluster::IndexMirror> mirror;
+};
+
+MirroredSingle StartMirroredSingle(const Workload& w, const Flags& f,
+                                   cluster::PrefixIndexOptions io) {
   io.event_stream_max_len = 1000;  // the mirror reads the streams
-  SingleRedis one = StartSingleRedis(f, io);
-  RedisClient* const redis = one.redis.get();
-  cluster::ClusterView* const view = one.view.get();
-  cluster::RedisOptions mo = one.server->ClientOptions();
+  MirroredSingle m;
+  m.one = StartSingleRedis(f, io);
+  cluster::RedisOptions mo = m.one.server->ClientOptions();
   mo.command_timeout = absl::Seconds(5);  // above the mirror's XREAD BLOCK
   auto mirror_redis = RedisClient::Create(mo);
   if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
-  std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, view->keys());
-  Populate(*redis, view->index(), w, io.anchor_page);
-  WaitForMirror(*redis, *view, *mirror, WorkerIds());
-  view->SetIndexMirror(mirror.get());
-  rows->push_back(Measure("single Redis, index mirror", *redis, *view, queries, f, false));
-  view->SetIndexMirror(nullptr);
-  return EventCost(*redis, *view, **mirror_redis, std::move(mirror));
+  m.mirror_redis = *std::move(mirror_redis);
+  m.mirror = StartMirror(*m.mirror_redis, m.one.view->keys());
+  Populate(*m.one.redis, m.one.view->index(), w, io.anchor_page);
+  WaitForMirror(*m.one.redis, *m.one.view, *m.mirror, WorkerIds());
+  m.one.view->SetIndexMirror(m.mirror.get());
+  return m;
 }
 
 // The event ops' cost with and without the mirror reading them, in the order
@@ -464,6 +551,18 @@ int Main(int argc, char** argv) {
     } else if (a == "--coalesce") {
       if (!absl::SimpleAtoi(next(), &v) || v < 0) Die("bad value for " + a);
       f.coalesce = static_cast<int>(v);
+    } else if (a == "--rate") {
+      num(&v);
+      f.rate = static_cast<double>(v);
+    } else if (a == "--cluster-rate") {
+      num(&v);
+      f.cluster_rate = static_cast<double>(v);
+    } else if (a == "--rounds") {
+      num(&v);
+      f.rounds = static_cast<int>(v);
+    } else if (a == "--node-timeout-ms") {
+      num(&v);
+      f.node_timeout_ms = static_cast<int>(v);
     } else if (a == "--json") {
       f.json = next();
     } else {
@@ -484,10 +583,19 @@ int Main(int argc, char** argv) {
   {
     SingleRedis one = StartSingleRedis(f, io);
     Populate(*one.redis, one.view->index(), w, io.anchor_page);
-    rows.push_back(Measure("single Redis", *one.redis, *one.view, queries, f, false));
+    rows.push_back(Measure("single Redis", *one.redis, *one.view, queries, f, false, f.rate));
   }
+  const double cluster_rate = f.cluster_rate > 0 ? f.cluster_rate : f.rate;
+  std::optional<MirroredSingle> single;
+  if (f.mirror) single = StartMirroredSingle(w, f, io);
+  // With --mirror: (cluster, single) CPU per decision of each round.
+  struct Pair {
+    double cluster = 0, single = 0;            // Redis CPU per decision
+    double cluster_exec = 0, single_exec = 0;  // commands' execution time
+  };
+  std::vector<Pair> mirrored;
   {
-    auto server = cluster::testing::RedisClusterServer::Start(3, 0);
+    auto server = cluster::testing::RedisClusterServer::Start(3, 0, absl::Milliseconds(f.node_timeout_ms));
     if (!server.ok()) Die("redis cluster: " + server.status().ToString());
     auto redis = RedisClient::Create(BenchClientOptions((*server)->ClientOptions(), f));
     if (!redis.ok()) Die(redis.status().ToString());
@@ -496,7 +604,8 @@ int Main(int argc, char** argv) {
     auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = cio});
     if (!view.ok()) Die(view.status().ToString());
     Populate(**redis, (*view)->index(), w, cio.anchor_page);
-    rows.push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true));
+    rows.push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true,
+                           cluster_rate));
     if (f.mirror) {
       // The cluster's mirror starts from snapshots (the union of the 64
       // shards) and answers exactly: every owner depth checked as on one
@@ -508,7 +617,32 @@ int Main(int argc, char** argv) {
       std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, (*view)->keys());
       WaitForMirror(**redis, **view, *mirror, WorkerIds());
       (*view)->SetIndexMirror(mirror.get());
-      rows.push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false));
+      // Alternating rounds, the order flipped every round.
+      for (int r = 0; r < f.rounds; ++r) {
+        auto cluster_row = [&] {
+          rows.push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false,
+                                 cluster_rate));
+          return rows.back().redis_cpu_us;
+        };
+        auto single_row = [&] {
+          rows.push_back(Measure("single Redis, index mirror", *single->one.redis,
+                                 *single->one.view, queries, f, false, f.rate));
+          return rows.back().redis_cpu_us;
+        };
+        Pair p;
+        if (r % 2 == 0) {
+          p.cluster = cluster_row();
+          p.cluster_exec = rows.back().redis_exec_us;
+          p.single = single_row();
+          p.single_exec = rows.back().redis_exec_us;
+        } else {
+          p.single = single_row();
+          p.single_exec = rows.back().redis_exec_us;
+          p.cluster = cluster_row();
+          p.cluster_exec = rows.back().redis_exec_us;
+        }
+        mirrored.push_back(p);
+      }
       (*view)->SetIndexMirror(nullptr);
       // The cost of the mirror's polls on a quiet cluster (no events): all
       // masters' CPU over 3 s with the mirror polling, then without it.
@@ -534,7 +668,11 @@ int Main(int argc, char** argv) {
     }
   }
   MirrorEventCost event_cost;
-  if (f.mirror) event_cost = MeasureMirror(w, queries, f, io, &rows);
+  if (f.mirror) {
+    single->one.view->SetIndexMirror(nullptr);
+    event_cost = EventCost(*single->one.redis, *single->one.view, *single->mirror_redis,
+                           std::move(single->mirror));
+  }
   std::printf("%-28s %8s %8s %8s %10s %10s %10s %10s  %s\n", "", "n", "p50 us", "p99 us",
               "dec/s", "rtr cpu us", "redis cpu", "redis user", "per master (us/decision)");
   nlohmann::json out = nlohmann::json::array();
@@ -548,18 +686,34 @@ int Main(int argc, char** argv) {
     std::printf("%-28s %8lld %8.1f %8.1f %10.0f %10.1f %10.1f %10.1f  %s\n", r.name.c_str(),
                 static_cast<long long>(r.n), r.p50_us, r.p99_us, r.per_s, r.router_cpu_us,
                 r.redis_cpu_us, r.redis_user_us, masters.c_str());
+    std::printf("%-28s   commands per decision (%.1f us executing): %s\n", "", r.redis_exec_us,
+                r.commands.c_str());
     out.push_back({{"name", r.name}, {"decisions", r.n}, {"p50_us", r.p50_us},
                    {"p99_us", r.p99_us}, {"decisions_per_s", r.per_s},
                    {"router_cpu_us_per_decision", r.router_cpu_us},
                    {"redis_cpu_us_per_decision", r.redis_cpu_us},
-                   {"redis_user_cpu_us_per_decision", r.redis_user_us}, {"per_master_us", pm}});
+                   {"redis_user_cpu_us_per_decision", r.redis_user_us}, {"per_master_us", pm},
+                   {"commands_per_decision", r.commands},
+                   {"redis_exec_us_per_decision", r.redis_exec_us}});
   }
   const double growth = rows[1].redis_cpu_us / rows[0].redis_cpu_us - 1;
   std::printf("cluster total Redis CPU vs single: %+.1f%% (target <= +20%%)\n", 100 * growth);
   if (f.mirror) {
-    // rows: single, cluster, cluster + mirror, single + mirror.
-    std::printf("with the index mirror, cluster total Redis CPU vs single: %+.1f%%\n",
-                100 * (rows[2].redis_cpu_us / rows[3].redis_cpu_us - 1));
+    std::vector<double> growth_by_round;
+    for (const Pair& p : mirrored) {
+      growth_by_round.push_back(100 * (p.cluster / p.single - 1));
+      std::printf("with the index mirror, cluster total Redis CPU vs single: %+.1f%% (commands' "
+                  "execution time: %.1f vs %.1f us per decision, %+.1f%%)\n",
+                  growth_by_round.back(), p.cluster_exec, p.single_exec,
+                  100 * (p.cluster_exec / p.single_exec - 1));
+    }
+    std::sort(growth_by_round.begin(), growth_by_round.end());
+    if (growth_by_round.size() > 1) {
+      std::printf("with the index mirror, over %zu alternating rounds: median %+.1f%% (range "
+                  "%+.1f%% .. %+.1f%%)\n", growth_by_round.size(),
+                  growth_by_round[growth_by_round.size() / 2], growth_by_round.front(),
+                  growth_by_round.back());
+    }
     std::printf("index mirror: Redis CPU per event op (2 x %d stored ops of 16 new pages each "
                 "way): %.1f us with the mirror reading, %.1f without: %+.1f us per op read\n",
                 kMirrorEventOps, event_cost.with_us, event_cost.without_us,

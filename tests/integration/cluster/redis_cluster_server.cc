@@ -11,8 +11,8 @@
 
 namespace swaserve::cluster::testing {
 
-absl::StatusOr<std::unique_ptr<RedisClusterServer>> RedisClusterServer::Start(int masters,
-                                                                            int replicas) {
+absl::StatusOr<std::unique_ptr<RedisClusterServer>> RedisClusterServer::Start(
+    int masters, int replicas, absl::Duration node_timeout) {
   if (access("/usr/bin/redis-cli", X_OK) != 0) {
     return absl::FailedPreconditionError(
         "redis-cli not found at /usr/bin/redis-cli (Debian: apt-get install redis-tools)");
@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<RedisClusterServer>> RedisClusterServer::Start(in
     ASSIGN_OR_RETURN(int bus, base::PickFreePort());
     ASSIGN_OR_RETURN(auto server,
                      RedisServer::Start({"--cluster-enabled", "yes", "--cluster-config-file",
-                                         "nodes.conf", "--cluster-node-timeout", "1000",
+                                         "nodes.conf", "--cluster-node-timeout",
+                                         absl::StrCat(absl::ToInt64Milliseconds(node_timeout)),
                                          "--cluster-port", absl::StrCat(bus), "--repl-diskless-sync-delay", "0"}));
     cluster->nodes_.push_back(std::move(server));
   }
