@@ -59,7 +59,8 @@ DASHBOARDS = {
             ("sum by (instance) (rate(swaserve_index_mirror_events_total[$__rate_interval]))", "events/s {{instance}}"),
             ("sum by (instance) (rate(swaserve_index_mirror_snapshots_total[$__rate_interval]))", "snapshots/s {{instance}}"),
             ("sum by (instance) (swaserve_index_mirror_entries)", "entries {{instance}}"),
-        ], "short", "Each router's in-memory copy of the prefix index (--index_mirror, the default): workers it holds, KV events it applies, snapshots it takes, and page hashes it holds (about 40 bytes of router memory per page) — new workers, or a gap in a stream (lost events, a Redis restart or failover); snapshots that keep coming mean the streams are being trimmed before the router reads them."),
+            ("sum by (instance) (rate(swaserve_router_mirror_fallbacks_total[$__rate_interval]))", "decisions on the copy alone (Redis unreadable)/s {{instance}}"),
+        ], "short", "Each router's in-memory copy of the prefix index (--index_mirror, the default): workers it holds, KV events it applies, snapshots it takes, and page hashes it holds (about 40 bytes of router memory per page) — new workers, or a gap in a stream (lost events, a Redis restart or failover); snapshots that keep coming mean the streams are being trimmed before the router reads them. Decisions on the copy alone: Redis could not be read, and the copy kept the prefix affinity (no predictions, no fresh loads)."),
     ]),
     "swaserve-workers": ("swaserve: workers, KV and MTP", [
         panel("KV pool usage: full vs SWA", [

@@ -151,16 +151,20 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
   IndexMirror* mirror = mirror_.load(std::memory_order_acquire);
   std::vector<int64_t> held;
   if (mirror != nullptr && mirror->Depths(hashes, candidates, &held)) {
-    // The mirror's depths; Redis adds predictions (the prompt's shard on a
-    // cluster) and reads the loads (a cluster: from the view's cache, they
-    // live in another slot).
-    if (index_->sharded()) {
-      ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, {}, nullptr, 0, nullptr,
-                                                 nullptr, {}, held));
-      ASSIGN_OR_RETURN(raw, CachedLoads(load_keys));
-    } else {
-      ASSIGN_OR_RETURN(out.depths, index_->Match(hashes, candidates, load_keys, &raw, 0, nullptr,
-                                                 nullptr, {}, held));
+    const absl::Status redis = ExtendMirrored(hashes, candidates, held, load_keys, &out, &raw);
+    if (!redis.ok()) {
+      if (!absl::IsUnavailable(redis) && !absl::IsDeadlineExceeded(redis)) return redis;
+      // Redis unreadable: the mirror's depths stand without predictions
+      // (they only add pages a worker is about to hold), so a killed master
+      // or a restart costs the router its load reports, not its affinity.
+      SWA_LOG(debug, "cluster view: Redis unreadable, routing on the index mirror: {}",
+              redis.ToString());
+      out.depths = held;
+      out.redis_unreadable = true;
+      // A cluster's load reports may live on a master that still answers.
+      absl::StatusOr<std::vector<std::optional<std::string>>> loads =
+          index_->sharded() ? CachedLoads(load_keys) : absl::UnavailableError("");
+      raw = loads.ok() ? *std::move(loads) : LastLoads(load_keys);
     }
     if (mirror->WindowAndTier(hashes, candidates, out.depths, window_pages, window_scan_pages,
                               &out.safe_pages, &out.l1_pages)) {
@@ -168,6 +172,7 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
       return out;
     }
     // A candidate left the mirror meanwhile (a resnapshot): the script.
+    if (!redis.ok()) return redis;
   }
   if (index_->sharded()) {
     // The load reports live in the registry's slot, not the prompt's shard.
@@ -181,6 +186,36 @@ absl::StatusOr<ClusterView::PrefixesAndLoads> ClusterView::MatchPrefixesAndLoads
                                    &out.safe_pages, &out.l1_pages, window_scan_pages));
   }
   out.loads = DecodeLoads(raw, load_ids);
+  return out;
+}
+
+absl::Status ClusterView::ExtendMirrored(absl::Span<const uint64_t> hashes,
+                                         absl::Span<const std::string> candidates,
+                                         absl::Span<const int64_t> held,
+                                         const std::vector<std::string>& load_keys,
+                                         PrefixesAndLoads* out,
+                                         std::vector<std::optional<std::string>>* raw) {
+  // Redis adds predictions (the prompt's shard on a cluster) and reads the
+  // loads (a cluster: from the view's cache, they live in another slot).
+  if (index_->sharded()) {
+    ASSIGN_OR_RETURN(out->depths, index_->Match(hashes, candidates, {}, nullptr, 0, nullptr,
+                                                nullptr, {}, held));
+    ASSIGN_OR_RETURN(*raw, CachedLoads(load_keys));
+  } else {
+    ASSIGN_OR_RETURN(out->depths, index_->Match(hashes, candidates, load_keys, raw, 0, nullptr,
+                                                nullptr, {}, held));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::optional<std::string>> ClusterView::LastLoads(
+    const std::vector<std::string>& load_keys) {
+  std::vector<std::optional<std::string>> out(load_keys.size());
+  absl::MutexLock lock(&loads_mu_);
+  for (size_t i = 0; i < load_keys.size(); ++i) {
+    auto it = loads_.find(load_keys[i]);
+    if (it != loads_.end()) out[i] = it->second;
+  }
   return out;
 }
 

@@ -93,6 +93,12 @@ class ClusterView {
     // Of each depth, the pages in the worker's L1 (the rest are in its L2).
     std::vector<int64_t> l1_pages;
     std::vector<std::optional<swaserve::v1::WorkerLoad>> loads;
+    // Redis could not be read (Unavailable or DeadlineExceeded: a killed
+    // master before its replica's promotion, a restart) but the index
+    // mirror held every candidate: the depths are the mirror's, without
+    // live predictions, and the loads the view's last cached ones (a sharded
+    // index: whatever their age) or nullopt. Affinity survives the outage.
+    bool redis_unreadable = false;
   };
   absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(
       absl::Span<const uint64_t> hashes,
@@ -119,7 +125,8 @@ class ClusterView {
   // sends Redis only the predictions and load reads (a sharded index: the
   // predictions of the prompt's shard, the loads from the view's cache); a
   // candidate it does not hold yet still goes through the match script.
-  // nullptr turns it off. Not owned: must outlive its use here.
+  // When Redis cannot be read, the mirror's answer stands alone
+  // (PrefixesAndLoads::redis_unreadable). nullptr turns it off. Not owned: must outlive its use here.
   void SetIndexMirror(IndexMirror* mirror) { mirror_.store(mirror, std::memory_order_release); }
 
  private:
@@ -136,6 +143,17 @@ class ClusterView {
   // it is younger than load_max_age_ and has every key, else one MGET.
   absl::StatusOr<std::vector<std::optional<std::string>>> CachedLoads(
       const std::vector<std::string>& load_keys);
+  // The cache's reports of `load_keys` whatever their age (nullopt: not
+  // cached; a single Redis reads them in the match script, never cached).
+  std::vector<std::optional<std::string>> LastLoads(const std::vector<std::string>& load_keys);
+  // The Redis part of a mirrored match: `held` (the mirror's depths)
+  // extended by live predictions into out->depths, the load reports into
+  // `raw`.
+  absl::Status ExtendMirrored(absl::Span<const uint64_t> hashes,
+                              absl::Span<const std::string> candidates,
+                              absl::Span<const int64_t> held,
+                              const std::vector<std::string>& load_keys, PrefixesAndLoads* out,
+                              std::vector<std::optional<std::string>>* raw);
 
   RedisClient* const redis_;
   const KeySchema keys_;

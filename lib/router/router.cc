@@ -416,6 +416,10 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     loads = std::move(got->loads);
     if (got->safe_pages.size() == pre.size()) safe_pages = std::move(got->safe_pages);
     if (got->l1_pages.size() == pre.size()) l1_pages = std::move(got->l1_pages);
+    if (got->redis_unreadable) {  // the index mirror's depths, no loads
+      metrics_->redis_fallbacks->Increment();
+      metrics_->mirror_fallbacks->Increment();
+    }
   } else {
     // Redis unreadable: route on what the registry snapshot gives.
     metrics_->redis_fallbacks->Increment();

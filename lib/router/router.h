@@ -67,6 +67,8 @@
 //                                                 stall_report_after
 //   swaserve_router_redis_fallbacks_total         index/load read failed:
 //                                                 routed without it
+//   swaserve_router_mirror_fallbacks_total        of those, routed on the
+//                                                 index mirror's depths
 //   swaserve_router_shed_total{reason}            requests refused with 429:
 //                                                 inflight | backlog
 // (Redis latency: swaserve_redis_seconds{op}, from cluster::RedisClient.)

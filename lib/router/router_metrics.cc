@@ -57,8 +57,17 @@ absl::StatusOr<std::unique_ptr<Router::Metrics>> Router::Metrics::Create(
   m->stalled = &stalled->WithLabels();
   ASSIGN_OR_RETURN(metrics::CounterFamily * fb,
                    reg->AddCounter("swaserve_router_redis_fallbacks_total",
-                                   "Decisions made without loads or the prefix index "
-                                   "because Redis could not be read."));
+                                   "Decisions made while Redis could not be read: without "
+                                   "load reports, and without the prefix index unless the "
+                                   "index mirror answered (swaserve_router_mirror_fallbacks_"
+                                   "total)."));
+  ASSIGN_OR_RETURN(metrics::CounterFamily * mfb,
+                   reg->AddCounter("swaserve_router_mirror_fallbacks_total",
+                                   "Decisions made while Redis could not be read that kept "
+                                   "prefix affinity: the index mirror's depths, without "
+                                   "predictions (part of swaserve_router_redis_fallbacks_"
+                                   "total)."));
+  m->mirror_fallbacks = &mfb->WithLabels();
   ASSIGN_OR_RETURN(metrics::CounterFamily * wu,
                    reg->AddCounter("swaserve_router_window_unsafe_matches_total",
                                    "Prefill candidates whose prefix-index match ends where the "

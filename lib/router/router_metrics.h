@@ -26,6 +26,7 @@ struct Router::Metrics {
   metrics::Gauge* inflight = nullptr;
   metrics::Gauge* stalled = nullptr;
   metrics::Counter* redis_fallbacks = nullptr;
+  metrics::Counter* mirror_fallbacks = nullptr;
   metrics::Counter* window_unsafe_matches = nullptr;
   metrics::CounterFamily* migrations = nullptr;
   metrics::CounterFamily* shed = nullptr;  // {reason}

@@ -229,6 +229,38 @@ TEST_F(IndexMirrorTest, ALostStreamIsResnapshotted) {
   EXPECT_GE(std::stod(text.substr(at + name.size())), kWorkers + 1) << text;
 }
 
+TEST_F(IndexMirrorTest, WithRedisDownTheMirrorAnswersAlone) {
+  StartMirror(ids_);
+  const std::vector<uint64_t> p = Chain(11, 24);
+  Apply("w0", Kind::kStored, std::vector<uint64_t>(p.begin(), p.begin() + 20));
+  Apply("w1", Kind::kStored, std::vector<uint64_t>(p.begin(), p.begin() + 8));
+  Apply("w0", Kind::kSwaRemoved, std::vector<uint64_t>(p.begin() + 18, p.begin() + 19));
+  Apply("w2", Kind::kStored, std::vector<uint64_t>(p.begin(), p.begin() + 12));
+  Apply("w2", Kind::kTierDown, std::vector<uint64_t>(p.begin() + 6, p.begin() + 12));
+  WaitForMirror(ids_);
+  const Answer want = Decide(*plain_, p, 2, {});
+  ASSERT_EQ(want.depths, (std::vector<int64_t>{20, 8, 12, 0}));
+  ASSERT_LT(want.safe[0], 20);  // the SWA drop in the last window
+  ASSERT_EQ(want.l1[2], 6);
+  ASSERT_TRUE(server_->Kill().ok());
+  // The plain view has nothing to route on; the mirrored one keeps every
+  // answer but the loads (and predictions: none were made here).
+  absl::StatusOr<ClusterView::PrefixesAndLoads> plain =
+      plain_->MatchPrefixesAndLoads(p, ids_, ids_, 2, {});
+  ASSERT_FALSE(plain.ok());
+  EXPECT_TRUE(absl::IsUnavailable(plain.status()) || absl::IsDeadlineExceeded(plain.status()))
+      << plain.status();
+  absl::StatusOr<ClusterView::PrefixesAndLoads> got =
+      mirrored_->MatchPrefixesAndLoads(p, ids_, ids_, 2, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->redis_unreadable);
+  EXPECT_EQ(got->depths, want.depths);
+  EXPECT_EQ(got->safe_pages, want.safe);
+  EXPECT_EQ(got->l1_pages, want.l1);
+  ASSERT_EQ(got->loads.size(), ids_.size());
+  for (const auto& l : got->loads) EXPECT_FALSE(l.has_value());
+}
+
 TEST_F(IndexMirrorTest, AWorkerNotMirroredFallsBackToTheScript) {
   StartMirror({"w0", "w1"});  // w2 and w3 are not mirrored
   const std::vector<uint64_t> p = Chain(9, 16);

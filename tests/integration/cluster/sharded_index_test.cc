@@ -443,6 +443,16 @@ TEST_F(ShardedIndexTest, AKilledMasterFailsFastThenAffinityReturnsAfterPromotion
   if (!during.ok()) {
     EXPECT_LT(fail_time, absl::Milliseconds(600)) << during.status();
   }
+  // Meanwhile the mirrored view keeps the affinity: the mirror's depths,
+  // without the dead shard's predictions.
+  if (!during.ok()) {
+    auto kept = mirrored_view_->MatchPrefixesAndLoads(prompt, ids, ids, kWindowPages);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_TRUE(kept->redis_unreadable);
+    EXPECT_EQ(kept->depths, before->depths);
+    EXPECT_EQ(kept->safe_pages, mirrored->safe_pages);
+    EXPECT_EQ(kept->l1_pages, mirrored->l1_pages);
+  }
 
   // The replica is promoted; the same match finds worker wa again.
   ASSERT_TRUE(Eventually(

@@ -167,6 +167,9 @@ TEST_F(RedisClusterLaunchTest, ServesThroughAKilledMasterAndTheIndexReturns) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_GT(Fallbacks(port), 0) << "the index never failed: was the right master killed?";
+  // The router mirrors the index (its default): those decisions kept the
+  // prefix affinity from the mirror.
+  EXPECT_GT(RouterMetric(port, "swaserve_router_mirror_fallbacks_total"), 0);
   ASSERT_TRUE(redis_->WaitHealthy(absl::Seconds(30)).ok());
   // After the promotion the index answers again: requests stop falling back.
   bool back = false;

@@ -442,7 +442,9 @@ class FakeWorkerSource final : public WorkerSource {
   std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_), successes_ ABSL_GUARDED_BY(mu_);
 };
 
-// Loads and prefix depths by worker id; Unavailable while `down`.
+// Loads and prefix depths by worker id; Unavailable while `down`, unless
+// `mirrored` (an index mirror answers for Redis: the depths without loads,
+// redis_unreadable set).
 class FakeRoutingState final : public RoutingState {
  public:
   void SetLoad(const std::string& id, const v1::WorkerLoad& load) {
@@ -459,9 +461,10 @@ class FakeRoutingState final : public RoutingState {
     absl::MutexLock lock(&mu_);
     later_.push_back({calls, id, load});
   }
-  void SetDown(bool down) {
+  void SetDown(bool down, bool mirrored = false) {
     absl::MutexLock lock(&mu_);
     down_ = down;
+    mirrored_ = mirrored;
   }
   int recorded() {
     absl::MutexLock lock(&mu_);
@@ -482,8 +485,9 @@ class FakeRoutingState final : public RoutingState {
     for (const Later& l : later_) {
       if (matches_ > l.calls) loads_[l.id] = l.load;
     }
-    if (down_) return absl::UnavailableError("redis down");
+    if (down_ && !mirrored_) return absl::UnavailableError("redis down");
     cluster::ClusterView::PrefixesAndLoads out;
+    out.redis_unreadable = down_;
     for (const std::string& c : candidates) {
       auto it = depths_.find(c);
       const int64_t d = it == depths_.end() ? 0 : it->second;
@@ -492,7 +496,7 @@ class FakeRoutingState final : public RoutingState {
       out.l1_pages.push_back(out.depths.back());
     }
     for (const std::string& id : load_ids) {
-      auto it = loads_.find(id);
+      auto it = down_ ? loads_.end() : loads_.find(id);
       out.loads.push_back(it == loads_.end() ? std::nullopt
                                              : std::optional<v1::WorkerLoad>(it->second));
     }
@@ -507,6 +511,7 @@ class FakeRoutingState final : public RoutingState {
  private:
   absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
+  bool mirrored_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, v1::WorkerLoad> loads_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> depths_ ABSL_GUARDED_BY(mu_);
   int recorded_ ABSL_GUARDED_BY(mu_) = 0;

@@ -332,6 +332,23 @@ TEST_F(RouterLegsTest, WithRedisDownRequestsAreRoutedOnTheRegistryAlone) {
   ASSERT_TRUE(router_->Generate(req, sink).ok());
   EXPECT_EQ(sink.tokens, Expected(req));
   EXPECT_EQ(Metric("swaserve_router_redis_fallbacks_total"), 1);
+  EXPECT_EQ(Metric("swaserve_router_mirror_fallbacks_total"), 0);
+}
+
+TEST_F(RouterLegsTest, WithRedisDownTheIndexMirrorKeepsAffinity) {
+  state_.SetDepth("p2", 5);  // p2 holds the first 5 pages, per the mirror
+  state_.SetDown(true, /*mirrored=*/true);
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest req = Request(100, 3);
+    CollectingSink sink;
+    ASSERT_TRUE(router_->Generate(req, sink).ok());
+    EXPECT_EQ(sink.tokens, Expected(req));
+  }
+  EXPECT_EQ(PrefillWorkersCalled(), std::vector<std::string>({"p2", "p2", "p2"}));
+  EXPECT_EQ(Metric("swaserve_router_redis_fallbacks_total"), 3);
+  EXPECT_EQ(Metric("swaserve_router_mirror_fallbacks_total"), 3);
+  // No load reports: the most cached healthy worker (policy.h).
+  EXPECT_EQ(Metric("swaserve_router_decisions_total{leg=\"prefill\",reason=\"no_load_report\"}"), 3);
 }
 
 TEST_F(RouterLegsTest, ABacklogBeyondTheBoundIsShedWithRetryAfter) {
