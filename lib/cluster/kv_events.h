@@ -48,7 +48,17 @@
 // from there (KvEventReader::Read, XREAD): the first entry it gets must
 // carry seq + 1; anything else (trimmed entries, or a Redis that lost the
 // stream and restarted its counter) is a gap, reported as DataLoss, and the
-// consumer takes a snapshot.
+// consumer takes a snapshot. So is a counter behind the consumer's seq.
+// Known limit: entry ids come from Redis's clock, and XREAD skips ids at or
+// below the consumer's position. A stream recreated in the same millisecond
+// as the entry the consumer read last, or by a Redis whose clock is behind,
+// hides its first entries; if its counter has meanwhile climbed past the
+// consumer's seq and the first entry shown carries exactly seq + 1, the
+// reset goes unnoticed. A restart takes far longer than a millisecond, and
+// a consumer polling the counter (IndexMirror does, every refresh) sees it
+// fall first unless the worker writes more events than the consumer had
+// read before its next poll. An incarnation id in each entry would close
+// this; not done.
 //
 // Snapshot (cold start or after a gap): KvEventReader::Snapshot reads the
 // seq and stream id of the last event, then the worker's pages (its
