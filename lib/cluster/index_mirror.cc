@@ -125,21 +125,35 @@ void IndexMirror::Refresh() {
       }
     }
   }
-  // A counter behind the copy: Redis lost the stream (a restart without
-  // persistence, or it expired) — an XREAD would wait forever.
+  // A counter behind the copy, or another epoch: Redis lost the stream (a
+  // restart without persistence, or it expired) — an XREAD would wait
+  // forever, or skip the new stream's first entries (kv_events.h).
   if (!known.empty()) {
     // One GET each: on a Redis Cluster the counters are in different slots.
     std::vector<RedisCommand> gets;
-    for (const std::string& id : known) gets.push_back({"GET", keys_.EventSeqKey(id)});
-    absl::StatusOr<std::vector<RedisReply>> counters = redis_->Pipeline(gets, "index_mirror");
-    if (counters.ok() && counters->size() == known.size()) {
+    for (const std::string& id : known) {
+      gets.push_back({"GET", keys_.EventSeqKey(id)});
+      gets.push_back({"GET", keys_.EventEpochKey(id)});
+    }
+    absl::StatusOr<std::vector<RedisReply>> got = redis_->Pipeline(gets, "index_mirror");
+    if (got.ok() && got->size() == 2 * known.size()) {
       for (size_t i = 0; i < known.size(); ++i) {
-        const RedisReply& c = (*counters)[i];
-        if (c.is_error()) continue;
+        const RedisReply& c = (*got)[2 * i];
+        const RedisReply& e = (*got)[2 * i + 1];
+        if (c.is_error() || e.is_error()) continue;
         const uint64_t counter =
             c.is_nil() ? 0 : static_cast<uint64_t>(c.AsInteger().value_or(0));
-        const std::optional<uint64_t> seq = Seq(known[i]);
-        if (seq.has_value() && counter < *seq) Snapshot(known[i]);
+        std::shared_ptr<Worker> w = Find(known[i]);
+        if (w == nullptr) continue;
+        bool lost = false;
+        {
+          absl::ReaderMutexLock lock(&w->mu);
+          const std::string& epoch = w->state.epoch();
+          lost = counter < w->state.seq() ||
+                 (e.type == RedisReply::Type::kString && !e.str.empty() && !epoch.empty() &&
+                  e.str != epoch);
+        }
+        if (lost) Snapshot(known[i]);
       }
     }
   }

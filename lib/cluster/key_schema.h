@@ -153,6 +153,11 @@ class KeySchema {
   std::string EventSeqKey(absl::string_view id) const {
     return absl::StrCat(prefix_, "{", cluster_, ".ev.", id, "}:events_seq:", id);
   }
+  // The stream's incarnation (kv_events.h: `epoch`), set when the counter
+  // starts over.
+  std::string EventEpochKey(absl::string_view id) const {
+    return absl::StrCat(prefix_, "{", cluster_, ".ev.", id, "}:events_epoch:", id);
+  }
   // The L3 page blob key of (layout fingerprint, chained page hash).
   std::string KvPageKey(uint64_t layout, uint64_t hash) const;
 

@@ -11,16 +11,19 @@ namespace {
 
 // KEYS = the worker's SET, SWA-gone SET, lower-tier SET, sequence counter,
 // event stream. Returns {seq, last stream id, pages, swa_gone, lower}.
-// KEYS[1] = the sequence counter, KEYS[2] = the stream (one hash tag).
-// Returns {seq, id of the last entry}, read together.
+// KEYS[1] = the sequence counter, KEYS[2] = the stream, KEYS[3] = its
+// epoch (one hash tag). Returns {seq, id of the last entry, epoch}, read
+// together.
 const RedisScript& StreamPositionScript() {
-  static const RedisScript* script = new RedisScript{"kv_events_position_v1", R"lua(
+  static const RedisScript* script = new RedisScript{"kv_events_position_v2", R"lua(
 local seq = redis.call('GET', KEYS[1])
 if not seq then seq = '0' end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local id = '0-0'
 if last[1] then id = last[1][1] end
-return {seq, id}
+local epoch = redis.call('GET', KEYS[3])
+if not epoch then epoch = '' end
+return {seq, id, epoch}
 )lua"};
   return *script;
 }
@@ -82,6 +85,8 @@ absl::Status ParseEntry(const RedisReply& entry, KvEvent* e) {
       version = v;
     } else if (k == "seq") {
       has_seq = absl::SimpleAtoi(v, &e->seq);
+    } else if (k == "epoch") {
+      e->epoch = v;
     } else if (k == "op") {
       op = v;
     } else if (k == "pool") {
@@ -94,7 +99,7 @@ absl::Status ParseEntry(const RedisReply& entry, KvEvent* e) {
   }
   if (!has_seq) return absl::InternalError(absl::StrCat("kv events: entry ", e->id, " lacks seq"));
   if (version != "1") {
-    *e = KvEvent{.op = KvEvent::Op::kUnknown, .seq = e->seq, .id = e->id};
+    *e = KvEvent{.op = KvEvent::Op::kUnknown, .seq = e->seq, .id = e->id, .epoch = e->epoch};
     return absl::OkStatus();
   }
   if (!ParseOp(op, &e->op)) {
@@ -131,17 +136,18 @@ absl::StatusOr<KvSnapshot> KvEventReader::Snapshot(absl::string_view worker_id) 
   // include every event up to the position, and perhaps some after it;
   // replaying those again is harmless: each event sets its pages' state, so
   // the state after the replay is that of the last event.
-  const std::vector<std::string> position_keys = {keys_.EventSeqKey(worker_id),
-                                                  keys_.EventsKey(worker_id)};
+  const std::vector<std::string> position_keys = {
+      keys_.EventSeqKey(worker_id), keys_.EventsKey(worker_id), keys_.EventEpochKey(worker_id)};
   ASSIGN_OR_RETURN(RedisReply p, redis_->Evalsha(StreamPositionScript(), position_keys, {},
                                                  "kv_snapshot"));
-  if (!p.is_array() || p.elements.size() != 2) {
+  if (!p.is_array() || p.elements.size() != 3) {
     return absl::InternalError(absl::StrCat("kv snapshot: bad reply ", p.DebugString()));
   }
   KvSnapshot s;
   ASSIGN_OR_RETURN(const int64_t seq, p.elements[0].AsInteger());
   s.seq = static_cast<uint64_t>(seq);
   s.id = p.elements[1].str;
+  s.epoch = p.elements[2].str;
   std::vector<std::string> keys;
   for (int shard = 0; shard < keys_.index_shards(); ++shard) {
     keys.push_back(keys_.PrefixKey(worker_id, shard));
@@ -202,7 +208,8 @@ absl::Status KvEventReader::Scan(const std::string& key, std::vector<RedisReply>
 absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worker_id,
                                                          absl::string_view after_id,
                                                          uint64_t after_seq, int count,
-                                                         absl::Duration block) {
+                                                         absl::Duration block,
+                                                         absl::string_view after_epoch) {
   RedisCommand xread = {"XREAD", "COUNT", absl::StrCat(std::max(1, count))};
   if (block > absl::ZeroDuration()) {
     xread.push_back("BLOCK");
@@ -211,7 +218,8 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
   xread.push_back("STREAMS");
   xread.push_back(keys_.EventsKey(worker_id));
   xread.push_back(std::string(after_id));
-  const std::vector<RedisCommand> commands = {xread, {"GET", keys_.EventSeqKey(worker_id)}};
+  const std::vector<RedisCommand> commands = {xread, {"GET", keys_.EventSeqKey(worker_id)},
+                                              {"GET", keys_.EventEpochKey(worker_id)}};
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies, redis_->Pipeline(commands, "kv_events"));
   RETURN_IF_ERROR(replies[0].ToStatus());
   std::vector<KvEvent> out;
@@ -226,18 +234,29 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
       }
     }
   }
+  auto other_epoch = [&](absl::string_view epoch) {
+    return !after_epoch.empty() && !epoch.empty() && epoch != after_epoch;
+  };
   if (!out.empty() && out.front().seq != after_seq + 1) {
     return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": expected seq ",
                                             after_seq + 1, ", the stream continues at ",
                                             out.front().seq, " (take a snapshot)"));
   }
+  if (!out.empty() && other_epoch(out.front().epoch)) {
+    return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": the stream restarted ",
+                                            "(epoch ", out.front().epoch, ", was ", after_epoch,
+                                            "; take a snapshot)"));
+  }
   if (out.empty()) {
-    // Nothing new: a counter behind what was applied means Redis lost the
-    // stream (a restart without persistence) or it expired.
+    // Nothing new: a counter behind what was applied, or another epoch,
+    // means Redis lost the stream (a restart without persistence) or it
+    // expired.
     const int64_t counter = replies[1].is_nil() ? 0 : replies[1].AsInteger().value_or(0);
-    if (static_cast<uint64_t>(counter) < after_seq) {
+    if (static_cast<uint64_t>(counter) < after_seq ||
+        (replies[2].type == RedisReply::Type::kString && other_epoch(replies[2].str))) {
       return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": the stream was reset (",
-                                              counter, " < ", after_seq, "; take a snapshot)"));
+                                              counter, " < ", after_seq, " or a new epoch; take a "
+                                              "snapshot)"));
     }
   }
   return out;
@@ -246,6 +265,7 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
 void KvWorkerState::Reset(const KvSnapshot& snapshot) {
   seq_ = snapshot.seq;
   id_ = snapshot.id;
+  epoch_ = snapshot.epoch;
   pages_ = {snapshot.pages.begin(), snapshot.pages.end()};
   swa_gone_ = {snapshot.swa_gone.begin(), snapshot.swa_gone.end()};
   lower_ = {snapshot.lower.begin(), snapshot.lower.end()};
@@ -255,6 +275,10 @@ absl::Status KvWorkerState::Apply(const KvEvent& e) {
   if (e.seq != seq_ + 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("event seq ", e.seq, " does not follow ", seq_));
+  }
+  if (!e.epoch.empty() && !epoch_.empty() && e.epoch != epoch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event epoch ", e.epoch, " is not the stream's ", epoch_));
   }
   switch (e.op) {
     case KvEvent::Op::kStored:
@@ -296,6 +320,7 @@ absl::Status KvWorkerState::Apply(const KvEvent& e) {
   }
   seq_ = e.seq;
   id_ = e.id;
+  if (!e.epoch.empty()) epoch_ = e.epoch;
   return absl::OkStatus();
 }
 

@@ -13,6 +13,12 @@
 //             version it does not know, counting its seq)
 //     seq     the worker's sequence number: 1, 2, 3, ... with no gaps (a
 //             counter next to the stream in its hash tag, KeySchema::EventSeqKey)
+//     epoch   the stream's incarnation ("<sec>.<usec>" of Redis's clock when
+//             its counter started at 1; KeySchema::EventEpochKey): a
+//             consumer that finds another epoch than the one it read before
+//             takes a snapshot, however continuous ids and seqs look.
+//             Absent in entries written before it existed (then unchecked);
+//             later versions keep it, as `v` and `seq`
 //     op      stored | removed | cleared | swa_removed | swa_stored |
 //             tier_changed
 //     pool    full (stored, removed, tier_changed) | swa (swa_removed,
@@ -48,17 +54,14 @@
 // from there (KvEventReader::Read, XREAD): the first entry it gets must
 // carry seq + 1; anything else (trimmed entries, or a Redis that lost the
 // stream and restarted its counter) is a gap, reported as DataLoss, and the
-// consumer takes a snapshot. So is a counter behind the consumer's seq.
-// Known limit: entry ids come from Redis's clock, and XREAD skips ids at or
-// below the consumer's position. A stream recreated in the same millisecond
-// as the entry the consumer read last, or by a Redis whose clock is behind,
-// hides its first entries; if its counter has meanwhile climbed past the
-// consumer's seq and the first entry shown carries exactly seq + 1, the
-// reset goes unnoticed. A restart takes far longer than a millisecond, and
-// a consumer polling the counter (IndexMirror does, every refresh) sees it
-// fall first unless the worker writes more events than the consumer had
-// read before its next poll. An incarnation id in each entry would close
-// this; not done.
+// consumer takes a snapshot. So is a counter behind the consumer's seq, and
+// an epoch other than the consumer's (in an entry, or in the epoch key
+// when nothing new came). The epoch is what catches a stream recreated
+// behind the consumer's position: entry ids come from Redis's clock and
+// XREAD skips ids at or below the position, so a stream recreated in the
+// millisecond of the entry the consumer read last, or by a Redis whose
+// clock is behind, hides its first entries, and the first one shown may
+// carry exactly seq + 1.
 //
 // Snapshot (cold start or after a gap): KvEventReader::Snapshot reads the
 // seq and stream id of the last event, then the worker's pages (its
@@ -97,6 +100,8 @@ struct KvEvent {
   // The worker's sequence number and the stream entry id.
   uint64_t seq = 0;
   std::string id;
+  // The stream's incarnation ("": an entry written before epochs).
+  std::string epoch;
   // "full", "swa" or "" (kCleared); "l1", "l2" or "".
   std::string pool;
   std::string tier;
@@ -107,6 +112,7 @@ struct KvSnapshot {
   // The last event the snapshot includes (0 / "0-0": none yet).
   uint64_t seq = 0;
   std::string id = "0-0";
+  std::string epoch;               // "": none yet
   std::vector<uint64_t> pages;     // full KV cached (any tier)
   std::vector<uint64_t> swa_gone;  // of those, without SWA KV
   std::vector<uint64_t> lower;     // of those, in L2
@@ -130,15 +136,17 @@ class KvEventReader {
   absl::StatusOr<KvSnapshot> Snapshot(absl::string_view worker_id);
 
   // Up to `count` events of `worker_id` after stream id `after_id`, the
-  // first of which must have seq `after_seq` + 1; waits up to `block` for
-  // one when none is there (zero: do not wait; keep it below the client's
-  // command timeout). Empty when nothing new. DataLoss when the first event
-  // does not follow after_seq (take a Snapshot), or when the counter is
-  // behind after_seq (Redis lost the stream). Entries of another version
+  // first of which must have seq `after_seq` + 1 (and, both known, epoch
+  // `after_epoch`); waits up to `block` for one when none is there (zero:
+  // do not wait; keep it below the client's command timeout). Empty when
+  // nothing new. DataLoss when the first event does not follow (take a
+  // Snapshot), or when nothing came and the counter is behind after_seq or
+  // the epoch changed (Redis lost the stream). Entries of another version
   // come as kUnknown (apply them as no-ops: KvWorkerState does).
   absl::StatusOr<std::vector<KvEvent>> Read(absl::string_view worker_id,
                                             absl::string_view after_id, uint64_t after_seq,
-                                            int count, absl::Duration block = absl::ZeroDuration());
+                                            int count, absl::Duration block = absl::ZeroDuration(),
+                                            absl::string_view after_epoch = "");
 
  private:
   // The members of the SET at `key` (SSCAN), appended to *out.
@@ -154,11 +162,13 @@ class KvEventReader {
 class KvWorkerState {
  public:
   void Reset(const KvSnapshot& snapshot);
-  // InvalidArgument when `e` does not follow the last applied seq.
+  // InvalidArgument when `e` does not follow the last applied seq, or
+  // carries another epoch (both known).
   absl::Status Apply(const KvEvent& e);
 
   uint64_t seq() const { return seq_; }
   const std::string& id() const { return id_; }
+  const std::string& epoch() const { return epoch_; }
   const absl::flat_hash_set<uint64_t>& pages() const { return pages_; }
   const absl::flat_hash_set<uint64_t>& swa_gone() const { return swa_gone_; }
   const absl::flat_hash_set<uint64_t>& lower() const { return lower_; }
@@ -171,6 +181,7 @@ class KvWorkerState {
  private:
   uint64_t seq_ = 0;
   std::string id_ = "0-0";
+  std::string epoch_;
   absl::flat_hash_set<uint64_t> pages_, swa_gone_, lower_;
 };
 

@@ -82,7 +82,8 @@ absl::StatusOr<int64_t> PrefixIndex::ApplySharded(absl::string_view worker_id,
   std::vector<RedisScriptCall> calls;
   std::vector<int> open(keys_.index_shards(), -1);  // shard -> its call
   RedisScriptCall stream{.script = &StreamScript(),
-                         .keys = {keys_.EventsKey(worker_id), keys_.EventSeqKey(worker_id)},
+                         .keys = {keys_.EventsKey(worker_id), keys_.EventSeqKey(worker_id),
+                                  keys_.EventEpochKey(worker_id)},
                          .args = {ttl, absl::StrCat(options_.event_stream_max_len)}};
   int64_t size = 0;
   // The shards first (a snapshot reads the stream position, then the
@@ -120,13 +121,13 @@ absl::StatusOr<int64_t> PrefixIndex::ApplySharded(absl::string_view worker_id,
     if (k < 0) {
       k = static_cast<int>(calls.size());
       const std::string set = keys_.PrefixKey(worker_id, e.shard);
-      // KEYS[5..6] (the stream) stay in the shard's slot: MAXLEN 0 leaves
-      // them alone.
+      // KEYS[5..6] and [8] (the stream) stay in the shard's slot: MAXLEN 0
+      // leaves them alone.
       calls.push_back(RedisScriptCall{
           .script = &ApplyScript(),
           .keys = {set, keys_.PredictedKey(worker_id, e.shard),
                    keys_.SwaGoneKey(worker_id, e.shard), keys_.LowerTierKey(worker_id, e.shard),
-                   set, set, keys_.TierSummaryKey(worker_id, e.shard)},
+                   set, set, keys_.TierSummaryKey(worker_id, e.shard), set},
           .args = {ttl, cap, "0"}});
     }
     AppendOpArgs(e, &calls[k].args);
@@ -167,7 +168,8 @@ absl::StatusOr<int64_t> PrefixIndex::Apply(absl::string_view worker_id,
                                          keys_.LowerTierKey(worker_id),
                                          keys_.EventsKey(worker_id),
                                          keys_.EventSeqKey(worker_id),
-                                         keys_.TierSummaryKey(worker_id)};
+                                         keys_.TierSummaryKey(worker_id),
+                                         keys_.EventEpochKey(worker_id)};
   ASSIGN_OR_RETURN(RedisReply reply,
                    redis_->Evalsha(ApplyScript(), keys, args, op));
   return reply.AsInteger();

@@ -1,7 +1,30 @@
 // The prefix index's Lua scripts (prefix_index_scripts.h, prefix_index.h).
 #include "lib/cluster/prefix_index_scripts.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace swaserve::cluster::prefix_scripts {
+
+// Lua shared by the scripts that append to a worker's KV event stream
+// (kv_events.h), given locals `seqkey` and `epochkey`: next_seq() returns
+// the stream's next seq and leaves its epoch in `epoch` — a new one when the
+// counter starts over at 1 (or the stream has none yet: written before
+// epochs).
+constexpr char kNextSeqLua[] = R"lua(
+local epoch = nil
+local function next_seq()
+  local seq = redis.call('INCR', seqkey)
+  if not epoch then
+    epoch = redis.call('GET', epochkey)
+    if seq == 1 or not epoch then
+      local t = redis.call('TIME')
+      epoch = t[1] .. '.' .. t[2]
+      redis.call('SET', epochkey, epoch)
+    end
+  end
+  return seq
+end
+)lua";
 
 // Every script takes page hashes packed: one ARGV string of 8-byte members
 // (PackPageHashes). One 64 KiB argument instead of 8192 small ones is far
@@ -11,8 +34,8 @@ namespace swaserve::cluster::prefix_scripts {
 
 // KEYS[1] = the worker's authoritative SET, KEYS[2] = its predicted ZSET,
 // KEYS[3] = its SWA-gone SET, KEYS[4] = its lower-tier SET, KEYS[5] = its
-// KV event stream, KEYS[6] = the stream's sequence counter, KEYS[7] = its
-// tier summary (written last: "0".."6", bit 2 = it has SWA-gone pages, bit 4
+// KV event stream, KEYS[6] = the stream's sequence counter, KEYS[8] = its
+// epoch (kv_events.h), KEYS[7] = its tier summary (written last: "0".."6", bit 2 = it has SWA-gone pages, bit 4
 // = lower-tier pages, so a match reads every candidate's in one MGET instead
 // of two EXISTS each; exact after every call, as only this script fills
 // those SETs, and conservative when they shrink by DEL or expiry). ARGV[1] =
@@ -24,10 +47,10 @@ namespace swaserve::cluster::prefix_scripts {
 // same script, so a snapshot of the SETs and the stream position agree.
 // Returns the SET's size afterwards.
 const RedisScript& ApplyScript() {
-  static const RedisScript* script = new RedisScript{"prefix_apply_v6", R"lua(
+  static const RedisScript* script = new RedisScript{"prefix_apply_v7", absl::StrCat(R"lua(
 local set, pred, gone, lower = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local stream, seqkey = KEYS[5], KEYS[6]
-local cap = tonumber(ARGV[2])
+local stream, seqkey, epochkey = KEYS[5], KEYS[6], KEYS[8]
+)lua", kNextSeqLua, R"lua(local cap = tonumber(ARGV[2])
 local maxlen = tonumber(ARGV[3])
 local sub = string.sub
 local names = {S = {'stored', 'full', 'l1'}, R = {'removed', 'full', ''},
@@ -40,9 +63,10 @@ for i = 4, #ARGV, 2 do
   local n = #packed / 8
   local name = names[kind]
   if name and maxlen > 0 then
-    local seq = redis.call('INCR', seqkey)
+    local seq = next_seq()
     redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
-               'op', name[1], 'pool', name[2], 'tier', name[3], 'hashes', packed)
+               'epoch', epoch, 'op', name[1], 'pool', name[2], 'tier', name[3],
+               'hashes', packed)
   end
   if kind == 'C' then
     redis.call('DEL', set, pred, gone, lower)
@@ -85,9 +109,9 @@ if cap > 0 and size > cap then
   redis.call('DEL', set, pred, gone, lower)
   size = 0
   if maxlen > 0 then
-    local seq = redis.call('INCR', seqkey)
+    local seq = next_seq()
     redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
-               'op', 'cleared', 'pool', '', 'tier', '', 'hashes', '')
+               'epoch', epoch, 'op', 'cleared', 'pool', '', 'tier', '', 'hashes', '')
   end
 end
 if size > 0 then
@@ -96,6 +120,7 @@ end
 if maxlen > 0 then
   redis.call('PEXPIRE', stream, ARGV[1])
   redis.call('PEXPIRE', seqkey, ARGV[1])
+  redis.call('PEXPIRE', epochkey, ARGV[1])
 end
 local summary = 0
 for b, aux in ipairs({gone, lower}) do
@@ -110,18 +135,19 @@ for b, aux in ipairs({gone, lower}) do
 end
 redis.call('SET', KEYS[7], summary, 'PX', ARGV[1])
 return size
-)lua"};
+)lua")};
   return *script;
 }
 
 // A sharded index's event stream (kv_events.h, v1), written after the
-// shards: KEYS[1] = the worker's stream, KEYS[2] = its sequence counter;
+// shards: KEYS[1] = the worker's stream, KEYS[2] = its sequence counter,
+// KEYS[3] = its epoch;
 // ARGV[1] = index_ttl ms, ARGV[2] = MAXLEN, then kind/packed pairs as in
 // ApplyScript. Returns the last sequence number.
 const RedisScript& StreamScript() {
-  static const RedisScript* script = new RedisScript{"prefix_stream_v1", R"lua(
-local stream, seqkey = KEYS[1], KEYS[2]
-local maxlen = tonumber(ARGV[2])
+  static const RedisScript* script = new RedisScript{"prefix_stream_v2", absl::StrCat(R"lua(
+local stream, seqkey, epochkey = KEYS[1], KEYS[2], KEYS[3]
+)lua", kNextSeqLua, R"lua(local maxlen = tonumber(ARGV[2])
 local names = {S = {'stored', 'full', 'l1'}, R = {'removed', 'full', ''},
                C = {'cleared', '', ''}, T = {'swa_removed', 'swa', ''},
                H = {'swa_stored', 'swa', ''}, D = {'tier_changed', 'full', 'l2'},
@@ -130,14 +156,16 @@ local seq = 0
 for i = 3, #ARGV, 2 do
   local name = names[ARGV[i]]
   if not name then return redis.error_reply('prefix_stream: unknown op kind ' .. ARGV[i]) end
-  seq = redis.call('INCR', seqkey)
+  seq = next_seq()
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'v', '1', 'seq', seq,
-             'op', name[1], 'pool', name[2], 'tier', name[3], 'hashes', ARGV[i + 1])
+             'epoch', epoch, 'op', name[1], 'pool', name[2], 'tier', name[3],
+             'hashes', ARGV[i + 1])
 end
 redis.call('PEXPIRE', stream, ARGV[1])
 redis.call('PEXPIRE', seqkey, ARGV[1])
+if epoch then redis.call('PEXPIRE', epochkey, ARGV[1]) end
 return seq
-)lua"};
+)lua")};
   return *script;
 }
 

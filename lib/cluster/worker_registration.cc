@@ -269,7 +269,7 @@ absl::Status WorkerRegistration::Register() {
     // (kv_events.h).
     const std::string& id = options_.info.id;
     commands = index_->ClearCommands(id);
-    commands.push_back({"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id)});
+    commands.push_back({"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id), keys_.EventEpochKey(id)});
   }
   commands.push_back({"MULTI"});
   commands.push_back({"DEL", record});
@@ -334,7 +334,8 @@ absl::Status WorkerRegistration::Heartbeat(bool publish_load,
         commands.push_back(std::move(c));
       }
       for (const std::string& key :
-           {keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id)}) {
+           {keys_.EventsKey(options_.info.id), keys_.EventSeqKey(options_.info.id),
+            keys_.EventEpochKey(options_.info.id)}) {
         commands.push_back({"PEXPIRE", key, absl::StrCat(ToMs(options_.index.index_ttl))});
       }
     }
@@ -397,7 +398,7 @@ absl::Status WorkerRegistration::Deregister() {
   std::vector<RedisCommand> commands = {
       {"DEL", keys_.WorkerKey(id), keys_.LoadKey(id)},
       {"SREM", keys_.WorkersKey(), id},
-      {"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id)},
+      {"DEL", keys_.EventsKey(id), keys_.EventSeqKey(id), keys_.EventEpochKey(id)},
   };
   for (RedisCommand& c : index_->ClearCommands(id)) commands.push_back(std::move(c));
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,

@@ -127,7 +127,7 @@ int KvEvents(int argc, const char* const* argv) {
     }
     absl::StatusOr<std::vector<cluster::KvEvent>> events =
         reader.Read(worker, state.id(), state.seq(), 100,
-                    follow ? absl::Milliseconds(500) : absl::ZeroDuration());
+                    follow ? absl::Milliseconds(500) : absl::ZeroDuration(), state.epoch());
     if (absl::IsDataLoss(events.status())) {
       std::printf("gap: %s\n", std::string(events.status().message()).c_str());
       need_snapshot = true;

@@ -61,7 +61,7 @@ class KvEventsTest : public ::testing::Test {
                        std::vector<KvEvent>* seen = nullptr) {
     while (true) {
       absl::StatusOr<std::vector<KvEvent>> events =
-          reader.Read(worker, state.id(), state.seq(), 50);
+          reader.Read(worker, state.id(), state.seq(), 50, absl::ZeroDuration(), state.epoch());
       if (!events.ok()) return events.status();
       if (events->empty()) return absl::OkStatus();
       for (const KvEvent& e : *events) {
@@ -307,6 +307,59 @@ TEST_F(KvEventsTest, AConsumerBehindTheTrimmedStreamGetsDataLossAndResyncs) {
   ASSERT_TRUE(snap.ok());
   EXPECT_EQ(snap->seq, 0u);
   EXPECT_TRUE(snap->pages.empty());
+}
+
+TEST_F(KvEventsTest, AStreamRestartedBehindTheConsumersPositionIsAGap) {
+  auto index = MakeIndex();
+  KvEventReader reader(redis_.get(), keys_);
+  const std::vector<uint64_t> c = Chain(6, 8);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[i]}}}}).ok());
+  }
+  KvWorkerState consumer;
+  ASSERT_TRUE(CatchUp(reader, "w", consumer).ok());
+  ASSERT_EQ(consumer.seq(), 3u);
+  const std::string epoch = consumer.epoch();
+  ASSERT_FALSE(epoch.empty());
+  // Redis loses the stream, and the worker writes 4 more events: seq 1..4
+  // of a new stream, with a new epoch.
+  ASSERT_TRUE(redis_->Command({"DEL", keys_.EventsKey("w"), keys_.EventSeqKey("w"),
+                               keys_.EventEpochKey("w")})
+                  .ok());
+  for (int i = 3; i < 7; ++i) {
+    ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[i]}}}}).ok());
+  }
+  // New entries 1..3 at or below the consumer's position (a Redis whose
+  // clock is behind, or the same millisecond) are skipped by XREAD: the
+  // XDEL shows the consumer what it then sees, seq 4, right after its 3.
+  absl::StatusOr<RedisReply> entries =
+      redis_->Command({"XRANGE", keys_.EventsKey("w"), "-", "+", "COUNT", "3"});
+  ASSERT_TRUE(entries.ok() && entries->elements.size() == 3u);
+  for (const RedisReply& e : entries->elements) {
+    ASSERT_TRUE(redis_->Command({"XDEL", keys_.EventsKey("w"), e.elements[0].str}).ok());
+  }
+  // Without the epoch the seq looks continuous; with it, it is a gap.
+  absl::StatusOr<std::vector<KvEvent>> blind = reader.Read("w", consumer.id(), 3, 10);
+  ASSERT_TRUE(blind.ok()) << blind.status();
+  ASSERT_EQ(blind->size(), 1u);
+  EXPECT_EQ(blind->front().seq, 4u);
+  EXPECT_NE(blind->front().epoch, epoch);
+  EXPECT_FALSE(KvWorkerState(consumer).Apply(blind->front()).ok());
+  absl::Status s = CatchUp(reader, "w", consumer);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  // Nothing new after the last entry, but the epoch key changed: a gap too.
+  absl::StatusOr<std::vector<KvEvent>> quiet =
+      reader.Read("w", blind->front().id, 4, 10, absl::ZeroDuration(), epoch);
+  EXPECT_TRUE(absl::IsDataLoss(quiet.status())) << quiet.status();
+  // The snapshot takes the new epoch, and reading on from it is in order.
+  absl::StatusOr<KvSnapshot> snap = reader.Snapshot("w");
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->epoch, blind->front().epoch);
+  consumer.Reset(*snap);
+  ASSERT_TRUE(index->Apply("w", {{CacheEventOp{Kind::kStored, {c[7]}}}}).ok());
+  ASSERT_TRUE(CatchUp(reader, "w", consumer).ok());
+  EXPECT_EQ(consumer.seq(), 5u);
+  EXPECT_EQ(consumer.Depth(c), 8);
 }
 
 TEST_F(KvEventsTest, EntriesOfAnUnknownVersionArePassedOverInSequence) {

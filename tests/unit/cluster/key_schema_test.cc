@@ -55,6 +55,7 @@ TEST(KeySchema, HashTagsKeepScriptKeysInOneSlotAndSpreadShards) {
     EXPECT_EQ(RedisKeySlot(keys->WorkersKey()), RedisKeySlot(keys->WorkerKey("w1")));
     EXPECT_EQ(RedisKeySlot(keys->WorkersKey()), RedisKeySlot(keys->LoadKey("w2")));
     EXPECT_EQ(RedisKeySlot(keys->EventsKey("w1")), RedisKeySlot(keys->EventSeqKey("w1")));
+    EXPECT_EQ(RedisKeySlot(keys->EventsKey("w1")), RedisKeySlot(keys->EventEpochKey("w1")));
     std::vector<int> per_band(shards, 0);
     for (int s = 0; s < shards; ++s) {
       const int slot = RedisKeySlot(keys->PrefixKey("w1", s));
