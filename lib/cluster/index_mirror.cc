@@ -148,10 +148,8 @@ void IndexMirror::Refresh() {
         bool lost = false;
         {
           absl::ReaderMutexLock lock(&w->mu);
-          const std::string& epoch = w->state.epoch();
           lost = counter < w->state.seq() ||
-                 (e.type == RedisReply::Type::kString && !e.str.empty() && !epoch.empty() &&
-                  e.str != epoch);
+                 (e.type == RedisReply::Type::kString && KvEpochsDiffer(e.str, w->state.epoch()));
         }
         if (lost) Snapshot(known[i]);
       }

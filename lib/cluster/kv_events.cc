@@ -234,15 +234,12 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
       }
     }
   }
-  auto other_epoch = [&](absl::string_view epoch) {
-    return !after_epoch.empty() && !epoch.empty() && epoch != after_epoch;
-  };
   if (!out.empty() && out.front().seq != after_seq + 1) {
     return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": expected seq ",
                                             after_seq + 1, ", the stream continues at ",
                                             out.front().seq, " (take a snapshot)"));
   }
-  if (!out.empty() && other_epoch(out.front().epoch)) {
+  if (!out.empty() && KvEpochsDiffer(out.front().epoch, after_epoch)) {
     return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": the stream restarted ",
                                             "(epoch ", out.front().epoch, ", was ", after_epoch,
                                             "; take a snapshot)"));
@@ -253,7 +250,7 @@ absl::StatusOr<std::vector<KvEvent>> KvEventReader::Read(absl::string_view worke
     // expired.
     const int64_t counter = replies[1].is_nil() ? 0 : replies[1].AsInteger().value_or(0);
     if (static_cast<uint64_t>(counter) < after_seq ||
-        (replies[2].type == RedisReply::Type::kString && other_epoch(replies[2].str))) {
+        (replies[2].type == RedisReply::Type::kString && KvEpochsDiffer(replies[2].str, after_epoch))) {
       return absl::DataLossError(absl::StrCat("kv events of ", worker_id, ": the stream was reset (",
                                               counter, " < ", after_seq, " or a new epoch; take a "
                                               "snapshot)"));
@@ -276,7 +273,7 @@ absl::Status KvWorkerState::Apply(const KvEvent& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("event seq ", e.seq, " does not follow ", seq_));
   }
-  if (!e.epoch.empty() && !epoch_.empty() && e.epoch != epoch_) {
+  if (KvEpochsDiffer(e.epoch, epoch_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("event epoch ", e.epoch, " is not the stream's ", epoch_));
   }

@@ -185,6 +185,12 @@ class KvWorkerState {
   absl::flat_hash_set<uint64_t> pages_, swa_gone_, lower_;
 };
 
+// Whether two epochs name different incarnations of a stream: both known
+// ("" is an entry or a key written before epochs) and not equal.
+inline bool KvEpochsDiffer(absl::string_view a, absl::string_view b) {
+  return !a.empty() && !b.empty() && a != b;
+}
+
 // The name of `op` in the stream ("stored", ...).
 absl::string_view KvEventOpName(KvEvent::Op op);
 
