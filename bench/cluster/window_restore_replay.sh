@@ -6,10 +6,13 @@
 # full KV stays cached while SWA windows are evicted), and a synthetic
 # Mooncake-format trace of conversations that share a long prompt and
 # diverge mid-prompt at random block boundaries. Replayed one request at a
-# time, three times: window restore on, restore plus SWA checkpoints every
+# time, four times: window restore on (computed as a pyramid, the default),
+# restore computing every layer over the whole stretch (`rect`,
+# --prefill.window_restore_pyramid=false), restore plus SWA checkpoints every
 # 2048 tokens (the worker's defaults), and neither; prints the prefill compute
 # (prompt minus cached tokens, from the replay's usage), the restores (the
-# prefill worker's counters) and TTFT and wall time from the replay report.
+# prefill worker's counters), the prefill worker's busy seconds (the sum of
+# its step times) and TTFT and wall time from the replay report.
 #
 #   bash bench/cluster/window_restore_replay.sh      # BUILD=build CONV=8 REQ=6 BLOCKS=48
 #
@@ -54,14 +57,17 @@ metric() {  # port name{labels}: one sample's value (0 when absent)
   curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k {print $2; found=1} END {if (!found) print 0}'
 }
 
-# on: restore only; ckpt: restore + SWA checkpoints every 2048 tokens (the
-# worker's defaults); off: neither.
-for mode in on ckpt off; do
-  case $mode in on) work=64 ckpt=0 ;; ckpt) work=64 ckpt=2048 ;; off) work=-1 ckpt=0 ;; esac
+# on: restore only; rect: restore without the pyramid; ckpt: restore + SWA
+# checkpoints every 2048 tokens (the worker's defaults); off: neither.
+for mode in on rect ckpt off; do
+  pyr=true
+  case $mode in on) work=64 ckpt=0 ;; rect) work=64 ckpt=0 pyr=false ;;
+    ckpt) work=64 ckpt=2048 ;; off) work=-1 ckpt=0 ;; esac
   rm -rf "$OUT/run-$mode"
   "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets=65536 --http_port=0 --grpc_port=50071 \
       --workers.prefill.kv.swa_full_ratio="$RATIO" --workers.prefill.metrics.port=9471 \
       --workers.prefill.prefill.window_restore_min_saved_work=$work \
+      --workers.prefill.prefill.window_restore_pyramid=$pyr \
       --workers.prefill.prefill.swa_checkpoint_tokens=$ckpt >"$OUT/up-$mode.log" 2>&1 &
   up=$!
   for _ in $(seq 1 600); do grep -q "Ctrl-C" "$OUT/up-$mode.log" 2>/dev/null && break; sleep 0.2; done
@@ -73,7 +79,8 @@ for mode in on ckpt off; do
     echo "mode=$mode"
     for k in 'swaserve_prefill_prompt_tokens_total' 'swaserve_prefill_tokens_total{source="computed"}' \
              'swaserve_prefill_tokens_total{source="cached"}' 'swaserve_prefill_window_restore_requests_total' \
-             'swaserve_prefill_window_restore_tokens_total' 'swaserve_prefill_window_restore_saved_tokens_total'; do
+             'swaserve_prefill_window_restore_tokens_total' 'swaserve_prefill_window_restore_saved_tokens_total' \
+             'swaserve_prefill_step_seconds_sum'; do
       echo "$k $(metric 9471 "$k")"
     done
   } >"$OUT/metrics-$mode.txt"
@@ -92,9 +99,9 @@ def load(mode):
 # Prompt and cached tokens from the replay's usage (every request; a restored
 # hit counts its full-KV match minus the stretch recomputed); restores from
 # the prefill worker's counters.
-res = {mode: load(mode) for mode in ("on", "ckpt", "off")}
+res = {mode: load(mode) for mode in ("on", "rect", "ckpt", "off")}
 print(f"{'restore':8} {'requests':>8} {'prompt tok':>11} {'cached':>10} {'computed':>10} {'computed/req':>12} "
-      f"{'restores':>8} {'recomputed':>10} {'saved':>8} {'TTFT p50 ms':>11} {'TTFT mean ms':>12} {'wall s':>7} {'failed':>6}")
+      f"{'restores':>8} {'recomputed':>10} {'saved':>8} {'busy s':>7} {'TTFT p50 ms':>11} {'TTFT mean ms':>12} {'wall s':>7} {'failed':>6}")
 computed = {}
 for mode, (m, rep) in res.items():
     n = rep["succeeded"]
@@ -104,11 +111,16 @@ for mode, (m, rep) in res.items():
           f"{m['swaserve_prefill_window_restore_requests_total']:8.0f} "
           f"{m['swaserve_prefill_window_restore_tokens_total']:10.0f} "
           f"{m['swaserve_prefill_window_restore_saved_tokens_total']:8.0f} "
+          f"{m['swaserve_prefill_step_seconds_sum']:7.1f} "
           f"{1000 * rep['ttft_s']['p50']:11.1f} {1000 * rep['ttft_s']['mean']:12.1f} "
           f"{rep['duration_s']:7.1f} {rep['failed']:6d}")
-for mode, what in (("on", "window restore"), ("ckpt", "window restore + SWA checkpoints")):
+for mode, what in (("rect", "window restore without the pyramid"), ("on", "window restore"),
+                   ("ckpt", "window restore + SWA checkpoints")):
     saved = computed["off"] - computed[mode]
     print(f"prefill compute saved by {what}: {saved} tokens "
           f"({100 * saved / max(computed['off'], 1):.1f}% of the prefill compute without it), "
           f"{saved / max(res[mode][1]['succeeded'], 1):.0f} per request")
+busy = {mode: res[mode][0]['swaserve_prefill_step_seconds_sum'] for mode in res}
+print(f"prefill busy seconds: off {busy['off']:.1f}, restore without the pyramid {busy['rect']:.1f}, "
+      f"restore {busy['on']:.1f}, restore + checkpoints {busy['ckpt']:.1f}")
 EOF

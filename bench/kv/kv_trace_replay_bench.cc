@@ -93,6 +93,27 @@ bool g_keep_divergence_window = true;
 // SequenceOptions::swa_checkpoint_tokens of the dual+restore variant
 // (--checkpoint TOKENS; 0 = off).
 int g_checkpoint_tokens = 2048;
+// Restores computed as the worker does by default, as a pyramid
+// (kv::WindowRestoreRows: each layer only the rows later layers need); off
+// with --no-pyramid (every layer over the whole stretch [s, M)). A restored
+// hit then counts M minus the pyramid's work in token-equivalents
+// (kv::WindowRestorePyramidWork), and the restore choice uses that work.
+bool g_pyramid = true;
+
+// Whether each layer of `shape` is a SWA layer: MiMo-V2.5-Pro's pattern,
+// a full layer first and then every (layers / full layers)-th.
+std::vector<bool> SwaPattern(const KvShape& shape) {
+  const int n = shape.full_layers + shape.swa_layers;
+  const int step = shape.full_layers > 0 ? n / shape.full_layers : n + 1;
+  std::vector<bool> swa;
+  int full = 0;
+  for (int l = 0; l < n; ++l) {
+    const bool f = full < shape.full_layers && l % step == 0;
+    full += f;
+    swa.push_back(!f);
+  }
+  return swa;
+}
 
 struct Flags {
   std::string trace;
@@ -341,6 +362,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 
+  const std::vector<bool> swa_pattern = SwaPattern(spec.shape);
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = prompts.size();
   const size_t progress_every = std::max<size_t>(1, n / 4);
@@ -359,15 +381,22 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
     }
     if (l2 != nullptr) res.loaded_back_pages += cache->LoadBack(hashes, mo.max_tokens).pages;
     sched::WindowRestoreChoice choice;
+    double restore_work = 0;  // token-equivalents a restore computes
     if (spec.restore) {
       const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
       if (ml.matched_tokens > ml.safe_tokens) {
-        choice = sched::ChooseWindowRestore(
-            {.window_safe_tokens = ml.safe_tokens,
-             .full_tokens = ml.matched_tokens,
-             .restore_from = WindowRestoreStart(ml.matched_tokens, spec.shape.sliding_window,
-                                                spec.shape.page_size, spec.shape.swa_layers),
-             .min_saved_work = 64});
+        const int from = WindowRestoreStart(ml.matched_tokens, spec.shape.sliding_window,
+                                            spec.shape.page_size, spec.shape.swa_layers);
+        restore_work = g_pyramid ? WindowRestorePyramidWork(
+                                       WindowRestoreRows(ml.matched_tokens, spec.shape.sliding_window,
+                                                         spec.shape.page_size, swa_pattern, 0),
+                                       from, ml.matched_tokens)
+                                 : ml.matched_tokens - from;
+        choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
+                                             .full_tokens = ml.matched_tokens,
+                                             .restore_from = from,
+                                             .restore_tokens = restore_work,
+                                             .min_saved_work = 64});
         mo.full_kv = choice.restore;
       }
     }
@@ -386,7 +415,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
       ++res.restores;
       res.restored_tokens += full_hit - next;
     }
-    res.effective_hit_tokens += next;
+    res.effective_hit_tokens += restoring ? full_hit - std::llround(restore_work) : next;
     bool ok = true;
     while (next < len) {
       const int c = std::min(chunk, len - next);
@@ -548,12 +577,15 @@ int Main(int argc, char** argv) {
       flags.l2_ratio = ParseList(value("--l2-ratio"), false).at(0);
     } else if (is("--checkpoint")) {
       g_checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
+    } else if (a == "--no-pyramid") {
+      g_pyramid = false;
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
           "  [--ratio R] [--budgets 1M,3M,8M,16.8M] [--sweep-budget 3M]\n"
           "  [--sweep-ratios 0.005,0.01,0.02,0.05,0.1 | --no-sweep] [--limit N]\n"
           "  [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS (dual+restore; 0 off)]\n"
+          "  [--no-pyramid (dual+restore: every layer over the whole restored stretch)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       return 0;
     } else {
@@ -587,7 +619,7 @@ int Main(int argc, char** argv) {
       "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
       "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
       "prompt inserted at the end of prefill; divergence windows %s; dual+restore: "
-      "restorable tombstones, SWA checkpoints every %d tokens\n"
+      "restorable tombstones, SWA checkpoints every %d tokens, restores %s\n"
       "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
       flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
       prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
@@ -596,7 +628,9 @@ int Main(int argc, char** argv) {
       dual_shape.Swa().TokenBytes(), single_token_bytes, dual_shape.sliding_window, ps,
       single_shape.sliding_window, flags.ratio, flags.chunk,
       g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
-      g_checkpoint_tokens, single_token_bytes);
+      g_checkpoint_tokens,
+      g_pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
+      single_token_bytes);
 
   auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,
                    double mult, double ratio) {
@@ -732,7 +766,8 @@ int Main(int argc, char** argv) {
   std::printf(
       "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; eff. hit = hit tokens minus "
       "the tokens window restores recomputed (dual+restore: a restored hit counts its full-KV\n"
-      "  match minus the stretch recomputed; = hit rate without restore); matched = full-KV match "
+      "  match minus the stretch recomputed, with the pyramid its work in token-equivalents; = hit\n"
+      "  rate without restore); matched = full-KV match "
       "before the window rule; win-lost = matched but not window-safe;\n"
       "  cached M = tokens with full KV cached at the end (millions); tok/GiB bud = cached "
       "tokens per GiB of the pools (the budget); tok/GiB used = per GiB\n"

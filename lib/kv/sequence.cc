@@ -29,6 +29,48 @@ int WindowRestoreStart(int full_tokens, int window, int page_size, int swa_chain
   return static_cast<int>(std::max<int64_t>(0, first - reach));
 }
 
+WindowRestorePyramid WindowRestoreRows(int full_tokens, int window, int page_size,
+                                       const std::vector<bool>& swa_layer, int mtp_layers) {
+  const int swa = static_cast<int>(std::count(swa_layer.begin(), swa_layer.end(), true));
+  const int chain = swa + std::max(0, mtp_layers);
+  const int64_t w0 = SwaWindowStart(full_tokens, window, page_size);
+  const int64_t hop = std::max(0, window - 1);
+  // A(e), clamped; e == chain (past the chain's end): nothing below M.
+  auto a = [&](int e) -> int {
+    if (e >= chain) return full_tokens;
+    return static_cast<int>(std::clamp<int64_t>(w0 - int64_t{chain - 1 - e} * hop, 0, full_tokens));
+  };
+  WindowRestorePyramid p;
+  const int n = static_cast<int>(swa_layer.size());
+  p.input_from.assign(n, full_tokens);
+  p.output_from.assign(n, full_tokens);
+  p.mtp_layers = std::max(0, mtp_layers);
+  p.mtp_from = mtp_layers > 0 ? a(swa) : full_tokens;
+  // Backwards: what each layer's output must cover is what the next needs.
+  int need = p.mtp_from;
+  int e = swa;  // chain index of the next SWA layer met going back, + 1
+  for (int i = n - 1; i >= 0; --i) {
+    p.output_from[i] = need;
+    if (swa_layer[i]) {
+      --e;
+      p.input_from[i] = std::min(a(e), need);
+    } else {
+      p.input_from[i] = need;
+    }
+    need = p.input_from[i];
+  }
+  return p;
+}
+
+double WindowRestorePyramidWork(const WindowRestorePyramid& p, int from, int full_tokens) {
+  auto rows = [&](int lo) { return std::max(0, full_tokens - std::max(from, lo)); };
+  double sum = 0;
+  for (int lo : p.output_from) sum += rows(lo);
+  sum += static_cast<double>(p.mtp_layers) * rows(p.mtp_from);
+  const size_t layers = p.output_from.size() + static_cast<size_t>(p.mtp_layers);
+  return layers == 0 ? 0.0 : sum / static_cast<double>(layers);
+}
+
 Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
     : pools_(options.pools),
       cache_(options.cache),

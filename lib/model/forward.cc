@@ -72,6 +72,13 @@ struct Engine::Impl {
       gather, gather_out, cat, final_rows;
   std::vector<RowInfo> rows;
   std::vector<AttentionSpan> spans;
+  // Whether each main layer is a SWA layer (the restore pyramid's input).
+  std::vector<bool> swa_pattern;
+  // Per item of the current call: first position and count of its live rows
+  // (fewer than its tokens once a window restore's pyramid dropped some),
+  // and its pyramid (input_from empty when the item does not restore).
+  std::vector<int> item_start, item_n;
+  std::vector<kv::WindowRestorePyramid> pyramid;
   // MoE routing scratch.
   std::vector<int> chosen, order, need;
   std::vector<float> route_weight;
@@ -98,15 +105,34 @@ struct Engine::Impl {
   }
   absl::Status LoadBlock(const std::string& prefix, AttentionType type,
                          bool moe, int inter, Block* b);
+  // `layer`: the main layer's index (the restore pyramid applies), -1 for
+  // an MTP block. Updates R when the pyramid drops rows.
   absl::Status RunBlock(const Block& b, absl::Span<const ForwardItem> items,
-                        int R);
-  void Attention(const Block& b, absl::Span<const ForwardItem> items, int R);
+                        int layer, int& R);
+  void Attention(const Block& b, absl::Span<const ForwardItem> items, int layer);
+  // Drops the rows of window-restore items below their pyramid's bound for
+  // `layer` (its input_from, or with `output` its output_from), moving the
+  // kept rows of x (and, with `with_xn`, xn) down in order; returns the new
+  // row count. Kernels are batch-invariant, so kept rows are unaffected.
+  int DropRows(int R, int layer, bool output, bool with_xn);
   void Mlp(const Block& b, int R);
   // Fills `rows` with one (item, position) per token of `items`, in order;
   // returns the row count.
   int SetRows(absl::Span<const ForwardItem> items) {
     rows.clear();
+    item_start.clear();
+    item_n.clear();
+    pyramid.resize(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
+      item_start.push_back(items[i].start);
+      item_n.push_back(static_cast<int>(items[i].tokens.size()));
+      if (items[i].window_restore_end > 0) {
+        pyramid[i] = kv::WindowRestoreRows(items[i].window_restore_end, c.sliding_window,
+                                           items[i].seq->FullLayer(0).page_size, swa_pattern,
+                                           c.num_mtp_layers);
+      } else {
+        pyramid[i].input_from.clear();
+      }
       for (size_t j = 0; j < items[i].tokens.size(); ++j) {
         rows.push_back({static_cast<int>(i), items[i].start + static_cast<int>(j)});
       }
@@ -183,6 +209,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   impl->layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
+    impl->swa_pattern.push_back(c.layer_types[i] == AttentionType::kSwa);
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
     RETURN_IF_ERROR(impl->LoadBlock(absl::StrCat("model.layers.", i, "."),
                                     c.layer_types[i], c.moe_layers[i],
                                     c.intermediate_size, &impl->layers[i]));
@@ -250,8 +279,7 @@ void Engine::Embedding(uint32_t token, float* out) const {
 }
 
 void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items,
-                             int R) {
-  (void)R;
+                             int layer) {
   const AttentionConfig& g = *b.geo;
   const bool swa = b.type == AttentionType::kSwa;
   AttentionParams p;
@@ -264,14 +292,24 @@ void Engine::Impl::Attention(const Block& b, absl::Span<const ForwardItem> items
   p.sinks = g.sink ? b.attn.sink.data() : nullptr;
   spans.clear();
   int r0 = 0;
-  for (const ForwardItem& it : items) {
-    const kv::Sequence& seq = *it.seq;
-    const int n = static_cast<int>(it.tokens.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const kv::Sequence& seq = *items[i].seq;
+    const int n = item_n[i];
+    if (n == 0) continue;
+    int first_key = 0;
+    if (swa) {
+      // A restore's pyramid wrote this layer's keys only from its bound.
+      first_key = seq.swa_key_start();
+      const kv::WindowRestorePyramid& py = pyramid[i];
+      if (!py.input_from.empty()) {
+        first_key = std::max(first_key, layer >= 0 ? py.input_from[layer] : py.mtp_from);
+      }
+    }
     spans.push_back({.view = swa ? seq.SwaLayer(b.pool_layer) : seq.FullLayer(b.pool_layer),
                      .row0 = r0,
-                     .pos0 = it.start,
+                     .pos0 = item_start[i],
                      .n = n,
-                     .first_key = swa ? seq.swa_key_start() : 0});
+                     .first_key = first_key});
     r0 += n;
   }
   PagedAttention(p, spans, q.data(), attn.data());
@@ -357,8 +395,37 @@ void Engine::Impl::Mlp(const Block& b, int R) {
   }
 }
 
-absl::Status Engine::Impl::RunBlock(const Block& b,
-                                    absl::Span<const ForwardItem> items, int R) {
+int Engine::Impl::DropRows(int R, int layer, bool output, bool with_xn) {
+  const int H = c.hidden_size;
+  int kept = 0;
+  for (int r = 0; r < R; ++r) {
+    const int i = rows[r].item;
+    const kv::WindowRestorePyramid& py = pyramid[i];
+    if (!py.input_from.empty()) {
+      const int lo = output ? py.output_from[layer] : py.input_from[layer];
+      if (rows[r].pos < lo) {
+        --item_n[i];
+        item_start[i] = rows[r].pos + 1;
+        continue;
+      }
+    }
+    if (kept != r) {
+      rows[kept] = rows[r];
+      std::memcpy(x.data() + static_cast<size_t>(kept) * H, x.data() + static_cast<size_t>(r) * H,
+                  sizeof(float) * H);
+      if (with_xn) {
+        std::memcpy(xn.data() + static_cast<size_t>(kept) * H,
+                    xn.data() + static_cast<size_t>(r) * H, sizeof(float) * H);
+      }
+    }
+    ++kept;
+  }
+  rows.resize(kept);
+  return kept;
+}
+
+absl::Status Engine::Impl::RunBlock(const Block& b, absl::Span<const ForwardItem> items,
+                                    int layer, int& R) {
   const int H = c.hidden_size;
   const AttentionConfig& g = *b.geo;
   const int nh = g.num_heads, nkv = g.num_kv_heads, hd = g.head_dim, vd = g.v_head_dim;
@@ -370,7 +437,6 @@ absl::Status Engine::Impl::RunBlock(const Block& b,
   Grow(attn, static_cast<size_t>(R) * nh * vd);
   Grow(o, static_cast<size_t>(R) * H);
   RmsNorm(x.data(), b.in_norm.data(), xn.data(), R, H, static_cast<float>(c.rms_norm_eps));
-  MatMul(xn.data(), R, b.attn.q, q.data());
   MatMul(xn.data(), R, b.attn.k, k.data());
   MatMul(xn.data(), R, b.attn.v, v.data());
   const float vs = static_cast<float>(c.attention_value_scale);
@@ -378,7 +444,6 @@ absl::Status Engine::Impl::RunBlock(const Block& b,
     for (size_t i = 0; i < static_cast<size_t>(R) * nkv * vd; ++i) v[i] *= vs;
   }
   for (int r = 0; r < R; ++r) {
-    ApplyRope(q.data() + static_cast<size_t>(r) * nh * hd, nh, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
     ApplyRope(k.data() + static_cast<size_t>(r) * nkv * hd, nkv, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
   }
   // Write the new tokens' KV into the pages. Full KV below the sequence's
@@ -399,7 +464,14 @@ absl::Status Engine::Impl::RunBlock(const Block& b,
     StoreKv(dt, view.K(rows[r].pos), k.data() + static_cast<size_t>(r) * nkv * hd, nkv * hd);
     StoreKv(dt, view.V(rows[r].pos), v.data() + static_cast<size_t>(r) * nkv * vd, nkv * vd);
   }
-  Attention(b, items, R);
+  // A window restore's pyramid: rows whose output no later layer needs go
+  // now (their KV above is what the kept rows' attention reads).
+  if (layer >= 0) R = DropRows(R, layer, /*output=*/true, /*with_xn=*/true);
+  MatMul(xn.data(), R, b.attn.q, q.data());
+  for (int r = 0; r < R; ++r) {
+    ApplyRope(q.data() + static_cast<size_t>(r) * nh * hd, nh, hd, g.rotary_dim, rows[r].pos, g.rope_theta);
+  }
+  Attention(b, items, layer);
   MatMul(attn.data(), R, b.attn.o, o.data());
   for (size_t i = 0; i < static_cast<size_t>(R) * H; ++i) x[i] += o[i];
   RmsNorm(x.data(), b.post_norm.data(), xn.data(), R, H, static_cast<float>(c.rms_norm_eps));
@@ -416,11 +488,15 @@ void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
   // Rows that need logits, in output order.
   need.clear();
   out->first_row.clear();
+  out->first_position.clear();
   out->last_hidden.assign(static_cast<size_t>(items.size()) * H, 0.0f);
   int r0 = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    const int n = static_cast<int>(items[i].tokens.size());
-    out->first_row.push_back(items[i].no_logits ? -1 : static_cast<int>(need.size()));
+    const int n = item_n[i];
+    out->first_position.push_back(item_start[i]);
+    const bool none = items[i].no_logits || n == 0;
+    out->first_row.push_back(none ? -1 : static_cast<int>(need.size()));
+    if (n == 0) continue;  // a restore's pyramid kept no row of this item
     if (items[i].no_logits) {
       // KV (and hidden states) only.
     } else if (items[i].all_logits) {
@@ -474,6 +550,12 @@ absl::Status CheckItems(const ModelConfig& c, absl::Span<const ForwardItem> item
                                                        " >= vocab size ", c.vocab_size));
       }
     }
+    if (it.window_restore_end != 0 &&
+        (it.seq->restore_from() < 0 || it.window_restore_end != it.seq->cached_tokens())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "item ", i, ": window_restore_end ", it.window_restore_end,
+          " is not the restoring sequence's cached prefix (", it.seq->cached_tokens(), ")"));
+    }
     int next = 0;  // overrides sorted, disjoint, inside the tokens
     for (const EmbeddingOverride& e : it.embeddings) {
       if (e.offset < next || e.rows <= 0 || e.data == nullptr ||
@@ -514,7 +596,11 @@ absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
     }
     ApplyOverrides(it, H, s.x.data() + static_cast<size_t>(r - it.tokens.size()) * H, H);
   }
-  for (const Block& b : s.layers) RETURN_IF_ERROR(s.RunBlock(b, items, R));
+  int live = R;
+  if (!s.layers.empty()) live = s.DropRows(live, 0, /*output=*/false, /*with_xn=*/false);
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    RETURN_IF_ERROR(s.RunBlock(s.layers[i], items, static_cast<int>(i), live));
+  }
   s.Logits(items, s.final_norm, out, keep_all_hidden);
   return absl::OkStatus();
 }
@@ -552,7 +638,8 @@ absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
     }
   }
   MatMul(s.cat.data(), R, m.eh_proj, s.x.data());
-  RETURN_IF_ERROR(s.RunBlock(m.block, items, R));
+  int live = R;
+  RETURN_IF_ERROR(s.RunBlock(m.block, items, /*layer=*/-1, live));
   s.Logits(items, m.final_norm, out, /*keep_all_hidden=*/true);
   return absl::OkStatus();
 }

@@ -84,16 +84,35 @@ struct ForwardItem {
   // Embedding overrides, in increasing offset order, not overlapping, inside
   // the item's tokens (InvalidArgument otherwise).
   absl::Span<const EmbeddingOverride> embeddings;
+  // Window restore pyramid (issue 20): > 0 marks the item as (part of) a
+  // window restore to this M (the sequence's cached_tokens(), started by
+  // BeginWindowRestore). Each main layer then computes only the rows whose
+  // output a later layer needs for the window at M (kv::WindowRestoreRows):
+  // a SWA layer writes its KV from input_from on and runs attention and MLP
+  // from output_from on, a full layer from output_from; rows below are
+  // dropped, so the item's hidden rows (logits, last_hidden, all_hidden)
+  // start at ForwardOutput::first_position (an item may keep none). SWA
+  // keys below the layer's input_from (ForwardMtp: below mtp_from) are not
+  // read. The window's SWA and MTP KV comes out byte-identical to the full
+  // recompute's (batch-invariant kernels) at about half its work. Rows at or
+  // past M are computed as usual. 0: every row through every layer.
+  int window_restore_end = 0;
 };
 
 struct ForwardOutput {
   // Logits rows, vocab_size floats each: for each item in order, one row
   // (its last token) or tokens.size() rows (all_logits).
   std::vector<float> logits;
-  // First logits row of each item (-1 for a no_logits item).
+  // First logits row of each item (-1 for a no_logits item, or an item that
+  // kept no row: window_restore_end).
   std::vector<int> first_row;
+  // Position of each item's first hidden row: its start, or later for a
+  // window-restore item whose rows below were dropped (start + tokens when
+  // none was kept). all_hidden holds only the kept rows.
+  std::vector<int> first_position;
   // Final hidden state (after the last layer, before the final norm) of each
-  // item's last token, hidden_size floats per item: the MTP input.
+  // item's last token, hidden_size floats per item: the MTP input (zeros for
+  // an item that kept no row).
   std::vector<float> last_hidden;
   // With keep_all_hidden: the same for every new token, in row order.
   std::vector<float> all_hidden;

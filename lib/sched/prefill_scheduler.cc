@@ -260,8 +260,11 @@ WindowRestoreChoice ChooseWindowRestore(const WindowRestoreInputs& in) {
   }
   const double recompute = PrefillWork(in.context_cost_per_token, in.window_safe_tokens,
                                        in.full_tokens - in.window_safe_tokens);
-  const double restore = PrefillWork(in.context_cost_per_token, in.restore_from,
-                                     in.full_tokens - in.restore_from);
+  const double tokens = in.restore_tokens >= 0
+                           ? std::min<double>(in.restore_tokens, in.full_tokens - in.restore_from)
+                           : in.full_tokens - in.restore_from;
+  const int64_t n = std::llround(tokens);
+  const double restore = PrefillWork(in.context_cost_per_token, in.full_tokens - n, n);
   const double saved = recompute - restore;
   if (saved <= 0 || saved < in.min_saved_work) return c;
   c.restore = true;

@@ -260,6 +260,10 @@ struct WindowRestoreInputs {
   int window_safe_tokens = 0;  // L
   int full_tokens = 0;         // M
   int restore_from = 0;        // s
+  // The restore's work in tokens: computed as that many tokens ending at M.
+  // < 0: M − s (every layer over [s, M)); a pyramid restore
+  // (kv::WindowRestorePyramidWork) costs about half.
+  double restore_tokens = -1;
   double context_cost_per_token = 0;
   // Least work the restore must save, in token-equivalents (>= 0).
   double min_saved_work = 0;

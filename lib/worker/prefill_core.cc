@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <thread>
 
@@ -12,6 +13,17 @@
 #include "lib/worker/prefill_core_impl.h"
 
 namespace swaserve::worker {
+
+namespace {
+
+// Whether each main layer is a SWA layer (kv::WindowRestoreRows).
+std::vector<bool> SwaPattern(const model::ModelConfig& c) {
+  std::vector<bool> swa;
+  for (model::AttentionType t : c.layer_types) swa.push_back(t == model::AttentionType::kSwa);
+  return swa;
+}
+
+}  // namespace
 
 void PrefillCore::Impl::MatchPrefix(Req& r) {
   const int n = static_cast<int>(r.job.prompt.size());
@@ -42,15 +54,23 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
     LoadBack(r, mo.max_tokens);
   }
   sched::WindowRestoreChoice choice;
+  double restore_work = -1;  // the pyramid's, in tokens (< 0: the whole stretch)
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
     if (ml.matched_tokens > ml.safe_tokens) {
+      const int ps = options.pools->shape().page_size;
+      const int s = kv::WindowRestoreStart(ml.matched_tokens, c.sliding_window, ps,
+                                           c.num_swa_layers() + K);
+      if (options.window_restore_pyramid) {
+        restore_work = kv::WindowRestorePyramidWork(
+            kv::WindowRestoreRows(ml.matched_tokens, c.sliding_window, ps, SwaPattern(c), K), s,
+            ml.matched_tokens);
+      }
       choice = sched::ChooseWindowRestore(
           {.window_safe_tokens = ml.safe_tokens,
            .full_tokens = ml.matched_tokens,
-           .restore_from = kv::WindowRestoreStart(ml.matched_tokens, c.sliding_window,
-                                                  options.pools->shape().page_size,
-                                                  c.num_swa_layers() + K),
+           .restore_from = s,
+           .restore_tokens = restore_work,
            .context_cost_per_token = options.scheduler.context_cost_per_token,
            .min_saved_work = options.window_restore_min_saved_work});
       mo.full_kv = choice.restore;
@@ -70,8 +90,12 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
       r.seq = std::make_unique<kv::Sequence>(
           so, options.cache->MatchAndLock(r.hashes, mo.max_tokens));
     } else {
-      r.result.restored_tokens = r.seq->cached_tokens() - choice.compute_from;
-      r.result.restore_saved_tokens = choice.compute_from - safe;
+      const int m = r.seq->cached_tokens();
+      r.result.restored_tokens = m - choice.compute_from;
+      // Saved against computing [safe, M): the stretch's tokens, or with
+      // the pyramid the tokens' worth of work it computes.
+      const double work = restore_work >= 0 ? restore_work : m - choice.compute_from;
+      r.result.restore_saved_tokens = m - safe - static_cast<int>(std::llround(work));
     }
   }
   r.result.cached_tokens =
@@ -328,8 +352,10 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     const int64_t got = static_cast<int64_t>(r->seq->full_pages().size()) - before;
     r->pending_full_pages -= got;
     committed_full_pages -= got;
-    items.push_back({r->seq.get(), absl::MakeConstSpan(r->job.prompt).subspan(c.start_token, c.num_tokens),
-                     c.start_token, false});
+    items.push_back({.seq = r->seq.get(),
+                     .tokens = absl::MakeConstSpan(r->job.prompt).subspan(c.start_token, c.num_tokens),
+                     .start = c.start_token});
+    items.back().window_restore_end = RestoreEnd(*r, c.start_token);
     std::vector<model::EmbeddingOverride>& ov = item_overrides[items.size() - 1];
     MultimodalOverrides(r->job, c.start_token, c.num_tokens, &ov);
     items.back().embeddings = ov;
@@ -355,7 +381,11 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   std::vector<Req*> failed;
   for (size_t i = 0; i < items.size(); ++i) {
     Req* r = item_reqs[i];
-    const int rows = static_cast<int>(items[i].tokens.size());
+    // Hidden rows of the item: from first_position (a restore's pyramid
+    // drops the rows below it) to its end.
+    const int end = items[i].start + static_cast<int>(items[i].tokens.size());
+    const int first_pos = out.first_position[i];
+    const int rows = end - first_pos;
     const int first_row = row0;
     row0 += rows;
     r->result.compute_seconds += static_cast<double>(t1 - t0) * 1e-9;
@@ -369,14 +399,13 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
       // The main hidden states of the last K prompt positions (decode's MTP
       // layers start there).
       const int n = static_cast<int>(r->job.prompt.size());
-      const int from = std::max(items[i].start, n - K);
-      for (int p = from; p < items[i].start + rows; ++p) {
-        const float* h = out.all_hidden.data() + static_cast<size_t>(first_row + p - items[i].start) * H;
+      const int from = std::max(first_pos, n - K);
+      for (int p = from; p < end; ++p) {
+        const float* h = out.all_hidden.data() + static_cast<size_t>(first_row + p - first_pos) * H;
         r->result.tail_hidden.insert(r->result.tail_hidden.end(), h, h + H);
       }
-      const int end = items[i].start + rows;
       absl::Status ms = RunMtp(*r, out.all_hidden.data() + static_cast<size_t>(first_row) * H,
-                               items[i].start, rows, item_last[i] ? end + 1 : end, first_token);
+                               first_pos, rows, item_last[i] ? end + 1 : end, first_token);
       if (!ms.ok()) {
         SWA_LOG(err, "prefill: MTP forward failed: {}", ms.ToString());
         if (!item_last[i]) sched->Cancel(r->job.id);
@@ -430,6 +459,9 @@ absl::Status PrefillCore::Impl::RunMtp(Req& r, const float* hidden, int first, i
   const int H = options.engine->config().hidden_size;
   const int n = static_cast<int>(r.job.prompt.size());
   if (r.mtp_rows.empty()) {
+    // A restore's pyramid kept no row of this chunk: the MTP layers start at
+    // the first chunk that has some (kv::WindowRestorePyramid::mtp_from).
+    if (rows == 0) return absl::OkStatus();
     // The first computed position. Positions before it come from a prefix
     // hit, MTP KV included (for the hit's last k + 1 positions that KV was
     // computed with the inserting request's next tokens: MTP drafts from
@@ -453,7 +485,11 @@ absl::Status PrefillCore::Impl::RunMtp(Req& r, const float* hidden, int first, i
     if (ready == 0) continue;
     mtp_tokens.resize(ready);
     for (int j = 0; j < ready; ++j) mtp_tokens[j] = token_at(p0 + j + 1 + k);
-    model::ForwardItem item{.seq = r.seq.get(), .tokens = mtp_tokens, .start = p0, .no_logits = true};
+    model::ForwardItem item{.seq = r.seq.get(),
+                            .tokens = mtp_tokens,
+                            .start = p0,
+                            .no_logits = true,
+                            .window_restore_end = RestoreEnd(r, p0)};
     // MTP row j embeds the token at main position p0 + j + 1 + k.
     MultimodalOverrides(r.job, p0 + 1 + k, std::min(ready, std::max(0, n - (p0 + 1 + k))),
                         &mtp_overrides);

@@ -86,8 +86,9 @@ struct PrefillResult {
   int cached_tokens = 0;
   int computed_tokens = 0;  // computed here (restored_tokens included)
   // Window restore: tokens recomputed before the full-KV match end for the
-  // SWA KV of its window (0: no restore), and the tokens that saved against
-  // computing from the window-safe hit.
+  // SWA KV of its window (0: no restore; the stretch [s, M)), and the tokens
+  // that saved against computing from the window-safe hit (M − L minus the
+  // restore's work: the pyramid's, in token-equivalents, when on).
   int restored_tokens = 0;
   int restore_saved_tokens = 0;
   double queue_seconds = 0;
@@ -144,6 +145,12 @@ struct PrefillCoreOptions {
   // least this much work (token-equivalents of the scheduler's work clock).
   // < 0: never restore.
   double window_restore_min_saved_work = 64;
+  // Compute a restore as a pyramid (model::ForwardItem::window_restore_end,
+  // kv::WindowRestoreRows): each layer only the rows a later layer needs,
+  // about half the work of every layer over [s, M); the restored window is
+  // byte-identical either way. The restore choice then uses the pyramid's
+  // work. false: every layer over the whole stretch.
+  bool window_restore_pyramid = true;
   // SWA checkpoints (kv::SequenceOptions::swa_checkpoint_tokens): every
   // this many prompt tokens a request keeps the SWA window ending there for
   // the prefix cache, cold, so that a later prompt diverging from it is

@@ -151,7 +151,8 @@ struct Metrics {
     restored_tokens = &wt->WithLabels();
     ASSIGN_OR_RETURN(auto* ws, r->AddCounter("swaserve_prefill_window_restore_saved_tokens_total",
                                              "Recompute tokens window restores saved against "
-                                             "computing from the window-safe hit."));
+                                             "computing from the window-safe hit (with the "
+                                             "pyramid: against its work in tokens)."));
     restore_saved_tokens = &ws->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
@@ -259,6 +260,12 @@ struct PrefillCore::Impl {
   // planned window restore when that saves work. Sets r.seq and the result's
   // cached/restored tokens.
   void MatchPrefix(Req& r);
+  // model::ForwardItem::window_restore_end for r's tokens from `start`: its
+  // restore's M while computing below it with the pyramid on, else 0.
+  int RestoreEnd(const Req& r, int start) const {
+    const int m = r.seq->cached_tokens();
+    return options.window_restore_pyramid && r.seq->restore_from() >= 0 && start < m ? m : 0;
+  }
   // Moves the L2 part of r's match into L1 (before matching): inline, or on
   // the copier when large (PrefillCoreOptions::async_load_back_min_bytes).
   void LoadBack(const Req& r, int max_tokens);

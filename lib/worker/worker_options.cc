@@ -60,6 +60,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "window restore: recompute only the bounded stretch before a full-KV match when "
            "that saves at least this much work in tokens (< 0: never restore; >= 0 also keeps "
            "the full KV of prompts whose SWA KV is evicted, for restores)")
+      .Add(key("prefill.window_restore_pyramid"), &o->window_restore_pyramid,
+           "window restore: compute each layer only over the rows later layers need (about "
+           "half the work; the restored window is the same)")
       .Add(key("prefill.swa_checkpoint_tokens"), &o->swa_checkpoint_tokens,
            "keep the SWA window every this many prompt tokens in the prefix cache (cold: "
            "evicted first), so prompts diverging mid-way hit at most this far back (0: off)")

@@ -969,5 +969,50 @@ TEST(WindowRestoreStartTest, ReachesBackOneWindowPerChainLayer) {
   EXPECT_EQ(WindowRestoreStart(64, 0, 16, 5), 64);
 }
 
+TEST(WindowRestoreRowsTest, EachChainLayerStartsOneWindowLaterAndFullLayersFollow) {
+  // full, swa, swa, full, swa + 2 MTP layers: a chain of 5; W = 121, pages
+  // of 16, M = 1000: A(e) = 880 - (4 - e) * 120.
+  const std::vector<bool> swa = {false, true, true, false, true};
+  const WindowRestorePyramid p = WindowRestoreRows(1000, 121, 16, swa, 2);
+  const int s = WindowRestoreStart(1000, 121, 16, 5);
+  ASSERT_EQ(s, 400);
+  EXPECT_EQ(p.input_from, (std::vector<int>{400, 400, 520, 640, 640}));
+  EXPECT_EQ(p.output_from, (std::vector<int>{400, 520, 640, 640, 760}));
+  EXPECT_EQ(p.mtp_from, 760);
+  EXPECT_EQ(p.mtp_layers, 2);
+  // Work: rows from output_from per main layer, from mtp_from per MTP layer.
+  const double rows = (600 + 480 + 360 + 360 + 240 + 2 * 240) / 7.0;
+  EXPECT_DOUBLE_EQ(WindowRestorePyramidWork(p, s, 1000), rows);
+  // From later than the pyramid's base, each layer's rows are cut there.
+  EXPECT_DOUBLE_EQ(WindowRestorePyramidWork(p, 700, 1000),
+                   (300 + 300 + 300 + 300 + 240 + 2 * 240) / 7.0);
+  // Without MTP layers nothing after the last SWA layer is needed below M.
+  const WindowRestorePyramid q = WindowRestoreRows(1000, 121, 16, swa, 0);
+  EXPECT_EQ(q.mtp_from, 1000);
+  EXPECT_EQ(q.input_from.back(), 880);
+  EXPECT_EQ(q.output_from.back(), 1000);
+  // Clamped at 0 when the chain reaches past the start.
+  const WindowRestorePyramid c = WindowRestoreRows(200, 121, 16, swa, 2);
+  for (size_t i = 0; i < swa.size(); ++i) {
+    EXPECT_GE(c.input_from[i], 0);
+    EXPECT_LE(c.input_from[i], c.output_from[i]);
+    EXPECT_LE(c.output_from[i], 200);
+  }
+}
+
+TEST(WindowRestoreRowsTest, TheMiMoProPyramidIsAboutHalfTheStretch) {
+  // 70 layers, full at every 7th; W = 128; no MTP layer (the trace bench's
+  // chain) and with one.
+  std::vector<bool> swa;
+  for (int l = 0; l < 70; ++l) swa.push_back(l % 7 != 0);
+  for (int mtp : {0, 1}) {
+    const int m = 100000;
+    const int s = WindowRestoreStart(m, 128, 16, 60 + mtp);
+    const double work = WindowRestorePyramidWork(WindowRestoreRows(m, 128, 16, swa, mtp), s, m);
+    EXPECT_GT(work, 0.45 * (m - s)) << mtp;
+    EXPECT_LT(work, 0.55 * (m - s)) << mtp;
+  }
+}
+
 }  // namespace
 }  // namespace swaserve::kv

@@ -78,12 +78,13 @@ std::unique_ptr<kv::KvPools> Pools(const Model& m, int pages) {
 // The MTP layers over positions [from, to) of `seq` after the main model's
 // hidden rows for them: layer k at p reads token p + 1 + k (all known).
 void RunMtp(EngineLock& e, kv::Sequence& seq, const std::vector<uint32_t>& prompt, int from,
-            int to, std::vector<float> hidden) {
+            int to, std::vector<float> hidden, int restore_end = 0) {
   const model::ModelConfig& c = e.config();
   for (int k = 0; k < c.num_mtp_layers; ++k) {
     const int m = to - from;
     std::vector<uint32_t> tokens(prompt.begin() + from + 1 + k, prompt.begin() + from + 1 + k + m);
-    model::ForwardItem item{.seq = &seq, .tokens = tokens, .start = from, .no_logits = true};
+    model::ForwardItem item{.seq = &seq, .tokens = tokens, .start = from, .no_logits = true,
+                            .window_restore_end = restore_end};
     model::ForwardOutput out;
     absl::Status st = e.ForwardMtp(
         k, {&item, 1}, absl::MakeConstSpan(hidden.data(), static_cast<size_t>(m) * c.hidden_size),
@@ -94,21 +95,34 @@ void RunMtp(EngineLock& e, kv::Sequence& seq, const std::vector<uint32_t>& promp
 }
 
 // Main model over [from, to) in chunks (keep_all_hidden), then the MTP layers.
-void Compute(EngineLock& e, kv::Sequence& seq, const std::vector<uint32_t>& prompt, int from,
-             int to, int chunk) {
+// With `pyramid` (to = the restore's M) each layer computes only the rows
+// later layers need (ForwardItem::window_restore_end): the hidden rows then
+// start at the pyramid's mtp_from, which the returned value is (else from).
+int Compute(EngineLock& e, kv::Sequence& seq, const std::vector<uint32_t>& prompt, int from,
+            int to, int chunk, bool pyramid = false) {
   std::vector<float> hidden;
+  int hidden_from = -1;
+  const int H = e.config().hidden_size;
   for (int p = from; p < to; p += chunk) {
     const int n = std::min(chunk, to - p);
     absl::Status st = seq.Prepare(p, n);
-    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(st.ok()) << st;
     model::ForwardItem item{.seq = &seq, .tokens = absl::MakeConstSpan(prompt).subspan(p, n),
-                            .start = p, .no_logits = true};
+                            .start = p, .no_logits = true,
+                            .window_restore_end = pyramid ? to : 0};
     model::ForwardOutput out;
     st = e.Forward({&item, 1}, &out, /*keep_all_hidden=*/true);
-    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return -1;
+    const int kept = p + n - out.first_position[0];
+    EXPECT_EQ(out.all_hidden.size(), static_cast<size_t>(kept) * H);
+    if (hidden_from < 0 && kept > 0) hidden_from = out.first_position[0];
+    if (hidden_from >= 0) EXPECT_EQ(out.first_position[0], std::max(p, hidden_from));
     hidden.insert(hidden.end(), out.all_hidden.begin(), out.all_hidden.end());
   }
-  RunMtp(e, seq, prompt, from, to, std::move(hidden));
+  if (hidden_from < 0) hidden_from = to;
+  RunMtp(e, seq, prompt, hidden_from, to, std::move(hidden), pyramid ? to : 0);
+  return hidden_from;
 }
 
 // Bytes of one token's K and V in one layer of a pool.
@@ -153,8 +167,10 @@ struct Case {
   bool full_kv_untouched = true;
 };
 
+// pyramid[i]: restore from starts[i] as a pyramid (ForwardItem::
+// window_restore_end); its hidden rows must start at the pyramid's mtp_from.
 Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
-         const std::vector<int>& starts, int chunk) {
+         const std::vector<int>& starts, int chunk, const std::vector<bool>& pyramid) {
   EngineLock& e = *m.engine;
   const model::ModelConfig& c = e.config();
   const int n = static_cast<int>(prompt.size());
@@ -174,7 +190,8 @@ Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
     out.want = SwaKv(ref, pools->shape().Swa(), window_from, full);
   }
   const std::vector<uint64_t> hashes = base::ChainedPageHashes(prompt, ps);
-  for (int s : starts) {
+  for (size_t si = 0; si < starts.size(); ++si) {
+    const int s = starts[si];
     auto pools = Pools(m, 2 * pages);
     auto cache = *kv::PrefixCache::Create({pools.get(), nullptr});
     {
@@ -196,7 +213,14 @@ Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
     const std::string full_before = FullKv(seq, pools->shape().Full(), full);
     absl::Status st = seq.BeginWindowRestore(s);
     EXPECT_TRUE(st.ok()) << st;
-    Compute(e, seq, prompt, s, full, chunk);
+    const int hidden_from = Compute(e, seq, prompt, s, full, chunk, pyramid[si]);
+    if (pyramid[si]) {
+      std::vector<bool> swa;
+      for (model::AttentionType t : c.layer_types) swa.push_back(t == model::AttentionType::kSwa);
+      const kv::WindowRestorePyramid py =
+          kv::WindowRestoreRows(full, c.sliding_window, ps, swa, c.num_mtp_layers);
+      EXPECT_EQ(hidden_from, py.mtp_from) << "the pyramid kept other rows than the MTP layers need";
+    }
     out.got.push_back(SwaKv(seq, pools->shape().Swa(), window_from, full));
     out.full_kv_untouched &= FullKv(seq, pools->shape().Full(), full) == full_before;
     // Finish heals the path: the window at `full` is now window-safe.
@@ -235,13 +259,17 @@ TEST_P(WindowRestore, RestoredWindowIsByteIdenticalAndTheBoundIsTight) {
     // P0 - (W - 1) + 1 (P0 = the window's first token) leaves SWA layer 0
     // exact and changes layer 1.
     const int p0 = kv::SwaWindowStart(full, W, ps);
-    const Case r = RunCase(m, prompt, full, {s, std::max(0, s - 3), s + 1, p0 - (W - 1) + 1}, chunk);
-    ASSERT_EQ(r.got.size(), 4u);
+    // The last two: the same starts as the first two, as pyramids.
+    const Case r = RunCase(m, prompt, full,
+                           {s, std::max(0, s - 3), s + 1, p0 - (W - 1) + 1, s, std::max(0, s - 3)},
+                           chunk, {false, false, false, false, true, true});
+    ASSERT_EQ(r.got.size(), 6u);
     EXPECT_TRUE(r.full_kv_untouched) << "a restore wrote into the cached full KV";
-    for (int k = 0; k < 2; ++k) {
+    for (int k : {0, 1, 4, 5}) {
       for (size_t l = 0; l < r.want.size(); ++l) {
-        EXPECT_TRUE(r.got[k][l] == r.want[l]) << "start " << (k == 0 ? s : s - 3) << ": SWA-pool layer "
-                                               << l << " differs from the straight-line run";
+        EXPECT_TRUE(r.got[k][l] == r.want[l])
+            << "start " << (k % 4 == 0 ? s : s - 3) << (k >= 4 ? " (pyramid)" : "")
+            << ": SWA-pool layer " << l << " differs from the straight-line run";
       }
     }
     EXPECT_TRUE(r.got[3][0] == r.want[0]);
