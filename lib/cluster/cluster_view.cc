@@ -204,8 +204,20 @@ absl::Status ClusterView::ExtendMirrored(absl::Span<const uint64_t> hashes,
   } else {
     ASSIGN_OR_RETURN(out->depths, index_->Match(hashes, candidates, load_keys, raw, 0, nullptr,
                                                 nullptr, {}, held));
+    RememberLoads(load_keys, *raw);
   }
   return absl::OkStatus();
+}
+
+void ClusterView::RememberLoads(const std::vector<std::string>& load_keys,
+                                const std::vector<std::optional<std::string>>& raw) {
+  absl::MutexLock lock(&loads_mu_);
+  // Bounded: ids of long-gone workers (pods replaced over months) go in one
+  // sweep; the next decisions fill it again.
+  if (loads_.size() > kMaxRememberedLoads) loads_.clear();
+  for (size_t i = 0; i < load_keys.size() && i < raw.size(); ++i) {
+    if (raw[i].has_value()) loads_[load_keys[i]] = raw[i];
+  }
 }
 
 std::vector<std::optional<std::string>> ClusterView::LastLoads(
@@ -262,6 +274,8 @@ absl::Status ClusterView::ForgetWorker(absl::string_view worker_id) {
   ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
                    redis_->Pipeline(commands, "forget_worker"));
   for (const RedisReply& r : replies) RETURN_IF_ERROR(r.ToStatus());
+  absl::MutexLock lock(&loads_mu_);
+  loads_.erase(keys_.LoadKey(worker_id));
   return absl::OkStatus();
 }
 

@@ -96,8 +96,10 @@ class ClusterView {
     // Redis could not be read (Unavailable or DeadlineExceeded: a killed
     // master before its replica's promotion, a restart) but the index
     // mirror held every candidate: the depths are the mirror's, without
-    // live predictions, and the loads the view's last cached ones (a sharded
-    // index: whatever their age) or nullopt. Affinity survives the outage.
+    // live predictions, and the loads the last ones the view read, whatever
+    // their age (a sharded index: its load cache, unless a master still
+    // answers the MGET; a single Redis: those its scripts returned), or
+    // nullopt. Affinity survives the outage.
     bool redis_unreadable = false;
   };
   absl::StatusOr<PrefixesAndLoads> MatchPrefixesAndLoads(
@@ -146,6 +148,13 @@ class ClusterView {
   // The cache's reports of `load_keys` whatever their age (nullopt: not
   // cached; a single Redis reads them in the match script, never cached).
   std::vector<std::optional<std::string>> LastLoads(const std::vector<std::string>& load_keys);
+  // A single Redis's mirrored decisions read the loads inside the script:
+  // keeps the last one seen per key, so that a decision while Redis cannot
+  // be read still has them (LastLoads). Never touches loads_at_ (the
+  // cluster's load cache). At most kMaxRememberedLoads keys.
+  void RememberLoads(const std::vector<std::string>& load_keys,
+                     const std::vector<std::optional<std::string>>& raw);
+  static constexpr size_t kMaxRememberedLoads = 4096;
   // The Redis part of a mirrored match: `held` (the mirror's depths)
   // extended by live predictions into out->depths, the load reports into
   // `raw`.

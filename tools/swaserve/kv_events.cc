@@ -1,7 +1,7 @@
 // swaserve kv-events: the KV events API (lib/cluster/kv_events.h) from the
 // command line, for operators and for whoever writes an external router:
 //
-//   swaserve kv-events --redis=HOST:PORT                 # workers, their seq
+//   swaserve kv-events --redis=HOST:PORT                 # workers, seq, epoch
 //   swaserve kv-events --redis=... --worker=ID           # snapshot + events
 //   swaserve kv-events --redis=... --worker=ID --follow  # ... and keep reading
 //   swaserve kv-events --redis=... --worker=ID --history # the events the
@@ -31,10 +31,14 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
+// The stream's incarnation (kv_events.h), "-" before the first event.
+const char* EpochOf(const std::string& epoch) { return epoch.empty() ? "-" : epoch.c_str(); }
+
 void PrintSnapshot(const cluster::KvSnapshot& s) {
-  std::printf("snapshot seq %llu (stream id %s): %zu pages, %zu without SWA KV, %zu in L2\n",
-              static_cast<unsigned long long>(s.seq), s.id.c_str(), s.pages.size(),
-              s.swa_gone.size(), s.lower.size());
+  std::printf(
+      "snapshot seq %llu epoch %s (stream id %s): %zu pages, %zu without SWA KV, %zu in L2\n",
+      static_cast<unsigned long long>(s.seq), EpochOf(s.epoch), s.id.c_str(), s.pages.size(),
+      s.swa_gone.size(), s.lower.size());
 }
 
 void PrintEvent(const cluster::KvEvent& e) {
@@ -104,8 +108,8 @@ int KvEvents(int argc, const char* const* argv) {
     for (const cluster::WorkerInfo& w : *workers) {
       absl::StatusOr<cluster::KvSnapshot> s = reader.Snapshot(w.id);
       if (!s.ok()) continue;
-      std::printf("%s seq=%llu pages=%zu\n", w.id.c_str(),
-                  static_cast<unsigned long long>(s->seq), s->pages.size());
+      std::printf("%s seq=%llu epoch=%s pages=%zu\n", w.id.c_str(),
+                  static_cast<unsigned long long>(s->seq), EpochOf(s->epoch), s->pages.size());
     }
     return 0;
   }

@@ -290,9 +290,19 @@ TEST_F(IndexMirrorTest, WithRedisDownTheMirrorAnswersAlone) {
   ASSERT_EQ(want.depths, (std::vector<int64_t>{20, 8, 12, 0}));
   ASSERT_LT(want.safe[0], 20);  // the SWA drop in the last window
   ASSERT_EQ(want.l1[2], 6);
+  // w0 and w2 report loads; a mirrored decision reads them (in the script).
+  for (const auto& [id, queued] : {std::pair{"w0", 1234}, std::pair{"w2", 77}}) {
+    swaserve::v1::WorkerLoad load;
+    load.set_queued_uncached_tokens(queued);
+    ASSERT_TRUE(redis_->Command({"SET", plain_->keys().LoadKey(id), load.SerializeAsString()}).ok());
+  }
+  absl::StatusOr<ClusterView::PrefixesAndLoads> before =
+      mirrored_->MatchPrefixesAndLoads(p, ids_, ids_, 2, {});
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(before->loads[0].has_value());
   ASSERT_TRUE(server_->Kill().ok());
   // The plain view has nothing to route on; the mirrored one keeps every
-  // answer but the loads (and predictions: none were made here).
+  // answer (predictions aside: none were made here), the loads as last read.
   absl::StatusOr<ClusterView::PrefixesAndLoads> plain =
       plain_->MatchPrefixesAndLoads(p, ids_, ids_, 2, {});
   ASSERT_FALSE(plain.ok());
@@ -306,7 +316,11 @@ TEST_F(IndexMirrorTest, WithRedisDownTheMirrorAnswersAlone) {
   EXPECT_EQ(got->safe_pages, want.safe);
   EXPECT_EQ(got->l1_pages, want.l1);
   ASSERT_EQ(got->loads.size(), ids_.size());
-  for (const auto& l : got->loads) EXPECT_FALSE(l.has_value());
+  ASSERT_TRUE(got->loads[0].has_value() && got->loads[2].has_value());
+  EXPECT_EQ(got->loads[0]->queued_uncached_tokens(), 1234);
+  EXPECT_EQ(got->loads[2]->queued_uncached_tokens(), 77);
+  EXPECT_FALSE(got->loads[1].has_value());
+  EXPECT_FALSE(got->loads[3].has_value());
 }
 
 TEST_F(IndexMirrorTest, AWorkerNotMirroredFallsBackToTheScript) {
