@@ -45,7 +45,7 @@ DASHBOARDS = {
         panel("Tokens lost to the window-safe rule, and window restores", [
             ("sum(rate(swaserve_prefix_cache_window_lost_tokens_total[$__rate_interval]))", "window-lost tokens/s"),
             ("sum(rate(swaserve_prefill_window_restore_saved_tokens_total[$__rate_interval]))", "recompute saved by restores, tokens/s"),
-            ("sum(rate(swaserve_prefill_window_restore_tokens_total[$__rate_interval]))", "tokens recomputed by restores/s"),
+            ("sum(rate(swaserve_prefill_window_restore_tokens_total[$__rate_interval]))", "restored stretch tokens/s"),
         ], "short", "Full-KV matches not window-safe, and what window restore recovers."),
         panel("Router decisions by reason", [
             ("sum by (leg, reason) (rate(swaserve_router_decisions_total[$__rate_interval]))", "{{leg}} {{reason}}"),

@@ -36,9 +36,9 @@ const char* EpochOf(const std::string& epoch) { return epoch.empty() ? "-" : epo
 
 void PrintSnapshot(const cluster::KvSnapshot& s) {
   std::printf(
-      "snapshot seq %llu epoch %s (stream id %s): %zu pages, %zu without SWA KV, %zu in L2\n",
-      static_cast<unsigned long long>(s.seq), EpochOf(s.epoch), s.id.c_str(), s.pages.size(),
-      s.swa_gone.size(), s.lower.size());
+      "snapshot seq %llu (stream id %s): %zu pages, %zu without SWA KV, %zu in L2; epoch %s\n",
+      static_cast<unsigned long long>(s.seq), s.id.c_str(), s.pages.size(), s.swa_gone.size(),
+      s.lower.size(), EpochOf(s.epoch));
 }
 
 void PrintEvent(const cluster::KvEvent& e) {
@@ -108,8 +108,9 @@ int KvEvents(int argc, const char* const* argv) {
     for (const cluster::WorkerInfo& w : *workers) {
       absl::StatusOr<cluster::KvSnapshot> s = reader.Snapshot(w.id);
       if (!s.ok()) continue;
-      std::printf("%s seq=%llu epoch=%s pages=%zu\n", w.id.c_str(),
-                  static_cast<unsigned long long>(s->seq), EpochOf(s->epoch), s->pages.size());
+      // The epoch last: scripts that parse "seq=N pages=M" keep working.
+      std::printf("%s seq=%llu pages=%zu epoch=%s\n", w.id.c_str(),
+                  static_cast<unsigned long long>(s->seq), s->pages.size(), EpochOf(s->epoch));
     }
     return 0;
   }

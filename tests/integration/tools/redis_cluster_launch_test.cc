@@ -151,6 +151,10 @@ TEST_F(RedisClusterLaunchTest, ServesThroughAKilledMasterAndTheIndexReturns) {
     pages += std::stoll((*it)[2].str());
   }
   EXPECT_GT(pages, 30) << out;
+  // A worker with events has its stream's epoch (one without: "epoch=-").
+  EXPECT_TRUE(std::regex_search(out, std::regex("seq=[1-9][0-9]* pages=[0-9]+ epoch=[0-9]")))
+      << out;
+  EXPECT_FALSE(std::regex_search(out, std::regex("seq=[1-9][0-9]* pages=[0-9]+ epoch=-"))) << out;
 
   // Kill the master of the home shard (short prompts' shard).
   absl::StatusOr<cluster::KeySchema> keys = cluster::KeySchema::Create("default", 64);
