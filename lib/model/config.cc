@@ -719,6 +719,13 @@ int ModelConfig::num_swa_layers() const {
   return n;
 }
 
+std::vector<bool> ModelConfig::swa_layer_mask() const {
+  std::vector<bool> swa;
+  swa.reserve(layer_types.size());
+  for (AttentionType t : layer_types) swa.push_back(t == AttentionType::kSwa);
+  return swa;
+}
+
 int ModelConfig::pool_layer(int layer) const {
   const AttentionType type = layer_types[layer];
   int n = 0;

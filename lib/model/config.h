@@ -200,6 +200,8 @@ struct ModelConfig {
   }
   int num_full_layers() const;
   int num_swa_layers() const;  // main-model SWA layers (MTP not included)
+  // Per main layer, whether it is a SWA layer (kv::WindowRestoreRows).
+  std::vector<bool> swa_layer_mask() const;
   // Index of `layer` within its KV pool: full layers count 0.. in order; SWA
   // layers count 0.. in order; MTP layer k is SWA pool layer
   // num_swa_layers() + k.

@@ -79,6 +79,7 @@ struct Engine::Impl {
   // and its pyramid (input_from empty when the item does not restore).
   std::vector<int> item_start, item_n;
   std::vector<kv::WindowRestorePyramid> pyramid;
+  bool any_restore = false;  // some item of the call has a pyramid
   // MoE routing scratch.
   std::vector<int> chosen, order, need;
   std::vector<float> route_weight;
@@ -123,10 +124,12 @@ struct Engine::Impl {
     item_start.clear();
     item_n.clear();
     pyramid.resize(items.size());
+    any_restore = false;
     for (size_t i = 0; i < items.size(); ++i) {
       item_start.push_back(items[i].start);
       item_n.push_back(static_cast<int>(items[i].tokens.size()));
       if (items[i].window_restore_end > 0) {
+        any_restore = true;
         pyramid[i] = kv::WindowRestoreRows(items[i].window_restore_end, c.sliding_window,
                                            items[i].seq->FullLayer(0).page_size, swa_pattern,
                                            c.num_mtp_layers);
@@ -208,9 +211,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     ASSIGN_OR_RETURN(impl->lm_head, impl->ReadPacked("lm_head.weight"));
   }
   impl->layers.resize(c.num_layers);
-  for (int i = 0; i < c.num_layers; ++i) {
-    impl->swa_pattern.push_back(c.layer_types[i] == AttentionType::kSwa);
-  }
+  impl->swa_pattern = c.swa_layer_mask();
   for (int i = 0; i < c.num_layers; ++i) {
     RETURN_IF_ERROR(impl->LoadBlock(absl::StrCat("model.layers.", i, "."),
                                     c.layer_types[i], c.moe_layers[i],
@@ -396,6 +397,7 @@ void Engine::Impl::Mlp(const Block& b, int R) {
 }
 
 int Engine::Impl::DropRows(int R, int layer, bool output, bool with_xn) {
+  if (!any_restore) return R;  // the common case: nothing to drop
   const int H = c.hidden_size;
   int kept = 0;
   for (int r = 0; r < R; ++r) {

@@ -14,17 +14,6 @@
 
 namespace swaserve::worker {
 
-namespace {
-
-// Whether each main layer is a SWA layer (kv::WindowRestoreRows).
-std::vector<bool> SwaPattern(const model::ModelConfig& c) {
-  std::vector<bool> swa;
-  for (model::AttentionType t : c.layer_types) swa.push_back(t == model::AttentionType::kSwa);
-  return swa;
-}
-
-}  // namespace
-
 void PrefillCore::Impl::MatchPrefix(Req& r) {
   const int n = static_cast<int>(r.job.prompt.size());
   const kv::SequenceOptions so{.pools = options.pools,
@@ -63,7 +52,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
                                            c.num_swa_layers() + K);
       if (options.window_restore_pyramid) {
         restore_work = kv::WindowRestorePyramidWork(
-            kv::WindowRestoreRows(ml.matched_tokens, c.sliding_window, ps, SwaPattern(c), K), s,
+            kv::WindowRestoreRows(ml.matched_tokens, c.sliding_window, ps, c.swa_layer_mask(), K), s,
             ml.matched_tokens);
       }
       choice = sched::ChooseWindowRestore(

@@ -215,10 +215,8 @@ Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
     EXPECT_TRUE(st.ok()) << st;
     const int hidden_from = Compute(e, seq, prompt, s, full, chunk, pyramid[si]);
     if (pyramid[si]) {
-      std::vector<bool> swa;
-      for (model::AttentionType t : c.layer_types) swa.push_back(t == model::AttentionType::kSwa);
       const kv::WindowRestorePyramid py =
-          kv::WindowRestoreRows(full, c.sliding_window, ps, swa, c.num_mtp_layers);
+          kv::WindowRestoreRows(full, c.sliding_window, ps, c.swa_layer_mask(), c.num_mtp_layers);
       EXPECT_EQ(hidden_from, py.mtp_from) << "the pyramid kept other rows than the MTP layers need";
     }
     out.got.push_back(SwaKv(seq, pools->shape().Swa(), window_from, full));
