@@ -153,6 +153,7 @@ std::vector<std::pair<std::string, std::string>> EncodeWorkerInfo(
       {"sliding_window", absl::StrCat(info.sliding_window)},
       {"swa_chain_layers", absl::StrCat(info.swa_chain_layers)},
       {"window_restore", info.window_restore ? "1" : "0"},
+      {"window_restore_work", absl::StrCat(info.window_restore_work)},
       {"started_at_ms", absl::StrCat(info.started_at_ms)},
       {"incarnation", absl::StrFormat("%016x", info.incarnation)},
   };
@@ -202,6 +203,8 @@ absl::StatusOr<WorkerInfo> DecodeWorkerInfo(
       int32_t v = 0;
       s = ParseInt(field, value, &v);
       info.window_restore = v != 0;
+    } else if (field == "window_restore_work") {
+      s = ParseInt(field, value, &info.window_restore_work);
     } else if (field == "started_at_ms") {
       s = ParseInt(field, value, &info.started_at_ms);
     } else if (field == "incarnation") {

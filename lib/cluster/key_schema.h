@@ -56,9 +56,10 @@
 //   bucket (length-bucket index), bucket_min_tokens, bucket_max_tokens,
 //   grpc_address ("host:port"), ucx_address (raw bytes of the packed UCX
 //   worker address), page_size, full_pages, swa_pages, max_running_requests,
-//   sliding_window, swa_chain_layers, window_restore (0/1; optional: the
-//   model's window, SWA + MTP layers, and whether the worker restores
-//   windows — the router's cached-token credit), started_at_ms (Unix ms),
+//   sliding_window, swa_chain_layers, window_restore (0/1),
+//   window_restore_work (tokens; optional: the model's window, SWA + MTP
+//   layers, whether the worker restores windows and what a restore
+//   computes — the router's cached-token credit), started_at_ms (Unix ms),
 //   incarnation (16 hex digits, random per process
 //   start: a new value means the worker restarted and lost its cache).
 //
@@ -209,6 +210,11 @@ struct WorkerInfo {
   int32_t sliding_window = 0;
   int32_t swa_chain_layers = 0;
   bool window_restore = false;
+  // What one window restore computes, in token-equivalents, when the worker
+  // restores as a pyramid (kv::WindowRestorePyramidWork for an unclamped,
+  // page-aligned M: the same for every such M); 0: not published, a
+  // restore computes its whole stretch [s, M) (kv::WindowRestoreStart).
+  int32_t window_restore_work = 0;
   // When the process started (Unix ms) and its random incarnation.
   int64_t started_at_ms = 0;
   uint64_t incarnation = 0;

@@ -1,6 +1,7 @@
 #include "lib/kv/sequence.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
@@ -69,6 +70,19 @@ double WindowRestorePyramidWork(const WindowRestorePyramid& p, int from, int ful
   sum += static_cast<double>(p.mtp_layers) * rows(p.mtp_from);
   const size_t layers = p.output_from.size() + static_cast<size_t>(p.mtp_layers);
   return layers == 0 ? 0.0 : sum / static_cast<double>(layers);
+}
+
+int WindowRestoreWorkPerRestore(int window, int page_size, const std::vector<bool>& swa_layer,
+                                int mtp_layers) {
+  const int chain =
+      static_cast<int>(std::count(swa_layer.begin(), swa_layer.end(), true)) + mtp_layers;
+  if (window <= 1 || page_size <= 0 || chain <= 0) return 0;
+  // Past the stretch plus a window, rounded up to a page: s > 0.
+  const int64_t reach = int64_t{chain} * window + 2 * page_size;
+  const int m = static_cast<int>((reach + page_size - 1) / page_size * page_size);
+  const int s = WindowRestoreStart(m, window, page_size, chain);
+  return static_cast<int>(std::llround(WindowRestorePyramidWork(
+      WindowRestoreRows(m, window, page_size, swa_layer, mtp_layers), s, m)));
 }
 
 Sequence::Sequence(const SequenceOptions& options, CacheHit hit)

@@ -154,6 +154,13 @@ WindowRestorePyramid WindowRestoreRows(int full_tokens, int window, int page_siz
 // the rows each layer (main and MTP) runs attention and MLP for, averaged
 // over the layers (the rectangle is M − from).
 double WindowRestorePyramidWork(const WindowRestorePyramid& p, int from, int full_tokens);
+// What one pyramid restore computes for a match M long enough that its
+// stretch does not clamp at 0 (the bounds then move with M, so it is the same
+// for every such page-aligned M), rounded to whole token-equivalents: what a
+// worker publishes for the router's credit (cluster::WorkerInfo::
+// window_restore_work). 0 without a window or SWA layer.
+int WindowRestoreWorkPerRestore(int window, int page_size, const std::vector<bool>& swa_layer,
+                                int mtp_layers);
 
 class Sequence {
  public:

@@ -74,9 +74,11 @@ int64_t PrefixCredit(const PrefixCreditInputs& in) {
       in.full_tokens > INT32_MAX) {
     return safe;
   }
-  return std::max<int64_t>(safe, kv::WindowRestoreStart(static_cast<int>(in.full_tokens),
-                                                        in.sliding_window, in.page_size,
-                                                        in.swa_chain_layers));
+  const int64_t stretch =
+      in.full_tokens - kv::WindowRestoreStart(static_cast<int>(in.full_tokens), in.sliding_window,
+                                              in.page_size, in.swa_chain_layers);
+  const int64_t work = in.restore_work > 0 ? std::min(in.restore_work, stretch) : stretch;
+  return std::max<int64_t>(safe, in.full_tokens - work);
 }
 
 int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_pages) {
@@ -89,6 +91,12 @@ int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_
   // S = wp + ceil(reach / page) − 1 has L·page <= M − (S + 1)·page <= the
   // restore start.
   const int64_t page = worker.page_size;
+  if (worker.restore_work > 0) {
+    // The credit is at least M − restore_work (less work where the stretch
+    // clamps at 0), and an L below d − S with S = ceil(work / page) − 1 has
+    // L·page <= M − (S + 1)·page <= M − work.
+    return std::max<int64_t>(0, (worker.restore_work + page - 1) / page - 1);
+  }
   const int64_t w1 = worker.sliding_window - 1;
   const int64_t reach = int64_t{worker.swa_chain_layers - 1} * w1;
   return std::max<int64_t>(0, (w1 + page - 1) / page + (reach + page - 1) / page - 1);

@@ -123,11 +123,13 @@ absl::Status ValidatePolicyOptions(const PolicyOptions& options);
 // The prefill worker's cached tokens the router credits for a prefix-index
 // match of full_tokens (M) tokens (issues 20, 22): all of them when the match
 // ends window-safe or the model has no window; otherwise, for a worker that
-// restores windows, what it reuses, max(L, kv::WindowRestoreStart(M)) for
+// restores windows, M minus what the restore computes, max(L, M − work) for
 // the index's window-safe depth L (prefix_index.h Match: exact, or -1 below
-// the scan WindowScanPages asks for, where the restore start wins anyway);
-// for a worker that does not restore, L (0 when the index's scan stopped
-// above it: a lower bound).
+// the scan WindowScanPages asks for, where the restore wins anyway), work =
+// min(restore_work, M − s) with s = kv::WindowRestoreStart(M) (M − s, the
+// whole stretch, when the worker publishes no restore_work); for a worker
+// that does not restore, L (0 when the index's scan stopped above it: a
+// lower bound).
 struct PrefixCreditInputs {
   int64_t full_tokens = 0;
   // L in tokens; >= full_tokens (the default) when the match ends
@@ -137,13 +139,18 @@ struct PrefixCreditInputs {
   int page_size = 16;
   int swa_chain_layers = 0;
   bool window_restore = false;
+  // The worker's cluster::WorkerInfo::window_restore_work: what a restore
+  // computes in token-equivalents when it restores as a pyramid (about half
+  // the stretch); <= 0: the whole stretch.
+  int64_t restore_work = 0;
 };
 int64_t PrefixCredit(const PrefixCreditInputs& in);
 // How many pages below a match's depth the index must search for L
 // (PrefixIndex::Match window_scan_pages) for PrefixCredit to be exact: for a
-// restoring worker wp + ceil((chain − 1)(W − 1) / page) − 1 (wp =
-// WindowPages), the fewest pages such that any L further down never beats
-// the restore start (tested tight); otherwise `non_restoring_pages`
+// restoring worker, the fewest pages such that any L further down never
+// beats the restore's credit (tested tight): wp + ceil((chain − 1)(W − 1) /
+// page) − 1 (wp = WindowPages) for the whole stretch, ceil(restore_work /
+// page) − 1 with restore_work; otherwise `non_restoring_pages`
 // (PolicyOptions). Reads the fields other than full_tokens and
 // window_safe_tokens.
 int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_pages);

@@ -406,7 +406,8 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     window[i] = {.sliding_window = info.sliding_window,
                  .page_size = info.page_size > 0 ? info.page_size : page,
                  .swa_chain_layers = info.swa_chain_layers,
-                 .window_restore = info.window_restore};
+                 .window_restore = info.window_restore,
+                 .restore_work = info.window_restore_work};
     scan[i] = WindowScanPages(window[i], options_.policy.window_scan_pages);
   }
   absl::StatusOr<cluster::ClusterView::PrefixesAndLoads> got = state_->MatchPrefixesAndLoads(

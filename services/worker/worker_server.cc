@@ -26,6 +26,7 @@
 #include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
+#include "lib/kv/sequence.h"
 #include "lib/metrics/http_server.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/forward.h"
@@ -380,6 +381,11 @@ absl::Status Worker::Register() {
   wo.info.sliding_window = engine->config().sliding_window;
   wo.info.swa_chain_layers = engine->config().num_swa_layers() + engine->config().num_mtp_layers;
   wo.info.window_restore = prefill && o.window_restore_min_saved_work >= 0;
+  if (wo.info.window_restore && o.window_restore_pyramid) {
+    wo.info.window_restore_work = kv::WindowRestoreWorkPerRestore(
+        engine->config().sliding_window, static_cast<int>(o.page_size),
+        engine->config().swa_layer_mask(), engine->config().num_mtp_layers);
+  }
   wo.load_fn = [this] { return Load(); };
   wo.metrics = &registry;
   // A record of this id at another address belongs to a live worker if

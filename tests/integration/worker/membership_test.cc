@@ -15,6 +15,7 @@
 #include "lib/base/subprocess.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/cluster/redis_client.h"
+#include "lib/kv/sequence.h"
 #include "lib/model/checkpoint.h"
 #include "lib/rpc/channel.h"
 #include "swaserve/v1/worker.grpc.pb.h"
@@ -75,6 +76,15 @@ TEST(WorkerMembership, RegistersPublishesAndSurvivesARedisRestart) {
   EXPECT_EQ(info.bucket_max_tokens, 4096);
   EXPECT_FALSE(info.ucx_address.empty());
   EXPECT_GT(info.full_pages, 0);
+  // The window fields of the router's credit: a prefill worker restores
+  // windows by default, as a pyramid, and publishes what a restore computes.
+  EXPECT_EQ(info.sliding_window, config->sliding_window);
+  EXPECT_EQ(info.swa_chain_layers, config->num_swa_layers() + config->num_mtp_layers);
+  EXPECT_TRUE(info.window_restore);
+  EXPECT_EQ(info.window_restore_work,
+            kv::WindowRestoreWorkPerRestore(config->sliding_window, 16, config->swa_layer_mask(),
+                                            config->num_mtp_layers));
+  EXPECT_GT(info.window_restore_work, 0);
   ASSERT_TRUE(wait_for(
       [&] {
         auto loads = (*view)->GetLoads({std::string("p-mem")});

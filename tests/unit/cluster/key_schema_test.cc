@@ -112,6 +112,7 @@ WorkerInfo SampleInfo() {
   info.sliding_window = 128;
   info.swa_chain_layers = 61;
   info.window_restore = true;
+  info.window_restore_work = 3905;
   info.started_at_ms = 1'700'000'000'123;
   info.incarnation = 0xfedcba9876543210ull;
   return info;
@@ -132,9 +133,9 @@ TEST(WorkerInfo, RoundTripsThroughHashFields) {
                  "bucket_max_tokens", "grpc_address", "ucx_address",
                  "page_size", "full_pages", "swa_pages", "max_running_requests",
                  "sliding_window", "swa_chain_layers", "window_restore",
-                 "started_at_ms", "incarnation"));
+                 "window_restore_work", "started_at_ms", "incarnation"));
   EXPECT_EQ(fields[1].second, "ROLE_PREFILL");
-  EXPECT_EQ(fields[16].second, "fedcba9876543210");
+  EXPECT_EQ(fields[17].second, "fedcba9876543210");
 }
 
 TEST(WorkerInfo, DecodeIgnoresUnknownAndDefaultsMissingOptionalFields) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -1012,6 +1013,35 @@ TEST(WindowRestoreRowsTest, TheMiMoProPyramidIsAboutHalfTheStretch) {
     EXPECT_GT(work, 0.45 * (m - s)) << mtp;
     EXPECT_LT(work, 0.55 * (m - s)) << mtp;
   }
+}
+
+// The work a worker publishes is the pyramid's for every page-aligned M whose
+// stretch does not clamp, and more than the pyramid's where it does.
+TEST(WindowRestoreRowsTest, ThePublishedWorkIsEveryUnclampedMatchsWork) {
+  std::vector<bool> mimo;
+  for (int l = 0; l < 70; ++l) mimo.push_back(l % 7 != 0);
+  const std::vector<bool> small = {true, true, false, true, false, true};
+  for (const auto& [swa, window, page, mtp] :
+       std::vector<std::tuple<std::vector<bool>, int, int, int>>{
+           {mimo, 128, 16, 1}, {mimo, 128, 16, 0}, {small, 8, 4, 2}, {small, 17, 8, 0}}) {
+    const int chain = static_cast<int>(std::count(swa.begin(), swa.end(), true)) + mtp;
+    const int work = WindowRestoreWorkPerRestore(window, page, swa, mtp);
+    ASSERT_GT(work, 0);
+    int unclamped = 0;
+    for (int m = page; m <= (chain + 4) * window + 8 * page; m += page) {
+      const int s = WindowRestoreStart(m, window, page, chain);
+      const double w = WindowRestorePyramidWork(WindowRestoreRows(m, window, page, swa, mtp), s, m);
+      if (s > 0) {
+        ++unclamped;
+        EXPECT_EQ(std::llround(w), work) << "M " << m;
+      } else {
+        EXPECT_LE(w, work + 0.5) << "M " << m;
+      }
+    }
+    EXPECT_GT(unclamped, 4);
+  }
+  EXPECT_EQ(WindowRestoreWorkPerRestore(0, 16, mimo, 1), 0);
+  EXPECT_EQ(WindowRestoreWorkPerRestore(128, 16, std::vector<bool>(4, false), 0), 0);
 }
 
 }  // namespace

@@ -406,6 +406,25 @@ TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedTheirSafeDepthOrAWindowRestore)
   EXPECT_EQ(PrefixCredit({.full_tokens = 4000, .window_safe_tokens = -1, .sliding_window = 128,
                           .page_size = 16, .swa_chain_layers = 61, .window_restore = true}),
             0);
+  // A worker that restores as a pyramid publishes the restore's work (about
+  // half the stretch): credited M − work, still at least L, and never more
+  // work than the (clamped) stretch.
+  const PrefixCreditInputs pyramid{.full_tokens = 10000, .window_safe_tokens = -1,
+                                   .sliding_window = 128, .page_size = 16,
+                                   .swa_chain_layers = 61, .window_restore = true,
+                                   .restore_work = 3905};
+  EXPECT_EQ(PrefixCredit(pyramid), 10000 - 3905);
+  PrefixCreditInputs safe_wins = pyramid;
+  safe_wins.window_safe_tokens = 9600;
+  EXPECT_EQ(PrefixCredit(safe_wins), 9600);
+  PrefixCreditInputs clamped = pyramid;
+  clamped.full_tokens = 4000;  // s = 0: the stretch is the whole match
+  EXPECT_EQ(PrefixCredit(clamped), 4000 - 3905);
+  clamped.full_tokens = 3000;
+  EXPECT_EQ(PrefixCredit(clamped), 0);
+  PrefixCreditInputs not_restoring = pyramid;
+  not_restoring.window_restore = false;
+  EXPECT_EQ(PrefixCredit(not_restoring), 0);
   EXPECT_EQ(PrefixCredit({.full_tokens = 0}), 0);
   EXPECT_EQ(WindowPages(128, 16), 8);
   EXPECT_EQ(WindowPages(129, 16), 8);
@@ -418,11 +437,16 @@ TEST(PrefixCredit, WindowUnsafeMatchesAreCreditedTheirSafeDepthOrAWindowRestore)
 // credit with L = -1 equals the credit with the true L; and one page less of
 // scan would be wrong for some depth.
 TEST(PrefixCredit, TheScanBoundForARestoringWorkerIsExactAndTight) {
-  for (const auto& [window, page, chain] :
-       std::vector<std::tuple<int, int, int>>{{128, 16, 61}, {128, 16, 13}, {4, 4, 3},
-                                              {100, 16, 5}, {17, 8, 2}, {128, 64, 9}}) {
+  // (W, page, chain, restore_work: 0 = the whole stretch, else a pyramid's
+  // published work, larger than a page).
+  for (const auto& [window, page, chain, work] :
+       std::vector<std::tuple<int, int, int, int>>{
+           {128, 16, 61, 0}, {128, 16, 13, 0}, {4, 4, 3, 0}, {100, 16, 5, 0}, {17, 8, 2, 0},
+           {128, 64, 9, 0}, {128, 16, 61, 3905}, {128, 16, 13, 800}, {100, 16, 5, 17},
+           {17, 8, 2, 9}, {128, 64, 9, 640}}) {
     PrefixCreditInputs w{.sliding_window = window, .page_size = page,
-                         .swa_chain_layers = chain, .window_restore = true};
+                         .swa_chain_layers = chain, .window_restore = true,
+                         .restore_work = work};
     const int64_t scan = WindowScanPages(w, 12345);
     bool tight = false;
     for (int64_t d = 1; d <= scan + 40; ++d) {
@@ -434,8 +458,8 @@ TEST(PrefixCredit, TheScanBoundForARestoringWorkerIsExactAndTight) {
           PrefixCreditInputs unknown = w;
           unknown.window_safe_tokens = -1;
           ASSERT_EQ(PrefixCredit(unknown), exact)
-              << "W " << window << " page " << page << " chain " << chain << " d " << d
-              << " L " << l;
+              << "W " << window << " page " << page << " chain " << chain << " work " << work
+              << " d " << d << " L " << l;
         }
         if (l == d - scan) {
           PrefixCreditInputs unknown = w;
@@ -444,7 +468,8 @@ TEST(PrefixCredit, TheScanBoundForARestoringWorkerIsExactAndTight) {
         }
       }
     }
-    EXPECT_TRUE(tight) << "W " << window << " page " << page << " chain " << chain;
+    EXPECT_TRUE(tight) << "W " << window << " page " << page << " chain " << chain << " work "
+                       << work;
   }
   // A worker that does not restore: the configured bound.
   EXPECT_EQ(WindowScanPages({.sliding_window = 128, .page_size = 16, .swa_chain_layers = 61},

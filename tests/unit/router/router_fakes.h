@@ -455,6 +455,17 @@ class FakeRoutingState final : public RoutingState {
     absl::MutexLock lock(&mu_);
     depths_[id] = pages;
   }
+  // The window-safe depth of `id`'s match (pages; -1: below the scan the
+  // router asked for); default: its depth (the match ends window-safe).
+  void SetSafeDepth(const std::string& id, int64_t pages) {
+    absl::MutexLock lock(&mu_);
+    safe_[id] = pages;
+  }
+  // The window scan (pages) the last match asked for, per candidate id.
+  std::map<std::string, int64_t> last_scan() {
+    absl::MutexLock lock(&mu_);
+    return last_scan_;
+  }
   // Loads that replace the current ones once `calls` matches were answered
   // (a cluster that saturates while a request runs).
   void SetLoadLater(int calls, const std::string& id, const v1::WorkerLoad& load) {
@@ -488,12 +499,17 @@ class FakeRoutingState final : public RoutingState {
     if (down_ && !mirrored_) return absl::UnavailableError("redis down");
     cluster::ClusterView::PrefixesAndLoads out;
     out.redis_unreadable = down_;
-    for (const std::string& c : candidates) {
+    last_scan_.clear();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const std::string& c = candidates[i];
       auto it = depths_.find(c);
       const int64_t d = it == depths_.end() ? 0 : it->second;
       out.depths.push_back(std::min<int64_t>(d, static_cast<int64_t>(hashes.size())));
-      out.safe_pages.push_back(out.depths.back());
+      auto safe = safe_.find(c);
+      out.safe_pages.push_back(safe == safe_.end() ? out.depths.back()
+                                                   : std::min(safe->second, out.depths.back()));
       out.l1_pages.push_back(out.depths.back());
+      if (i < window_scan_pages.size()) last_scan_[c] = window_scan_pages[i];
     }
     for (const std::string& id : load_ids) {
       auto it = down_ ? loads_.end() : loads_.find(id);
@@ -514,6 +530,8 @@ class FakeRoutingState final : public RoutingState {
   bool mirrored_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, v1::WorkerLoad> loads_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> depths_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> safe_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_scan_ ABSL_GUARDED_BY(mu_);
   int recorded_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> last_hashes_ ABSL_GUARDED_BY(mu_);
   struct Later {

@@ -7,6 +7,8 @@
 // tests/integration/router keeps the same paths against real processes.
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,8 +18,10 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/kv/sequence.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/tokenizer.h"
+#include "lib/router/policy.h"
 #include "lib/router/router.h"
 #include "lib/rpc/status_conversion.h"
 #include "tests/unit/router/router_fakes.h"
@@ -83,6 +87,7 @@ class RouterLegsTest : public ::testing::Test {
     e->info.page_size = 16;
     e->info.grpc_address = id + ":1";
     e->info.incarnation = 1;
+    if (role == v1::ROLE_PREFILL && prefill_info_) prefill_info_(e->info);
     e->client = client;
     source_->Add(e);
     v1::WorkerLoad l;  // idle
@@ -179,6 +184,9 @@ class RouterLegsTest : public ::testing::Test {
   }
 
   static model::Tokenizer* tok_;
+  // Applied to every prefill worker's record as SetUp adds it (a subclass
+  // sets it before calling SetUp).
+  std::function<void(cluster::WorkerInfo&)> prefill_info_;
   std::unique_ptr<MediaResolver> media_;
   base::FakeClock clock_;
   Fabric fabric_;
@@ -208,6 +216,52 @@ TEST_F(RouterLegsTest, BothLegsSucceedAndTheStreamCarriesUsage) {
   EXPECT_EQ(Metric("swaserve_router_decisions_total{leg=\"prefill\",reason=\"cache_affinity\"}"), 1);
   EXPECT_EQ(Metric("swaserve_router_requests_total{code=\"ok\"}"), 1);
 }
+
+// Window restore credit (issue 20): p1's full KV matches 2400 tokens but its
+// window there is gone (and its window-safe depth lies below the scan), so it
+// restores; p2 matches 1200 tokens window-safe and does not restore (W = 128,
+// 12 SWA + 1 MTP layers). Restoring the whole stretch p1 reuses only the
+// restore start, 748 tokens: p2 wins. A worker that publishes its pyramid's
+// work (700 token-equivalents) is credited 2400 − 700 = 1700: p1 wins. The
+// router asks the index to scan only as far as that credit needs.
+class RouterRestoreCreditTest : public RouterLegsTest,
+                                public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override {
+    prefill_info_ = [](cluster::WorkerInfo& info) {
+      info.sliding_window = 128;
+      info.swa_chain_layers = 13;
+      info.window_restore = info.id == "p1";
+      info.window_restore_work = info.id == "p1" ? GetParam() : 0;
+    };
+    RouterLegsTest::SetUp();
+  }
+};
+
+TEST_P(RouterRestoreCreditTest, ARestoringWorkerIsCreditedWhatItsRestoreReuses) {
+  const int work = GetParam();
+  ASSERT_EQ(kv::WindowRestoreStart(2400, 128, 16, 13), 748);
+  state_.SetDepth("p1", 150);
+  state_.SetSafeDepth("p1", -1);
+  state_.SetDepth("p2", 75);
+  const std::string winner = work > 0 ? "p1" : "p2";
+  Script(winner, {.cached_tokens = work > 0 ? 1700u : 1200u});
+  v1::GenerateRequest req = Request(3000, 2);
+  CollectingSink sink;
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_EQ(PrefillWorkersCalled(), std::vector<std::string>({winner}));
+  const std::map<std::string, int64_t> scan = state_.last_scan();
+  ASSERT_EQ(scan.count("p1"), 1u);
+  EXPECT_EQ(scan.at("p1"), work > 0 ? (work + 15) / 16 - 1 : WindowScanPages({.sliding_window = 128,
+                                                                              .page_size = 16,
+                                                                              .swa_chain_layers = 13,
+                                                                              .window_restore = true},
+                                                                             0));
+  EXPECT_EQ(scan.at("p2"), PolicyOptions{}.window_scan_pages);
+  EXPECT_EQ(Metric("swaserve_router_window_unsafe_matches_total"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(WholeStretchOrPyramid, RouterRestoreCreditTest, ::testing::Values(0, 700));
 
 TEST_F(RouterLegsTest, AFailedPrefillLegIsRetriedOnAnotherWorkerAndFeedsItsBreaker) {
   state_.SetDepth("p1", 6);  // p1 first (affinity), and it fails
