@@ -396,6 +396,10 @@ bool DecodeCore::Impl::ReserveTokens() {
   // Now and then a step without drafts measures a plain step's time at this
   // batch size (the adaptive choice's cost model).
   const bool plain = cost != nullptr && cost->WantPlainStep(static_cast<int>(running.size()));
+  // Now and then every request drafts, so that the draft cost (measured only
+  // in such steps) stays current.
+  const bool measure =
+      !plain && cost != nullptr && cost->TakeDraftStep(static_cast<int>(running.size()));
   size_t i = 0;
   while (i < running.size()) {
     Req& r = *running[i];
@@ -407,8 +411,9 @@ bool DecodeCore::Impl::ReserveTokens() {
     if (r.mtp != nullptr && !plain) {
       const int m = static_cast<int>(r.context.size()) - 1;
       const int left = r.job.stop.max_tokens - static_cast<int>(r.generated.size());
-      r.k = std::min(r.mtp->ChooseDraftLength(m, *cost, static_cast<int>(running.size())),
-                     std::max(0, left - 1));
+      r.k = std::min(
+          r.mtp->ChooseDraftLength(m, *cost, static_cast<int>(running.size()), measure),
+          std::max(0, left - 1));
     }
     absl::Status st = r.seq->Append(1 + r.k);
     if (!st.ok() && r.k > 0) {
@@ -532,12 +537,13 @@ void DecodeCore::Impl::Step() {
   for (Req* r : running) {
     if (r->recompute || r == rec) still.push_back(r);
   }
-  int hidden_row = 0, drafted = 0, drafting = 0;
+  int hidden_row = 0, drafted = 0, drafting = 0, can_draft = 0;
   for (size_t k = 0; k < decoding.size(); ++k) {
     Req& r = *decoding[k];
     const int rows = 1 + r.k;
     drafted += r.k;
     drafting += r.k > 0;
+    can_draft += r.mtp != nullptr && r.mtp->cap() > 0;
     if (VerifyAndEmit(r, static_cast<int>(k), hidden_row)) still.push_back(&r);
     hidden_row += rows;
   }
@@ -546,7 +552,7 @@ void DecodeCore::Impl::Step() {
   if (m.step_seconds != nullptr) m.step_seconds->Observe(seconds);
   if (verifying && m.mtp_verify_seconds != nullptr) m.mtp_verify_seconds->Observe(seconds);
   if (cost != nullptr && rec == nullptr) {
-    cost->Observe(static_cast<int>(decoding.size()), seconds, drafted, drafting);
+    cost->Observe(static_cast<int>(decoding.size()), seconds, drafted, drafting, can_draft);
     if (m.mtp_draft_cost != nullptr && drafting > 0) {
       const int k = (drafted + drafting / 2) / drafting;
       m.mtp_draft_cost->Set(cost->StepCost(static_cast<int>(decoding.size()), k) / k);

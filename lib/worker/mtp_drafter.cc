@@ -73,9 +73,18 @@ bool MtpCostModel::WantPlainStep(int batch) const {
   return p.plain_steps < 3 ? p.since_plain >= 4 : p.since_plain >= 32;
 }
 
-void MtpCostModel::Observe(int batch, double seconds, int drafted, int drafting) {
+bool MtpCostModel::TakeDraftStep(int batch) {
+  if (!measure_) return false;
+  PerBatch& p = b_[Bucket(batch)];
+  if (p.plain_steps < 3 || p.since_measured < 64) return false;
+  p.since_measured = 0;
+  return true;
+}
+
+void MtpCostModel::Observe(int batch, double seconds, int drafted, int drafting, int can_draft) {
   if (!measure_ || batch <= 0 || seconds <= 0) return;
   PerBatch& p = b_[Bucket(batch)];
+  if (p.plain_steps >= 3) ++p.since_measured;
   if (drafted == 0) {
     // Plain steps of this bucket: their mean time (recent ones weigh more).
     p.plain_seconds = p.plain_steps == 0 ? seconds : 0.8 * p.plain_seconds + 0.2 * seconds;
@@ -84,7 +93,9 @@ void MtpCostModel::Observe(int batch, double seconds, int drafted, int drafting)
     return;
   }
   ++p.since_plain;
-  if (p.plain_steps < 3 || drafting <= 0) return;
+  // Only steps where everyone who could draft did (see the class comment).
+  if (p.plain_steps < 3 || drafting <= 0 || drafting < can_draft) return;
+  p.since_measured = 0;
   const int k = std::clamp(static_cast<int>(std::lround(static_cast<double>(drafted) / drafting)),
                            1, kMaxDraft);
   const double c = std::max(0.0, seconds / p.plain_seconds - 1.0) * batch / drafting;
@@ -99,12 +110,12 @@ double MtpCostModel::StepCost(int batch, int k) const {
   return p.cost_n[k] > 0 ? p.cost[k] : initial_ * k;
 }
 
-int MtpState::ChooseDraftLength(int m, const MtpCostModel& cost, int batch) {
+int MtpState::ChooseDraftLength(int m, const MtpCostModel& cost, int batch, bool measure) {
   if (cap_ == 0) return 0;
   int k = cap_;
   if (options_.adaptive) {
-    double best = 1.0, e = 1.0, run = 1.0;
-    k = 0;
+    // The best k >= 1 and whether it beats a plain step (rate 1).
+    double best = 0, e = 1.0, run = 1.0;
     for (int i = 1; i <= cap_; ++i) {
       run *= accept_[i - 1];
       e += run;
@@ -115,9 +126,10 @@ int MtpState::ChooseDraftLength(int m, const MtpCostModel& cost, int batch) {
       }
     }
     probing_ = false;
-    if (k == 0) {
+    if (best <= 1.0 && !measure) {
+      // A probe with the length that looks best, so that its acceptance
+      // (and, at batch 1, its cost) is measured again.
       if (++plain_steps_ < probe_interval_) return 0;
-      k = 1;
       probing_ = true;
     }
   }

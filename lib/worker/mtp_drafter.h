@@ -41,9 +41,13 @@
 // drafts 1..i−1 were) gives the expected tokens per step
 // E(k) = 1 + Σ_{i<=k} Π_{l<=i} a_l; the step costs 1 + C(k) plain steps, C
 // measured on this machine (MtpCostModel); k maximises E(k) / (1 + C(k)). When that is 0 the
-// request decodes plainly and probes with one draft every probe_interval
-// steps, the interval doubling after each rejected probe (up to
-// max_probe_interval), so random text costs next to nothing.
+// request decodes plainly and probes every probe_interval steps with the
+// draft length that looks best, the interval doubling after each rejected
+// probe (up to max_probe_interval), so random text costs next to nothing.
+// Now and then the cost model asks for a step in which every request drafts
+// its best length (MtpCostModel::TakeDraftStep), so that a cost measured too
+// high once (a noisy machine) is measured again instead of stopping
+// drafting for good.
 //
 // Thread-safety: none; the decode loop thread owns the states and calls
 // RunDraftStep.
@@ -119,8 +123,12 @@ class MtpState {
 
   // Draft length for the next step of a request with committed length
   // m + 1 (0: plain decode step) in a batch of `batch`, drafting k costing
-  // cost.StepCost(batch, k) plain steps. Restarts the state when it resumes.
-  int ChooseDraftLength(int m, const MtpCostModel& cost, int batch);
+  // cost.StepCost(batch, k) plain steps. `measure`: the cost model's
+  // measuring step (TakeDraftStep): the best k >= 1 even where drafting
+  // does not look like it pays. Restarts the state when it resumes.
+  int ChooseDraftLength(int m, const MtpCostModel& cost, int batch, bool measure = false);
+  // The most draft tokens this request takes (0: it never drafts).
+  int cap() const { return cap_; }
   // What the step's verification found: `drafted` drafts, the first
   // `accepted` of them accepted.
   void Observe(int drafted, int accepted);
@@ -157,13 +165,27 @@ class MtpState {
 
 // What drafting costs, measured from the decode loop's step times, per
 // batch-size bucket (powers of two): the mean time of steps without drafts,
-// T0(B); a step of B requests of which R drafted about k tokens each, taking
-// T, gives the extra cost of one request drafting k as (T / T0(B) − 1) · B / R
-// plain request-steps. Averaged per (bucket, k): it covers the MTP layers
-// (their catch-up included), the extra verified rows and the MoE experts
-// those touch, on this machine, for this batch size — no linear model. An
-// unmeasured k costs initial_cost · k. The loop runs a plain step now and
-// then to keep T0 current (WantPlainStep).
+// T0(B); a step of B requests in which all R requests that can draft drafted
+// about k tokens each, taking T, gives the extra cost of one request drafting
+// k as (T / T0(B) − 1) · B / R plain request-steps. Averaged per (bucket, k):
+// it covers the MTP layers (their catch-up included), the extra verified
+// rows and the MoE experts those touch, on this machine, for this batch size
+// — no linear model. An unmeasured k costs initial_cost · k.
+//
+// Only steps in which every request that can draft drafted are measured. A
+// step costs a fixed part (the MTP layers' and lm_head's weights are read
+// once for the whole batch: on a CPU, or a GPU at small batches, most of a
+// draft's cost) plus a part per drafting request; a step in which one
+// request of 16 probes carries the whole fixed part alone, so dividing by R
+// charged it up to 16 times over (2026-12-04: every request of a batch of 16
+// then measured 1.4–1.8 plain steps per draft where all drafting costs 0.36,
+// and stopped drafting: 1.0× where fixed drafting gave 1.86×). The decision
+// (MtpState::ChooseDraftLength) is then per request against the cost when
+// all draft, which is the case where drafting pays. Measuring steps
+// (TakeDraftStep) keep those costs current.
+//
+// The loop runs a plain step now and then to keep T0 current
+// (WantPlainStep).
 class MtpCostModel {
  public:
   static constexpr int kMaxDraft = 8;
@@ -171,9 +193,14 @@ class MtpCostModel {
   // True when the next step of `batch` requests should run without drafts:
   // every 4th step until this bucket has 3 plain steps, then every 32nd.
   bool WantPlainStep(int batch) const;
-  // A finished step: `drafted` drafts by `drafting` of `batch` requests
-  // (recompute steps excluded by the caller).
-  void Observe(int batch, double seconds, int drafted, int drafting);
+  // True (once, then the count restarts) when the next step of `batch`
+  // requests should be a measuring step, every request drafting its best
+  // length: when this bucket has known T0 for 64 steps without a measured
+  // draft step.
+  bool TakeDraftStep(int batch);
+  // A finished step: `drafted` drafts by `drafting` of `batch` requests, of
+  // which `can_draft` could (recompute steps excluded by the caller).
+  void Observe(int batch, double seconds, int drafted, int drafting, int can_draft);
   // Extra cost of one request drafting k tokens, in plain request-steps.
   double StepCost(int batch, int k) const;
 
@@ -183,6 +210,7 @@ class MtpCostModel {
     double plain_seconds = 0;
     int plain_steps = 0;
     int since_plain = 0;
+    int since_measured = 0;
     double cost[kMaxDraft + 1] = {};
     int cost_n[kMaxDraft + 1] = {};
   };

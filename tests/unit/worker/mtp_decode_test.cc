@@ -479,37 +479,100 @@ TEST_F(MtpPipelineStatistics, SamplingDistributionIsUnchangedByMtp) {
 #endif  // SWASERVE_MTP_STATISTICS
 #ifndef SWASERVE_MTP_STATISTICS
 
-// The cost model: plain steps give T0 per batch size; a step where R of B
-// requests drafted about k each gives C(k) = (T / T0 - 1) * B / R; an
-// unmeasured k costs initial * k; plain steps are asked for every 4 steps
-// until T0 is known, then every 32.
+// The cost model: plain steps give T0 per batch size; a step where all R of
+// the B requests that could draft drafted about k each gives
+// C(k) = (T / T0 - 1) * B / R; steps where some that could draft did not
+// (probes) are not measured; an unmeasured k costs initial * k; plain steps
+// are asked for every 4 steps until T0 is known, then every 32; a measuring
+// step after 64 steps without a measured one.
 TEST(MtpCostModel, MeasuresTheCostOfEachDraftLengthPerBatchSize) {
   MtpCostModel c(0.3, true);
   EXPECT_DOUBLE_EQ(c.StepCost(1, 2), 0.6);
   EXPECT_FALSE(c.WantPlainStep(1));
-  for (int i = 0; i < 4; ++i) c.Observe(1, 2e-3, 2, 1);  // drafts before any plain step
+  for (int i = 0; i < 4; ++i) c.Observe(1, 2e-3, 2, 1, 1);  // drafts before any plain step
   EXPECT_TRUE(c.WantPlainStep(1));
   EXPECT_DOUBLE_EQ(c.StepCost(1, 2), 0.6);  // nothing to compare with yet
-  for (int i = 0; i < 3; ++i) c.Observe(1, 1e-3, 0, 0);  // plain, batch 1
-  for (int i = 0; i < 10; ++i) c.Observe(1, 2e-3, 2, 1);  // k = 2: twice a plain step
+  for (int i = 0; i < 3; ++i) c.Observe(1, 1e-3, 0, 0, 1);  // plain, batch 1
+  for (int i = 0; i < 10; ++i) c.Observe(1, 2e-3, 2, 1, 1);  // k = 2: twice a plain step
   EXPECT_NEAR(c.StepCost(1, 2), 1.0, 1e-9);
   EXPECT_DOUBLE_EQ(c.StepCost(1, 1), 0.3);  // k = 1 never ran
   EXPECT_DOUBLE_EQ(c.StepCost(1, 0), 0);
-  for (int i = 0; i < 3; ++i) c.Observe(16, 4e-3, 0, 0);   // batch 16
-  for (int i = 0; i < 40; ++i) c.Observe(16, 6e-3, 48, 16);  // all draft 3: +50%
+  for (int i = 0; i < 3; ++i) c.Observe(16, 4e-3, 0, 0, 16);   // batch 16
+  for (int i = 0; i < 40; ++i) c.Observe(16, 6e-3, 48, 16, 16);  // all draft 3: +50%
   EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);
   EXPECT_NEAR(c.StepCost(31, 3), 0.5, 1e-9);  // same bucket
   EXPECT_DOUBLE_EQ(c.StepCost(1, 3), 0.9);    // other bucket, unmeasured
-  for (int i = 0; i < 40; ++i) c.Observe(16, 5e-3, 24, 8);  // half draft 3: +25%
-  EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);  // the same per drafting request
-  EXPECT_TRUE(c.WantPlainStep(16));  // 80 draft steps since the last plain one
-  c.Observe(16, 4e-3, 0, 0);
+  // Half the batch drafts while the other half could: the fixed part of the
+  // step (the MTP weights, read once) would be charged twice over. Not
+  // measured; nor is one request probing with one draft (+20%: 3.2 plain
+  // request-steps had it been divided by R = 1).
+  for (int i = 0; i < 40; ++i) c.Observe(16, 5.5e-3, 24, 8, 16);
+  for (int i = 0; i < 10; ++i) c.Observe(16, 4.8e-3, 1, 1, 16);
+  EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);
+  EXPECT_DOUBLE_EQ(c.StepCost(16, 1), 0.3);
+  // Half the batch drafts and only that half can (the others asked for no
+  // MTP): measured per drafting request, (5 / 4 - 1) * 16 / 8.
+  for (int i = 0; i < 40; ++i) c.Observe(16, 5e-3, 24, 8, 8);
+  EXPECT_NEAR(c.StepCost(16, 3), 0.5, 1e-9);
+  EXPECT_TRUE(c.WantPlainStep(16));  // 90 draft steps since the last plain one
+  c.Observe(16, 4e-3, 0, 0, 16);
   EXPECT_FALSE(c.WantPlainStep(17));
   MtpCostModel fixed(0.3, false);
-  fixed.Observe(1, 1e-3, 0, 0);
-  fixed.Observe(1, 5e-3, 1, 1);
+  fixed.Observe(1, 1e-3, 0, 0, 1);
+  fixed.Observe(1, 5e-3, 1, 1, 1);
   EXPECT_DOUBLE_EQ(fixed.StepCost(1, 1), 0.3);
   EXPECT_FALSE(fixed.WantPlainStep(1));
+  EXPECT_FALSE(fixed.TakeDraftStep(1));
+}
+
+TEST(MtpCostModel, AsksForAMeasuringStepWhenNoDraftStepWasMeasuredFor64Steps) {
+  MtpCostModel c(0.3, true);
+  for (int i = 0; i < 100; ++i) c.Observe(8, 2e-3, 1, 1, 8);  // probes only, T0 unknown
+  EXPECT_FALSE(c.TakeDraftStep(8));                           // nothing to compare with
+  for (int i = 0; i < 3; ++i) c.Observe(8, 2e-3, 0, 0, 8);
+  for (int i = 0; i < 60; ++i) c.Observe(8, 2.2e-3, 1, 1, 8);  // probes: not measured
+  EXPECT_FALSE(c.TakeDraftStep(8));
+  for (int i = 0; i < 4; ++i) c.Observe(8, 2e-3, 0, 0, 8);
+  EXPECT_TRUE(c.TakeDraftStep(8));   // 64 steps since T0 without a measured draft step
+  EXPECT_FALSE(c.TakeDraftStep(8));  // once
+  EXPECT_FALSE(c.TakeDraftStep(4));  // per bucket: batch 4 has no T0
+  for (int i = 0; i < 63; ++i) c.Observe(8, 2.2e-3, 1, 1, 8);
+  c.Observe(8, 3e-3, 16, 8, 8);  // everyone drafted: measured
+  for (int i = 0; i < 63; ++i) c.Observe(8, 2.2e-3, 1, 1, 8);
+  EXPECT_FALSE(c.TakeDraftStep(8));
+  c.Observe(8, 2.2e-3, 1, 1, 8);
+  EXPECT_TRUE(c.TakeDraftStep(8));
+}
+
+// Where drafting does not look like it pays, a request probes every
+// probe_interval steps with the length that looks best (here 3, not 1), and
+// a measuring step drafts that length at once.
+TEST(MtpState, ProbesAndMeasuringStepsDraftTheLengthThatLooksBest) {
+  MtpOptions o;  // adaptive, probe interval 8
+  MtpCostModel c(0.3, true);
+  for (int i = 0; i < 3; ++i) c.Observe(1, 1e-3, 0, 0, 1);
+  for (int k = 1; k <= 3; ++k) c.Observe(1, 6e-3, k, 1, 1);  // C(k) = 5 for k = 1..3
+  const std::vector<double> prior = {0.9, 0.9, 0.9};
+  std::vector<float> rows(3 * 4, 0.5f);
+  MtpState s(o, 3, 4, 3, prior);
+  s.Reset(10, rows);
+  int drafts = 0, steps = 0;
+  for (; steps < 8; ++steps) {
+    const int k = s.ChooseDraftLength(10, c, 1);
+    if (k > 0) {
+      EXPECT_EQ(k, 3) << "step " << steps;
+      ++drafts;
+    }
+  }
+  EXPECT_EQ(drafts, 1);  // the 8th step probes
+  s.Observe(3, 0);       // rejected: the interval doubles
+  EXPECT_EQ(s.probe_interval(), 16);
+  EXPECT_EQ(s.ChooseDraftLength(10, c, 1, /*measure=*/true), 3);
+  // Cheap drafts: plain steps lose to drafting.
+  MtpCostModel cheap(0.1, false);
+  MtpState t(o, 3, 4, 3, prior);
+  t.Reset(10, rows);
+  EXPECT_EQ(t.ChooseDraftLength(10, cheap, 1), 3);
 }
 
 // A prefix hit keeps a cold run's draft quality: B = base + its own tail
