@@ -173,7 +173,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{kv::DType::kF32, 16, true, 4, 2, 16, 8},
                       Case{kv::DType::kBF16, 0, true, 8, 1, 24, 20},
                       Case{kv::DType::kF16, 40, false, 6, 3, 7, 5},
-                      Case{kv::DType::kBF16, 128, true, 16, 2, 64, 48}));
+                      Case{kv::DType::kBF16, 128, true, 16, 2, 64, 48},
+                      // The demo model's SWA and full layers (one and two
+                      // heads per KV head).
+                      Case{kv::DType::kBF16, 128, true, 8, 8, 36, 24},
+                      Case{kv::DType::kBF16, 0, false, 8, 4, 36, 24}));
 
 }  // namespace
 }  // namespace swaserve::model
