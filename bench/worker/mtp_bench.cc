@@ -19,7 +19,8 @@
 // accepted: the cost of adaptive drafting where drafting does not pay.
 //
 //   mtp_bench [--model models/demo] [--tokens 256] [--reps 3]
-//             [--only kjv|random|tiny-random] [--profile_only] [--json FILE]
+//             [--only kjv|random|tiny-random] [--draft_vocab N] [--profile_only]
+//             [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -243,6 +244,25 @@ void Profile(EngineLock& engine, nlohmann::json* out) {
       out->push_back({{"call", "mtp_layer"}, {"positions", n}, {"logits", logits}, {"us", s * 1e6}});
     }
   }
+  // The same with a draft vocabulary of a quarter of the vocabulary (any
+  // ids: the cost does not depend on which).
+  const int dv = c.vocab_size / 4;
+  if (dv == 0) return;
+  std::vector<int32_t> ids(dv);
+  for (int i = 0; i < dv; ++i) ids[i] = i;
+  auto head = engine.engine().MakeDraftHead(ids);
+  if (!head.ok()) std::exit(1);
+  for (int n : {1, 4}) {
+    model::ForwardItem it{.seq = &seq, .tokens = absl::MakeConstSpan(toks).first(n), .start = 60};
+    const double s = median([&] {
+      (void)engine.ForwardMtp(
+          0, {&it, 1}, absl::MakeConstSpan(hidden).first(static_cast<size_t>(n) * c.hidden_size),
+          &o, head->get());
+    });
+    std::printf("  one MTP layer, %d position(s), draft logits over %d tokens: %8.1f\n", n, dv,
+                s * 1e6);
+    out->push_back({{"call", "mtp_layer"}, {"positions", n}, {"draft_vocab", dv}, {"us", s * 1e6}});
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -250,6 +270,7 @@ int Main(int argc, char** argv) {
   int tokens = 256, reps = 3;
   bool profile_only = false;
   std::string only;  // one prompt set: kjv | random | tiny-random
+  int draft_vocab = MtpOptions{}.draft_vocab_tokens;  // MtpOptions::draft_vocab_tokens
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -259,10 +280,12 @@ int Main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--profile_only") profile_only = true;
     else if (a == "--only") only = next();
+    else if (a == "--draft_vocab") draft_vocab = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: mtp_bench [--model DIR] [--tokens N] [--reps N] [--only SET] "
-                   "[--profile_only] [--json FILE]\n");
+                   "[--draft_vocab N (-1 auto, 0 whole vocabulary)] [--profile_only] "
+                   "[--json FILE]\n");
       return 2;
     }
   }
@@ -300,7 +323,8 @@ int Main(int argc, char** argv) {
   MtpOptions off;
   off.draft_tokens = 0;
   MtpOptions adaptive;  // the defaults
-  MtpOptions fixed;
+  adaptive.draft_vocab_tokens = draft_vocab;
+  MtpOptions fixed = adaptive;
   fixed.adaptive = false;
   nlohmann::json out = nlohmann::json::array();
   std::printf("%-8s %-6s %-9s %10s %10s %12s %12s %8s %8s\n", "prompts", "batch", "mtp",

@@ -107,6 +107,11 @@ struct PackedWeight {
   // InvalidArgument when the parts differ in format, K or FP8 block_in, or
   // an FP8 part's scales do not cover its rows.
   static absl::StatusOr<PackedWeight> Pack(absl::Span<const WeightPart> parts);
+  // The output features `cols` (each in [0, N)), in that order, in this
+  // weight's format (e.g. a narrow lm_head over part of the vocabulary):
+  // column j of the result computes exactly what column cols[j] of this
+  // one does.
+  PackedWeight Columns(absl::Span<const int32_t> cols) const;
   bool empty() const { return N == 0; }
   // Bytes held (weights and scales).
   size_t bytes() const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -142,8 +143,13 @@ struct Engine::Impl {
     }
     return static_cast<int>(rows.size());
   }
+  // `head_ids` / `head_weight` (a DraftHead's; null: the whole lm_head):
+  // only those columns, the rest -infinity.
   void Logits(absl::Span<const ForwardItem> items, const std::vector<float>& norm,
-              ForwardOutput* out, bool keep_all_hidden);
+              ForwardOutput* out, bool keep_all_hidden,
+              const std::vector<int32_t>* head_ids = nullptr,
+              const PackedWeight* head_weight = nullptr);
+  std::vector<float> narrow;  // a draft head's logits before the scatter
 };
 
 absl::Status Engine::Impl::LoadBlock(const std::string& p, AttentionType type,
@@ -484,7 +490,8 @@ absl::Status Engine::Impl::RunBlock(const Block& b, absl::Span<const ForwardItem
 
 void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
                           const std::vector<float>& norm, ForwardOutput* out,
-                          bool keep_all_hidden) {
+                          bool keep_all_hidden, const std::vector<int32_t>* head_ids,
+                          const PackedWeight* head_weight) {
   const int H = c.hidden_size, V = c.vocab_size;
   const int R = static_cast<int>(rows.size());
   // Rows that need logits, in output order.
@@ -515,6 +522,20 @@ void Engine::Impl::Logits(absl::Span<const ForwardItem> items,
   for (size_t j = 0; j < need.size(); ++j) {
     RmsNorm(x.data() + static_cast<size_t>(need[j]) * H, norm.data(),
             final_rows.data() + j * H, 1, H, static_cast<float>(c.rms_norm_eps));
+  }
+  if (head_ids != nullptr && head_weight != nullptr) {
+    const std::vector<int32_t>& ids = *head_ids;
+    const size_t n = ids.size();
+    Grow(narrow, need.size() * n);
+    MatMul(final_rows.data(), static_cast<int64_t>(need.size()), *head_weight, narrow.data());
+    out->logits.assign(need.size() * static_cast<size_t>(V),
+                       -std::numeric_limits<float>::infinity());
+    for (size_t j = 0; j < need.size(); ++j) {
+      float* row = out->logits.data() + j * V;
+      const float* got = narrow.data() + j * n;
+      for (size_t c = 0; c < n; ++c) row[ids[c]] = got[c];
+    }
+    return;
   }
   out->logits.resize(need.size() * static_cast<size_t>(V));
   MatMul(final_rows.data(), static_cast<int64_t>(need.size()), lm_head, out->logits.data());
@@ -607,9 +628,28 @@ absl::Status Engine::Forward(absl::Span<const ForwardItem> items,
   return absl::OkStatus();
 }
 
+DraftHead::DraftHead() = default;
+DraftHead::~DraftHead() = default;
+
+absl::StatusOr<std::shared_ptr<const DraftHead>> Engine::MakeDraftHead(
+    std::vector<int32_t> ids) const {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.empty()) return absl::InvalidArgumentError("draft head: no token ids");
+  if (ids.front() < 0 || ids.back() >= config_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("draft head: token id ",
+                                                   ids.front() < 0 ? ids.front() : ids.back(),
+                                                   " out of range [0, ", config_.vocab_size, ")"));
+  }
+  std::shared_ptr<DraftHead> head(new DraftHead());
+  head->weight_ = std::make_unique<PackedWeight>(impl_->lm_head.Columns(ids));
+  head->ids_ = std::move(ids);
+  return std::shared_ptr<const DraftHead>(std::move(head));
+}
+
 absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
                                 absl::Span<const float> hidden,
-                                ForwardOutput* out) {
+                                ForwardOutput* out, const DraftHead* head) {
   if (k < 0 || k >= config_.num_mtp_layers) {
     return absl::InvalidArgumentError(absl::StrCat("no MTP layer ", k, " (model has ",
                                                    config_.num_mtp_layers, ")"));
@@ -642,7 +682,9 @@ absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,
   MatMul(s.cat.data(), R, m.eh_proj, s.x.data());
   int live = R;
   RETURN_IF_ERROR(s.RunBlock(m.block, items, /*layer=*/-1, live));
-  s.Logits(items, m.final_norm, out, /*keep_all_hidden=*/true);
+  s.Logits(items, m.final_norm, out, /*keep_all_hidden=*/true,
+           head != nullptr ? &head->ids_ : nullptr,
+           head != nullptr ? head->weight_.get() : nullptr);
   return absl::OkStatus();
 }
 

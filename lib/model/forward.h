@@ -118,6 +118,33 @@ struct ForwardOutput {
   std::vector<float> all_hidden;
 };
 
+struct PackedWeight;
+
+// A narrow lm_head for MTP drafts (speculative decoding): the draft logits
+// of `ids()` only, every other token -infinity, so a draft is drawn from
+// those tokens alone. The main model verifies every draft against the whole
+// vocabulary, so the output is exact whatever the set (greedy: the same
+// tokens; sampling: the same distribution, with q the draft's own
+// distribution over the set); a set holding the tokens the model emits most
+// keeps the acceptance while a draft reads ids().size() / vocab of the
+// lm_head's bytes (the idea of FR-Spec and of SGLang's
+// --speculative-token-map). Made by Engine::MakeDraftHead; immutable, so
+// any thread may read it.
+class DraftHead {
+ public:
+  ~DraftHead();
+  DraftHead(const DraftHead&) = delete;
+  DraftHead& operator=(const DraftHead&) = delete;
+  // Ascending, unique, each in [0, vocab_size).
+  const std::vector<int32_t>& ids() const { return ids_; }
+
+ private:
+  friend class Engine;
+  DraftHead();
+  std::vector<int32_t> ids_;
+  std::unique_ptr<PackedWeight> weight_;  // lm_head's columns ids_
+};
+
 struct EngineOptions {
   // Checkpoint directory (config.json + safetensors). Required.
   std::string checkpoint_dir;
@@ -148,8 +175,15 @@ class Engine {
   // all items, in order. Writes layer k's KV at those positions (SWA pool,
   // pool layer num_swa_layers + k); logits and last_hidden as Forward, and
   // all_hidden = the block outputs (the next MTP layer's input).
+  // `head` (may be null: the whole vocabulary): the logits rows hold only
+  // its tokens' logits, every other one -infinity (see DraftHead).
   absl::Status ForwardMtp(int k, absl::Span<const ForwardItem> items,
-                          absl::Span<const float> hidden, ForwardOutput* out);
+                          absl::Span<const float> hidden, ForwardOutput* out,
+                          const DraftHead* head = nullptr);
+  // The draft head over `ids` (sorted and deduplicated here): a copy of
+  // those lm_head columns in their stored format. InvalidArgument for an
+  // empty set or an id out of range.
+  absl::StatusOr<std::shared_ptr<const DraftHead>> MakeDraftHead(std::vector<int32_t> ids) const;
 
   // Embedding row of a token, widened to f32 into out[hidden_size].
   void Embedding(uint32_t token, float* out) const;

@@ -183,6 +183,38 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
   return p;
 }
 
+PackedWeight PackedWeight::Columns(absl::Span<const int32_t> cols) const {
+  PackedWeight p;
+  p.format = format;
+  p.K = K;
+  p.N = static_cast<int64_t>(cols.size());
+  p.block_in = block_in;
+  // The same padding rule as Pack: F32 unpadded, the narrow formats to 32.
+  p.ld = format == WeightFormat::kF32 ? p.N : (p.N + 31) / 32 * 32;
+  auto gather = [&](const auto& src, auto& dst, int64_t rows) {
+    dst.assign(static_cast<size_t>(rows) * p.ld, {});
+    for (int64_t k = 0; k < rows; ++k) {
+      for (size_t j = 0; j < cols.size(); ++j) {
+        dst[static_cast<size_t>(k) * p.ld + j] = src[static_cast<size_t>(k) * ld + cols[j]];
+      }
+    }
+  };
+  switch (format) {
+    case WeightFormat::kF32:
+      gather(data, p.data, K);
+      break;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16:
+      gather(data16, p.data16, K);
+      break;
+    case WeightFormat::kFp8E4M3:
+      gather(data8, p.data8, K);
+      gather(col_scale, p.col_scale, (K + block_in - 1) / block_in);
+      break;
+  }
+  return p;
+}
+
 size_t PackedWeight::bytes() const {
   return data.size() * sizeof(float) + data16.size() * sizeof(uint16_t) +
          data8.size() + col_scale.size() * sizeof(float);

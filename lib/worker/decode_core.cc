@@ -66,6 +66,7 @@ struct Metrics {
   metrics::Histogram* mtp_draft_seconds = nullptr;
   metrics::Histogram* mtp_verify_seconds = nullptr;
   metrics::Gauge* mtp_draft_cost = nullptr;
+  metrics::Gauge* mtp_draft_vocab = nullptr;
 
   absl::Status Init(metrics::Registry* r) {
     if (r == nullptr) return absl::OkStatus();
@@ -139,6 +140,11 @@ struct Metrics {
                                            "at the last drafting step's batch size and draft "
                                            "length (the adaptive choice's measured model)."));
     mtp_draft_cost = &dc->WithLabels();
+    ASSIGN_OR_RETURN(auto* dv, r->AddGauge("swaserve_decode_mtp_draft_vocab_tokens",
+                                           "Tokens drafts are drawn from (the draft vocabulary "
+                                           "learnt from emitted tokens; 0: the whole "
+                                           "vocabulary)."));
+    mtp_draft_vocab = &dv->WithLabels();
     return absl::OkStatus();
   }
 };
@@ -160,6 +166,8 @@ struct DecodeCore::Impl {
   std::atomic<int64_t> admitted_total{0}, preempted_total{0}, finished_total{0};
   std::atomic<int64_t> recompute_chunks{0}, recompute_chunks_with_decode{0};
   std::atomic<int64_t> mtp_steps{0}, mtp_drafted{0}, mtp_accepted{0};
+  std::atomic<int64_t> draft_vocab_builds{0};
+  std::atomic<int> draft_vocab_tokens{0};
   std::thread thread;
 
   // Loop-owned. The policy (admission order, batch, preemption victim) is
@@ -173,6 +181,7 @@ struct DecodeCore::Impl {
   std::unique_ptr<MtpDrafter> drafter;  // null: no MTP layers or MTP off
   int mtp_layers = 0;                   // draft tokens at most (0: MTP off)
   std::unique_ptr<MtpCostModel> cost;   // with drafter
+  std::unique_ptr<DraftVocabulary> vocab;  // with drafter, unless drafts use every token
   // Per-position acceptance over this worker's requests (a request's average
   // when it ends): where new requests start.
   std::vector<double> acceptance_prior;
@@ -467,7 +476,7 @@ void DecodeCore::Impl::Draft(const std::vector<Req*>& decoding) {
   }
   if (work.empty()) return;
   const int64_t t0 = base::MonotonicNanos();
-  absl::Status st = drafter->Run(work);
+  absl::Status st = drafter->Run(work, vocab != nullptr ? vocab->head() : nullptr);
   if (!st.ok()) {
     // A bug: decode on without drafts rather than fail the requests.
     SWA_LOG(err, "decode: MTP draft step failed: {}", st.ToString());
@@ -558,6 +567,20 @@ void DecodeCore::Impl::Step() {
       m.mtp_draft_cost->Set(cost->StepCost(static_cast<int>(decoding.size()), k) / k);
     }
   }
+  if (vocab != nullptr) {
+    absl::StatusOr<bool> changed = vocab->MaybeRebuild(options.engine->engine());
+    if (!changed.ok()) {
+      // A bug: draft from the whole vocabulary from now on.
+      SWA_LOG(err, "decode: draft vocabulary: {}", changed.status().ToString());
+      vocab.reset();
+      draft_vocab_tokens.store(0, std::memory_order_relaxed);
+      if (m.mtp_draft_vocab != nullptr) m.mtp_draft_vocab->Set(0);
+    } else if (*changed) {
+      draft_vocab_builds.fetch_add(1, std::memory_order_relaxed);
+      draft_vocab_tokens.store(vocab->size(), std::memory_order_relaxed);
+      if (m.mtp_draft_vocab != nullptr) m.mtp_draft_vocab->Set(vocab->size());
+    }
+  }
 }
 
 bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
@@ -621,6 +644,7 @@ bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
   size_t emitted = 0;
   while (emitted < toks.size() && why == StopReason::kNone) {
     const uint32_t t = toks[emitted++].token;
+    if (vocab != nullptr) vocab->Observe(t);
     r.generated.push_back(t);
     if (r.mtp != nullptr) r.context.push_back(t);
     why = r.stop->Add(t);
@@ -745,6 +769,11 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreO
     // Fixed draft lengths need no cost model (nor its plain steps).
     impl->cost = std::make_unique<MtpCostModel>(
         options.mtp.draft_cost, options.mtp.measure_cost && options.mtp.adaptive);
+    const int vocab = options.engine->config().vocab_size;
+    if (const int n = DraftVocabularySize(options.mtp, vocab); n > 0) {
+      impl->vocab = std::make_unique<DraftVocabulary>(vocab, n, options.mtp.draft_vocab_first_tokens,
+                                                      options.mtp.max_draft_vocab_interval);
+    }
   }
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->Loop(); });
@@ -844,6 +873,8 @@ DecodeLoad DecodeCore::GetLoad() const {
   l.mtp_steps_total = impl_->mtp_steps.load();
   l.mtp_drafted_total = impl_->mtp_drafted.load();
   l.mtp_accepted_total = impl_->mtp_accepted.load();
+  l.mtp_draft_vocab_builds_total = impl_->draft_vocab_builds.load();
+  l.mtp_draft_vocab_tokens = impl_->draft_vocab_tokens.load();
   return l;
 }
 

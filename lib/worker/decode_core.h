@@ -113,6 +113,10 @@ struct DecodeLoad {
   int64_t mtp_steps_total = 0;
   int64_t mtp_drafted_total = 0;
   int64_t mtp_accepted_total = 0;
+  // Draft vocabulary (MtpOptions::draft_vocab_tokens): heads built, and the
+  // tokens of the one in use (0: drafts over the whole vocabulary).
+  int64_t mtp_draft_vocab_builds_total = 0;
+  int mtp_draft_vocab_tokens = 0;
 };
 
 class DecodeCore {

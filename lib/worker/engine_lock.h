@@ -27,9 +27,10 @@ class EngineLock {
     return engine_->Forward(items, out, keep_all_hidden);
   }
   absl::Status ForwardMtp(int k, absl::Span<const model::ForwardItem> items,
-                          absl::Span<const float> hidden, model::ForwardOutput* out) {
+                          absl::Span<const float> hidden, model::ForwardOutput* out,
+                          const model::DraftHead* head = nullptr) {
     absl::MutexLock lock(&mu_);
-    return engine_->ForwardMtp(k, items, hidden, out);
+    return engine_->ForwardMtp(k, items, hidden, out, head);
   }
 
  private:

@@ -160,7 +160,44 @@ void MtpState::Observe(int drafted, int accepted) {
   }
 }
 
-absl::Status MtpDrafter::Run(absl::Span<DraftWork* const> work) {
+int DraftVocabularySize(const MtpOptions& options, int vocab_size) {
+  const int n = options.draft_vocab_tokens >= 0 ? options.draft_vocab_tokens
+                : vocab_size >= 32768              ? vocab_size / 4
+                                                   : 0;
+  return n > 0 && n < vocab_size ? n : 0;
+}
+
+DraftVocabulary::DraftVocabulary(int vocab_size, int size, int64_t first_tokens,
+                                 int64_t max_interval)
+    : counts_(std::max(0, vocab_size), 0),
+      size_(size),
+      max_interval_(std::max<int64_t>(1, max_interval)),
+      next_build_(std::max<int64_t>(1, first_tokens)) {}
+
+void DraftVocabulary::Observe(uint32_t token) {
+  if (token < counts_.size()) ++counts_[token];
+  ++seen_;
+}
+
+absl::StatusOr<bool> DraftVocabulary::MaybeRebuild(const model::Engine& engine) {
+  if (seen_ < next_build_) return false;
+  next_build_ = seen_ + std::min(seen_, max_interval_);
+  std::vector<int32_t> ids(counts_.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  const size_t n = std::min(ids.size(), static_cast<size_t>(size_));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(n), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return counts_[a] != counts_[b] ? counts_[a] > counts_[b] : a < b;
+                    });
+  ids.resize(n);
+  std::sort(ids.begin(), ids.end());
+  if (head_ != nullptr && head_->ids() == ids) return false;
+  ASSIGN_OR_RETURN(head_, engine.MakeDraftHead(std::move(ids)));
+  ++builds_;
+  return true;
+}
+
+absl::Status MtpDrafter::Run(absl::Span<DraftWork* const> work, const model::DraftHead* head) {
   const model::ModelConfig& c = engine_->config();
   const int H = c.hidden_size;
   const int K = c.num_mtp_layers;
@@ -218,7 +255,7 @@ absl::Status MtpDrafter::Run(absl::Span<DraftWork* const> work) {
       who.push_back(w);
     }
     if (items_.empty()) break;
-    RETURN_IF_ERROR(engine_->ForwardMtp(j, items_, hidden_, &out_));
+    RETURN_IF_ERROR(engine_->ForwardMtp(j, items_, hidden_, &out_, head));
     const int V = c.vocab_size;
     size_t row = 0;
     for (size_t i = 0; i < who.size(); ++i) {

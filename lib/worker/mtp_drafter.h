@@ -54,9 +54,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "lib/kv/sequence.h"
 #include "lib/model/forward.h"
@@ -94,7 +96,55 @@ struct MtpOptions {
   // Main hidden rows kept while not drafting: a restart recomputes the MTP
   // layers over this many positions. Default 8 (at least the MTP layers).
   int resume_tokens = 8;
+  // Draft vocabulary (DraftVocabulary, model::DraftHead): drafts come from
+  // the this-many tokens the worker has emitted most, so each drafting MTP
+  // layer reads that share of lm_head instead of all of it; the output is
+  // unchanged (the main model verifies against the whole vocabulary). -1:
+  // a quarter of the vocabulary for a vocabulary of at least 32K tokens
+  // (there lm_head is most of a drafting MTP layer's weights: MiMo-V2's
+  // 152K × 4096), the whole vocabulary below; 0, or at least the
+  // vocabulary: the whole vocabulary. Default -1.
+  int draft_vocab_tokens = -1;
+  // Emitted tokens before the first draft vocabulary is built (until then
+  // drafts use the whole vocabulary); it is rebuilt each time the count
+  // doubles, then every max_draft_vocab_interval tokens. Defaults 2048 and
+  // 2^20.
+  int64_t draft_vocab_first_tokens = 2048;
+  int64_t max_draft_vocab_interval = int64_t{1} << 20;
 };
+
+// The token set of the draft head (MtpOptions::draft_vocab_tokens), learnt
+// from what the worker emits: counts each emitted token; when due, the most
+// emitted `size` tokens (ties: the lower id) become the head. Building one
+// copies size / vocab of lm_head on the caller's thread (the decode loop:
+// ~1 ms for the demo model; ~100 ms for a 152K-token vocabulary at hidden
+// 4096 in bf16, at most once per max interval once warm).
+class DraftVocabulary {
+ public:
+  // `size` in [1, vocab_size).
+  DraftVocabulary(int vocab_size, int size, int64_t first_tokens, int64_t max_interval);
+  void Observe(uint32_t token);
+  // When due, builds the head over the current counts; true when it changed.
+  // MakeDraftHead's errors.
+  absl::StatusOr<bool> MaybeRebuild(const model::Engine& engine);
+  // Null until the first build.
+  const model::DraftHead* head() const { return head_.get(); }
+  int size() const { return size_; }
+  int64_t builds() const { return builds_; }
+
+ private:
+  std::vector<int64_t> counts_;
+  const int size_;
+  const int64_t max_interval_;
+  int64_t seen_ = 0;
+  int64_t next_build_;
+  int64_t builds_ = 0;
+  std::shared_ptr<const model::DraftHead> head_;
+};
+
+// The draft vocabulary size `options` asks for with a `vocab_size` model: 0
+// when drafts should use the whole vocabulary.
+int DraftVocabularySize(const MtpOptions& options, int vocab_size);
 
 // SWA tokens a decode sequence must keep behind its window (kv::
 // SequenceOptions::swa_slack) so that MTP steps and rollbacks find their KV.
@@ -239,7 +289,8 @@ class MtpDrafter {
  public:
   // `engine` is not owned and must outlive the drafter.
   explicit MtpDrafter(EngineLock* engine) : engine_(engine) {}
-  absl::Status Run(absl::Span<DraftWork* const> work);
+  // `head`: the draft vocabulary (null: the whole vocabulary).
+  absl::Status Run(absl::Span<DraftWork* const> work, const model::DraftHead* head = nullptr);
 
  private:
   EngineLock* engine_;

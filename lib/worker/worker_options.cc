@@ -77,6 +77,11 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "cost of one more draft token relative to a plain decode step, for the adaptive "
            "choice until the worker has measured it from its step times "
            "(swaserve_decode_mtp_draft_cost)")
+      .Add(key("decode.mtp_draft_vocab_tokens"), &o->mtp_draft_vocab_tokens,
+           "drafts come from the this-many tokens the worker has emitted most, so a draft "
+           "reads that share of lm_head; output unchanged (-1: a quarter of the vocabulary "
+           "when it has at least 32K tokens, else all; 0: all) "
+           "(swaserve_decode_mtp_draft_vocab_tokens)")
       .Add(key("decode.default_max_tokens"), &o->default_max_tokens, "max_tokens when a request has 0")
       .Add(key("decode.max_max_tokens"), &o->max_max_tokens, "largest max_tokens accepted")
       .Add(key("decode.commit_timeout"), &o->commit_timeout,
@@ -149,6 +154,10 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
   if (o->policy != "compute_aware" && o->policy != "fcfs") {
     return absl::InvalidArgumentError("--prefill.policy must be compute_aware or fcfs, got " +
                                       o->policy);
+  }
+  if (o->mtp_draft_vocab_tokens < -1 || o->mtp_draft_vocab_tokens > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--decode.mtp_draft_vocab_tokens must be >= -1, got ", o->mtp_draft_vocab_tokens));
   }
   if (o->mtp_draft_tokens < -1 || o->mtp_draft_cost < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

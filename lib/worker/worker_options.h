@@ -74,6 +74,8 @@ struct WorkerOptions {
   int64_t mtp_draft_tokens = -1;
   bool mtp_adaptive = true;
   double mtp_draft_cost = 0.3;
+  // MtpOptions::draft_vocab_tokens.
+  int64_t mtp_draft_vocab_tokens = -1;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
   int64_t max_max_tokens = 1 << 20;
   absl::Duration commit_timeout = absl::Seconds(60);

@@ -272,6 +272,7 @@ absl::Status Worker::BuildDecode() {
   dopt.mtp.draft_tokens = static_cast<int>(o.mtp_draft_tokens);
   dopt.mtp.adaptive = o.mtp_adaptive;
   dopt.mtp.draft_cost = o.mtp_draft_cost;
+  dopt.mtp.draft_vocab_tokens = static_cast<int>(o.mtp_draft_vocab_tokens);
   dopt.registry = &registry;
   ASSIGN_OR_RETURN(decode_core, worker::DecodeCore::Create(dopt));
   worker::KvReceiverOptions ro;

@@ -371,6 +371,47 @@ TEST_F(ForwardTest, MtpLayersMatchDenseReference) {
   }
 }
 
+// A draft head (the MTP draft vocabulary): the logits of its tokens are the
+// whole lm_head's bit for bit, every other token's -infinity, and the KV and
+// hidden states are untouched. Bad sets are rejected.
+TEST_F(ForwardTest, DraftHeadLogitsAreTheWholeHeadsOnItsTokens) {
+  const ModelConfig& c = engine_->config();
+  ASSERT_GE(c.num_mtp_layers, 1);
+  std::mt19937 rng(8);
+  const std::vector<uint32_t> tokens = RandomTokens(rng, 30);
+  auto seq = NewSeq();
+  ASSERT_TRUE(seq->Append(static_cast<int>(tokens.size())).ok());
+  ForwardItem item{seq.get(), tokens, 0, true};
+  ForwardOutput out;
+  ASSERT_TRUE(engine_->Forward({&item, 1}, &out, /*keep_all_hidden=*/true).ok());
+  const int n = static_cast<int>(tokens.size()) - 1;
+  const std::vector<float> h(out.all_hidden.begin(),
+                             out.all_hidden.begin() + static_cast<size_t>(n) * c.hidden_size);
+  ForwardItem mi{seq.get(), absl::MakeConstSpan(tokens).subspan(1, n), 0, true};
+  ForwardOutput whole, narrow;
+  ASSERT_TRUE(engine_->ForwardMtp(0, {&mi, 1}, h, &whole).ok());
+  std::vector<int32_t> ids = {c.vocab_size - 1, 3, 0, 77, 3, 150};  // unsorted, a duplicate
+  auto head = engine_->MakeDraftHead(ids);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ((*head)->ids(), (std::vector<int32_t>{0, 3, 77, 150, c.vocab_size - 1}));
+  ASSERT_TRUE(engine_->ForwardMtp(0, {&mi, 1}, h, &narrow, head->get()).ok());
+  ASSERT_EQ(narrow.logits.size(), whole.logits.size());
+  EXPECT_EQ(narrow.all_hidden, whole.all_hidden);
+  for (int p = 0; p < n; ++p) {
+    for (int t = 0; t < c.vocab_size; ++t) {
+      const size_t i = static_cast<size_t>(p) * c.vocab_size + t;
+      if (std::binary_search((*head)->ids().begin(), (*head)->ids().end(), t)) {
+        ASSERT_EQ(std::memcmp(&narrow.logits[i], &whole.logits[i], 4), 0) << p << " " << t;
+      } else {
+        ASSERT_EQ(narrow.logits[i], -std::numeric_limits<float>::infinity()) << p << " " << t;
+      }
+    }
+  }
+  EXPECT_FALSE(engine_->MakeDraftHead({}).ok());
+  EXPECT_FALSE(engine_->MakeDraftHead({0, c.vocab_size}).ok());
+  EXPECT_FALSE(engine_->MakeDraftHead({-1, 2}).ok());
+}
+
 TEST_F(ForwardTest, SteadyStateDecodeDoesNotAllocate) {
   if (!kCountingAllocations) GTEST_SKIP() << "allocation counting is off under AddressSanitizer";
   std::mt19937 rng(8);

@@ -117,6 +117,19 @@ WeightPart Fp8Part(const Fp8Matrix& m, int64_t rows, int64_t K, int bo, int bi,
   return p;
 }
 
+// `w` ([N, K] f32) rounded to BF16 into *bits, as one part.
+WeightPart Bf16Part(const std::vector<float>& w, int64_t N, int64_t K,
+                    std::vector<uint16_t>* bits) {
+  bits->resize(static_cast<size_t>(N) * K);
+  for (size_t i = 0; i < bits->size(); ++i) (*bits)[i] = F32ToBf16(w[i]);
+  WeightPart p;
+  p.format = WeightFormat::kBF16;
+  p.data = bits->data();
+  p.rows = N;
+  p.K = K;
+  return p;
+}
+
 std::vector<float> Apply(const PackedWeight& w, const std::vector<float>& x,
                        int64_t M) {
   std::vector<float> y(M * w.N);
@@ -204,13 +217,8 @@ TEST(PackedWeight, EveryFormatIsBatchInvariant) {
   const int K = 700, N = 77;  // several K blocks; a column tail
   const std::vector<float> w = Random(rng, N * K, 0.05f);
   const Fp8Matrix m = Quantize(w, N, K, 128, 128);
-  std::vector<uint16_t> bf(N * K);
-  for (int i = 0; i < N * K; ++i) bf[i] = F32ToBf16(w[i]);
-  WeightPart bp;
-  bp.format = WeightFormat::kBF16;
-  bp.data = bf.data();
-  bp.rows = N;
-  bp.K = K;
+  std::vector<uint16_t> bf;
+  const WeightPart bp = Bf16Part(w, N, K, &bf);
   for (const WeightPart& part : {Fp8Part(m, N, K, 128, 128), bp}) {
     absl::StatusOr<PackedWeight> pw = PackedWeight::Pack({part});
     ASSERT_TRUE(pw.ok()) << pw.status();
@@ -224,6 +232,41 @@ TEST(PackedWeight, EveryFormatIsBatchInvariant) {
         ASSERT_EQ(std::memcmp(y.data() + at * N, alone.data(), N * 4), 0)
             << "format " << static_cast<int>(part.format) << " M=" << M
             << " row " << at;
+      }
+    }
+  }
+}
+
+// Columns (a narrow lm_head): every kept column computes the same bits as
+// in the whole weight, in every format, at every batch size; the others are
+// gone.
+TEST(PackedWeight, ColumnsComputeExactlyTheirColumnsOfTheWhole) {
+  std::mt19937 rng(7);
+  const int K = 300, N = 150;
+  const std::vector<float> w = Random(rng, N * K, 0.05f);
+  const Fp8Matrix m = Quantize(w, N, K, 128, 128);
+  std::vector<uint16_t> bf;
+  const WeightPart bp = Bf16Part(w, N, K, &bf);
+  std::vector<PackedWeight> weights = {PackedWeight::FromOutIn(w.data(), N, K)};
+  for (const WeightPart& part : {Fp8Part(m, N, K, 128, 128), bp}) {
+    absl::StatusOr<PackedWeight> pw = PackedWeight::Pack({part});
+    ASSERT_TRUE(pw.ok()) << pw.status();
+    weights.push_back(*std::move(pw));
+  }
+  const std::vector<int32_t> cols = {149, 0, 7, 31, 32, 33, 100, 64, 5};
+  for (const PackedWeight& whole : weights) {
+    const PackedWeight narrow = whole.Columns(cols);
+    ASSERT_EQ(narrow.N, static_cast<int64_t>(cols.size()));
+    EXPECT_LT(narrow.bytes(), whole.bytes() / 4);
+    for (int M : {1, 4, 17}) {
+      const std::vector<float> x = Random(rng, M * K);
+      const std::vector<float> all = Apply(whole, x, M), part = Apply(narrow, x, M);
+      for (int r = 0; r < M; ++r) {
+        for (size_t j = 0; j < cols.size(); ++j) {
+          ASSERT_EQ(std::memcmp(&part[r * cols.size() + j], &all[r * N + cols[j]], 4), 0)
+              << "format " << static_cast<int>(whole.format) << " M=" << M << " row " << r
+              << " column " << cols[j];
+        }
       }
     }
   }

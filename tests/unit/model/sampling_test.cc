@@ -1,6 +1,7 @@
 #include "lib/model/sampling.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "gmock/gmock.h"
@@ -120,17 +121,25 @@ double ChiSquare(const std::map<uint32_t, int>& counts, const TokenDistribution&
 TEST(Sampling, SpeculativeVerifyPreservesTheTargetDistribution) {
   const std::vector<float> target = {2.0f, 1.5f, 1.4f, 0.3f, -0.5f, 0.9f, 1.1f, -2.0f,
                                      0.0f, 0.7f, 1.9f, -1.0f, 0.4f, 0.2f, -0.1f, 1.0f};
-  const std::vector<float> draft = {0.1f, 2.5f, 0.3f, 1.8f, 0.2f, -1.0f, 1.2f, 0.5f,
-                                    2.2f, -0.3f, 0.0f, 0.8f, 1.5f, -2.0f, 0.6f, 0.9f};
+  const std::vector<float> whole_draft = {0.1f, 2.5f, 0.3f, 1.8f, 0.2f, -1.0f, 1.2f, 0.5f,
+                                          2.2f, -0.3f, 0.0f, 0.8f, 1.5f, -2.0f, 0.6f, 0.9f};
+  // A draft vocabulary (model::DraftHead): tokens outside it are -infinity
+  // in the draft logits, so drafts never propose them; the target's mass
+  // there must still be emitted, through the residual.
+  std::vector<float> narrow_draft = whole_draft;
+  for (int t : {0, 4, 5, 10, 11}) narrow_draft[t] = -std::numeric_limits<float>::infinity();
   struct Case {
     float temperature;
     int top_k;
     float top_p;
+    bool narrow;
   };
-  for (const Case& c : {Case{1.0f, 0, 1.0f}, Case{0.7f, 5, 1.0f}, Case{1.3f, 0, 0.8f},
-                        Case{0.9f, 8, 0.9f}}) {
+  for (const Case& c : {Case{1.0f, 0, 1.0f, false}, Case{0.7f, 5, 1.0f, false},
+                        Case{1.3f, 0, 0.8f, false}, Case{0.9f, 8, 0.9f, false},
+                        Case{1.0f, 0, 1.0f, true}, Case{0.9f, 8, 0.9f, true}}) {
     SCOPED_TRACE(testing::Message() << "T " << c.temperature << " top_k " << c.top_k
-                                    << " top_p " << c.top_p);
+                                    << " top_p " << c.top_p << " narrow " << c.narrow);
+    const std::vector<float>& draft = c.narrow ? narrow_draft : whole_draft;
     SamplingOptions o;
     o.temperature = c.temperature;
     o.top_k = c.top_k;
@@ -152,6 +161,7 @@ TEST(Sampling, SpeculativeVerifyPreservesTheTargetDistribution) {
     int df = 0;
     const double chi = ChiSquare(counts, p, n, &df);
     EXPECT_LT(chi, 44.3) << "df " << df;
+    if (c.narrow) EXPECT_GT(counts[0], n / 20);  // token 0 is never drafted, yet emitted
     EXPECT_GT(accepted, n / 10);      // the drafts overlap the target
     EXPECT_LT(accepted, n - n / 10);  // and differ from it
   }

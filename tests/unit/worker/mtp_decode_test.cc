@@ -234,6 +234,55 @@ MtpOptions Fixed(int k) {
 
 #ifndef SWASERVE_MTP_STATISTICS  // the unit tests (label decode;unit)
 
+// Drafts from a learnt draft vocabulary: on the demo model, a quarter of its
+// 4,096 tokens, built early and rebuilt as the run goes. Greedy output is
+// token for token the whole-vocabulary run's, and the drafts are accepted
+// nearly as often (the tokens the model emits are the ones it drafts).
+TEST_F(MtpPipeline, GreedyIsUnchangedWithADraftVocabulary) {
+  EngineLock& engine = DemoEngine();
+  std::mt19937 rng(12);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<uint32_t> p;
+    for (int t = 0; t < 10 + i * 5; ++t) p.push_back(rng() % engine.config().vocab_size);
+    prompts.push_back(p);
+  }
+  std::vector<std::vector<uint32_t>> outs[2];
+  DecodeLoad loads[2];
+  for (int arm = 0; arm < 2; ++arm) {
+    {
+      absl::MutexLock lock(&mu_);
+      out_.clear();
+      finished_ = 0;
+    }
+    MtpOptions o = Fixed(-1);
+    o.draft_vocab_tokens = arm == 0 ? 0 : 1024;
+    o.draft_vocab_first_tokens = 64;
+    Start(&engine, o);
+    for (int i = 0; i < 12; ++i) Submit(absl::StrCat("v", i), prompts[i], 40);
+    WaitFinished(12);
+    for (int i = 0; i < 12; ++i) {
+      const Outcome got = Get(absl::StrCat("v", i));
+      ASSERT_TRUE(got.error.ok()) << got.error;
+      outs[arm].push_back(got.tokens);
+    }
+    loads[arm] = decode_->GetLoad();
+    prefill_->Stop();
+    decode_->Stop();
+  }
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(outs[1][i], outs[0][i]) << "request " << i;
+  EXPECT_EQ(loads[0].mtp_draft_vocab_builds_total, 0);
+  EXPECT_GE(loads[1].mtp_draft_vocab_builds_total, 2);
+  EXPECT_EQ(loads[1].mtp_draft_vocab_tokens, 1024);
+  const double acc[2] = {
+      static_cast<double>(loads[0].mtp_accepted_total) / loads[0].mtp_drafted_total,
+      static_cast<double>(loads[1].mtp_accepted_total) / loads[1].mtp_drafted_total};
+  std::printf("draft acceptance: whole vocabulary %.3f, draft vocabulary %.3f (%lld builds)\n",
+              acc[0], acc[1], static_cast<long long>(loads[1].mtp_draft_vocab_builds_total));
+  EXPECT_GT(acc[0], 0.3);
+  EXPECT_GT(acc[1], 0.8 * acc[0]);
+}
+
 // Roomy decode pools, then pools small enough that requests are preempted
 // (their MTP state restarts after the recompute) and drafts must give way
 // to pages.
@@ -523,6 +572,51 @@ TEST(MtpCostModel, MeasuresTheCostOfEachDraftLengthPerBatchSize) {
   EXPECT_DOUBLE_EQ(fixed.StepCost(1, 1), 0.3);
   EXPECT_FALSE(fixed.WantPlainStep(1));
   EXPECT_FALSE(fixed.TakeDraftStep(1));
+}
+
+// The draft vocabulary: the most emitted tokens (ties: the lower id), built
+// first after first_tokens emitted tokens, then each time the count doubles
+// (at most max_interval apart); unchanged counts build nothing new.
+TEST(DraftVocabulary, KeepsTheMostEmittedTokensAndRebuildsAsTheCountDoubles) {
+  const int vocab = testing::TestEngine().config().vocab_size;  // 256
+  const model::Engine& engine = testing::TestEngine().engine();
+  DraftVocabulary v(vocab, 3, 10, 25);
+  for (uint32_t t : {9u, 9u, 9u, 4u, 4u, 200u, 7u, 7u, 1u}) v.Observe(t);  // 9 tokens
+  absl::StatusOr<bool> built = v.MaybeRebuild(engine);
+  ASSERT_TRUE(built.ok());
+  EXPECT_FALSE(*built);
+  EXPECT_EQ(v.head(), nullptr);
+  v.Observe(1);  // 10: due; 4, 7 and 1 tie at 2: the lower ids win
+  built = v.MaybeRebuild(engine);
+  ASSERT_TRUE(built.ok() && *built);
+  ASSERT_NE(v.head(), nullptr);
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 4, 9}));
+  for (int i = 0; i < 9; ++i) v.Observe(250);  // 19: next build at 20
+  built = v.MaybeRebuild(engine);
+  EXPECT_FALSE(*built);
+  v.Observe(250);
+  built = v.MaybeRebuild(engine);
+  ASSERT_TRUE(built.ok() && *built);
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 9, 250}));
+  for (int i = 0; i < 20; ++i) v.Observe(9);  // 40: due (20 + 20), same set
+  built = v.MaybeRebuild(engine);
+  ASSERT_TRUE(built.ok());
+  EXPECT_FALSE(*built);
+  EXPECT_EQ(v.builds(), 2);
+  for (int i = 0; i < 24; ++i) v.Observe(4);  // 64 < 40 + min(40, 25) = 65
+  EXPECT_FALSE(*v.MaybeRebuild(engine));
+  v.Observe(4);
+  EXPECT_TRUE(*v.MaybeRebuild(engine));
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{4, 9, 250}));
+  // Sizes: explicit, off, and the default (a quarter from 32K tokens on).
+  MtpOptions o;
+  EXPECT_EQ(DraftVocabularySize(o, 4096), 0);
+  EXPECT_EQ(DraftVocabularySize(o, 152064), 38016);
+  o.draft_vocab_tokens = 64;
+  EXPECT_EQ(DraftVocabularySize(o, 256), 64);
+  EXPECT_EQ(DraftVocabularySize(o, 64), 0);
+  o.draft_vocab_tokens = 0;
+  EXPECT_EQ(DraftVocabularySize(o, 152064), 0);
 }
 
 TEST(MtpCostModel, AsksForAMeasuringStepWhenNoDraftStepWasMeasuredFor64Steps) {
