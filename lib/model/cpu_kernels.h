@@ -112,6 +112,9 @@ struct PackedWeight {
   // column j of the result computes exactly what column cols[j] of this
   // one does.
   PackedWeight Columns(absl::Span<const int32_t> cols) const;
+  // The same into *out, reusing its buffers' memory where they are large
+  // enough (a head rebuilt again and again allocates once).
+  void ColumnsInto(absl::Span<const int32_t> cols, PackedWeight* out) const;
   bool empty() const { return N == 0; }
   // Bytes held (weights and scales).
   size_t bytes() const;

@@ -635,16 +635,27 @@ absl::StatusOr<std::shared_ptr<const DraftHead>> Engine::MakeDraftHead(
     std::vector<int32_t> ids) const {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  if (ids.empty()) return absl::InvalidArgumentError("draft head: no token ids");
-  if (ids.front() < 0 || ids.back() >= config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("draft head: token id ",
-                                                   ids.front() < 0 ? ids.front() : ids.back(),
-                                                   " out of range [0, ", config_.vocab_size, ")"));
-  }
-  std::shared_ptr<DraftHead> head(new DraftHead());
-  head->weight_ = std::make_unique<PackedWeight>(impl_->lm_head.Columns(ids));
-  head->ids_ = std::move(ids);
+  auto head = std::make_shared<DraftHead>();
+  RETURN_IF_ERROR(FillDraftHead(ids, head.get()));
   return std::shared_ptr<const DraftHead>(std::move(head));
+}
+
+absl::Status Engine::FillDraftHead(absl::Span<const int32_t> ids, DraftHead* head) const {
+  if (ids.empty()) return absl::InvalidArgumentError("draft head: no token ids");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("draft head: token id ", ids[i],
+                                                     " out of range [0, ", config_.vocab_size,
+                                                     ")"));
+    }
+    if (i > 0 && ids[i] <= ids[i - 1]) {
+      return absl::InvalidArgumentError("draft head: ids must be ascending and unique");
+    }
+  }
+  head->ids_.assign(ids.begin(), ids.end());
+  if (head->weight_ == nullptr) head->weight_ = std::make_unique<PackedWeight>();
+  impl_->lm_head.ColumnsInto(head->ids_, head->weight_.get());
+  return absl::OkStatus();
 }
 
 absl::Status Engine::ForwardMtp(int k, absl::Span<const ForwardItem> items,

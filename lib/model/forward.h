@@ -128,10 +128,12 @@ struct PackedWeight;
 // distribution over the set); a set holding the tokens the model emits most
 // keeps the acceptance while a draft reads ids().size() / vocab of the
 // lm_head's bytes (the idea of FR-Spec and of SGLang's
-// --speculative-token-map). Made by Engine::MakeDraftHead; immutable, so
-// any thread may read it.
+// --speculative-token-map). Made by Engine::MakeDraftHead, or filled (again)
+// by Engine::FillDraftHead, which reuses its memory. Not thread-safe: refill
+// it only while no forward reads it.
 class DraftHead {
  public:
+  DraftHead();  // empty: no ids (fill it before use)
   ~DraftHead();
   DraftHead(const DraftHead&) = delete;
   DraftHead& operator=(const DraftHead&) = delete;
@@ -140,7 +142,6 @@ class DraftHead {
 
  private:
   friend class Engine;
-  DraftHead();
   std::vector<int32_t> ids_;
   std::unique_ptr<PackedWeight> weight_;  // lm_head's columns ids_
 };
@@ -184,6 +185,10 @@ class Engine {
   // those lm_head columns in their stored format. InvalidArgument for an
   // empty set or an id out of range.
   absl::StatusOr<std::shared_ptr<const DraftHead>> MakeDraftHead(std::vector<int32_t> ids) const;
+  // Fills `head` with the columns of `ids` (ascending and unique: else
+  // InvalidArgument, as for an empty set or an id out of range), reusing its
+  // memory where large enough.
+  absl::Status FillDraftHead(absl::Span<const int32_t> ids, DraftHead* head) const;
 
   // Embedding row of a token, widened to f32 into out[hidden_size].
   void Embedding(uint32_t token, float* out) const;

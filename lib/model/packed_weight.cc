@@ -185,6 +185,12 @@ absl::StatusOr<PackedWeight> PackedWeight::Pack(
 
 PackedWeight PackedWeight::Columns(absl::Span<const int32_t> cols) const {
   PackedWeight p;
+  ColumnsInto(cols, &p);
+  return p;
+}
+
+void PackedWeight::ColumnsInto(absl::Span<const int32_t> cols, PackedWeight* out) const {
+  PackedWeight& p = *out;
   p.format = format;
   p.K = K;
   p.N = static_cast<int64_t>(cols.size());
@@ -212,7 +218,6 @@ PackedWeight PackedWeight::Columns(absl::Span<const int32_t> cols) const {
       gather(col_scale, p.col_scale, (K + block_in - 1) / block_in);
       break;
   }
-  return p;
 }
 
 size_t PackedWeight::bytes() const {

@@ -182,17 +182,21 @@ void DraftVocabulary::Observe(uint32_t token) {
 absl::StatusOr<bool> DraftVocabulary::MaybeRebuild(const model::Engine& engine) {
   if (seen_ < next_build_) return false;
   next_build_ = seen_ + std::min(seen_, max_interval_);
-  std::vector<int32_t> ids(counts_.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const size_t n = std::min(ids.size(), static_cast<size_t>(size_));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(n), ids.end(),
+  order_.resize(counts_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<int32_t>(i);
+  const size_t n = std::min(order_.size(), static_cast<size_t>(size_));
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(n), order_.end(),
                     [&](int32_t a, int32_t b) {
                       return counts_[a] != counts_[b] ? counts_[a] > counts_[b] : a < b;
                     });
-  ids.resize(n);
-  std::sort(ids.begin(), ids.end());
-  if (head_ != nullptr && head_->ids() == ids) return false;
-  ASSIGN_OR_RETURN(head_, engine.MakeDraftHead(std::move(ids)));
+  top_.assign(order_.begin(), order_.begin() + static_cast<long>(n));
+  std::sort(top_.begin(), top_.end());
+  if (head_ != nullptr && head_->ids() == top_) return false;
+  if (head_ == nullptr) head_ = std::make_unique<model::DraftHead>();
+  if (absl::Status st = engine.FillDraftHead(top_, head_.get()); !st.ok()) {
+    head_.reset();  // never an empty or half-filled head
+    return st;
+  }
   ++builds_;
   return true;
 }

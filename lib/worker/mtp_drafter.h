@@ -124,8 +124,8 @@ class DraftVocabulary {
   // `size` in [1, vocab_size).
   DraftVocabulary(int vocab_size, int size, int64_t first_tokens, int64_t max_interval);
   void Observe(uint32_t token);
-  // When due, builds the head over the current counts; true when it changed.
-  // MakeDraftHead's errors.
+  // When due, builds the head over the current counts (in the same memory
+  // as the last one); true when it changed. FillDraftHead's errors.
   absl::StatusOr<bool> MaybeRebuild(const model::Engine& engine);
   // Null until the first build.
   const model::DraftHead* head() const { return head_.get(); }
@@ -139,7 +139,9 @@ class DraftVocabulary {
   int64_t seen_ = 0;
   int64_t next_build_;
   int64_t builds_ = 0;
-  std::shared_ptr<const model::DraftHead> head_;
+  std::unique_ptr<model::DraftHead> head_;  // refilled in place
+  std::vector<int32_t> order_;              // scratch: every id, ranked
+  std::vector<int32_t> top_;                // scratch: the set, ascending
 };
 
 // The draft vocabulary size `options` asks for with a `vocab_size` model: 0

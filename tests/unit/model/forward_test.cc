@@ -407,6 +407,20 @@ TEST_F(ForwardTest, DraftHeadLogitsAreTheWholeHeadsOnItsTokens) {
       }
     }
   }
+  // Refilled in place with another set: the same logits as a fresh head.
+  DraftHead reused;
+  ASSERT_TRUE(engine_->FillDraftHead((*head)->ids(), &reused).ok());
+  const std::vector<int32_t> other = {1, 2, 5, 90, 200};
+  ASSERT_TRUE(engine_->FillDraftHead(other, &reused).ok());
+  EXPECT_EQ(reused.ids(), other);
+  auto fresh = engine_->MakeDraftHead(other);
+  ASSERT_TRUE(fresh.ok());
+  ForwardOutput a, b;
+  ASSERT_TRUE(engine_->ForwardMtp(0, {&mi, 1}, h, &a, &reused).ok());
+  ASSERT_TRUE(engine_->ForwardMtp(0, {&mi, 1}, h, &b, fresh->get()).ok());
+  EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0);
+  EXPECT_FALSE(engine_->FillDraftHead(std::vector<int32_t>{5, 2}, &reused).ok());  // unsorted
+  EXPECT_EQ(reused.ids(), other);  // a rejected fill changes nothing
   EXPECT_FALSE(engine_->MakeDraftHead({}).ok());
   EXPECT_FALSE(engine_->MakeDraftHead({0, c.vocab_size}).ok());
   EXPECT_FALSE(engine_->MakeDraftHead({-1, 2}).ok());
