@@ -80,8 +80,13 @@ class GatedStore final : public PageStore {
 TEST(AsyncPageStoreTest, QueuedPutsReadBackThenLandInOrder) {
   auto gated = std::make_unique<GatedStore>();
   GatedStore* g = gated.get();
-  AsyncPageStore s(std::move(gated), {.max_queued_bytes = 64});
+  AsyncPageStore s(std::move(gated), {.max_queued_bytes = 80});
   const std::vector<uint8_t> a(16, 1), b(16, 2);
+  // {9, 0} holds the writer at the gate, so nothing leaves the queue until
+  // Open. Without it the writer could skip the superseded {1, 0} at once and
+  // free its bytes, and whether the put of {4, 0} below was dropped depended
+  // on the writer's timing (it was not, once, under ASan in CI).
+  ASSERT_TRUE(s.Put({9, 0}, a).ok());
   ASSERT_TRUE(s.Put({1, 0}, a).ok());
   ASSERT_TRUE(s.Put({1, 0}, b).ok());  // supersedes a
   ASSERT_TRUE(s.Put({2, 0}, a).ok());
@@ -90,7 +95,7 @@ TEST(AsyncPageStoreTest, QueuedPutsReadBackThenLandInOrder) {
   EXPECT_EQ(out, b) << "the latest queued blob answers";
   EXPECT_TRUE(s.Contains({2, 0}));
   ASSERT_TRUE(s.Put({3, 0}, a).ok());
-  // 64 bytes queued: the next put is dropped, not blocked.
+  // 80 bytes queued: the next put is dropped, not blocked.
   EXPECT_EQ(s.Put({4, 0}, a).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(s.dropped(), 1);
   s.Erase({3, 0});
@@ -101,6 +106,7 @@ TEST(AsyncPageStoreTest, QueuedPutsReadBackThenLandInOrder) {
   ASSERT_TRUE(g->inner_.Get({1, 0}, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, b);
   EXPECT_TRUE(g->inner_.Contains({2, 0}));
+  EXPECT_TRUE(g->inner_.Contains({9, 0}));
   EXPECT_FALSE(g->inner_.Contains({3, 0})) << "erased before it landed";
   EXPECT_FALSE(g->inner_.Contains({4, 0}));
 }
