@@ -90,6 +90,14 @@ DASHBOARDS = {
         panel("Decode throughput", [
             ("sum by (instance) (rate(swaserve_decode_generated_tokens_total[$__rate_interval]))", "{{instance}}"),
         ], "short", "Generated tokens per second per decode worker."),
+        panel("Process memory: RSS, heap allocated, heap free", [
+            ("sum by (instance) (process_resident_memory_bytes)", "RSS {{instance}}"),
+            ("sum by (instance) (swaserve_process_heap_allocated_bytes)", "heap allocated {{instance}}"),
+            ("sum by (instance) (swaserve_process_heap_free_bytes)", "heap free (kept by malloc) {{instance}}"),
+        ], "bytes", "Resident memory of every swaserve process, and what malloc has handed out (a leak grows this) and holds free in its arenas (RSS kept without use: glibc keeps freed blocks per thread arena, so RSS can step up while allocated bytes stay flat)."),
+        panel("Process CPU", [
+            ("sum by (instance) (rate(process_cpu_seconds_total[$__rate_interval]))", "{{instance}}"),
+        ], "short", "CPU cores busy per swaserve process (user + system)."),
         panel("Open circuit breakers (routers)", [
             ("sum(swaserve_router_open_breakers)", "open breakers"),
         ], "short", "Workers the routers stopped calling after repeated failures."),

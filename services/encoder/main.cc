@@ -26,6 +26,7 @@
 #include "lib/cluster/worker_registration.h"
 #include "lib/encoder/encoder_core.h"
 #include "lib/metrics/http_server.h"
+#include "lib/metrics/process.h"
 #include "lib/metrics/registry.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/grpc_server.h"
@@ -104,6 +105,7 @@ absl::Status Start(const Flags& f, Encoder* e) {
   mo.host = f.metrics_host;
   mo.port = static_cast<int>(f.metrics_port);
   mo.registry = &e->registry;
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&e->registry));
   ASSIGN_OR_RETURN(e->http, metrics::MetricsHttpServer::Create(mo));
   SWA_LOG(info, "{} serving gRPC on port {} (vision {}, audio {}, hidden {}), metrics on {}:{}",
           f.encoder_id, e->server->port(), e->core->has_vision(), e->core->has_audio(),

@@ -32,6 +32,7 @@
 #include "lib/base/port_file.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/cluster/redis_client.h"
+#include "lib/metrics/process.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/chat_template.h"
 #include "lib/model/config.h"
@@ -253,6 +254,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   wdo.breaker.failures_to_open = static_cast<int>(c.breaker_failures);
   wdo.breaker.open_for = c.breaker_open;
   ASSIGN_OR_RETURN(directory, router::WorkerDirectory::Create(wdo));
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&registry));
   RETURN_IF_ERROR(registry.AddCallbackGauge(
       "swaserve_router_open_breakers", "Workers whose circuit breaker is open.",
       [d = directory.get()] { return static_cast<double>(d->OpenBreakers()); }));

@@ -28,6 +28,7 @@
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
 #include "lib/metrics/http_server.h"
+#include "lib/metrics/process.h"
 #include "lib/metrics/registry.h"
 #include "lib/model/forward.h"
 #include "lib/model/tokenizer.h"
@@ -336,6 +337,7 @@ absl::Status Worker::StartServers() {
   mo.host = o.metrics_host;
   mo.port = static_cast<int>(o.metrics_port);
   mo.registry = &registry;
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&registry));
   ASSIGN_OR_RETURN(http, metrics::MetricsHttpServer::Create(mo));
   SWA_LOG(info, "{} serving gRPC on port {}, metrics on {}:{}", o.worker_id, server->port(),
           o.metrics_host, http->port());
