@@ -311,8 +311,14 @@ TEST_F(ClusterE2ETest, ThousandTraceRequestsAtFixedConcurrency) {
   // glibc keeps freed blocks in per-thread arenas, and a decode worker's RSS
   // rose by ~20 MiB at random later passes (a high-water buffer outgrowing
   // its block leaves the old one free in the arena) while its allocated
-  // bytes stayed within 4% (swaserve_process_heap_free_bytes took the
-  // rest). So the check is on allocated bytes; RSS is printed.
+  // bytes grew by at most 8 MiB (swaserve_process_heap_free_bytes took the
+  // rest). So the checks are on allocated bytes; RSS is printed. High-water
+  // buffers (verify logits: rows x vocabulary floats, up to 16 requests x 4
+  // rows with MTP drafting) still grow allocated bytes at the pass that first
+  // meets a larger batch (+5.4% once, at a fifth pass), and then stay; a
+  // leak grows every pass. Two measured passes: the smaller of their two
+  // growths must be under 2% of the steady state (a leak of 2% a pass fails),
+  // and the two together under 15%.
   for (int pass = 0; pass < 2; ++pass) {
     auto w = loadgen::Replay(*trace, ro);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -322,27 +328,38 @@ TEST_F(ClusterE2ETest, ThousandTraceRequestsAtFixedConcurrency) {
     int64_t rss_kib = 0;
     double allocated = 0, free = 0;
   };
-  auto memory = [&](const std::string& id) {
-    return Memory{.rss_kib = RssKiB(cluster_->Get(id)->process->pid()),
-                  .allocated = cluster_->Metric(id, "swaserve_process_heap_allocated_bytes"),
-                  .free = cluster_->Metric(id, "swaserve_process_heap_free_bytes")};
+  auto memory = [&] {
+    std::map<std::string, Memory> m;
+    for (const std::string& id : ids) {
+      m[id] = {.rss_kib = RssKiB(cluster_->Get(id)->process->pid()),
+               .allocated = cluster_->Metric(id, "swaserve_process_heap_allocated_bytes"),
+               .free = cluster_->Metric(id, "swaserve_process_heap_free_bytes")};
+    }
+    return m;
   };
-  std::map<std::string, Memory> steady;
-  for (const std::string& id : ids) steady[id] = memory(id);
-  auto report = loadgen::Replay(*trace, ro);
-  ASSERT_TRUE(report.ok()) << report.status();
-  std::printf("%s\n", report->ToText().c_str());
-  EXPECT_EQ(report->succeeded, 1000);
-  EXPECT_EQ(report->failed, 0) << (report->error_samples.empty() ? "" : report->error_samples[0]);
+  std::vector<std::map<std::string, Memory>> after_pass = {memory()};
+  for (int pass = 0; pass < 2; ++pass) {
+    auto report = loadgen::Replay(*trace, ro);
+    ASSERT_TRUE(report.ok()) << report.status();
+    if (pass == 0) std::printf("%s\n", report->ToText().c_str());
+    EXPECT_EQ(report->succeeded, 1000);
+    EXPECT_EQ(report->failed, 0)
+        << (report->error_samples.empty() ? "" : report->error_samples[0]);
+    after_pass.push_back(memory());
+  }
   for (const std::string& id : ids) {
-    const Memory& s = steady[id];
-    const Memory now = memory(id);
-    std::printf("%s: heap allocated %.0f -> %.0f KiB, heap free %.0f -> %.0f KiB, RSS %lld -> %lld KiB\n",
-                id.c_str(), s.allocated / 1024, now.allocated / 1024, s.free / 1024,
-                now.free / 1024, static_cast<long long>(s.rss_kib),
-                static_cast<long long>(now.rss_kib));
-    EXPECT_GT(s.allocated, 0) << id << ": no heap figures on /metrics";
-    EXPECT_LE(now.allocated, s.allocated * 1.10) << id;
+    std::printf("%s: heap allocated / heap free / RSS KiB:", id.c_str());
+    for (auto& m : after_pass) {
+      std::printf("  %.0f / %.0f / %lld", m[id].allocated / 1024, m[id].free / 1024,
+                  static_cast<long long>(m[id].rss_kib));
+    }
+    std::printf("\n");
+    const double s = after_pass[0][id].allocated;
+    const double g1 = after_pass[1][id].allocated - s;
+    const double g2 = after_pass[2][id].allocated - after_pass[1][id].allocated;
+    EXPECT_GT(s, 0) << id << ": no heap figures on /metrics";
+    EXPECT_LE(std::min(g1, g2), 0.02 * s) << id << ": allocated bytes grew every pass";
+    EXPECT_LE(g1 + g2, 0.15 * s) << id;
   }
   // Every pool page free or cached once the load is gone.
   for (const char* id : {"p1", "p2", "d1", "d2"}) {
