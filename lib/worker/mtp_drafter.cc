@@ -191,6 +191,10 @@ absl::StatusOr<bool> DraftVocabulary::MaybeRebuild(const model::Engine& engine) 
                     });
   top_.assign(order_.begin(), order_.begin() + static_cast<long>(n));
   std::sort(top_.begin(), top_.end());
+  // Older intervals weigh half as much at each build: the set follows what
+  // the worker emits now (a shift in traffic takes over within about two
+  // intervals; with plain counts, as long as the history it outweighs).
+  for (int64_t& c : counts_) c >>= 1;
   if (head_ != nullptr && head_->ids() == top_) return false;
   if (head_ == nullptr) head_ = std::make_unique<model::DraftHead>();
   if (absl::Status st = engine.FillDraftHead(top_, head_.get()); !st.ok()) {

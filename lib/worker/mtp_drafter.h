@@ -115,7 +115,10 @@ struct MtpOptions {
 
 // The token set of the draft head (MtpOptions::draft_vocab_tokens), learnt
 // from what the worker emits: counts each emitted token; when due, the most
-// emitted `size` tokens (ties: the lower id) become the head. Building one
+// emitted `size` tokens (ties: the lower id) become the head, and every
+// count halves (a decayed count: each interval between builds weighs twice
+// the one before, so the head follows a shift in traffic within about two
+// intervals). Building one
 // copies size / vocab of lm_head on the caller's thread (the decode loop:
 // ~1 ms for the demo model; ~100 ms for a 152K-token vocabulary at hidden
 // 4096 in bf16, at most once per max interval once warm).

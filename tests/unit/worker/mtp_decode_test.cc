@@ -576,7 +576,8 @@ TEST(MtpCostModel, MeasuresTheCostOfEachDraftLengthPerBatchSize) {
 
 // The draft vocabulary: the most emitted tokens (ties: the lower id), built
 // first after first_tokens emitted tokens, then each time the count doubles
-// (at most max_interval apart); unchanged counts build nothing new.
+// (at most max_interval apart), every count halving at each build; unchanged
+// sets build nothing new.
 TEST(DraftVocabulary, KeepsTheMostEmittedTokensAndRebuildsAsTheCountDoubles) {
   const int vocab = testing::TestEngine().config().vocab_size;  // 256
   const model::Engine& engine = testing::TestEngine().engine();
@@ -591,23 +592,28 @@ TEST(DraftVocabulary, KeepsTheMostEmittedTokensAndRebuildsAsTheCountDoubles) {
   ASSERT_TRUE(built.ok() && *built);
   ASSERT_NE(v.head(), nullptr);
   EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 4, 9}));
+  // Counts now 9: 1, 4: 1, 7: 1, 1: 1, 200: 0.
   for (int i = 0; i < 9; ++i) v.Observe(250);  // 19: next build at 20
   built = v.MaybeRebuild(engine);
   EXPECT_FALSE(*built);
   v.Observe(250);
   built = v.MaybeRebuild(engine);
   ASSERT_TRUE(built.ok() && *built);
-  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 9, 250}));
-  for (int i = 0; i < 20; ++i) v.Observe(9);  // 40: due (20 + 20), same set
+  // 250: 10, then 1, 4, 7, 9 tie at 1 (9's three halved): the lower ids.
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 4, 250}));
+  // Counts now 250: 5, the rest 0.
+  for (int i = 0; i < 10; ++i) v.Observe(9);
+  for (int i = 0; i < 10; ++i) v.Observe(4);  // 40: due (20 + 20)
   built = v.MaybeRebuild(engine);
-  ASSERT_TRUE(built.ok());
-  EXPECT_FALSE(*built);
-  EXPECT_EQ(v.builds(), 2);
-  for (int i = 0; i < 24; ++i) v.Observe(4);  // 64 < 40 + min(40, 25) = 65
-  EXPECT_FALSE(*v.MaybeRebuild(engine));
-  v.Observe(4);
-  EXPECT_TRUE(*v.MaybeRebuild(engine));
+  ASSERT_TRUE(built.ok() && *built);
   EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{4, 9, 250}));
+  EXPECT_EQ(v.builds(), 3);
+  // Counts now 4: 5, 9: 5, 250: 2.
+  for (int i = 0; i < 24; ++i) v.Observe(i % 2 == 0 ? 4 : 9);  // 64 < 40 + min(40, 25) = 65
+  EXPECT_FALSE(*v.MaybeRebuild(engine));
+  v.Observe(250);
+  EXPECT_FALSE(*v.MaybeRebuild(engine));  // due, the same set: nothing new built
+  EXPECT_EQ(v.builds(), 3);
   // Sizes: explicit, off, and the default (a quarter from 32K tokens on).
   MtpOptions o;
   EXPECT_EQ(DraftVocabularySize(o, 4096), 0);
@@ -617,6 +623,26 @@ TEST(DraftVocabulary, KeepsTheMostEmittedTokensAndRebuildsAsTheCountDoubles) {
   EXPECT_EQ(DraftVocabularySize(o, 64), 0);
   o.draft_vocab_tokens = 0;
   EXPECT_EQ(DraftVocabularySize(o, 152064), 0);
+}
+
+// Traffic shifts (say, from prose to code): the head follows within about two
+// intervals of the new traffic, not after as many tokens as the history
+// holds. With plain counts the old set (500 each) would outweigh the new
+// one (38 each) for 2,000 more tokens.
+TEST(DraftVocabulary, FollowsAShiftInWhatTheWorkerEmits) {
+  const model::Engine& engine = testing::TestEngine().engine();
+  DraftVocabulary v(testing::TestEngine().config().vocab_size, 4, 8, 100);
+  auto emit = [&](uint32_t first, int n) {
+    for (int i = 0; i < n; ++i) {
+      v.Observe(first + static_cast<uint32_t>(i % 4));
+      ASSERT_TRUE(v.MaybeRebuild(engine).ok());
+    }
+  };
+  emit(1, 2000);
+  ASSERT_NE(v.head(), nullptr);
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{1, 2, 3, 4}));
+  emit(10, 150);
+  EXPECT_EQ(v.head()->ids(), (std::vector<int32_t>{10, 11, 12, 13}));
 }
 
 TEST(MtpCostModel, AsksForAMeasuringStepWhenNoDraftStepWasMeasuredFor64Steps) {
