@@ -67,6 +67,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/swa_pattern.h"
 #include "bench/common/prompt_synth.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
@@ -99,21 +100,6 @@ int g_checkpoint_tokens = 2048;
 // hit then counts M minus the pyramid's work in token-equivalents
 // (kv::WindowRestorePyramidWork), and the restore choice uses that work.
 bool g_pyramid = true;
-
-// Whether each layer of `shape` is a SWA layer: MiMo-V2.5-Pro's pattern,
-// a full layer first and then every (layers / full layers)-th.
-std::vector<bool> SwaPattern(const KvShape& shape) {
-  const int n = shape.full_layers + shape.swa_layers;
-  const int step = shape.full_layers > 0 ? n / shape.full_layers : n + 1;
-  std::vector<bool> swa;
-  int full = 0;
-  for (int l = 0; l < n; ++l) {
-    const bool f = full < shape.full_layers && l % step == 0;
-    full += f;
-    swa.push_back(!f);
-  }
-  return swa;
-}
 
 struct Flags {
   std::string trace;
@@ -362,7 +348,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 
-  const std::vector<bool> swa_pattern = SwaPattern(spec.shape);
+  const std::vector<bool> swa_pattern = bench::SwaPattern(spec.shape);
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = prompts.size();
   const size_t progress_every = std::max<size_t>(1, n / 4);

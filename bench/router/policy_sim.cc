@@ -73,12 +73,14 @@
 //
 // --swa-study (issue 22): ours with and without window restore in the
 // workers and with the full-KV vs the SWA-aware router view: the router's
-// expected hit against the realised one, per worker too.
+// expected hit against the realised one, per worker too. Restoring workers
+// restore as a pyramid and publish its work, as the prefill workers do by
+// default; --no-pyramid: over the whole stretch, credited M − R.
 //
 // Usage: policy_sim [--trace FILE] [--json FILE] [--workers 8]
 //          [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]
 //          [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]
-//          [--tune] [--swa-study] [--limit N]
+//          [--tune] [--swa-study [--no-pyramid]] [--limit N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -101,6 +103,7 @@
 #include "absl/types/span.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/prompt_synth.h"
+#include "bench/common/swa_pattern.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
 #include "lib/kv/page_pool.h"
@@ -189,8 +192,16 @@ struct SimConfig {
   double tokens_per_s = kDefaultTokensPerS;
   // Workers restore windows (kv::Sequence::BeginWindowRestore when
   // sched::ChooseWindowRestore saves work, as the prefill worker does by
-  // default); their hit is then the restore start.
+  // default); their hit is then the restore start, or with `pyramid` M
+  // minus the pyramid's work.
   bool restore = false;
+  // Restores computed as a pyramid (kv::WindowRestoreRows; the prefill
+  // worker's default, --prefill.window_restore_pyramid): a restore costs
+  // kv::WindowRestorePyramidWork token-equivalents, about half the stretch,
+  // and the router credits M minus the work the worker publishes
+  // (kv::WindowRestoreWorkPerRestore). False (--no-pyramid): every layer
+  // over the whole stretch [s, M).
+  bool pyramid = true;
   // The router's view: false = the full-KV depth M of each worker; true =
   // what the real router credits (policy.h PrefixCredit: M when the match
   // ends window-safe, else the window-safe depth L or what the worker's
@@ -357,6 +368,11 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
                    const SimConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   const int ps = cfg.shape.page_size;
+  const std::vector<bool> swa_pattern = bench::SwaPattern(cfg.shape);
+  // What each worker publishes for the router's credit (WorkerInfo::
+  // window_restore_work).
+  const int64_t restore_work_published =
+      kv::WindowRestoreWorkPerRestore(cfg.shape.sliding_window, ps, swa_pattern, 0);
   std::vector<Worker> workers(cfg.workers);
   kv::SequenceOptions so;
   for (Worker& w : workers) {
@@ -396,15 +412,22 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     const absl::Span<const uint64_t> hashes = wl.Hashes(i);
     kv::MatchOptions mo{.max_tokens = len - 1};
     sched::WindowRestoreChoice choice;
+    double restore_work = -1;  // the pyramid's, in token-equivalents (< 0: the stretch)
     if (cfg.restore) {
       const kv::MatchLengths ml = w.cache->Match(hashes, mo.max_tokens);
       if (ml.matched_tokens > ml.safe_tokens) {
-        choice = sched::ChooseWindowRestore(
-            {.window_safe_tokens = ml.safe_tokens,
-             .full_tokens = ml.matched_tokens,
-             .restore_from = kv::WindowRestoreStart(ml.matched_tokens, cfg.shape.sliding_window,
-                                                    ps, cfg.shape.swa_layers),
-             .min_saved_work = 64});
+        const int from = kv::WindowRestoreStart(ml.matched_tokens, cfg.shape.sliding_window, ps,
+                                                cfg.shape.swa_layers);
+        if (cfg.pyramid) {
+          restore_work = kv::WindowRestorePyramidWork(
+              kv::WindowRestoreRows(ml.matched_tokens, cfg.shape.sliding_window, ps, swa_pattern, 0),
+              from, ml.matched_tokens);
+        }
+        choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
+                                             .full_tokens = ml.matched_tokens,
+                                             .restore_from = from,
+                                             .restore_tokens = restore_work,
+                                             .min_saved_work = 64});
         mo.full_kv = choice.restore;
       }
     }
@@ -415,11 +438,12 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     so.evict_on_demand = true;
     w.seq = std::make_unique<kv::Sequence>(so, std::move(hit));
     int next = w.seq->length();
+    res.hit[i] = next;  // tokens not computed (token-equivalents)
     if (restoring) {
       if (!w.seq->BeginWindowRestore(choice.compute_from).ok()) Die("window restore failed");
+      res.hit[i] = restore_work >= 0 ? next - std::llround(restore_work) : choice.compute_from;
       next = choice.compute_from;
     }
-    res.hit[i] = next;  // tokens not computed
     while (next < len) {
       const int c = std::min(kChunk, len - next);
       if (!w.seq->Prepare(next, c).ok()) {
@@ -498,7 +522,9 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
                                 .sliding_window = cfg.shape.sliding_window,
                                 .page_size = ps,
                                 .swa_chain_layers = cfg.shape.swa_layers,
-                                .window_restore = cfg.restore};
+                                .window_restore = cfg.restore,
+                                .restore_work = cfg.restore && cfg.pyramid ? restore_work_published
+                                                                           : 0};
           const int64_t safe = std::min<int64_t>(ml.safe_tokens, depth[k]);
           const int64_t scan = WindowScanPages(in, cfg.ours.window_scan_pages);
           in.window_safe_tokens = safe >= depth[k]                     ? INT64_MAX
@@ -710,6 +736,7 @@ struct Flags {
   double cache_credit = -1;
   bool tune = false;
   bool swa_study = false;
+  bool pyramid = true;  // --no-pyramid: restores over the whole stretch
   int64_t limit = 0;
 };
 
@@ -742,6 +769,8 @@ int Main(int argc, char** argv) {
       num(&f.cache_credit);
     } else if (a == "--swa-study") {
       f.swa_study = true;
+    } else if (a == "--no-pyramid") {
+      f.pyramid = false;
     } else if (a == "--tune") {
       f.tune = true;
     } else if (a == "--limit") {
@@ -751,7 +780,7 @@ int Main(int argc, char** argv) {
           "usage: policy_sim [--trace FILE] [--json FILE] [--workers 8]\n"
           "  [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]\n"
           "  [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]\n"
-          "  [--tune] [--swa-study] [--limit N]\n");
+          "  [--tune] [--swa-study [--no-pyramid]] [--limit N]\n");
       return 0;
     } else {
       Die("unknown flag " + a);
@@ -780,6 +809,7 @@ int Main(int argc, char** argv) {
   cfg.full_pages = sizes->full_pages;
   cfg.swa_pages = sizes->swa_pages;
   cfg.tokens_per_s = f.tokens_per_s;
+  cfg.pyramid = f.pyramid;
   if (f.hotspot_abs >= 0) cfg.ours.hotspot_abs_tokens = f.hotspot_abs;
   if (f.hotspot_rel > 0) cfg.ours.hotspot_rel = f.hotspot_rel;
   if (f.cache_credit >= 0) cfg.ours.cache_credit = f.cache_credit;
