@@ -62,62 +62,87 @@ int64_t CountFds() {
   return n - 1;  // the directory stream's own descriptor
 }
 
-}  // namespace
-
-ProcessSnapshot ReadProcess() {
-  ProcessSnapshot s;
+// The /proc/self/stat figures of `s` (CPU, RSS, virtual size, start time).
+void ReadStat(ProcessSnapshot* s) {
   // /proc/self/stat: "pid (comm) state ppid ..."; comm may hold spaces and
   // parentheses, so fields are counted from the last ')'. After it, field 3
   // (state) is index 0: utime 14 -> 11, stime 15 -> 12, starttime 22 -> 19,
   // vsize 23 -> 20, rss 24 -> 21.
   const std::string stat = ReadFile("/proc/self/stat");
   const size_t close = stat.rfind(')');
-  if (close != std::string::npos && close + 2 < stat.size()) {
-    std::vector<absl::string_view> f =
-        absl::StrSplit(absl::string_view(stat).substr(close + 2), ' ', absl::SkipEmpty());
-    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-    int64_t utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
-    if (f.size() > 21 && absl::SimpleAtoi(f[11], &utime) && absl::SimpleAtoi(f[12], &stime) &&
-        absl::SimpleAtoi(f[19], &start) && absl::SimpleAtoi(f[20], &vsize) &&
-        absl::SimpleAtoi(f[21], &rss) && tick > 0) {
-      s.cpu_seconds = static_cast<double>(utime + stime) / tick;
-      s.virtual_bytes = vsize;
-      s.resident_bytes = static_cast<int64_t>(static_cast<double>(rss) * page);
-      if (const double boot = BootTime(); boot > 0) {
-        s.start_time_seconds = boot + static_cast<double>(start) / tick;
-      }
-    }
+  if (close == std::string::npos || close + 2 >= stat.size()) return;
+  std::vector<absl::string_view> f =
+      absl::StrSplit(absl::string_view(stat).substr(close + 2), ' ', absl::SkipEmpty());
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  int64_t utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
+  if (f.size() <= 21 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime) ||
+      !absl::SimpleAtoi(f[19], &start) || !absl::SimpleAtoi(f[20], &vsize) ||
+      !absl::SimpleAtoi(f[21], &rss) || tick <= 0) {
+    return;
   }
-  s.open_fds = CountFds();
+  s->cpu_seconds = static_cast<double>(utime + stime) / tick;
+  s->virtual_bytes = vsize;
+  s->resident_bytes = static_cast<int64_t>(static_cast<double>(rss) * page);
+  if (const double boot = BootTime(); boot > 0) {
+    s->start_time_seconds = boot + static_cast<double>(start) / tick;
+  }
+}
+
+// The heap figures of `s`.
+void ReadHeap(ProcessSnapshot* s) {
 #if SWASERVE_ASAN
   // The sanitizer's allocator replaces malloc; glibc's arenas are unused.
-  s.heap_allocated_bytes = static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
-  s.heap_free_bytes = static_cast<int64_t>(__sanitizer_get_free_bytes());
+  s->heap_allocated_bytes = static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
+  s->heap_free_bytes = static_cast<int64_t>(__sanitizer_get_free_bytes());
 #elif defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  // Walks every arena under its lock: read once per scrape, not per sample.
   const struct mallinfo2 mi = mallinfo2();
-  s.heap_allocated_bytes = static_cast<int64_t>(mi.uordblks + mi.hblkhd);
-  s.heap_free_bytes = static_cast<int64_t>(mi.fordblks);
+  s->heap_allocated_bytes = static_cast<int64_t>(mi.uordblks + mi.hblkhd);
+  s->heap_free_bytes = static_cast<int64_t>(mi.fordblks);
+#else
+  (void)s;
 #endif
+}
+
+ProcessSnapshot Stat() {
+  ProcessSnapshot s;
+  ReadStat(&s);
+  return s;
+}
+
+ProcessSnapshot Heap() {
+  ProcessSnapshot s;
+  ReadHeap(&s);
+  return s;
+}
+
+}  // namespace
+
+ProcessSnapshot ReadProcess() {
+  ProcessSnapshot s;
+  ReadStat(&s);
+  s.open_fds = CountFds();
+  ReadHeap(&s);
   return s;
 }
 
 absl::Status RegisterProcessMetrics(Registry* registry) {
   const absl::Status first = registry->AddCallbackCounter(
       "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-      [] { return ReadProcess().cpu_seconds; });
+      [] { return Stat().cpu_seconds; });
   if (absl::IsAlreadyExists(first)) return absl::OkStatus();  // registered before
   RETURN_IF_ERROR(first);
   RETURN_IF_ERROR(registry->AddCallbackGauge(
       "process_resident_memory_bytes", "Resident memory size in bytes.",
-      [] { return static_cast<double>(ReadProcess().resident_bytes); }));
+      [] { return static_cast<double>(Stat().resident_bytes); }));
   RETURN_IF_ERROR(registry->AddCallbackGauge(
       "process_virtual_memory_bytes", "Virtual memory size in bytes.",
-      [] { return static_cast<double>(ReadProcess().virtual_bytes); }));
+      [] { return static_cast<double>(Stat().virtual_bytes); }));
   RETURN_IF_ERROR(registry->AddCallbackGauge(
       "process_open_fds", "Number of open file descriptors.",
-      [] { return static_cast<double>(ReadProcess().open_fds); }));
-  const double start = ReadProcess().start_time_seconds;
+      [] { return static_cast<double>(CountFds()); }));
+  const double start = Stat().start_time_seconds;
   RETURN_IF_ERROR(registry->AddCallbackGauge(
       "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
       [start] { return start; }));
@@ -125,11 +150,11 @@ absl::Status RegisterProcessMetrics(Registry* registry) {
       "swaserve_process_heap_allocated_bytes",
       "Bytes malloc has handed out and not had back (every arena, mmapped blocks included): "
       "a leak grows this, allocator retention does not.",
-      [] { return static_cast<double>(ReadProcess().heap_allocated_bytes); }));
+      [] { return static_cast<double>(Heap().heap_allocated_bytes); }));
   return registry->AddCallbackGauge(
       "swaserve_process_heap_free_bytes",
       "Bytes malloc holds free in its arenas: resident memory kept without use.",
-      [] { return static_cast<double>(ReadProcess().heap_free_bytes); });
+      [] { return static_cast<double>(Heap().heap_free_bytes); });
 }
 
 }  // namespace swaserve::metrics
