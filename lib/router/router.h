@@ -164,9 +164,12 @@ struct RouterOptions {
   int control_threads = 8;
   // Threads that prepare requests with multimodal items (URL fetches,
   // encoder calls: up to seconds each), so that a slow encoder or URL never
-  // holds up the decisions of text requests on the control threads.
-  // Default 8.
-  int media_threads = 8;
+  // holds up the decisions of text requests on the control threads. A
+  // request holds one through its items' encoding, so this bounds the
+  // requests one router has at the encoders at once: an encoder batches up
+  // to 16 items across requests (--batch.max_items), and with 8 threads one
+  // router could never fill a batch. Default 32 (two encoders' batches).
+  int media_threads = 32;
   // A request that makes no progress (no decision, no answer from a worker,
   // no token, no room at its client) for this long is logged once, naming
   // what it waits for, and counted in swaserve_router_stalled_requests

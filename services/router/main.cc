@@ -72,6 +72,7 @@ struct RouterConfig {
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
   int64_t control_threads = 8;
+  int64_t media_threads = router::RouterOptions{}.media_threads;
   double shed_backlog_seconds = router::RouterOptions{}.shed_backlog_seconds;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
@@ -139,7 +140,11 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
       .Add("control_threads", &c->control_threads,
            "threads for requests' short blocking steps (tokenization, the Redis decision, "
-           "media encoding); a streaming or queued request holds none")
+           "the bookkeeping between attempts); a streaming or queued request holds none")
+      .Add("media_threads", &c->media_threads,
+           "threads that fetch and encode multimodal items; a request holds one through its "
+           "items' encoding, so this bounds the requests at the encoders at once (fill the "
+           "encoders' batches: --batch.max_items)")
       .Add("shed_backlog_seconds", &c->shed_backlog_seconds,
            "429 with Retry-After for a new request when every prefill worker of its bucket "
            "owes more than this many seconds of prefill (0: never)")
@@ -270,6 +275,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
   opt.max_inflight_requests = static_cast<int>(c.max_inflight);
   opt.control_threads = static_cast<int>(std::max<int64_t>(1, c.control_threads));
+  opt.media_threads = static_cast<int>(std::max<int64_t>(1, c.media_threads));
   opt.shed_backlog_seconds = c.shed_backlog_seconds;
   opt.max_prefill_attempts = static_cast<int>(c.max_prefill_attempts);
   opt.max_decode_attempts = static_cast<int>(c.max_decode_attempts);

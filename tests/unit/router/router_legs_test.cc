@@ -616,7 +616,9 @@ TEST_F(RouterLegsTest, ASlowEncoderDoesNotDelayTextRequests) {
   const uint32_t pad = *tok_->TokenId("<|image_pad|>");
   auto enc = AddEncoder(MediaOptions{}, {.image = pad, .video = pad, .audio = pad});
   enc->SetBlocked(true);
-  constexpr int kImages = 12;  // > media_threads (8) + control_threads (8) / 2
+  // More than the media threads: the rest queue for one.
+  const int threads = RouterOptions{}.media_threads;
+  const int kImages = threads + 4;
   absl::Mutex mu;
   int done = 0;
   std::vector<absl::Status> results(kImages);
@@ -638,8 +640,13 @@ TEST_F(RouterLegsTest, ASlowEncoderDoesNotDelayTextRequests) {
       ++done;
     });
   }
-  for (int i = 0; i < 400 && enc->waiting() < 8; ++i) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_EQ(enc->waiting(), 8);  // every media thread waits on the encoder
+  for (int i = 0; i < 400 && enc->waiting() < threads; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  // Every media thread waits on the encoder: with the default, more
+  // requests than an encoder's batch (16 items) reach it at once.
+  EXPECT_EQ(enc->waiting(), threads);
+  EXPECT_GE(threads, 16);
   const absl::Time t0 = absl::Now();
   v1::GenerateRequest text = Request(40, 3);
   CollectingSink sink;
@@ -652,8 +659,8 @@ TEST_F(RouterLegsTest, ASlowEncoderDoesNotDelayTextRequests) {
   }
   enc->SetBlocked(false);
   absl::MutexLock lock(&mu);
-  ASSERT_TRUE(mu.AwaitWithTimeout(
-      absl::Condition(+[](int* d) { return *d == kImages; }, &done), absl::Seconds(30)));
+  auto all_done = [&] { return done == kImages; };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(30)));
   for (int i = 0; i < kImages; ++i) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
 }
 
