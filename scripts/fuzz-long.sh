@@ -8,6 +8,7 @@
 # in OUT (default /tmp/swaserve-fuzz).
 #
 #   bash scripts/fuzz-long.sh [BUILD_DIR (build-san)] [SECONDS (120)] [JOBS (2)]
+#   ONLY='chat_template|video' bash scripts/fuzz-long.sh ...   # a subset (a grep -E pattern)
 set -euo pipefail
 build=${1:-build-san}
 seconds=${2:-120}
@@ -15,7 +16,8 @@ jobs=${3:-2}
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/swaserve-fuzz}
 mkdir -p "$out"
-fuzzers=$(find "$build/tests/fuzz" -maxdepth 1 -type f -name '*_fuzzer' -perm -u+x | sort)
+fuzzers=$(find "$build/tests/fuzz" -maxdepth 1 -type f -name '*_fuzzer' -perm -u+x | sort |
+  grep -E "${ONLY:-.}" || true)
 [ -n "$fuzzers" ] || { echo "no *_fuzzer binaries under $build/tests/fuzz (configure with -DSWASERVE_FUZZ=ON)" >&2; exit 2; }
 run_one() {
   local bin=$1 name corpus scratch log

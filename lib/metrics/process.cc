@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "lib/base/status.h"
 
 #if defined(__has_feature)
@@ -84,7 +85,8 @@ void ReadStat(ProcessSnapshot* s) {
   s->cpu_seconds = static_cast<double>(utime + stime) / tick;
   s->virtual_bytes = vsize;
   s->resident_bytes = static_cast<int64_t>(static_cast<double>(rss) * page);
-  if (const double boot = BootTime(); boot > 0) {
+  static const double boot = BootTime();  // fixed while the system runs
+  if (boot > 0) {
     s->start_time_seconds = boot + static_cast<double>(start) / tick;
   }
 }
