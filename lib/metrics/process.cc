@@ -13,19 +13,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "lib/base/sanitizers.h"
 #include "lib/base/status.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SWASERVE_ASAN 1
-#endif
-#endif
-#if !defined(SWASERVE_ASAN) && defined(__SANITIZE_ADDRESS__)
-#define SWASERVE_ASAN 1
-#endif
-#ifndef SWASERVE_ASAN
-#define SWASERVE_ASAN 0
-#endif
 #if SWASERVE_ASAN
 #include <sanitizer/allocator_interface.h>
 #endif

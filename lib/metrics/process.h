@@ -17,11 +17,13 @@
 //                                          without using; returned by
 //                                          malloc_trim)
 //
-// RSS alone cannot tell a leak: glibc keeps freed memory in per-thread
-// arenas, so RSS rises in steps whenever another thread's arena first holds
-// a large block (measured on the decode workers: ~20 MiB steps at random
-// passes of the same replay while allocated bytes moved by at most 8 MiB;
-// bench/RESULTS.md, the e2e load test).
+// RSS alone cannot tell a leak: glibc keeps freed memory in its arenas, and
+// the workers ask it to keep up to 1 GiB (base::KeepFreedMemory: large
+// transient buffers reuse pages instead of faulting them in again), so RSS
+// rises in steps when a buffer outgrows its block (measured on the decode
+// workers: ~20 MiB steps at random passes of the same replay while
+// allocated bytes moved by at most 8 MiB; bench/RESULTS.md, the e2e load
+// test).
 // A leak grows heap_allocated_bytes.
 //
 // Linux only (reads /proc/self; the heap figures use glibc's mallinfo2).
