@@ -14,7 +14,9 @@
 #   bash bench/cluster/tier_replay.sh       # BUILD=build LIMIT=400 KV_MIB=24
 #
 # Knobs (environment): BUILD, OUT (result dir), LIMIT (requests), SCALE
-# (length scale), TIME_SCALE, KV_MIB (prefill L1 MiB), L2X, L3_MIB,
+# (length scale), TIME_SCALE, KV_MIB (prefill L1 MiB), BUCKET (the bucket's
+# largest prompt: at most what KV_MIB holds, or the prefill worker refuses to
+# start; 24 MiB holds 6,160 tokens of the demo model), L2X, L3_MIB,
 # MAX_OUT (max output tokens).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +26,7 @@ LIMIT=${LIMIT:-400}
 SCALE=${SCALE:-0.0625}
 TIME_SCALE=${TIME_SCALE:-0.05}
 KV_MIB=${KV_MIB:-24}
+BUCKET=${BUCKET:-6144}
 L2X=${L2X:-2}
 L3_MIB=${L3_MIB:-1024}
 MAX_OUT=${MAX_OUT:-8}
@@ -43,7 +46,7 @@ for mode in none l2 l2l3 restart; do
                          --workers.prefill.kv.l3_mib="$L3_MIB") ;;
   esac
   rm -rf "$OUT/run-$mode"
-  "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets=1048576 --http_port=0 --grpc_port=50072 \
+  "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets="$BUCKET" --http_port=0 --grpc_port=50072 \
       --workers.prefill.kv.prefill_mib="$KV_MIB" --workers.prefill.metrics.port=9472 \
       "${tiers[@]}" >"$OUT/up-$mode.log" 2>&1 &
   up=$!

@@ -1,5 +1,6 @@
 #include "lib/kv/kv_shape.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -152,6 +153,42 @@ absl::StatusOr<PoolSizes> SizePools(const KvShape& shape, int64_t byte_budget,
         shape.Full().PageBytes(), " + ", shape.Swa().PageBytes(), " bytes)"));
   }
   return sizes;
+}
+
+absl::StatusOr<int64_t> MinBudgetForFullTokens(const KvShape& shape, int64_t full_tokens,
+                                               double swa_full_token_ratio, int64_t swa_tokens) {
+  if (full_tokens < 1 || swa_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("full_tokens must be >= 1 and swa_tokens >= 0, got ",
+                                                   full_tokens, " and ", swa_tokens));
+  }
+  // A budget too small for one page of each pool is an error of SizePools
+  // that more bytes cure; a bad shape or ratio is caught by the first call.
+  if (absl::StatusOr<PoolSizes> probe = SizePools(shape, int64_t{1} << 40, swa_full_token_ratio);
+      !probe.ok()) {
+    return probe.status();
+  }
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  // SizePools' own formula solved for the budget, then corrected upwards in
+  // whole MiB for its rounding down to pages (a step or two at most).
+  const double per_token = static_cast<double>(shape.Full().TokenBytes()) +
+                           swa_full_token_ratio * static_cast<double>(shape.Swa().TokenBytes());
+  // The SWA pool holds ratio x the full pool's tokens: so many full tokens
+  // give swa_tokens.
+  const int64_t full_for_swa = static_cast<int64_t>(
+      std::ceil(static_cast<double>(swa_tokens) / swa_full_token_ratio));
+  const int64_t pages =
+      (std::max(full_tokens, full_for_swa) + shape.page_size - 1) / shape.page_size;
+  int64_t mib = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(static_cast<double>(pages) * shape.page_size * per_token /
+                                        static_cast<double>(kMiB))));
+  for (int step = 0; step < 64; ++step, ++mib) {
+    absl::StatusOr<PoolSizes> sizes = SizePools(shape, mib * kMiB, swa_full_token_ratio);
+    if (sizes.ok() && sizes->full_pages * shape.page_size >= full_tokens &&
+        sizes->swa_pages * shape.page_size >= swa_tokens) {
+      return mib * kMiB;
+    }
+  }
+  return absl::InternalError(absl::StrCat("no budget found for ", full_tokens, " tokens"));
 }
 
 }  // namespace swaserve::kv

@@ -100,4 +100,15 @@ struct PoolSizes {
 absl::StatusOr<PoolSizes> SizePools(const KvShape& shape, int64_t byte_budget,
                                     double swa_full_token_ratio);
 
+// The inverse of SizePools: the smallest whole-MiB byte budget whose full
+// pool holds at least `full_tokens` tokens and whose SWA pool at least
+// `swa_tokens` at `swa_full_token_ratio` (so SizePools(shape, result,
+// ratio)->full_pages * page_size >= full_tokens, likewise swa_pages). What a
+// worker's --kv.*_mib must be for one prompt of `full_tokens` tokens to fit
+// while a step's SWA working set (`swa_tokens`) does. InvalidArgument for
+// full_tokens < 1, swa_tokens < 0 or SizePools' errors.
+absl::StatusOr<int64_t> MinBudgetForFullTokens(const KvShape& shape, int64_t full_tokens,
+                                               double swa_full_token_ratio,
+                                               int64_t swa_tokens = 0);
+
 }  // namespace swaserve::kv

@@ -245,6 +245,18 @@ namespace {
 
 // 1 when the checkpoint's config.json has a vision_config or an audio_config
 // object (the towers swaserve-encoder serves), else 0.
+// MemTotal of /proc/meminfo in MiB, 0 when unreadable.
+int64_t MemTotalMib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib >> 10;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
 int HasEncoderTowers(const std::string& model) {
   std::ifstream in(fs::path(model) / "config.json");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -256,6 +268,27 @@ int HasEncoderTowers(const std::string& model) {
 }
 
 }  // namespace
+
+absl::Status ClusterLauncher::PlanKv() {
+  absl::StatusOr<KvPlan> plan =
+      PlanKvPoolsForModel(spec_.model, spec_.bucket_bounds, spec_.kv_mib, spec_.kv_fit_buckets,
+                          spec_.prefill_flags, spec_.decode_flags);
+  if (!plan.ok()) return plan.status();
+  kv_plan_ = *std::move(plan);
+  return absl::OkStatus();
+}
+
+void ClusterLauncher::ReportKvPlan() const {
+  Progress(absl::StrCat("KV pools: ", kv_plan_.Describe(spec_.decode_workers)));
+  const int64_t total = kv_plan_.TotalMib(spec_.decode_workers);
+  const int64_t machine = MemTotalMib();
+  if (machine > 0 && total > machine) {
+    Progress(absl::StrCat("warning: the KV pools add up to ", total, " MiB, more than this machine's ",
+                          machine, " MiB; memory is used only as prompts fill them, but prompts "
+                          "near the top of every bucket at once would not fit (--buckets or "
+                          "--kv_fit_buckets=false --kv_mib=N to change)"));
+  }
+}
 
 absl::Status ClusterLauncher::DoStart() {
   if (spec_.model.empty())
@@ -280,6 +313,7 @@ absl::Status ClusterLauncher::DoStart() {
   if (spec_.model_name.empty()) {
     spec_.model_name = fs::path(spec_.model).filename().string();
   }
+  if (absl::Status s = PlanKv(); !s.ok()) return s;
   if (spec_.run_dir.empty()) spec_.run_dir = DefaultRunDir();
   fs::create_directories(spec_.run_dir, ec);
   if (ec) {
@@ -313,6 +347,7 @@ absl::Status ClusterLauncher::DoStart() {
   }
 
   // 2. Workers: all at once (model loads overlap), then wait for each.
+  ReportKvPlan();
   std::vector<Child*> workers;
   auto common = [&](const std::string& name, const std::string& role) {
     return WorkerArgv({.bin = role == "prefill" ? prefill_bin : decode_bin,
@@ -333,7 +368,7 @@ absl::Status ClusterLauncher::DoStart() {
     argv.push_back(absl::StrCat("--bucket=", i));
     argv.push_back(absl::StrCat("--bucket_min_tokens=", lo));
     argv.push_back(absl::StrCat("--prefill.max_prompt_tokens=", hi));
-    argv.push_back(absl::StrCat("--kv.prefill_mib=", spec_.kv_mib));
+    argv.push_back(absl::StrCat("--kv.prefill_mib=", kv_plan_.prefill_mib[i]));
     argv.insert(argv.end(), spec_.prefill_flags.begin(),
                 spec_.prefill_flags.end());
     Progress(absl::StrCat("starting ", name, " (bucket ", i, ": prompts of ",
@@ -345,7 +380,7 @@ absl::Status ClusterLauncher::DoStart() {
   for (int i = 0; i < spec_.decode_workers; ++i) {
     const std::string name = absl::StrCat("decode-", i);
     std::vector<std::string> argv = common(name, "decode");
-    argv.push_back(absl::StrCat("--kv.decode_mib=", spec_.kv_mib));
+    argv.push_back(absl::StrCat("--kv.decode_mib=", kv_plan_.decode_mib));
     argv.insert(argv.end(), spec_.decode_flags.begin(),
                 spec_.decode_flags.end());
     Progress(absl::StrCat("starting ", name, " ..."));

@@ -46,6 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/base/subprocess.h"
+#include "lib/launch/kv_plan.h"
 #include "lib/launch/service_process.h"
 
 namespace swaserve::launch {
@@ -78,8 +79,15 @@ struct ClusterSpec {
   int encoders = -1;
   // Kernel threads per worker; 0: the machine's cores divided among workers.
   int worker_threads = 0;
-  // KV pool per worker (MiB): --kv.prefill_mib / --kv.decode_mib.
+  // KV pool per worker (MiB): --kv.prefill_mib / --kv.decode_mib. With
+  // kv_fit_buckets (default) the least any worker gets: a prefill worker
+  // gets enough for one prompt at its bucket's upper bound, a decode worker
+  // enough for one of the largest bucket plus kDecodeHeadroomTokens
+  // (kv_plan.h; memory is committed only as pages are used). Without it,
+  // every worker gets exactly kv_mib, and a prefill worker whose bucket it
+  // cannot hold refuses to start.
   int64_t kv_mib = 256;
+  bool kv_fit_buckets = true;
   // Extra flags appended to each role's command line (they win over the
   // launcher's own, being later).
   std::vector<std::string> prefill_flags;
@@ -159,6 +167,8 @@ class ClusterLauncher {
 
   const Endpoints& endpoints() const { return endpoints_; }
   const ClusterSpec& spec() const { return spec_; }
+  // The KV pool each worker was given (kv_plan.h).
+  const KvPlan& kv_plan() const { return kv_plan_; }
   // Started processes, in start order.
   std::vector<ProcessInfo> processes() const;
 
@@ -181,6 +191,8 @@ class ClusterLauncher {
   explicit ClusterLauncher(ClusterSpec spec) : spec_(std::move(spec)) {}
   absl::Status DoStart();
   absl::Status StartRedis();
+  absl::Status PlanKv();
+  void ReportKvPlan() const;
   absl::Status StartPrometheus(absl::Time deadline);
   absl::StatusOr<Child*> Spawn(const std::string& name, const std::string& role,
                                std::vector<std::string> argv);
@@ -192,6 +204,7 @@ class ClusterLauncher {
 
   ClusterSpec spec_;
   Endpoints endpoints_;
+  KvPlan kv_plan_;
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<ProcessExit> dead_;
   bool stopped_ = false;

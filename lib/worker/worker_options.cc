@@ -175,4 +175,28 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
   return absl::OkStatus();
 }
 
+int64_t PrefillSwaWorkingTokens(const WorkerOptions& o, const kv::KvShape& shape) {
+  return o.chunk_tokens + shape.sliding_window + shape.page_size;
+}
+
+absl::Status CheckPrefillPoolHoldsBucket(const WorkerOptions& o, const kv::KvShape& shape) {
+  if (!HasPrefill(o) || o.max_prompt_tokens <= 0) return absl::OkStatus();
+  absl::StatusOr<kv::PoolSizes> sizes =
+      kv::SizePools(shape, o.prefill_kv_mib << 20, o.swa_full_ratio);
+  if (!sizes.ok()) return sizes.status();
+  const int64_t holds = sizes->full_pages * shape.page_size;
+  const int64_t swa_holds = sizes->swa_pages * shape.page_size;
+  const int64_t swa_need = PrefillSwaWorkingTokens(o, shape);
+  if (holds >= o.max_prompt_tokens && swa_holds >= swa_need) return absl::OkStatus();
+  absl::StatusOr<int64_t> need =
+      kv::MinBudgetForFullTokens(shape, o.max_prompt_tokens, o.swa_full_ratio, swa_need);
+  if (!need.ok()) return need.status();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--prefill.max_prompt_tokens=", o.max_prompt_tokens, " does not fit this worker's KV pool: ",
+      "--kv.prefill_mib=", o.prefill_kv_mib, " holds ", holds, " tokens of this model and ",
+      swa_holds, " SWA tokens (a step needs ", swa_need, "; --kv.swa_full_ratio=",
+      o.swa_full_ratio, "), so prompts above that would be refused; give it --kv.prefill_mib=",
+      *need >> 20, " or more, or a smaller bucket"));
+}
+
 }  // namespace swaserve::worker

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "lib/base/request_defaults.h"
 #include "lib/base/config.h"
+#include "lib/kv/kv_shape.h"
 #include "lib/sched/prefill_scheduler.h"
 
 namespace swaserve::worker {
@@ -105,6 +106,21 @@ std::vector<std::string> WorkerFlags(WorkerOptions o);
 // nothing else (worker_id stays empty when not given: the caller derives it).
 // InvalidArgument naming the flag.
 absl::Status FinishWorkerOptions(WorkerOptions* o);
+
+// A prefill side with a bucket (max_prompt_tokens > 0) must hold one prompt
+// of the bucket's largest size in its full pool, and a step's SWA working
+// set (PrefillSwaWorkingTokens) in its SWA pool, or prompts near the top of
+// the bucket would be refused (HTTP 413 or 503) by a worker that advertises
+// it. FailedPrecondition naming the least --kv.prefill_mib that holds it for
+// `shape` (the model's KV shape at --kv.page_size) and swa_full_ratio; OK
+// without a bucket or a prefill side.
+absl::Status CheckPrefillPoolHoldsBucket(const WorkerOptions& o, const kv::KvShape& shape);
+
+// SWA tokens one request's prefill step needs at once: a chunk
+// (prefill.chunk_tokens) after the window before it, plus a page of
+// alignment. A prefill pool whose SWA pool holds fewer cannot compute a
+// prompt longer than that, whatever its full pool holds.
+int64_t PrefillSwaWorkingTokens(const WorkerOptions& o, const kv::KvShape& shape);
 
 inline bool HasPrefill(const WorkerOptions& o) { return o.role == "prefill" || o.role == "both"; }
 inline bool HasDecode(const WorkerOptions& o) { return o.role == "decode" || o.role == "both"; }

@@ -188,6 +188,7 @@ absl::Status Worker::OpenL3() {
 absl::Status Worker::BuildPrefill() {
   ASSIGN_OR_RETURN(prefill_pools,
                    kv::KvPools::CreateForBudget(shape, o.prefill_kv_mib << 20, o.swa_full_ratio));
+  RETURN_IF_ERROR(worker::CheckPrefillPoolHoldsBucket(o, shape));
   if (!o.l3.empty()) RETURN_IF_ERROR(OpenL3());
   if (o.l2_ratio > 0) {
     ASSIGN_OR_RETURN(prefill_l2,

@@ -19,7 +19,7 @@ for overlay in cpu gpu; do
   kubectl kustomize "$src/deploy/k8s/overlays/$overlay" > "$tmp/$overlay.yaml" \
     || fail "kubectl kustomize overlays/$overlay"
   "$py" - "$tmp/$overlay.yaml" "$overlay" <<'PY' || fail "overlays/$overlay content"
-import sys, yaml
+import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 overlay = sys.argv[2]
 def objs(kind): return [d for d in docs if d["kind"] == kind]
@@ -43,6 +43,7 @@ assert "--advertise_host=$(POD_IP)" in ec["command"], ec["command"]
 assert enc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 20
 assert enc["spec"]["template"]["metadata"]["labels"]["swaserve.io/metrics"] == "true"
 open(sys.argv[1] + ".encoder-args", "w").write("\n".join(ec["command"][1:]) + "\n")
+prefill_mib = {}
 bounds = {"prefill-b0": ("0", "65536"), "prefill-b1": ("65536", "262144"), "prefill-b2": ("262144", "1048576")}
 for s in objs("StatefulSet"):
     c = s["spec"]["template"]["spec"]["containers"][0]
@@ -60,6 +61,9 @@ for s in objs("StatefulSet"):
     if name in bounds:
         lo, hi = bounds[name]
         assert f"--bucket_min_tokens={lo}" in cmd and f"--prefill.max_prompt_tokens={hi}" in cmd, cmd
+        mib = [int(a.split("=", 1)[1]) for a in cmd if a.startswith("--kv.prefill_mib=")]
+        assert len(mib) == 1, (name, cmd)
+        prefill_mib[hi] = mib[0]
     gpu = c["resources"]["limits"].get("nvidia.com/gpu")
     assert (gpu == "1") == (overlay == "gpu"), (name, gpu)
     assert s["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 20  # > --drain
@@ -73,6 +77,7 @@ for rule in internal["spec"]["ingress"]:
 cms = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in objs("ConfigMap")}
 assert set(cms) == {"swaserve-config", "swaserve-prometheus", "swaserve-dashboards"}, set(cms)
 assert cms["swaserve-dashboards"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+open(sys.argv[1] + ".prefill-mib", "w").write(json.dumps(prefill_mib))
 print(f"overlays/{overlay}: {len(docs)} objects OK")
 PY
 done
@@ -107,6 +112,23 @@ set +e
 set -e
 [ "$rc" = 1 ] && grep -q "cannot read /nonexistent/config.json" "$tmp/e.log" \
   || { cat "$tmp/e.log"; fail "encoder.yaml flags (rc $rc)"; }
+
+# Every KV pool holds one prompt at the top of what it serves
+# (swaserve kv-plan, the same plan `swaserve up` uses): each prefill bucket's
+# --kv.prefill_mib, and worker.yaml's decode_mib for the largest bucket.
+"$bin/swaserve" kv-plan --model="$src/models/demo" --json > "$tmp/kv-plan.json" \
+  || fail "swaserve kv-plan"
+"$py" - "$tmp/kv-plan.json" "$tmp/cpu.yaml.prefill-mib" "$src/deploy/k8s/base/worker.yaml" <<'PY' \
+  || fail "a KV pool is too small for its bucket (swaserve kv-plan --model=models/demo)"
+import json, sys, yaml
+plan = json.load(open(sys.argv[1]))
+given = {int(k): v for k, v in json.load(open(sys.argv[2])).items()}
+for b in plan["prefill"]:
+    assert given[b["max_tokens"]] >= b["mib"], (b, given)
+decode = yaml.safe_load(open(sys.argv[3]))["kv"]["decode_mib"]
+assert decode >= plan["decode"]["mib"], (decode, plan["decode"])
+print("KV pools hold their buckets:", given, "decode", decode, ">=", plan["decode"]["mib"])
+PY
 
 promtool check rules "$src/deploy/prometheus/rules/swaserve.rules.yml"
 (cd "$src/deploy/prometheus/rules" && promtool test rules swaserve.rules.test.yml)

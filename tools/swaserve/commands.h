@@ -21,4 +21,7 @@ int Dashboard(int argc, const char* const* argv);
 // swaserve kv-events: the prefill workers' KV event streams (kv_events.cc).
 int KvEvents(int argc, const char* const* argv);
 
+// swaserve kv-plan: the KV pool each worker needs for its bucket (kv_plan.cc).
+int KvPlan(int argc, const char* const* argv);
+
 }  // namespace swaserve::cli

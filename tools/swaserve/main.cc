@@ -73,6 +73,8 @@ Commands:
                 Prometheus to an HTML page with PNG charts
   kv-events     print the prefill workers' KV events (which pages each worker
                 stores and evicts; the API external routers read)
+  kv-plan       print the KV pool (MiB) each worker needs so that a prompt at
+                the top of its length bucket fits (what `up` gives them)
 
 Run 'swaserve <command> --help' for a command's options.
 )";
@@ -711,6 +713,7 @@ int Main(int argc, const char* const* argv) {
   if (command == "replay") return Replay(argc - 1, argv + 1);
   if (command == "dashboard") return cli::Dashboard(argc - 1, argv + 1);
   if (command == "kv-events") return cli::KvEvents(argc - 1, argv + 1);
+  if (command == "kv-plan") return cli::KvPlan(argc - 1, argv + 1);
   std::fprintf(stderr, "swaserve: unknown command '%s'\n\n%s", command.c_str(),
                kTopUsage);
   return 2;

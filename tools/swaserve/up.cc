@@ -156,7 +156,12 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "vision or audio tower")
       .Add("worker_threads", &spec->worker_threads,
            "kernel threads per worker (0: the cores divided among the workers)")
-      .Add("kv_mib", &spec->kv_mib, "KV pool per worker (MiB)")
+      .Add("kv_mib", &spec->kv_mib,
+           "KV pool per worker (MiB); with kv_fit_buckets the least any worker gets")
+      .Add("kv_fit_buckets", &spec->kv_fit_buckets,
+           "give each prefill worker the KV pool one prompt at its bucket's upper bound needs, "
+           "and each decode worker what one of the largest bucket needs (plus 8K generated "
+           "tokens); memory is used only as prompts fill it (false: every worker gets kv_mib)")
       .Add("run_dir", &spec->run_dir,
            "logs and port files (default ./swaserve-run/<YYYYmmdd-HHMMSS>)")
       .Add("worker_bin", &spec->worker_bin,

@@ -378,6 +378,78 @@ TEST_F(ClusterLauncherTest, StartFailureNamesTheProcessAndStopsTheRest) {
   }
 }
 
+// Every bucket the cluster advertises serves a prompt at its top: each
+// prefill worker's KV pool is sized for its bucket's upper bound and the
+// decode worker's for the largest bucket (kv_plan.h). Before, one kv_mib for
+// every worker refused each prompt above what that held (HTTP 413): with
+// `swaserve up`'s defaults, every prompt of the demo model over 65,792
+// tokens, i.e. the whole 64K-256K and 256K-1M buckets.
+TEST_F(ClusterLauncherTest, EveryBucketServesAPromptAtItsTop) {
+  ClusterSpec spec = Spec("run-buckets");
+  spec.bucket_bounds = {1024, 4096, 24576};
+  spec.kv_mib = 1;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const KvPlan& plan = (*c)->kv_plan();
+  ASSERT_EQ(plan.prefill_mib.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_GE(plan.prefill_tokens[i], spec.bucket_bounds[i]);
+  EXPECT_GE(plan.decode_tokens, spec.bucket_bounds.back() + kDecodeHeadroomTokens);
+  // kv_mib alone was too small for the top bucket: the plan grew it.
+  EXPECT_GT(plan.prefill_mib[2], spec.kv_mib) << plan.Describe(1);
+  EXPECT_GT(plan.decode_mib, spec.kv_mib) << plan.Describe(1);
+  std::printf("%s\n", plan.Describe(1).c_str());
+
+  const std::vector<ProcessInfo> procs = (*c)->processes();
+  httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
+  h.set_read_timeout(240, 0);
+  uint64_t x = 12345;
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t n = spec.bucket_bounds[i] - 1;  // the bucket's largest prompt
+    json ids = json::array();
+    for (int64_t k = 0; k < n; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      ids.push_back(10 + static_cast<int>((x >> 33) % 200));
+    }
+    const json body = {{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 2},
+                       {"ignore_eos", true}};
+    const absl::Time t0 = absl::Now();
+    httplib::Result r = h.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    ASSERT_EQ(r->status, 200) << "bucket " << i << ": " << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["usage"]["prompt_tokens"].get<int64_t>(), n) << j;
+    EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 2) << j;
+    std::printf("bucket %zu: a %lld-token prompt served in %.1f s\n", i,
+                static_cast<long long>(n), absl::ToDoubleSeconds(absl::Now() - t0));
+    // Served by that bucket's prefill worker.
+    httplib::Client m("127.0.0.1", procs[1 + i].metrics_port);
+    httplib::Result mr = m.Get("/metrics");
+    ASSERT_TRUE(mr);
+    EXPECT_NE(mr->body.find("swaserve_prefill_requests_total{result=\"ok\"} 1"),
+              std::string::npos)
+        << procs[1 + i].name;
+  }
+}
+
+// Without fitting, a prefill worker whose pool cannot hold one prompt of
+// its bucket's largest size refuses to start, naming the --kv.prefill_mib
+// that would (worker::CheckPrefillPoolHoldsBucket).
+TEST_F(ClusterLauncherTest, APrefillWorkerRefusesABucketItsPoolCannotHold) {
+  ClusterSpec spec = Spec("run-no-fit");
+  spec.bucket_bounds = {1024, 1048576};
+  spec.kv_mib = 4;  // holds bucket 0 of the tiny model, not a 1M-token prompt
+  spec.kv_fit_buckets = false;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_FALSE(c.ok());
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("prefill-1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not fit this worker's KV pool"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--kv.prefill_mib="), std::string::npos) << msg;
+  for (const pid_t pid : ChildrenOf(getpid())) {
+    ADD_FAILURE() << "child " << pid << " still running";
+  }
+}
+
 // Worker options are typed at `swaserve up`: a bad key or value exits 2
 // naming it, before anything starts.
 TEST_F(ClusterLauncherTest, SwaserveUpChecksWorkerOptions) {

@@ -331,5 +331,68 @@ TEST(SizePools, Errors) {
   EXPECT_EQ(sizes.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// MinBudgetForFullTokens: the least whole-MiB budget whose full pool holds
+// the tokens (what `swaserve up` gives each bucket's workers, and what a
+// worker's start-up check names). Checked against SizePools itself over
+// shapes, ratios and token counts: the budget holds them, 1 MiB less does not.
+TEST(MinBudgetForFullTokens, IsTheLeastWholeMiBThatHoldsTheTokens) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  KvShape small = KvShape::MiMoV25Pro();
+  small.full_layers = 2;
+  small.swa_layers = 10;
+  small.full_kv_heads = small.swa_kv_heads = 2;
+  small.full_k_head_dim = small.swa_k_head_dim = 32;
+  small.full_v_head_dim = small.swa_v_head_dim = 32;
+  for (const KvShape& s : {KvShape::MiMoV25Pro(), small}) {
+    for (double ratio : {0.02, 0.25, 1.0}) {
+      for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{65536},
+                             int64_t{262144}, int64_t{1048576}}) {
+        absl::StatusOr<int64_t> budget = MinBudgetForFullTokens(s, tokens, ratio);
+        ASSERT_TRUE(budget.ok()) << budget.status();
+        EXPECT_EQ(*budget % kMiB, 0);
+        absl::StatusOr<PoolSizes> sizes = SizePools(s, *budget, ratio);
+        ASSERT_TRUE(sizes.ok()) << sizes.status();
+        EXPECT_GE(sizes->full_pages * s.page_size, tokens) << ratio << " " << tokens;
+        if (*budget > kMiB) {
+          absl::StatusOr<PoolSizes> less = SizePools(s, *budget - kMiB, ratio);
+          EXPECT_TRUE(!less.ok() || less->full_pages * s.page_size < tokens)
+              << "not the least: " << ratio << " " << tokens;
+        }
+      }
+    }
+  }
+  // MiMo-V2.5-Pro at the default ratio 0.25: 128,000 bytes per full token,
+  // so a 1M-token prompt needs 128,000 MiB.
+  absl::StatusOr<int64_t> pro = MinBudgetForFullTokens(KvShape::MiMoV25Pro(), 1048576, 0.25);
+  ASSERT_TRUE(pro.ok());
+  EXPECT_EQ(*pro / kMiB, 128000);
+}
+
+TEST(MinBudgetForFullTokens, AlsoHoldsTheSwaTokensAsked) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const KvShape s = KvShape::MiMoV25Pro();
+  // 64 full tokens at ratio 0.02 would give no SWA page at all; asking for a
+  // prefill step's 656 SWA tokens (chunk 512 + W 128 + a page) sizes by them.
+  absl::StatusOr<int64_t> budget = MinBudgetForFullTokens(s, 64, 0.02, 656);
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  absl::StatusOr<PoolSizes> sizes = SizePools(s, *budget, 0.02);
+  ASSERT_TRUE(sizes.ok());
+  EXPECT_GE(sizes->swa_pages * s.page_size, 656);
+  absl::StatusOr<PoolSizes> less = SizePools(s, *budget - kMiB, 0.02);
+  EXPECT_TRUE(!less.ok() || less->swa_pages * s.page_size < 656);
+  EXPECT_FALSE(MinBudgetForFullTokens(s, 64, 0.02, -1).ok());
+}
+
+TEST(MinBudgetForFullTokens, RejectsBadInput) {
+  EXPECT_EQ(MinBudgetForFullTokens(KvShape::MiMoV25Pro(), 0, 0.25).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MinBudgetForFullTokens(KvShape::MiMoV25Pro(), 16, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  KvShape bad = KvShape::MiMoV25Pro();
+  bad.page_size = 0;
+  EXPECT_EQ(MinBudgetForFullTokens(bad, 16, 0.25).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace swaserve::kv

@@ -1,0 +1,121 @@
+// PlanKvPools: every bucket's prefill worker holds one prompt at its upper
+// bound, the decode worker one of the largest bucket plus the headroom,
+// none gets less than kv_mib; FlagValueOr reads the workers' extra flags.
+#include "lib/launch/kv_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "lib/kv/kv_shape.h"
+
+namespace swaserve::launch {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+int64_t Holds(const kv::KvShape& shape, int64_t mib, double ratio) {
+  absl::StatusOr<kv::PoolSizes> s = kv::SizePools(shape, mib * kMiB, ratio);
+  return s.ok() ? s->full_pages * shape.page_size : -1;
+}
+
+// The demo model's KV shape (models/demo: 2 full + 10 SWA layers, bf16).
+kv::KvShape DemoLike() {
+  kv::KvShape s;
+  s.full_layers = 2;
+  s.swa_layers = 10 + 3;  // SWA layers + MTP layers share the SWA pool
+  s.full_kv_heads = s.swa_kv_heads = 2;
+  s.full_k_head_dim = s.swa_k_head_dim = 64;
+  s.full_v_head_dim = s.swa_v_head_dim = 64;
+  s.page_size = 16;
+  s.dtype = kv::DType::kBF16;
+  return s;
+}
+
+TEST(PlanKvPools, EveryBucketHoldsItsLargestPromptAndNoWorkerGetsLessThanKvMib) {
+  for (const kv::KvShape& shape : {DemoLike(), kv::KvShape::MiMoV25Pro()}) {
+    for (double ratio : {0.25, 0.02}) {
+      KvPlanOptions o{.shape = shape,
+                      .swa_full_ratio = ratio,
+                      .bucket_bounds = {65536, 262144, 1048576},
+                      .min_mib = 256};
+      absl::StatusOr<KvPlan> plan = PlanKvPools(o);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_EQ(plan->prefill_mib.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        const int64_t hi = o.bucket_bounds[i];
+        EXPECT_GE(plan->prefill_mib[i], 256);
+        EXPECT_GE(plan->prefill_tokens[i], hi) << i;
+        EXPECT_EQ(plan->prefill_tokens[i], Holds(shape, plan->prefill_mib[i], ratio));
+        // The least that holds it, unless kv_mib is more.
+        if (plan->prefill_mib[i] > 256) {
+          EXPECT_LT(Holds(shape, plan->prefill_mib[i] - 1, ratio), hi) << i;
+        }
+      }
+      EXPECT_GE(plan->decode_tokens, 1048576 + kDecodeHeadroomTokens);
+      EXPECT_EQ(plan->decode_tokens, Holds(shape, plan->decode_mib, ratio));
+      EXPECT_EQ(plan->TotalMib(2), plan->prefill_mib[0] + plan->prefill_mib[1] +
+                                       plan->prefill_mib[2] + 2 * plan->decode_mib);
+    }
+  }
+  // MiMo-V2.5-Pro at ratio 0.25: 128,000 bytes per token, so bucket 0 needs
+  // 65,536 x 128,000 B = 8,000 MiB, far above the 256 MiB floor.
+  absl::StatusOr<KvPlan> pro = PlanKvPools({.shape = kv::KvShape::MiMoV25Pro(),
+                                            .bucket_bounds = {65536},
+                                            .min_mib = 256});
+  ASSERT_TRUE(pro.ok());
+  EXPECT_EQ(pro->prefill_mib[0], 8000);
+}
+
+TEST(PlanKvPools, KvMibWinsWhereItIsMoreAndAloneWithoutFitting) {
+  const kv::KvShape shape = DemoLike();
+  absl::StatusOr<KvPlan> fit = PlanKvPools({.shape = shape,
+                                            .bucket_bounds = {1024, 1048576},
+                                            .min_mib = 64});
+  ASSERT_TRUE(fit.ok());
+  EXPECT_EQ(fit->prefill_mib[0], 64);  // 1,024 tokens need far less
+  EXPECT_GT(fit->prefill_mib[1], 64);
+  absl::StatusOr<KvPlan> fixed = PlanKvPools({.shape = shape,
+                                              .bucket_bounds = {1024, 1048576},
+                                              .min_mib = 64,
+                                              .fit_buckets = false});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(fixed->prefill_mib, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(fixed->decode_mib, 64);
+  EXPECT_LT(fixed->prefill_tokens[1], 1048576);  // what the worker check refuses
+  EXPECT_NE(fit->Describe(1).find("prefill-1 "), std::string::npos) << fit->Describe(1);
+}
+
+TEST(PlanKvPools, EveryPoolHoldsAPrefillStepsSwaTokens) {
+  absl::StatusOr<KvPlan> plan = PlanKvPools({.shape = DemoLike(),
+                                             .swa_full_ratio = 0.25,
+                                             .bucket_bounds = {256, 4096},
+                                             .swa_tokens = 656,
+                                             .min_mib = 1});
+  ASSERT_TRUE(plan.ok());
+  for (int64_t mib : {plan->prefill_mib[0], plan->prefill_mib[1], plan->decode_mib}) {
+    absl::StatusOr<kv::PoolSizes> s = kv::SizePools(DemoLike(), mib * kMiB, 0.25);
+    ASSERT_TRUE(s.ok());
+    EXPECT_GE(s->swa_pages * 16, 656) << mib;
+  }
+}
+
+TEST(PlanKvPools, Errors) {
+  EXPECT_FALSE(PlanKvPools({.shape = DemoLike(), .bucket_bounds = {}}).ok());
+  EXPECT_FALSE(PlanKvPools({.shape = DemoLike(), .bucket_bounds = {1024}, .min_mib = 0}).ok());
+  EXPECT_FALSE(
+      PlanKvPools({.shape = DemoLike(), .swa_full_ratio = 0, .bucket_bounds = {1024}}).ok());
+}
+
+TEST(FlagValueOr, TheLastValidFlagWins) {
+  const std::vector<std::string> flags = {"--kv.swa_full_ratio=0.5", "--kv.page_size=32",
+                                          "--kv.swa_full_ratio=0.1", "--kv.swa_full_ratio=x",
+                                          "--kv.swa_full_ratio_other=9"};
+  EXPECT_DOUBLE_EQ(FlagValueOr(flags, "kv.swa_full_ratio", 0.25), 0.1);
+  EXPECT_DOUBLE_EQ(FlagValueOr(flags, "kv.page_size", 16), 32);
+  EXPECT_DOUBLE_EQ(FlagValueOr(flags, "kv.prefill_mib", 7), 7);
+}
+
+}  // namespace
+}  // namespace swaserve::launch
