@@ -133,8 +133,16 @@ struct RouterOptions {
   // restarted and the workers have not re-registered yet); then
   // Unavailable (HTTP 503). Bounded by the request's deadline. Default 10 s.
   absl::Duration worker_wait = absl::Seconds(10);
-  // Deadline of a whole request's worker calls. Default 10 min.
-  absl::Duration request_timeout = absl::Minutes(10);
+  // Deadline of a whole request's worker calls; 0 (default): none. A
+  // request then lasts as long as its client waits and its workers live:
+  // HTTP/2 keepalive (rpc/channel.h: 30 s + 10 s) drops a dead or hung
+  // worker's connection and the request is retried elsewhere, and
+  // stall_report_after reports one that makes no progress. A fixed cap was
+  // the default once (10 min) and cut off prompts whose own prefill takes
+  // longer than that on the hardware at hand (a 304K-token prompt of the
+  // demo model on 2 CPU cores: 503 after 600 s of compute) and long
+  // generations; no peer engine (vLLM, SGLang) caps requests by default.
+  absl::Duration request_timeout = absl::ZeroDuration();
   // How long to wait for the decode worker's first answer (`accepted`; it
   // allocates nothing, so this is short). Default 10 s.
   absl::Duration destination_timeout = absl::Seconds(10);
@@ -150,9 +158,8 @@ struct RouterOptions {
   // every eligible prefill worker of its bucket owes more than this many
   // seconds of prefill compute (queued uncached tokens over its measured
   // throughput); twice this for requests with a negative priority. 0
-  // disables. Default 300 s, half the default request_timeout: a request
-  // queued behind more than that would likely time out in the queue, so it
-  // is better told at once when to come back.
+  // disables. Default 300 s: a request queued behind more than that is
+  // better told at once when to come back than kept waiting.
   double shed_backlog_seconds = 300;
   // Threads recording dispatches in the prefix index (off the request path).
   int record_threads = 2;

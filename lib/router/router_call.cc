@@ -185,7 +185,9 @@ struct Router::Call::Leg {
 void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
   Progress("preparing (tokenization, media)");
   r_.start_ns = NowNanos();
-  r_.deadline = absl::Now() + router_->options_.request_timeout;
+  r_.deadline = router_->options_.request_timeout > absl::ZeroDuration()
+                    ? absl::Now() + router_->options_.request_timeout
+                    : absl::InfiniteFuture();
   const RouterOptions& o = router_->options_;
   absl::Status st;
   if (o.max_inflight_requests > 0 && inflight > o.max_inflight_requests) {

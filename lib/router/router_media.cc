@@ -48,7 +48,10 @@ absl::StatusOr<std::vector<v1::MultimodalItem>> Router::ResolveMedia(
   }
   absl::StatusOr<std::vector<v1::MultimodalItem>> out =
       options_.media->Resolve(items, encoders, options_.model_name, request_id,
-                              absl::Now() + options_.request_timeout, force_inline);
+                              options_.request_timeout > absl::ZeroDuration()
+                                  ? absl::Now() + options_.request_timeout
+                                  : absl::InfiniteFuture(),
+                              force_inline);
   if (!out.ok()) {
     const bool bad = absl::IsInvalidArgument(out.status());
     return rpc::ErrorWithDetail(out.status().code(),

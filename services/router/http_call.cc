@@ -8,6 +8,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "lib/rpc/status_conversion.h"
 
 namespace swaserve::router_service {
@@ -33,13 +35,16 @@ api::ApiError ErrorFor(const absl::Status& s) {
 
 HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) { whole_ = BaseInput(); }
 
-HttpCall::~HttpCall() = default;
+HttpCall::~HttpCall() {
+  if (keepalive_ != nullptr) event_free(keepalive_);
+}
 
 std::shared_ptr<HttpCall> HttpCall::Begin(Params p) {
   std::shared_ptr<HttpCall> c(new HttpCall(std::move(p)));
   c->self_ = c;
   c->conn_ = evhttp_request_get_connection(c->req_);
   if (c->conn_ != nullptr) evhttp_connection_set_closecb(c->conn_, &HttpCall::OnClose, c.get());
+  if (c->p_.parsed->stream && c->p_.stream_keepalive > absl::ZeroDuration()) c->ArmKeepalive();
   return c;
 }
 
@@ -124,7 +129,34 @@ void HttpCall::Drain() {
   MaybeReady();
 }
 
+void HttpCall::ArmKeepalive() {
+  if (keepalive_ == nullptr) keepalive_ = evtimer_new(p_.base, &HttpCall::OnKeepalive, this);
+  if (keepalive_ == nullptr) return;
+  const timeval tv = absl::ToTimeval(p_.stream_keepalive);
+  evtimer_add(keepalive_, &tv);
+}
+
+void HttpCall::StopKeepalive() {
+  if (keepalive_ == nullptr) return;
+  event_free(keepalive_);  // loop thread: its callback is not running now
+  keepalive_ = nullptr;
+}
+
+void HttpCall::OnKeepalive(int, short, void* arg) {
+  // The timer is freed by Done / Closed before the call can go, so `arg`
+  // is alive whenever this runs.
+  auto* c = static_cast<HttpCall*>(arg);
+  if (c->req_ == nullptr || c->emitted_) return c->StopKeepalive();
+  if (!c->started_) c->StartStream();
+  ++c->keepalives_;
+  c->SendFrame(absl::StrCat(": waiting for the first token, ",
+                            absl::FormatDuration(c->p_.stream_keepalive * c->keepalives_),
+                            "\n\n"));
+  c->ArmKeepalive();
+}
+
 void HttpCall::Emit(const v1::GenerateResponse& item) {
+  emitted_ = true;
   if (!p_.parsed->stream) {
     whole_.text += item.text();
     whole_.token_ids.insert(whole_.token_ids.end(), item.token_ids().begin(),
@@ -231,6 +263,7 @@ void HttpCall::End(const absl::Status& status) {
 }
 
 void HttpCall::Done() {
+  StopKeepalive();
   // evhttp owns the request again (and frees it once the reply went out).
   if (conn_ != nullptr) evhttp_connection_set_closecb(conn_, nullptr, nullptr);
   req_ = nullptr;
@@ -246,6 +279,7 @@ void HttpCall::Done() {
 void HttpCall::OnClose(evhttp_connection*, void* arg) { static_cast<HttpCall*>(arg)->Closed(); }
 
 void HttpCall::Closed() {
+  StopKeepalive();
   // The connection is going away with the reply unfinished. A request that
   // evhttp detached from it (a write failed: the client left) is ours to
   // free; one still attached (the server is shutting down) evhttp frees.

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "lib/api/api_keys.h"
 #include "lib/api/openai.h"
 #include "lib/router/router.h"
@@ -38,6 +39,7 @@
 struct evhttp_request;
 struct evhttp_connection;
 struct event_base;
+struct event;
 
 namespace swaserve::router_service {
 
@@ -72,6 +74,14 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // of the call (a client may send its next request at once).
     std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
     std::function<std::string(uint32_t)> token_text;
+    // A streamed request with no event for this long starts its stream
+    // (200, text/event-stream) and then sends an SSE comment line
+    // (": waiting for the first token, 45s") this often until its first
+    // event: clients' header and idle timeouts (Node's fetch: 300 s; the
+    // openai package: 10 min until the headers, retried twice) never cut a
+    // long prompt's prefill, and the client sees that the request lives.
+    // An error after that travels in the stream (an error event). Zero: off.
+    absl::Duration stream_keepalive = absl::ZeroDuration();
   };
   // Responses waiting for the loop, and unsent bytes in the socket's
   // buffer, beyond which the request waits (OnReady).
@@ -95,6 +105,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   static void OnNotify(int fd, short what, void* arg);
   static void OnClose(evhttp_connection* conn, void* arg);
   static void OnChunkSent(evhttp_connection* conn, void* arg);
+  static void OnKeepalive(int fd, short what, void* arg);
+  void ArmKeepalive();
+  void StopKeepalive();
   // Loop thread.
   void Drain();
   void Emit(const v1::GenerateResponse& item);
@@ -115,6 +128,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   evhttp_connection* conn_ = nullptr;
   std::shared_ptr<HttpCall> self_;
   bool started_ = false;  // streamed reply begun (200 sent)
+  bool emitted_ = false;  // a response item went out (keep-alives stop)
+  event* keepalive_ = nullptr;  // the keep-alive timer, while armed
+  int keepalives_ = 0;
   bool first_chunk_ = true;
   size_t offset_ = 0;
   std::optional<v1::Usage> usage_;

@@ -47,6 +47,10 @@ struct HttpServiceOptions {
   // connections and streams. Default 2.
   int threads = 2;
   api::ParseLimits limits;
+  // HttpCall::Params::stream_keepalive: a streamed request waiting this
+  // long for its first token starts its stream and sends an SSE comment
+  // this often. Zero: off. Default 15 s.
+  absl::Duration stream_keepalive = absl::Seconds(15);
   // Optional; not owned.
   api::ApiKeyStore* keys = nullptr;
   api::ConcurrencyLimiter* limiter = nullptr;

@@ -60,6 +60,7 @@ struct RouterConfig {
   std::string http_host = "0.0.0.0";
   int64_t http_port = 8000;
   int64_t http_threads = 2;
+  absl::Duration http_stream_keepalive = router_service::HttpServiceOptions{}.stream_keepalive;
   std::string port_file;
   std::string log_level = "info";
   std::string bucket_bounds = "65536,262144,1048576";
@@ -77,7 +78,7 @@ struct RouterConfig {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
   int64_t max_decode_attempts = router::RouterOptions{}.max_decode_attempts;
-  absl::Duration request_timeout = absl::Minutes(10);
+  absl::Duration request_timeout = router::RouterOptions{}.request_timeout;
   absl::Duration stall_report_after = absl::Seconds(60);
   absl::Duration destination_timeout = router::RouterOptions{}.destination_timeout;
   int64_t max_migrations = router::RouterOptions{}.max_migrations;
@@ -122,6 +123,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("http.threads", &c->http_threads,
            "HTTP event loops (threads); each serves any number of connections and streams")
       .Add("http.max_body_bytes", &c->max_body_bytes, "largest request body (413 beyond)")
+      .Add("http.stream_keepalive", &c->http_stream_keepalive,
+           "a streamed request waiting this long for its first token starts its stream and "
+           "sends an SSE comment this often, so that clients' timeouts do not cut a long "
+           "prefill (0: off)")
       .Add("port_file", &c->port_file, "write the bound ports here as JSON once serving")
       .Add("log_level", &c->log_level, "trace, debug, info, warn, error")
       .Add("policy.bucket_bounds", &c->bucket_bounds,
@@ -155,7 +160,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "log a request (and count it in swaserve_router_stalled_requests) once it made no "
            "progress for this long (0: never)")
       .Add("request_timeout", &c->request_timeout,
-           "deadline of a request's worker calls (its queue wait at a prefill worker included)")
+           "deadline of a request's worker calls (its queue wait at a prefill worker included); "
+           "0: none (a request lasts while its client waits and its workers live)")
       .Add("destination_timeout", &c->destination_timeout,
            "how long the decode worker may take to accept a request (it allocates nothing then)")
       .Add("worker_wait", &c->worker_wait,
@@ -355,6 +361,7 @@ absl::Status RouterProcess::StartServers() {
   ho.host = c.http_host;
   ho.port = static_cast<int>(c.http_port);
   ho.threads = static_cast<int>(c.http_threads);
+  ho.stream_keepalive = c.http_stream_keepalive;
   ho.limits.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
   ho.limits.max_tokens_limit = static_cast<uint32_t>(c.max_max_tokens);
   ho.limits.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);

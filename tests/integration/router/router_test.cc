@@ -21,10 +21,13 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
+#include "lib/router/router.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
 #include "tests/integration/router/local_cluster.h"
@@ -551,6 +554,86 @@ TEST_F(RouterIntegrationTest, ClosingAnHttpStreamCancelsItsRequest) {
   // The router still serves on the same event loops.
   json j = Post("r7", "/v1/completions", json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 3}});
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+}
+
+// A streamed request waiting for its first token gets its stream started
+// and SSE comment lines meanwhile (--http.stream_keepalive), so clients'
+// header and idle timeouts (Node's fetch: 300 s; the openai package: 10 min
+// until the headers) never cut a long prefill; the stream is otherwise the
+// same, and the official openai client reads it.
+TEST_F(RouterIntegrationTest, ALongFirstTokenWaitKeepsTheStreamAliveWithComments) {
+  auto r = cluster_->StartRouter("r8", {"--http.stream_keepalive=20ms"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r8", absl::Seconds(20)).ok());
+  std::mt19937 rng(2026);
+  auto prompt = [&rng] {
+    json ids = json::array();
+    for (int i = 0; i < 4000; ++i) ids.push_back(10 + static_cast<int>(rng() % 400));
+    return ids;
+  };
+  httplib::Client h("127.0.0.1", (*r)->http_port);
+  h.set_read_timeout(120, 0);
+  const json body = {{"model", "tiny"}, {"prompt", prompt()}, {"max_tokens", 4},
+                     {"ignore_eos", true}, {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  httplib::Result res = h.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string& sse = res->body;
+  const size_t first_comment = sse.find(": waiting for the first token, ");
+  const size_t first_data = sse.find("data: ");
+  ASSERT_NE(first_comment, std::string::npos) << sse.substr(0, 400);
+  ASSERT_NE(first_data, std::string::npos) << sse.substr(0, 400);
+  EXPECT_LT(first_comment, first_data) << sse.substr(0, 400);
+  EXPECT_EQ(first_comment, 0u) << "the comments open the stream";
+  // No comment once tokens flow; every data line but [DONE] is a chunk.
+  EXPECT_EQ(sse.find(": waiting", first_data), std::string::npos) << sse;
+  // Every data line parses; the last chunk before [DONE] carries the usage.
+  int chunks = 0;
+  json usage;
+  for (absl::string_view line : absl::StrSplit(sse, '\n')) {
+    if (!absl::StartsWith(line, "data: {")) continue;
+    ++chunks;
+    const json c = json::parse(line.substr(6));
+    if (c.contains("usage") && c["usage"].is_object()) usage = c["usage"];
+  }
+  EXPECT_GE(chunks, 2) << sse;  // tokens (MTP may send several per chunk), then usage
+  EXPECT_EQ(usage["completion_tokens"], 4) << sse;
+  EXPECT_NE(sse.find("data: [DONE]"), std::string::npos);
+
+  // The official client reads such a stream (comments are SSE's, ignored).
+  std::string out;
+  absl::StatusOr<int> rc = base::RunCommand(
+      {"node", std::string(SWASERVE_SOURCE_DIR) + "/tests/integration/router/openai_stream.mjs",
+       absl::StrCat("http://127.0.0.1:", (*r)->http_port), "tiny", prompt().dump()},
+      &out, absl::Seconds(120));
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  ASSERT_EQ(*rc, 0) << out;
+  const json j = json::parse(out.substr(out.find('{')));
+  ASSERT_FALSE(j.contains("error")) << j;
+  EXPECT_EQ(j["finish_reason"], "length") << j;
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4) << j;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 4000) << j;
+  EXPECT_GE(j["chunks"].get<int>(), 4) << j;
+}
+
+// The router's default request deadline is none: a request lasts while its
+// client waits and its workers live (a fixed 10 min once cut off prompts
+// whose prefill takes longer). An operator's --request_timeout still caps.
+TEST_F(RouterIntegrationTest, ARequestTimeoutCapsOnlyWhenSet) {
+  EXPECT_EQ(router::RouterOptions{}.request_timeout, absl::ZeroDuration());
+  auto r = cluster_->StartRouter("r9", {"--request_timeout=1ms"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r9", absl::Seconds(20)).ok());
+  httplib::Client h("127.0.0.1", (*r)->http_port);
+  h.set_read_timeout(60, 0);
+  const json body = {{"model", "tiny"}, {"prompt", "tell me everything"}, {"max_tokens", 4}};
+  httplib::Result res = h.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_GE(res->status, 500) << res->body;  // the 1 ms deadline passed before any answer
+  // The same request through a router with the default deadline completes.
+  const json j = Post("r1", "/v1/completions", body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4) << j;
 }
 
 }  // namespace
