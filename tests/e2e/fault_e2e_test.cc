@@ -142,6 +142,39 @@ TEST(FaultE2ETest,
       2);
 }
 
+// The router sets no request deadline by default (a fixed one cut off long
+// prompts whose prefill takes longer), so what ends a call to a prefill
+// worker that hangs (SIGSTOP) mid-prefill is HTTP/2 keepalive: the router's
+// channel pings every 30 s and drops the connection when a ping goes
+// unanswered for 10 s (lib/rpc/channel.h); the prefill leg fails and is
+// retried on another worker. Nothing else bounds it: without keepalive this
+// request would wait as long as its client.
+TEST(FaultE2ETest, AHungPrefillWorkerIsDroppedByKeepaliveAndTheRequestRetried) {
+  auto cluster = MakeCluster({}, {});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p1").ok());
+  ASSERT_TRUE(cluster->StartWorker("decode", "d1").ok());
+  ASSERT_TRUE(cluster->StartRouter("r1").ok());
+  ASSERT_TRUE(cluster->WaitHealthy("r1", absl::Seconds(30)).ok());
+  auto stub = cluster->RouterStub("r1");
+  const std::vector<uint32_t> prompt = RandomPrompt(16384, 9200);
+  GrpcResult result;
+  const absl::Time t0 = absl::Now();
+  std::thread client([&] { result = GenerateIds(*stub, prompt, 4, nullptr, 300); });
+  absl::SleepFor(absl::Milliseconds(500));  // p1 is computing it now
+  ASSERT_TRUE(cluster->Get("p1")->process->Signal(SIGSTOP).ok());
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
+  client.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  ASSERT_TRUE(cluster->Get("p1")->process->Signal(SIGCONT).ok());
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(result.tokens.size(), 4u);
+  std::printf("FAULT-ROW hung prefill worker (SIGSTOP mid-prefill): served by the retry after %.1f s\n",
+              seconds);
+  EXPECT_LT(seconds, 120.0) << "keepalive (30 s + 10 s) should have dropped the hung worker";
+  EXPECT_GE(cluster->Metric("r1", "swaserve_router_retries_total{leg=\"prefill\"}"), 1);
+}
+
 TEST(FaultE2ETest, PromptTooLargeForAnyPoolFailsFastWithoutOpeningABreaker) {
   auto cluster =
       MakeCluster({"--kv.prefill_mib=4", "--kv.decode_mib=4"},
