@@ -243,8 +243,6 @@ absl::Status ClusterLauncher::StartRedis() {
 
 namespace {
 
-// 1 when the checkpoint's config.json has a vision_config or an audio_config
-// object (the towers swaserve-encoder serves), else 0.
 // MemTotal of /proc/meminfo in MiB, 0 when unreadable.
 int64_t MemTotalMib() {
   std::ifstream in("/proc/meminfo");
@@ -257,6 +255,8 @@ int64_t MemTotalMib() {
   return 0;
 }
 
+// 1 when the checkpoint's config.json has a vision_config or an audio_config
+// object (the towers swaserve-encoder serves), else 0.
 int HasEncoderTowers(const std::string& model) {
   std::ifstream in(fs::path(model) / "config.json");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
