@@ -56,8 +56,12 @@ namespace swaserve::api {
 
 // Limits applied while parsing. The defaults suit a public endpoint.
 struct ParseLimits {
-  // Bodies larger than this are rejected with 413 before parsing.
-  size_t max_body_bytes = 8 << 20;
+  // Bodies larger than this are rejected with 413 before parsing. 64 MiB, the
+  // gRPC API's message limit: a prompt at the top of the 256K-1M bucket is
+  // 8.4 MB as token ids as Python's json.dumps writes them ("151643, "), and
+  // images and audio travel inline as base64 data: URLs (8 MiB, the old
+  // default, refused both).
+  size_t max_body_bytes = 64 << 20;
   // Largest max_tokens / max_completion_tokens accepted.
   uint32_t max_tokens_limit = 1u << 20;
   // max_tokens when the request gives none (clamped to max_tokens_limit).

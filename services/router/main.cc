@@ -75,7 +75,7 @@ struct RouterConfig {
   int64_t control_threads = 8;
   int64_t media_threads = router::RouterOptions{}.media_threads;
   double shed_backlog_seconds = router::RouterOptions{}.shed_backlog_seconds;
-  int64_t max_body_bytes = 8 << 20;
+  int64_t max_body_bytes = static_cast<int64_t>(api::ParseLimits{}.max_body_bytes);
   int64_t max_prefill_attempts = router::RouterOptions{}.max_prefill_attempts;
   int64_t max_decode_attempts = router::RouterOptions{}.max_decode_attempts;
   absl::Duration request_timeout = router::RouterOptions{}.request_timeout;
