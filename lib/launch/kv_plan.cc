@@ -21,11 +21,14 @@ absl::StatusOr<int64_t> Holds(const KvPlanOptions& o, int64_t mib) {
   return sizes->full_pages * o.shape.page_size;
 }
 
-// max(min_mib, the least MiB holding `tokens`) and what it holds.
-absl::Status Fit(const KvPlanOptions& o, int64_t tokens, int64_t* mib, int64_t* holds) {
-  *mib = o.min_mib;
-  if (o.fit_buckets) {
-    absl::StatusOr<int64_t> need = kv::MinBudgetForFullTokens(o.shape, tokens, o.swa_full_ratio, o.swa_tokens);
+// max(min_mib, the least MiB holding `tokens`), or `set` when > 0, and what
+// it holds.
+absl::Status Fit(const KvPlanOptions& o, int64_t tokens, int64_t set, int64_t* mib,
+                 int64_t* holds) {
+  *mib = set > 0 ? set : o.min_mib;
+  if (o.fit_buckets && set <= 0) {
+    absl::StatusOr<int64_t> need =
+        kv::MinBudgetForFullTokens(o.shape, tokens, o.swa_full_ratio, o.swa_tokens);
     if (!need.ok()) return need.status();
     *mib = std::max(*mib, *need / kMiB);
   }
@@ -33,6 +36,11 @@ absl::Status Fit(const KvPlanOptions& o, int64_t tokens, int64_t* mib, int64_t* 
   if (!h.ok()) return h.status();
   *holds = *h;
   return absl::OkStatus();
+}
+
+// An explicit pool flag's MiB among `flags`, 0 when absent.
+int64_t MibFlag(absl::Span<const std::string> flags, const std::string& key) {
+  return static_cast<int64_t>(FlagValueOr(flags, key, 0));
 }
 
 }  // namespace
@@ -45,14 +53,16 @@ absl::StatusOr<KvPlan> PlanKvPools(const KvPlanOptions& options) {
   KvPlan plan;
   for (int64_t hi : options.bucket_bounds) {
     int64_t mib = 0, holds = 0;
-    if (absl::Status s = Fit(options, hi, &mib, &holds); !s.ok()) return s;
+    if (absl::Status s = Fit(options, hi, options.prefill_mib_set, &mib, &holds); !s.ok()) {
+      return s;
+    }
     plan.prefill_mib.push_back(mib);
     plan.prefill_tokens.push_back(holds);
   }
   const int64_t largest =
       *std::max_element(options.bucket_bounds.begin(), options.bucket_bounds.end());
-  if (absl::Status s = Fit(options, largest + kDecodeHeadroomTokens, &plan.decode_mib,
-                           &plan.decode_tokens);
+  if (absl::Status s = Fit(options, largest + kDecodeHeadroomTokens, options.decode_mib_set,
+                           &plan.decode_mib, &plan.decode_tokens);
       !s.ok()) {
     return s;
   }
@@ -103,7 +113,9 @@ absl::StatusOr<KvPlan> PlanKvPoolsForModel(const std::string& model_dir,
                         .bucket_bounds = {bucket_bounds.begin(), bucket_bounds.end()},
                         .swa_tokens = worker::PrefillSwaWorkingTokens(o, shape),
                         .min_mib = min_mib,
-                        .fit_buckets = fit_buckets});
+                        .fit_buckets = fit_buckets,
+                        .prefill_mib_set = MibFlag(flags, "kv.prefill_mib"),
+                        .decode_mib_set = MibFlag(flags, "kv.decode_mib")});
   };
   absl::StatusOr<KvPlan> plan = plan_for(prefill_flags);
   if (!plan.ok()) return plan.status();

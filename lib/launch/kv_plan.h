@@ -47,6 +47,11 @@ struct KvPlanOptions {
   // false: every worker gets min_mib (the old behaviour; the prefill
   // workers of buckets it cannot hold then refuse to start).
   bool fit_buckets = true;
+  // > 0: the pool an explicit --kv.prefill_mib / --kv.decode_mib among the
+  // workers' extra flags sets (it follows the plan's flag on the command
+  // line, so it wins): the plan reports that pool, not the fitted one.
+  int64_t prefill_mib_set = 0;
+  int64_t decode_mib_set = 0;
 };
 
 struct KvPlan {
@@ -66,8 +71,9 @@ absl::StatusOr<KvPlan> PlanKvPools(const KvPlanOptions& options);
 
 // The plan for the checkpoint in `model_dir` (its config.json's KV shape),
 // for prefill and decode workers started with `prefill_flags` and
-// `decode_flags` (their --kv.page_size, --kv.swa_full_ratio and
-// --prefill.chunk_tokens; the worker defaults where absent): what
+// `decode_flags` (their --kv.page_size, --kv.swa_full_ratio,
+// --prefill.chunk_tokens and --kv.prefill_mib / --kv.decode_mib; the worker
+// defaults where absent): what
 // `swaserve up` gives its workers and `swaserve kv-plan` prints.
 // InvalidArgument for an unreadable config or PlanKvPools' errors.
 absl::StatusOr<KvPlan> PlanKvPoolsForModel(const std::string& model_dir,

@@ -87,6 +87,21 @@ TEST(PlanKvPools, KvMibWinsWhereItIsMoreAndAloneWithoutFitting) {
   EXPECT_NE(fit->Describe(1).find("prefill-1 "), std::string::npos) << fit->Describe(1);
 }
 
+TEST(PlanKvPools, AnExplicitWorkerPoolIsReportedAsIs) {
+  const kv::KvShape shape = DemoLike();
+  absl::StatusOr<KvPlan> plan = PlanKvPools({.shape = shape,
+                                             .bucket_bounds = {1024, 1048576},
+                                             .min_mib = 64,
+                                             .prefill_mib_set = 100,
+                                             .decode_mib_set = 300});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->prefill_mib, (std::vector<int64_t>{100, 100}));
+  EXPECT_EQ(plan->prefill_tokens[1], Holds(shape, 100, 0.25));
+  EXPECT_EQ(plan->decode_mib, 300);
+  EXPECT_EQ(plan->decode_tokens, Holds(shape, 300, 0.25));
+  EXPECT_NE(plan->Describe(1).find("prefill-1 100 MiB"), std::string::npos) << plan->Describe(1);
+}
+
 TEST(PlanKvPools, EveryPoolHoldsAPrefillStepsSwaTokens) {
   absl::StatusOr<KvPlan> plan = PlanKvPools({.shape = DemoLike(),
                                              .swa_full_ratio = 0.25,
@@ -106,6 +121,24 @@ TEST(PlanKvPools, Errors) {
   EXPECT_FALSE(PlanKvPools({.shape = DemoLike(), .bucket_bounds = {1024}, .min_mib = 0}).ok());
   EXPECT_FALSE(
       PlanKvPools({.shape = DemoLike(), .swa_full_ratio = 0, .bucket_bounds = {1024}}).ok());
+}
+
+// `swaserve up --workers.prefill.kv.prefill_mib=N` puts the flag among the
+// prefill workers' extra flags, after the plan's own: the "KV pools" line
+// must show N.
+TEST(PlanKvPoolsForModel, TheWorkersExplicitPoolFlagsWin) {
+  const std::string demo = SWASERVE_SOURCE_DIR "/models/demo";
+  const std::vector<int64_t> buckets = {65536, 1048576};
+  absl::StatusOr<KvPlan> fitted = PlanKvPoolsForModel(demo, buckets, 64, true, {}, {});
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_GT(fitted->prefill_mib[1], 300);
+  absl::StatusOr<KvPlan> set = PlanKvPoolsForModel(
+      demo, buckets, 64, true, std::vector<std::string>{"--kv.prefill_mib=300"},
+      std::vector<std::string>{"--kv.decode_mib=500", "--kv.prefill_mib=9"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->prefill_mib, (std::vector<int64_t>{300, 300}));
+  EXPECT_LT(set->prefill_tokens[1], fitted->prefill_tokens[1]);
+  EXPECT_EQ(set->decode_mib, 500);
 }
 
 TEST(FlagValueOr, TheLastValidFlagWins) {
