@@ -283,7 +283,8 @@ void ClusterLauncher::ReportKvPlan() const {
   const int64_t total = kv_plan_.TotalMib(spec_.decode_workers);
   const int64_t machine = MemTotalMib();
   if (machine > 0 && total > machine) {
-    Progress(absl::StrCat("warning: the KV pools add up to ", total, " MiB, more than this machine's ",
+    Progress(absl::StrCat("warning: the KV pools (prefill L2 tiers included) add up to ", total,
+                          " MiB, more than this machine's ",
                           machine, " MiB; memory is used only as prompts fill them, but prompts "
                           "near the top of every bucket at once would not fit (--buckets or "
                           "--kv_fit_buckets=false --kv_mib=N to change)"));

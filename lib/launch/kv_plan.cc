@@ -58,6 +58,7 @@ absl::StatusOr<KvPlan> PlanKvPools(const KvPlanOptions& options) {
     }
     plan.prefill_mib.push_back(mib);
     plan.prefill_tokens.push_back(holds);
+    plan.prefill_l2_mib.push_back(static_cast<int64_t>(options.l2_ratio * mib));
   }
   const int64_t largest =
       *std::max_element(options.bucket_bounds.begin(), options.bucket_bounds.end());
@@ -74,6 +75,9 @@ std::string KvPlan::Describe(int decode_workers) const {
   for (size_t i = 0; i < prefill_mib.size(); ++i) {
     absl::StrAppend(&out, i == 0 ? "" : ", ", "prefill-", i, " ", prefill_mib[i], " MiB (",
                     prefill_tokens[i], " tokens)");
+    if (i < prefill_l2_mib.size() && prefill_l2_mib[i] > 0) {
+      absl::StrAppend(&out, " + L2 ", prefill_l2_mib[i], " MiB");
+    }
   }
   absl::StrAppend(&out, ", decode ", decode_workers > 1 ? absl::StrCat(decode_workers, " x ") : "",
                   decode_mib, " MiB (", decode_tokens, " tokens)");
@@ -83,6 +87,7 @@ std::string KvPlan::Describe(int decode_workers) const {
 int64_t KvPlan::TotalMib(int decode_workers) const {
   int64_t total = int64_t{decode_workers} * decode_mib;
   for (int64_t m : prefill_mib) total += m;
+  for (int64_t m : prefill_l2_mib) total += m;
   return total;
 }
 
@@ -115,7 +120,8 @@ absl::StatusOr<KvPlan> PlanKvPoolsForModel(const std::string& model_dir,
                         .min_mib = min_mib,
                         .fit_buckets = fit_buckets,
                         .prefill_mib_set = MibFlag(flags, "kv.prefill_mib"),
-                        .decode_mib_set = MibFlag(flags, "kv.decode_mib")});
+                        .decode_mib_set = MibFlag(flags, "kv.decode_mib"),
+                        .l2_ratio = FlagValueOr(flags, "kv.l2_ratio", defaults.l2_ratio)});
   };
   absl::StatusOr<KvPlan> plan = plan_for(prefill_flags);
   if (!plan.ok()) return plan.status();

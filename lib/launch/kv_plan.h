@@ -52,17 +52,25 @@ struct KvPlanOptions {
   // line, so it wins): the plan reports that pool, not the fitted one.
   int64_t prefill_mib_set = 0;
   int64_t decode_mib_set = 0;
+  // The prefill workers' --kv.l2_ratio: each also holds an L2 tier of this
+  // many times its pool's bytes (host memory that fills as the cache
+  // demotes; 0: none). Counted in KvPlan::TotalMib, not fitted.
+  double l2_ratio = 0;
 };
 
 struct KvPlan {
   std::vector<int64_t> prefill_mib;     // per bucket
   std::vector<int64_t> prefill_tokens;  // tokens each one's full pool holds
+  std::vector<int64_t> prefill_l2_mib;  // per bucket: its L2 tier (0: none)
   int64_t decode_mib = 0;
   int64_t decode_tokens = 0;
-  // "prefill-0 256 MiB (65,792 tokens), ..., decode 4,160 MiB (...)".
+  // "prefill-0 256 MiB (65,792 tokens) + L2 512 MiB, ..., decode 4,160 MiB
+  // (...)".
   std::string Describe(int decode_workers) const;
-  // Every pool's MiB added up (prefill workers + decode_workers decode
-  // workers): the memory a prompt at the top of every bucket would touch.
+  // Every pool's MiB added up, the prefill workers' L2 tiers included
+  // (prefill workers + decode_workers decode workers): the memory the
+  // workers' KV takes once the caches have filled and a prompt at the top
+  // of every bucket is in flight.
   int64_t TotalMib(int decode_workers) const;
 };
 
@@ -72,8 +80,8 @@ absl::StatusOr<KvPlan> PlanKvPools(const KvPlanOptions& options);
 // The plan for the checkpoint in `model_dir` (its config.json's KV shape),
 // for prefill and decode workers started with `prefill_flags` and
 // `decode_flags` (their --kv.page_size, --kv.swa_full_ratio,
-// --prefill.chunk_tokens and --kv.prefill_mib / --kv.decode_mib; the worker
-// defaults where absent): what
+// --prefill.chunk_tokens, --kv.l2_ratio and --kv.prefill_mib /
+// --kv.decode_mib; the worker defaults where absent): what
 // `swaserve up` gives its workers and `swaserve kv-plan` prints.
 // InvalidArgument for an unreadable config or PlanKvPools' errors.
 absl::StatusOr<KvPlan> PlanKvPoolsForModel(const std::string& model_dir,

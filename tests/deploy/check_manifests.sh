@@ -63,7 +63,8 @@ for s in objs("StatefulSet"):
         assert f"--bucket_min_tokens={lo}" in cmd and f"--prefill.max_prompt_tokens={hi}" in cmd, cmd
         mib = [int(a.split("=", 1)[1]) for a in cmd if a.startswith("--kv.prefill_mib=")]
         assert len(mib) == 1, (name, cmd)
-        prefill_mib[hi] = mib[0]
+        assert not any(a.startswith("--kv.l2_ratio=") for a in cmd), (name, "checked at the default")
+        prefill_mib[hi] = (mib[0], c["resources"]["limits"]["memory"])
     gpu = c["resources"]["limits"].get("nvidia.com/gpu")
     assert (gpu == "1") == (overlay == "gpu"), (name, gpu)
     assert s["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 20  # > --drain
@@ -119,15 +120,27 @@ set -e
 "$bin/swaserve" kv-plan --model="$src/models/demo" --json > "$tmp/kv-plan.json" \
   || fail "swaserve kv-plan"
 "$py" - "$tmp/kv-plan.json" "$tmp/cpu.yaml.prefill-mib" "$src/deploy/k8s/base/worker.yaml" <<'PY' \
-  || fail "a KV pool is too small for its bucket (swaserve kv-plan --model=models/demo)"
+  || fail "a KV pool is too small for its bucket, or a pod for its pool + L2 (swaserve kv-plan --model=models/demo)"
 import json, sys, yaml
 plan = json.load(open(sys.argv[1]))
 given = {int(k): v for k, v in json.load(open(sys.argv[2])).items()}
+def mib(q):  # a Kubernetes memory quantity in MiB
+    for unit, f in (("Gi", 1024), ("Mi", 1)):
+        if q.endswith(unit): return int(q[:-2]) * f
+    raise ValueError(q)
 for b in plan["prefill"]:
-    assert given[b["max_tokens"]] >= b["mib"], (b, given)
-decode = yaml.safe_load(open(sys.argv[3]))["kv"]["decode_mib"]
+    pool, limit = given[b["max_tokens"]]
+    assert pool >= b["mib"], (b, given)
+    # The pod holds its pool and its L2 tier (the worker default ratio, as
+    # kv-plan prints it) with 1 GiB to spare: else the kernel kills it once
+    # the prefix cache has filled the L2.
+    l2 = pool * b["l2_mib"] // b["mib"]
+    assert mib(limit) >= pool + l2 + 1024, (b["max_tokens"], pool, l2, limit)
+worker = yaml.safe_load(open(sys.argv[3]))
+decode = worker["kv"]["decode_mib"]
 assert decode >= plan["decode"]["mib"], (decode, plan["decode"])
-print("KV pools hold their buckets:", given, "decode", decode, ">=", plan["decode"]["mib"])
+print("KV pools hold their buckets, pods hold pool + L2:", given, "decode", decode, ">=",
+      plan["decode"]["mib"])
 PY
 
 promtool check rules "$src/deploy/prometheus/rules/swaserve.rules.yml"

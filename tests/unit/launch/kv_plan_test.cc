@@ -100,6 +100,20 @@ TEST(PlanKvPools, AnExplicitWorkerPoolIsReportedAsIs) {
   EXPECT_EQ(plan->decode_mib, 300);
   EXPECT_EQ(plan->decode_tokens, Holds(shape, 300, 0.25));
   EXPECT_NE(plan->Describe(1).find("prefill-1 100 MiB"), std::string::npos) << plan->Describe(1);
+  EXPECT_EQ(plan->TotalMib(2), 100 + 100 + 2 * 300);  // no L2
+}
+
+TEST(PlanKvPools, ThePrefillWorkersL2TiersCountInTheTotal) {
+  absl::StatusOr<KvPlan> plan = PlanKvPools({.shape = DemoLike(),
+                                             .bucket_bounds = {1024, 4096},
+                                             .min_mib = 64,
+                                             .fit_buckets = false,
+                                             .l2_ratio = 2});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->prefill_l2_mib, (std::vector<int64_t>{128, 128}));
+  EXPECT_EQ(plan->TotalMib(1), 64 * 2 + 64 + 128 * 2);  // 2 prefill + decode + L2s
+  EXPECT_NE(plan->Describe(1).find("prefill-0 64 MiB ("), std::string::npos) << plan->Describe(1);
+  EXPECT_NE(plan->Describe(1).find(" + L2 128 MiB"), std::string::npos) << plan->Describe(1);
 }
 
 TEST(PlanKvPools, EveryPoolHoldsAPrefillStepsSwaTokens) {
@@ -139,6 +153,12 @@ TEST(PlanKvPoolsForModel, TheWorkersExplicitPoolFlagsWin) {
   EXPECT_EQ(set->prefill_mib, (std::vector<int64_t>{300, 300}));
   EXPECT_LT(set->prefill_tokens[1], fitted->prefill_tokens[1]);
   EXPECT_EQ(set->decode_mib, 500);
+  // The worker default L2 (2x the pool) unless the flags say otherwise.
+  EXPECT_EQ(set->prefill_l2_mib, (std::vector<int64_t>{600, 600}));
+  absl::StatusOr<KvPlan> no_l2 = PlanKvPoolsForModel(
+      demo, buckets, 64, true, std::vector<std::string>{"--kv.l2_ratio=0"}, {});
+  ASSERT_TRUE(no_l2.ok()) << no_l2.status();
+  EXPECT_EQ(no_l2->prefill_l2_mib, (std::vector<int64_t>{0, 0}));
 }
 
 TEST(FlagValueOr, TheLastValidFlagWins) {
