@@ -29,6 +29,10 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr int kBk = kAttentionKeyBlock;
+// Most vectors of 16 lanes one AVX-512 task computes together (Avx512Tile).
+constexpr int kMaxVectors = 3;
+// Windows shorter than this take one vector per task (VectorsFor).
+constexpr int kShortWindow = 1024;
 
 int WindowStart(const AttentionParams& p, const AttentionSpan& sp, int pos) {
   return std::max(sp.first_key, p.window > 0 ? std::max(0, pos - p.window + 1) : 0);
@@ -36,23 +40,23 @@ int WindowStart(const AttentionParams& p, const AttentionSpan& sp, int pos) {
 
 // Per-thread scratch; vectors only grow, so steady state does not allocate.
 struct Scratch {
-  std::vector<float> qt;      // [head_dim][16]: the tile's queries, transposed
-  std::vector<float> o;       // [v_head_dim][16]: output accumulators
-  std::vector<float> s;       // [kBk][16]: a block's scores, then weights
+  std::vector<float> qt;      // [head_dim][lanes]: the task's queries, transposed
+  std::vector<float> o;       // [v_head_dim][lanes]: output accumulators
+  std::vector<float> s;       // [kBk][lanes]: a block's scores, then weights
   std::vector<float> kconv;   // [kBk][head_dim]: keys widened from bf16/f16
   std::vector<float> vconv;   // [kBk][v_head_dim]
-  std::vector<uint16_t> valid;  // [kBk]: lane masks per key
+  std::vector<uint16_t> valid;  // [kBk][vectors]: lane masks per key
   std::vector<float> scores;  // portable kernel: one query's scores
   void Reserve(const AttentionParams& p, size_t keys) {
     auto grow = [](auto& v, size_t n) {
       if (v.size() < n) v.resize(n);
     };
-    grow(qt, static_cast<size_t>(p.head_dim) * kLanes);
-    grow(o, static_cast<size_t>(p.v_head_dim) * kLanes);
-    grow(s, static_cast<size_t>(kBk) * kLanes);
+    grow(qt, static_cast<size_t>(p.head_dim) * kLanes * kMaxVectors);
+    grow(o, static_cast<size_t>(p.v_head_dim) * kLanes * kMaxVectors);
+    grow(s, static_cast<size_t>(kBk) * kLanes * kMaxVectors);
     grow(kconv, static_cast<size_t>(kBk) * p.head_dim);
     grow(vconv, static_cast<size_t>(kBk) * p.v_head_dim);
-    grow(valid, kBk);
+    grow(valid, static_cast<size_t>(kBk) * kMaxVectors);
     if (scores.size() < keys) {
       // Sized for 64K keys on first use, doubled beyond: decode steps never
       // allocate while the context grows.
@@ -163,30 +167,38 @@ __attribute__((target("avx512f"))) void LoadKvAvx512(kv::DType dt, const uint8_t
   for (; i < n; ++i) dst[i] = BF16ToF32(s[i]);
 }
 
+// V vectors of 16 lanes (V · 16 (query, head) pairs) of one span and KV head
+// at once: every key row read and widened once serves V · 16 lanes, and each
+// broadcast key element feeds V FMAs. Each lane's arithmetic is the V = 1
+// kernel's, bit for bit: the same FMA chains in the same order, over key
+// blocks aligned to absolute positions (a block outside a lane's range
+// leaves it unchanged), so V is a speed choice only.
+template <int V>
 __attribute__((target("avx512f"))) void Avx512Tile(
     const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
     int nlanes, const float* q, float* out, Scratch& sc) {
+  constexpr int W = V * kLanes;  // lanes of the task
   const int nh = p.num_heads, hd = p.head_dim, vd = p.v_head_dim;
   const int group = nh / p.num_kv_heads;
   const kv::LayerView& view = sp.view;
   const kv::DType dt = view.pool->geometry().dtype;
   const size_t es = kv::DTypeSize(dt);
   sc.Reserve(p, 0);
-  float* qt = sc.qt.data();
-  float* o = sc.o.data();
-  float* sbuf = sc.s.data();
-  uint16_t* valid = sc.valid.data();
+  float* qt = sc.qt.data();     // [hd][W]
+  float* o = sc.o.data();       // [vd][W]
+  float* sbuf = sc.s.data();    // [kBk][W]
+  uint16_t* valid = sc.valid.data();  // [kBk][V]
 
-  alignas(64) int32_t lo_a[kLanes], pos_a[kLanes];
-  alignas(64) float m_a[kLanes], l_a[kLanes];
+  alignas(64) int32_t lo_a[W], pos_a[W];
+  alignas(64) float m_a[W], l_a[W];
   int kmin = INT_MAX, kmax = -1;
-  for (int lane = 0; lane < kLanes; ++lane) {
+  for (int lane = 0; lane < W; ++lane) {
     if (lane >= nlanes) {
       lo_a[lane] = INT_MAX;  // never valid
       pos_a[lane] = -1;
       m_a[lane] = -INFINITY;
       l_a[lane] = 0;
-      for (int i = 0; i < hd; ++i) qt[i * kLanes + lane] = 0;
+      for (int i = 0; i < hd; ++i) qt[i * W + lane] = 0;
       continue;
     }
     const int idx = lane0 + lane;
@@ -197,15 +209,19 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     kmin = std::min(kmin, lo_a[lane]);
     kmax = std::max(kmax, pos);
     const float* qrow = q + (static_cast<size_t>(sp.row0 + qi) * nh + h) * hd;
-    for (int i = 0; i < hd; ++i) qt[i * kLanes + lane] = qrow[i];
+    for (int i = 0; i < hd; ++i) qt[i * W + lane] = qrow[i];
     m_a[lane] = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
     l_a[lane] = p.sinks != nullptr ? 1.0f : 0.0f;
   }
-  const __m512i lo_v = _mm512_loadu_si512(lo_a);
-  const __m512i pos_v = _mm512_loadu_si512(pos_a);
-  __m512 m = _mm512_loadu_ps(m_a);
-  __m512 l = _mm512_loadu_ps(l_a);
-  for (int c = 0; c < vd; ++c) _mm512_storeu_ps(o + c * kLanes, _mm512_setzero_ps());
+  __m512i lo_v[V], pos_v[V];
+  __m512 m[V], l[V];
+  for (int v = 0; v < V; ++v) {
+    lo_v[v] = _mm512_loadu_si512(lo_a + v * kLanes);
+    pos_v[v] = _mm512_loadu_si512(pos_a + v * kLanes);
+    m[v] = _mm512_loadu_ps(m_a + v * kLanes);
+    l[v] = _mm512_loadu_ps(l_a + v * kLanes);
+  }
+  for (int c = 0; c < vd * W; c += kLanes) _mm512_storeu_ps(o + c, _mm512_setzero_ps());
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
 
@@ -217,6 +233,18 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     // widened copies).
     const float* krow[kBk];
     const float* vrow[kBk];
+    // The next block's rows are read from memory while this one computes.
+    if (kb < kmax / kBk) {
+      const int na = (kb + 1) * kBk, nb = std::min(na + kBk - 1, kmax);
+      for (int t = na; t <= nb; ++t) {
+        const uint8_t* kp = view.K(t) + static_cast<size_t>(kvh) * hd * es;
+        const uint8_t* vp = view.V(t) + static_cast<size_t>(kvh) * vd * es;
+        _mm_prefetch(reinterpret_cast<const char*>(kp), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(kp + hd * es - 1), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(vp), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(vp + vd * es - 1), _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < nk; ++j) {
       const uint8_t* kp = view.K(a + j) + static_cast<size_t>(kvh) * hd * es;
       const uint8_t* vp = view.V(a + j) + static_cast<size_t>(kvh) * vd * es;
@@ -232,83 +260,108 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     }
     // Scores: lane's q · k as one FMA chain over the head dim; four keys at
     // a time for independent chains.
-    __m512 m_blk = neg_inf;
+    __m512 m_blk[V];
+    for (int v = 0; v < V; ++v) m_blk[v] = neg_inf;
     int j = 0;
     for (; j + 4 <= nk; j += 4) {
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      __m512 acc[4][V];
+      for (int k = 0; k < 4; ++k) {
+        for (int v = 0; v < V; ++v) acc[k][v] = _mm512_setzero_ps();
+      }
       const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
       for (int i = 0; i < hd; ++i) {
-        const __m512 qv = _mm512_loadu_ps(qt + i * kLanes);
-        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[i]), a0);
-        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[i]), a1);
-        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[i]), a2);
-        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[i]), a3);
+        const __m512 b0 = _mm512_set1_ps(k0[i]), b1 = _mm512_set1_ps(k1[i]);
+        const __m512 b2 = _mm512_set1_ps(k2[i]), b3 = _mm512_set1_ps(k3[i]);
+        for (int v = 0; v < V; ++v) {
+          const __m512 qv = _mm512_loadu_ps(qt + i * W + v * kLanes);
+          acc[0][v] = _mm512_fmadd_ps(qv, b0, acc[0][v]);
+          acc[1][v] = _mm512_fmadd_ps(qv, b1, acc[1][v]);
+          acc[2][v] = _mm512_fmadd_ps(qv, b2, acc[2][v]);
+          acc[3][v] = _mm512_fmadd_ps(qv, b3, acc[3][v]);
+        }
       }
-      FinishScore(a0, a + j, lo_v, pos_v, scale, sbuf + (j) * kLanes, valid + (j), &m_blk);
-      FinishScore(a1, a + j + 1, lo_v, pos_v, scale, sbuf + (j + 1) * kLanes, valid + (j + 1), &m_blk);
-      FinishScore(a2, a + j + 2, lo_v, pos_v, scale, sbuf + (j + 2) * kLanes, valid + (j + 2), &m_blk);
-      FinishScore(a3, a + j + 3, lo_v, pos_v, scale, sbuf + (j + 3) * kLanes, valid + (j + 3), &m_blk);
+      for (int k = 0; k < 4; ++k) {
+        for (int v = 0; v < V; ++v) {
+          FinishScore(acc[k][v], a + j + k, lo_v[v], pos_v[v], scale,
+                      sbuf + (j + k) * W + v * kLanes, valid + (j + k) * V + v, &m_blk[v]);
+        }
+      }
     }
     for (; j < nk; ++j) {
-      __m512 a0 = _mm512_setzero_ps();
       const float* k0 = krow[j];
-      for (int i = 0; i < hd; ++i) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + i * kLanes), _mm512_set1_ps(k0[i]), a0);
+      for (int v = 0; v < V; ++v) {
+        __m512 a0 = _mm512_setzero_ps();
+        for (int i = 0; i < hd; ++i) {
+          a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qt + i * W + v * kLanes), _mm512_set1_ps(k0[i]),
+                               a0);
+        }
+        FinishScore(a0, a + j, lo_v[v], pos_v[v], scale, sbuf + j * W + v * kLanes,
+                    valid + j * V + v, &m_blk[v]);
       }
-      FinishScore(a0, a + j, lo_v, pos_v, scale, sbuf + (j) * kLanes, valid + (j), &m_blk);
     }
     // Online softmax: lanes without a key here keep m, get corr = exp(0) = 1
     // and add nothing, so they are unchanged bit for bit.
-    const __m512 m_new = _mm512_max_ps(m, m_blk);
-    const __mmask16 had = _mm512_cmp_ps_mask(m, neg_inf, _CMP_NEQ_OQ);
-    const __m512 corr = _mm512_maskz_mov_ps(had, Exp512(_mm512_sub_ps(m, m_new)));
-    l = _mm512_mul_ps(l, corr);
-    for (int jj = 0; jj < nk; ++jj) {
-      const __m512 w = _mm512_maskz_mov_ps(
-          valid[jj], Exp512(_mm512_sub_ps(_mm512_loadu_ps(sbuf + jj * kLanes), m_new)));
-      l = _mm512_add_ps(l, w);
-      _mm512_storeu_ps(sbuf + jj * kLanes, w);
+    __m512 corr[V];
+    for (int v = 0; v < V; ++v) {
+      const __m512 m_new = _mm512_max_ps(m[v], m_blk[v]);
+      const __mmask16 had = _mm512_cmp_ps_mask(m[v], neg_inf, _CMP_NEQ_OQ);
+      corr[v] = _mm512_maskz_mov_ps(had, Exp512(_mm512_sub_ps(m[v], m_new)));
+      l[v] = _mm512_mul_ps(l[v], corr[v]);
+      for (int jj = 0; jj < nk; ++jj) {
+        float* sj = sbuf + jj * W + v * kLanes;
+        const __m512 w =
+            _mm512_maskz_mov_ps(valid[jj * V + v], Exp512(_mm512_sub_ps(_mm512_loadu_ps(sj), m_new)));
+        l[v] = _mm512_add_ps(l[v], w);
+        _mm512_storeu_ps(sj, w);
+      }
+      m[v] = m_new;
     }
-    m = m_new;
     // o = o · corr + Σ_j w_j · v_j, each output dim a chain over keys in
     // order; four dims at a time.
     int c = 0;
     for (; c + 4 <= vd; c += 4) {
-      __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o + c * kLanes), corr);
-      __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 1) * kLanes), corr);
-      __m512 o2 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 2) * kLanes), corr);
-      __m512 o3 = _mm512_mul_ps(_mm512_loadu_ps(o + (c + 3) * kLanes), corr);
-      for (int jj = 0; jj < nk; ++jj) {
-        const __m512 w = _mm512_loadu_ps(sbuf + jj * kLanes);
-        const __mmask16 ok = valid[jj];
-        const float* v = vrow[jj] + c;
-        o0 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[0]), o0, ok);
-        o1 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[1]), o1, ok);
-        o2 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[2]), o2, ok);
-        o3 = _mm512_mask3_fmadd_ps(w, _mm512_set1_ps(v[3]), o3, ok);
+      __m512 acc[4][V];
+      for (int d = 0; d < 4; ++d) {
+        for (int v = 0; v < V; ++v) {
+          acc[d][v] = _mm512_mul_ps(_mm512_loadu_ps(o + (c + d) * W + v * kLanes), corr[v]);
+        }
       }
-      _mm512_storeu_ps(o + c * kLanes, o0);
-      _mm512_storeu_ps(o + (c + 1) * kLanes, o1);
-      _mm512_storeu_ps(o + (c + 2) * kLanes, o2);
-      _mm512_storeu_ps(o + (c + 3) * kLanes, o3);
+      for (int jj = 0; jj < nk; ++jj) {
+        const float* vr = vrow[jj] + c;
+        const __m512 b0 = _mm512_set1_ps(vr[0]), b1 = _mm512_set1_ps(vr[1]);
+        const __m512 b2 = _mm512_set1_ps(vr[2]), b3 = _mm512_set1_ps(vr[3]);
+        for (int v = 0; v < V; ++v) {
+          const __m512 w = _mm512_loadu_ps(sbuf + jj * W + v * kLanes);
+          const __mmask16 ok = valid[jj * V + v];
+          acc[0][v] = _mm512_mask3_fmadd_ps(w, b0, acc[0][v], ok);
+          acc[1][v] = _mm512_mask3_fmadd_ps(w, b1, acc[1][v], ok);
+          acc[2][v] = _mm512_mask3_fmadd_ps(w, b2, acc[2][v], ok);
+          acc[3][v] = _mm512_mask3_fmadd_ps(w, b3, acc[3][v], ok);
+        }
+      }
+      for (int d = 0; d < 4; ++d) {
+        for (int v = 0; v < V; ++v) _mm512_storeu_ps(o + (c + d) * W + v * kLanes, acc[d][v]);
+      }
     }
     for (; c < vd; ++c) {
-      __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o + c * kLanes), corr);
-      for (int jj = 0; jj < nk; ++jj) {
-        o0 = _mm512_mask3_fmadd_ps(_mm512_loadu_ps(sbuf + jj * kLanes),
-                                   _mm512_set1_ps(vrow[jj][c]), o0, valid[jj]);
+      for (int v = 0; v < V; ++v) {
+        __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o + c * W + v * kLanes), corr[v]);
+        for (int jj = 0; jj < nk; ++jj) {
+          o0 = _mm512_mask3_fmadd_ps(_mm512_loadu_ps(sbuf + jj * W + v * kLanes),
+                                     _mm512_set1_ps(vrow[jj][c]), o0, valid[jj * V + v]);
+        }
+        _mm512_storeu_ps(o + c * W + v * kLanes, o0);
       }
-      _mm512_storeu_ps(o + c * kLanes, o0);
     }
   }
   // out = o / l per lane.
-  _mm512_storeu_ps(l_a, l);
+  for (int v = 0; v < V; ++v) _mm512_storeu_ps(l_a + v * kLanes, l[v]);
   for (int lane = 0; lane < nlanes; ++lane) {
     const int idx = lane0 + lane;
     const int qi = idx / group, h = kvh * group + idx % group;
     float* dst = out + (static_cast<size_t>(sp.row0 + qi) * nh + h) * vd;
     const float inv = 1.0f / l_a[lane];
-    for (int c = 0; c < vd; ++c) dst[c] = o[c * kLanes + lane] * inv;
+    for (int c = 0; c < vd; ++c) dst[c] = o[c * W + lane] * inv;
   }
 }
 
@@ -318,7 +371,20 @@ struct Task {
   int span;
   int kvh;
   int lane0;
+  int vectors;  // AVX-512: 16-lane vectors of the task (1, 2 or 4)
 };
+
+// Vectors per AVX-512 task for a span of `lanes` (query, head) pairs per KV
+// head: as many as the span fills, up to 3 (4 spills the score and output
+// accumulators to the stack; attention_bench). A decode step's 1-8 queries
+// take one, and so does a sliding-window layer with a short window: a task
+// reads the union of its queries' windows, W + its queries - 1 keys, and
+// more queries per task would add more masked keys than they save.
+int VectorsFor(const AttentionParams& p, int lanes) {
+  if (p.window > 0 && p.window < kShortWindow) return 1;
+  if (lanes >= 3 * kLanes) return 3;
+  return lanes > kLanes ? 2 : 1;
+}
 
 }  // namespace
 
@@ -333,12 +399,15 @@ void PagedAttention(const AttentionParams& p,
   for (int s = 0; s < static_cast<int>(spans.size()); ++s) {
     if (avx) {
       const int lanes = spans[s].n * group;
+      const int vectors = VectorsFor(p, lanes);
       for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-        for (int l0 = 0; l0 < lanes; l0 += kLanes) tasks.push_back({s, kvh, l0});
+        for (int l0 = 0; l0 < lanes; l0 += vectors * kLanes) {
+          tasks.push_back({s, kvh, l0, vectors});
+        }
       }
     } else {
       for (int qi = 0; qi < spans[s].n; ++qi) {
-        for (int h = 0; h < p.num_heads; ++h) tasks.push_back({s, h, qi});
+        for (int h = 0; h < p.num_heads; ++h) tasks.push_back({s, h, qi, 1});
       }
     }
   }
@@ -367,9 +436,17 @@ void PagedAttention(const AttentionParams& p,
       const Task& task = tasks[n - 1 - t];
       const AttentionSpan& sp = spans[task.span];
       if (avx) {
-        const int lanes = sp.n * group;
-        Avx512Tile(p, sp, task.kvh, task.lane0, std::min(kLanes, lanes - task.lane0), q, out,
-                   sc);
+        const int left = sp.n * group - task.lane0;
+        switch (task.vectors) {
+          case 3:
+            Avx512Tile<3>(p, sp, task.kvh, task.lane0, std::min(3 * kLanes, left), q, out, sc);
+            break;
+          case 2:
+            Avx512Tile<2>(p, sp, task.kvh, task.lane0, std::min(2 * kLanes, left), q, out, sc);
+            break;
+          default:
+            Avx512Tile<1>(p, sp, task.kvh, task.lane0, std::min(kLanes, left), q, out, sc);
+        }
       } else {
         PortableQueryHead(p, sp, task.lane0, task.kvh, q, out, sc);
       }

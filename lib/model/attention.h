@@ -16,6 +16,12 @@
 //     the correction is exp(0) = 1, masked lanes add nothing), so the keys a
 //     tile's *other* lanes need cost that lane nothing but time.
 //   - exp is one fixed polynomial (no libm lane-dependent paths).
+//   - A task computes up to three tiles of one span and KV head together
+//     (48 lanes): each key row is read, widened and broadcast once for all
+//     of them, and the next block's rows are prefetched. Every lane's
+//     arithmetic is the one-tile kernel's, bit for bit, so how many tiles a
+//     task takes is a speed choice only (long prefill chunks: 3; decode
+//     steps and short sliding windows: 1).
 // A sliding-window layer reads only keys [pos − W + 1, pos] of each query's
 // tile range: nothing outside the union of the tile's windows is touched.
 //

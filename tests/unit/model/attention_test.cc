@@ -177,7 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // The demo model's SWA and full layers (one and two
                       // heads per KV head).
                       Case{kv::DType::kBF16, 128, true, 8, 8, 36, 24},
-                      Case{kv::DType::kBF16, 0, false, 8, 4, 36, 24}));
+                      Case{kv::DType::kBF16, 0, false, 8, 4, 36, 24},
+                      // A long window: several 16-lane vectors per task.
+                      Case{kv::DType::kBF16, 1024, true, 8, 4, 36, 24}));
 
 }  // namespace
 }  // namespace swaserve::model
