@@ -1,5 +1,6 @@
 #include "lib/api/openai_response.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -241,6 +242,53 @@ std::string ModelsJson(const v1::ListModelsResponse& models) {
 
 std::string SseFrame(std::string_view json_text) {
   return Cat({"data: ", json_text, "\n\n"});
+}
+
+namespace {
+
+// 304044 -> "304,044".
+std::string Thousands(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string WaitingComment(absl::Duration waited, const v1::PrefillProgress* progress) {
+  std::string out = Cat({": waiting for the first token, ", absl::FormatDuration(waited)});
+  if (progress != nullptr && progress->found()) {
+    switch (progress->state()) {
+      case v1::PrefillProgress::STATE_QUEUED:
+        out += Cat({"; queued at the prefill worker (", std::to_string(progress->queued_requests()),
+                    progress->queued_requests() == 1 ? " request" : " requests", " waiting)"});
+        break;
+      case v1::PrefillProgress::STATE_COMPUTING: {
+        const uint64_t total = progress->prompt_tokens();
+        const uint64_t done = std::min<uint64_t>(progress->done_tokens(), total);
+        out += Cat({"; prefill ", Thousands(done), " of ", Thousands(total), " prompt tokens (",
+                    std::to_string(total > 0 ? done * 100 / total : 0), "%"});
+        if (progress->cached_tokens() > 0) {
+          out += Cat({"; ", Thousands(progress->cached_tokens()), " cached"});
+        }
+        out += ")";
+        if (progress->tokens_per_second() >= 1) {
+          out += Cat({", ", Thousands(static_cast<uint64_t>(progress->tokens_per_second())),
+                      " tokens/s"});
+        }
+        break;
+      }
+      case v1::PrefillProgress::STATE_SHIPPING:
+        out += "; prefill done, its KV is going to the decode worker";
+        break;
+      default:
+        break;
+    }
+  }
+  return out + "\n\n";
 }
 
 }  // namespace swaserve::api

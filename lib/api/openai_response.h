@@ -14,8 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "swaserve/v1/common.pb.h"
 #include "swaserve/v1/router.pb.h"
+#include "swaserve/v1/worker.pb.h"
 
 namespace swaserve::api {
 
@@ -96,6 +98,14 @@ std::string ModelsJson(const swaserve::v1::ListModelsResponse& models);
 
 // Server-sent events framing: "data: <json>\n\n".
 std::string SseFrame(std::string_view json);
+
+// The SSE comment a streamed request gets while it waits for its first
+// token (clients ignore comments; they keep its connection alive):
+// ": waiting for the first token, 45s\n\n", and where its prefill stands
+// when the prefill worker reported it (`progress` may be null): queued (with
+// the worker's queue), "prefill 61,440 of 304,044 prompt tokens (20%; 8,192
+// cached), 1,234 tokens/s", or shipping its KV to the decode worker.
+std::string WaitingComment(absl::Duration waited, const swaserve::v1::PrefillProgress* progress);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 }  // namespace swaserve::api

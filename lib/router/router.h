@@ -102,6 +102,7 @@
 #include "lib/router/routing_state.h"
 #include "lib/router/worker_directory.h"
 #include "swaserve/v1/router.pb.h"
+#include "swaserve/v1/worker.pb.h"
 
 namespace swaserve::router {
 
@@ -207,6 +208,16 @@ class GenerateSink {
   // before returning; on any thread). At most one pending at a time. The
   // default: room at once.
   virtual void OnReady(std::function<void()> ready) { ready(); }
+  // Asks the prefill worker where the request's prefill stands; the
+  // callback runs at most once, on any thread, with the worker's answer
+  // (nothing when the worker could not say).
+  using ProgressProbe =
+      std::function<void(std::function<void(const v1::PrefillProgress&)>)>;
+  // While a prefill leg runs, the router hands the sink a probe for it (a
+  // retry's leg replaces it; a probe of a leg that ended answers nothing).
+  // The HTTP API shows the answers in its keep-alive comments. Default:
+  // ignored.
+  virtual void SetProgressProbe(ProgressProbe probe) {}
 };
 
 // Called once when a request ended (after its last Write): OK, or its error

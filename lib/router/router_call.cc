@@ -322,6 +322,25 @@ void Router::Call::StartPrefill(const LegPtr& leg) {
     if (doom) leg->CancelDecode();
     self->LegDone(leg);
   });
+  // Where the prefill stands, for a client waiting on a long prompt: asked
+  // of the worker only when the sink asks (the HTTP keep-alive), and only
+  // while this leg's prefill runs.
+  std::weak_ptr<Leg> weak = leg;
+  std::shared_ptr<WorkerClient> client = leg->c.prefill->client;
+  const absl::Duration timeout = router_->options_.destination_timeout;
+  sink_->SetProgressProbe([weak, client, id = leg->transfer_id, timeout](
+                              std::function<void(const v1::PrefillProgress&)> answer) {
+    LegPtr l = weak.lock();
+    if (l == nullptr) return;
+    {
+      absl::MutexLock lock(&l->mu);
+      if (l->returned) return;
+    }
+    client->GetPrefillProgress(id, timeout, [answer = std::move(answer)](
+                                                grpc::Status s, const v1::PrefillProgress& p) {
+      if (s.ok() && p.found()) answer(p);
+    });
+  });
 }
 
 void Router::Call::ReadNext(const LegPtr& leg) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/rpc/async_unary.h"
 
 namespace swaserve::router {
 namespace {
@@ -122,6 +123,19 @@ class GrpcWorkerClient final : public WorkerClient {
   }
   std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) override {
     return std::make_unique<GrpcPrefillCall>(*prefill_, deadline);
+  }
+  void GetPrefillProgress(const std::string& request_id, absl::Duration timeout,
+                          ProgressDone done) override {
+    v1::GetPrefillProgressRequest request;
+    request.set_request_id(request_id);
+    v1::Prefill::Stub* stub = prefill_.get();
+    rpc::CallUnary<v1::GetPrefillProgressRequest, v1::PrefillProgress>(
+        std::move(request), timeout,
+        [stub](grpc::ClientContext* ctx, const v1::GetPrefillProgressRequest* req,
+               v1::PrefillProgress* resp, std::function<void(grpc::Status)> cb) {
+          stub->async()->GetProgress(ctx, req, resp, std::move(cb));
+        },
+        [done = std::move(done)](grpc::Status s, v1::PrefillProgress p) { done(s, p); });
   }
 
  private:

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <grpcpp/grpcpp.h>
 
@@ -73,6 +74,15 @@ class WorkerClient {
                                                   absl::Time deadline) = 0;
   // A prefill call that will end at `deadline` at the latest.
   virtual std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) = 0;
+  // Prefill.GetProgress of the call whose PrefillRequest.request_id is
+  // `request_id`, bounded by `timeout`; `done` runs once, on any thread
+  // (possibly inline), with the status and the answer. Default (fakes):
+  // UNIMPLEMENTED.
+  using ProgressDone = std::function<void(grpc::Status, const v1::PrefillProgress&)>;
+  virtual void GetPrefillProgress(const std::string& request_id, absl::Duration timeout,
+                                  ProgressDone done) {
+    done(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no progress"), v1::PrefillProgress());
+  }
 };
 
 // The gRPC implementation over `channel` (the worker's Prefill and Decode

@@ -368,8 +368,17 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   const int H = options.engine->config().hidden_size;
   int row0 = 0;
   std::vector<Req*> failed;
+  // Where each request of the step stands, taken before any completes.
+  std::vector<std::pair<std::string, PrefillProgress>> progress;
+  progress.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     Req* r = item_reqs[i];
+    progress.emplace_back(
+        r->job.id,
+        PrefillProgress{.state = item_last[i] ? PrefillProgress::State::kShipping
+                                              : PrefillProgress::State::kComputing,
+                        .cached_tokens = r->result.cached_tokens,
+                        .done_tokens = items[i].start + static_cast<int>(items[i].tokens.size())});
     // Hidden rows of the item: from first_position (a restore's pyramid
     // drops the rows below it) to its end.
     const int end = items[i].start + static_cast<int>(items[i].tokens.size());
@@ -435,6 +444,17 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   for (const model::ForwardItem& item : items) step_tokens += static_cast<int>(item.tokens.size());
   rate_tokens = kRateDecay * rate_tokens + step_tokens;
   rate_seconds = kRateDecay * rate_seconds + step_s;
+  {
+    // Progress of the step's requests (those completed above are gone).
+    absl::MutexLock lock(&mu);
+    for (const auto& [id, step_progress] : progress) {
+      auto it = ids.find(id);
+      if (it == ids.end()) continue;
+      it->second.state = step_progress.state;
+      it->second.cached_tokens = step_progress.cached_tokens;
+      it->second.done_tokens = step_progress.done_tokens;
+    }
+  }
   if (rate_seconds > 0) {
     absl::MutexLock lock(&mu);
     load.prefill_tokens_per_second = rate_tokens / rate_seconds;
@@ -727,7 +747,7 @@ absl::Status PrefillCore::Submit(PrefillJob job) {
   r->job = std::move(job);
   absl::MutexLock lock(&impl_->mu);
   if (impl_->stopping) return absl::FailedPreconditionError("prefill core is stopping");
-  if (!impl_->ids.insert(r->job.id).second) {
+  if (!impl_->ids.try_emplace(r->job.id, PrefillProgress{.prompt_tokens = n}).second) {
     return absl::AlreadyExistsError(absl::StrCat("request ", r->job.id, " is already here"));
   }
   impl_->incoming.push_back(std::move(r));
@@ -740,6 +760,20 @@ void PrefillCore::Cancel(const std::string& id) {
   if (!impl_->ids.contains(id)) return;
   impl_->cancels.push_back(id);
   impl_->cv.Signal();
+}
+
+std::optional<PrefillProgress> PrefillCore::Progress(const std::string& id) const {
+  absl::MutexLock lock(&impl_->mu);
+  auto it = impl_->ids.find(id);
+  if (it == impl_->ids.end()) return std::nullopt;
+  PrefillProgress p = it->second;
+  p.tokens_per_second = impl_->load.prefill_tokens_per_second;
+  if (p.state == PrefillProgress::State::kQueued) {
+    for (const auto& [other, q] : impl_->ids) {
+      p.queued_requests += q.state == PrefillProgress::State::kQueued;
+    }
+  }
+  return p;
 }
 
 PrefillLoad PrefillCore::GetLoad() const {

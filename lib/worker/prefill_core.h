@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -218,6 +219,23 @@ struct PrefillLoad {
   int64_t l3_cached_tokens_total = 0;
 };
 
+// Where one request stands (PrefillCore::Progress): what a client waiting
+// for the first token of a long prompt is shown.
+struct PrefillProgress {
+  enum class State { kQueued, kComputing, kShipping };
+  State state = State::kQueued;
+  int prompt_tokens = 0;
+  // Served from the prefix cache (known once the request was matched).
+  int cached_tokens = 0;
+  // Prompt tokens whose KV exists: cached + computed so far (a window
+  // restore's stretch counts as it is recomputed).
+  int done_tokens = 0;
+  // kQueued: requests in the queue, this one included.
+  int queued_requests = 0;
+  // PrefillLoad::prefill_tokens_per_second.
+  double tokens_per_second = 0;
+};
+
 class PrefillCore {
  public:
   static absl::StatusOr<std::unique_ptr<PrefillCore>> Create(const PrefillCoreOptions& options);
@@ -233,6 +251,10 @@ class PrefillCore {
   absl::Status Submit(PrefillJob job);
   void Cancel(const std::string& id);
   PrefillLoad GetLoad() const;
+  // The request `id`'s progress, or nullopt when it is not here (never
+  // submitted, or its callback already ran). Thread-safe; updated by the
+  // loop after every step.
+  std::optional<PrefillProgress> Progress(const std::string& id) const;
   void Stop();
 
   struct Impl;

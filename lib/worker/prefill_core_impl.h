@@ -201,7 +201,9 @@ struct PrefillCore::Impl {
   // Asynchronous load-backs whose copies ran (the copier's thread hands
   // them here; the loop finishes them).
   std::vector<kv::PendingLoadBack> copied ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
+  // Every request here (incoming, parked, queued, started) and where it
+  // stands (PrefillCore::Progress).
+  absl::flat_hash_map<std::string, PrefillProgress> ids ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
   PrefillLoad load ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};

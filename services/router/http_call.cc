@@ -149,10 +149,31 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
   if (c->req_ == nullptr || c->emitted_) return c->StopKeepalive();
   if (!c->started_) c->StartStream();
   ++c->keepalives_;
-  c->SendFrame(absl::StrCat(": waiting for the first token, ",
-                            absl::FormatDuration(c->p_.stream_keepalive * c->keepalives_),
-                            "\n\n"));
+  std::optional<v1::PrefillProgress> progress;
+  ProgressProbe probe;
+  {
+    absl::MutexLock lock(&c->mu_);
+    progress = c->progress_;
+    probe = c->probe_;
+  }
+  c->SendFrame(api::WaitingComment(c->p_.stream_keepalive * c->keepalives_,
+                                   progress ? &*progress : nullptr));
+  if (probe) {
+    // The answer comes on a gRPC thread, for the next comment.
+    probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this())](const v1::PrefillProgress& p) {
+      if (std::shared_ptr<HttpCall> call = weak.lock()) {
+        absl::MutexLock lock(&call->mu_);
+        call->progress_ = p;
+      }
+    });
+  }
   c->ArmKeepalive();
+}
+
+void HttpCall::SetProgressProbe(ProgressProbe probe) {
+  absl::MutexLock lock(&mu_);
+  probe_ = std::move(probe);
+  progress_.reset();  // a new leg's prefill starts over
 }
 
 void HttpCall::Emit(const v1::GenerateResponse& item) {

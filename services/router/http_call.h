@@ -80,7 +80,10 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // event: clients' header and idle timeouts (Node's fetch: 300 s; the
     // openai package: 10 min until the headers, retried twice) never cut a
     // long prompt's prefill, and the client sees that the request lives.
-    // An error after that travels in the stream (an error event). Zero: off.
+    // An error after that travels in the stream (an error event). From the
+    // second comment on, it says where the prefill stands (queued, tokens
+    // done of the prompt, shipping: api::WaitingComment), as the prefill
+    // worker answered the previous comment's probe. Zero: off.
     absl::Duration stream_keepalive = absl::ZeroDuration();
   };
   // Responses waiting for the loop, and unsent bytes in the socket's
@@ -95,6 +98,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Router side (any thread).
   bool Write(const v1::GenerateResponse& response) override;
   void OnReady(std::function<void()> ready) override;
+  // Kept for the keep-alive comments: each one says where the prefill stood
+  // at the previous one's probe, then probes again.
+  void SetProgressProbe(ProgressProbe probe) override;
   void Finish(absl::Status status);
   router::CancelFlag& cancel_flag() { return cancel_; }
 
@@ -145,6 +151,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // The socket holds kMaxUnsentBytes or more not yet sent (a slow client).
   bool backlogged_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
+  ProgressProbe probe_ ABSL_GUARDED_BY(mu_);
+  // The prefill worker's last answer to a probe.
+  std::optional<v1::PrefillProgress> progress_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace swaserve::router_service

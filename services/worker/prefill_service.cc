@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/base/status.h"
 #include "lib/rpc/channel.h"
+#include "lib/rpc/async_unary.h"
 #include "lib/rpc/status_conversion.h"
 #include "lib/worker/convert.h"
 #include "services/worker/load_reply.h"
@@ -230,19 +231,18 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   static worker::DestinationSource AskDestination(v1::Decode::Stub* stub,
                                                   std::string transfer_id) {
     return [stub, transfer_id](absl::Duration timeout, worker::DestinationFn done) {
-      struct Call {
-        grpc::ClientContext ctx;
-        v1::GetKvDestinationRequest request;
-        v1::KvDestination response;
-      };
-      auto call = std::make_shared<Call>();
-      call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      call->request.set_transfer_id(transfer_id);
-      stub->async()->GetKvDestination(&call->ctx, &call->request, &call->response,
-                                      [call, done = std::move(done)](grpc::Status s) {
-                                        if (!s.ok()) return done(rpc::FromGrpcStatus(s));
-                                        done(std::move(call->response));
-                                      });
+      v1::GetKvDestinationRequest request;
+      request.set_transfer_id(transfer_id);
+      rpc::CallUnary<v1::GetKvDestinationRequest, v1::KvDestination>(
+          std::move(request), timeout,
+          [stub](grpc::ClientContext* ctx, const v1::GetKvDestinationRequest* req,
+                 v1::KvDestination* resp, std::function<void(grpc::Status)> cb) {
+            stub->async()->GetKvDestination(ctx, req, resp, std::move(cb));
+          },
+          [done = std::move(done)](grpc::Status s, v1::KvDestination d) {
+            if (!s.ok()) return done(rpc::FromGrpcStatus(s));
+            done(std::move(d));
+          });
     };
   }
 
@@ -295,6 +295,27 @@ grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* c
                                                   const v1::GetLoadRequest*,
                                                   v1::WorkerLoad* response) {
   return FinishWithLoad(context, Load(), response);
+}
+
+grpc::ServerUnaryReactor* PrefillService::GetProgress(grpc::CallbackServerContext* context,
+                                                      const v1::GetPrefillProgressRequest* request,
+                                                      v1::PrefillProgress* response) {
+  using State = worker::PrefillProgress::State;
+  if (std::optional<worker::PrefillProgress> p =
+          shared_->options.core->Progress(request->request_id())) {
+    response->set_found(true);
+    response->set_state(p->state == State::kQueued      ? v1::PrefillProgress::STATE_QUEUED
+                        : p->state == State::kComputing ? v1::PrefillProgress::STATE_COMPUTING
+                                                        : v1::PrefillProgress::STATE_SHIPPING);
+    response->set_prompt_tokens(p->prompt_tokens);
+    response->set_cached_tokens(p->cached_tokens);
+    response->set_done_tokens(p->done_tokens);
+    response->set_queued_requests(p->queued_requests);
+    response->set_tokens_per_second(p->tokens_per_second);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace swaserve::worker_service

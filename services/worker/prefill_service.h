@@ -50,6 +50,9 @@ class PrefillService final : public v1::Prefill::CallbackService {
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
                                     const v1::GetLoadRequest* request,
                                     v1::WorkerLoad* response) override;
+  grpc::ServerUnaryReactor* GetProgress(grpc::CallbackServerContext* context,
+                                        const v1::GetPrefillProgressRequest* request,
+                                        v1::PrefillProgress* response) override;
 
   v1::WorkerLoad Load() const;
 

@@ -22,6 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -588,6 +590,28 @@ TEST_F(RouterIntegrationTest, ALongFirstTokenWaitKeepsTheStreamAliveWithComments
   EXPECT_EQ(first_comment, 0u) << "the comments open the stream";
   // No comment once tokens flow; every data line but [DONE] is a chunk.
   EXPECT_EQ(sse.find(": waiting", first_data), std::string::npos) << sse;
+  // The comments say where the prefill stands (the worker's GetProgress,
+  // asked at each comment for the next): tokens done of the prompt, never
+  // going back, or its KV on the way to the decode worker.
+  int progress_comments = 0, last_done = -1;
+  for (absl::string_view line : absl::StrSplit(sse.substr(0, first_data), '\n')) {
+    if (line.empty()) continue;
+    ASSERT_TRUE(absl::StartsWith(line, ": waiting for the first token, ")) << line;
+    if (const size_t at = line.find("; prefill "); at != absl::string_view::npos) {
+      ++progress_comments;
+      if (absl::StrContains(line, "prefill done")) continue;
+      const absl::string_view rest = line.substr(at + 10);
+      ASSERT_TRUE(absl::StrContains(rest, " of 4,000 prompt tokens (")) << line;
+      int done = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(absl::StrReplaceAll(rest.substr(0, rest.find(' ')), {{",", ""}}),
+                                   &done))
+          << line;
+      EXPECT_GE(done, last_done) << sse.substr(0, first_data);
+      EXPECT_LE(done, 4000);
+      last_done = done;
+    }
+  }
+  EXPECT_GT(progress_comments, 0) << sse.substr(0, first_data);
   // Every data line parses; the last chunk before [DONE] carries the usage.
   int chunks = 0;
   json usage;

@@ -90,5 +90,36 @@ TEST(OpenAiResponseTextTest, UsageChunkAndSse) {
   EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
 }
 
+TEST(WaitingCommentTest, SaysHowLongAndWhereThePrefillStands) {
+  EXPECT_EQ(WaitingComment(absl::Seconds(15), nullptr), ": waiting for the first token, 15s\n\n");
+  v1::PrefillProgress p;
+  EXPECT_EQ(WaitingComment(absl::Seconds(30), &p), ": waiting for the first token, 30s\n\n");  // not found
+  p.set_found(true);
+  p.set_state(v1::PrefillProgress::STATE_QUEUED);
+  p.set_queued_requests(3);
+  EXPECT_EQ(WaitingComment(absl::Seconds(45), &p),
+            ": waiting for the first token, 45s; queued at the prefill worker (3 requests "
+            "waiting)\n\n");
+  p.set_state(v1::PrefillProgress::STATE_COMPUTING);
+  p.set_prompt_tokens(304044);
+  p.set_done_tokens(61440);
+  p.set_tokens_per_second(1234.7);
+  EXPECT_EQ(WaitingComment(absl::Seconds(60), &p),
+            ": waiting for the first token, 1m; prefill 61,440 of 304,044 prompt tokens (20%), "
+            "1,234 tokens/s\n\n");
+  p.set_cached_tokens(8192);
+  p.set_tokens_per_second(0);
+  EXPECT_EQ(WaitingComment(absl::Seconds(75), &p),
+            ": waiting for the first token, 1m15s; prefill 61,440 of 304,044 prompt tokens (20%; "
+            "8,192 cached)\n\n");
+  p.set_state(v1::PrefillProgress::STATE_SHIPPING);
+  EXPECT_EQ(WaitingComment(absl::Seconds(90), &p),
+            ": waiting for the first token, 1m30s; prefill done, its KV is going to the decode "
+            "worker\n\n");
+  // An SSE comment is one line: nothing the worker sends can break it.
+  const std::string c = WaitingComment(absl::Seconds(1), &p);
+  EXPECT_EQ(c.find('\n'), c.size() - 2);
+}
+
 }  // namespace
 }  // namespace swaserve::api

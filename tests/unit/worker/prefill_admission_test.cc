@@ -207,5 +207,47 @@ TEST(PrefillPriority, AnUrgentRequestOvertakesTheQueueAndTheLoadReportsThroughpu
   a.CheckClean();
 }
 
+// Progress (what a client waiting for a long prompt's first token is shown):
+// polled while six 480-token prompts share steps of 32 tokens, the last one
+// is seen queued behind the others, then computing with its done tokens
+// growing to the prompt, and gone once answered.
+TEST(PrefillProgressTest, AQueuedRequestReportsItsQueueThenItsDoneTokens) {
+  Admission a(400);
+  EXPECT_FALSE(a.core().Progress("nobody").has_value());
+  constexpr int kPrompt = 480;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(a.Submit(absl::StrCat("p", i), testing::RandomPrompt(500 + i, kPrompt)).ok());
+  }
+  using State = PrefillProgress::State;
+  bool saw_queued = false;
+  int computing_snapshots = 0, last_done = 0;
+  State last_state = State::kQueued;
+  while (std::optional<PrefillProgress> p = a.core().Progress("p5")) {
+    EXPECT_EQ(p->prompt_tokens, kPrompt);
+    EXPECT_GE(p->done_tokens, last_done);  // never goes back
+    EXPECT_LE(p->done_tokens, kPrompt);
+    EXPECT_GE(static_cast<int>(p->state), static_cast<int>(last_state));  // queued, computing
+    if (p->state == State::kQueued) {
+      saw_queued = true;
+      EXPECT_GE(p->queued_requests, 1);
+      EXPECT_EQ(p->done_tokens, 0);
+    } else {
+      EXPECT_GT(p->done_tokens, 0);
+      if (p->state == State::kComputing) ++computing_snapshots;
+      EXPECT_GT(p->tokens_per_second, 0);
+    }
+    last_done = p->done_tokens;
+    last_state = p->state;
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  EXPECT_TRUE(saw_queued);
+  EXPECT_GT(computing_snapshots, 0);
+  EXPECT_GT(last_done, kPrompt / 2);
+  ASSERT_TRUE(a.WaitAll(6, absl::Seconds(120)));
+  for (const auto& [id, st] : a.results()) EXPECT_TRUE(st.ok()) << id << ": " << st;
+  EXPECT_FALSE(a.core().Progress("p5").has_value());
+  a.CheckClean();
+}
+
 }  // namespace
 }  // namespace swaserve::worker
