@@ -6,7 +6,8 @@
 # demo-model tokens per word), one at a time, max_tokens 8. For each: HTTP
 # status, prompt tokens (usage), seconds to the first token, the SSE
 # keep-alive comments seen before it (router --http.stream_keepalive), total
-# seconds, and the error if any. The prefill of a 300K-token prompt takes
+# seconds, the error if any, and the last comment (where the prefill stood:
+# prompt tokens done, tokens/s). The prefill of a 300K-token prompt takes
 # ~20-40 min on a 2-core VM (its two full-attention layers are quadratic).
 #
 #   bash bench/cluster/long_prompts.sh                   # WORDS="55000 92000"
@@ -44,6 +45,7 @@ for n in sizes:
     req = urllib.request.Request(f"{url}/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0, ttft, comments, tokens, status, err = time.time(), None, 0, 0, 0, ""
+    last_comment = ""
     try:
         with urllib.request.urlopen(req, timeout=7200) as r:
             status = r.status
@@ -51,6 +53,7 @@ for n in sizes:
                 line = raw.decode().strip()
                 if line.startswith(":"):
                     comments += 1
+                    last_comment = line
                 elif line.startswith("data: {"):
                     c = json.loads(line[6:])
                     if "error" in c:
@@ -64,4 +67,6 @@ for n in sizes:
     total = time.time() - t0
     print(f"{n:>8} {status:>6} {tokens:>10} {comments:>8} "
           f"{(f'{ttft:.1f}' if ttft is not None else '-'):>8} {total:>8.1f}  {err}", flush=True)
+    if last_comment:
+        print(f"{'':>8} last keep-alive comment: {last_comment}", flush=True)
 PY

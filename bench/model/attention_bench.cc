@@ -2,7 +2,7 @@
 // (Google Benchmark), the kernel that dominates a long prompt's prefill: the
 // demo model's full-attention layer (8 heads, 4 KV heads, head dims 36 / 24,
 // bf16 KV) and its SWA layer (W = 128), a 512-query chunk after C cached
-// tokens. Counters: GFLOP/s (2 · (hd + vd) FLOPs per (query, head, key)) and,
+// tokens (and one query: a decode step). Counters: GFLOP/s (2 · (hd + vd) FLOPs per (query, head, key)) and,
 // for the physical limit in the same run, the peak of a register-only
 // AVX-512 FMA loop on the same threads (BM_FmaPeak).
 //
@@ -74,6 +74,7 @@ struct Setup {
 void BM_ChunkAttention(benchmark::State& state) {
   const int context = static_cast<int>(state.range(0));
   const int window = static_cast<int>(state.range(1));
+  const int queries = static_cast<int>(state.range(2));  // kChunk, or 1 (a decode step)
   static std::unique_ptr<Setup> setup;
   static int setup_context = -1;
   if (setup_context != context) {
@@ -90,9 +91,9 @@ void BM_ChunkAttention(benchmark::State& state) {
   p.window = window;
   p.sinks = window > 0 ? setup->sinks.data() : nullptr;
   const kv::LayerView view = window > 0 ? setup->seq->SwaLayer(0) : setup->seq->FullLayer(0);
-  const AttentionSpan span{.view = view, .row0 = 0, .pos0 = context, .n = kChunk};
+  const AttentionSpan span{.view = view, .row0 = 0, .pos0 = context, .n = queries};
   double keys = 0;  // (query, key) pairs of the chunk
-  for (int i = 0; i < kChunk; ++i) {
+  for (int i = 0; i < queries; ++i) {
     keys += window > 0 ? std::min(window, context + i + 1) : context + i + 1;
   }
   for (auto _ : state) {
@@ -104,11 +105,13 @@ void BM_ChunkAttention(benchmark::State& state) {
       benchmark::Counter(flops * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ChunkAttention)
-    ->ArgNames({"context", "window"})
-    ->Args({8192, 0})
-    ->Args({65536, 0})
-    ->Args({262144, 0})
-    ->Args({65536, 128})
+    ->ArgNames({"context", "window", "queries"})
+    ->Args({8192, 0, kChunk})
+    ->Args({65536, 0, kChunk})
+    ->Args({262144, 0, kChunk})
+    ->Args({65536, 128, kChunk})
+    ->Args({65536, 0, 1})
+    ->Args({65536, 128, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -33,6 +33,8 @@ constexpr int kBk = kAttentionKeyBlock;
 constexpr int kMaxVectors = 3;
 // Windows shorter than this take one vector per task (VectorsFor).
 constexpr int kShortWindow = 1024;
+// Tasks reading at least this many keys prefetch the next block's rows.
+constexpr int kPrefetchMinKeys = 4096;
 
 int WindowStart(const AttentionParams& p, const AttentionSpan& sp, int pos) {
   return std::max(sp.first_key, p.window > 0 ? std::max(0, pos - p.window + 1) : 0);
@@ -225,6 +227,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
 
+  const bool prefetch = kmax - kmin >= kPrefetchMinKeys;
   for (int kb = kmin / kBk; kb <= kmax / kBk; ++kb) {
     const int a = std::max(kb * kBk, kmin);
     const int b = std::min(kb * kBk + kBk - 1, kmax);
@@ -233,8 +236,10 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     // widened copies).
     const float* krow[kBk];
     const float* vrow[kBk];
-    // The next block's rows are read from memory while this one computes.
-    if (kb < kmax / kBk) {
+    // Over a long key range (rows not in cache) the next block's rows are
+    // read from memory while this one computes; a short one (a window, a
+    // short context) is cached already and the prefetches would only cost.
+    if (prefetch && kb < kmax / kBk) {
       const int na = (kb + 1) * kBk, nb = std::min(na + kBk - 1, kmax);
       for (int t = na; t <= nb; ++t) {
         const uint8_t* kp = view.K(t) + static_cast<size_t>(kvh) * hd * es;
