@@ -76,12 +76,15 @@ class WorkerClient {
   virtual std::unique_ptr<PrefillCall> NewPrefill(absl::Time deadline) = 0;
   // Prefill.GetProgress of the call whose PrefillRequest.request_id is
   // `request_id`, bounded by `timeout`; `done` runs once, on any thread
-  // (possibly inline), with the status and the answer. Default (fakes):
-  // UNIMPLEMENTED.
+  // (possibly inline), with the status and the answer. The gRPC client
+  // asks the worker; a client that cannot ask (the scripted fakes of the
+  // router's unit tests) answers UNIMPLEMENTED at once, as an older worker
+  // without the RPC does, and the router then shows no progress.
   using ProgressDone = std::function<void(grpc::Status, const v1::PrefillProgress&)>;
   virtual void GetPrefillProgress(const std::string& request_id, absl::Duration timeout,
                                   ProgressDone done) {
-    done(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no progress"), v1::PrefillProgress());
+    done(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this client cannot ask for progress"),
+         v1::PrefillProgress());
   }
 };
 
