@@ -100,6 +100,10 @@ int g_checkpoint_tokens = 2048;
 // hit then counts M minus the pyramid's work in token-equivalents
 // (kv::WindowRestorePyramidWork), and the restore choice uses that work.
 bool g_pyramid = true;
+// Restores may start at the window-safe hit L itself when L is past the
+// stretch's start (kv::PlanWindowRestoreStretch), as the worker does by
+// default; off with --no-safe-start (only restores from the stretch's start).
+bool g_safe_start = true;
 
 struct Flags {
   std::string trace;
@@ -371,19 +375,17 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
     if (spec.restore) {
       const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
       if (ml.matched_tokens > ml.safe_tokens) {
-        const int from = WindowRestoreStart(ml.matched_tokens, spec.shape.sliding_window,
-                                            spec.shape.page_size, spec.shape.swa_layers);
-        restore_work = g_pyramid ? WindowRestorePyramidWork(
-                                       WindowRestoreRows(ml.matched_tokens, spec.shape.sliding_window,
-                                                         spec.shape.page_size, swa_pattern, 0),
-                                       from, ml.matched_tokens)
-                                 : ml.matched_tokens - from;
+        const WindowRestoreStretch st = PlanWindowRestoreStretch(
+            ml.matched_tokens, ml.safe_tokens, spec.shape.sliding_window, spec.shape.page_size,
+            swa_pattern, 0, g_pyramid, g_safe_start);
+        restore_work = st.work;
         choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
                                              .full_tokens = ml.matched_tokens,
-                                             .restore_from = from,
+                                             .restore_from = st.from,
                                              .restore_tokens = restore_work,
                                              .min_saved_work = 64});
         mo.full_kv = choice.restore;
+        mo.lock_safe_window = choice.restore && st.from_window_safe;
       }
     }
     CacheHit hit = cache->MatchAndLock(hashes, mo);
@@ -565,6 +567,8 @@ int Main(int argc, char** argv) {
       g_checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
     } else if (a == "--no-pyramid") {
       g_pyramid = false;
+    } else if (a == "--no-safe-start") {
+      g_safe_start = false;
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
@@ -572,6 +576,7 @@ int Main(int argc, char** argv) {
           "  [--sweep-ratios 0.005,0.01,0.02,0.05,0.1 | --no-sweep] [--limit N]\n"
           "  [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS (dual+restore; 0 off)]\n"
           "  [--no-pyramid (dual+restore: every layer over the whole restored stretch)]\n"
+          "  [--no-safe-start (dual+restore: never restore from the window-safe hit itself)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       return 0;
     } else {
@@ -605,7 +610,7 @@ int Main(int argc, char** argv) {
       "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
       "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
       "prompt inserted at the end of prefill; divergence windows %s; dual+restore: "
-      "restorable tombstones, SWA checkpoints every %d tokens, restores %s\n"
+      "restorable tombstones, SWA checkpoints every %d tokens, restores %s, %s\n"
       "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
       flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
       prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
@@ -616,6 +621,8 @@ int Main(int argc, char** argv) {
       g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
       g_checkpoint_tokens,
       g_pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
+      g_safe_start ? "from the window-safe hit when it is inside the stretch (--no-safe-start: never)"
+                   : "only from the stretch's start (--no-safe-start)",
       single_token_bytes);
 
   auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,

@@ -416,19 +416,19 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     if (cfg.restore) {
       const kv::MatchLengths ml = w.cache->Match(hashes, mo.max_tokens);
       if (ml.matched_tokens > ml.safe_tokens) {
-        const int from = kv::WindowRestoreStart(ml.matched_tokens, cfg.shape.sliding_window, ps,
-                                                cfg.shape.swa_layers);
-        if (cfg.pyramid) {
-          restore_work = kv::WindowRestorePyramidWork(
-              kv::WindowRestoreRows(ml.matched_tokens, cfg.shape.sliding_window, ps, swa_pattern, 0),
-              from, ml.matched_tokens);
-        }
+        // As the worker does by default: from the window-safe hit itself
+        // when it lies inside the stretch.
+        const kv::WindowRestoreStretch st = kv::PlanWindowRestoreStretch(
+            ml.matched_tokens, ml.safe_tokens, cfg.shape.sliding_window, ps, swa_pattern, 0,
+            cfg.pyramid);
+        if (cfg.pyramid) restore_work = st.work;
         choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
                                              .full_tokens = ml.matched_tokens,
-                                             .restore_from = from,
+                                             .restore_from = st.from,
                                              .restore_tokens = restore_work,
                                              .min_saved_work = 64});
         mo.full_kv = choice.restore;
+        mo.lock_safe_window = choice.restore && st.from_window_safe;
       }
     }
     kv::CacheHit hit = w.cache->MatchAndLock(hashes, mo);

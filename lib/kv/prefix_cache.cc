@@ -20,10 +20,12 @@ CacheHit& CacheHit::operator=(CacheHit&& other) noexcept {
   swa_pages_ = std::move(other.swa_pages_);
   swa_first_page_ = other.swa_first_page_;
   node_ = other.node_;
+  swa_node_ = other.swa_node_;
   swa_locked_tokens_ = other.swa_locked_tokens_;
   other.full_pages_.clear();
   other.swa_pages_.clear();
   other.node_ = nullptr;
+  other.swa_node_ = nullptr;
   other.swa_locked_tokens_ = 0;
   other.matched_tokens_ = 0;
   other.window_safe_tokens_ = 0;
@@ -358,6 +360,11 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
     // the window-safe rule (the caller's restore recovers part of it).
     stats_.hit_tokens.fetch_add(int64_t{safe} * page_size_, std::memory_order_relaxed);
     LockFullKv(hit, full_node, full_k);
+    if (options.lock_safe_window && safe > 0 && window_ > 1) {
+      // safe_node ends at `safe` (the walk went on past it: pos > safe), an
+      // ancestor of the full-KV hit's end.
+      LockSafeWindow(hit, safe_node, safe);
+    }
     return hit;
   }
   if (safe == 0) return hit;
@@ -368,15 +375,9 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
   if (safe_k < end_node->pages()) end_node = Split(end_node, safe_k);
 
   // SWA window: pages [swa_first, safe). Make its start a node boundary.
-  const int swa_first = static_cast<int>(
-      std::max<int64_t>(0, int64_t{safe} * page_size_ - (window_ - 1)) / page_size_);
-  const int swa_pages = window_ <= 1 ? 0 : safe - swa_first;
-  if (swa_pages > 0) {
-    CacheNode* n = end_node;
-    while (n->start_page > swa_first) n = n->parent;
-    if (n->start_page < swa_first) Split(n, swa_first - n->start_page);
-  }
-  hit.swa_first_page_ = window_ <= 1 ? safe : swa_first;
+  const int swa_first = window_ <= 1 ? safe : SplitAtWindowStart(end_node, safe);
+  const int swa_pages = safe - swa_first;
+  hit.swa_first_page_ = swa_first;
 
   // Collect pages root -> end, refresh recency, lock.
   std::vector<CacheNode*> path;
@@ -394,6 +395,7 @@ CacheHit PrefixCache::MatchAndLock(absl::Span<const uint64_t> page_hashes,
     }
   }
   hit.node_ = end_node;
+  hit.swa_node_ = end_node;
   hit.swa_locked_tokens_ = swa_pages * page_size_;
   LockPath(end_node, swa_pages);
   CountHit(end_node, safe);
@@ -414,8 +416,40 @@ void PrefixCache::LockFullKv(CacheHit& hit, CacheNode* end_node, int k) {
   }
   hit.swa_first_page_ = static_cast<int>(hit.full_pages_.size());
   hit.node_ = end_node;
+  hit.swa_node_ = end_node;
   hit.swa_locked_tokens_ = 0;
   LockPath(end_node, 0);
+}
+
+int PrefixCache::SplitAtWindowStart(CacheNode* end_node, int end_page) {
+  const int swa_first = static_cast<int>(
+      std::max<int64_t>(0, int64_t{end_page} * page_size_ - (window_ - 1)) / page_size_);
+  if (end_page > swa_first) {
+    CacheNode* n = end_node;
+    while (n->start_page > swa_first) n = n->parent;
+    if (n->start_page < swa_first) Split(n, swa_first - n->start_page);
+  }
+  return swa_first;
+}
+
+void PrefixCache::LockSafeWindow(CacheHit& hit, CacheNode* safe_node, int safe) {
+  // Split() keeps the node it splits as the tail: safe_node and the hit's
+  // end stay valid.
+  const int swa_first = SplitAtWindowStart(safe_node, safe);
+  std::vector<CacheNode*> window;  // safe_node up to the window's first node
+  for (CacheNode* n = safe_node; n != root_.get() && n->start_page >= swa_first; n = n->parent) {
+    window.push_back(n);
+  }
+  std::reverse(window.begin(), window.end());
+  for (CacheNode* n : window) {
+    hit.swa_pages_.insert(hit.swa_pages_.end(), n->swa.begin(), n->swa.end());
+    n->swa_tick = tick_;
+    ++n->swa_lock;
+    Reindex(n);
+  }
+  hit.swa_first_page_ = swa_first;
+  hit.swa_node_ = safe_node;
+  hit.swa_locked_tokens_ = (safe - swa_first) * page_size_;
 }
 
 void PrefixCache::LockPath(CacheNode* end, int swa_pages) {
@@ -439,7 +473,7 @@ void PrefixCache::UnlockSwa(CacheNode* end, int swa_pages) {
 
 void PrefixCache::ReleaseSwa(CacheHit& hit) {
   if (hit.node_ == nullptr || hit.swa_locked_tokens_ == 0) return;
-  UnlockSwa(hit.node_, hit.swa_locked_tokens_ / page_size_);
+  UnlockSwa(hit.swa_node_, hit.swa_locked_tokens_ / page_size_);
   hit.swa_locked_tokens_ = 0;
   hit.swa_pages_.clear();
   hit.swa_first_page_ = static_cast<int>(hit.full_pages_.size());

@@ -22,7 +22,9 @@
 // match M is longer than the window-safe one L, the hit locks the full pages
 // of [0, M) and no SWA page; the caller recomputes the window's SWA (and
 // MTP) KV from a bounded stretch before M (WindowRestoreStart in
-// sequence.h) and inserts it, which heals the tombstones on the path.
+// sequence.h) and inserts it, which heals the tombstones on the path. With
+// MatchOptions::lock_safe_window it also locks L's window, and the stretch
+// can start at L (when L is past WindowRestoreStart(M): less to compute).
 // ReleaseSwa() drops the SWA lock early (once the request's own window has
 // moved past the hit); Unlock() drops everything. Invariant: full_lock >=
 // swa_lock on every node.
@@ -250,13 +252,17 @@ class CacheHit {
   int matched_tokens() const { return matched_tokens_; }
   // Longest window-safe prefix (<= tokens()).
   int window_safe_tokens() const { return window_safe_tokens_; }
-  // A full-KV hit: the SWA KV of its last window is not in the cache (no SWA
-  // page is locked); the caller must restore it before reading it.
+  // A full-KV hit: the SWA KV of its last window is not in the cache; the
+  // caller must restore it before reading it. No SWA page is locked, or
+  // (MatchOptions::lock_safe_window) those of the window at
+  // window_safe_tokens().
   bool needs_window_restore() const { return tokens() > window_safe_tokens_; }
   // Full-pool pages of tokens [0, tokens()).
   absl::Span<const PageId> full_pages() const { return full_pages_; }
-  // SWA-pool pages of pages [swa_first_page(), tokens()/page_size); the hit's
-  // last window. Pages before swa_first_page have no SWA KV for this hit.
+  // SWA-pool pages of pages [swa_first_page(), swa_first_page() +
+  // swa_pages().size()): the hit's last window — for a full-KV hit with
+  // lock_safe_window, the window at window_safe_tokens() (ending there).
+  // Pages before swa_first_page have no SWA KV for this hit.
   absl::Span<const PageId> swa_pages() const { return swa_pages_; }
   int swa_first_page() const { return swa_first_page_; }
   bool locked() const { return node_ != nullptr; }
@@ -271,7 +277,10 @@ class CacheHit {
   std::vector<PageId> swa_pages_;
   int swa_first_page_ = 0;
   CacheNode* node_ = nullptr;     // deepest locked node (null: nothing locked)
-  int swa_locked_tokens_ = 0;     // tokens of SWA lock counted up from node_
+  // Deepest SWA-locked node (node_, or for a full-KV hit with
+  // lock_safe_window the window-safe end, an ancestor of node_).
+  CacheNode* swa_node_ = nullptr;
+  int swa_locked_tokens_ = 0;     // tokens of SWA lock counted up from swa_node_
 };
 
 // Result of a lookup without locking: both lengths a caller chooses from
@@ -290,6 +299,12 @@ struct MatchOptions {
   // Lock the full-KV match M instead of the window-safe L when M > L (a
   // full-KV hit: see above). When M == L the hit is an ordinary one.
   bool full_kv = false;
+  // With full_kv, when 0 < L < M: also lock the SWA pages of L's last window
+  // (as an ordinary hit at L would), so that the caller can restore from L
+  // instead of from WindowRestoreStart(M): cheaper when L is past that start
+  // (the restore then reads SWA keys below L from those pages:
+  // Sequence::BeginWindowRestore). Ignored otherwise.
+  bool lock_safe_window = false;
 };
 
 struct EvictResult {
@@ -499,6 +514,12 @@ class PrefixCache {
   void LockPath(CacheNode* node, int swa_tokens);
   // Locks the full pages of the path ending `k` pages into `end_node`.
   void LockFullKv(CacheHit& hit, CacheNode* end_node, int k);
+  // Makes the first page of the window ending at page end_page (on
+  // end_node's path) a node boundary; returns it.
+  int SplitAtWindowStart(CacheNode* end_node, int end_page);
+  // Adds the SWA lock of the window ending at `safe` pages (safe_node's
+  // end) to a full-KV hit (MatchOptions::lock_safe_window).
+  void LockSafeWindow(CacheHit& hit, CacheNode* safe_node, int safe);
   void UnlockSwa(CacheNode* node, int swa_tokens);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
             int num_pages, uint8_t tier = 0);

@@ -85,6 +85,24 @@ int WindowRestoreWorkPerRestore(int window, int page_size, const std::vector<boo
       WindowRestoreRows(m, window, page_size, swa_layer, mtp_layers), s, m)));
 }
 
+WindowRestoreStretch PlanWindowRestoreStretch(int full_tokens, int window_safe_tokens, int window,
+                                              int page_size, const std::vector<bool>& swa_layer,
+                                              int mtp_layers, bool pyramid, bool from_window_safe) {
+  const int chain =
+      static_cast<int>(std::count(swa_layer.begin(), swa_layer.end(), true)) + mtp_layers;
+  WindowRestoreStretch st;
+  st.from = WindowRestoreStart(full_tokens, window, page_size, chain);
+  if (from_window_safe && window_safe_tokens >= st.from && window_safe_tokens < full_tokens) {
+    st.from = window_safe_tokens;
+    st.from_window_safe = window_safe_tokens > 0;
+  }
+  st.work = pyramid ? WindowRestorePyramidWork(
+                          WindowRestoreRows(full_tokens, window, page_size, swa_layer, mtp_layers),
+                          st.from, full_tokens)
+                    : full_tokens - st.from;
+  return st;
+}
+
 Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
     : pools_(options.pools),
       cache_(options.cache),
@@ -180,7 +198,7 @@ void Sequence::TrimWindow() {
     swa_pages_[p] = kNoPage;
   }
   swa_first_page_ = std::max(swa_first_page_, new_first);
-  if (hit_.swa_locked() && swa_first_page_ >= hit_pages_ && cache_ != nullptr) {
+  if (hit_.swa_locked() && swa_first_page_ >= swa_shared_end_ && cache_ != nullptr) {
     cache_->ReleaseSwa(hit_);
   }
 }
@@ -246,13 +264,26 @@ absl::Status Sequence::BeginWindowRestore(int from_token) {
     return absl::InvalidArgumentError(absl::StrCat("window restore from token ", from_token,
                                                    " of a ", hit_tokens_, "-token hit"));
   }
+  if (hit_.swa_locked() && from_token != hit_.window_safe_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a window restore over a hit with its window at ", hit_.window_safe_tokens(),
+        " starts there, not at ", from_token));
+  }
   restore_from_ = from_token;
   frontier_ = from_token;
-  swa_shared_end_ = 0;  // the hit locked no SWA page
-  swa_first_page_ = from_token / page_size_;
+  if (hit_.swa_locked()) {
+    // Restoring from L: SWA keys before L are the hit's window (shared).
+    swa_shared_end_ = from_token / page_size_;
+    swa_key_start_ = swa_first_page_ * page_size_;
+  } else {
+    swa_shared_end_ = 0;  // the hit locked no SWA page
+    swa_first_page_ = from_token / page_size_;
+    swa_key_start_ = from_token;
+  }
   // Keep the restored window (what a query at the hit's end reads) for the
   // cache; the rest of the stretch goes as the window moves on.
-  keep_begin_ = std::max(swa_first_page_, SwaWindowStart(hit_tokens_, window_, page_size_) / page_size_);
+  keep_begin_ = std::max(from_token / page_size_,
+                         SwaWindowStart(hit_tokens_, window_, page_size_) / page_size_);
   keep_end_ = hit_pages_;
   restore_exact_page_ = keep_begin_;
   return absl::OkStatus();

@@ -37,7 +37,10 @@
 // that path) and releases the rest of the stretch as the window moves on
 // (the stretch before the window is exact only on the first SWA layers: it
 // never goes to the cache). The restored window is exact when the restore
-// starts at or before WindowRestoreStart(M, ...) — the caller's contract.
+// starts at or before WindowRestoreStart(M, ...) — the caller's contract —
+// or at L when the hit also locked the window at its window-safe length L
+// (MatchOptions::lock_safe_window): then SWA keys before L are that cached
+// window's, which is exactly what a straight run would have computed.
 //
 // A Sequence starts from an optional prefix-cache hit (whose pages it reads
 // but does not own) and owns every page it allocates. Finish() hands the
@@ -162,6 +165,24 @@ double WindowRestorePyramidWork(const WindowRestorePyramid& p, int from, int ful
 int WindowRestoreWorkPerRestore(int window, int page_size, const std::vector<bool>& swa_layer,
                                 int mtp_layers);
 
+// Where a window restore for a full-KV match M past the window-safe hit L
+// starts and what it computes. From s = WindowRestoreStart(M), or, when
+// `from_window_safe` and L >= s, from L itself (the hit then locks L's
+// window: MatchOptions::lock_safe_window, Sequence::BeginWindowRestore): the
+// stretch [L, M) through the pyramid's rows, reading the cached full KV and
+// L's cached window, is less work than recomputing [L, M) as an ordinary
+// prefill would (every layer, full KV included). `work` is in token-
+// equivalents: WindowRestorePyramidWork with `pyramid`, else M − from.
+struct WindowRestoreStretch {
+  int from = 0;
+  double work = 0;
+  bool from_window_safe = false;  // from == L > 0
+};
+WindowRestoreStretch PlanWindowRestoreStretch(int full_tokens, int window_safe_tokens, int window,
+                                              int page_size, const std::vector<bool>& swa_layer,
+                                              int mtp_layers, bool pyramid,
+                                              bool from_window_safe = true);
+
 class Sequence {
  public:
   // Starts from `hit` (may be empty); takes ownership of its locks.
@@ -201,7 +222,8 @@ class Sequence {
 
   // Plans a window restore from from_token (see above): the sequence must
   // come from a full-KV hit and have computed nothing yet; 0 <= from_token <
-  // cached_tokens(). InvalidArgument otherwise.
+  // cached_tokens(), and from_token == the hit's window_safe_tokens() when
+  // the hit locked that window. InvalidArgument otherwise.
   absl::Status BeginWindowRestore(int from_token);
 
   // Pages for computing positions [from, from + n): from is length() (then
@@ -215,8 +237,9 @@ class Sequence {
   // Window restore in progress or planned: its first position, else -1.
   int restore_from() const { return restore_from_; }
   // SWA keys before this position are not read (no SWA KV exists there):
-  // restore_from() during a restore, else 0.
-  int swa_key_start() const { return restore_from_ < 0 ? 0 : restore_from_; }
+  // restore_from() during a restore (the start of the hit's cached window
+  // when it restores from there), else 0.
+  int swa_key_start() const { return restore_from_ < 0 ? 0 : swa_key_start_; }
 
   // Releases SWA pages below keep_from (see above; during a window restore,
   // counted from the end of the last prepared chunk). Idempotent.
@@ -298,6 +321,7 @@ class Sequence {
   // Window restore: first position (-1: none) and the end of the last
   // prepared chunk (TrimWindow keeps what a query there reads).
   int restore_from_ = -1;
+  int swa_key_start_ = 0;
   int frontier_ = 0;
   // Window restore: SWA pages from restore_from_ up to this page index are
   // inexact (never cached).

@@ -254,7 +254,7 @@ double PrefillWork(double context_cost_per_token, int64_t start, int64_t n) {
 WindowRestoreChoice ChooseWindowRestore(const WindowRestoreInputs& in) {
   WindowRestoreChoice c;
   c.compute_from = in.window_safe_tokens;
-  if (in.full_tokens <= in.window_safe_tokens || in.restore_from <= in.window_safe_tokens ||
+  if (in.full_tokens <= in.window_safe_tokens || in.restore_from < in.window_safe_tokens ||
       in.restore_from >= in.full_tokens) {
     return c;
   }

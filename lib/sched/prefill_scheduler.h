@@ -256,10 +256,13 @@ double PrefillWork(double context_cost_per_token, int64_t start, int64_t n);
 // only [s, M), s = the restore start, whose full layers attend over the
 // cached full KV, then continues from M. Both compute everything after M
 // alike, so the choice compares the work of [L, M) with that of [s, M).
+// A restore may also start at L itself (kv::PlanWindowRestoreStretch: when
+// L is past s, the stretch [L, M) with the cached full KV is less work than
+// an ordinary prefill of it); a start below L is not a restore.
 struct WindowRestoreInputs {
   int window_safe_tokens = 0;  // L
   int full_tokens = 0;         // M
-  int restore_from = 0;        // s
+  int restore_from = 0;        // s (or L)
   // The restore's work in tokens: computed as that many tokens ending at M.
   // < 0: M − s (every layer over [s, M)); a pyramid restore
   // (kv::WindowRestorePyramidWork) costs about half.

@@ -23,6 +23,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
                                .swa_checkpoint_tokens = options.swa_checkpoint_tokens};
   r.result.restored_tokens = 0;
   r.result.restore_saved_tokens = 0;
+  r.result.restore_from_window_safe = false;
   if (options.cache == nullptr) {
     r.seq = std::make_unique<kv::Sequence>(so);
     r.result.cached_tokens = 0;
@@ -47,22 +48,20 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
     if (ml.matched_tokens > ml.safe_tokens) {
-      const int ps = options.pools->shape().page_size;
-      const int s = kv::WindowRestoreStart(ml.matched_tokens, c.sliding_window, ps,
-                                           c.num_swa_layers() + K);
-      if (options.window_restore_pyramid) {
-        restore_work = kv::WindowRestorePyramidWork(
-            kv::WindowRestoreRows(ml.matched_tokens, c.sliding_window, ps, c.swa_layer_mask(), K), s,
-            ml.matched_tokens);
-      }
+      const kv::WindowRestoreStretch st = kv::PlanWindowRestoreStretch(
+          ml.matched_tokens, ml.safe_tokens, c.sliding_window, options.pools->shape().page_size,
+          c.swa_layer_mask(), K, options.window_restore_pyramid,
+          options.window_restore_from_window_safe);
+      if (options.window_restore_pyramid) restore_work = st.work;
       choice = sched::ChooseWindowRestore(
           {.window_safe_tokens = ml.safe_tokens,
            .full_tokens = ml.matched_tokens,
-           .restore_from = s,
+           .restore_from = st.from,
            .restore_tokens = restore_work,
            .context_cost_per_token = options.scheduler.context_cost_per_token,
            .min_saved_work = options.window_restore_min_saved_work});
       mo.full_kv = choice.restore;
+      mo.lock_safe_window = choice.restore && st.from_window_safe;
     }
   }
   kv::CacheHit hit = options.cache->MatchAndLock(r.hashes, mo);
@@ -85,6 +84,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
       // the pyramid the tokens' worth of work it computes.
       const double work = restore_work >= 0 ? restore_work : m - choice.compute_from;
       r.result.restore_saved_tokens = m - safe - static_cast<int>(std::llround(work));
+      r.result.restore_from_window_safe = choice.compute_from == safe && safe > 0;
     }
   }
   r.result.cached_tokens =
@@ -139,6 +139,7 @@ void PrefillCore::Impl::Admit(std::unique_ptr<Req> r) {
     r->result.cached_tokens = 0;
     r->result.restored_tokens = 0;
     r->result.restore_saved_tokens = 0;
+    r->result.restore_from_window_safe = false;
     ++released_hits;
   }
   r->result.prompt_tokens = n;
@@ -186,6 +187,7 @@ bool PrefillCore::Impl::ReleaseQueuedHits() {
     r->result.computed_tokens = n;
     r->result.restored_tokens = 0;
     r->result.restore_saved_tokens = 0;
+    r->result.restore_from_window_safe = false;
     ++released_hits;
     // Same arrival: the request keeps its place by wait time.
     absl::Status st = sched->Add({.id = r->job.id,
@@ -279,10 +281,14 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     restores_total.fetch_add(1, std::memory_order_relaxed);
     restored_total.fetch_add(r->result.restored_tokens, std::memory_order_relaxed);
     restore_saved_total.fetch_add(r->result.restore_saved_tokens, std::memory_order_relaxed);
+    if (r->result.restore_from_window_safe) {
+      restores_from_safe_total.fetch_add(1, std::memory_order_relaxed);
+    }
     if (m.restores != nullptr) {
       m.restores->Increment();
       m.restored_tokens->Increment(r->result.restored_tokens);
       m.restore_saved_tokens->Increment(r->result.restore_saved_tokens);
+      if (r->result.restore_from_window_safe) m.restores_from_safe->Increment();
     }
   }
   const std::string id = r->job.id;
@@ -789,6 +795,7 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.window_restores_total = impl_->restores_total.load();
   l.restored_tokens_total = impl_->restored_total.load();
   l.restore_saved_tokens_total = impl_->restore_saved_total.load();
+  l.window_restores_from_window_safe_total = impl_->restores_from_safe_total.load();
   l.l3_prefetch_hits = impl_->prefetch_hits.load();
   l.l3_prefetch_misses = impl_->prefetch_misses.load();
   l.l3_prefetch_unused = impl_->prefetch_unused.load();

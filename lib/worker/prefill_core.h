@@ -34,7 +34,8 @@
 // the cached full KV, instead of recomputing [L, M); the scheduler sees it as
 // a hit of s tokens, and so do cached_tokens and the router's usage. The
 // restored window goes into the cache with the prompt, healing the path.
-// Metrics swaserve_prefill_window_restore_{requests,tokens,saved_tokens}_total.
+// Metrics swaserve_prefill_window_restore_{requests,tokens,saved_tokens,
+// from_window_safe}_total.
 //
 // When shipping fails or the caller cancels during the ship, the computed
 // prompt still goes into the prefix cache (its KV is complete and valid),
@@ -92,6 +93,9 @@ struct PrefillResult {
   // restore's work: the pyramid's, in token-equivalents, when on).
   int restored_tokens = 0;
   int restore_saved_tokens = 0;
+  // The restore started at the window-safe hit itself (reading its cached
+  // window: PrefillCoreOptions::window_restore_from_window_safe).
+  bool restore_from_window_safe = false;
   double queue_seconds = 0;
   double compute_seconds = 0;
   double transfer_seconds = 0;
@@ -152,6 +156,12 @@ struct PrefillCoreOptions {
   // byte-identical either way. The restore choice then uses the pyramid's
   // work. false: every layer over the whole stretch.
   bool window_restore_pyramid = true;
+  // Start a restore at the window-safe hit L itself when L is past the
+  // stretch's start (kv::PlanWindowRestoreStretch): the hit also locks L's
+  // window, and [L, M) is computed through the pyramid's rows reading the
+  // cached full KV — less than recomputing [L, M), which is what happens
+  // without a restore. false: only restores from WindowRestoreStart(M).
+  bool window_restore_from_window_safe = true;
   // SWA checkpoints (kv::SequenceOptions::swa_checkpoint_tokens): every
   // this many prompt tokens a request keeps the SWA window ending there for
   // the prefix cache, cold, so that a later prompt diverging from it is
@@ -201,6 +211,8 @@ struct PrefillLoad {
   int64_t window_restores_total = 0;
   int64_t restored_tokens_total = 0;
   int64_t restore_saved_tokens_total = 0;
+  // Of window_restores_total, those that started at the window-safe hit.
+  int64_t window_restores_from_window_safe_total = 0;
   // L3 prefetches by outcome: attached pages (hit), found nothing (miss),
   // read pages the cache could not use (unused), the request stopped
   // waiting (timeout), and full pages attached in all.

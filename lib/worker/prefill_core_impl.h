@@ -69,6 +69,7 @@ struct Metrics {
   metrics::Counter* restores = nullptr;
   metrics::Counter* restored_tokens = nullptr;
   metrics::Counter* restore_saved_tokens = nullptr;
+  metrics::Counter* restores_from_safe = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -154,6 +155,11 @@ struct Metrics {
                                              "computing from the window-safe hit (with the "
                                              "pyramid: against its work in tokens)."));
     restore_saved_tokens = &ws->WithLabels();
+    ASSIGN_OR_RETURN(auto* wf, r->AddCounter("swaserve_prefill_window_restore_from_window_safe_total",
+                                             "Window restores that started at the window-safe "
+                                             "hit itself (inside the stretch), reading its "
+                                             "cached window: less to compute."));
+    restores_from_safe = &wf->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -207,7 +213,8 @@ struct PrefillCore::Impl {
   bool stopping ABSL_GUARDED_BY(mu) = false;
   PrefillLoad load ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
-  std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0};
+  std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0},
+      restores_from_safe_total{0};
   std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch

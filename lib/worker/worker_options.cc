@@ -63,6 +63,10 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.window_restore_pyramid"), &o->window_restore_pyramid,
            "window restore: compute each layer only over the rows later layers need (about "
            "half the work; the restored window is the same)")
+      .Add(key("prefill.window_restore_from_window_safe"), &o->window_restore_from_window_safe,
+           "window restore: start at the window-safe hit itself when it lies inside the "
+           "stretch (reading its cached window and the cached full KV) instead of recomputing "
+           "from there as an ordinary prefill")
       .Add(key("prefill.swa_checkpoint_tokens"), &o->swa_checkpoint_tokens,
            "keep the SWA window every this many prompt tokens in the prefix cache (cold: "
            "evicted first), so prompts diverging mid-way hit at most this far back (0: off)")

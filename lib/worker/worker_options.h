@@ -66,6 +66,8 @@ struct WorkerOptions {
   double window_restore_min_saved_work = 64;
   // PrefillCoreOptions::window_restore_pyramid.
   bool window_restore_pyramid = true;
+  // PrefillCoreOptions::window_restore_from_window_safe.
+  bool window_restore_from_window_safe = true;
   // PrefillCoreOptions::swa_checkpoint_tokens (0: off). 2048 is the best of
   // 1K-8K on the Mooncake trace replay (bench/RESULTS.md, window restore).
   int64_t swa_checkpoint_tokens = 2048;

@@ -74,6 +74,10 @@ struct Request {
   // SWA pages exist below this page index only (a restore allocates them
   // as Prepare reaches them).
   int swa_end_page = 0;
+  // SWA pages below this page index are the hit's (cached, shared): the hit's
+  // pages for an ordinary hit, none for a restore from the stretch, those
+  // below L for a restore from the window-safe hit L.
+  int swa_shared_end = 0;
   bool dropped = false;  // kept windows given up
   // Window restore: SWA KV from this page on is exact (the restored window).
   int restore_exact = 0;
@@ -199,7 +203,7 @@ class Harness {
             rollbacks_rejected = 0, finishes = 0, aborts = 0, evicted_full = 0,
             evicted_swa = 0, healed = 0, tombstoned = 0, locked_evict_attempts = 0;
     int64_t divergence_windows = 0, multi_run_inserts = 0;
-    int64_t restores = 0, restore_prepares = 0;
+    int64_t restores = 0, restore_prepares = 0, restores_from_safe = 0;
     int64_t demoted = 0, promoted = 0, load_backs = 0;
     // Asynchronous load-backs begun, and operations run while one was
     // pending (BeginLoadBack ... FinishLoadBack).
@@ -388,7 +392,8 @@ class Harness {
   }
 
   // Checks a fresh hit against the model.
-  void CheckHit(const CacheHit& hit, const Hashes& h, int max_tokens, bool full_kv = false) {
+  void CheckHit(const CacheHit& hit, const Hashes& h, int max_tokens, bool full_kv = false,
+                bool lock_safe_window = false) {
     const Lens want = ModelMatch(h, max_tokens);
     ++lookups_;
     hit_tokens_ += hit.window_safe_tokens();
@@ -399,15 +404,23 @@ class Harness {
     ASSERT_EQ(hit.window_safe_tokens(), want.safe) << "not the longest window-safe prefix";
     ASSERT_EQ(hit.matched_tokens(), want.matched);
     if (full_kv && want.matched > want.safe) {
-      // A full-KV hit: the full pages of the whole match, no SWA page.
+      // A full-KV hit: the full pages of the whole match, no SWA page (with
+      // lock_safe_window: the SWA pages of the window at L).
       ASSERT_TRUE(hit.needs_window_restore());
       ASSERT_EQ(hit.tokens(), want.matched);
-      ASSERT_TRUE(hit.swa_pages().empty());
-      ASSERT_FALSE(hit.swa_locked());
       for (int p = 0; p < hit.tokens() / ps_; ++p) {
         Learn(&model_.at(h[p]).full, hit.full_pages()[p]);
         ASSERT_EQ(hit.full_pages()[p], model_.at(h[p]).full) << "page " << p;
       }
+      if (!lock_safe_window || want.safe == 0 || window_ <= 1) {
+        ASSERT_TRUE(hit.swa_pages().empty());
+        ASSERT_FALSE(hit.swa_locked());
+        return;
+      }
+      ASSERT_TRUE(hit.swa_locked());
+      const int safe_pages = want.safe / ps_;
+      ASSERT_EQ(hit.swa_first_page(), std::max(0, want.safe - window_ + 1) / ps_);
+      ASSERT_NO_FATAL_FAILURE(CheckHitSwaPages(hit, h, safe_pages));
       return;
     }
     ASSERT_FALSE(hit.needs_window_restore());
@@ -425,8 +438,13 @@ class Harness {
     if (pages == 0) return;
     const int window_first = std::max(0, hit.tokens() - window_ + 1) / ps_;
     ASSERT_LE(hit.swa_first_page(), window_first);
-    ASSERT_EQ(static_cast<int>(hit.swa_pages().size()), pages - hit.swa_first_page());
-    for (int p = hit.swa_first_page(); p < pages; ++p) {
+    ASSERT_NO_FATAL_FAILURE(CheckHitSwaPages(hit, h, pages));
+  }
+  // The hit's SWA pages: cached, those the model knows, from its
+  // swa_first_page() to page `end`.
+  void CheckHitSwaPages(const CacheHit& hit, const Hashes& h, int end) {
+    ASSERT_EQ(static_cast<int>(hit.swa_pages().size()), end - hit.swa_first_page());
+    for (int p = hit.swa_first_page(); p < end; ++p) {
       const PageId s = hit.swa_pages()[p - hit.swa_first_page()];
       ASSERT_TRUE(pools_->swa().Valid(s)) << "hit without SWA page " << p;
       ASSERT_EQ(pools_->swa().state(s), PageState::kCached);
@@ -509,9 +527,11 @@ class Harness {
       coverage().load_backs += lb.pages > 0;
       last_op_ = "start";
     }
-    CacheHit hit = cache_->MatchAndLock(h, {.max_tokens = max_tokens, .full_kv = full_kv});
+    const bool lock_safe = full_kv && Chance(50);
+    CacheHit hit = cache_->MatchAndLock(
+        h, {.max_tokens = max_tokens, .full_kv = full_kv, .lock_safe_window = lock_safe});
     ApplyEvents();
-    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens, full_kv));
+    ASSERT_NO_FATAL_FAILURE(CheckHit(hit, h, max_tokens, full_kv, lock_safe));
     req.hit_pages = hit.tokens() / ps_;
     req.hit_hashes.assign(h.begin(), h.begin() + req.hit_pages);
     req.hit_full.assign(hit.full_pages().begin(), hit.full_pages().end());
@@ -519,7 +539,11 @@ class Harness {
     req.frontier = req.length;
     req.swa_end_page = CeilDiv(req.length, ps_);
     req.swa_first = hit.tokens() > 0 ? hit.swa_first_page() : 0;
-    const int restore_from = hit.needs_window_restore() ? Rand(hit.tokens()) : -1;
+    req.swa_shared_end = req.hit_pages;
+    // A hit that locked its window at L restores from L (only).
+    const bool from_safe = hit.needs_window_restore() && hit.swa_locked();
+    const int safe = hit.window_safe_tokens();
+    const int restore_from = !hit.needs_window_restore() ? -1 : from_safe ? safe : Rand(hit.tokens());
     if (hit.matched_tokens() > hit.tokens()) {
       // Independent restatement of the rule in sequence.h.
       const int d = hit.matched_tokens();
@@ -540,6 +564,10 @@ class Harness {
     req.seq = std::make_unique<Sequence>(so, std::move(hit));
     ASSERT_EQ(req.seq->cached_tokens(), req.length);
     ASSERT_FALSE(req.seq->BeginWindowRestore(req.length).ok()) << "restore from the hit's end";
+    if (from_safe) {
+      ASSERT_FALSE(req.seq->BeginWindowRestore(Rand(safe)).ok()) << "restore below the window";
+      ASSERT_FALSE(req.seq->BeginWindowRestore(safe + ps_).ok()) << "restore past the window";
+    }
     if (restore_from >= 0) {
       absl::Status st = req.seq->BeginWindowRestore(restore_from);
       ASSERT_TRUE(st.ok()) << st;
@@ -547,12 +575,15 @@ class Harness {
       // Independent restatement of the restore rules in sequence.h.
       req.restoring = true;
       req.frontier = restore_from;
-      req.swa_first = restore_from / ps_;
-      req.swa_end_page = req.swa_first;
-      req.keep_begin = std::max(req.swa_first, std::max(0, req.length - window_ + 1) / ps_);
+      if (!from_safe) req.swa_first = restore_from / ps_;
+      req.swa_end_page = restore_from / ps_;
+      req.swa_shared_end = from_safe ? restore_from / ps_ : 0;
+      req.keep_begin =
+          std::max(restore_from / ps_, std::max(0, req.length - window_ + 1) / ps_);
       req.keep_end = req.hit_pages;
       req.restore_exact = req.keep_begin;
       ++coverage().restores;
+      coverage().restores_from_safe += from_safe;
     }
     requests_.push_back(std::move(req));
   }
@@ -604,7 +635,7 @@ class Harness {
   bool CouldDropKept(const Request& r, int64_t swa) const {
     int64_t trimmed = 0;  // private SWA pages the call's trim releases
     for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
-      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && (r.restoring || p >= r.hit_pages)) {
+      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && p >= r.swa_shared_end) {
         ++trimmed;
       }
     }
@@ -764,6 +795,11 @@ class Harness {
     // Every private page is now either the cache's (as the model says) or free.
     for (int p = 0; r->restoring && p < r->hit_pages; ++p) {
       if (swa[p] == kNoPage) continue;
+      if (p < r->swa_shared_end) {
+        // The hit's window at L: the cache's before and after.
+        ASSERT_EQ(pools_->swa().state(swa[p]), PageState::kCached) << "shared SWA page " << p;
+        continue;
+      }
       const bool swa_kept = p < k && model_.contains(h[p]) && model_.at(h[p]).swa == swa[p];
       ASSERT_EQ(pools_->swa().state(swa[p]), swa_kept ? PageState::kCached : PageState::kFree)
           << "restored SWA page " << p << " of a finished request";
@@ -992,7 +1028,7 @@ class Harness {
             << ", frontier " << r.frontier << ", checkpoint " << r.checkpoint << " from token "
             << r.checkpoint_floor << ", kept [" << r.keep_begin << ", " << r.keep_end
             << "), dropped " << r.dropped << ")";
-        if (p < r.hit_pages && !r.restoring) {
+        if (p < r.swa_shared_end) {
           ASSERT_EQ(pools_->swa().state(w), PageState::kCached) << "locked SWA page evicted";
           ASSERT_EQ(model_.at(r.hit_hashes[p]).swa, w);
         } else {
@@ -1110,7 +1146,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "appends %lld (%lld exhausted), rollbacks %lld (%lld rejected), "
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
-      "window restores %lld (%lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
+      "window restores %lld (%lld from the window-safe hit, %lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
       "SWA-only evictions keeping full KV %lld, L2: demoted %lld, promoted %lld pages, %lld load-backs\n"
       "(%lld asynchronous, %lld operations while one was pending)\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
@@ -1119,7 +1155,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       (long long)c.rollbacks_rejected, (long long)c.finishes,
       (long long)c.aborts, (long long)c.evicted_full, (long long)c.tombstoned,
       (long long)c.healed, (long long)c.divergence_windows,
-      (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restore_prepares,
+      (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restores_from_safe,
+      (long long)c.restore_prepares,
       (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
       (long long)c.tombstone_leaves, (long long)c.demoted, (long long)c.promoted,
       (long long)c.load_backs, (long long)c.async_load_backs, (long long)c.ops_while_loading);
@@ -1135,6 +1172,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.divergence_windows, 1000);
   EXPECT_GT(c.multi_run_inserts, 1000);
   EXPECT_GT(c.restores, 1000);
+  EXPECT_GT(c.restores_from_safe, 100);
   EXPECT_GT(c.restore_prepares, 1000);
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);

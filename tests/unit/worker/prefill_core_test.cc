@@ -147,6 +147,7 @@ class Pipeline : public ::testing::Test {
     p.registry = registry_.get();
     p.window_restore_min_saved_work = window_restore_min_saved_work;
     p.swa_checkpoint_tokens = swa_checkpoint_tokens;
+    p.window_restore_from_window_safe = restore_from_window_safe_;
     p.l3 = l3_;
     p.l3_prefetch_min_tokens = 64;
     p.l3_prefetch_max_wait_ms = l3_max_wait_ms_;
@@ -155,6 +156,7 @@ class Pipeline : public ::testing::Test {
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
   }
+  bool restore_from_window_safe_ = true;  // PrefillCoreOptions' default
   void TearDown() override {
     if (prefill_ != nullptr) prefill_->Stop();
     if (decode_ != nullptr) decode_->Stop();
@@ -338,13 +340,15 @@ TEST_F(Pipeline, MtpKvOverThePromptMatchesAStraightLineRun) {
 // (shipped: full, SWA and MTP layers) and greedy output equal a straight-line
 // run's; with restore off the same workload restores nothing and gives the
 // same outputs.
-// Restore off, on, and on with SWA checkpoints every 32 tokens.
-enum class RestoreMode { kOff, kOn, kOnWithCheckpoints };
+// Restore off, on, on only from the stretch's start (never from the
+// window-safe hit itself), and on with SWA checkpoints every 32 tokens.
+enum class RestoreMode { kOff, kOn, kOnFromStretchStart, kOnWithCheckpoints };
 class WindowRestorePipeline : public Pipeline, public ::testing::WithParamInterface<RestoreMode> {};
 
 TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
   const bool restore = GetParam() != RestoreMode::kOff;
   const int checkpoint = GetParam() == RestoreMode::kOnWithCheckpoints ? 32 : 0;
+  restore_from_window_safe_ = GetParam() != RestoreMode::kOnFromStretchStart;
   capture_kv_ = true;
   // 96 SWA pages of 4 tokens: about three requests' windows and chunks.
   Start(4096, 4096, {}, 96, restore ? 0 : -1, checkpoint);
@@ -389,8 +393,16 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
   }
   const PrefillLoad load = prefill_->GetLoad();
   EXPECT_EQ(load.window_restores_total, restored);
-  std::printf("restores %d, hits at a checkpoint %d, cached tokens %lld\n", restored,
-              at_checkpoint, static_cast<long long>(load.cached_tokens_total));
+  std::printf("restores %d (from the window-safe hit %lld), hits at a checkpoint %d, cached "
+              "tokens %lld\n", restored,
+              static_cast<long long>(load.window_restores_from_window_safe_total), at_checkpoint,
+              static_cast<long long>(load.cached_tokens_total));
+  if (GetParam() == RestoreMode::kOnFromStretchStart || !restore) {
+    EXPECT_EQ(load.window_restores_from_window_safe_total, 0);
+  } else if (GetParam() == RestoreMode::kOn) {
+    EXPECT_GE(load.window_restores_from_window_safe_total, 3)
+        << "the workload did not exercise restores from the window-safe hit";
+  }
   if (checkpoint > 0) {
     EXPECT_GE(at_checkpoint, 3) << "the workload did not hit checkpoint windows";
     EXPECT_GE(restored, 1) << "the workload did not exercise window restore";
@@ -404,11 +416,14 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
 
 INSTANTIATE_TEST_SUITE_P(RestoreOnOff, WindowRestorePipeline,
                          ::testing::Values(RestoreMode::kOn, RestoreMode::kOff,
+                                           RestoreMode::kOnFromStretchStart,
                                            RestoreMode::kOnWithCheckpoints),
                          [](const ::testing::TestParamInfo<RestoreMode>& p) {
                            switch (p.param) {
                              case RestoreMode::kOff: return std::string("Off");
                              case RestoreMode::kOn: return std::string("On");
+                             case RestoreMode::kOnFromStretchStart:
+                               return std::string("OnFromStretchStart");
                              case RestoreMode::kOnWithCheckpoints: break;
                            }
                            return std::string("OnWithCheckpoints");

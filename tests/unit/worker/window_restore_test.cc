@@ -168,9 +168,14 @@ struct Case {
 };
 
 // pyramid[i]: restore from starts[i] as a pyramid (ForwardItem::
-// window_restore_end); its hidden rows must start at the pyramid's mtp_from.
+// window_restore_end); its hidden rows must start at the pyramid's mtp_from
+// (or at the start, when later). from_safe[i] (absent: false): the cache also
+// holds the window at starts[i] (a straight run over [0, starts[i]) inserted
+// it), the hit locks it (MatchOptions::lock_safe_window) and the restore
+// starts there, reading SWA keys before it from that cached window.
 Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
-         const std::vector<int>& starts, int chunk, const std::vector<bool>& pyramid) {
+         const std::vector<int>& starts, int chunk, const std::vector<bool>& pyramid,
+         const std::vector<bool>& from_safe = {}) {
   EngineLock& e = *m.engine;
   const model::ModelConfig& c = e.config();
   const int n = static_cast<int>(prompt.size());
@@ -204,9 +209,24 @@ Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
       EXPECT_TRUE(e.Forward({&item, 1}, &o).ok());
       seq.Finish(hashes);
     }
-    kv::CacheHit hit = cache->MatchAndLock(hashes, {.max_tokens = full, .full_kv = true});
+    const bool safe_start = si < from_safe.size() && from_safe[si];
+    if (safe_start) {
+      // A straight run over [0, s) leaves its trailing window in the cache.
+      kv::Sequence seq(kv::SequenceOptions{pools.get(), cache.get(), 0, false});
+      EXPECT_TRUE(seq.Append(s).ok());
+      model::ForwardItem item{.seq = &seq, .tokens = absl::MakeConstSpan(prompt).first(s),
+                              .start = 0, .no_logits = true};
+      model::ForwardOutput o;
+      EXPECT_TRUE(e.Forward({&item, 1}, &o, true).ok());
+      RunMtp(e, seq, prompt, 0, s, o.all_hidden);
+      seq.Finish(absl::MakeConstSpan(hashes).first(s / ps));
+    }
+    kv::CacheHit hit = cache->MatchAndLock(
+        hashes, {.max_tokens = full, .full_kv = true, .lock_safe_window = safe_start});
     EXPECT_EQ(hit.tokens(), full);
     EXPECT_TRUE(hit.needs_window_restore()) << "safe " << hit.window_safe_tokens();
+    EXPECT_EQ(hit.window_safe_tokens(), safe_start ? s : 0);
+    EXPECT_EQ(hit.swa_locked(), safe_start);
     // swa_slack: keep every SWA page (the MTP layers run after the whole
     // stretch here; PrefillCore runs them chunk by chunk).
     kv::Sequence seq(kv::SequenceOptions{pools.get(), cache.get(), 1 << 24, true}, std::move(hit));
@@ -217,7 +237,8 @@ Case RunCase(const Model& m, const std::vector<uint32_t>& prompt, int full,
     if (pyramid[si]) {
       const kv::WindowRestorePyramid py =
           kv::WindowRestoreRows(full, c.sliding_window, ps, c.swa_layer_mask(), c.num_mtp_layers);
-      EXPECT_EQ(hidden_from, py.mtp_from) << "the pyramid kept other rows than the MTP layers need";
+      EXPECT_EQ(hidden_from, std::max(s, py.mtp_from))
+          << "the pyramid kept other rows than the MTP layers need";
     }
     out.got.push_back(SwaKv(seq, pools->shape().Swa(), window_from, full));
     out.full_kv_untouched &= FullKv(seq, pools->shape().Full(), full) == full_before;
@@ -257,17 +278,31 @@ TEST_P(WindowRestore, RestoredWindowIsByteIdenticalAndTheBoundIsTight) {
     // P0 - (W - 1) + 1 (P0 = the window's first token) leaves SWA layer 0
     // exact and changes layer 1.
     const int p0 = kv::SwaWindowStart(full, W, ps);
-    // The last two: the same starts as the first two, as pyramids.
-    const Case r = RunCase(m, prompt, full,
-                           {s, std::max(0, s - 3), s + 1, p0 - (W - 1) + 1, s, std::max(0, s - 3)},
-                           chunk, {false, false, false, false, true, true});
-    ASSERT_EQ(r.got.size(), 6u);
+    // Then: the same starts as the first two, as pyramids. Then restores
+    // from a window-safe hit L inside the stretch (the cache also holds the
+    // window at L): halfway to the window at `full` (pyramid; on the tiny
+    // model also without), and on the tiny model one page before `full`.
+    const int mid = (s + p0) / 2 / ps * ps;
+    ASSERT_GE(mid, s);
+    std::vector<int> starts = {s, std::max(0, s - 3), s + 1, p0 - (W - 1) + 1, s,
+                               std::max(0, s - 3), mid};
+    std::vector<bool> pyramid = {false, false, false, false, true, true, true};
+    std::vector<bool> from_safe = {false, false, false, false, false, false, true};
+    if (!GetParam()) {
+      starts.insert(starts.end(), {mid, full - ps});
+      pyramid.insert(pyramid.end(), {false, true});
+      from_safe.insert(from_safe.end(), {true, true});
+    }
+    const Case r = RunCase(m, prompt, full, starts, chunk, pyramid, from_safe);
+    ASSERT_EQ(r.got.size(), starts.size());
     EXPECT_TRUE(r.full_kv_untouched) << "a restore wrote into the cached full KV";
-    for (int k : {0, 1, 4, 5}) {
+    for (size_t k = 0; k < starts.size(); ++k) {
+      if (k == 2 || k == 3) continue;  // the bound's cases, below
       for (size_t l = 0; l < r.want.size(); ++l) {
         EXPECT_TRUE(r.got[k][l] == r.want[l])
-            << "start " << (k % 4 == 0 ? s : s - 3) << (k >= 4 ? " (pyramid)" : "")
-            << ": SWA-pool layer " << l << " differs from the straight-line run";
+            << "start " << starts[k] << (pyramid[k] ? " (pyramid)" : "")
+            << (from_safe[k] ? " (from the window-safe hit)" : "") << ": SWA-pool layer " << l
+            << " differs from the straight-line run";
       }
     }
     EXPECT_TRUE(r.got[3][0] == r.want[0]);
