@@ -6,9 +6,12 @@
 # full KV stays cached while SWA windows are evicted), and a synthetic
 # Mooncake-format trace of conversations that share a long prompt and
 # diverge mid-prompt at random block boundaries. Replayed one request at a
-# time, four times: window restore on (computed as a pyramid, the default),
-# restore computing every layer over the whole stretch (`rect`,
-# --prefill.window_restore_pyramid=false), restore plus SWA checkpoints every
+# time, five times: window restore on (computed as a pyramid, starting at the
+# window-safe hit when that lies inside the stretch: the defaults), restore
+# only from the stretch's start (`stretch`,
+# --prefill.window_restore_from_window_safe=false), restore computing every
+# layer over the whole stretch (`rect`, --prefill.window_restore_pyramid=false
+# --prefill.window_restore_from_window_safe=false), restore plus SWA checkpoints every
 # 2048 tokens (the worker's defaults), and neither; prints the prefill compute
 # (prompt minus cached tokens, from the replay's usage), the restores (the
 # prefill worker's counters), the prefill worker's busy seconds (the sum of
@@ -16,13 +19,15 @@
 #
 #   bash bench/cluster/window_restore_replay.sh      # BUILD=build CONV=8 REQ=6 BLOCKS=48
 #
-# Knobs (environment): BUILD, OUT (result dir), CONV (conversations), REQ
+# Knobs (environment): BUILD, OUT (result dir), MODES (a subset of
+# "on stretch rect ckpt off"; off is needed for the savings), CONV (conversations), REQ
 # (requests per conversation after the first), BLOCKS (blocks per shared
 # prompt), SCALE (tokens per block = 512 x SCALE), RATIO (prefill SWA/full
 # token ratio).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
+MODES=${MODES:-on stretch rect ckpt off}
 OUT=${OUT:-/tmp/swaserve-window-restore}
 CONV=${CONV:-8}
 REQ=${REQ:-5}
@@ -57,17 +62,20 @@ metric() {  # port name{labels}: one sample's value (0 when absent)
   curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k {print $2; found=1} END {if (!found) print 0}'
 }
 
-# on: restore only; rect: restore without the pyramid; ckpt: restore + SWA
-# checkpoints every 2048 tokens (the worker's defaults); off: neither.
-for mode in on rect ckpt off; do
-  pyr=true
-  case $mode in on) work=64 ckpt=0 ;; rect) work=64 ckpt=0 pyr=false ;;
+# on: restore only; stretch: restore only from the stretch's start; rect: and
+# without the pyramid; ckpt: restore + SWA checkpoints every 2048 tokens (the
+# worker's defaults); off: neither.
+for mode in $MODES; do
+  pyr=true safe=true
+  case $mode in on) work=64 ckpt=0 ;; stretch) work=64 ckpt=0 safe=false ;;
+    rect) work=64 ckpt=0 pyr=false safe=false ;;
     ckpt) work=64 ckpt=2048 ;; off) work=-1 ckpt=0 ;; esac
   rm -rf "$OUT/run-$mode"
   "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets=65536 --http_port=0 --grpc_port=50071 \
       --workers.prefill.kv.swa_full_ratio="$RATIO" --workers.prefill.metrics.port=9471 \
       --workers.prefill.prefill.window_restore_min_saved_work=$work \
       --workers.prefill.prefill.window_restore_pyramid=$pyr \
+      --workers.prefill.prefill.window_restore_from_window_safe=$safe \
       --workers.prefill.prefill.swa_checkpoint_tokens=$ckpt >"$OUT/up-$mode.log" 2>&1 &
   up=$!
   for _ in $(seq 1 600); do grep -q "Ctrl-C" "$OUT/up-$mode.log" 2>/dev/null && break; sleep 0.2; done
@@ -80,16 +88,17 @@ for mode in on rect ckpt off; do
     for k in 'swaserve_prefill_prompt_tokens_total' 'swaserve_prefill_tokens_total{source="computed"}' \
              'swaserve_prefill_tokens_total{source="cached"}' 'swaserve_prefill_window_restore_requests_total' \
              'swaserve_prefill_window_restore_tokens_total' 'swaserve_prefill_window_restore_saved_tokens_total' \
-             'swaserve_prefill_step_seconds_sum'; do
+             'swaserve_prefill_window_restore_from_window_safe_total' 'swaserve_prefill_step_seconds_sum'; do
       echo "$k $(metric 9471 "$k")"
     done
   } >"$OUT/metrics-$mode.txt"
   kill -TERM $up; wait $up || true
 done
 
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" $MODES <<'EOF'
 import json, sys
 out = sys.argv[1]
+modes = sys.argv[2:]
 def load(mode):
     m = {}
     for line in open(f"{out}/metrics-{mode}.txt"):
@@ -99,9 +108,9 @@ def load(mode):
 # Prompt and cached tokens from the replay's usage (every request; a restored
 # hit counts its full-KV match minus the stretch recomputed); restores from
 # the prefill worker's counters.
-res = {mode: load(mode) for mode in ("on", "rect", "ckpt", "off")}
+res = {mode: load(mode) for mode in modes}
 print(f"{'restore':8} {'requests':>8} {'prompt tok':>11} {'cached':>10} {'computed':>10} {'computed/req':>12} "
-      f"{'restores':>8} {'recomputed':>10} {'saved':>8} {'busy s':>7} {'TTFT p50 ms':>11} {'TTFT mean ms':>12} {'wall s':>7} {'failed':>6}")
+      f"{'restores':>8} {'from L':>6} {'recomputed':>10} {'saved':>8} {'busy s':>7} {'TTFT p50 ms':>11} {'TTFT mean ms':>12} {'wall s':>7} {'failed':>6}")
 computed = {}
 for mode, (m, rep) in res.items():
     n = rep["succeeded"]
@@ -109,18 +118,22 @@ for mode, (m, rep) in res.items():
     print(f"{mode:8} {n:8d} {rep['prompt_tokens']:11d} {rep['cached_tokens']:10d} {computed[mode]:10d} "
           f"{computed[mode] / max(n, 1):12.0f} "
           f"{m['swaserve_prefill_window_restore_requests_total']:8.0f} "
+          f"{m.get('swaserve_prefill_window_restore_from_window_safe_total', 0):6.0f} "
           f"{m['swaserve_prefill_window_restore_tokens_total']:10.0f} "
           f"{m['swaserve_prefill_window_restore_saved_tokens_total']:8.0f} "
           f"{m['swaserve_prefill_step_seconds_sum']:7.1f} "
           f"{1000 * rep['ttft_s']['p50']:11.1f} {1000 * rep['ttft_s']['mean']:12.1f} "
           f"{rep['duration_s']:7.1f} {rep['failed']:6d}")
-for mode, what in (("rect", "window restore without the pyramid"), ("on", "window restore"),
-                   ("ckpt", "window restore + SWA checkpoints")):
+names = {"rect": "window restore without the pyramid",
+         "stretch": "window restore from the stretch's start only", "on": "window restore",
+         "ckpt": "window restore + SWA checkpoints"}
+for mode, what in names.items():
+    if mode not in res or "off" not in res:
+        continue
     saved = computed["off"] - computed[mode]
     print(f"prefill compute saved by {what}: {saved} tokens "
           f"({100 * saved / max(computed['off'], 1):.1f}% of the prefill compute without it), "
           f"{saved / max(res[mode][1]['succeeded'], 1):.0f} per request")
 busy = {mode: res[mode][0]['swaserve_prefill_step_seconds_sum'] for mode in res}
-print(f"prefill busy seconds: off {busy['off']:.1f}, restore without the pyramid {busy['rect']:.1f}, "
-      f"restore {busy['on']:.1f}, restore + checkpoints {busy['ckpt']:.1f}")
+print("prefill busy seconds: " + ", ".join(f"{mode} {b:.1f}" for mode, b in busy.items()))
 EOF
