@@ -210,23 +210,29 @@ class Pipeline : public ::testing::Test {
     j.done = [this, id](absl::StatusOr<PrefillResult> r) {
       absl::MutexLock lock(&mu_);
       out_[id].prefill_done = true;
+      ++prefill_dones_;
       out_[id].prefill_status = r.status();
       if (r.ok()) out_[id].restored_tokens = r->restored_tokens;
       if (!r.ok()) ++finished_;  // no decode leg
     };
     return prefill_->Submit(std::move(j));
   }
+  // Until n requests finished (decode leg done, or prefill failed) and n
+  // prefill legs ended: a prefill leg ends (its done callback, after the
+  // worker's counters took it in) once its ship is acknowledged, which can
+  // come after the decode leg finished.
   void WaitFinished(int n) {
     absl::MutexLock lock(&mu_);
-    auto enough = [&] { return finished_ >= n; };
+    auto enough = [&] { return finished_ >= n && prefill_dones_ >= n; };
     ASSERT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(240)))
         << finished_ << " of " << n;
   }
-  // Until `id`'s decode leg finished (WaitFinished counts a prefill leg that
-  // ends in an error too, e.g. cancelled after a short decode won the race).
+  // Until `id`'s decode leg finished and its prefill leg ended (WaitFinished
+  // counts a prefill leg that ends in an error too, e.g. cancelled after a
+  // short decode won the race).
   void WaitDone(const std::string& id) {
     absl::MutexLock lock(&mu_);
-    auto done = [&] { return out_[id].finish != FinishReason::kNone; };
+    auto done = [&] { return out_[id].finish != FinishReason::kNone && out_[id].prefill_done; };
     ASSERT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(240))) << id;
   }
   Outcome Get(const std::string& id) {
@@ -267,6 +273,7 @@ class Pipeline : public ::testing::Test {
   absl::Mutex mu_;
   std::map<std::string, Outcome> out_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int prefill_dones_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST_F(Pipeline, GreedyOutputsEqualTheReferenceWithAndWithoutPrefixHits) {
