@@ -129,10 +129,15 @@ void HttpCall::Drain() {
   MaybeReady();
 }
 
+absl::Duration HttpCall::ProbeLead() const {
+  return std::min(p_.stream_keepalive / 4, absl::Seconds(2));
+}
+
 void HttpCall::ArmKeepalive() {
   if (keepalive_ == nullptr) keepalive_ = evtimer_new(p_.base, &HttpCall::OnKeepalive, this);
   if (keepalive_ == nullptr) return;
-  const timeval tv = absl::ToTimeval(p_.stream_keepalive);
+  // Two phases per comment: the probe (ProbeLead before it), the comment.
+  const timeval tv = absl::ToTimeval(probe_phase_ ? p_.stream_keepalive - ProbeLead() : ProbeLead());
   evtimer_add(keepalive_, &tv);
 }
 
@@ -147,26 +152,36 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
   // is alive whenever this runs.
   auto* c = static_cast<HttpCall*>(arg);
   if (c->req_ == nullptr || c->emitted_) return c->StopKeepalive();
+  const bool probe_phase = c->probe_phase_;
+  c->probe_phase_ = !probe_phase;
+  if (probe_phase) {
+    // Ask the prefill worker now: its answer (on a gRPC thread, usually
+    // within milliseconds) is what the comment ProbeLead() later says, the
+    // first one included.
+    ProgressProbe probe;
+    {
+      absl::MutexLock lock(&c->mu_);
+      probe = c->probe_;
+    }
+    if (probe) {
+      probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this())](const v1::PrefillProgress& p) {
+        if (std::shared_ptr<HttpCall> call = weak.lock()) {
+          absl::MutexLock lock(&call->mu_);
+          call->progress_ = p;
+        }
+      });
+    }
+    return c->ArmKeepalive();
+  }
   if (!c->started_) c->StartStream();
   ++c->keepalives_;
   std::optional<v1::PrefillProgress> progress;
-  ProgressProbe probe;
   {
     absl::MutexLock lock(&c->mu_);
     progress = c->progress_;
-    probe = c->probe_;
   }
   c->SendFrame(api::WaitingComment(c->p_.stream_keepalive * c->keepalives_,
                                    progress ? &*progress : nullptr));
-  if (probe) {
-    // The answer comes on a gRPC thread, for the next comment.
-    probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this())](const v1::PrefillProgress& p) {
-      if (std::shared_ptr<HttpCall> call = weak.lock()) {
-        absl::MutexLock lock(&call->mu_);
-        call->progress_ = p;
-      }
-    });
-  }
   c->ArmKeepalive();
 }
 

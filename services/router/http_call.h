@@ -80,10 +80,11 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // event: clients' header and idle timeouts (Node's fetch: 300 s; the
     // openai package: 10 min until the headers, retried twice) never cut a
     // long prompt's prefill, and the client sees that the request lives.
-    // An error after that travels in the stream (an error event). From the
-    // second comment on, it says where the prefill stands (queued, tokens
-    // done of the prompt, shipping: api::WaitingComment), as the prefill
-    // worker answered the previous comment's probe. Zero: off.
+    // An error after that travels in the stream (an error event). Each
+    // comment says where the prefill stands (queued, tokens done of the
+    // prompt, shipping: api::WaitingComment), as the prefill worker answered
+    // a probe sent ProbeLead() before it (a quarter of this, at most 2 s;
+    // no progress only when the worker has not answered by then). Zero: off.
     absl::Duration stream_keepalive = absl::ZeroDuration();
   };
   // Responses waiting for the loop, and unsent bytes in the socket's
@@ -98,8 +99,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Router side (any thread).
   bool Write(const v1::GenerateResponse& response) override;
   void OnReady(std::function<void()> ready) override;
-  // Kept for the keep-alive comments: each one says where the prefill stood
-  // at the previous one's probe, then probes again.
+  // Kept for the keep-alive comments: probed ProbeLead() before each one,
+  // which then says where the prefill stood.
   void SetProgressProbe(ProgressProbe probe) override;
   void Finish(absl::Status status);
   router::CancelFlag& cancel_flag() { return cancel_; }
@@ -113,6 +114,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   static void OnChunkSent(evhttp_connection* conn, void* arg);
   static void OnKeepalive(int fd, short what, void* arg);
   void ArmKeepalive();
+  // How long before each comment the prefill's progress is asked for.
+  absl::Duration ProbeLead() const;
   void StopKeepalive();
   // Loop thread.
   void Drain();
@@ -137,6 +140,7 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   bool emitted_ = false;  // a response item went out (keep-alives stop)
   event* keepalive_ = nullptr;  // the keep-alive timer, while armed
   int keepalives_ = 0;
+  bool probe_phase_ = true;  // the timer's next phase: probe, else comment
   bool first_chunk_ = true;
   size_t offset_ = 0;
   std::optional<v1::Usage> usage_;
