@@ -159,15 +159,18 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
     // within milliseconds) is what the comment ProbeLead() later says, the
     // first one included.
     ProgressProbe probe;
+    uint64_t generation = 0;
     {
       absl::MutexLock lock(&c->mu_);
       probe = c->probe_;
+      generation = c->probe_generation_;
     }
     if (probe) {
-      probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this())](const v1::PrefillProgress& p) {
+      probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this()),
+             generation](const v1::PrefillProgress& p) {
         if (std::shared_ptr<HttpCall> call = weak.lock()) {
           absl::MutexLock lock(&call->mu_);
-          call->progress_ = p;
+          if (call->probe_generation_ == generation) call->progress_ = p;
         }
       });
     }
@@ -188,6 +191,7 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
 void HttpCall::SetProgressProbe(ProgressProbe probe) {
   absl::MutexLock lock(&mu_);
   probe_ = std::move(probe);
+  ++probe_generation_;
   progress_.reset();  // a new leg's prefill starts over
 }
 

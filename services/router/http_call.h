@@ -156,6 +156,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   bool backlogged_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
   ProgressProbe probe_ ABSL_GUARDED_BY(mu_);
+  // Counts SetProgressProbe calls: an answer to an earlier leg's probe
+  // (arriving after a retry's leg started) is dropped.
+  uint64_t probe_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // The prefill worker's last answer to a probe.
   std::optional<v1::PrefillProgress> progress_ ABSL_GUARDED_BY(mu_);
 };
