@@ -8,18 +8,6 @@
 
 namespace swaserve::kv {
 
-uint8_t* LayerView::K(int token) const {
-  uint8_t* base = pool->PageData(pages[token / page_size]);
-  if (base == nullptr) return nullptr;
-  return base + k_offset + static_cast<size_t>(token % page_size) * k_token_stride;
-}
-
-uint8_t* LayerView::V(int token) const {
-  uint8_t* base = pool->PageData(pages[token / page_size]);
-  if (base == nullptr) return nullptr;
-  return base + v_offset + static_cast<size_t>(token % page_size) * v_token_stride;
-}
-
 int SwaWindowStart(int n_tokens, int window, int page_size) {
   return std::max(0, n_tokens - window + 1) / page_size * page_size;
 }
