@@ -14,6 +14,17 @@
 
 namespace swaserve::worker {
 
+namespace {
+
+// A request that will not restore (any more): no restore in its result.
+void ClearRestore(PrefillResult& result) {
+  result.restored_tokens = 0;
+  result.restore_saved_tokens = 0;
+  result.restore_from_window_safe = false;
+}
+
+}  // namespace
+
 void PrefillCore::Impl::MatchPrefix(Req& r) {
   const int n = static_cast<int>(r.job.prompt.size());
   const kv::SequenceOptions so{.pools = options.pools,
@@ -21,9 +32,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
                                .swa_slack = 0,
                                .evict_on_demand = true,
                                .swa_checkpoint_tokens = options.swa_checkpoint_tokens};
-  r.result.restored_tokens = 0;
-  r.result.restore_saved_tokens = 0;
-  r.result.restore_from_window_safe = false;
+  ClearRestore(r.result);
   if (options.cache == nullptr) {
     r.seq = std::make_unique<kv::Sequence>(so);
     r.result.cached_tokens = 0;
@@ -44,7 +53,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
     LoadBack(r, mo.max_tokens);
   }
   sched::WindowRestoreChoice choice;
-  double restore_work = -1;  // the pyramid's, in tokens (< 0: the whole stretch)
+  double restore_work = 0;  // a considered restore's work in token-equivalents
   if (options.window_restore_min_saved_work >= 0 && c.sliding_window > 1) {
     const kv::MatchLengths ml = options.cache->Match(r.hashes, mo.max_tokens);
     if (ml.matched_tokens > ml.safe_tokens) {
@@ -52,7 +61,7 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
           ml.matched_tokens, ml.safe_tokens, c.sliding_window, options.pools->shape().page_size,
           c.swa_layer_mask(), K, options.window_restore_pyramid,
           options.window_restore_from_window_safe);
-      if (options.window_restore_pyramid) restore_work = st.work;
+      restore_work = st.work;  // the pyramid's, or the stretch M − from without it
       choice = sched::ChooseWindowRestore(
           {.window_safe_tokens = ml.safe_tokens,
            .full_tokens = ml.matched_tokens,
@@ -67,6 +76,8 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
   kv::CacheHit hit = options.cache->MatchAndLock(r.hashes, mo);
   const int safe = hit.window_safe_tokens();
   const bool restore = hit.needs_window_restore();
+  // A full-KV hit that also locked L's window restores from L.
+  const bool from_window_safe = restore && hit.swa_locked();
   r.seq = std::make_unique<kv::Sequence>(so, std::move(hit));
   if (restore) {
     absl::Status st = r.seq->BeginWindowRestore(choice.compute_from);
@@ -82,9 +93,8 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
       r.result.restored_tokens = m - choice.compute_from;
       // Saved against computing [safe, M): the stretch's tokens, or with
       // the pyramid the tokens' worth of work it computes.
-      const double work = restore_work >= 0 ? restore_work : m - choice.compute_from;
-      r.result.restore_saved_tokens = m - safe - static_cast<int>(std::llround(work));
-      r.result.restore_from_window_safe = choice.compute_from == safe && safe > 0;
+      r.result.restore_saved_tokens = m - safe - static_cast<int>(std::llround(restore_work));
+      r.result.restore_from_window_safe = from_window_safe;
     }
   }
   r.result.cached_tokens =
@@ -137,9 +147,7 @@ void PrefillCore::Impl::Admit(std::unique_ptr<Req> r) {
     r->seq = std::make_unique<kv::Sequence>(
         kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
     r->result.cached_tokens = 0;
-    r->result.restored_tokens = 0;
-    r->result.restore_saved_tokens = 0;
-    r->result.restore_from_window_safe = false;
+    ClearRestore(r->result);
     ++released_hits;
   }
   r->result.prompt_tokens = n;
@@ -185,9 +193,7 @@ bool PrefillCore::Impl::ReleaseQueuedHits() {
         kv::SequenceOptions{options.pools, options.cache, 0, true}, kv::CacheHit());
     r->result.cached_tokens = 0;
     r->result.computed_tokens = n;
-    r->result.restored_tokens = 0;
-    r->result.restore_saved_tokens = 0;
-    r->result.restore_from_window_safe = false;
+    ClearRestore(r->result);
     ++released_hits;
     // Same arrival: the request keeps its place by wait time.
     absl::Status st = sched->Add({.id = r->job.id,

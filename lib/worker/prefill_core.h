@@ -31,9 +31,11 @@
 // window-safe only to L < M (the SWA pages in between were evicted) takes a
 // full-KV hit and recomputes [s, M) (kv::WindowRestoreStart: the SWA and MTP
 // layers' KV of the window at M is then exact) with its full layers reading
-// the cached full KV, instead of recomputing [L, M); the scheduler sees it as
-// a hit of s tokens, and so do cached_tokens and the router's usage. The
-// restored window goes into the cache with the prompt, healing the path.
+// the cached full KV, instead of recomputing [L, M) (or, when L itself lies
+// inside that stretch, restores from L reading L's cached window); the
+// scheduler sees it as a hit of s (or L) tokens, and so do cached_tokens and
+// the router's usage. The restored window goes into the cache with the
+// prompt, healing the path.
 // Metrics swaserve_prefill_window_restore_{requests,tokens,saved_tokens,
 // from_window_safe}_total.
 //

@@ -351,10 +351,14 @@ TEST_F(DisaggregatedTest, WindowRestoreKeepsGreedyOutputsIdentical) {
   std::cout << "window restores: disaggregated " << restores << " ("
             << Metric(*restoring, "swaserve_prefill_window_restore_tokens_total") << " tokens recomputed, "
             << Metric(*restoring, "swaserve_prefill_window_restore_saved_tokens_total")
-            << " saved), monolithic "
+            << " saved, "
+            << Metric(*restoring, "swaserve_prefill_window_restore_from_window_safe_total")
+            << " from the window-safe hit), monolithic "
             << Metric(*both, "swaserve_prefill_window_restore_requests_total")
             << "; cached tokens with restore " << cached_on << ", without " << cached_off << "\n";
   EXPECT_GE(restores, 3) << "the workload did not exercise window restore";
+  EXPECT_GE(Metric(*restoring, "swaserve_prefill_window_restore_from_window_safe_total"), 1)
+      << "no restore started at the window-safe hit";
   EXPECT_GE(Metric(*both, "swaserve_prefill_window_restore_requests_total"), 3);
   EXPECT_EQ(Metric(*plain, "swaserve_prefill_window_restore_requests_total"), 0);
   EXPECT_GT(cached_on, cached_off);
