@@ -48,6 +48,11 @@
 //          [--ratio R] [--budgets 1M,3M,...] [--sweep-budget 3M]
 //          [--sweep-ratios 0.005,0.01,...] [--limit N]
 //          [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS]
+//          [--no-pyramid] [--no-safe-start] [--no-cold-superseded]
+//          [--measure-from N]
+// Window restore's figures (issue 20) use --ratio 0.014, chosen on the
+// trace's first half (--limit 6015) and checked out of sample on the second
+// (--measure-from 6015): bench/RESULTS.md, Window restore.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -104,6 +109,13 @@ bool g_pyramid = true;
 // stretch's start (kv::PlanWindowRestoreStretch), as the worker does by
 // default; off with --no-safe-start (only restores from the stretch's start).
 bool g_safe_start = true;
+// PrefixCacheOptions::cold_superseded_windows for dual+restore, as the
+// worker does by default; off with --no-cold-superseded.
+bool g_cold_superseded = true;
+// Requests before this index warm the cache but are not counted (hit,
+// prompt and restore figures): with --limit, a hold-out split (choose a
+// setting on the first part, measure it on the rest). 0: count all.
+size_t g_measure_from = 0;
 
 struct Flags {
   std::string trace;
@@ -340,6 +352,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   co.l2 = l2.get();
   co.l3 = l3.get();
   co.keep_restorable_tombstones = spec.restore;
+  co.cold_superseded_windows = spec.restore && g_cold_superseded;
   auto cache_or = PrefixCache::Create(co);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   std::unique_ptr<PrefixCache> cache = *std::move(cache_or);
@@ -356,6 +369,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = prompts.size();
   const size_t progress_every = std::max<size_t>(1, n / 4);
+  int64_t lost_before = 0;  // window-lost tokens before --measure-from
   for (size_t i = 0; i < n; ++i) {
     const int len = prompts.length[i];
     absl::Span<const uint64_t> hashes = prompts.Hashes(i);
@@ -388,10 +402,14 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
         mo.lock_safe_window = choice.restore && st.from_window_safe;
       }
     }
+    if (i == g_measure_from) lost_before = cache->stats().window_lost_tokens.load();
     CacheHit hit = cache->MatchAndLock(hashes, mo);
-    res.hit_tokens += hit.window_safe_tokens();
-    res.matched_tokens += hit.matched_tokens();
-    res.prompt_tokens += len;
+    const bool counted = i >= g_measure_from;
+    if (counted) {
+      res.hit_tokens += hit.window_safe_tokens();
+      res.matched_tokens += hit.matched_tokens();
+      res.prompt_tokens += len;
+    }
     const bool restoring = hit.needs_window_restore();
     const int full_hit = hit.tokens();
     Sequence seq(so, std::move(hit));
@@ -400,10 +418,12 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
       absl::Status s = seq.BeginWindowRestore(choice.compute_from);
       if (!s.ok()) Die(std::string(s.message()));
       next = choice.compute_from;
-      ++res.restores;
-      res.restored_tokens += full_hit - next;
+      if (counted) {
+        ++res.restores;
+        res.restored_tokens += full_hit - next;
+      }
     }
-    res.effective_hit_tokens += restoring ? full_hit - std::llround(restore_work) : next;
+    if (counted) res.effective_hit_tokens += restoring ? full_hit - std::llround(restore_work) : next;
     bool ok = true;
     while (next < len) {
       const int c = std::min(chunk, len - next);
@@ -436,7 +456,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const PrefixCacheStats& st = cache->stats();
-  res.window_lost_tokens = st.window_lost_tokens.load();
+  res.window_lost_tokens = st.window_lost_tokens.load() - lost_before;
   res.evicted_full_pages = st.evicted_full_pages.load();
   res.evicted_swa_pages = st.evicted_swa_pages.load();
   res.tombstoned_nodes = st.tombstoned_nodes.load();
@@ -569,6 +589,10 @@ int Main(int argc, char** argv) {
       g_pyramid = false;
     } else if (a == "--no-safe-start") {
       g_safe_start = false;
+    } else if (a == "--no-cold-superseded") {
+      g_cold_superseded = false;
+    } else if (is("--measure-from")) {
+      g_measure_from = static_cast<size_t>(std::atoll(value("--measure-from").c_str()));
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
@@ -577,6 +601,8 @@ int Main(int argc, char** argv) {
           "  [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS (dual+restore; 0 off)]\n"
           "  [--no-pyramid (dual+restore: every layer over the whole restored stretch)]\n"
           "  [--no-safe-start (dual+restore: never restore from the window-safe hit itself)]\n"
+          "  [--no-cold-superseded (dual+restore: superseded windows stay hot)]\n"
+          "  [--measure-from N (requests before N only warm the cache)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       return 0;
     } else {

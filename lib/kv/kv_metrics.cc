@@ -53,6 +53,10 @@ absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
        "Inserted pages that the cache already held (freed)", &st->duplicate_pages},
       {"swaserve_prefix_cache_healed_pages_total",
        "SWA pages adopted into tombstoned cache nodes", &st->healed_pages},
+      {"swaserve_prefix_cache_cooled_swa_pages_total",
+       "SWA pages of windows a longer prompt superseded, made first to evict "
+       "(--kv.cold_superseded_windows)",
+       &st->cooled_swa_pages},
       {"swaserve_prefix_cache_tombstoned_nodes_total",
        "Cache nodes whose SWA KV was evicted while their full KV stayed",
        &st->tombstoned_nodes},

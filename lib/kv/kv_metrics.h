@@ -6,7 +6,7 @@
 //   swaserve_prefix_cache_hit_tokens_total          window-safe tokens reused
 //   swaserve_prefix_cache_window_lost_tokens_total  matched, not window-safe
 //   swaserve_prefix_cache_inserted_pages_total, _duplicate_pages_total,
-//   swaserve_prefix_cache_healed_pages_total
+//   swaserve_prefix_cache_healed_pages_total, _cooled_swa_pages_total
 //   swaserve_prefix_cache_evicted_pages_total{pool}
 //   swaserve_prefix_cache_tombstoned_nodes_total
 //   swaserve_prefix_cache_nodes{kind="live|tombstone"}

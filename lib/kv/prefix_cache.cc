@@ -62,6 +62,7 @@ PrefixCache::PrefixCache(const PrefixCacheOptions& options)
       page_size_(options.pools->shape().page_size),
       window_(options.pools->shape().sliding_window),
       keep_tombstones_(options.keep_restorable_tombstones),
+      cold_superseded_(options.cold_superseded_windows),
       on_event_(options.on_event),
       root_(std::make_unique<CacheNode>()) {
   root_->id = next_id_++;
@@ -421,6 +422,20 @@ void PrefixCache::LockFullKv(CacheHit& hit, CacheNode* end_node, int k) {
   LockPath(end_node, 0);
 }
 
+void PrefixCache::CoolWindow(CacheNode* end, const std::function<bool(int)>& incoming_live) {
+  const int64_t first_token = std::max<int64_t>(0, int64_t{end->end_page()} * page_size_ - (window_ - 1));
+  const int swa_first = static_cast<int>(first_token / page_size_);
+  for (CacheNode* n = end; n != root_.get() && n->end_page() > swa_first; n = n->parent) {
+    if (n->tombstone() || n->swa_tick < kHotTicks) continue;
+    bool brought = false;
+    for (int p = n->start_page; p < n->end_page() && !brought; ++p) brought = incoming_live(p);
+    if (brought) continue;
+    n->swa_tick = ++cold_tick_;
+    Reindex(n);
+    stats_.cooled_swa_pages.fetch_add(n->pages(), std::memory_order_relaxed);
+  }
+}
+
 int PrefixCache::SplitAtWindowStart(CacheNode* end_node, int end_page) {
   const int swa_first = static_cast<int>(
       std::max<int64_t>(0, int64_t{end_page} * page_size_ - (window_ - 1)) / page_size_);
@@ -541,6 +556,10 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
   while (pos < usable) {
     auto it = node->children.find(page_hashes[pos]);
     if (it == node->children.end()) {
+      // Extending a leaf: its end's window is superseded by the new end's.
+      if (cold_superseded_ && node != root_.get() && node->children.empty()) {
+        CoolWindow(node, live);
+      }
       // New suffix: one node per run of equal liveness (ends live).
       auto add = [&](int from, int to, bool is_live) {
         CacheNode* c = NewNode(node);

@@ -158,6 +158,14 @@ struct PrefixCacheOptions {
   // deleted with their full KV and "no unlocked tombstone leaf" is an
   // invariant. Turn it on only where full-KV hits are restored.
   bool keep_restorable_tombstones = false;
+  // Superseded windows go cold: when an insert extends a path past the end
+  // of a leaf (a conversation's next turn growing the previous prompt), the
+  // SWA KV of that old end's window — which only a prompt diverging exactly
+  // there could use, while the new end's window serves every continuation —
+  // ranks with the cold SWA KV (checkpoints) and is evicted before any hot
+  // window. Pages the insert itself brings SWA KV for are left alone.
+  // Default false.
+  bool cold_superseded_windows = false;
   // L2 (issue 21): a second pair of pools with the same shape (host memory
   // under a device L1; on a CPU-only machine both are host memory, kept
   // apart with their own budgets so the logic is the same). Not owned; null
@@ -321,6 +329,7 @@ struct PrefixCacheStats {
   std::atomic<int64_t> inserted_pages{0};     // new full pages adopted
   std::atomic<int64_t> duplicate_pages{0};    // inserted pages already cached (freed)
   std::atomic<int64_t> healed_pages{0};       // SWA pages adopted into tombstones
+  std::atomic<int64_t> cooled_swa_pages{0};   // superseded windows' SWA pages made cold
   std::atomic<int64_t> evicted_full_pages{0};
   std::atomic<int64_t> evicted_swa_pages{0};  // includes SWA freed with a deleted leaf
   std::atomic<int64_t> tombstoned_nodes{0};
@@ -521,6 +530,10 @@ class PrefixCache {
   // end) to a full-KV hit (MatchOptions::lock_safe_window).
   void LockSafeWindow(CacheHit& hit, CacheNode* safe_node, int safe);
   void UnlockSwa(CacheNode* node, int swa_tokens);
+  // Ranks the SWA KV of the window ending at `end`'s end with the cold SWA
+  // KV (cold_superseded_windows), except nodes for which `incoming_live`
+  // says the inserting request brings SWA KV.
+  void CoolWindow(CacheNode* end, const std::function<bool(int)>& incoming_live);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
             int num_pages, uint8_t tier = 0);
   void CountNodes();
@@ -533,6 +546,7 @@ class PrefixCache {
   int page_size_;
   int window_;
   bool keep_tombstones_;
+  bool cold_superseded_;
   std::function<void(const CacheEvent&)> on_event_;
   int event_anchor_page_ = 0;
   std::unique_ptr<CacheNode> root_;

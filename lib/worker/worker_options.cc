@@ -67,6 +67,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "window restore: start at the window-safe hit itself when it lies inside the "
            "stretch (reading its cached window and the cached full KV) instead of recomputing "
            "from there as an ordinary prefill")
+      .Add(key("kv.cold_superseded_windows"), &o->cold_superseded_windows,
+           "where windows are restored: when a prompt extends a cached prompt past its end, "
+           "that end's SWA window is evicted before any window still at a prompt's end")
       .Add(key("prefill.swa_checkpoint_tokens"), &o->swa_checkpoint_tokens,
            "keep the SWA window every this many prompt tokens in the prefix cache (cold: "
            "evicted first), so prompts diverging mid-way hit at most this far back (0: off)")

@@ -68,6 +68,10 @@ struct WorkerOptions {
   bool window_restore_pyramid = true;
   // PrefillCoreOptions::window_restore_from_window_safe.
   bool window_restore_from_window_safe = true;
+  // PrefixCacheOptions::cold_superseded_windows, where windows are restored
+  // (window_restore_min_saved_work >= 0): a superseded window is cheap to
+  // restore, so it is evicted before any window still at a prompt's end.
+  bool cold_superseded_windows = true;
   // PrefillCoreOptions::swa_checkpoint_tokens (0: off). 2048 is the best of
   // 1K-8K on the Mooncake trace replay (bench/RESULTS.md, window restore).
   int64_t swa_checkpoint_tokens = 2048;

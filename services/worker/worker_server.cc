@@ -202,6 +202,8 @@ absl::Status Worker::BuildPrefill() {
                                // Full KV whose window was evicted is worth
                                // keeping only where windows are restored.
                                .keep_restorable_tombstones = o.window_restore_min_saved_work >= 0,
+                               .cold_superseded_windows = o.window_restore_min_saved_work >= 0 &&
+                                                          o.cold_superseded_windows,
                                .l2 = prefill_l2.get(),
                                .l3 = prefill_l3.get(),
                                .l3_model_identity = prefill_l3 != nullptr ? ModelIdentity(o.model) : 0,

@@ -93,6 +93,7 @@ TEST_F(KvMetricsTest, ExportsPoolsAndCacheAndUnregisters) {
     EXPECT_EQ(Sample(registry_, "swaserve_prefix_cache_hit_tokens_total"), 16);
     EXPECT_EQ(Sample(registry_, "swaserve_prefix_cache_window_lost_tokens_total"), 12);
     EXPECT_EQ(Sample(registry_, "swaserve_prefix_cache_inserted_pages_total"), 4);
+    EXPECT_EQ(Sample(registry_, "swaserve_prefix_cache_cooled_swa_pages_total"), 0);  // option off
     EXPECT_EQ(Sample(registry_, R"(swaserve_prefix_cache_nodes{kind="tombstone"})"), 1);
     EXPECT_GE(Sample(registry_, R"(swaserve_prefix_cache_nodes{kind="live"})"), 1);
     pools_->Cancel(*held);

@@ -134,6 +134,7 @@ class Harness {
     PrefixCacheOptions co;
     co.pools = pools_.get();
     co.keep_restorable_tombstones = keep_tombstones_ = Chance(50);
+    co.cold_superseded_windows = cold_superseded_ = Chance(50);
     if (Chance(40)) {
       // L2 (issue 21): its own pools, from smaller than L1 to 3x.
       KvPoolsOptions l2 = o;
@@ -172,6 +173,7 @@ class Harness {
            " full_pages=" + std::to_string(pools_->full().num_pages()) +
            " swa_pages=" + std::to_string(pools_->swa().num_pages()) +
            " keep_tombstones=" + std::to_string(keep_tombstones_) +
+           " cold_superseded=" + std::to_string(cold_superseded_) +
            " checkpoint=" + std::to_string(checkpoint_) +
            (l2_ == nullptr ? std::string(" no L2")
                            : " L2 " + std::to_string(l2_->full().num_pages()) + "/" +
@@ -211,6 +213,7 @@ class Harness {
     int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
             tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
     int64_t anchored = 0;  // events checked against CacheEvent::anchor
+    int64_t cooled = 0;    // superseded windows' SWA pages made cold
   };
   static Coverage& coverage() {
     static Coverage c;
@@ -1093,10 +1096,13 @@ class Harness {
     ASSERT_EQ(st.evicted_full_pages.load(), total_full_removed_);
     ASSERT_EQ(st.evicted_swa_pages.load(), total_swa_removed_);
     ASSERT_EQ(st.tombstone_nodes.load(), 0);
+    if (!cold_superseded_) ASSERT_EQ(st.cooled_swa_pages.load(), 0);
+    coverage().cooled += st.cooled_swa_pages.load();
   }
 
   std::mt19937_64 rng_;
   bool keep_tombstones_ = false;
+  bool cold_superseded_ = false;
   int checkpoint_ = 0;
   int window_ = 8;
   int ps_ = 4;
@@ -1147,7 +1153,8 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
       "window restores %lld (%lld from the window-safe hit, %lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
-      "SWA-only evictions keeping full KV %lld, L2: demoted %lld, promoted %lld pages, %lld load-backs\n"
+      "SWA-only evictions keeping full KV %lld, superseded-window pages made cold %lld,\n"
+      "L2: demoted %lld, promoted %lld pages, %lld load-backs\n"
       "(%lld asynchronous, %lld operations while one was pending)\n",
       (long long)c.ops, (long long)c.lookups, (long long)c.hit_tokens,
       (long long)c.window_lost, (long long)c.appends,
@@ -1158,7 +1165,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restores_from_safe,
       (long long)c.restore_prepares,
       (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
-      (long long)c.tombstone_leaves, (long long)c.demoted, (long long)c.promoted,
+      (long long)c.tombstone_leaves, (long long)c.cooled, (long long)c.demoted, (long long)c.promoted,
       (long long)c.load_backs, (long long)c.async_load_backs, (long long)c.ops_while_loading);
   // The workload must exercise every path often.
   EXPECT_GE(c.ops, 100000);
@@ -1177,6 +1184,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);
   EXPECT_GT(c.tombstone_leaves, 500);
+  EXPECT_GT(c.cooled, 1000);
   EXPECT_GT(c.anchored, 1000);
   EXPECT_GT(c.demoted, 1000);
   EXPECT_GT(c.promoted, 1000);

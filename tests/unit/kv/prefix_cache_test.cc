@@ -63,6 +63,7 @@ class PrefixCacheTest : public ::testing::Test {
     PrefixCacheOptions co;
     co.pools = pools_.get();
     co.keep_restorable_tombstones = keep_tombstones_;
+    co.cold_superseded_windows = cold_superseded_;
     if (l2_full_pages_ > 0) {
       KvPoolsOptions l2 = o;
       l2.full_pages = l2_full_pages_;
@@ -190,6 +191,7 @@ class PrefixCacheTest : public ::testing::Test {
   std::vector<CacheEvent> events_;
   int ps_ = 4;
   bool keep_tombstones_ = false;  // PrefixCacheOptions::keep_restorable_tombstones
+  bool cold_superseded_ = false;   // PrefixCacheOptions::cold_superseded_windows
   // L2 pools (0: no L2).
   int64_t l2_full_pages_ = 0;
   int64_t l2_swa_pages_ = 0;
@@ -760,6 +762,61 @@ TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
   // Then LRU among the hot: a (older) before b's tail.
   EXPECT_EQ(Events(CacheEvent::Type::kRemoved), Sorted(a));
   EXPECT_EQ(M(b), Lens(20, 20));
+}
+
+// cold_superseded_windows: a conversation's next turn extends b; b's old
+// end's window then ranks with the cold SWA KV and goes before an older hot
+// window (a's). Without the option a, the least recently used, goes first.
+TEST_F(PrefixCacheTest, AnExtendedLeafsWindowGoesBeforeOlderHotWindows) {
+  for (const bool demote : {false, true}) {
+    SCOPED_TRACE(demote);
+    keep_tombstones_ = true;
+    cold_superseded_ = demote;
+    Init(8);  // a window covers 2 pages
+    const Hashes a = H({1, 2});
+    Insert(a);
+    const Hashes b = H({5, 6, 7});
+    Insert(b, /*live_from=*/1);
+    EXPECT_EQ(M(b), Lens(12, 12));
+    const Hashes c = H({5, 6, 7, 8, 9, 10});
+    Insert(c, /*live_from=*/4);  // SWA KV for its own window only
+    ClearEvents();
+    const EvictResult r = cache_->Evict(0, 1);
+    CHECK_CACHE();
+    EXPECT_EQ(r.swa_pages_freed, 2);
+    if (demote) {
+      EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(Hashes(b.begin() + 1, b.end())));
+      EXPECT_EQ(M(a), Lens(8, 8));
+      EXPECT_EQ(M(b), Lens(12, 0));  // a full-KV match now, restorable
+    } else {
+      EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(a));
+      EXPECT_EQ(M(b), Lens(12, 12));
+    }
+    EXPECT_EQ(M(c), Lens(24, 24));
+    cache_.reset();
+    pools_.reset();
+  }
+}
+
+// A turn extending b by less than a window brings SWA KV for part of b's
+// window itself: that part is the new window's and is not demoted.
+TEST_F(PrefixCacheTest, AWindowTheExtensionStillReadsStaysHot) {
+  keep_tombstones_ = true;
+  cold_superseded_ = true;
+  Init(8);
+  const Hashes a = H({1, 2});
+  Insert(a);
+  const Hashes b = H({5, 6, 7});
+  Insert(b, /*live_from=*/1);
+  const Hashes c = H({5, 6, 7, 8});
+  Insert(c, /*live_from=*/2);  // c's window: pages 2 and 3
+  ClearEvents();
+  cache_->Evict(0, 1);
+  CHECK_CACHE();
+  // LRU among hot windows: a, the older, goes; b's end stays window-safe.
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(a));
+  EXPECT_EQ(M(b), Lens(12, 12));
+  EXPECT_EQ(M(c), Lens(16, 16));
 }
 
 TEST_F(PrefixCacheTest, EvictionDemotesToL2KeepingOnlyTheTrailingWindowsSwa) {
