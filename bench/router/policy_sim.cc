@@ -387,6 +387,7 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     kv::PrefixCacheOptions co;
     co.pools = w.pools.get();
     co.keep_restorable_tombstones = cfg.restore;
+    co.cold_superseded_windows = cfg.restore;  // as a restoring worker does
     auto cache = kv::PrefixCache::Create(co);
     if (!cache.ok()) Die(std::string(cache.status().message()));
     w.cache = *std::move(cache);
