@@ -422,14 +422,14 @@ void PrefixCache::LockFullKv(CacheHit& hit, CacheNode* end_node, int k) {
   LockPath(end_node, 0);
 }
 
-void PrefixCache::CoolWindow(CacheNode* end, const std::function<bool(int)>& incoming_live) {
+void PrefixCache::CoolWindow(CacheNode* end, const std::function<bool(int)>& keep_hot) {
   const int64_t first_token = std::max<int64_t>(0, int64_t{end->end_page()} * page_size_ - (window_ - 1));
   const int swa_first = static_cast<int>(first_token / page_size_);
   for (CacheNode* n = end; n != root_.get() && n->end_page() > swa_first; n = n->parent) {
     if (n->tombstone() || n->swa_tick < kHotTicks) continue;
-    bool brought = false;
-    for (int p = n->start_page; p < n->end_page() && !brought; ++p) brought = incoming_live(p);
-    if (brought) continue;
+    bool hot = false;
+    for (int p = n->start_page; p < n->end_page() && !hot; ++p) hot = keep_hot(p);
+    if (hot) continue;
     n->swa_tick = ++cold_tick_;
     Reindex(n);
     stats_.cooled_swa_pages.fetch_add(n->pages(), std::memory_order_relaxed);
@@ -558,7 +558,12 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
     if (it == node->children.end()) {
       // Extending a leaf: its end's window is superseded by the new end's.
       if (cold_superseded_ && node != root_.get() && node->children.empty()) {
-        CoolWindow(node, live);
+        // Pages of the inserting prompt's own trailing window stay hot; SWA
+        // KV it brings elsewhere on the old window (the window a restore
+        // rebuilt there) is superseded all the same.
+        const int own_window_first = static_cast<int>(
+            std::max<int64_t>(0, int64_t{usable} * page_size_ - (window_ - 1)) / page_size_);
+        CoolWindow(node, [&](int p) { return p >= own_window_first && live(p); });
       }
       // New suffix: one node per run of equal liveness (ends live).
       auto add = [&](int from, int to, bool is_live) {

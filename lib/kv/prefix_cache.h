@@ -163,8 +163,9 @@ struct PrefixCacheOptions {
   // SWA KV of that old end's window — which only a prompt diverging exactly
   // there could use, while the new end's window serves every continuation —
   // ranks with the cold SWA KV (checkpoints) and is evicted before any hot
-  // window. Pages the insert itself brings SWA KV for are left alone.
-  // Default false.
+  // window. That includes SWA KV the insert brings for the old window (a
+  // window a restore rebuilt there); pages of the inserting prompt's own
+  // trailing window stay hot. Default false.
   bool cold_superseded_windows = false;
   // L2 (issue 21): a second pair of pools with the same shape (host memory
   // under a device L1; on a CPU-only machine both are host memory, kept
@@ -531,9 +532,9 @@ class PrefixCache {
   void LockSafeWindow(CacheHit& hit, CacheNode* safe_node, int safe);
   void UnlockSwa(CacheNode* node, int swa_tokens);
   // Ranks the SWA KV of the window ending at `end`'s end with the cold SWA
-  // KV (cold_superseded_windows), except nodes for which `incoming_live`
-  // says the inserting request brings SWA KV.
-  void CoolWindow(CacheNode* end, const std::function<bool(int)>& incoming_live);
+  // KV (cold_superseded_windows), except nodes holding a page for which
+  // `keep_hot(page)` (the inserting prompt's own trailing window).
+  void CoolWindow(CacheNode* end, const std::function<bool(int)>& keep_hot);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
             int num_pages, uint8_t tier = 0);
   void CountNodes();

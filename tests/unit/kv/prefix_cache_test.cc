@@ -819,6 +819,30 @@ TEST_F(PrefixCacheTest, AWindowTheExtensionStillReadsStaysHot) {
   EXPECT_EQ(M(c), Lens(16, 16));
 }
 
+// A turn that restored b's evicted window and extends b: the rebuilt window
+// heals b's end and is superseded at once, so it goes cold too.
+TEST_F(PrefixCacheTest, ARestoredWindowAnExtensionSupersedesGoesCold) {
+  keep_tombstones_ = true;
+  cold_superseded_ = true;
+  Init(8);
+  const Hashes b = H({5, 6, 7});
+  Insert(b, /*live_from=*/1);
+  cache_->Evict(0, 2);  // b's window: b is a restorable tombstone leaf now
+  CHECK_CACHE();
+  EXPECT_EQ(M(b), Lens(12, 0));
+  const Hashes a = H({1, 2});
+  Insert(a);
+  const Hashes c = H({5, 6, 7, 8, 9, 10});
+  InsertPattern(c, {false, true, true, false, true, true});  // restored + own window
+  EXPECT_EQ(M(b), Lens(12, 12));  // healed
+  ClearEvents();
+  cache_->Evict(0, 1);
+  CHECK_CACHE();
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(Hashes(b.begin() + 1, b.end())));
+  EXPECT_EQ(M(a), Lens(8, 8));
+  EXPECT_EQ(M(c), Lens(24, 24));
+}
+
 TEST_F(PrefixCacheTest, EvictionDemotesToL2KeepingOnlyTheTrailingWindowsSwa) {
   l2_full_pages_ = 16;
   l2_swa_pages_ = 8;
