@@ -370,6 +370,70 @@ TEST_F(DisaggregatedTest, WindowRestoreKeepsGreedyOutputsIdentical) {
   }
 }
 
+// Growing prompts (an agent's or a conversation's next turns) on real
+// prefill workers with a small SWA pool: each turn extends the previous
+// turn's prompt, so the previous end's window is superseded and goes cold
+// (--kv.cold_superseded_windows, the default where restore is). Greedy
+// outputs equal the straight-line reference with it on and off; the
+// worker counts the pages it made cold, the one with it off none.
+TEST_F(DisaggregatedTest, GrowingPromptsMakeSupersededWindowsColdAndKeepOutputs) {
+  const std::vector<std::string> small_swa = {"--kv.swa_full_ratio=0.02"};
+  std::vector<std::string> no_cold = small_swa;
+  no_cold.push_back("--kv.cold_superseded_windows=false");
+  auto cold = StartWorker("prefill", "pc", small_swa);
+  auto hot = StartWorker("prefill", "ph", no_cold);
+  auto decode = StartWorker("decode", "dc");
+  for (auto* w : {cold.get(), hot.get(), decode.get()}) ASSERT_FALSE(w->address.empty()) << w->id;
+  std::mt19937 rng(11);
+  constexpr int kConversations = 6, kTurns = 9;
+  std::vector<std::vector<uint32_t>> conv(kConversations);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int t = 0; t < kTurns; ++t) {
+    for (auto& c : conv) {
+      const int grow = (t == 0 ? 150 : 20) + static_cast<int>(rng() % 40);
+      for (int k = 0; k < grow; ++k) c.push_back(rng() % 256);
+      prompts.push_back(c);
+    }
+  }
+  const int n = static_cast<int>(prompts.size());
+  std::vector<Result> on(n), off(n);
+  for (int i = 0; i < n; ++i) {
+    std::thread a([&] { on[i] = Generate(*cold, *decode, absl::StrCat("c", i), prompts[i], 4); });
+    off[i] = Generate(*hot, *decode, absl::StrCat("h", i), prompts[i], 4);
+    a.join();
+  }
+  int64_t cached_on = 0, cached_off = 0;
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " (", prompts[i].size(), " tokens)"));
+    const std::vector<uint32_t> ref = Reference(prompts[i], 4);
+    for (const Result* r : {&on[i], &off[i]}) {
+      ASSERT_TRUE(r->prefill_status.ok()) << r->prefill_status.error_message();
+      ASSERT_TRUE(r->decode_status.ok()) << r->decode_status.error_message();
+      EXPECT_EQ(r->tokens, ref);
+    }
+    cached_on += on[i].usage.cached_tokens();
+    cached_off += off[i].usage.cached_tokens();
+  }
+  const double cooled = Metric(*cold, "swaserve_prefix_cache_cooled_swa_pages_total");
+  std::cout << "superseded-window pages made cold " << cooled << ", SWA pages evicted "
+            << Metric(*cold, "swaserve_prefix_cache_evicted_pages_total{pool=\"swa\"}")
+            << "; cached tokens " << cached_on
+            << " (cold) vs " << cached_off << " (hot); restores "
+            << Metric(*cold, "swaserve_prefill_window_restore_requests_total") << " vs "
+            << Metric(*hot, "swaserve_prefill_window_restore_requests_total") << "\n";
+  EXPECT_GT(cooled, 0);
+  // The SWA pool was under pressure: cold windows were evicted.
+  EXPECT_GT(Metric(*cold, "swaserve_prefix_cache_evicted_pages_total{pool=\"swa\"}"), 0);
+  EXPECT_EQ(Metric(*hot, "swaserve_prefix_cache_cooled_swa_pages_total"), 0);
+  EXPECT_GT(cached_on, 0);
+  for (auto* w : {cold.get(), hot.get(), decode.get()}) {
+    EXPECT_EQ(Metric(*w, "swaserve_kv_pages{pool=\"full\",state=\"in_use\"}"), 0) << w->id;
+    auto rc = w->process->Stop();
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 0) << w->id << " did not stop cleanly:\n" << w->process->ReadLog();
+  }
+}
+
 TEST_F(DisaggregatedTest, ClientCancelMidStreamFreesBothSides) {
   auto prefill = StartWorker("prefill", "p2");
   auto decode = StartWorker("decode", "d2");
