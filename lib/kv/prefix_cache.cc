@@ -422,13 +422,15 @@ void PrefixCache::LockFullKv(CacheHit& hit, CacheNode* end_node, int k) {
   LockPath(end_node, 0);
 }
 
-void PrefixCache::CoolWindow(CacheNode* end, const std::function<bool(int)>& keep_hot) {
-  const int64_t first_token = std::max<int64_t>(0, int64_t{end->end_page()} * page_size_ - (window_ - 1));
-  const int swa_first = static_cast<int>(first_token / page_size_);
+void PrefixCache::CoolWindow(CacheNode* end, int keep_hot_from,
+                             absl::Span<const PageId> incoming_swa) {
+  const int swa_first = WindowFirstPage(end->end_page(), page_size_, window_);
   for (CacheNode* n = end; n != root_.get() && n->end_page() > swa_first; n = n->parent) {
     if (n->tombstone() || n->swa_tick < kHotTicks) continue;
     bool hot = false;
-    for (int p = n->start_page; p < n->end_page() && !hot; ++p) hot = keep_hot(p);
+    for (int p = std::max(n->start_page, keep_hot_from); p < n->end_page() && !hot; ++p) {
+      hot = incoming_swa[p] != kNoPage;
+    }
     if (hot) continue;
     n->swa_tick = ++cold_tick_;
     Reindex(n);
@@ -437,8 +439,7 @@ void PrefixCache::CoolWindow(CacheNode* end, const std::function<bool(int)>& kee
 }
 
 int PrefixCache::SplitAtWindowStart(CacheNode* end_node, int end_page) {
-  const int swa_first = static_cast<int>(
-      std::max<int64_t>(0, int64_t{end_page} * page_size_ - (window_ - 1)) / page_size_);
+  const int swa_first = WindowFirstPage(end_page, page_size_, window_);
   if (end_page > swa_first) {
     CacheNode* n = end_node;
     while (n->start_page > swa_first) n = n->parent;
@@ -561,9 +562,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
         // Pages of the inserting prompt's own trailing window stay hot; SWA
         // KV it brings elsewhere on the old window (the window a restore
         // rebuilt there) is superseded all the same.
-        const int own_window_first = static_cast<int>(
-            std::max<int64_t>(0, int64_t{usable} * page_size_ - (window_ - 1)) / page_size_);
-        CoolWindow(node, [&](int p) { return p >= own_window_first && live(p); });
+        CoolWindow(node, WindowFirstPage(usable, page_size_, window_), swa_pages);
       }
       // New suffix: one node per run of equal liveness (ends live).
       auto add = [&](int from, int to, bool is_live) {

@@ -532,9 +532,10 @@ class PrefixCache {
   void LockSafeWindow(CacheHit& hit, CacheNode* safe_node, int safe);
   void UnlockSwa(CacheNode* node, int swa_tokens);
   // Ranks the SWA KV of the window ending at `end`'s end with the cold SWA
-  // KV (cold_superseded_windows), except nodes holding a page for which
-  // `keep_hot(page)` (the inserting prompt's own trailing window).
-  void CoolWindow(CacheNode* end, const std::function<bool(int)>& keep_hot);
+  // KV (cold_superseded_windows), except nodes holding a page at or past
+  // `keep_hot_from` for which `incoming_swa` brings SWA KV (the inserting
+  // prompt's own trailing window).
+  void CoolWindow(CacheNode* end, int keep_hot_from, absl::Span<const PageId> incoming_swa);
   void Emit(CacheEvent::Type type, const CacheNode* node, int first_page,
             int num_pages, uint8_t tier = 0);
   void CountNodes();

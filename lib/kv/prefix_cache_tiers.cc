@@ -54,10 +54,7 @@ void PrefixCache::Demote(CacheNode* n, EvictResult* result) {
   // rule for lower tiers). Everything else of the node's SWA is dropped.
   int keep = 0;
   if (!n->tombstone() && window_ > 1 && (n->leaf() || n->children.size() >= 2)) {
-    const int64_t first_token =
-        std::max<int64_t>(0, int64_t{n->end_page()} * page_size_ - (window_ - 1));
-    const int first_page = static_cast<int>(first_token / page_size_);
-    keep = n->end_page() - std::max(first_page, n->start_page);
+    keep = n->end_page() - std::max(WindowFirstPage(n->end_page(), page_size_, window_), n->start_page);
   }
   if (keep > 0 && keep < n->pages()) {
     // The node keeps the window part; its new parent (the rest, still in
