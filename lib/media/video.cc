@@ -399,6 +399,12 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
     while ((last < 0 || k < last) && SampleTime(k, fps) <= t) {
       const double tk = SampleTime(k, fps);
       const bool use_prev = have_prev && (tk - prev_time) <= (t - tk);
+      // A run to the end (unknown duration) has no sample bound of its own:
+      // one timestamp far ahead (a hostile or broken file) would emit a
+      // sample every 1/fps up to it. Stop past max_frames.
+      if (last < 0 && static_cast<int64_t>(out.frames.size()) >= options.max_frames) {
+        return Invalid(absl::StrCat("too many frames: more than ", options.max_frames));
+      }
       absl::Status s =
           use_prev ? Emit(decoder, decoder.prev(), prev_time, k, fps, &out)
                    : Emit(decoder, decoder.frame(), t, k, fps, &out);

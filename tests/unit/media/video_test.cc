@@ -194,5 +194,26 @@ TEST(VideoDecode, BadInputsAreInvalidArgumentNamingTheProblem) {
   EXPECT_TRUE(r.ok() || absl::IsInvalidArgument(r.status())) << r.status();
 }
 
+// A Matroska file of unknown duration whose frame timestamps jump far ahead
+// (found by video_fuzzer in CI: it emitted ~1.8M samples, 1.4 GB, before the
+// frame count was checked). With the fuzzer's limits it is refused as too
+// many frames, promptly.
+TEST(VideoDecode, AnUnboundedRunStopsAtMaxFramesWhenTimestampsJump) {
+  absl::StatusOr<std::vector<uint8_t>> bytes = testing::ReadFileBytes(
+      std::string(SWASERVE_SOURCE_DIR) + "/tests/fuzz/corpus/video/regression-timestamp-jump.mkv");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  VideoDecodeOptions o;
+  o.sample_fps = 4;
+  o.max_bytes = 1 << 20;
+  o.max_duration_seconds = 30;
+  o.max_frames = 16;
+  o.max_decoded_frames = 64;
+  o.num_chunks = 2;
+  absl::StatusOr<VideoFrames> r = DecodeVideoMemory(*bytes, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("too many frames"));
+}
+
 }  // namespace
 }  // namespace swaserve::media
