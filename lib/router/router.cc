@@ -333,11 +333,9 @@ absl::StatusOr<Router::RouteResult> Router::Route(const v1::GenerateRequest& req
   return out;
 }
 
-absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
-  const int64_t t0 = NowNanos();
+absl::Status Router::Candidates(const Request& r, Endpoints* pre, Endpoints* dec) const {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
-  absl::StatusOr<std::vector<std::shared_ptr<const WorkerEndpoint>>> all =
-      options_.directory->Workers();
+  absl::StatusOr<Endpoints> all = options_.directory->Workers();
   if (!all.ok()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
                                 absl::StrCat("worker registry unreadable: ",
@@ -347,42 +345,41 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   auto model_ok = [&](const WorkerEndpoint& w) {
     return w.info.model.empty() || w.info.model == options_.model_name;
   };
-  std::vector<std::shared_ptr<const WorkerEndpoint>> pre, dec;
   for (const auto& w : *all) {
     if (!model_ok(*w)) continue;
     if (CanPrefill(w->info.role) && w->info.bucket == r.bucket &&
         !r.excluded_prefill.contains(ExclusionKey(w->info))) {
-      pre.push_back(w);
+      pre->push_back(w);
     }
     if (CanDecode(w->info.role) && !r.excluded_decode.contains(ExclusionKey(w->info))) {
-      dec.push_back(w);
+      dec->push_back(w);
     }
   }
-  if (pre.empty()) {
+  if (pre->empty()) {
     // No worker configured for this bucket: any prefill worker whose range
     // admits the prompt (small deployments run one worker for all lengths).
     for (const auto& w : *all) {
       const cluster::WorkerInfo& i = w->info;
       if (model_ok(*w) && CanPrefill(i.role) && !r.excluded_prefill.contains(ExclusionKey(i)) &&
           i.bucket_min_tokens <= n && (i.bucket_max_tokens == 0 || n <= i.bucket_max_tokens)) {
-        pre.push_back(w);
+        pre->push_back(w);
       }
     }
   }
-  if (pre.empty()) {
+  if (pre->empty()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
                                 absl::StrCat("no prefill worker for a prompt of ", n,
                                              " tokens (bucket ", r.bucket, ")",
                                              r.attempt > 0 ? " left after failures" : ""),
                                 "", /*retryable=*/true);
   }
-  // A prompt no candidate's KV pool can hold is a request error (413 /
-  // RESOURCE_EXHAUSTED naming the limit), found before any worker call and
-  // never counted against a worker.
-  RETURN_IF_ERROR(KeepThoseThatFit(n, &pre, &dec));
-  // Loads of every candidate and the prefix depth of every prefill
-  // candidate: one round trip (the index's match script also reads the load
-  // reports).
+  return absl::OkStatus();
+}
+
+std::vector<PrefillCandidate> Router::ScorePrefill(
+    Request& r, const Endpoints& pre, const Endpoints& dec,
+    std::vector<std::optional<v1::WorkerLoad>>* loads) {
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
   std::vector<std::string> ids;
   for (const auto& w : pre) ids.push_back(w->info.id);
   for (const auto& w : dec) ids.push_back(w->info.id);
@@ -392,7 +389,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
     r.hash_page_size = page;
   }
   std::vector<int64_t> depths(pre.size(), 0);
-  std::vector<std::optional<v1::WorkerLoad>> loads(ids.size());
+  loads->assign(ids.size(), std::nullopt);
   // Window-safe depths (pages; INT64_MAX: not known, credit the depth).
   std::vector<int64_t> safe_pages(pre.size(), INT64_MAX);
   std::vector<int64_t> l1_pages;
@@ -414,7 +411,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
       r.hashes, absl::MakeConstSpan(ids).subspan(0, pre.size()), ids, window_pages, scan);
   if (got.ok() && got->depths.size() == pre.size() && got->loads.size() == ids.size()) {
     depths = std::move(got->depths);
-    loads = std::move(got->loads);
+    *loads = std::move(got->loads);
     if (got->safe_pages.size() == pre.size()) safe_pages = std::move(got->safe_pages);
     if (got->l1_pages.size() == pre.size()) l1_pages = std::move(got->l1_pages);
     if (got->redis_unreadable) {  // the index mirror's depths, no loads
@@ -445,7 +442,7 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
         n);
     if (safe_pages[i] < depths[i]) metrics_->window_unsafe_matches->Increment();
     c.healthy = options_.directory->Healthy(c.id);
-    const std::optional<v1::WorkerLoad>& l = loads[i];
+    const std::optional<v1::WorkerLoad>& l = (*loads)[i];
     c.has_load = l.has_value();
     if (l) {
       c.queued_uncached_tokens = static_cast<int64_t>(l->queued_uncached_tokens());
@@ -454,6 +451,49 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
       c.tokens_per_second = l->prefill_tokens_per_second();
     }
   }
+  return pc;
+}
+
+absl::StatusOr<std::shared_ptr<const WorkerEndpoint>> Router::ChooseDecodeFor(
+    const Request& r, const std::shared_ptr<const WorkerEndpoint>& prefill, const Endpoints& dec,
+    absl::Span<const std::optional<v1::WorkerLoad>> dec_loads, uint64_t tie) {
+  if (prefill->info.role == v1::ROLE_BOTH &&
+      !r.excluded_decode.contains(ExclusionKey(prefill->info))) {
+    metrics_->decisions->WithLabels({"decode", "monolithic"}).Increment();
+    return prefill;  // monolithic worker: its own decode
+  }
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
+  std::vector<DecodeCandidate> dc = DecodeCandidates(dec, dec_loads, *options_.directory);
+  absl::StatusOr<Decision> dd =
+      dc.empty() ? absl::UnavailableError("none registered")
+                 : ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
+  while (dd.ok() && !options_.directory->Pick(dc[dd->index].id)) {
+    dc[dd->index].healthy = false;
+    dd = ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
+  }
+  if (!dd.ok()) {
+    return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
+                                absl::StrCat("no healthy decode worker: ", dd.status().message()),
+                                "", /*retryable=*/true);
+  }
+  metrics_->decisions->WithLabels({absl::string_view("decode"), Label(ReasonName(dd->reason))}).Increment();
+  return dec[dd->index];
+}
+
+absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
+  const int64_t t0 = NowNanos();
+  const int64_t n = static_cast<int64_t>(r.tokens.size());
+  Endpoints pre, dec;
+  RETURN_IF_ERROR(Candidates(r, &pre, &dec));
+  // A prompt no candidate's KV pool can hold is a request error (413 /
+  // RESOURCE_EXHAUSTED naming the limit), found before any worker call and
+  // never counted against a worker.
+  RETURN_IF_ERROR(KeepThoseThatFit(n, &pre, &dec));
+  // Loads of every candidate and the prefix depth of every prefill
+  // candidate: one round trip (the index's match script also reads the load
+  // reports).
+  std::vector<std::optional<v1::WorkerLoad>> loads;
+  std::vector<PrefillCandidate> pc = ScorePrefill(r, pre, dec, &loads);
   // Load shedding: only a new request (a retry or a migration was admitted
   // already and must not be dropped now).
   if (r.attempt == 0 && options_.shed_backlog_seconds > 0) {
@@ -486,29 +526,9 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   choice.prefill = pre[pd->index];
   choice.expected_cached_tokens = pc[pd->index].cached_tokens;
   metrics_->decisions->WithLabels({absl::string_view("prefill"), Label(ReasonName(pd->reason))}).Increment();
-  if (choice.prefill->info.role == v1::ROLE_BOTH &&
-      !r.excluded_decode.contains(ExclusionKey(choice.prefill->info))) {
-    choice.decode = choice.prefill;  // monolithic worker: its own decode
-    metrics_->decisions->WithLabels({"decode", "monolithic"}).Increment();
-  } else {
-    std::vector<DecodeCandidate> dc =
-        DecodeCandidates(dec, absl::MakeConstSpan(loads).subspan(pre.size()), *options_.directory);
-    absl::StatusOr<Decision> dd =
-        dc.empty() ? absl::UnavailableError("none registered")
-                   : ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
-    while (dd.ok() && !options_.directory->Pick(dc[dd->index].id)) {
-      dc[dd->index].healthy = false;
-      dd = ChooseDecode(n, r.sampling.max_tokens(), dc, options_.policy, tie);
-    }
-    if (!dd.ok()) {
-      return rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_NO_WORKERS,
-                                  absl::StrCat("no healthy decode worker: ",
-                                               dd.status().message()),
-                                  "", /*retryable=*/true);
-    }
-    choice.decode = dec[dd->index];
-    metrics_->decisions->WithLabels({absl::string_view("decode"), Label(ReasonName(dd->reason))}).Increment();
-  }
+  ASSIGN_OR_RETURN(choice.decode,
+                   ChooseDecodeFor(r, choice.prefill, dec,
+                                   absl::MakeConstSpan(loads).subspan(pre.size()), tie));
   metrics_->decision_seconds->Observe(static_cast<double>(NowNanos() - t0) * 1e-9);
   // Predicted index entries, off the request's path.
   if (record && !r.hashes.empty()) {
@@ -520,6 +540,5 @@ absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
   }
   return choice;
 }
-
 
 }  // namespace swaserve::router

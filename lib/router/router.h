@@ -83,6 +83,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -90,6 +91,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "lib/base/request_defaults.h"
 #include "lib/base/thread_pool.h"
 #include "lib/base/timer_queue.h"
@@ -319,6 +321,24 @@ class Router {
   absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
+  // Decide's parts. The registered workers of this model that may take r:
+  // prefill workers of its bucket (or, when none is configured for it, any
+  // whose range admits the prompt) and decode workers, minus r's exclusions.
+  absl::Status Candidates(
+      const Request& r, std::vector<std::shared_ptr<const WorkerEndpoint>>* pre,
+      std::vector<std::shared_ptr<const WorkerEndpoint>>* dec) const;
+  // The policy's view of each prefill candidate: its prefix credit (one
+  // Redis round trip for depths, window-safe depths and every candidate's
+  // load, `*loads` in pre's then dec's order) and load.
+  std::vector<PrefillCandidate> ScorePrefill(
+      Request& r, const std::vector<std::shared_ptr<const WorkerEndpoint>>& pre,
+      const std::vector<std::shared_ptr<const WorkerEndpoint>>& dec,
+      std::vector<std::optional<v1::WorkerLoad>>* loads);
+  // The decode worker for r once its prefill worker is chosen.
+  absl::StatusOr<std::shared_ptr<const WorkerEndpoint>> ChooseDecodeFor(
+      const Request& r, const std::shared_ptr<const WorkerEndpoint>& prefill,
+      const std::vector<std::shared_ptr<const WorkerEndpoint>>& dec,
+      absl::Span<const std::optional<v1::WorkerLoad>> dec_loads, uint64_t tie);
   // Every StallScanInterval (timer thread): requests without progress for
   // stall_report_after, logged once each and counted.
   void ScanStalled();
