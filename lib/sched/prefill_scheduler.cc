@@ -357,22 +357,142 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns) {
   return NextStep(now_ns, [](const PrefillRequestInfo&) { return true; });
 }
 
+struct PrefillScheduler::StepState {
+  StepState(int64_t now, CanStartFn can, int budget_tokens, size_t max_req)
+      : now_ns(now), can_start(can), budget(budget_tokens), max_requests(max_req) {}
+  const int64_t now_ns;
+  const CanStartFn can_start;
+  double clock_before = 0;
+  // With the guard, the next step starts about here on the work clock.
+  double next_boundary = 0;
+  int budget;
+  const size_t max_requests;
+  PrefillStep step;
+  std::vector<Request*> done;  // finish with this step
+  int refusals = 0;
+  bool stop = false;
+  // Requests that stay partial after this step.
+  int partial = 0;
+  bool room() const { return !stop && budget > 0 && step.chunks.size() < max_requests; }
+};
+
+void PrefillScheduler::ContinueInProgress(StepState& s, int reserve, size_t slots) {
+  for (auto& [seq, r] : in_progress_) {
+    if (s.budget <= reserve || s.step.chunks.size() >= slots) break;
+    const int n = std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token,
+                            s.budget - reserve});
+    s.budget -= n;
+    if (TakeChunk(r, n, /*first=*/false, &s.step)) s.done.push_back(r);
+  }
+}
+
+bool PrefillScheduler::TryStart(StepState& s, Request* r, bool urgent) {
+  const int n = std::min({options_.chunk_tokens, r->info.uncached_tokens(), s.budget});
+  const bool stays_partial = n < r->info.uncached_tokens();
+  if (stays_partial && s.partial >= options_.max_partial_requests && !urgent) {
+    return false;
+  }
+  if (!s.can_start(r->info)) {
+    const double block_after_ns = options_.refusal_block_after_seconds * 1e9;
+    if (static_cast<double>(s.now_ns - r->info.arrival_ns) >= block_after_ns ||
+        ++s.refusals >= options_.max_refusals_per_step) {
+      s.stop = true;
+    }
+    return false;
+  }
+  Unqueue(r);
+  r->start_seq = next_start_seq_++;
+  metrics_.AddQueued(-1, 0);
+  metrics_.AddRunning(1);
+  metrics_.CountAdmitted();
+  metrics_.ObserveWait(r->info.arrival_ns, s.now_ns);
+  double ratio = -1;
+  bool late = false;
+  if (r->has_deadline) {
+    // The guard's own check: its wait on the work clock (counted from up
+    // to one step before Add, as the deadline is) against its FCFS wait,
+    // or, when larger, the floor or the step in flight at its arrival
+    // (which no order could shorten: started at the first step after
+    // Add, the ratio is at most 1). On time implies
+    // <= max(fcfs_wait_ratio, 1).
+    ratio = (s.clock_before - r->add_clock + r->arrival_slack) /
+            std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack});
+    metrics_.ObserveFcfsWaitRatio(ratio);
+    late = s.clock_before > r->deadline;
+    if (late) {
+      ++late_starts_;
+      metrics_.CountLateStart();
+    }
+  }
+  s.budget -= n;
+  if (stays_partial) ++s.partial;
+  const bool finishes = TakeChunk(r, n, /*first=*/true, &s.step);
+  s.step.chunks.back().fcfs_wait_ratio = ratio;
+  s.step.chunks.back().late = late;
+  if (finishes) {
+    s.done.push_back(r);
+  } else {
+    in_progress_.emplace(r->start_seq, r);
+  }
+  return true;
+}
+
+void PrefillScheduler::StartGuarded(StepState& s, const std::vector<Request*>& due) {
+  // Due requests first, then: each start re-lays the deadlines out (the
+  // started request's work moves ahead of everyone); requests tried and
+  // skipped in this step are not tried again.
+  absl::flat_hash_set<const Request*> tried;
+  for (Request* r : due) {
+    if (!s.room()) break;
+    const bool overtakes = r != *queue_.begin();
+    if (TryStart(s, r, /*urgent=*/true) && overtakes) {
+      ++guarded_starts_;
+      metrics_.CountGuarded();
+    }
+    tried.insert(r);
+  }
+  bool started = true;
+  while (started && s.room()) {
+    started = false;
+    const bool laid_out = LayOutDeadlines();
+    bool guard_skipped = false;
+    for (auto it = queue_.begin(); it != queue_.end() && s.room();) {
+      Request* r = *it++;
+      if (tried.contains(r)) continue;
+      if (laid_out && (r->has_deadline ? r->slack_before : least_slack_) < r->cost) {
+        guard_skipped = true;  // would push an earlier deadline past it
+        continue;
+      }
+      // A request due before the next step may start beyond the partial
+      // cap (the FCFS run would not have had the same requests in
+      // progress).
+      const bool urgent = r->has_deadline && r->deadline < s.next_boundary;
+      if (TryStart(s, r, urgent)) {
+        if (guard_skipped) {
+          ++guarded_starts_;
+          metrics_.CountGuarded();
+        }
+        started = true;
+        break;
+      }
+      tried.insert(r);
+    }
+  }
+}
+
 PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
+  StepState s(now_ns, can_start, options_.step_token_budget,
+              static_cast<size_t>(options_.max_requests_per_step));
   // With the guard, the next step starts about `next_boundary` on the work
   // clock: a request due before it must start in this step. The shadow runs
   // until every deadline before it is known, so that it is known before
   // this step is decided, not after.
-  const double clock_before = work_clock_;
-  double next_boundary = clock_before;
+  s.clock_before = work_clock_;
+  s.next_boundary = s.clock_before;
   if (shadow_ != nullptr) {
-    next_boundary += StepWorkEstimate();
-    AdvanceShadow(now_ns, next_boundary);
+    s.next_boundary += StepWorkEstimate();
+    AdvanceShadow(now_ns, s.next_boundary);
   }
-  PrefillStep step;
-  int budget = options_.step_token_budget;
-  const size_t max_requests =
-      static_cast<size_t>(options_.max_requests_per_step);
-  std::vector<Request*> done;
 
   // 1. Requests in progress, oldest start first. With the guard, queued
   // requests due before the next step (in deadline order) come first: the
@@ -381,157 +501,43 @@ PrefillStep PrefillScheduler::NextStep(int64_t now_ns, CanStartFn can_start) {
   int reserve = 0;
   if (guard_on()) {
     for (Request* r : by_deadline_) {
-      if (r->deadline >= next_boundary || due.size() >= max_requests ||
-          reserve >= budget) {
+      if (r->deadline >= s.next_boundary || due.size() >= s.max_requests ||
+          reserve >= s.budget) {
         break;
       }
-      reserve += std::min(
-          {options_.chunk_tokens, r->info.uncached_tokens(), budget - reserve});
+      reserve += std::min({options_.chunk_tokens, r->info.uncached_tokens(), s.budget - reserve});
       due.push_back(r);
     }
   }
-  const size_t continue_slots = max_requests - due.size();
-  for (auto& [seq, r] : in_progress_) {
-    if (budget <= reserve || step.chunks.size() >= continue_slots) break;
-    const int n = std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token,
-                            budget - reserve});
-    budget -= n;
-    if (TakeChunk(r, n, /*first=*/false, &step)) done.push_back(r);
-  }
+  ContinueInProgress(s, reserve, s.max_requests - due.size());
 
   // 2. New requests in policy order.
-  int refusals = 0;
-  bool stop = false;
-  const double block_after_ns = options_.refusal_block_after_seconds * 1e9;
-  auto room = [&] {
-    return !stop && budget > 0 && step.chunks.size() < max_requests;
-  };
-  // Requests that stay partial after this step.
-  int partial = static_cast<int>(in_progress_.size() - done.size());
-  // Tries to start queued `r`; sets `stop` when no other may be tried.
-  // Returns whether it started.
-  auto try_start = [&](Request* r, bool urgent) {
-    const int n =
-        std::min({options_.chunk_tokens, r->info.uncached_tokens(), budget});
-    const bool stays_partial = n < r->info.uncached_tokens();
-    if (stays_partial && partial >= options_.max_partial_requests && !urgent) {
-      return false;
-    }
-    if (!can_start(r->info)) {
-      if (static_cast<double>(now_ns - r->info.arrival_ns) >= block_after_ns ||
-          ++refusals >= options_.max_refusals_per_step) {
-        stop = true;
-      }
-      return false;
-    }
-    Unqueue(r);
-    r->start_seq = next_start_seq_++;
-    metrics_.AddQueued(-1, 0);
-    metrics_.AddRunning(1);
-    metrics_.CountAdmitted();
-    metrics_.ObserveWait(r->info.arrival_ns, now_ns);
-    double ratio = -1;
-    bool late = false;
-    if (r->has_deadline) {
-      // The guard's own check: its wait on the work clock (counted from up
-      // to one step before Add, as the deadline is) against its FCFS wait,
-      // or, when larger, the floor or the step in flight at its arrival
-      // (which no order could shorten: started at the first step after
-      // Add, the ratio is at most 1). On time implies
-      // <= max(fcfs_wait_ratio, 1).
-      ratio = (clock_before - r->add_clock + r->arrival_slack) /
-              std::max({r->fcfs_wait, GuardFloor(), r->arrival_slack});
-      metrics_.ObserveFcfsWaitRatio(ratio);
-      late = clock_before > r->deadline;
-      if (late) {
-        ++late_starts_;
-        metrics_.CountLateStart();
-      }
-    }
-    budget -= n;
-    if (stays_partial) ++partial;
-    const bool finishes = TakeChunk(r, n, /*first=*/true, &step);
-    step.chunks.back().fcfs_wait_ratio = ratio;
-    step.chunks.back().late = late;
-    if (finishes) {
-      done.push_back(r);
-    } else {
-      in_progress_.emplace(r->start_seq, r);
-    }
-    return true;
-  };
+  s.partial = static_cast<int>(in_progress_.size() - s.done.size());
   if (!guard_on()) {
-    for (auto it = queue_.begin(); it != queue_.end() && room();) {
-      try_start(*it++, false);  // advance first: starting erases it
+    for (auto it = queue_.begin(); it != queue_.end() && s.room();) {
+      TryStart(s, *it++, false);  // advance first: starting erases it
     }
   } else {
-    // Due requests first, then: each start re-lays the deadlines out (the
-    // started request's work moves ahead of everyone); requests tried and
-    // skipped in this step are not tried again.
-    absl::flat_hash_set<const Request*> tried;
-    for (Request* r : due) {
-      if (!room()) break;
-      const bool overtakes = r != *queue_.begin();
-      if (try_start(r, /*urgent=*/true) && overtakes) {
-        ++guarded_starts_;
-        metrics_.CountGuarded();
-      }
-      tried.insert(r);
-    }
-    bool started = true;
-    while (started && room()) {
-      started = false;
-      const bool laid_out = LayOutDeadlines();
-      bool guard_skipped = false;
-      for (auto it = queue_.begin(); it != queue_.end() && room();) {
-        Request* r = *it++;
-        if (tried.contains(r)) continue;
-        if (laid_out &&
-            (r->has_deadline ? r->slack_before : least_slack_) < r->cost) {
-          guard_skipped = true;  // would push an earlier deadline past it
-          continue;
-        }
-        // A request due before the next step may start beyond the partial
-        // cap (the FCFS run would not have had the same requests in
-        // progress).
-        const bool urgent = r->has_deadline && r->deadline < next_boundary;
-        if (try_start(r, urgent)) {
-          if (guard_skipped) {
-            ++guarded_starts_;
-            metrics_.CountGuarded();
-          }
-          started = true;
-          break;
-        }
-        tried.insert(r);
-      }
-    }
+    StartGuarded(s, due);
   }
 
   // Due requests that could not start (their memory is not there) must not
   // keep the budget they reserved from the requests in progress: an empty
   // step with work in progress would wait for an event that only that work
   // can produce (found by tests/unit/worker/prefill_admission_test.cc).
-  if (step.chunks.empty() && !in_progress_.empty()) {
-    budget = options_.step_token_budget;
-    for (auto& [seq, r] : in_progress_) {
-      if (budget <= 0 || step.chunks.size() >= max_requests) break;
-      const int n =
-          std::min({options_.chunk_tokens, r->info.prompt_tokens - r->next_token, budget});
-      budget -= n;
-      if (TakeChunk(r, n, /*first=*/false, &step)) done.push_back(r);
-    }
+  if (s.step.chunks.empty() && !in_progress_.empty()) {
+    s.budget = options_.step_token_budget;
+    ContinueInProgress(s, /*reserve=*/0, s.max_requests);
   }
 
-  for (Request* r : done) {
+  for (Request* r : s.done) {
     in_progress_.erase(r->start_seq);
     metrics_.AddRunning(-1);
     requests_.erase(requests_.find(r->info.id));  // destroys *r
   }
-  last_step_cost_ = work_clock_ - clock_before;
-  if (!step.empty())
-    metrics_.ObserveBatch(static_cast<int>(step.chunks.size()));
-  return step;
+  last_step_cost_ = work_clock_ - s.clock_before;
+  if (!s.step.empty()) metrics_.ObserveBatch(static_cast<int>(s.step.chunks.size()));
+  return std::move(s.step);
 }
 
 std::optional<int64_t> PrefillScheduler::oldest_arrival_ns() const {

@@ -381,6 +381,17 @@ class PrefillScheduler {
                    SchedMetrics metrics);
   // Appends a chunk of `n` tokens of `r` to `step`; true when it was the last.
   bool TakeChunk(Request* r, int n, bool first, PrefillStep* step);
+  // NextStep's parts. One step's working state (prefill_scheduler.cc).
+  struct StepState;
+  // Chunks of requests in progress, oldest start first, within the step's
+  // budget less `reserve` and at most `slots` chunks.
+  void ContinueInProgress(StepState& s, int reserve, size_t slots);
+  // Tries to start queued `r` (`urgent`: may pass the partial cap); sets
+  // s.stop when no other may be tried. Returns whether it started.
+  bool TryStart(StepState& s, Request* r, bool urgent);
+  // Starts queued requests with the guard on: `due` first, then policy
+  // order with each start re-laying the deadlines out.
+  void StartGuarded(StepState& s, const std::vector<Request*>& due);
   // Removes queued `r` from the queue's indexes.
   void Unqueue(Request* r);
   bool guard_on() const;
