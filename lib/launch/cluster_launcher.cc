@@ -291,7 +291,7 @@ void ClusterLauncher::ReportKvPlan() const {
   }
 }
 
-absl::Status ClusterLauncher::DoStart() {
+absl::Status ClusterLauncher::CheckSpec() {
   if (spec_.model.empty())
     return absl::InvalidArgumentError("model: a checkpoint is required");
   std::error_code ec;
@@ -321,20 +321,14 @@ absl::Status ClusterLauncher::DoStart() {
     return absl::InternalError(absl::StrCat("run_dir: cannot create ",
                                             spec_.run_dir, ": ", ec.message()));
   }
-  // No worker_bin: each role's own binary (swaserve-prefill, swaserve-decode).
-  const std::string prefill_bin =
-      spec_.worker_bin.empty() ? DefaultBinary("swaserve-prefill") : spec_.worker_bin;
-  const std::string decode_bin =
-      spec_.worker_bin.empty() ? DefaultBinary("swaserve-decode") : spec_.worker_bin;
   if (spec_.router_bin.empty())
     spec_.router_bin = DefaultBinary("swaserve-router");
-  const int num_workers =
-      static_cast<int>(spec_.bucket_bounds.size()) + spec_.decode_workers;
-  int threads = spec_.worker_threads;
-  if (threads <= 0) {
-    threads = std::max(
-        1, static_cast<int>(std::thread::hardware_concurrency()) / num_workers);
-  }
+  if (spec_.encoder_bin.empty()) spec_.encoder_bin = DefaultBinary("swaserve-encoder");
+  return absl::OkStatus();
+}
+
+absl::Status ClusterLauncher::DoStart() {
+  if (absl::Status s = CheckSpec(); !s.ok()) return s;
   endpoints_.model_name = spec_.model_name;
   endpoints_.run_dir = spec_.run_dir;
   const absl::Time deadline = absl::Now() + spec_.start_timeout;
@@ -346,8 +340,27 @@ absl::Status ClusterLauncher::DoStart() {
     endpoints_.redis_address = spec_.redis;
     Progress(absl::StrCat("using redis at ", spec_.redis));
   }
-
   // 2. Workers: all at once (model loads overlap), then wait for each.
+  if (absl::Status s = StartWorkers(deadline); !s.ok()) return s;
+  // 3. The router.
+  if (absl::Status s = StartRouter(deadline); !s.ok()) return s;
+  if (spec_.prometheus) return StartPrometheus(deadline);
+  return absl::OkStatus();
+}
+
+absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
+  // No worker_bin: each role's own binary (swaserve-prefill, swaserve-decode).
+  const std::string prefill_bin =
+      spec_.worker_bin.empty() ? DefaultBinary("swaserve-prefill") : spec_.worker_bin;
+  const std::string decode_bin =
+      spec_.worker_bin.empty() ? DefaultBinary("swaserve-decode") : spec_.worker_bin;
+  const int num_workers =
+      static_cast<int>(spec_.bucket_bounds.size()) + spec_.decode_workers;
+  int threads = spec_.worker_threads;
+  if (threads <= 0) {
+    threads = std::max(
+        1, static_cast<int>(std::thread::hardware_concurrency()) / num_workers);
+  }
   ReportKvPlan();
   std::vector<Child*> workers;
   auto common = [&](const std::string& name, const std::string& role) {
@@ -391,7 +404,6 @@ absl::Status ClusterLauncher::DoStart() {
   }
   // Encoders (issue 23): for a model with a vision or audio tower.
   const int encoders = spec_.encoders >= 0 ? spec_.encoders : HasEncoderTowers(spec_.model);
-  if (spec_.encoder_bin.empty()) spec_.encoder_bin = DefaultBinary("swaserve-encoder");
   for (int i = 0; i < encoders; ++i) {
     const std::string name = absl::StrCat("encoder-", i);
     std::vector<std::string> argv = {spec_.encoder_bin,
@@ -415,8 +427,10 @@ absl::Status ClusterLauncher::DoStart() {
                           " ok (gRPC 127.0.0.1:", w->info.grpc_port,
                           ", metrics ", w->info.metrics_url(), ")"));
   }
+  return absl::OkStatus();
+}
 
-  // 3. The router.
+absl::Status ClusterLauncher::StartRouter(absl::Time deadline) {
   std::vector<std::string> argv = {
       spec_.router_bin,
       "--model=" + spec_.model,
@@ -451,7 +465,6 @@ absl::Status ClusterLauncher::DoStart() {
       endpoints_.metrics_urls.emplace_back(c->info.name, c->info.metrics_url());
     }
   }
-  if (spec_.prometheus) return StartPrometheus(deadline);
   return absl::OkStatus();
 }
 

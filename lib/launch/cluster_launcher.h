@@ -190,6 +190,12 @@ class ClusterLauncher {
   };
   explicit ClusterLauncher(ClusterSpec spec) : spec_(std::move(spec)) {}
   absl::Status DoStart();
+  // DoStart's parts: the spec checked and its defaults filled in (the KV
+  // plan included); the prefill, decode and encoder processes started and
+  // waited for; the router started and waited for (endpoints_ filled in).
+  absl::Status CheckSpec();
+  absl::Status StartWorkers(absl::Time deadline);
+  absl::Status StartRouter(absl::Time deadline);
   absl::Status StartRedis();
   absl::Status PlanKv();
   void ReportKvPlan() const;
