@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -228,6 +229,81 @@ bool IsCheckpointFile(const std::string& name) {
           name.substr(name.size() - 12) == ".safetensors");
 }
 
+// make-model's tokenizer: `flag` is a path, 'none', or empty (the default
+// when present). Sets *path (empty: no tokenizer.json) and *facts, and
+// *vocab when 0. InvalidArgument: a usage error (exit 2); others exit 1.
+absl::Status ResolveTokenizer(const std::string& flag, int64_t* vocab, std::string* path,
+                              TokenizerFacts* facts) {
+  const bool explicit_tokenizer = !flag.empty() && flag != "none";
+  if (explicit_tokenizer) {
+    *path = flag;
+  } else if (flag.empty()) {
+    *path = FindDefaultTokenizer();
+  }
+  if (path->empty()) return absl::OkStatus();
+  absl::StatusOr<TokenizerFacts> f = ReadTokenizerFacts(*path);
+  if (!f.ok()) {
+    return explicit_tokenizer ? absl::InvalidArgumentError(f.status().message())
+                              : absl::InternalError(f.status().message());
+  }
+  *facts = *f;
+  if (*vocab == 0) {
+    *vocab = facts->vocab_size;
+  } else if (*vocab < facts->vocab_size) {
+    if (explicit_tokenizer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab ", *vocab, " is smaller than the ", facts->vocab_size,
+                       " token ids of ", *path, " (raise --vocab or pass --tokenizer=none)"));
+    }
+    std::fprintf(stderr,
+                 "swaserve make-model: --vocab %lld is smaller than the default "
+                 "tokenizer's %d ids; writing no tokenizer.json\n",
+                 static_cast<long long>(*vocab), facts->vocab_size);
+    path->clear();
+    *facts = TokenizerFacts();
+  }
+  return absl::OkStatus();
+}
+
+// make-model's output directory: absent, empty, or (with --force) a
+// directory whose checkpoint files are removed.
+absl::Status PrepareOutDir(const std::string& out, bool force) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return absl::OkStatus();
+  if (!fs::is_directory(out, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(out, " exists and is not a directory"));
+  }
+  if (fs::is_empty(out, ec)) return absl::OkStatus();
+  if (!force) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        out, " exists and is not empty (pass --force to replace the checkpoint in it)"));
+  }
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    if (IsCheckpointFile(entry.path().filename().string())) fs::remove(entry.path(), ec);
+  }
+  return absl::OkStatus();
+}
+
+// Progress of writing model.safetensors on stderr: one updating line on a
+// terminal, a line per 10% otherwise.
+std::function<void(uint64_t, uint64_t)> WriteProgress() {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  return [tty, last_decile = -1](uint64_t done, uint64_t total) mutable {
+    const int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+    if (tty) {
+      std::fprintf(stderr, "\r  model.safetensors: %3d%% (%s / %s)", pct,
+                   HumanBytes(static_cast<double>(done)).c_str(),
+                   HumanBytes(static_cast<double>(total)).c_str());
+      if (done == total) std::fputc('\n', stderr);
+    } else if (pct / 10 != last_decile) {
+      last_decile = pct / 10;
+      std::fprintf(stderr, "  model.safetensors: %3d%% (%s / %s)\n", pct,
+                   HumanBytes(static_cast<double>(done)).c_str(),
+                   HumanBytes(static_cast<double>(total)).c_str());
+    }
+  };
+}
+
 int MakeModel(int argc, const char* const* argv) {
   std::string shape = "tiny";
   std::string out;
@@ -283,35 +359,10 @@ int MakeModel(int argc, const char* const* argv) {
   }
 
   // Tokenizer: explicit path, 'none', or the default when present.
-  const bool explicit_tokenizer = !tokenizer.empty() && tokenizer != "none";
   std::string tokenizer_path;
-  if (explicit_tokenizer) {
-    tokenizer_path = tokenizer;
-  } else if (tokenizer.empty()) {
-    tokenizer_path = FindDefaultTokenizer();
-  }
   TokenizerFacts facts;
-  if (!tokenizer_path.empty()) {
-    absl::StatusOr<TokenizerFacts> f = ReadTokenizerFacts(tokenizer_path);
-    if (!f.ok()) return fail(explicit_tokenizer ? 2 : 1, f.status().message());
-    facts = *f;
-    if (vocab == 0) {
-      vocab = facts.vocab_size;
-    } else if (vocab < facts.vocab_size) {
-      if (explicit_tokenizer) {
-        return fail(
-            2, absl::StrCat("--vocab ", vocab, " is smaller than the ",
-                            facts.vocab_size, " token ids of ", tokenizer_path,
-                            " (raise --vocab or pass --tokenizer=none)"));
-      }
-      std::fprintf(
-          stderr,
-          "swaserve make-model: --vocab %lld is smaller than the default "
-          "tokenizer's %d ids; writing no tokenizer.json\n",
-          static_cast<long long>(vocab), facts.vocab_size);
-      tokenizer_path.clear();
-      facts = TokenizerFacts();
-    }
+  if (absl::Status ts = ResolveTokenizer(tokenizer, &vocab, &tokenizer_path, &facts); !ts.ok()) {
+    return fail(absl::IsInvalidArgument(ts) ? 2 : 1, ts.message());
   }
   if (vocab == 0) vocab = kDefaultVocabWithoutTokenizer;
 
@@ -335,24 +386,7 @@ int MakeModel(int argc, const char* const* argv) {
     }
   }
 
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    if (!fs::is_directory(out, ec)) {
-      return fail(2, absl::StrCat(out, " exists and is not a directory"));
-    }
-    if (!fs::is_empty(out, ec)) {
-      if (!force) {
-        return fail(2, absl::StrCat(out,
-                                    " exists and is not empty (pass --force "
-                                    "to replace the checkpoint in it)"));
-      }
-      for (const auto& entry : fs::directory_iterator(out, ec)) {
-        if (IsCheckpointFile(entry.path().filename().string())) {
-          fs::remove(entry.path(), ec);
-        }
-      }
-    }
-  }
+  if (absl::Status ds = PrepareOutDir(out, force); !ds.ok()) return fail(2, ds.message());
 
   const model::ParamCounts params = model::CountParams(*mc);
   std::fprintf(
@@ -363,22 +397,7 @@ int MakeModel(int argc, const char* const* argv) {
       std::string(kv::DTypeName(mc->dtype)).c_str(),
       static_cast<long long>(vocab), static_cast<unsigned long long>(seed),
       out.c_str());
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  int last_decile = -1;
-  auto progress = [&](uint64_t done, uint64_t total) {
-    const int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
-    if (tty) {
-      std::fprintf(stderr, "\r  model.safetensors: %3d%% (%s / %s)", pct,
-                   HumanBytes(static_cast<double>(done)).c_str(),
-                   HumanBytes(static_cast<double>(total)).c_str());
-      if (done == total) std::fputc('\n', stderr);
-    } else if (pct / 10 != last_decile) {
-      last_decile = pct / 10;
-      std::fprintf(stderr, "  model.safetensors: %3d%% (%s / %s)\n", pct,
-                   HumanBytes(static_cast<double>(done)).c_str(),
-                   HumanBytes(static_cast<double>(total)).c_str());
-    }
-  };
+  const std::function<void(uint64_t, uint64_t)> progress = WriteProgress();
   absl::Status s =
       model::WriteRandomCheckpoint(*mc, seed, out, tokenizer_path, progress);
   if (!s.ok()) return fail(1, s.message());
