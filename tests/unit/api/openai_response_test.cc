@@ -1,5 +1,6 @@
 // lib/api/openai_response.{h,cc}: the exact text (field order included) of
-// responses and chunks; openai_test.cc checks their contents field by field.
+// responses and chunks; openai_format_test.cc checks their contents field by
+// field.
 #include "lib/api/openai_response.h"
 
 #include <string>
