@@ -20,17 +20,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/swaserve-long-prompts}
 WORDS=${WORDS:-"55000 92000"}
-UP_FLAGS=${UP_FLAGS:-}
-mkdir -p "$OUT"
-rm -rf "$OUT/run"
-# shellcheck disable=SC2086
-"$BUILD/bin/swaserve" up --run_dir="$OUT/run" --http_port=0 --grpc_port=0 $UP_FLAGS >"$OUT/up.log" 2>&1 &
-up=$!
-trap 'kill -INT $up 2>/dev/null || true; wait $up 2>/dev/null || true' EXIT
-for _ in $(seq 1 900); do grep -q "Ctrl-C" "$OUT/up.log" 2>/dev/null && break; sleep 0.2; done
-grep -q "Ctrl-C" "$OUT/up.log" || { cat "$OUT/up.log"; echo "swaserve up did not start" >&2; exit 1; }
+. bench/cluster/up.sh
 grep "KV pools" "$OUT/up.log"
-url=$(grep -o "OpenAI HTTP *http://[0-9.:]*" "$OUT/up.log" | awk '{print $3}')
 /usr/bin/python3 - "$url" $WORDS <<'PY'
 import json, random, sys, time, urllib.error, urllib.request
 url, sizes = sys.argv[1], [int(w) for w in sys.argv[2:]]

@@ -67,8 +67,11 @@ struct ExecPlan {
 // Runs in the child after fork(): sets up fds and execs; on failure writes
 // errno to `err_fd` and exits 127.
 [[noreturn]] void ChildExec(const ExecPlan& plan, int stdin_fd, int out_fd,
-                            const char* working_dir, int err_fd) {
+                            const char* working_dir, int err_fd, int nice_increment) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A priority the child cannot get (a negative increment without
+  // CAP_SYS_NICE) leaves it at the parent's: not a reason not to run it.
+  if (nice_increment != 0) (void)!nice(nice_increment);
   // Undo signal blocking inherited from a parent that waits with sigwait().
   sigset_t none;
   sigemptyset(&none);
@@ -93,7 +96,7 @@ struct ExecPlan {
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv,
                             const std::vector<std::string>& env,
                             int stdin_fd, int out_fd,
-                            const std::string& working_dir) {
+                            const std::string& working_dir, int nice_increment = 0) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   ExecPlan plan(argv, env);
   int err_pipe[2];
@@ -108,7 +111,7 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv,
   if (pid == 0) {
     close(err_pipe[0]);
     ChildExec(plan, stdin_fd, out_fd,
-              working_dir.empty() ? nullptr : working_dir.c_str(), err_pipe[1]);
+              working_dir.empty() ? nullptr : working_dir.c_str(), err_pipe[1], nice_increment);
   }
   close(err_pipe[1]);
   int child_errno = 0;
@@ -139,7 +142,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     }
   }
   absl::StatusOr<pid_t> pid =
-      Spawn(options.argv, options.env, -1, out_fd, options.working_dir);
+      Spawn(options.argv, options.env, -1, out_fd, options.working_dir, options.nice_increment);
   if (out_fd >= 0) close(out_fd);
   if (!pid.ok()) return pid.status();
   return std::unique_ptr<Subprocess>(new Subprocess(*pid, options));

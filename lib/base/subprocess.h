@@ -33,6 +33,10 @@ struct SubprocessOptions {
   std::string working_dir;
   // How long the destructor and Stop() wait after SIGTERM before SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
+  // Added to the parent's nice value in the child before exec (nice(2); the
+  // child's threads inherit it): > 0 lowers its CPU priority. 0 (default):
+  // the parent's.
+  int nice_increment = 0;
 };
 
 class Subprocess {

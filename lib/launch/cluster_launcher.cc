@@ -130,7 +130,7 @@ absl::Status ClusterLauncher::ChildFailed(const Child& child,
 
 absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
     const std::string& name, const std::string& role,
-    std::vector<std::string> argv) {
+    std::vector<std::string> argv, int nice_increment) {
   auto child = std::make_unique<Child>();
   child->info.name = name;
   child->info.role = role;
@@ -138,7 +138,8 @@ absl::StatusOr<ClusterLauncher::Child*> ClusterLauncher::Spawn(
                                              .argv = std::move(argv),
                                              .dir = spec_.run_dir,
                                              .stop_grace = spec_.stop_grace,
-                                             .port_file = role != "redis" && role != "prometheus"}));
+                                             .port_file = role != "redis" && role != "prometheus",
+                                             .nice_increment = nice_increment}));
   child->info.log_path = child->svc.log_path;
   child->info.pid = child->svc.process->pid();
   children_.push_back(std::move(child));
@@ -306,6 +307,10 @@ absl::Status ClusterLauncher::CheckSpec() {
     return absl::InvalidArgumentError(
         "decode_workers: at least one decode worker is required");
   }
+  if (spec_.prefill_nice_step < 0 || spec_.prefill_nice_step > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefill_nice_step: ", spec_.prefill_nice_step, " is not in [0, 19]"));
+  }
   if (spec_.http_port < 0 || spec_.http_port > 65535 || spec_.grpc_port < 0 ||
       spec_.grpc_port > 65535 || spec_.redis_port < 0 ||
       spec_.redis_port > 65535) {
@@ -354,13 +359,10 @@ absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
       spec_.worker_bin.empty() ? DefaultBinary("swaserve-prefill") : spec_.worker_bin;
   const std::string decode_bin =
       spec_.worker_bin.empty() ? DefaultBinary("swaserve-decode") : spec_.worker_bin;
-  const int num_workers =
-      static_cast<int>(spec_.bucket_bounds.size()) + spec_.decode_workers;
-  int threads = spec_.worker_threads;
-  if (threads <= 0) {
-    threads = std::max(
-        1, static_cast<int>(std::thread::hardware_concurrency()) / num_workers);
-  }
+  // 0: every core for each worker (ClusterSpec::worker_threads).
+  const int threads = spec_.worker_threads > 0
+                          ? spec_.worker_threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   ReportKvPlan();
   std::vector<Child*> workers;
   auto common = [&](const std::string& name, const std::string& role) {
@@ -385,9 +387,11 @@ absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
     argv.push_back(absl::StrCat("--kv.prefill_mib=", kv_plan_.prefill_mib[i]));
     argv.insert(argv.end(), spec_.prefill_flags.begin(),
                 spec_.prefill_flags.end());
-    Progress(absl::StrCat("starting ", name, " (bucket ", i, ": prompts of ",
-                          lo, " to ", hi, " tokens) ..."));
-    absl::StatusOr<Child*> c = Spawn(name, "prefill", std::move(argv));
+    const int nice = static_cast<int>(
+        std::clamp<int64_t>(int64_t{spec_.prefill_nice_step} * static_cast<int64_t>(i), 0, 19));
+    Progress(absl::StrCat("starting ", name, " (bucket ", i, ": prompts of ", lo, " to ", hi,
+                          " tokens", nice > 0 ? absl::StrCat("; nice +", nice) : "", ") ..."));
+    absl::StatusOr<Child*> c = Spawn(name, "prefill", std::move(argv), nice);
     if (!c.ok()) return c.status();
     workers.push_back(*c);
   }

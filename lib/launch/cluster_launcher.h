@@ -77,8 +77,21 @@ struct ClusterSpec {
   // the model's config.json has a vision_config or an audio_config, else
   // none; 0: none.
   int encoders = -1;
-  // Kernel threads per worker; 0: the machine's cores divided among workers.
+  // Kernel threads per worker; 0: every core of the machine for each
+  // worker. A worker's kernel threads block when it is idle, so a lone long
+  // prefill gets the whole machine (a 100K-token prompt of the demo model
+  // on 2 cores: first token after 116 s, 221 s with the cores divided among
+  // the 4 workers); prefill_nice_step keeps shorter work first when
+  // several are busy.
   int worker_threads = 0;
+  // CPU priority by bucket: bucket i's prefill worker runs at nice
+  // +min(19, i·step) relative to `swaserve up`, so that when the cores are
+  // contended the shorter buckets' prefills (and the decode worker, at +0)
+  // get them first, and a long prefill takes what they leave. 0: all equal.
+  // Measured (bench/cluster/long_and_short.sh): 20 short chats during a
+  // 100K-token prefill, p50 TTFT / total 75 / 121 ms with it (10), 87 / 164
+  // without (0), 68 / 111 with the cores divided and no nice (idle: 61 / 97).
+  int prefill_nice_step = 10;
   // KV pool per worker (MiB): --kv.prefill_mib / --kv.decode_mib. With
   // kv_fit_buckets (default) the least any worker gets: a prefill worker
   // gets enough for one prompt at its bucket's upper bound, a decode worker
@@ -200,8 +213,9 @@ class ClusterLauncher {
   absl::Status PlanKv();
   void ReportKvPlan() const;
   absl::Status StartPrometheus(absl::Time deadline);
+  // nice_increment: SpawnOptions::nice_increment.
   absl::StatusOr<Child*> Spawn(const std::string& name, const std::string& role,
-                               std::vector<std::string> argv);
+                               std::vector<std::string> argv, int nice_increment = 0);
   absl::Status WaitPortFile(Child& child, absl::Time deadline);
   absl::Status WaitHealthy(Child& router, absl::Time deadline);
   absl::Status ChildFailed(const Child& child, absl::string_view what) const;

@@ -44,6 +44,7 @@ absl::StatusOr<ServiceProcess> SpawnService(SpawnOptions options) {
   so.argv = std::move(options.argv);
   so.log_path = p.log_path;
   so.stop_grace = options.stop_grace;
+  so.nice_increment = options.nice_increment;
   absl::StatusOr<std::unique_ptr<base::Subprocess>> proc = base::Subprocess::Start(so);
   if (!proc.ok()) {
     return absl::Status(proc.status().code(),

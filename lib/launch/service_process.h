@@ -39,6 +39,8 @@ struct SpawnOptions {
   // Append "--port_file=<dir>/<name>.ports.json" (removing a stale one);
   // false for programs that write none (redis-server).
   bool port_file = true;
+  // base::SubprocessOptions::nice_increment (> 0: lower CPU priority).
+  int nice_increment = 0;
 };
 
 // Spawns the process logging to <dir>/<name>.log. Errors name the process.

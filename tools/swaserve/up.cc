@@ -155,7 +155,11 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "multimodal encoders (swaserve-encoder); -1: one when the model has a "
            "vision or audio tower")
       .Add("worker_threads", &spec->worker_threads,
-           "kernel threads per worker (0: the cores divided among the workers)")
+           "kernel threads per worker (0: every core for each worker; an idle worker's "
+           "threads sleep)")
+      .Add("prefill_nice_step", &spec->prefill_nice_step,
+           "bucket i's prefill worker runs at nice +min(19, i*step): shorter prompts and "
+           "decode get the cores first when they are contended (0: all equal)")
       .Add("kv_mib", &spec->kv_mib,
            "KV pool per worker (MiB); with kv_fit_buckets the least any worker gets")
       .Add("kv_fit_buckets", &spec->kv_fit_buckets,

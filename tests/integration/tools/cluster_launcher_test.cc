@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -400,6 +402,27 @@ TEST_F(ClusterLauncherTest, EveryBucketServesAPromptAtItsTop) {
   std::printf("%s\n", plan.Describe(1).c_str());
 
   const std::vector<ProcessInfo> procs = (*c)->processes();
+  // CPU priority by bucket (ClusterSpec::prefill_nice_step, 10): every
+  // thread of prefill-i runs at this process's nice + min(19, 10·i), the
+  // decode worker and the router at this process's.
+  const int own_nice = getpriority(PRIO_PROCESS, 0);
+  for (const ProcessInfo& p : procs) {
+    int want = own_nice;
+    if (absl::StartsWith(p.name, "prefill-")) {
+      want = std::min(19, own_nice + 10 * std::stoi(p.name.substr(8)));
+    }
+    int threads = 0;
+    for (const auto& t : fs::directory_iterator(absl::StrCat("/proc/", p.pid, "/task"))) {
+      std::ifstream in(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      // Fields after "(comm) ": state is the 3rd, nice the 19th.
+      std::vector<std::string> f = absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ');
+      ASSERT_GT(f.size(), 16u) << stat;
+      EXPECT_EQ(std::stoi(f[16]), want) << p.name << " thread " << t.path();
+      ++threads;
+    }
+    if (p.role == "prefill" || p.role == "decode") EXPECT_GT(threads, 1) << p.name;
+  }
   httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
   h.set_read_timeout(240, 0);
   uint64_t x = 12345;

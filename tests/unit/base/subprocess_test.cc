@@ -1,11 +1,14 @@
 #include "lib/base/subprocess.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 
 namespace swaserve::base {
 namespace {
@@ -62,6 +65,25 @@ TEST(Subprocess, StartWaitAndLog) {
   EXPECT_EQ(*code, 7);
   EXPECT_FALSE((*proc)->Running());
   EXPECT_THAT((*proc)->ReadLog(), HasSubstr("hello from /"));
+}
+
+// The child runs at the parent's nice value plus the increment (at most
+// 19), and so do threads it starts: `nice` prints its own.
+TEST(Subprocess, NiceIncrementLowersTheChildsPriority) {
+  std::string dir = *MakeTempDir("subprocess-nice");
+  const int parent = getpriority(PRIO_PROCESS, 0);
+  for (int inc : {0, 7}) {
+    SubprocessOptions opts;
+    opts.argv = {"nice"};
+    opts.log_path = dir + "/nice.txt";
+    opts.nice_increment = inc;
+    auto proc = Subprocess::Start(opts);
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    absl::StatusOr<int> code = (*proc)->Wait(absl::Seconds(10));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0);
+    EXPECT_EQ((*proc)->ReadLog(), absl::StrCat(std::min(19, parent + inc), "\n")) << inc;
+  }
 }
 
 TEST(Subprocess, StopEscalatesToSigkill) {
