@@ -364,6 +364,28 @@ TEST_F(ClusterLauncherTest, ReportsAChildThatDies) {
   for (const ProcessInfo& p : procs) EXPECT_FALSE(Alive(p.pid)) << p.name;
 }
 
+// A bad spec fails before any process starts, naming the key.
+TEST_F(ClusterLauncherTest, BadSpecsAreRefusedNamingTheKey) {
+  const struct {
+    void (*edit)(ClusterSpec&);
+    const char* key;
+  } cases[] = {
+      {[](ClusterSpec& s) { s.prefill_nice_step = 20; }, "prefill_nice_step: 20 is not in [0, 19]"},
+      {[](ClusterSpec& s) { s.prefill_nice_step = -1; }, "prefill_nice_step: -1"},
+      {[](ClusterSpec& s) { s.decode_workers = 0; }, "decode_workers"},
+      {[](ClusterSpec& s) { s.http_port = 70000; }, "ports must be in [0, 65535]"},
+  };
+  for (const auto& c : cases) {
+    ClusterSpec spec = Spec("run-bad-spec");
+    c.edit(spec);
+    absl::StatusOr<std::unique_ptr<ClusterLauncher>> l = ClusterLauncher::Start(spec);
+    ASSERT_FALSE(l.ok()) << c.key;
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument) << l.status();
+    EXPECT_NE(l.status().message().find(c.key), std::string::npos) << l.status();
+    EXPECT_TRUE(ChildrenOf(getpid()).empty()) << c.key;
+  }
+}
+
 TEST_F(ClusterLauncherTest, StartFailureNamesTheProcessAndStopsTheRest) {
   ClusterSpec spec = Spec("run-fail");
   spec.bucket_bounds = {2048};
