@@ -98,6 +98,14 @@ double Percentile(std::vector<double> v, double q);
 void WriteJsonFile(const std::string& path, const nlohmann::json& j);
 
 bool FileExists(const std::string& path);
+
+// CPU seconds of the calling thread (CLOCK_THREAD_CPUTIME_ID).
+double ThreadCpuSeconds();
+// utime + stime of a process in seconds (/proc/<pid>/stat fields 14 and
+// 15); 0 when unreadable.
+double ProcessCpuSeconds(int pid);
+// /proc/loadavg's 1, 5 and 15 minute averages ("0.52 0.61 0.70").
+std::string LoadAverage();
 // `path` (relative to the working directory) when it exists, else the same
 // path below `source_dir` (the repository root, SWASERVE_SOURCE_DIR), so
 // that a benchmark finds its inputs from the repository root and from the

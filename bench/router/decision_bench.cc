@@ -90,6 +90,7 @@
 #include "lib/router/worker_directory.h"
 #include "nlohmann/json.hpp"
 #include "swaserve/v1/router.pb.h"
+#include "tests/integration/cluster/redis_server.h"
 
 namespace swaserve::router {
 namespace {
@@ -108,16 +109,11 @@ constexpr double kTargetPerCore = 5000;
 
 using bench::Check;
 using bench::Die;
+using bench::LoadAverage;
 using bench::Percentile;
+using bench::ProcessCpuSeconds;
+using bench::ThreadCpuSeconds;
 
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// utime + stime of a process, in seconds (/proc/<pid>/stat fields 14, 15).
 // Redis's own accounting of EVALSHA (INFO commandstats: calls and the
 // microseconds spent executing them, the script's work without the
 // connection's read/parse/write), on a client of its own; zeros when
@@ -142,70 +138,6 @@ ScriptStats EvalshaStats() {
     (std::strcmp(key, "calls=") == 0 ? st.calls : st.usec) = v;
   }
   return st;
-}
-
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(f, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  // After "pid (comm) ": state is field 3; utime, stime are fields 14, 15.
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-std::string LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-// --- redis-server ------------------------------------------------------------
-
-struct Redis {
-  std::unique_ptr<base::Subprocess> process;
-  std::string dir;
-  int port = 0;
-};
-
-Redis StartRedis() {
-  const std::string program = "/usr/bin/redis-server";
-  if (access(program.c_str(), X_OK) != 0) {
-    Die("redis-server not found at /usr/bin/redis-server (apt-get install "
-        "redis-server)");
-  }
-  Redis r;
-  r.dir = Check(base::MakeTempDir("swaserve-decision-bench"), "temp dir");
-  absl::Status last;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    r.port = Check(base::PickFreePort(), "free port");
-    const std::vector<std::string> argv = {
-        program,  "--port",       absl::StrCat(r.port),
-        "--bind", "127.0.0.1",    "--save",
-        "",       "--appendonly", "no",
-        "--dir",  r.dir,          "--daemonize",
-        "no",     "--loglevel",   "warning"};
-    auto p = base::Subprocess::Start({.argv = argv,
-                                      .log_path = r.dir + "/redis.log",
-                                      .stop_grace = absl::Seconds(2)});
-    if (!p.ok()) Die("starting redis-server: " + p.status().ToString());
-    last = base::WaitForTcpPort("127.0.0.1", r.port, absl::Seconds(10));
-    if (last.ok() && (*p)->Running()) {
-      r.process = *std::move(p);
-      return r;
-    }
-    std::fprintf(stderr, "redis-server did not start on port %d: %s\n%s\n",
-                 r.port, std::string(last.message()).c_str(),
-                 (*p)->ReadLog().c_str());
-  }
-  Die("redis-server did not start");
 }
 
 // --- prompts -----------------------------------------------------------------
@@ -569,9 +501,10 @@ int Main(int argc, char** argv) {
   std::unique_ptr<model::Tokenizer> tokenizer =
       Check(model::Tokenizer::Load(f.tokenizer), "tokenizer " + f.tokenizer);
 
-  Redis redis = StartRedis();
-  const pid_t redis_pid = redis.process->pid();
-  cluster::RedisOptions ro{.host = "127.0.0.1", .port = redis.port};
+  std::unique_ptr<cluster::testing::RedisServer> redis =
+      Check(cluster::testing::RedisServer::Start(), "redis-server (apt-get install redis-server)");
+  const pid_t redis_pid = redis->pid();
+  cluster::RedisOptions ro{.host = "127.0.0.1", .port = redis->port()};
   ro.command_timeout = absl::Seconds(10);
   std::unique_ptr<cluster::RedisClient> reg_redis =
       Check(cluster::RedisClient::Create(ro), "redis client");
@@ -701,7 +634,7 @@ int Main(int argc, char** argv) {
       "prompts of %d token ids = %d pages of %d; index filled with "
       "PrefixIndex::Apply\n"
       "CPU: %s, %u hardware threads; load average at start: %s\n\n",
-      redis_version.c_str(), redis.port, kPrefillWorkers, kDecodeWorkers,
+      redis_version.c_str(), redis->port(), kPrefillWorkers, kDecodeWorkers,
       f.prompt_tokens, pages_per_prompt, kPageSize, cpu_model.c_str(),
       std::thread::hardware_concurrency(), load_start.c_str());
 
@@ -1036,9 +969,7 @@ int Main(int argc, char** argv) {
   router_redis.reset();
   fill_redis.reset();
   reg_redis.reset();
-  redis.process.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(redis.dir, ec);
+  redis.reset();  // kills redis-server, removes its directory
   return 0;
 }
 

@@ -83,6 +83,7 @@ namespace {
 
 using cluster::CacheEventOp;
 using cluster::RedisClient;
+using bench::ThreadCpuSeconds;
 
 constexpr int kWorkers = 8;
 
@@ -132,12 +133,6 @@ cluster::RedisOptions BenchClientOptions(cluster::RedisOptions ro, const Flags& 
     ro.coalesce_in_flight = f.coalesce;
   }
   return ro;
-}
-
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // CPU seconds of a redis-server: used_cpu_sys + used_cpu_user, and the user

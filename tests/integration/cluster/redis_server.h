@@ -27,6 +27,8 @@ class RedisServer {
   ~RedisServer();
 
   int port() const { return port_; }
+  // The running server's pid (0 after Kill()).
+  pid_t pid() const { return process_ != nullptr ? process_->pid() : 0; }
   // Options for a client of this server (short timeouts and backoff).
   RedisOptions ClientOptions() const;
 
