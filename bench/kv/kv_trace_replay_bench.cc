@@ -541,8 +541,8 @@ void PrintRow(const ReplayResult& r, int ps) {
   std::fflush(stdout);
 }
 
-int Main(int argc, char** argv) {
-  bench::SetProgramName("kv_trace_replay_bench");
+// Parses the command line (exits after --help; Die on a bad flag).
+Flags ParseFlags(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -604,7 +604,7 @@ int Main(int argc, char** argv) {
           "  [--no-cold-superseded (dual+restore: superseded windows stay hot)]\n"
           "  [--measure-from N (requests before N only warm the cache)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
-      return 0;
+      std::exit(0);
     } else {
       Die("unknown flag " + a);
     }
@@ -613,61 +613,338 @@ int Main(int argc, char** argv) {
   if (flags.trace.empty()) {
     flags.trace = bench::RepoPath(bench::kMooncakeTracePath, SWASERVE_SOURCE_DIR);
   }
+  return flags;
+}
 
-  const KvShape dual_shape = KvShape::MiMoV25Pro();
-  const int ps = dual_shape.page_size;
-  const double single_token_bytes =
-      static_cast<double>(dual_shape.Full().TokenBytes() + dual_shape.Swa().TokenBytes());
+// One run of the study: the trace's prompts, both shapes, and the rows and
+// JSON each section adds (Main runs the sections in order).
+class Study {
+ public:
+  Study(Flags flags, std::vector<TraceRequest> trace)
+      : flags_(std::move(flags)),
+        trace_(std::move(trace)),
+        ps_(dual_shape_.page_size),
+        single_token_bytes_(static_cast<double>(dual_shape_.Full().TokenBytes() +
+                                                dual_shape_.Swa().TokenBytes())),
+        prompts_(BuildPrompts(trace_, ps_, /*reconstruct=*/true)) {
+    // The single pool: the same classes with a window longer than any prompt.
+    single_shape_ = dual_shape_;
+    single_shape_.sliding_window =
+        (prompts_.max_length + flags_.chunk + 2 * ps_ + ps_ - 1) / ps_ * ps_;
+  }
 
-  std::vector<TraceRequest> trace = LoadTrace(flags.trace, flags.limit);
-  std::fprintf(stderr, "loaded %zu requests from %s\n", trace.size(), flags.trace.c_str());
-  const Prompts prompts = BuildPrompts(trace, ps, /*reconstruct=*/true);
+  void PrintSetup() const {
+    std::printf(
+        "trace %s: %zu requests, %lld prompt tokens (mean %.0f, max %d); continuations "
+        "reconstructed for %lld requests (%lld tokens)\n"
+        "shape MiMo-V2.5-Pro: full token %zu B (10 layers), SWA token %zu B (60 layers), "
+        "single-pool token %.0f B (70 layers), W %d, page %d\n"
+        "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
+        "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
+        "prompt inserted at the end of prefill; divergence windows %s; dual+restore: "
+        "restorable tombstones, SWA checkpoints every %d tokens, restores %s, %s\n"
+        "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
+        flags_.trace.c_str(), prompts_.size(), static_cast<long long>(prompts_.total_tokens),
+        prompts_.size() ? double(prompts_.total_tokens) / prompts_.size() : 0.0, prompts_.max_length,
+        static_cast<long long>(prompts_.reconstructed_requests),
+        static_cast<long long>(prompts_.reconstructed_tokens), dual_shape_.Full().TokenBytes(),
+        dual_shape_.Swa().TokenBytes(), single_token_bytes_, dual_shape_.sliding_window, ps_,
+        single_shape_.sliding_window, flags_.ratio, flags_.chunk,
+        g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
+        g_checkpoint_tokens,
+        g_pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
+        g_safe_start ? "from the window-safe hit when it is inside the stretch (--no-safe-start: never)"
+                     : "only from the stretch's start (--no-safe-start)",
+        single_token_bytes_);
+  }
 
-  // The single pool: the same classes with a window longer than any prompt.
-  KvShape single_shape = dual_shape;
-  single_shape.sliding_window =
-      (prompts.max_length + flags.chunk + 2 * ps + ps - 1) / ps * ps;
+  // Hit rate and capacity of every cache at every budget, and the infinite
+  // caches.
+  void MainComparison() {
+    std::printf("== Hit rate and capacity by budget (continuations reconstructed) ==\n");
+    PrintHeader();
+    for (double b : flags_.budgets) {
+      Row row;
+      row.budget = b;
+      for (const std::string& name : duals_) {
+        row.duals.push_back(Replay(Sized(name, dual_shape_, b, 1, flags_.ratio), prompts_,
+                                   flags_.chunk));
+        PrintRow(row.duals.back(), ps_);
+        results_.push_back(ToJson(row.duals.back(), ps_));
+      }
+      row.single = Replay(Sized("single", single_shape_, b, 1, 1.0), prompts_, flags_.chunk);
+      PrintRow(row.single, ps_);
+      row.single7 = Replay(Sized("single7x", single_shape_, b, 7, 1.0), prompts_, flags_.chunk);
+      PrintRow(row.single7, ps_);
+      results_.push_back(ToJson(row.single, ps_));
+      results_.push_back(ToJson(row.single7, ps_));
+      rows_.push_back(std::move(row));
+    }
 
-  std::printf(
-      "trace %s: %zu requests, %lld prompt tokens (mean %.0f, max %d); continuations "
-      "reconstructed for %lld requests (%lld tokens)\n"
-      "shape MiMo-V2.5-Pro: full token %zu B (10 layers), SWA token %zu B (60 layers), "
-      "single-pool token %.0f B (70 layers), W %d, page %d\n"
-      "single pool = same classes, W = %d (> longest prompt), SizePools ratio 1.0\n"
-      "dual ratio (SWA/full tokens) = %g; prefill chunk %d tokens; one request at a time; "
-      "prompt inserted at the end of prefill; divergence windows %s; dual+restore: "
-      "restorable tombstones, SWA checkpoints every %d tokens, restores %s, %s\n"
-      "budget = bytes of single-pool KV for that many tokens (x %.0f B)\n\n",
-      flags.trace.c_str(), prompts.size(), static_cast<long long>(prompts.total_tokens),
-      prompts.size() ? double(prompts.total_tokens) / prompts.size() : 0.0, prompts.max_length,
-      static_cast<long long>(prompts.reconstructed_requests),
-      static_cast<long long>(prompts.reconstructed_tokens), dual_shape.Full().TokenBytes(),
-      dual_shape.Swa().TokenBytes(), single_token_bytes, dual_shape.sliding_window, ps,
-      single_shape.sliding_window, flags.ratio, flags.chunk,
-      g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
-      g_checkpoint_tokens,
-      g_pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
-      g_safe_start ? "from the window-safe hit when it is inside the stretch (--no-safe-start: never)"
-                   : "only from the stretch's start (--no-safe-start)",
-      single_token_bytes);
+    if (flags_.infinite) {
+      for (const std::string& name : duals_) {
+        inf_.push_back(Replay(Infinite(name, dual_shape_, "reconstructed", prompts_), prompts_,
+                             flags_.chunk));
+        PrintRow(inf_.back(), ps_);
+      }
+      inf_.push_back(Replay(Infinite("single", single_shape_, "reconstructed", prompts_),
+                           prompts_, flags_.chunk));
+      PrintRow(inf_.back(), ps_);
+      for (const ReplayResult& r : inf_) results_.push_back(ToJson(r, ps_));
+    }
+  }
 
-  auto sized = [&](const std::string& name, const KvShape& shape, double tokens_equiv,
-                   double mult, double ratio) {
+  // L1 + L2 (+ L3) rows (issue 21).
+  void Tiers() {
+    if (flags_.l2_factor > 0) {
+      std::printf("\n== Tiers: L1 at the budget, L2 = %gx its bytes (SWA/full ratio %g), load-back "
+                  "before every lookup ==\n", flags_.l2_factor, flags_.l2_ratio);
+      PrintHeader();
+      for (size_t bi = 0; bi < flags_.budgets.size(); ++bi) {
+        for (const std::string& base : duals_) {
+          CacheSpec spec = Sized(base, dual_shape_, flags_.budgets[bi], 1, flags_.ratio);
+          spec.name = base + "+L2";
+          const int64_t l2_bytes = static_cast<int64_t>(flags_.budgets[bi] * single_token_bytes_ *
+                                                        flags_.l2_factor);
+          absl::StatusOr<PoolSizes> l2 = SizePools(dual_shape_, l2_bytes, flags_.l2_ratio);
+          if (!l2.ok()) Die(std::string(l2.status().message()));
+          spec.l2_full_pages = l2->full_pages;
+          spec.l2_swa_pages = l2->swa_pages;
+          ReplayResult r = Replay(spec, prompts_, flags_.chunk);
+          PrintRow(r, ps_);
+          const ReplayResult& l1_only = rows_[bi].duals[&base - duals_.data()];
+          const ReplayResult* ref = inf_.empty() ? nullptr : &inf_[&base - duals_.data()];
+          std::printf("    L1 only %.2f%% -> L1+L2 %.2f%% effective hit; %lld pages demoted, %lld "
+                      "loaded back%s\n",
+                      100 * l1_only.EffectiveHitRate(), 100 * r.EffectiveHitRate(),
+                      static_cast<long long>(r.demoted_pages),
+                      static_cast<long long>(r.loaded_back_pages),
+                      ref == nullptr
+                          ? ""
+                          : absl::StrCat("; ", absl::SixDigits(100 * r.EffectiveHitRate() /
+                                                               ref->EffectiveHitRate()),
+                                         "% of the infinite cache's ",
+                                         absl::SixDigits(100 * ref->EffectiveHitRate()), "%")
+                                .c_str());
+          results_.push_back(ToJson(r, ps_));
+          if (flags_.l3_factor > 0) {
+            CacheSpec spec3 = spec;
+            spec3.name = base + "+L2+L3";
+            spec3.l3_pages = static_cast<int64_t>(flags_.budgets[bi] * single_token_bytes_ *
+                                                  flags_.l3_factor /
+                                                  static_cast<double>(dual_shape_.Full().PageBytes()));
+            ReplayResult r3 = Replay(spec3, prompts_, flags_.chunk);
+            PrintRow(r3, ps_);
+            std::printf("    L1+L2+L3 (L3 = %gx L1 bytes, %lld full-page blobs) %.2f%% effective "
+                        "hit; %lld pages written to L3, %lld attached back%s\n",
+                        flags_.l3_factor, static_cast<long long>(spec3.l3_pages),
+                        100 * r3.EffectiveHitRate(), static_cast<long long>(r3.l3_written_pages),
+                        static_cast<long long>(r3.l3_attached_pages),
+                        ref == nullptr
+                            ? ""
+                            : absl::StrCat("; ", absl::SixDigits(100 * r3.EffectiveHitRate() /
+                                                                 ref->EffectiveHitRate()),
+                                           "% of the infinite cache's")
+                                  .c_str());
+            results_.push_back(ToJson(r3, ps_));
+          }
+        }
+      }
+    }
+  }
+
+  static void PrintColumns() {
+    std::printf(
+        "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; eff. hit = hit tokens minus "
+        "the tokens window restores recomputed (dual+restore: a restored hit counts its full-KV\n"
+        "  match minus the stretch recomputed, with the pyramid its work in token-equivalents; = hit\n"
+        "  rate without restore); matched = full-KV match "
+        "before the window rule; win-lost = matched but not window-safe;\n"
+        "  cached M = tokens with full KV cached at the end (millions); tok/GiB bud = cached "
+        "tokens per GiB of the pools (the budget); tok/GiB used = per GiB\n"
+        "  occupied by cached pages; evict = pages evicted; tombst. = nodes tombstoned; fail = "
+        "requests that did not fit.\n\n");
+  }
+
+  // The dual pools against the single pool, and issue 3's and 20's targets.
+  void Targets() {
+    std::printf("== Ratios against the single pool (same run) ==\n");
+    std::printf("%-12s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
+                "tok/GiB", "single tok/GiB", "x single", "eff. hit", "single7x hit", "hit/7x hit",
+                "both full?");
+    for (size_t v = 0; v < duals_.size(); ++v) {
+      bool density_met = true, hit_met = true;
+      // Issue 3's target for the dual pool, issue 20's with window restore.
+      const double hit_target = duals_[v] == "dual+restore" ? 0.95 : 0.9;
+      int evaluated = 0;
+      nlohmann::json per_budget = nlohmann::json::array();
+      for (const Row& row : rows_) {
+        const ReplayResult& d = row.duals[v];
+        const double density = row.single.TokensPerGiBBudget(ps_) > 0
+                                   ? d.TokensPerGiBBudget(ps_) / row.single.TokensPerGiBBudget(ps_)
+                                   : 0;
+        const double hit_ratio =
+            row.single7.HitRate() > 0 ? d.EffectiveHitRate() / row.single7.HitRate() : 0;
+        const bool full = d.Evicted() && row.single.Evicted();
+        std::printf("%-12s %7s %12.0f %14.0f %8.2fx %9.2f%% %12.2f%% %11.1f%% %11s\n",
+                    d.spec.name.c_str(), CountName(row.budget).c_str(), d.TokensPerGiBBudget(ps_),
+                    row.single.TokensPerGiBBudget(ps_), density, 100 * d.EffectiveHitRate(),
+                    100 * row.single7.HitRate(), 100 * hit_ratio, full ? "yes" : "no");
+        if (full) {
+          ++evaluated;
+          if (density < 5.0) density_met = false;
+        }
+        if (hit_ratio < hit_target) hit_met = false;
+        per_budget.push_back({{"budget", CountName(row.budget)},
+                              {"tokens_per_gib_over_single", density},
+                              {"hit_over_single7x_hit", hit_ratio},
+                              {"both_caches_full", full},
+                              {"density_met", full ? nlohmann::json(density >= 5.0) : nlohmann::json()},
+                              {"hit_met", hit_ratio >= hit_target}});
+      }
+      const std::string& name = duals_[v];
+      std::printf("target (%s): cached tokens per GiB >= 5x single pool (budgets where both "
+                  "filled up: %d of %zu): %s\n",
+                  name.c_str(), evaluated, rows_.size(),
+                  evaluated == 0 ? "NOT EVALUATED" : (density_met ? "MET" : "NOT MET"));
+      std::printf("target (%s): effective hit rate >= %.0f%% of single pool with 7x the bytes "
+                  "(every budget): %s\n",
+                  name.c_str(), 100 * hit_target, hit_met ? "MET" : "NOT MET");
+      targets_[name] = {{"per_budget", per_budget},
+                       {"density_5x_met", evaluated == 0 ? nlohmann::json() : nlohmann::json(density_met)},
+                       {"hit_target_of_single7x", hit_target},
+                       {"hit_target_met", hit_met}};
+    }
+    if (!inf_.empty()) {
+      for (size_t v = 0; v + 1 < inf_.size(); ++v) {
+        std::printf("infinite: %s %.0f vs single %.0f cached tokens per GiB occupied: %.2fx\n",
+                    inf_[v].spec.name.c_str(), inf_[v].TokensPerGiBUsed(ps_),
+                    inf_.back().TokensPerGiBUsed(ps_),
+                    inf_[v].TokensPerGiBUsed(ps_) / inf_.back().TokensPerGiBUsed(ps_));
+      }
+    }
+  }
+
+  // The infinite caches and LRU single pools against the trace README's
+  // figures.
+  void ReadmeCheck() {
+    if (flags_.infinite) {
+      std::printf("\n== Infinite cache vs ../shared/traces/README.md ==\n");
+      // Plain synthesis too (no reconstruction): the README's 37.4% ceiling and
+      // 0.1% SWA figures.
+      const Prompts plain = BuildPrompts(trace_, ps_, /*reconstruct=*/false);
+      std::vector<ReplayResult> pinf;
+      for (const std::string& name : duals_) {
+        pinf.push_back(Replay(Infinite(name, dual_shape_, "plain", plain), plain, flags_.chunk));
+      }
+      pinf.push_back(Replay(Infinite("single", single_shape_, "plain", plain), plain,
+                            flags_.chunk));
+      for (const ReplayResult& r : pinf) results_.push_back(ToJson(r, ps_));
+      std::printf("%-52s %10s %10s\n", "token hit rate (infinite cache unless LRU)", "measured", "README");
+      std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), plain synthesis",
+                  100 * pinf.back().HitRate(), "37.4%");
+      std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), reconstructed",
+                  100 * inf_.back().HitRate(), "-");
+      readme_check_["single_plain"] = pinf.back().HitRate();
+      readme_check_["single_reconstructed"] = inf_.back().HitRate();
+      for (size_t v = 0; v < duals_.size(); ++v) {
+        // Effective hits (= hits without restore): what a restore leaves.
+        std::printf("%-52s %9.2f%% %10s\n", (pinf[v].spec.name + " (SWA), plain synthesis").c_str(),
+                    100 * pinf[v].EffectiveHitRate(), "0.1%");
+        std::printf("%-52s %9.2f%% %10s\n", (inf_[v].spec.name + " (SWA), reconstructed").c_str(),
+                    100 * inf_[v].EffectiveHitRate(), "37.0%");
+        readme_check_[pinf[v].spec.name + "_plain"] = pinf[v].HitRate();
+        readme_check_[inf_[v].spec.name + "_reconstructed"] = inf_[v].HitRate();
+      }
+      // The README's LRU figures (13.9% at 3M tokens, 34.1% at 16.8M): the
+      // single pool is an LRU cache of that many tokens.
+      for (const auto& [tokens, readme] : {std::pair<double, double>{3e6, 0.139},
+                                           std::pair<double, double>{16.8e6, 0.341}}) {
+        for (const Prompts* p : {&plain, &prompts_}) {
+          const bool recon = p == &prompts_;
+          CacheSpec spec = Sized("single", single_shape_, tokens, 1, 1.0);
+          spec.synthesis = recon ? "reconstructed" : "plain";
+          ReplayResult r = Replay(spec, *p, flags_.chunk);
+          results_.push_back(ToJson(r, ps_));
+          const std::string label = "single pool LRU " + CountName(tokens) + ", " +
+                                    (recon ? "reconstructed" : "plain synthesis");
+          char readme_s[16];
+          std::snprintf(readme_s, sizeof(readme_s), "%.1f%%", 100 * readme);
+          std::printf("%-52s %9.2f%% %10s\n", label.c_str(), 100 * r.HitRate(),
+                      recon ? "-" : readme_s);
+          readme_check_["single_lru_" + CountName(tokens) + (recon ? "_reconstructed" : "_plain")] =
+              r.HitRate();
+        }
+      }
+      readme_check_["readme_single_ceiling"] = 0.374;
+      readme_check_["readme_lru_3M"] = 0.139;
+      readme_check_["readme_lru_16.8M"] = 0.341;
+      readme_check_["readme_swa_plain"] = 0.001;
+      readme_check_["readme_swa_reconstructed"] = 0.370;
+    }
+  }
+
+  // The dual pools at other SWA/full ratios.
+  void Sweep() {
+    if (!flags_.sweep_ratios.empty()) {
+      std::printf("\n== Dual pool: SWA/full token ratio sweep at budget %s ==\n",
+                  CountName(flags_.sweep_budget).c_str());
+      PrintHeader();
+      for (const std::string& name : duals_) {
+        for (double r : flags_.sweep_ratios) {
+          ReplayResult res =
+              Replay(Sized(name, dual_shape_, flags_.sweep_budget, 1, r), prompts_, flags_.chunk);
+          PrintRow(res, ps_);
+          nlohmann::json j = ToJson(res, ps_);
+          j["sweep"] = true;
+          results_.push_back(j);
+        }
+      }
+    }
+  }
+
+  void WriteJson() const {
+    if (!flags_.json.empty()) {
+      nlohmann::json out = {
+          {"benchmark", "kv_trace_replay_bench"},
+          {"trace", flags_.trace},
+          {"requests", prompts_.size()},
+          {"prompt_tokens", prompts_.total_tokens},
+          {"reconstructed_requests", prompts_.reconstructed_requests},
+          {"reconstructed_tokens", prompts_.reconstructed_tokens},
+          {"chunk", flags_.chunk},
+          {"dual_ratio", flags_.ratio},
+          {"single_pool_window", single_shape_.sliding_window},
+          {"single_pool_token_bytes", single_token_bytes_},
+          {"results", results_},
+          {"targets", targets_},
+          {"readme_check", readme_check_},
+      };
+      bench::WriteJsonFile(flags_.json, out);
+    }
+  }
+
+ private:
+  // A cache of `tokens_equiv` single-pool tokens' bytes times `mult`, split
+  // by SizePools at `ratio`.
+  CacheSpec Sized(const std::string& name, const KvShape& shape, double tokens_equiv,
+                  double mult, double ratio) const {
     CacheSpec spec;
     spec.name = name;
     spec.restore = name == "dual+restore";
     spec.budget = CountName(tokens_equiv);
     spec.shape = shape;
     spec.ratio = ratio;
-    const int64_t bytes = static_cast<int64_t>(tokens_equiv * single_token_bytes * mult);
+    const int64_t bytes = static_cast<int64_t>(tokens_equiv * single_token_bytes_ * mult);
     absl::StatusOr<PoolSizes> sizes = SizePools(shape, bytes, ratio);
     if (!sizes.ok()) Die(std::string(sizes.status().message()));
     spec.full_pages = sizes->full_pages;
     spec.swa_pages = sizes->swa_pages;
     return spec;
-  };
-  auto infinite = [&](const std::string& name, const KvShape& shape, const std::string& synth,
-                      const Prompts& p) {
+  }
+  // A cache that never evicts: pools larger than every prompt's pages.
+  CacheSpec Infinite(const std::string& name, const KvShape& shape, const std::string& synth,
+                     const Prompts& p) const {
     CacheSpec spec;
     spec.name = name;
     spec.restore = name == "dual+restore";
@@ -675,273 +952,47 @@ int Main(int argc, char** argv) {
     spec.shape = shape;
     spec.infinite = true;
     spec.synthesis = synth;
-    spec.full_pages = p.total_pages_upper + flags.chunk / ps + 16;
+    spec.full_pages = p.total_pages_upper + flags_.chunk / ps_ + 16;
     spec.swa_pages = spec.full_pages;
     return spec;
-  };
-  // Dual-pool variants: without and with window restore.
-  const std::vector<std::string> duals = {"dual", "dual+restore"};
+  }
 
-  nlohmann::json results = nlohmann::json::array();
-  nlohmann::json targets = nlohmann::json::object();
-
-  // --- Main comparison ------------------------------------------------------
-  std::printf("== Hit rate and capacity by budget (continuations reconstructed) ==\n");
-  PrintHeader();
   struct Row {
     double budget;
     std::vector<ReplayResult> duals;
     ReplayResult single, single7;
   };
-  std::vector<Row> rows;
-  for (double b : flags.budgets) {
-    Row row;
-    row.budget = b;
-    for (const std::string& name : duals) {
-      row.duals.push_back(Replay(sized(name, dual_shape, b, 1, flags.ratio), prompts,
-                                 flags.chunk));
-      PrintRow(row.duals.back(), ps);
-      results.push_back(ToJson(row.duals.back(), ps));
-    }
-    row.single = Replay(sized("single", single_shape, b, 1, 1.0), prompts, flags.chunk);
-    PrintRow(row.single, ps);
-    row.single7 = Replay(sized("single7x", single_shape, b, 7, 1.0), prompts, flags.chunk);
-    PrintRow(row.single7, ps);
-    results.push_back(ToJson(row.single, ps));
-    results.push_back(ToJson(row.single7, ps));
-    rows.push_back(std::move(row));
-  }
 
-  std::vector<ReplayResult> inf;  // duals..., single
-  if (flags.infinite) {
-    for (const std::string& name : duals) {
-      inf.push_back(Replay(infinite(name, dual_shape, "reconstructed", prompts), prompts,
-                           flags.chunk));
-      PrintRow(inf.back(), ps);
-    }
-    inf.push_back(Replay(infinite("single", single_shape, "reconstructed", prompts),
-                         prompts, flags.chunk));
-    PrintRow(inf.back(), ps);
-    for (const ReplayResult& r : inf) results.push_back(ToJson(r, ps));
-  }
+  const Flags flags_;
+  const std::vector<TraceRequest> trace_;
+  const KvShape dual_shape_ = KvShape::MiMoV25Pro();
+  const int ps_;
+  const double single_token_bytes_;
+  const Prompts prompts_;
+  KvShape single_shape_;
+  // Dual-pool variants: without and with window restore.
+  const std::vector<std::string> duals_ = {"dual", "dual+restore"};
+  nlohmann::json results_ = nlohmann::json::array();
+  nlohmann::json targets_ = nlohmann::json::object();
+  nlohmann::json readme_check_ = nlohmann::json::object();
+  std::vector<Row> rows_;
+  std::vector<ReplayResult> inf_;  // duals..., single (with flags_.infinite)
+};
 
-  // --- Tiers (issue 21) -----------------------------------------------------
-  if (flags.l2_factor > 0) {
-    std::printf("\n== Tiers: L1 at the budget, L2 = %gx its bytes (SWA/full ratio %g), load-back "
-                "before every lookup ==\n", flags.l2_factor, flags.l2_ratio);
-    PrintHeader();
-    for (size_t bi = 0; bi < flags.budgets.size(); ++bi) {
-      for (const std::string& base : duals) {
-        CacheSpec spec = sized(base, dual_shape, flags.budgets[bi], 1, flags.ratio);
-        spec.name = base + "+L2";
-        const int64_t l2_bytes = static_cast<int64_t>(flags.budgets[bi] * single_token_bytes *
-                                                      flags.l2_factor);
-        absl::StatusOr<PoolSizes> l2 = SizePools(dual_shape, l2_bytes, flags.l2_ratio);
-        if (!l2.ok()) Die(std::string(l2.status().message()));
-        spec.l2_full_pages = l2->full_pages;
-        spec.l2_swa_pages = l2->swa_pages;
-        ReplayResult r = Replay(spec, prompts, flags.chunk);
-        PrintRow(r, ps);
-        const ReplayResult& l1_only = rows[bi].duals[&base - duals.data()];
-        const ReplayResult* ref = inf.empty() ? nullptr : &inf[&base - duals.data()];
-        std::printf("    L1 only %.2f%% -> L1+L2 %.2f%% effective hit; %lld pages demoted, %lld "
-                    "loaded back%s\n",
-                    100 * l1_only.EffectiveHitRate(), 100 * r.EffectiveHitRate(),
-                    static_cast<long long>(r.demoted_pages),
-                    static_cast<long long>(r.loaded_back_pages),
-                    ref == nullptr
-                        ? ""
-                        : absl::StrCat("; ", absl::SixDigits(100 * r.EffectiveHitRate() /
-                                                             ref->EffectiveHitRate()),
-                                       "% of the infinite cache's ",
-                                       absl::SixDigits(100 * ref->EffectiveHitRate()), "%")
-                              .c_str());
-        results.push_back(ToJson(r, ps));
-        if (flags.l3_factor > 0) {
-          CacheSpec spec3 = spec;
-          spec3.name = base + "+L2+L3";
-          spec3.l3_pages = static_cast<int64_t>(flags.budgets[bi] * single_token_bytes *
-                                                flags.l3_factor /
-                                                static_cast<double>(dual_shape.Full().PageBytes()));
-          ReplayResult r3 = Replay(spec3, prompts, flags.chunk);
-          PrintRow(r3, ps);
-          std::printf("    L1+L2+L3 (L3 = %gx L1 bytes, %lld full-page blobs) %.2f%% effective "
-                      "hit; %lld pages written to L3, %lld attached back%s\n",
-                      flags.l3_factor, static_cast<long long>(spec3.l3_pages),
-                      100 * r3.EffectiveHitRate(), static_cast<long long>(r3.l3_written_pages),
-                      static_cast<long long>(r3.l3_attached_pages),
-                      ref == nullptr
-                          ? ""
-                          : absl::StrCat("; ", absl::SixDigits(100 * r3.EffectiveHitRate() /
-                                                               ref->EffectiveHitRate()),
-                                         "% of the infinite cache's")
-                                .c_str());
-          results.push_back(ToJson(r3, ps));
-        }
-      }
-    }
-  }
-
-  std::printf(
-      "\ncolumns: hit rate = window-safe hit tokens / prompt tokens; eff. hit = hit tokens minus "
-      "the tokens window restores recomputed (dual+restore: a restored hit counts its full-KV\n"
-      "  match minus the stretch recomputed, with the pyramid its work in token-equivalents; = hit\n"
-      "  rate without restore); matched = full-KV match "
-      "before the window rule; win-lost = matched but not window-safe;\n"
-      "  cached M = tokens with full KV cached at the end (millions); tok/GiB bud = cached "
-      "tokens per GiB of the pools (the budget); tok/GiB used = per GiB\n"
-      "  occupied by cached pages; evict = pages evicted; tombst. = nodes tombstoned; fail = "
-      "requests that did not fit.\n\n");
-
-  // --- Ratios and targets ---------------------------------------------------
-  std::printf("== Ratios against the single pool (same run) ==\n");
-  std::printf("%-12s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
-              "tok/GiB", "single tok/GiB", "x single", "eff. hit", "single7x hit", "hit/7x hit",
-              "both full?");
-  for (size_t v = 0; v < duals.size(); ++v) {
-    bool density_met = true, hit_met = true;
-    // Issue 3's target for the dual pool, issue 20's with window restore.
-    const double hit_target = duals[v] == "dual+restore" ? 0.95 : 0.9;
-    int evaluated = 0;
-    nlohmann::json per_budget = nlohmann::json::array();
-    for (const Row& row : rows) {
-      const ReplayResult& d = row.duals[v];
-      const double density = row.single.TokensPerGiBBudget(ps) > 0
-                                 ? d.TokensPerGiBBudget(ps) / row.single.TokensPerGiBBudget(ps)
-                                 : 0;
-      const double hit_ratio =
-          row.single7.HitRate() > 0 ? d.EffectiveHitRate() / row.single7.HitRate() : 0;
-      const bool full = d.Evicted() && row.single.Evicted();
-      std::printf("%-12s %7s %12.0f %14.0f %8.2fx %9.2f%% %12.2f%% %11.1f%% %11s\n",
-                  d.spec.name.c_str(), CountName(row.budget).c_str(), d.TokensPerGiBBudget(ps),
-                  row.single.TokensPerGiBBudget(ps), density, 100 * d.EffectiveHitRate(),
-                  100 * row.single7.HitRate(), 100 * hit_ratio, full ? "yes" : "no");
-      if (full) {
-        ++evaluated;
-        if (density < 5.0) density_met = false;
-      }
-      if (hit_ratio < hit_target) hit_met = false;
-      per_budget.push_back({{"budget", CountName(row.budget)},
-                            {"tokens_per_gib_over_single", density},
-                            {"hit_over_single7x_hit", hit_ratio},
-                            {"both_caches_full", full},
-                            {"density_met", full ? nlohmann::json(density >= 5.0) : nlohmann::json()},
-                            {"hit_met", hit_ratio >= hit_target}});
-    }
-    const std::string& name = duals[v];
-    std::printf("target (%s): cached tokens per GiB >= 5x single pool (budgets where both "
-                "filled up: %d of %zu): %s\n",
-                name.c_str(), evaluated, rows.size(),
-                evaluated == 0 ? "NOT EVALUATED" : (density_met ? "MET" : "NOT MET"));
-    std::printf("target (%s): effective hit rate >= %.0f%% of single pool with 7x the bytes "
-                "(every budget): %s\n",
-                name.c_str(), 100 * hit_target, hit_met ? "MET" : "NOT MET");
-    targets[name] = {{"per_budget", per_budget},
-                     {"density_5x_met", evaluated == 0 ? nlohmann::json() : nlohmann::json(density_met)},
-                     {"hit_target_of_single7x", hit_target},
-                     {"hit_target_met", hit_met}};
-  }
-  if (!inf.empty()) {
-    for (size_t v = 0; v + 1 < inf.size(); ++v) {
-      std::printf("infinite: %s %.0f vs single %.0f cached tokens per GiB occupied: %.2fx\n",
-                  inf[v].spec.name.c_str(), inf[v].TokensPerGiBUsed(ps),
-                  inf.back().TokensPerGiBUsed(ps),
-                  inf[v].TokensPerGiBUsed(ps) / inf.back().TokensPerGiBUsed(ps));
-    }
-  }
-
-  // --- Infinite cache vs the README ----------------------------------------
-  nlohmann::json readme_check = nlohmann::json::object();
-  if (flags.infinite) {
-    std::printf("\n== Infinite cache vs ../shared/traces/README.md ==\n");
-    // Plain synthesis too (no reconstruction): the README's 37.4% ceiling and
-    // 0.1% SWA figures.
-    const Prompts plain = BuildPrompts(trace, ps, /*reconstruct=*/false);
-    std::vector<ReplayResult> pinf;
-    for (const std::string& name : duals) {
-      pinf.push_back(Replay(infinite(name, dual_shape, "plain", plain), plain, flags.chunk));
-    }
-    pinf.push_back(Replay(infinite("single", single_shape, "plain", plain), plain,
-                          flags.chunk));
-    for (const ReplayResult& r : pinf) results.push_back(ToJson(r, ps));
-    std::printf("%-52s %10s %10s\n", "token hit rate (infinite cache unless LRU)", "measured", "README");
-    std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), plain synthesis",
-                100 * pinf.back().HitRate(), "37.4%");
-    std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), reconstructed",
-                100 * inf.back().HitRate(), "-");
-    readme_check["single_plain"] = pinf.back().HitRate();
-    readme_check["single_reconstructed"] = inf.back().HitRate();
-    for (size_t v = 0; v < duals.size(); ++v) {
-      // Effective hits (= hits without restore): what a restore leaves.
-      std::printf("%-52s %9.2f%% %10s\n", (pinf[v].spec.name + " (SWA), plain synthesis").c_str(),
-                  100 * pinf[v].EffectiveHitRate(), "0.1%");
-      std::printf("%-52s %9.2f%% %10s\n", (inf[v].spec.name + " (SWA), reconstructed").c_str(),
-                  100 * inf[v].EffectiveHitRate(), "37.0%");
-      readme_check[pinf[v].spec.name + "_plain"] = pinf[v].HitRate();
-      readme_check[inf[v].spec.name + "_reconstructed"] = inf[v].HitRate();
-    }
-    // The README's LRU figures (13.9% at 3M tokens, 34.1% at 16.8M): the
-    // single pool is an LRU cache of that many tokens.
-    for (const auto& [tokens, readme] : {std::pair<double, double>{3e6, 0.139},
-                                         std::pair<double, double>{16.8e6, 0.341}}) {
-      for (const Prompts* p : {&plain, &prompts}) {
-        const bool recon = p == &prompts;
-        CacheSpec spec = sized("single", single_shape, tokens, 1, 1.0);
-        spec.synthesis = recon ? "reconstructed" : "plain";
-        ReplayResult r = Replay(spec, *p, flags.chunk);
-        results.push_back(ToJson(r, ps));
-        const std::string label = "single pool LRU " + CountName(tokens) + ", " +
-                                  (recon ? "reconstructed" : "plain synthesis");
-        char readme_s[16];
-        std::snprintf(readme_s, sizeof(readme_s), "%.1f%%", 100 * readme);
-        std::printf("%-52s %9.2f%% %10s\n", label.c_str(), 100 * r.HitRate(),
-                    recon ? "-" : readme_s);
-        readme_check["single_lru_" + CountName(tokens) + (recon ? "_reconstructed" : "_plain")] =
-            r.HitRate();
-      }
-    }
-    readme_check["readme_single_ceiling"] = 0.374;
-    readme_check["readme_lru_3M"] = 0.139;
-    readme_check["readme_lru_16.8M"] = 0.341;
-    readme_check["readme_swa_plain"] = 0.001;
-    readme_check["readme_swa_reconstructed"] = 0.370;
-  }
-
-  // --- SWA/full ratio sweep -------------------------------------------------
-  if (!flags.sweep_ratios.empty()) {
-    std::printf("\n== Dual pool: SWA/full token ratio sweep at budget %s ==\n",
-                CountName(flags.sweep_budget).c_str());
-    PrintHeader();
-    for (const std::string& name : duals) {
-      for (double r : flags.sweep_ratios) {
-        ReplayResult res =
-            Replay(sized(name, dual_shape, flags.sweep_budget, 1, r), prompts, flags.chunk);
-        PrintRow(res, ps);
-        nlohmann::json j = ToJson(res, ps);
-        j["sweep"] = true;
-        results.push_back(j);
-      }
-    }
-  }
-
-  if (!flags.json.empty()) {
-    nlohmann::json out = {
-        {"benchmark", "kv_trace_replay_bench"},
-        {"trace", flags.trace},
-        {"requests", prompts.size()},
-        {"prompt_tokens", prompts.total_tokens},
-        {"reconstructed_requests", prompts.reconstructed_requests},
-        {"reconstructed_tokens", prompts.reconstructed_tokens},
-        {"chunk", flags.chunk},
-        {"dual_ratio", flags.ratio},
-        {"single_pool_window", single_shape.sliding_window},
-        {"single_pool_token_bytes", single_token_bytes},
-        {"results", results},
-        {"targets", targets},
-        {"readme_check", readme_check},
-    };
-    bench::WriteJsonFile(flags.json, out);
-  }
+int Main(int argc, char** argv) {
+  bench::SetProgramName("kv_trace_replay_bench");
+  Flags flags = ParseFlags(argc, argv);
+  std::vector<TraceRequest> trace = LoadTrace(flags.trace, flags.limit);
+  std::fprintf(stderr, "loaded %zu requests from %s\n", trace.size(), flags.trace.c_str());
+  Study study(std::move(flags), std::move(trace));
+  study.PrintSetup();
+  study.MainComparison();
+  study.Tiers();
+  Study::PrintColumns();
+  study.Targets();
+  study.ReadmeCheck();
+  study.Sweep();
+  study.WriteJson();
   return 0;
 }
 
