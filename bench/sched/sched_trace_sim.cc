@@ -388,8 +388,8 @@ nlohmann::json RunJson(const Run& r) {
           {"tokens_per_step", r.steps ? double(r.tokens) / r.steps : 0}};
 }
 
-int Main(int argc, char** argv) {
-  bench::SetProgramName("sched_trace_sim");
+// Parses the command line and fills in the defaults (Die on a bad flag).
+Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (bench::FlagReader r(argc, argv); r.Next();) {
     const std::string& a = r.flag();
@@ -467,23 +467,151 @@ int Main(int argc, char** argv) {
       f.aging.end()) {
     f.aging.push_back(f.main_aging);
   }
+  return f;
+}
+
+// The rate factor: --rate_factor, or (when <= 0) the one at which FCFS runs
+// at --utilisation, by bisection (utilisation is monotone in the factor).
+double FitRateFactor(const std::vector<TraceRequest>& trace, const Flags& f,
+                     const CostModel& cost) {
+  if (f.rate_factor > 0) return f.rate_factor;
+  double lo = 1e-4, hi = 1e3;
+  for (int bisections = 0; bisections < 40; ++bisections) {
+    const double mid = std::sqrt(lo * hi);
+    const double u = Simulate(trace, f, cost, Policy::kFcfs, 0, mid).utilisation();
+    (u < f.utilisation ? lo : hi) = mid;
+    if (hi / lo < 1.001) break;
+  }
+  return std::sqrt(lo * hi);
+}
+
+// The requests that waited more than 2x their FCFS wait under the main
+// setting, and why.
+void ReportOver2x(const std::vector<TraceRequest>& trace, const Run& fcfs, const Run& run,
+                  double floor_s, nlohmann::json& j) {
+  // Who waits more than 2x: FCFS wait, uncached tokens, and the reason.
+  std::vector<double> all_u, over_u;
+  int quiet = 0, cache_lost = 0, first_boundary = 0, late = 0, unknown = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    all_u.push_back(run.prompt[i] - run.cached[i]);
+    if (run.wait_s[i] <= 2 * std::max(fcfs.wait_s[i], floor_s)) {
+      continue;
+    }
+    over_u.push_back(run.prompt[i] - run.cached[i]);
+    if (fcfs.wait_s[i] < floor_s) ++quiet;
+    if (run.cached[i] < fcfs.cached[i]) ++cache_lost;
+    // Started by the first step after its arrival: the step in flight
+    // alone made it wait that long, and no order could start it sooner.
+    if (run.wait_s[i] <= run.residual_s[i] + 1e-9) ++first_boundary;
+    if (run.guard_late[i]) ++late;
+    if (run.guard_ratio[i] < 0) ++unknown;
+  }
+  std::printf(
+      "  the %zu requests above 2x: %d had an FCFS wait under the floor; "
+      "%d got fewer cached tokens than under FCFS; %d started in the first "
+      "step after their arrival (the step in flight was longer than 2x "
+      "their FCFS wait; no order could start them sooner); %d started "
+      "after the guard's deadline; %d before the guard knew their FCFS "
+      "wait; median uncached tokens %.0f (all requests: %.0f)\n",
+      over_u.size(), quiet, cache_lost, first_boundary, late, unknown,
+      Percentile(over_u, 0.5), Percentile(all_u, 0.5));
+  j["over_2x"] = {{"requests", over_u.size()},
+                  {"fcfs_wait_under_floor", quiet},
+                  {"fewer_cached_tokens_than_fcfs", cache_lost},
+                  {"started_in_first_step_after_arrival", first_boundary},
+                  {"started_after_guard_deadline", late},
+                  {"started_before_fcfs_wait_known", unknown},
+                  {"median_uncached_tokens", Percentile(over_u, 0.5)},
+                  {"median_uncached_tokens_all", Percentile(all_u, 0.5)}};
+}
+
+// The main setting's verdicts against the targets, its worst requests, and
+// (--per-request) every request's figures in the JSON.
+void ReportMainSetting(const Flags& f, const std::vector<TraceRequest>& trace, const Run& fcfs,
+                       const Run& run, const Comparison& main_cmp, double floor_s,
+                       nlohmann::json& j) {
+  const size_t w = main_cmp.worst;
+  std::printf(
+      "\nmain setting: compute-aware, aging %.0f tokens/s (%.2fx worker "
+      "throughput)\n",
+      f.main_aging, f.main_aging / fcfs.throughput());
+  std::printf(
+      "  P90 TTFT %.2f s vs FCFS %.2f s: %.1f%% lower (target >= 30%%): %s\n",
+      Percentile(run.ttft_s, 0.9), Percentile(fcfs.ttft_s, 0.9),
+      100 * main_cmp.p90_reduction,
+      main_cmp.p90_reduction >= 0.3 ? "MET" : "NOT MET");
+  std::printf(
+      "  wait / FCFS wait (floor %.3f s): max %.2f, p99 %.2f; %d requests "
+      "above 2x "
+      "(target: none): %s\n",
+      floor_s, main_cmp.wait_ratio_max, main_cmp.wait_ratio_p99,
+      main_cmp.over_2x_wait, main_cmp.over_2x_wait == 0 ? "MET" : "NOT MET");
+  std::printf(
+      "  guard: %lld guarded starts, %lld late starts (after their deadline "
+      "on the work clock)\n",
+      static_cast<long long>(run.guarded_starts),
+      static_cast<long long>(run.late_starts));
+  std::printf(
+      "  TTFT / FCFS TTFT: max %.2f, p99 %.2f; %d requests above 2x\n",
+      main_cmp.ttft_ratio_max, main_cmp.ttft_ratio_p99,
+      main_cmp.over_2x_ttft);
+  std::printf(
+      "  worst wait ratio: request %zu, %d prompt / %d uncached tokens, "
+      "waited %.2f s "
+      "vs %.2f s under FCFS\n",
+      w, run.prompt[w], run.prompt[w] - run.cached[w],
+      run.wait_s[w], fcfs.wait_s[w]);
+  j["main_aging"] = f.main_aging;
+  if (f.per_request) {
+    j["per_request"] = {{"arrival_ms", nlohmann::json::array()},
+                        {"prompt", run.prompt},
+                        {"cached_fcfs", fcfs.cached},
+                        {"cached", run.cached},
+                        {"wait_fcfs_s", fcfs.wait_s},
+                        {"wait_s", run.wait_s},
+                        {"ttft_fcfs_s", fcfs.ttft_s},
+                        {"ttft_s", run.ttft_s}};
+    for (const TraceRequest& r : trace) {
+      j["per_request"]["arrival_ms"].push_back(r.t_ms);
+    }
+  }
+  ReportOver2x(trace, fcfs, run, floor_s, j);
+  if (f.show_worst > 0) {
+    std::vector<size_t> idx(trace.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    auto ratio = [&](size_t i) {
+      return run.wait_s[i] / std::max(fcfs.wait_s[i], floor_s);
+    };
+    std::sort(idx.begin(), idx.end(),
+              [&](size_t x, size_t y) { return ratio(x) > ratio(y); });
+    std::printf(
+        "  the %d largest wait ratios (request, uncached tokens, wait, FCFS "
+        "wait, "
+        "queued tokens at arrival under FCFS / this policy, seconds left of "
+        "the step in flight at arrival, the guard's own ratio, late):\n",
+        f.show_worst);
+    for (int k = 0; k < f.show_worst && k < static_cast<int>(idx.size());
+         ++k) {
+      const size_t i = idx[k];
+      std::printf(
+          "    %6zu %6d %8.2f %8.2f  ratio %5.2f  ttft %8.2f vs %8.2f  "
+          "queued %lld / %lld  in flight %.2f  guard %.2f%s\n",
+          i, run.prompt[i] - run.cached[i], run.wait_s[i],
+          fcfs.wait_s[i], ratio(i), run.ttft_s[i], fcfs.ttft_s[i],
+          static_cast<long long>(fcfs.queued_at_arrival[i]),
+          static_cast<long long>(run.queued_at_arrival[i]),
+          run.residual_s[i], run.guard_ratio[i],
+          run.guard_late[i] ? " late" : "");
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  bench::SetProgramName("sched_trace_sim");
+  const Flags f = ParseFlags(argc, argv);
   const std::vector<TraceRequest> trace = LoadTrace(f);
   const CostModel cost{f.cost_a, f.cost_b, f.cost_c};
-
-  // Rate factor: bisection on FCFS utilisation (monotone in the factor).
-  double rf = f.rate_factor;
-  int bisections = 0;
-  if (rf <= 0) {
-    double lo = 1e-4, hi = 1e3;
-    for (; bisections < 40; ++bisections) {
-      const double mid = std::sqrt(lo * hi);
-      const double u =
-          Simulate(trace, f, cost, Policy::kFcfs, 0, mid).utilisation();
-      (u < f.utilisation ? lo : hi) = mid;
-      if (hi / lo < 1.001) break;
-    }
-    rf = std::sqrt(lo * hi);
-  }
+  const double rf = FitRateFactor(trace, f, cost);
 
   const Run fcfs = Simulate(trace, f, cost, Policy::kFcfs, 0, rf);
   std::vector<Run> runs;
@@ -577,117 +705,7 @@ int Main(int argc, char** argv) {
       main_cmp = c;
     }
   }
-  if (main_run != nullptr) {
-    const size_t w = main_cmp.worst;
-    std::printf(
-        "\nmain setting: compute-aware, aging %.0f tokens/s (%.2fx worker "
-        "throughput)\n",
-        f.main_aging, f.main_aging / fcfs.throughput());
-    std::printf(
-        "  P90 TTFT %.2f s vs FCFS %.2f s: %.1f%% lower (target >= 30%%): %s\n",
-        Percentile(main_run->ttft_s, 0.9), Percentile(fcfs.ttft_s, 0.9),
-        100 * main_cmp.p90_reduction,
-        main_cmp.p90_reduction >= 0.3 ? "MET" : "NOT MET");
-    std::printf(
-        "  wait / FCFS wait (floor %.3f s): max %.2f, p99 %.2f; %d requests "
-        "above 2x "
-        "(target: none): %s\n",
-        floor_s, main_cmp.wait_ratio_max, main_cmp.wait_ratio_p99,
-        main_cmp.over_2x_wait, main_cmp.over_2x_wait == 0 ? "MET" : "NOT MET");
-    std::printf(
-        "  guard: %lld guarded starts, %lld late starts (after their deadline "
-        "on the work clock)\n",
-        static_cast<long long>(main_run->guarded_starts),
-        static_cast<long long>(main_run->late_starts));
-    std::printf(
-        "  TTFT / FCFS TTFT: max %.2f, p99 %.2f; %d requests above 2x\n",
-        main_cmp.ttft_ratio_max, main_cmp.ttft_ratio_p99,
-        main_cmp.over_2x_ttft);
-    std::printf(
-        "  worst wait ratio: request %zu, %d prompt / %d uncached tokens, "
-        "waited %.2f s "
-        "vs %.2f s under FCFS\n",
-        w, main_run->prompt[w], main_run->prompt[w] - main_run->cached[w],
-        main_run->wait_s[w], fcfs.wait_s[w]);
-    j["main_aging"] = f.main_aging;
-    if (f.per_request) {
-      j["per_request"] = {{"arrival_ms", nlohmann::json::array()},
-                          {"prompt", main_run->prompt},
-                          {"cached_fcfs", fcfs.cached},
-                          {"cached", main_run->cached},
-                          {"wait_fcfs_s", fcfs.wait_s},
-                          {"wait_s", main_run->wait_s},
-                          {"ttft_fcfs_s", fcfs.ttft_s},
-                          {"ttft_s", main_run->ttft_s}};
-      for (const TraceRequest& r : trace) {
-        j["per_request"]["arrival_ms"].push_back(r.t_ms);
-      }
-    }
-    {
-      // Who waits more than 2x: FCFS wait, uncached tokens, and the reason.
-      std::vector<double> all_u, over_u;
-      int quiet = 0, cache_lost = 0, first_boundary = 0, late = 0, unknown = 0;
-      for (size_t i = 0; i < trace.size(); ++i) {
-        all_u.push_back(main_run->prompt[i] - main_run->cached[i]);
-        if (main_run->wait_s[i] <= 2 * std::max(fcfs.wait_s[i], floor_s)) {
-          continue;
-        }
-        over_u.push_back(main_run->prompt[i] - main_run->cached[i]);
-        if (fcfs.wait_s[i] < floor_s) ++quiet;
-        if (main_run->cached[i] < fcfs.cached[i]) ++cache_lost;
-        // Started by the first step after its arrival: the step in flight
-        // alone made it wait that long, and no order could start it sooner.
-        if (main_run->wait_s[i] <= main_run->residual_s[i] + 1e-9) ++first_boundary;
-        if (main_run->guard_late[i]) ++late;
-        if (main_run->guard_ratio[i] < 0) ++unknown;
-      }
-      std::printf(
-          "  the %zu requests above 2x: %d had an FCFS wait under the floor; "
-          "%d got fewer cached tokens than under FCFS; %d started in the first "
-          "step after their arrival (the step in flight was longer than 2x "
-          "their FCFS wait; no order could start them sooner); %d started "
-          "after the guard's deadline; %d before the guard knew their FCFS "
-          "wait; median uncached tokens %.0f (all requests: %.0f)\n",
-          over_u.size(), quiet, cache_lost, first_boundary, late, unknown,
-          Percentile(over_u, 0.5), Percentile(all_u, 0.5));
-      j["over_2x"] = {{"requests", over_u.size()},
-                      {"fcfs_wait_under_floor", quiet},
-                      {"fewer_cached_tokens_than_fcfs", cache_lost},
-                      {"started_in_first_step_after_arrival", first_boundary},
-                      {"started_after_guard_deadline", late},
-                      {"started_before_fcfs_wait_known", unknown},
-                      {"median_uncached_tokens", Percentile(over_u, 0.5)},
-                      {"median_uncached_tokens_all", Percentile(all_u, 0.5)}};
-    }
-    if (f.show_worst > 0) {
-      std::vector<size_t> idx(trace.size());
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-      auto ratio = [&](size_t i) {
-        return main_run->wait_s[i] / std::max(fcfs.wait_s[i], floor_s);
-      };
-      std::sort(idx.begin(), idx.end(),
-                [&](size_t x, size_t y) { return ratio(x) > ratio(y); });
-      std::printf(
-          "  the %d largest wait ratios (request, uncached tokens, wait, FCFS "
-          "wait, "
-          "queued tokens at arrival under FCFS / this policy, seconds left of "
-          "the step in flight at arrival, the guard's own ratio, late):\n",
-          f.show_worst);
-      for (int k = 0; k < f.show_worst && k < static_cast<int>(idx.size());
-           ++k) {
-        const size_t i = idx[k];
-        std::printf(
-            "    %6zu %6d %8.2f %8.2f  ratio %5.2f  ttft %8.2f vs %8.2f  "
-            "queued %lld / %lld  in flight %.2f  guard %.2f%s\n",
-            i, main_run->prompt[i] - main_run->cached[i], main_run->wait_s[i],
-            fcfs.wait_s[i], ratio(i), main_run->ttft_s[i], fcfs.ttft_s[i],
-            static_cast<long long>(fcfs.queued_at_arrival[i]),
-            static_cast<long long>(main_run->queued_at_arrival[i]),
-            main_run->residual_s[i], main_run->guard_ratio[i],
-            main_run->guard_late[i] ? " late" : "");
-      }
-    }
-  }
+  if (main_run != nullptr) ReportMainSetting(f, trace, fcfs, *main_run, main_cmp, floor_s, j);
   if (!f.json.empty()) {
     bench::WriteJsonFile(f.json, j);
   }
