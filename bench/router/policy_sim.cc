@@ -636,8 +636,8 @@ struct Flags {
   int64_t limit = 0;
 };
 
-int Main(int argc, char** argv) {
-  bench::SetProgramName("policy_sim");
+// Parses the command line (exits after --help; Die on a bad flag).
+Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (bench::FlagReader r(argc, argv); r.Next();) {
     const std::string& a = r.flag();
@@ -677,7 +677,7 @@ int Main(int argc, char** argv) {
           "  [--capacity 1M] [--tokens-per-s 6200 | --utilization 0.7]\n"
           "  [--hotspot-abs T] [--hotspot-rel R] [--cache-credit C]\n"
           "  [--tune] [--swa-study [--no-pyramid]] [--limit N]\n");
-      return 0;
+      std::exit(0);
     } else {
       Die("unknown flag " + a);
     }
@@ -687,6 +687,128 @@ int Main(int argc, char** argv) {
   if (f.trace.empty()) {
     f.trace = bench::RepoPath(bench::kMooncakeTracePath, SWASERVE_SOURCE_DIR);
   }
+  return f;
+}
+
+// The prefill rate per worker at which round-robin runs the first half at
+// f.utilization (its busy time scales ~1/rate).
+double CalibrateRate(const Workload& wl, size_t half, const SimConfig& cfg, const Flags& f) {
+  // Round-robin's busy time scales ~1/rate; iterate on the first half.
+  double rate = cfg.tokens_per_s;
+  for (int it = 0; it < 6; ++it) {
+    SimConfig c = cfg;
+    c.tokens_per_s = rate;
+    const RunResult r = Simulate(wl, half, Policy::kRoundRobin, c);
+    const Metrics m = Measure(r, wl, 0, half, f.workers, "first");
+    std::fprintf(stderr, "calibration: %.0f tokens/s -> utilization %.3f\n",
+                 rate, m.utilization);
+    if (std::abs(m.utilization - f.utilization) < 0.002) break;
+    rate *= m.utilization / f.utilization;
+  }
+  return rate;
+
+}
+
+// Sweeps our policy's options on the first half (run alone) and picks the
+// lowest P90 that meets the constraints; returns the JSON of the sweep.
+nlohmann::json Tune(const Workload& wl, size_t half, const SimConfig& cfg, const Flags& f) {
+  std::printf("== Tuning on the first half (%zu requests, run alone) ==\n",
+              half);
+  const Metrics rr = Measure(Simulate(wl, half, Policy::kRoundRobin, cfg), wl,
+                             0, half, f.workers, "first");
+  const Metrics sg = Measure(Simulate(wl, half, Policy::kSglang, cfg), wl, 0,
+                             half, f.workers, "first");
+  PrintHeader();
+  PrintRow(rr);
+  PrintRow(sg);
+  std::printf("%-7s %-7s %-7s %8s %9s %9s %9s %9s\n", "credit", "abs", "rel",
+              "hit", "max/mean", "TTFT p50", "p90", "p99");
+  nlohmann::json sweep = nlohmann::json::array();
+  double best_p90 = std::numeric_limits<double>::infinity();
+  nlohmann::json best;
+  const int64_t kOff = std::numeric_limits<int64_t>::max();
+  for (double credit : {1.0, 1.5, 2.0}) {
+    for (int64_t abs : {int64_t{4096}, int64_t{16384}, int64_t{32768},
+                        int64_t{65536}, kOff}) {
+      for (double rel : {1.5, 2.0, 4.0}) {
+        if (abs == kOff && rel != 2.0) continue;
+        SimConfig c = cfg;
+        c.ours.cache_credit = credit;
+        c.ours.hotspot_abs_tokens = abs;
+        c.ours.hotspot_rel = rel;
+        const Metrics m = Measure(Simulate(wl, half, Policy::kOurs, c), wl, 0,
+                                  half, f.workers, "first");
+        const bool ok =
+            m.load_max_over_mean <= 1.3 && m.hit_rate >= 2 * rr.hit_rate;
+        std::printf("%-7g %-7s %-7g %7.2f%% %9.3f %8.2fs %8.2fs %8.2fs %s\n",
+                    credit, abs == kOff ? "off" : std::to_string(abs).c_str(),
+                    rel, 100 * m.hit_rate, m.load_max_over_mean, m.p50, m.p90,
+                    m.p99, ok ? "" : "(fails a constraint)");
+        nlohmann::json j = ToJson(m);
+        j["cache_credit"] = credit;
+        j["hotspot_abs_tokens"] =
+            abs == kOff ? nlohmann::json("off") : nlohmann::json(abs);
+        j["hotspot_rel"] = rel;
+        j["meets_constraints"] = ok;
+        sweep.push_back(j);
+        if (ok && m.p90 < best_p90) {
+          best_p90 = m.p90;
+          best = j;
+        }
+      }
+    }
+  }
+  std::printf(
+      "pick (lowest P90 with max/mean <= 1.3 and hit >= 2x "
+      "round-robin): %s\n\n",
+      best.is_null() ? "none" : best.dump().c_str());
+  return {{"round_robin", ToJson(rr)},
+                   {"sglang", ToJson(sg)},
+                   {"sweep", sweep},
+                   {"pick", best}};
+
+}
+
+// SWA-aware affinity (issue 22): the router's expected hit against what the
+// workers realise, with and without window restore in the workers and with
+// the full-KV vs the SWA-aware view.
+nlohmann::json SwaStudy(const Workload& wl, size_t half, const SimConfig& cfg, const Flags& f) {
+  const size_t n = wl.size();
+  std::printf("== SWA-aware affinity, ours, whole trace; 'second' = requests %zu..%zu ==\n",
+              half, n - 1);
+  std::printf("%-8s %-10s %-7s %8s %8s %8s %10s %9s %9s\n", "workers", "view", "window",
+              "hit", "expected", "gap", "worker gap", "TTFT p50", "p90");
+  nlohmann::json study = nlohmann::json::array();
+  for (bool restore : {false, true}) {
+    for (bool aware : {false, true}) {
+      SimConfig c = cfg;
+      c.restore = restore;
+      c.swa_aware = aware;
+      const RunResult r = Simulate(wl, n, Policy::kOurs, c);
+      for (const auto& [lo, window] : {std::pair<size_t, const char*>{half, "second"},
+                                       std::pair<size_t, const char*>{0, "whole"}}) {
+        const Metrics m = Measure(r, wl, lo, n, f.workers, window);
+        std::printf("%-8s %-10s %-7s %7.2f%% %7.2f%% %+7.2f%% %9.2f%% %8.2fs %8.2fs\n",
+                    restore ? "restore" : "no-rest.", aware ? "swa-aware" : "full-kv",
+                    window, 100 * m.hit_rate, 100 * m.expected_rate, 100 * m.gap,
+                    100 * m.worker_gap_max, m.p50, m.p90);
+        nlohmann::json j = ToJson(m);
+        j["workers_restore"] = restore;
+        j["router_view"] = aware ? "swa_aware" : "full_kv";
+        j["failed_requests"] = r.failed;
+        study.push_back(j);
+      }
+    }
+  }
+  std::printf("gap = router-expected minus realised hit tokens over prompt tokens; worker gap "
+              "= the largest |gap| of one worker\n\n");
+  return study;
+
+}
+
+int Main(int argc, char** argv) {
+  bench::SetProgramName("policy_sim");
+  const Flags f = ParseFlags(argc, argv);
   auto trace = loadgen::LoadMooncakeTrace(f.trace, f.limit);
   if (!trace.ok()) Die(std::string(trace.status().message()));
   std::stable_sort(trace->begin(), trace->end(),
@@ -729,19 +851,7 @@ int Main(int argc, char** argv) {
                         {"swa_pages_per_worker", cfg.swa_pages}};
 
   if (f.utilization > 0) {
-    // Round-robin's busy time scales ~1/rate; iterate on the first half.
-    double rate = cfg.tokens_per_s;
-    for (int it = 0; it < 6; ++it) {
-      SimConfig c = cfg;
-      c.tokens_per_s = rate;
-      const RunResult r = Simulate(wl, half, Policy::kRoundRobin, c);
-      const Metrics m = Measure(r, wl, 0, half, f.workers, "first");
-      std::fprintf(stderr, "calibration: %.0f tokens/s -> utilization %.3f\n",
-                   rate, m.utilization);
-      if (std::abs(m.utilization - f.utilization) < 0.002) break;
-      rate *= m.utilization / f.utilization;
-    }
-    cfg.tokens_per_s = rate;
+    cfg.tokens_per_s = CalibrateRate(wl, half, cfg, f);
     out["calibrated_for_utilization"] = f.utilization;
   }
   out["tokens_per_s"] = cfg.tokens_per_s;
@@ -763,98 +873,8 @@ int Main(int argc, char** argv) {
       static_cast<long long>(cfg.ours.hotspot_abs_tokens),
       cfg.ours.hotspot_rel);
 
-  // --- Tuning on the first half ---------------------------------------------
-  if (f.tune) {
-    std::printf("== Tuning on the first half (%zu requests, run alone) ==\n",
-                half);
-    const Metrics rr = Measure(Simulate(wl, half, Policy::kRoundRobin, cfg), wl,
-                               0, half, f.workers, "first");
-    const Metrics sg = Measure(Simulate(wl, half, Policy::kSglang, cfg), wl, 0,
-                               half, f.workers, "first");
-    PrintHeader();
-    PrintRow(rr);
-    PrintRow(sg);
-    std::printf("%-7s %-7s %-7s %8s %9s %9s %9s %9s\n", "credit", "abs", "rel",
-                "hit", "max/mean", "TTFT p50", "p90", "p99");
-    nlohmann::json sweep = nlohmann::json::array();
-    double best_p90 = std::numeric_limits<double>::infinity();
-    nlohmann::json best;
-    const int64_t kOff = std::numeric_limits<int64_t>::max();
-    for (double credit : {1.0, 1.5, 2.0}) {
-      for (int64_t abs : {int64_t{4096}, int64_t{16384}, int64_t{32768},
-                          int64_t{65536}, kOff}) {
-        for (double rel : {1.5, 2.0, 4.0}) {
-          if (abs == kOff && rel != 2.0) continue;
-          SimConfig c = cfg;
-          c.ours.cache_credit = credit;
-          c.ours.hotspot_abs_tokens = abs;
-          c.ours.hotspot_rel = rel;
-          const Metrics m = Measure(Simulate(wl, half, Policy::kOurs, c), wl, 0,
-                                    half, f.workers, "first");
-          const bool ok =
-              m.load_max_over_mean <= 1.3 && m.hit_rate >= 2 * rr.hit_rate;
-          std::printf("%-7g %-7s %-7g %7.2f%% %9.3f %8.2fs %8.2fs %8.2fs %s\n",
-                      credit, abs == kOff ? "off" : std::to_string(abs).c_str(),
-                      rel, 100 * m.hit_rate, m.load_max_over_mean, m.p50, m.p90,
-                      m.p99, ok ? "" : "(fails a constraint)");
-          nlohmann::json j = ToJson(m);
-          j["cache_credit"] = credit;
-          j["hotspot_abs_tokens"] =
-              abs == kOff ? nlohmann::json("off") : nlohmann::json(abs);
-          j["hotspot_rel"] = rel;
-          j["meets_constraints"] = ok;
-          sweep.push_back(j);
-          if (ok && m.p90 < best_p90) {
-            best_p90 = m.p90;
-            best = j;
-          }
-        }
-      }
-    }
-    std::printf(
-        "pick (lowest P90 with max/mean <= 1.3 and hit >= 2x "
-        "round-robin): %s\n\n",
-        best.is_null() ? "none" : best.dump().c_str());
-    out["tuning"] = {{"round_robin", ToJson(rr)},
-                     {"sglang", ToJson(sg)},
-                     {"sweep", sweep},
-                     {"pick", best}};
-  }
-
-  // --- SWA-aware affinity (issue 22): the router's expected hit against
-  // what the workers realise, with and without window restore in the workers
-  // and with the full-KV vs the SWA-aware view.
-  if (f.swa_study) {
-    std::printf("== SWA-aware affinity, ours, whole trace; 'second' = requests %zu..%zu ==\n",
-                half, n - 1);
-    std::printf("%-8s %-10s %-7s %8s %8s %8s %10s %9s %9s\n", "workers", "view", "window",
-                "hit", "expected", "gap", "worker gap", "TTFT p50", "p90");
-    nlohmann::json study = nlohmann::json::array();
-    for (bool restore : {false, true}) {
-      for (bool aware : {false, true}) {
-        SimConfig c = cfg;
-        c.restore = restore;
-        c.swa_aware = aware;
-        const RunResult r = Simulate(wl, n, Policy::kOurs, c);
-        for (const auto& [lo, window] : {std::pair<size_t, const char*>{half, "second"},
-                                         std::pair<size_t, const char*>{0, "whole"}}) {
-          const Metrics m = Measure(r, wl, lo, n, f.workers, window);
-          std::printf("%-8s %-10s %-7s %7.2f%% %7.2f%% %+7.2f%% %9.2f%% %8.2fs %8.2fs\n",
-                      restore ? "restore" : "no-rest.", aware ? "swa-aware" : "full-kv",
-                      window, 100 * m.hit_rate, 100 * m.expected_rate, 100 * m.gap,
-                      100 * m.worker_gap_max, m.p50, m.p90);
-          nlohmann::json j = ToJson(m);
-          j["workers_restore"] = restore;
-          j["router_view"] = aware ? "swa_aware" : "full_kv";
-          j["failed_requests"] = r.failed;
-          study.push_back(j);
-        }
-      }
-    }
-    std::printf("gap = router-expected minus realised hit tokens over prompt tokens; worker gap "
-                "= the largest |gap| of one worker\n\n");
-    out["swa_study"] = study;
-  }
+  if (f.tune) out["tuning"] = Tune(wl, half, cfg, f);
+  if (f.swa_study) out["swa_study"] = SwaStudy(wl, half, cfg, f);
 
   // --- Main comparison: whole trace, report second half and whole
   // -------------
