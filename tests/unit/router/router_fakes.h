@@ -312,10 +312,6 @@ class FakePrefillCall final : public PrefillCall {
   }
   void Start(v1::PrefillRequest request, v1::PrefillResponse* response, Done done) override {
     if (w_->script().prefill_parks) {
-      {
-        absl::MutexLock lock(&w_->log()->mu);
-        w_->log()->prefills.emplace_back(w_->id(), request);
-      }
       // `done` holds the router's leg, which owns this call: the slot is
       // emptied when it runs, so that on_cancel_ keeps no cycle alive.
       auto once = std::make_shared<std::atomic<bool>>(false);
@@ -331,13 +327,22 @@ class FakePrefillCall final : public PrefillCall {
         w->fabric()->Commit(request.decode().transfer_id(), w->script().cached_tokens);
         done(grpc::Status::OK);
       };
-      w_->Park([finish] { finish(false); });
-      // A cancel completes it from a thread of its own (never inline: the
-      // router may hold its leg lock while cancelling, as with gRPC).
-      absl::MutexLock lock(&mu_);
-      // (Runs with mu_ held: Cancel, or just below.)
-      on_cancel_ = [this, finish] { thread_ = std::thread([finish] { finish(true); }); };
-      if (cancelled_) on_cancel_();  // cancelled before it started
+      FakeWorkerClient* const w = w_;
+      w->Park([finish] { finish(false); });
+      {
+        // A cancel completes it from a thread of its own (never inline: the
+        // router may hold its leg lock while cancelling, as with gRPC).
+        absl::MutexLock lock(&mu_);
+        // (Runs with mu_ held: Cancel, or just below.)
+        on_cancel_ = [this, finish] { thread_ = std::thread([finish] { finish(true); }); };
+        if (cancelled_) on_cancel_();  // cancelled before it started
+      }
+      // Logged last, once parked: a test that waits for the log and then
+      // calls ReleaseParked must find every logged call parked (logging
+      // first lost one release to this race in CI), and a release may
+      // destroy this call, so nothing of `this` is touched after it.
+      absl::MutexLock lock(&w->log()->mu);
+      w->log()->prefills.emplace_back(w->id(), request);
       return;
     }
     absl::MutexLock lock(&mu_);
