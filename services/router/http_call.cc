@@ -44,7 +44,10 @@ std::shared_ptr<HttpCall> HttpCall::Begin(Params p) {
   c->self_ = c;
   c->conn_ = evhttp_request_get_connection(c->req_);
   if (c->conn_ != nullptr) evhttp_connection_set_closecb(c->conn_, &HttpCall::OnClose, c.get());
-  if (c->p_.parsed->stream && c->p_.stream_keepalive > absl::ZeroDuration()) c->ArmKeepalive();
+  if (c->p_.parsed->stream ? c->p_.stream_keepalive > absl::ZeroDuration()
+                           : c->p_.nonstream_keepalive > absl::ZeroDuration()) {
+    c->ArmKeepalive();
+  }
   return c;
 }
 
@@ -136,6 +139,11 @@ absl::Duration HttpCall::ProbeLead() const {
 void HttpCall::ArmKeepalive() {
   if (keepalive_ == nullptr) keepalive_ = evtimer_new(p_.base, &HttpCall::OnKeepalive, this);
   if (keepalive_ == nullptr) return;
+  if (!p_.parsed->stream) {  // whitespace carries no progress: no probe
+    const timeval tv = absl::ToTimeval(p_.nonstream_keepalive);
+    evtimer_add(keepalive_, &tv);
+    return;
+  }
   // Two phases per comment: the probe (ProbeLead before it), the comment.
   const timeval tv = absl::ToTimeval(probe_phase_ ? p_.stream_keepalive - ProbeLead() : ProbeLead());
   evtimer_add(keepalive_, &tv);
@@ -151,7 +159,16 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
   // The timer is freed by Done / Closed before the call can go, so `arg`
   // is alive whenever this runs.
   auto* c = static_cast<HttpCall*>(arg);
-  if (c->req_ == nullptr || c->emitted_) return c->StopKeepalive();
+  if (c->req_ == nullptr) return c->StopKeepalive();
+  if (!c->p_.parsed->stream) {
+    // Until the body: tokens arriving change nothing (the body waits for
+    // the last one, and a long answer can take as long as a prefill).
+    if (!c->started_) c->StartReply("application/json");
+    ++c->keepalives_;
+    c->SendFrame("\n");
+    return c->ArmKeepalive();
+  }
+  if (c->emitted_) return c->StopKeepalive();
   const bool probe_phase = c->probe_phase_;
   c->probe_phase_ = !probe_phase;
   if (probe_phase) {
@@ -176,7 +193,7 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
     }
     return c->ArmKeepalive();
   }
-  if (!c->started_) c->StartStream();
+  if (!c->started_) c->StartReply("text/event-stream");
   ++c->keepalives_;
   std::optional<v1::PrefillProgress> progress;
   {
@@ -212,7 +229,7 @@ void HttpCall::Emit(const v1::GenerateResponse& item) {
     }
     return;
   }
-  if (!started_) StartStream();
+  if (!started_) StartReply("text/event-stream");
   api::ResponseInput in = BaseInput();
   in.text = item.text();
   in.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
@@ -226,9 +243,9 @@ void HttpCall::Emit(const v1::GenerateResponse& item) {
   SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
 }
 
-void HttpCall::StartStream() {
+void HttpCall::StartReply(const char* content_type) {
   evkeyvalq* h = evhttp_request_get_output_headers(req_);
-  evhttp_add_header(h, "Content-Type", "text/event-stream");
+  evhttp_add_header(h, "Content-Type", content_type);
   evhttp_add_header(h, "Cache-Control", "no-cache");
   evhttp_send_reply_start(req_, 200, "OK");
   p_.replies->Count(path(), 200);
@@ -272,14 +289,24 @@ void HttpCall::MaybeReady() {
 
 void HttpCall::End(const absl::Status& status) {
   if (!p_.parsed->stream) {
-    if (!status.ok()) {
+    std::string body;
+    if (!status.ok() && !started_) {
       p_.replies->ReplyError(req_, path(), ErrorFor(status));
+      return Done();
+    }
+    if (!status.ok()) {
+      body = api::ErrorJson(ErrorFor(status));  // the 200 went out with the whitespace
     } else {
       api::ResponseInput in = whole_;
       in.include_usage = false;
-      p_.replies->Reply(req_, path(), 200,
-                        p_.chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in));
+      body = p_.chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in);
     }
+    if (!started_) {
+      p_.replies->Reply(req_, path(), 200, std::move(body));
+      return Done();
+    }
+    SendFrame(body);
+    evhttp_send_reply_end(req_);
     return Done();
   }
   if (!started_) {
@@ -288,7 +315,7 @@ void HttpCall::End(const absl::Status& status) {
       p_.replies->ReplyError(req_, path(), ErrorFor(status));
       return Done();
     }
-    StartStream();
+    StartReply("text/event-stream");
   }
   if (!status.ok()) {
     SendFrame(api::SseFrame(api::ErrorJson(ErrorFor(status))));

@@ -86,6 +86,19 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // a probe sent ProbeLead() before it (a quarter of this, at most 2 s;
     // no progress only when the worker has not answered by then). Zero: off.
     absl::Duration stream_keepalive = absl::ZeroDuration();
+    // A NON-streamed request with no answer for this long starts its reply
+    // (200, application/json, chunked) and then sends one whitespace byte
+    // ("\n") this often until its body, which follows as the last chunk:
+    // JSON allows whitespace before a value, so every JSON parser (the
+    // openai package's response.json(), Python's json) reads the body as
+    // usual, while the client's header timeout (the openai package: 10 min,
+    // then a retry; Node's fetch: 300 s) and proxies' idle timeouts no
+    // longer cut a prefill that takes longer. An error after that travels
+    // in the body ({"error": ...}) with the 200 already sent, as a streamed
+    // request's does in its stream; the router's
+    // swaserve_router_requests_total{code} still counts it as an error.
+    // Zero: off (every reply waits for its outcome, status code included).
+    absl::Duration nonstream_keepalive = absl::ZeroDuration();
   };
   // Responses waiting for the loop, and unsent bytes in the socket's
   // buffer, beyond which the request waits (OnReady).
@@ -121,7 +134,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   void Drain();
   void Emit(const v1::GenerateResponse& item);
   void End(const absl::Status& status);
-  void StartStream();
+  // The reply's 200 and headers, before its body is known: a stream
+  // ("text/event-stream"), or a JSON body after whitespace.
+  void StartReply(const char* content_type);
   void SendFrame(const std::string& frame);
   void MaybeReady();
   void Closed();
@@ -136,7 +151,7 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   evhttp_request* req_;
   evhttp_connection* conn_ = nullptr;
   std::shared_ptr<HttpCall> self_;
-  bool started_ = false;  // streamed reply begun (200 sent)
+  bool started_ = false;  // reply begun (200 sent): a stream, or a JSON body's whitespace
   bool emitted_ = false;  // a response item went out (keep-alives stop)
   event* keepalive_ = nullptr;  // the keep-alive timer, while armed
   int keepalives_ = 0;

@@ -187,6 +187,7 @@ void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, bool chat) {
   cp.lease = std::move(lease);
   cp.token_text = TokenText();
   cp.stream_keepalive = o.stream_keepalive;
+  cp.nonstream_keepalive = o.nonstream_keepalive;
   std::shared_ptr<HttpCall> call = HttpCall::Begin(std::move(cp));
   o.router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
                   [call](absl::Status s) { call->Finish(std::move(s)); });

@@ -8,7 +8,9 @@
 // run by router::Router asynchronously (Router::Start). A streamed
 // request's status is decided by its first event: errors before the first
 // token get a proper status code; an error after it ends the stream with an
-// error event and [DONE].
+// error event and [DONE]. A non-streamed request unanswered after
+// nonstream_keepalive gets its 200 and whitespace before its JSON body, so
+// client and proxy timeouts do not cut a long prefill (HttpCall::Params).
 //
 // Event-driven (issue 22, "HTTP streaming without a per-request thread"):
 // libevent's evhttp on `threads` event loops sharing the listening socket.
@@ -51,6 +53,12 @@ struct HttpServiceOptions {
   // long for its first token starts its stream and sends an SSE comment
   // this often. Zero: off. Default 15 s.
   absl::Duration stream_keepalive = absl::Seconds(15);
+  // HttpCall::Params::nonstream_keepalive: a non-streamed request without
+  // its answer after this long gets its 200 and a whitespace byte this
+  // often before its JSON body (a later error travels in that body). Zero:
+  // off. Default 15 s (as the streamed one: errors found sooner keep their
+  // status code).
+  absl::Duration nonstream_keepalive = absl::Seconds(15);
   // Optional; not owned.
   api::ApiKeyStore* keys = nullptr;
   api::ConcurrencyLimiter* limiter = nullptr;

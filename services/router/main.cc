@@ -61,6 +61,8 @@ struct RouterConfig {
   int64_t http_port = 8000;
   int64_t http_threads = 2;
   absl::Duration http_stream_keepalive = router_service::HttpServiceOptions{}.stream_keepalive;
+  absl::Duration http_nonstream_keepalive =
+      router_service::HttpServiceOptions{}.nonstream_keepalive;
   std::string port_file;
   std::string log_level = "info";
   std::string bucket_bounds = "65536,262144,1048576";
@@ -127,6 +129,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "a streamed request waiting this long for its first token starts its stream and "
            "sends an SSE comment this often, so that clients' timeouts do not cut a long "
            "prefill (0: off)")
+      .Add("http.nonstream_keepalive", &c->http_nonstream_keepalive,
+           "a non-streamed request without its answer after this long gets its 200 and a "
+           "whitespace byte this often before its JSON body (valid JSON), so that clients' "
+           "timeouts do not cut a long prefill; a later error travels in the body (0: off)")
       .Add("port_file", &c->port_file, "write the bound ports here as JSON once serving")
       .Add("log_level", &c->log_level, "trace, debug, info, warn, error")
       .Add("policy.bucket_bounds", &c->bucket_bounds,
@@ -362,6 +368,7 @@ absl::Status RouterProcess::StartServers() {
   ho.port = static_cast<int>(c.http_port);
   ho.threads = static_cast<int>(c.http_threads);
   ho.stream_keepalive = c.http_stream_keepalive;
+  ho.nonstream_keepalive = c.http_nonstream_keepalive;
   ho.limits.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
   ho.limits.max_tokens_limit = static_cast<uint32_t>(c.max_max_tokens);
   ho.limits.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);

@@ -32,6 +32,7 @@
 #include "lib/router/router.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
+#include "services/router/http_service.h"
 #include "tests/integration/router/local_cluster.h"
 
 namespace swaserve {
@@ -92,6 +93,37 @@ class RouterIntegrationTest : public ::testing::Test {
     json j = json::parse(r->body, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << r->body;
     return j;
+  }
+
+  // POSTs `body` to /v1/completions on a plain socket (so that a test can
+  // close it mid-reply); the socket, or -1.
+  static int PostOnRawSocket(int port, const std::string& body) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const std::string req = absl::StrCat(
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "Content-Length: ", body.size(), "\r\n\r\n", body);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  // Waits up to 10 s for `router`'s count of requests ended `code`
+  // (swaserve_router_requests_total) to reach `n`; the count.
+  static double AwaitRequests(const std::string& router, const std::string& code, double n) {
+    const std::string name = absl::StrCat("swaserve_router_requests_total{code=\"", code, "\"}");
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (cluster_->Metric(router, name) < n && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return cluster_->Metric(router, name);
   }
 
   // The data: frames of an SSE body, [DONE] excluded; asserts it ends with [DONE].
@@ -515,17 +547,8 @@ TEST_F(RouterIntegrationTest, ClosingAnHttpStreamCancelsItsRequest) {
       json{{"model", "tiny"}, {"prompt", "tell me everything"}, {"max_tokens", 4000},
            {"ignore_eos", true}, {"stream", true}}
           .dump();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = PostOnRawSocket((*r)->http_port, body);
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>((*r)->http_port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string req = absl::StrCat(
-      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-      "Content-Length: ", body.size(), "\r\n\r\n", body);
-  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
   // Read until three SSE frames arrived.
   std::string got;
   char buf[4096];
@@ -545,11 +568,7 @@ TEST_F(RouterIntegrationTest, ClosingAnHttpStreamCancelsItsRequest) {
   EXPECT_EQ(cluster_->Metric("r7", "swaserve_router_inflight_requests"), 1);
   const absl::Time closed_at = absl::Now();
   close(fd);
-  while (cluster_->Metric("r7", R"(swaserve_router_requests_total{code="cancelled"})") < 1 &&
-         absl::Now() < closed_at + absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(cluster_->Metric("r7", R"(swaserve_router_requests_total{code="cancelled"})"), 1);
+  EXPECT_EQ(AwaitRequests("r7", "cancelled", 1), 1);
   EXPECT_LE(cluster_->Metric("r7", R"(swaserve_router_requests_total{code="ok"})"), 0);  // -1: none yet
   EXPECT_EQ(cluster_->Metric("r7", "swaserve_router_inflight_requests"), 0);
   EXPECT_LT(absl::Now() - closed_at, absl::Seconds(5));
@@ -657,6 +676,107 @@ TEST_F(RouterIntegrationTest, ALongFirstTokenWaitKeepsTheStreamAliveWithComments
   EXPECT_EQ(j["usage"]["completion_tokens"], 4) << j;
   EXPECT_EQ(j["usage"]["prompt_tokens"], 4000) << j;
   EXPECT_GE(j["chunks"].get<int>(), 4) << j;
+}
+
+// A non-streamed request whose answer takes longer than
+// --http.nonstream_keepalive gets its 200 and whitespace first, then its JSON
+// body (valid JSON: whitespace may precede a value), so a client's header
+// timeout (the openai package: 10 min, then a retry) or a proxy's idle
+// timeout no longer cuts a long prefill. The same request through a router
+// with it off fails the official client's timeout; an error after the 200
+// travels in the body.
+TEST_F(RouterIntegrationTest, ALongNonStreamedRequestGetsItsHeadersAndWhitespaceFirst) {
+  EXPECT_GT(router_service::HttpServiceOptions{}.nonstream_keepalive, absl::ZeroDuration());
+  auto on = cluster_->StartRouter("r10", {"--http.nonstream_keepalive=20ms"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto off = cluster_->StartRouter("r11", {"--http.nonstream_keepalive=0"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  auto late = cluster_->StartRouter(
+      "r12", {"--http.nonstream_keepalive=20ms", "--request_timeout=400ms"});
+  ASSERT_TRUE(late.ok()) << late.status();
+  for (const char* id : {"r10", "r11", "r12"}) {
+    ASSERT_TRUE(cluster_->WaitHealthy(id, absl::Seconds(20)).ok());
+  }
+  // A long answer (~2 s here): 300 tokens, decoded whole before the body is
+  // known.
+  static constexpr int kMaxTokens = 300;
+  uint32_t seed = 70;
+  auto body = [&seed] {
+    return json{{"model", "tiny"}, {"prompt", RandomPrompt(600, seed++)},
+                {"max_tokens", kMaxTokens}, {"ignore_eos", true}, {"temperature", 0}};
+  };
+  auto post = [](int port, const json& b) {
+    httplib::Client h("127.0.0.1", port);
+    h.set_read_timeout(120, 0);
+    const absl::Time t0 = absl::Now();
+    httplib::Result res = h.Post("/v1/completions", b.dump(), "application/json");
+    return std::make_pair(std::move(res), absl::Now() - t0);
+  };
+  const json b1 = body();
+  auto [with, with_s] = post((*on)->http_port, b1);
+  ASSERT_TRUE(with) << httplib::to_string(with.error());
+  ASSERT_EQ(with->status, 200) << with->body;
+  EXPECT_EQ(with->get_header_value("Content-Type"), "application/json");
+  const size_t json_at = with->body.find('{');
+  ASSERT_NE(json_at, std::string::npos) << with->body.substr(0, 200);
+  EXPECT_GE(json_at, 1u) << "no whitespace before the body (answered in " << with_s << ")";
+  EXPECT_EQ(with->body.find_first_not_of('\n'), json_at) << "only newlines before the body";
+  const json j = json::parse(with->body);  // leading whitespace is valid JSON
+  EXPECT_EQ(j["usage"]["completion_tokens"], kMaxTokens) << j;
+  // The same request without it: the same answer, nothing before the body.
+  auto [plain, plain_s] = post((*off)->http_port, b1);
+  ASSERT_TRUE(plain) << httplib::to_string(plain.error());
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  EXPECT_EQ(plain->body.front(), '{');
+  EXPECT_EQ(json::parse(plain->body)["choices"][0]["text"], j["choices"][0]["text"]);
+
+  // The official client with a timeout well below the answer's time: the
+  // headers come first through r10, not through r11 (every answer here
+  // takes longer than the timeout: checked on the plain request above).
+  const int timeout_ms = 250;
+  ASSERT_GT(plain_s, absl::Milliseconds(2 * timeout_ms))
+      << "the answer came too fast to show a client timeout";
+  auto client = [&](int port) {
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {"node", std::string(SWASERVE_SOURCE_DIR) + "/tests/integration/router/openai_complete.mjs",
+         absl::StrCat("http://127.0.0.1:", port), "tiny", body()["prompt"].dump(),
+         absl::StrCat(kMaxTokens), absl::StrCat(timeout_ms)},
+        &out, absl::Seconds(120));
+    EXPECT_TRUE(rc.ok()) << rc.status();
+    EXPECT_EQ(rc.value_or(-1), 0) << out;
+    return json::parse(out.substr(out.find('{')));
+  };
+  const json kept = client((*on)->http_port);
+  ASSERT_FALSE(kept.contains("error")) << kept;
+  EXPECT_EQ(kept["finish_reason"], "length") << kept;
+  EXPECT_EQ(kept["usage"]["completion_tokens"], kMaxTokens) << kept;
+  const json lost = client((*off)->http_port);
+  ASSERT_TRUE(lost.contains("error")) << lost;
+  EXPECT_TRUE(absl::StrContains(lost["error"].get<std::string>(), "timed out")) << lost;
+
+  // An error after the 200 (here the 400 ms request deadline, mid-decode)
+  // ends the body as an OpenAI error object, and the router counts it.
+  auto [failed, failed_s] = post((*late)->http_port, body());
+  ASSERT_TRUE(failed) << httplib::to_string(failed.error());
+  EXPECT_EQ(failed->status, 200);
+  ASSERT_GE(failed->body.find('{'), 1u) << failed->body;
+  const json e = json::parse(failed->body);
+  ASSERT_TRUE(e.contains("error")) << e;
+  EXPECT_FALSE(e["error"]["message"].get<std::string>().empty()) << e;
+  EXPECT_FALSE(e.contains("choices")) << e;
+  EXPECT_GE(AwaitRequests("r12", "deadline_exceeded", 1), 1);
+
+  // A client that leaves while its non-streamed request runs cancels it
+  // (the whitespace's write fails: the connection's close is seen).
+  const int fd = PostOnRawSocket((*on)->http_port, body().dump());
+  ASSERT_GE(fd, 0);
+  char buf[256];
+  ASSERT_GT(read(fd, buf, sizeof(buf)), 0) << "no headers";
+  close(fd);
+  EXPECT_EQ(AwaitRequests("r10", "cancelled", 1), 1);
+  EXPECT_EQ(AwaitRequests("r10", "ok", 2), 2);  // the two above
+  RecordProperty("answer_seconds", absl::StrCat(absl::ToDoubleSeconds(plain_s)));
 }
 
 // The router's default request deadline is none: a request lasts while its

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A long NON-streamed prompt on the default local cluster, asked by the
+# official openai npm client with its default timeouts: the router's
+# --http.nonstream_keepalive (15 s) on, then off. With it, the 200 and a
+# whitespace byte every 15 s come before the JSON body, so Node's fetch
+# (300 s without response headers) keeps waiting through a prefill that
+# takes longer; without it the client gives up at 300 s and, since the
+# router never writes to that connection, the cluster goes on prefilling for
+# nobody. One request per mode, on a freshly started cluster (no cache),
+# max_tokens 8, the client's retries off (MAX_RETRIES) so that a failure shows
+# once instead of three times.
+#
+#   bash bench/cluster/long_nonstream.sh              # WORDS=180000 (~196K tokens)
+#
+# Knobs (environment): BUILD, OUT, WORDS, MODES ("on off"), MAX_RETRIES (0),
+# UP_FLAGS (extra `swaserve up` flags).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+OUT=${OUT:-/tmp/swaserve-long-nonstream}
+WORDS=${WORDS:-180000}
+MODES=${MODES:-"on off"}
+MAX_RETRIES=${MAX_RETRIES:-0}
+BASE_FLAGS=${UP_FLAGS:-}
+mkdir -p "$OUT"
+PROMPT="$OUT/prompt.txt"
+/usr/bin/python3 - "$WORDS" "$PROMPT" <<'PY'
+import random, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+words = ("and the lord said unto moses behold i will bring thee to the land of israel that he "
+         "may go in the house of his fathers and ye shall be upon them in that day").split()
+random.seed(n)
+open(path, "w").write(" ".join(random.choice(words) for _ in range(n)))
+PY
+for mode in $MODES; do
+  (
+    UP_FLAGS="$BASE_FLAGS"
+    [ "$mode" = off ] && UP_FLAGS="$UP_FLAGS --extra_flags.router=--http.nonstream_keepalive=0"
+    OUT="$OUT/$mode"
+    . bench/cluster/up.sh
+    echo "== keep-alive $mode: $WORDS words, non-streamed, openai $(node -p "require('./node_modules/openai/package.json').version") (maxRetries $MAX_RETRIES)"
+    node bench/cluster/openai_nonstream.mjs "$url" "$PROMPT" "$MAX_RETRIES"
+    # What the cluster did after the client's answer (or its giving up).
+    sleep 5
+    m=$(curl -s "$url/metrics")
+    echo "router requests: $(echo "$m" | grep '^swaserve_router_requests_total' | tr '\n' ' ')"
+    echo "in flight 5 s later: $(echo "$m" | grep '^swaserve_router_inflight_requests' | awk '{print $2}')"
+  )
+done
