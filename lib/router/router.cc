@@ -305,6 +305,10 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
     return invalid("priority must be in [-1000000, 1000000]");
   }
   r.priority = in.priority();
+  if (in.progress_interval_ms() != 0 && in.progress_interval_ms() < 10) {
+    // Served by the gRPC service (services/router/grpc_service.cc).
+    return invalid("progress_interval_ms must be 0 (no progress messages) or at least 10");
+  }
   absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
   if (!bucket.ok()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kOutOfRange, v1::ERROR_CODE_PROMPT_TOO_LONG,

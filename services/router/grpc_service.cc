@@ -1,7 +1,12 @@
 #include "services/router/grpc_service.h"
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "lib/rpc/status_conversion.h"
 #include "lib/rpc/stream_writer.h"
 
@@ -10,27 +15,120 @@ namespace swaserve::router_service {
 namespace {
 
 // What the request writes into: the client's stream, with back-pressure
-// (WhenRoom: a slow client slows its own request, not the router).
-class StreamSink final : public router::GenerateSink {
+// (WhenRoom: a slow client slows its own request, not the router), and,
+// with GenerateRequest.progress_interval_ms, progress messages until the
+// request's first message of its own.
+//
+// Progress: two timer phases per message, as the HTTP keep-alive comments
+// (http_call.cc): the prefill worker is probed Lead() before each message,
+// which then carries its answer. Timer callbacks hold only a weak_ptr and
+// stop re-arming once the request wrote or ended, so nothing is cancelled.
+// A progress message and the request's own messages are written under mu_,
+// so none comes after the first token.
+class StreamSink final : public router::GenerateSink,
+                         public std::enable_shared_from_this<StreamSink> {
  public:
   static constexpr size_t kMaxQueued = 64;
-  explicit StreamSink(std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer)
-      : writer_(std::move(writer)) {}
-  bool Write(const v1::GenerateResponse& response) override { return writer_->Write(response); }
+  StreamSink(std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer,
+             std::string request_id)
+      : writer_(std::move(writer)), request_id_(std::move(request_id)) {}
+
+  bool Write(const v1::GenerateResponse& response) override {
+    absl::MutexLock lock(&mu_);
+    answered_ = true;
+    return writer_->Write(response);
+  }
   void OnReady(std::function<void()> ready) override {
     writer_->WhenRoom(kMaxQueued, std::move(ready));
   }
+  void SetProgressProbe(ProgressProbe probe) override {
+    absl::MutexLock lock(&mu_);
+    probe_ = std::move(probe);
+    ++probe_generation_;
+    progress_.reset();  // a new leg's prefill starts over
+  }
+
+  // Starts the progress messages (every `interval`, on `timers`' thread,
+  // which must outlive the calls to this).
+  void StartProgress(base::TimerQueue* timers, absl::Duration interval) {
+    timers_ = timers;
+    interval_ = interval;
+    Arm(/*probe_phase=*/true);
+  }
+  // The request ended: no more progress messages.
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    answered_ = true;
+  }
 
  private:
-  std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer_;
+  absl::Duration Lead() const { return std::min(interval_ / 4, absl::Seconds(2)); }
+
+  void Arm(bool probe_phase) {
+    timers_->Schedule(absl::Now() + (probe_phase ? interval_ - Lead() : Lead()),
+                      [weak = weak_from_this(), probe_phase] {
+                        if (std::shared_ptr<StreamSink> self = weak.lock()) {
+                          self->OnTimer(probe_phase);
+                        }
+                      });
+  }
+
+  void OnTimer(bool probe_phase) {
+    if (probe_phase) {
+      ProgressProbe probe;
+      uint64_t generation = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        if (answered_) return;
+        probe = probe_;
+        generation = probe_generation_;
+      }
+      if (probe) {
+        probe([weak = weak_from_this(), generation](const v1::PrefillProgress& p) {
+          if (std::shared_ptr<StreamSink> self = weak.lock()) {
+            absl::MutexLock lock(&self->mu_);
+            if (self->probe_generation_ == generation) self->progress_ = p;
+          }
+        });
+      }
+      return Arm(false);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (answered_) return;
+      v1::GenerateResponse message;
+      message.set_request_id(request_id_);
+      *message.mutable_progress() = progress_.value_or(v1::PrefillProgress());
+      if (!writer_->Write(std::move(message))) return;  // finishing or cancelled
+    }
+    Arm(true);
+  }
+
+  const std::shared_ptr<rpc::StreamWriter<v1::GenerateResponse>> writer_;
+  const std::string request_id_;
+  base::TimerQueue* timers_ = nullptr;
+  absl::Duration interval_;
+  absl::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  ProgressProbe probe_ ABSL_GUARDED_BY(mu_);
+  uint64_t probe_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<v1::PrefillProgress> progress_ ABSL_GUARDED_BY(mu_);
 };
 
 class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(router::Router* router, const v1::GenerateRequest& request)
+  GenerateReactor(router::Router* router, base::TimerQueue* timers,
+                  const v1::GenerateRequest& request)
       : cancel_(std::make_shared<router::CancelFlag>()) {
-    router->Start(request, std::make_shared<StreamSink>(writer()), cancel_,
-                  [writer = writer()](absl::Status s) { writer->Finish(rpc::ToGrpcStatus(s)); });
+    auto sink = std::make_shared<StreamSink>(writer(), request.request_id());
+    // Below 10 ms the router refuses the request (INVALID_ARGUMENT).
+    if (request.progress_interval_ms() >= 10) {
+      sink->StartProgress(timers, absl::Milliseconds(request.progress_interval_ms()));
+    }
+    router->Start(request, sink, cancel_, [writer = writer(), sink](absl::Status s) {
+      sink->Stop();
+      writer->Finish(rpc::ToGrpcStatus(s));
+    });
   }
 
  private:
@@ -45,7 +143,7 @@ class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse>
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterGrpcService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return new GenerateReactor(router_, *request);
+  return new GenerateReactor(router_, &timers_, *request);
 }
 
 grpc::ServerUnaryReactor* RouterGrpcService::ListModels(grpc::CallbackServerContext* context,

@@ -2,11 +2,15 @@
 // ListModels) over router::Router, callback API. Each Generate call starts
 // the request asynchronously (Router::Start) and streams through the
 // reactor's rpc::StreamWriter, which paces the request (WhenRoom); no thread
-// is held per request, and the reactor never blocks.
+// is held per request, and the reactor never blocks. With
+// GenerateRequest.progress_interval_ms, a request waiting for its first token
+// gets progress messages (GenerateResponse.progress) from one timer thread
+// shared by every call.
 #pragma once
 
 #include <memory>
 
+#include "lib/base/timer_queue.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.grpc.pb.h"
 
@@ -24,6 +28,8 @@ class RouterGrpcService final : public v1::Router::CallbackService {
 
  private:
   router::Router* const router_;
+  // Progress messages' timers (one thread for every call).
+  base::TimerQueue timers_;
 };
 
 }  // namespace swaserve::router_service

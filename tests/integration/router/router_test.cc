@@ -678,6 +678,83 @@ TEST_F(RouterIntegrationTest, ALongFirstTokenWaitKeepsTheStreamAliveWithComments
   EXPECT_GE(j["chunks"].get<int>(), 4) << j;
 }
 
+// The gRPC API's counterpart of the SSE keep-alive comments: with
+// GenerateRequest.progress_interval_ms, a request waiting for its first token
+// gets messages carrying only `progress` (where the prefill stands, as the
+// worker answered a probe), none once tokens flow; the tokens are those of
+// the same request without it. Below 10 ms is INVALID_ARGUMENT.
+TEST_F(RouterIntegrationTest, GrpcProgressMessagesComeUntilTheFirstToken) {
+  auto stub = cluster_->RouterStub("r1");
+  ASSERT_NE(stub, nullptr);
+  std::vector<uint32_t> ids = RandomPrompt(4000, 99);
+  v1::GenerateRequest g;
+  g.set_model("tiny");
+  for (uint32_t id : ids) g.mutable_token_ids()->add_ids(id);
+  g.mutable_sampling()->set_max_tokens(6);
+  g.mutable_sampling()->set_ignore_eos(true);
+  g.set_request_id("progress-test");
+  struct Run {
+    std::vector<v1::GenerateResponse> messages;
+    grpc::Status status;
+  };
+  auto run = [&stub](const v1::GenerateRequest& request) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    auto stream = stub->Generate(&ctx, request);
+    Run r;
+    v1::GenerateResponse resp;
+    while (stream->Read(&resp)) r.messages.push_back(resp);
+    r.status = stream->Finish();
+    return r;
+  };
+  g.set_progress_interval_ms(20);
+  const Run with = run(g);
+  ASSERT_TRUE(with.status.ok()) << with.status.error_message();
+  std::vector<uint32_t> tokens;
+  size_t progress_messages = 0, with_answer = 0;
+  bool tokens_began = false;
+  uint32_t last_done = 0;
+  for (const v1::GenerateResponse& m : with.messages) {
+    EXPECT_EQ(m.request_id(), "progress-test");
+    if (m.has_progress()) {
+      EXPECT_FALSE(tokens_began) << "a progress message after the first token";
+      EXPECT_EQ(m.token_ids_size(), 0);
+      EXPECT_TRUE(m.text().empty());
+      ++progress_messages;
+      if (!m.progress().found()) continue;
+      ++with_answer;
+      EXPECT_EQ(m.progress().prompt_tokens(), 4000u) << m.ShortDebugString();
+      EXPECT_GE(m.progress().done_tokens(), last_done) << m.ShortDebugString();
+      EXPECT_LE(m.progress().done_tokens(), 4000u);
+      last_done = m.progress().done_tokens();
+      continue;
+    }
+    tokens_began = tokens_began || m.token_ids_size() > 0;
+    tokens.insert(tokens.end(), m.token_ids().begin(), m.token_ids().end());
+  }
+  EXPECT_GE(progress_messages, 1u);
+  EXPECT_GE(with_answer, 1u) << progress_messages << " progress messages, none with an answer";
+  EXPECT_EQ(tokens.size(), 6u);
+  RecordProperty("progress_messages", absl::StrCat(progress_messages));
+
+  g.set_progress_interval_ms(0);
+  const Run without = run(g);
+  ASSERT_TRUE(without.status.ok()) << without.status.error_message();
+  std::vector<uint32_t> plain;
+  for (const v1::GenerateResponse& m : without.messages) {
+    EXPECT_FALSE(m.has_progress());
+    plain.insert(plain.end(), m.token_ids().begin(), m.token_ids().end());
+  }
+  EXPECT_EQ(plain, tokens);
+
+  g.set_progress_interval_ms(5);
+  const Run bad = run(g);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(bad.status.error_message(), "progress_interval_ms"))
+      << bad.status.error_message();
+  EXPECT_TRUE(bad.messages.empty());
+}
+
 // A non-streamed request whose answer takes longer than
 // --http.nonstream_keepalive gets its 200 and whitespace first, then its JSON
 // body (valid JSON: whitespace may precede a value), so a client's header
