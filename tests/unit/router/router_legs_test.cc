@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -472,6 +473,26 @@ TEST_F(RouterLegsTest, PrioritiesOutOfRangeAreRejected) {
   CollectingSink sink;
   absl::Status s = router_->Generate(Request(40, 2, /*priority=*/2'000'000), sink);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+}
+
+// GenerateRequest.progress_interval_ms (served by the gRPC service): 0 or
+// at least 10 ms; the router itself writes no progress message.
+TEST_F(RouterLegsTest, ProgressIntervalsBelowTenMillisecondsAreRejected) {
+  for (uint32_t ms : {1u, 9u}) {
+    v1::GenerateRequest r = Request(40, 2);
+    r.set_progress_interval_ms(ms);
+    CollectingSink sink;
+    absl::Status s = router_->Generate(r, sink);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << ms << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "progress_interval_ms")) << s;
+  }
+  for (uint32_t ms : {0u, 10u}) {
+    v1::GenerateRequest r = Request(40, 2);
+    r.set_progress_interval_ms(ms);
+    CollectingSink sink;
+    ASSERT_TRUE(router_->Generate(r, sink).ok()) << ms;
+    EXPECT_EQ(sink.tokens.size(), 2u);
+  }
 }
 
 TEST_F(RouterLegsTest, ABreakerOpensAfterRepeatedFaultsAndTheWorkerIsSkipped) {
