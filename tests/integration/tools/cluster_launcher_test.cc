@@ -466,13 +466,20 @@ TEST_F(ClusterLauncherTest, EveryBucketServesAPromptAtItsTop) {
     EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 2) << j;
     std::printf("bucket %zu: a %lld-token prompt served in %.1f s\n", i,
                 static_cast<long long>(n), absl::ToDoubleSeconds(absl::Now() - t0));
-    // Served by that bucket's prefill worker.
+    // Served by that bucket's prefill worker. The worker counts the request
+    // once its KV transfer is acknowledged, which may come after the answer
+    // reached the client (more so at the worker's nice +10 or +19): poll.
     httplib::Client m("127.0.0.1", procs[1 + i].metrics_port);
-    httplib::Result mr = m.Get("/metrics");
-    ASSERT_TRUE(mr);
-    EXPECT_NE(mr->body.find("swaserve_prefill_requests_total{result=\"ok\"} 1"),
-              std::string::npos)
-        << procs[1 + i].name;
+    const std::string served = "swaserve_prefill_requests_total{result=\"ok\"} 1";
+    std::string metrics;
+    for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      httplib::Result mr = m.Get("/metrics");
+      ASSERT_TRUE(mr);
+      metrics = mr->body;
+      if (metrics.find(served) != std::string::npos) break;
+    }
+    EXPECT_NE(metrics.find(served), std::string::npos) << procs[1 + i].name;
   }
 }
 
