@@ -615,6 +615,9 @@ absl::Status Router::Call::FinishLocally() {
 
 void Router::Call::Complete(absl::Status st) {
   Metrics& m = *router_->metrics_;
+  // The gauge first: a scrape that sees the request counted as ended must
+  // not also see it in flight (one that comes in between sees neither).
+  m.inflight->Decrement();
   m.requests->WithLabels({CodeLabel(st.code())}).Increment();
   if (st.ok()) {
     const Request& r = r_;
@@ -639,7 +642,6 @@ void Router::Call::Complete(absl::Status st) {
   }
   // Before `done`: its caller may destroy the router once it ran (~Router
   // joins the media and control threads, on one of which this runs).
-  m.inflight->Decrement();
   {
     absl::MutexLock lock(&router_->idle_mu_);
     router_->inflight_.fetch_sub(1);

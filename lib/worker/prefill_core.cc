@@ -589,8 +589,13 @@ void PrefillCore::Impl::Loop() {
       r->shipping = false;
       r->result.transfer_seconds =
           static_cast<double>(base::MonotonicNanos() - r->ship_start_ns) * 1e-9;
-      Complete(r, r->cancelled && status.ok() ? absl::CancelledError("cancelled by the caller")
-                                               : status);
+      // A cancel that came while the KV shipped: a delivered ship is a
+      // prefill that did its work (the router cancels the leg it still holds
+      // once the decode leg answered, which can precede this completion), so
+      // it ends ok; a failed one failed because of the cancel (the receiver
+      // gave up), so it ends cancelled, not as this worker's error.
+      Complete(r, r->cancelled && !status.ok() ? absl::CancelledError("cancelled by the caller")
+                                                : status);
     }
     for (const std::string& id : to_cancel) {
       FailParked(id, absl::CancelledError("cancelled by the caller"));

@@ -45,7 +45,10 @@
 //
 // Cancellation (caller gone): the request leaves the scheduler, its pages are
 // freed, its callback gets Cancelled; a request already shipping completes
-// the transfer first (the transfer owns the pages until it ends).
+// the transfer first (the transfer owns the pages until it ends), then ends
+// ok if its KV was delivered (the work is done: the router cancels the
+// prefill leg it still holds once the decode leg answered) and Cancelled if
+// the ship failed.
 //
 // Threading: one internal thread runs the loop and owns the engine calls (via
 // EngineLock), the pools, the cache and every sequence. Submit/Cancel/GetLoad

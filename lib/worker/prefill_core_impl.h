@@ -136,7 +136,9 @@ struct Metrics {
                                              "Prompt tokens of completed prefills."));
     prompt_tokens = &pr->WithLabels();
     ASSIGN_OR_RETURN(auto* req, r->AddCounter("swaserve_prefill_requests_total",
-                                              "Prefill requests that ended, by result.",
+                                              "Prefill requests that ended, by result (ok: computed "
+                                              "and its KV delivered, even when the caller "
+                                              "cancelled during the transfer).",
                                               {"result"}));
     ok = &req->WithLabels({"ok"});
     failed = &req->WithLabels({"error"});

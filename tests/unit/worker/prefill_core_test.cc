@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -475,6 +476,75 @@ TEST_F(Pipeline, CancelAndBadInput) {
     EXPECT_TRUE(absl::IsCancelled(o.prefill_status) || o.finish == FinishReason::kCancelled)
         << i << " prefill " << o.prefill_status << " finish " << static_cast<int>(o.finish);
   }
+}
+
+// The router cancels the prefill leg it still holds once the decode leg has
+// answered, and the worker may not yet have seen its ship end (the decode
+// worker acknowledges the KV before the sender's completion runs). A prefill
+// whose KV was delivered did its work: it ends ok, counted as such. A ship
+// that fails after the caller's cancel ends cancelled (the receiver gave up
+// because of that cancel), not as a worker error.
+TEST_F(Pipeline, ACancelWhileTheKvShipsLeavesADeliveredPrefillOk) {
+  Start(256, 256);
+  for (const bool delivered : {true, false}) {
+    SCOPED_TRACE(delivered ? "delivered" : "ship failed");
+    const std::string id = delivered ? "d" : "f";
+    absl::Mutex m;
+    std::function<void(absl::Status)> shipped;
+    absl::Notification done;
+    absl::Status status;
+    PrefillJob j;
+    j.id = id;
+    j.prompt = testing::RandomPrompt(delivered ? 7 : 8, 100);
+    j.ship = [&](const kv::Sequence&, const PrefillResult&, std::function<void(absl::Status)> s) {
+      absl::MutexLock lock(&m);
+      shipped = std::move(s);
+    };
+    j.done = [&](absl::StatusOr<PrefillResult> r) {
+      status = r.status();
+      done.Notify();
+    };
+    ASSERT_TRUE(prefill_->Submit(std::move(j)).ok());
+    {
+      absl::MutexLock lock(&m);
+      auto shipping = [&] { return shipped != nullptr; };
+      ASSERT_TRUE(m.AwaitWithTimeout(absl::Condition(&shipping), absl::Seconds(60)));
+    }
+    prefill_->Cancel(id);
+    // The loop takes a cancel and a new request in the same round: once this
+    // warm-only request (no ship) ended, the cancel above was seen while the
+    // first request was still shipping.
+    absl::Notification marker;
+    PrefillJob w;
+    w.id = id + "-marker";
+    w.prompt = testing::RandomPrompt(9, 3);
+    w.done = [&](absl::StatusOr<PrefillResult>) { marker.Notify(); };
+    ASSERT_TRUE(prefill_->Submit(std::move(w)).ok());
+    ASSERT_TRUE(marker.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    EXPECT_FALSE(done.HasBeenNotified());  // the transfer owns the pages until it ends
+    std::function<void(absl::Status)> s;
+    {
+      absl::MutexLock lock(&m);
+      s = std::move(shipped);
+    }
+    s(delivered ? absl::OkStatus() : absl::UnavailableError("receiver cancelled the transfer"));
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    if (delivered) {
+      EXPECT_TRUE(status.ok()) << status;
+    } else {
+      EXPECT_TRUE(absl::IsCancelled(status)) << status;
+    }
+  }
+  const std::string text = registry_->RenderText();
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_requests_total{result=\"ok\"} 3")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_requests_total{result=\"cancelled\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_requests_total{result=\"error\"} 0"))
+      << text;
+  // Either way the computed prompt went into the prefix cache.
+  ASSERT_TRUE(Submit("again", testing::RandomPrompt(8, 100), 2).ok());
+  WaitDone("again");
+  EXPECT_GT(Get("again").cached, 0);
 }
 
 // The L3 tier at the engine level (issue 21): a prompt computed before a
