@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "lib/router/progress_watch.h"
 #include "lib/rpc/status_conversion.h"
 #include "lib/rpc/stream_writer.h"
 
@@ -20,8 +21,8 @@ namespace {
 // request's first message of its own.
 //
 // Progress: two timer phases per message, as the HTTP keep-alive comments
-// (http_call.cc): the prefill worker is probed Lead() before each message,
-// which then carries its answer. Timer callbacks hold only a weak_ptr and
+// (http_call.cc): the prefill worker is probed PrefillProgressWatch::Lead()
+// before each message, which then carries its answer. Timer callbacks hold only a weak_ptr and
 // stop re-arming once the request wrote or ended, so nothing is cancelled.
 // A progress message and the request's own messages are written under mu_,
 // so none comes after the first token.
@@ -41,12 +42,7 @@ class StreamSink final : public router::GenerateSink,
   void OnReady(std::function<void()> ready) override {
     writer_->WhenRoom(kMaxQueued, std::move(ready));
   }
-  void SetProgressProbe(ProgressProbe probe) override {
-    absl::MutexLock lock(&mu_);
-    probe_ = std::move(probe);
-    ++probe_generation_;
-    progress_.reset();  // a new leg's prefill starts over
-  }
+  void SetProgressProbe(ProgressProbe probe) override { watch_.Set(std::move(probe)); }
 
   // Starts the progress messages (every `interval`, on `timers`' thread,
   // which must outlive the calls to this).
@@ -62,10 +58,9 @@ class StreamSink final : public router::GenerateSink,
   }
 
  private:
-  absl::Duration Lead() const { return std::min(interval_ / 4, absl::Seconds(2)); }
-
   void Arm(bool probe_phase) {
-    timers_->Schedule(absl::Now() + (probe_phase ? interval_ - Lead() : Lead()),
+    const absl::Duration lead = router::PrefillProgressWatch::Lead(interval_);
+    timers_->Schedule(absl::Now() + (probe_phase ? interval_ - lead : lead),
                       [weak = weak_from_this(), probe_phase] {
                         if (std::shared_ptr<StreamSink> self = weak.lock()) {
                           self->OnTimer(probe_phase);
@@ -75,22 +70,11 @@ class StreamSink final : public router::GenerateSink,
 
   void OnTimer(bool probe_phase) {
     if (probe_phase) {
-      ProgressProbe probe;
-      uint64_t generation = 0;
       {
         absl::MutexLock lock(&mu_);
         if (answered_) return;
-        probe = probe_;
-        generation = probe_generation_;
       }
-      if (probe) {
-        probe([weak = weak_from_this(), generation](const v1::PrefillProgress& p) {
-          if (std::shared_ptr<StreamSink> self = weak.lock()) {
-            absl::MutexLock lock(&self->mu_);
-            if (self->probe_generation_ == generation) self->progress_ = p;
-          }
-        });
-      }
+      watch_.Ask();
       return Arm(false);
     }
     {
@@ -98,7 +82,7 @@ class StreamSink final : public router::GenerateSink,
       if (answered_) return;
       v1::GenerateResponse message;
       message.set_request_id(request_id_);
-      *message.mutable_progress() = progress_.value_or(v1::PrefillProgress());
+      *message.mutable_progress() = watch_.Last().value_or(v1::PrefillProgress());
       if (!writer_->Write(std::move(message))) return;  // finishing or cancelled
     }
     Arm(true);
@@ -110,9 +94,7 @@ class StreamSink final : public router::GenerateSink,
   absl::Duration interval_;
   absl::Mutex mu_;
   bool answered_ ABSL_GUARDED_BY(mu_) = false;
-  ProgressProbe probe_ ABSL_GUARDED_BY(mu_);
-  uint64_t probe_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<v1::PrefillProgress> progress_ ABSL_GUARDED_BY(mu_);
+  router::PrefillProgressWatch watch_;
 };
 
 class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse> {

@@ -132,10 +132,6 @@ void HttpCall::Drain() {
   MaybeReady();
 }
 
-absl::Duration HttpCall::ProbeLead() const {
-  return std::min(p_.stream_keepalive / 4, absl::Seconds(2));
-}
-
 void HttpCall::ArmKeepalive() {
   if (keepalive_ == nullptr) keepalive_ = evtimer_new(p_.base, &HttpCall::OnKeepalive, this);
   if (keepalive_ == nullptr) return;
@@ -144,8 +140,10 @@ void HttpCall::ArmKeepalive() {
     evtimer_add(keepalive_, &tv);
     return;
   }
-  // Two phases per comment: the probe (ProbeLead before it), the comment.
-  const timeval tv = absl::ToTimeval(probe_phase_ ? p_.stream_keepalive - ProbeLead() : ProbeLead());
+  // Two phases per comment: the probe (the watch's lead before it), the
+  // comment.
+  const absl::Duration lead = router::PrefillProgressWatch::Lead(p_.stream_keepalive);
+  const timeval tv = absl::ToTimeval(probe_phase_ ? p_.stream_keepalive - lead : lead);
   evtimer_add(keepalive_, &tv);
 }
 
@@ -173,44 +171,20 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
   c->probe_phase_ = !probe_phase;
   if (probe_phase) {
     // Ask the prefill worker now: its answer (on a gRPC thread, usually
-    // within milliseconds) is what the comment ProbeLead() later says, the
-    // first one included.
-    ProgressProbe probe;
-    uint64_t generation = 0;
-    {
-      absl::MutexLock lock(&c->mu_);
-      probe = c->probe_;
-      generation = c->probe_generation_;
-    }
-    if (probe) {
-      probe([weak = std::weak_ptr<HttpCall>(c->shared_from_this()),
-             generation](const v1::PrefillProgress& p) {
-        if (std::shared_ptr<HttpCall> call = weak.lock()) {
-          absl::MutexLock lock(&call->mu_);
-          if (call->probe_generation_ == generation) call->progress_ = p;
-        }
-      });
-    }
+    // within milliseconds) is what the comment a lead later says, the first
+    // one included.
+    c->watch_.Ask();
     return c->ArmKeepalive();
   }
   if (!c->started_) c->StartReply("text/event-stream");
   ++c->keepalives_;
-  std::optional<v1::PrefillProgress> progress;
-  {
-    absl::MutexLock lock(&c->mu_);
-    progress = c->progress_;
-  }
+  const std::optional<v1::PrefillProgress> progress = c->watch_.Last();
   c->SendFrame(api::WaitingComment(c->p_.stream_keepalive * c->keepalives_,
                                    progress ? &*progress : nullptr));
   c->ArmKeepalive();
 }
 
-void HttpCall::SetProgressProbe(ProgressProbe probe) {
-  absl::MutexLock lock(&mu_);
-  probe_ = std::move(probe);
-  ++probe_generation_;
-  progress_.reset();  // a new leg's prefill starts over
-}
+void HttpCall::SetProgressProbe(ProgressProbe probe) { watch_.Set(std::move(probe)); }
 
 void HttpCall::Emit(const v1::GenerateResponse& item) {
   emitted_ = true;

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "lib/api/api_keys.h"
 #include "lib/api/openai.h"
+#include "lib/router/progress_watch.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.pb.h"
 
@@ -83,7 +84,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // An error after that travels in the stream (an error event). Each
     // comment says where the prefill stands (queued, tokens done of the
     // prompt, shipping: api::WaitingComment), as the prefill worker answered
-    // a probe sent ProbeLead() before it (a quarter of this, at most 2 s;
+    // a probe sent router::PrefillProgressWatch::Lead() before it (a
+    // quarter of this, at most 2 s;
     // no progress only when the worker has not answered by then). Zero: off.
     absl::Duration stream_keepalive = absl::ZeroDuration();
     // A NON-streamed request with no answer for this long starts its reply
@@ -112,8 +114,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Router side (any thread).
   bool Write(const v1::GenerateResponse& response) override;
   void OnReady(std::function<void()> ready) override;
-  // Kept for the keep-alive comments: probed ProbeLead() before each one,
-  // which then says where the prefill stood.
+  // Kept for the keep-alive comments (watch_): probed a lead before each
+  // one, which then says where the prefill stood.
   void SetProgressProbe(ProgressProbe probe) override;
   void Finish(absl::Status status);
   router::CancelFlag& cancel_flag() { return cancel_; }
@@ -127,8 +129,6 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   static void OnChunkSent(evhttp_connection* conn, void* arg);
   static void OnKeepalive(int fd, short what, void* arg);
   void ArmKeepalive();
-  // How long before each comment the prefill's progress is asked for.
-  absl::Duration ProbeLead() const;
   void StopKeepalive();
   // Loop thread.
   void Drain();
@@ -170,12 +170,9 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // The socket holds kMaxUnsentBytes or more not yet sent (a slow client).
   bool backlogged_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
-  ProgressProbe probe_ ABSL_GUARDED_BY(mu_);
-  // Counts SetProgressProbe calls: an answer to an earlier leg's probe
-  // (arriving after a retry's leg started) is dropped.
-  uint64_t probe_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // The prefill worker's last answer to a probe.
-  std::optional<v1::PrefillProgress> progress_ ABSL_GUARDED_BY(mu_);
+  // The router's probe of the current prefill leg and the worker's last
+  // answer (thread-safe itself).
+  router::PrefillProgressWatch watch_;
 };
 
 }  // namespace swaserve::router_service
