@@ -37,18 +37,54 @@ HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) { whole_ = BaseInp
 
 HttpCall::~HttpCall() {
   if (keepalive_ != nullptr) event_free(keepalive_);
+  if (peer_closed_ != nullptr) event_free(peer_closed_);
 }
 
 std::shared_ptr<HttpCall> HttpCall::Begin(Params p) {
   std::shared_ptr<HttpCall> c(new HttpCall(std::move(p)));
   c->self_ = c;
   c->conn_ = evhttp_request_get_connection(c->req_);
-  if (c->conn_ != nullptr) evhttp_connection_set_closecb(c->conn_, &HttpCall::OnClose, c.get());
+  if (c->conn_ != nullptr) {
+    evhttp_connection_set_closecb(c->conn_, &HttpCall::OnClose, c.get());
+    c->WatchPeerClose();
+  }
   if (c->p_.parsed->stream ? c->p_.stream_keepalive > absl::ZeroDuration()
                            : c->p_.nonstream_keepalive > absl::ZeroDuration()) {
     c->ArmKeepalive();
   }
   return c;
+}
+
+void HttpCall::WatchPeerClose() {
+  // evhttp reads nothing more from a connection whose reply is pending, so
+  // it would see the client's FIN only when a write fails: after the answer
+  // (or a keep-alive) was computed for nobody. EV_CLOSED (epoll's
+  // EPOLLRDHUP) reports it at once, beside the bufferevent's own events.
+  if ((event_base_get_features(p_.base) & EV_FEATURE_EARLY_CLOSE) == 0) return;
+  const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn_));
+  if (fd < 0) return;
+  peer_closed_ = event_new(p_.base, fd, EV_CLOSED, &HttpCall::OnPeerClosed, this);
+  if (peer_closed_ != nullptr && event_add(peer_closed_, nullptr) != 0) {
+    event_free(peer_closed_);
+    peer_closed_ = nullptr;
+  }
+}
+
+void HttpCall::StopWatchingPeer() {
+  if (peer_closed_ == nullptr) return;
+  event_free(peer_closed_);  // loop thread: its callback is not running now
+  peer_closed_ = nullptr;
+}
+
+void HttpCall::OnPeerClosed(int, short, void* arg) {
+  // Freed by Done / Closed before the call can go, as the keep-alive timer.
+  // The client closed its side (a half-close counts: as nginx, a client
+  // that stops sending is taken as gone; HTTP/1.1 clients do not half-close
+  // and wait). The request is cancelled; its end then writes the reply into
+  // the closing connection, whose failure evhttp reports (Closed).
+  auto* c = static_cast<HttpCall*>(arg);
+  c->StopWatchingPeer();
+  c->cancel_.Cancel();
 }
 
 const std::string& HttpCall::path() const {
@@ -305,6 +341,7 @@ void HttpCall::End(const absl::Status& status) {
 
 void HttpCall::Done() {
   StopKeepalive();
+  StopWatchingPeer();
   // evhttp owns the request again (and frees it once the reply went out).
   if (conn_ != nullptr) evhttp_connection_set_closecb(conn_, nullptr, nullptr);
   req_ = nullptr;
@@ -321,6 +358,7 @@ void HttpCall::OnClose(evhttp_connection*, void* arg) { static_cast<HttpCall*>(a
 
 void HttpCall::Closed() {
   StopKeepalive();
+  StopWatchingPeer();
   // The connection is going away with the reply unfinished. A request that
   // evhttp detached from it (a write failed: the client left) is ours to
   // free; one still attached (the server is shutting down) evhttp frees.

@@ -13,6 +13,9 @@
 //
 // A connection closed by the client (evhttp's close callback) cancels the
 // request and wakes a pending OnReady callback, so the request notices.
+// Before that, while the reply is pending, an EV_CLOSED event on the
+// connection sees the client's FIN at once (evhttp reads nothing then and
+// would notice only at a failed write) and cancels the request too.
 //
 // Ownership: shared. The call keeps itself alive (self_) until its reply
 // ended or its connection closed; the router holds it (sink, cancel flag,
@@ -129,6 +132,11 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   static void OnChunkSent(evhttp_connection* conn, void* arg);
   static void OnKeepalive(int fd, short what, void* arg);
   void ArmKeepalive();
+  // Watches the connection for the client's close while the reply is
+  // pending (OnPeerClosed cancels the request); stopped by Done / Closed.
+  void WatchPeerClose();
+  void StopWatchingPeer();
+  static void OnPeerClosed(int fd, short what, void* arg);
   void StopKeepalive();
   // Loop thread.
   void Drain();
@@ -154,6 +162,7 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   bool started_ = false;  // reply begun (200 sent): a stream, or a JSON body's whitespace
   bool emitted_ = false;  // a response item went out (keep-alives stop)
   event* keepalive_ = nullptr;  // the keep-alive timer, while armed
+  event* peer_closed_ = nullptr;  // EV_CLOSED on the connection, while watched
   int keepalives_ = 0;
   bool probe_phase_ = true;  // the timer's next phase: probe, else comment
   bool first_chunk_ = true;

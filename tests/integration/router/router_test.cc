@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -845,7 +846,7 @@ TEST_F(RouterIntegrationTest, ALongNonStreamedRequestGetsItsHeadersAndWhitespace
   EXPECT_GE(AwaitRequests("r12", "deadline_exceeded", 1), 1);
 
   // A client that leaves while its non-streamed request runs cancels it
-  // (the whitespace's write fails: the connection's close is seen).
+  // (after the 200 too; AClientThatLeavesBeforeAnyReply... covers before).
   const int fd = PostOnRawSocket((*on)->http_port, body().dump());
   ASSERT_GE(fd, 0);
   char buf[256];
@@ -854,6 +855,57 @@ TEST_F(RouterIntegrationTest, ALongNonStreamedRequestGetsItsHeadersAndWhitespace
   EXPECT_EQ(AwaitRequests("r10", "cancelled", 1), 1);
   EXPECT_EQ(AwaitRequests("r10", "ok", 2), 2);  // the two above
   RecordProperty("answer_seconds", absl::StrCat(absl::ToDoubleSeconds(plain_s)));
+}
+
+// A client that leaves while nothing has been written to it yet (a
+// non-streamed request, or a stream before its first event, with the
+// keep-alives off or not yet due) cancels its request at once: the router
+// watches the connection for the client's FIN (EV_CLOSED) instead of
+// noticing only when the finished answer's write fails, after computing it
+// for nobody. Half-closing (shutdown(SHUT_WR)) counts as leaving too.
+TEST_F(RouterIntegrationTest, AClientThatLeavesBeforeAnyReplyCancelsItsRequestAtOnce) {
+  auto r = cluster_->StartRouter(
+      "r13", {"--http.nonstream_keepalive=0", "--http.stream_keepalive=0"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cluster_->WaitHealthy("r13", absl::Seconds(20)).ok());
+  uint32_t seed = 90;
+  // ~2 s for 300 tokens (ALongNonStreamedRequest...): 3,000 take ~20 s.
+  auto body = [&seed] {
+    return json{{"model", "tiny"}, {"prompt", RandomPrompt(600, seed++)},
+                {"max_tokens", 3000}, {"ignore_eos", true}}.dump();
+  };
+  for (const bool half_close : {false, true}) {
+    SCOPED_TRACE(half_close ? "shutdown(SHUT_WR)" : "close");
+    const double before = cluster_->Metric("r13", R"(swaserve_router_requests_total{code="cancelled"})");
+    const int fd = PostOnRawSocket((*r)->http_port, body());
+    ASSERT_GE(fd, 0);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (cluster_->Metric("r13", "swaserve_router_inflight_requests") < 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(cluster_->Metric("r13", "swaserve_router_inflight_requests"), 1);
+    absl::SleepFor(absl::Milliseconds(300));  // the request is computing
+    const absl::Time left_at = absl::Now();
+    if (half_close) {
+      shutdown(fd, SHUT_WR);
+    } else {
+      close(fd);
+    }
+    EXPECT_EQ(AwaitRequests("r13", "cancelled", std::max(before, 0.0) + 1),
+              std::max(before, 0.0) + 1);
+    EXPECT_LT(absl::Now() - left_at, absl::Seconds(3));
+    EXPECT_EQ(cluster_->Metric("r13", "swaserve_router_inflight_requests"), 0);
+    if (half_close) close(fd);
+  }
+  // A client that stays gets its answer (the watch cancels nothing else).
+  httplib::Client h("127.0.0.1", (*r)->http_port);
+  h.set_read_timeout(120, 0);
+  httplib::Result ok = h.Post("/v1/completions",
+                              json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 3}}.dump(),
+                              "application/json");
+  ASSERT_TRUE(ok) << httplib::to_string(ok.error());
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(cluster_->Metric("r13", R"(swaserve_router_requests_total{code="cancelled"})"), 2);
 }
 
 // The router's default request deadline is none: a request lasts while its
