@@ -258,36 +258,39 @@ std::string Thousands(uint64_t n) {
 
 }  // namespace
 
+std::string DescribePrefillProgress(const v1::PrefillProgress& progress) {
+  if (!progress.found()) return "";
+  switch (progress.state()) {
+    case v1::PrefillProgress::STATE_QUEUED:
+      return Cat({"queued at the prefill worker (", std::to_string(progress.queued_requests()),
+                  progress.queued_requests() == 1 ? " request" : " requests", " waiting)"});
+    case v1::PrefillProgress::STATE_COMPUTING: {
+      const uint64_t total = progress.prompt_tokens();
+      const uint64_t done = std::min<uint64_t>(progress.done_tokens(), total);
+      std::string out = Cat({"prefill ", Thousands(done), " of ", Thousands(total),
+                             " prompt tokens (", std::to_string(total > 0 ? done * 100 / total : 0),
+                             "%"});
+      if (progress.cached_tokens() > 0) {
+        out += Cat({"; ", Thousands(progress.cached_tokens()), " cached"});
+      }
+      out += ")";
+      if (progress.tokens_per_second() >= 1) {
+        out += Cat({", ", Thousands(static_cast<uint64_t>(progress.tokens_per_second())),
+                    " tokens/s"});
+      }
+      return out;
+    }
+    case v1::PrefillProgress::STATE_SHIPPING:
+      return "prefill done, its KV is going to the decode worker";
+    default:
+      return "";
+  }
+}
+
 std::string WaitingComment(absl::Duration waited, const v1::PrefillProgress* progress) {
   std::string out = Cat({": waiting for the first token, ", absl::FormatDuration(waited)});
-  if (progress != nullptr && progress->found()) {
-    switch (progress->state()) {
-      case v1::PrefillProgress::STATE_QUEUED:
-        out += Cat({"; queued at the prefill worker (", std::to_string(progress->queued_requests()),
-                    progress->queued_requests() == 1 ? " request" : " requests", " waiting)"});
-        break;
-      case v1::PrefillProgress::STATE_COMPUTING: {
-        const uint64_t total = progress->prompt_tokens();
-        const uint64_t done = std::min<uint64_t>(progress->done_tokens(), total);
-        out += Cat({"; prefill ", Thousands(done), " of ", Thousands(total), " prompt tokens (",
-                    std::to_string(total > 0 ? done * 100 / total : 0), "%"});
-        if (progress->cached_tokens() > 0) {
-          out += Cat({"; ", Thousands(progress->cached_tokens()), " cached"});
-        }
-        out += ")";
-        if (progress->tokens_per_second() >= 1) {
-          out += Cat({", ", Thousands(static_cast<uint64_t>(progress->tokens_per_second())),
-                      " tokens/s"});
-        }
-        break;
-      }
-      case v1::PrefillProgress::STATE_SHIPPING:
-        out += "; prefill done, its KV is going to the decode worker";
-        break;
-      default:
-        break;
-    }
-  }
+  const std::string where = progress != nullptr ? DescribePrefillProgress(*progress) : "";
+  if (!where.empty()) out += Cat({"; ", where});
   return out + "\n\n";
 }
 

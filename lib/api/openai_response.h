@@ -106,6 +106,11 @@ std::string SseFrame(std::string_view json);
 // the worker's queue), "prefill 61,440 of 304,044 prompt tokens (20%; 8,192
 // cached), 1,234 tokens/s", or shipping its KV to the decode worker.
 std::string WaitingComment(absl::Duration waited, const swaserve::v1::PrefillProgress* progress);
+// Where a prefill stands, in words (the part of WaitingComment after
+// "; "): "queued at the prefill worker (2 requests waiting)", "prefill
+// 61,440 of ...", "prefill done, its KV is going to the decode worker"; empty
+// when the worker could not say (not found, no state).
+std::string DescribePrefillProgress(const swaserve::v1::PrefillProgress& progress);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 }  // namespace swaserve::api

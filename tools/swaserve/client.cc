@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "lib/api/openai_response.h"
 #include "lib/base/request_defaults.h"
 #include "lib/base/config.h"
 #include "lib/rpc/channel.h"
@@ -39,7 +42,10 @@ struct ClientOptions {
   bool ignore_eos = false;
   absl::Duration deadline = absl::Minutes(10);
   absl::Duration connect_timeout = absl::Seconds(10);
-  bool quiet = false;  // no usage line
+  // While the first token is awaited, the router's progress messages this
+  // often (GenerateRequest.progress_interval_ms), printed on stderr; 0: off.
+  absl::Duration progress_interval = absl::Seconds(5);
+  bool quiet = false;  // no usage or progress lines
 };
 
 void AddClientFlags(base::Config& config, ClientOptions& o) {
@@ -55,7 +61,11 @@ void AddClientFlags(base::Config& config, ClientOptions& o) {
       .Add("deadline", &o.deadline, "deadline of each request")
       .Add("connect_timeout", &o.connect_timeout,
            "how long to wait for the router")
-      .Add("quiet", &o.quiet, "do not print usage lines on stderr");
+      .Add("progress_interval", &o.progress_interval,
+           "while waiting for the first token, print where the prompt's prefill "
+           "stands (queued, tokens done, tokens/s) on stderr this often (0: off; "
+           "else at least 10ms)")
+      .Add("quiet", &o.quiet, "do not print usage or progress lines on stderr");
 }
 
 absl::Status CheckClientOptions(const ClientOptions& o) {
@@ -72,11 +82,19 @@ absl::Status CheckClientOptions(const ClientOptions& o) {
   if (o.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("key 'deadline': must be > 0");
   }
+  if (o.progress_interval != absl::ZeroDuration() &&
+      (o.progress_interval < absl::Milliseconds(10) ||
+       o.progress_interval > absl::Milliseconds(0xFFFFFFFFll))) {
+    return absl::InvalidArgumentError(
+        "key 'progress_interval': must be 0 (off) or between 10ms and 49d");
+  }
   return absl::OkStatus();
 }
 
 void FillSampling(const ClientOptions& o, v1::GenerateRequest& req) {
   req.set_model(o.model);
+  req.set_progress_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(o.progress_interval)));
   v1::SamplingParams* s = req.mutable_sampling();
   s->set_max_tokens(static_cast<uint32_t>(o.max_tokens));
   s->set_temperature(static_cast<float>(o.temperature));
@@ -136,15 +154,21 @@ class RouterClient {
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   };
 
-  // Streams `req`, writing text to stdout as it arrives.
+  // Streams `req`, writing text to stdout as it arrives (and progress
+  // messages, until the first token, to stderr).
   absl::StatusOr<Result> Generate(const v1::GenerateRequest& req) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o_.deadline));
+    const absl::Time start = absl::Now();
+    ctx.set_deadline(absl::ToChronoTime(start + o_.deadline));
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
         stub_->Generate(&ctx, req);
     Result r;
     v1::GenerateResponse resp;
     while (reader->Read(&resp)) {
+      if (resp.has_progress()) {
+        if (!o_.quiet) PrintProgress(absl::Now() - start, resp.progress());
+        continue;  // carries nothing else
+      }
       if (!resp.text().empty()) {
         std::fwrite(resp.text().data(), 1, resp.text().size(), stdout);
         std::fflush(stdout);
@@ -162,6 +186,15 @@ class RouterClient {
                           DescribeError(st));
     }
     return r;
+  }
+
+  // "[waiting for the first token, 45.0s: prefill 61,440 of 304,044 prompt
+  // tokens (20%), 1,234 tokens/s]"
+  static void PrintProgress(absl::Duration waited, const v1::PrefillProgress& p) {
+    const std::string where = api::DescribePrefillProgress(p);
+    std::fprintf(stderr, "[waiting for the first token, %.1fs%s%s]\n",
+                 absl::ToDoubleSeconds(waited), where.empty() ? "" : ": ", where.c_str());
+    std::fflush(stderr);
   }
 
   void PrintUsage(const Result& r) const {
@@ -189,7 +222,7 @@ int Generate(int argc, const char* const* argv) {
   bool chat = false;
   base::Config config(
       "swaserve generate",
-      "Usage: swaserve generate --router=HOST:PORT --prompt TEXT [options]\n"
+      "Usage: swaserve generate --router=HOST:PORT (--prompt TEXT | --prompt_file PATH) [options]\n"
       "Sends one swaserve.v1.Router/Generate request and prints the generated "
       "text as it "
       "streams in (stdout), then the usage on stderr. The prompt is raw text, "
@@ -198,7 +231,11 @@ int Generate(int argc, const char* const* argv) {
       "success, 1 when "
       "the router is unreachable or answers with an error, 2 for bad flags.");
   AddClientFlags(config, o);
-  config.Add("prompt", &prompt, "the prompt text (required)")
+  std::string prompt_file;
+  config.Add("prompt", &prompt, "the prompt text (this or --prompt_file)")
+      .Add("prompt_file", &prompt_file,
+           "read the prompt from this file ('-': stdin), for prompts longer than a "
+           "command line takes (128 KiB per argument on Linux)")
       .Add("chat", &chat,
            "send the prompt as a user chat message (chat template)");
   base::ParseConfigOrExit(config, argc, argv);
@@ -208,7 +245,21 @@ int Generate(int argc, const char* const* argv) {
   };
   if (absl::Status s = CheckClientOptions(o); !s.ok())
     return fail(2, s.message());
-  if (prompt.empty()) return fail(2, "--prompt TEXT is required");
+  if (!prompt.empty() && !prompt_file.empty()) {
+    return fail(2, "--prompt and --prompt_file exclude each other");
+  }
+  if (!prompt_file.empty()) {
+    std::ifstream file;
+    std::istream* in = &std::cin;
+    if (prompt_file != "-") {
+      file.open(prompt_file, std::ios::binary);
+      if (!file) return fail(2, absl::StrCat("--prompt_file: cannot read ", prompt_file));
+      in = &file;
+    }
+    prompt.assign(std::istreambuf_iterator<char>(*in), std::istreambuf_iterator<char>());
+    if (in->bad()) return fail(2, absl::StrCat("--prompt_file: error reading ", prompt_file));
+  }
+  if (prompt.empty()) return fail(2, "--prompt TEXT or --prompt_file PATH is required");
   absl::StatusOr<RouterClient> client = RouterClient::Connect(o);
   if (!client.ok()) return fail(1, client.status().message());
   v1::GenerateRequest req;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -202,6 +203,56 @@ TEST_F(ClusterLauncherTest, ServesHttpGenerateAndChatAndStopsEverything) {
     EXPECT_NE(out.find("completion_tokens=8"), std::string::npos) << out;
     // Some text before the usage line.
     EXPECT_GT(out.find("[usage:"), 1u) << out;
+  }
+
+  // swaserve generate --prompt_file ('-': stdin), with progress lines on
+  // stderr while the first token is awaited (--progress_interval).
+  {
+    // ~6,000 tokens (bucket 1: ~0.3 s of prefill), not cached: different
+    // from its first word on.
+    auto words = [](const char* first) {
+      std::string w = first;
+      for (int i = 0; i < 6000; ++i) absl::StrAppend(&w, i % 7 == 0 ? " dragon" : " and");
+      return w;
+    };
+    const std::string path = *dir_ + "/long_prompt.txt";
+    {
+      std::ofstream f(path);
+      f << words("Once");
+    }
+    for (const bool from_stdin : {false, true}) {
+      SCOPED_TRACE(from_stdin ? "stdin" : "file");
+      std::string out;
+      absl::StatusOr<int> rc = base::RunCommand(
+          {kCli, "generate", "--router=" + e.grpc_address, "--prompt_file",
+           from_stdin ? "-" : path, "--max_tokens=4", "--ignore_eos", "--progress_interval=10ms"},
+          &out, absl::Seconds(120), from_stdin ? words("Twice") : "");
+      ASSERT_TRUE(rc.ok()) << rc.status();
+      EXPECT_EQ(*rc, 0) << out;
+      EXPECT_NE(out.find("completion_tokens=4"), std::string::npos) << out;
+      const size_t waiting = out.find("[waiting for the first token, ");
+      ASSERT_NE(waiting, std::string::npos) << out;
+      const size_t last = out.rfind("[waiting for the first token, ");
+      std::printf("progress (%s), last line: %s\n", from_stdin ? "stdin" : "file",
+                  out.substr(last, out.find('\n', last) - last).c_str());
+      const size_t prompt_at = out.find("prompt_tokens=");
+      ASSERT_NE(prompt_at, std::string::npos) << out;
+      EXPECT_GT(std::atoi(out.c_str() + prompt_at + 14), 4000) << out;
+    }
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(
+        {kCli, "generate", "--router=" + e.grpc_address, "--prompt", "x", "--prompt_file", path},
+        &out, absl::Seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 2) << out;
+    EXPECT_NE(out.find("exclude each other"), std::string::npos) << out;
+    out.clear();
+    rc = base::RunCommand({kCli, "generate", "--router=" + e.grpc_address, "--prompt", "x",
+                           "--progress_interval=5ms"},
+                          &out, absl::Seconds(30));
+    ASSERT_TRUE(rc.ok());
+    EXPECT_EQ(*rc, 2) << out;
+    EXPECT_NE(out.find("progress_interval"), std::string::npos) << out;
   }
 
   // swaserve chat: two turns; the second's prompt extends the first's, so

@@ -117,6 +117,11 @@ TEST(WaitingCommentTest, SaysHowLongAndWhereThePrefillStands) {
   EXPECT_EQ(WaitingComment(absl::Seconds(90), &p),
             ": waiting for the first token, 1m30s; prefill done, its KV is going to the decode "
             "worker\n\n");
+  EXPECT_EQ(DescribePrefillProgress(p), "prefill done, its KV is going to the decode worker");
+  p.set_state(v1::PrefillProgress::STATE_UNSPECIFIED);
+  EXPECT_EQ(DescribePrefillProgress(p), "");  // found, but no state to tell
+  EXPECT_EQ(WaitingComment(absl::Seconds(5), &p), ": waiting for the first token, 5s\n\n");
+  p.set_state(v1::PrefillProgress::STATE_SHIPPING);
   // An SSE comment is one line: nothing the worker sends can break it.
   const std::string c = WaitingComment(absl::Seconds(1), &p);
   EXPECT_EQ(c.find('\n'), c.size() - 2);
