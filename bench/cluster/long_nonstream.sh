@@ -24,14 +24,7 @@ MAX_RETRIES=${MAX_RETRIES:-0}
 BASE_FLAGS=${UP_FLAGS:-}
 mkdir -p "$OUT"
 PROMPT="$OUT/prompt.txt"
-/usr/bin/python3 - "$WORDS" "$PROMPT" <<'PY'
-import random, sys
-n, path = int(sys.argv[1]), sys.argv[2]
-words = ("and the lord said unto moses behold i will bring thee to the land of israel that he "
-         "may go in the house of his fathers and ye shall be upon them in that day").split()
-random.seed(n)
-open(path, "w").write(" ".join(random.choice(words) for _ in range(n)))
-PY
+/usr/bin/python3 bench/cluster/kjv_words.py "$WORDS" "$PROMPT"
 for mode in $MODES; do
   (
     UP_FLAGS="$BASE_FLAGS"

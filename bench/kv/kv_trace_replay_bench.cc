@@ -53,8 +53,10 @@
 // Window restore's figures (issue 20) use --ratio 0.014, chosen on the
 // trace's first half (--limit 6015) and checked out of sample on the second
 // (--measure-from 6015): bench/RESULTS.md, Window restore.
+//
+// This file is the driver (flags, cache sizes, tables, targets, JSON); the
+// trace, the prompt synthesis and one replay are in trace_replay.h.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -64,58 +66,32 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "bench/common/bench_util.h"
-#include "bench/common/swa_pattern.h"
-#include "bench/common/prompt_synth.h"
-#include "lib/base/hash.h"
+#include "bench/kv/trace_replay.h"
 #include "lib/kv/kv_shape.h"
-#include "lib/kv/l3_prefetch.h"
-#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
-#include "lib/kv/sequence.h"
-#include "lib/sched/prefill_scheduler.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::kv {
 namespace {
 
-constexpr int kBlockTokens = bench::kTraceBlockTokens;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 using bench::Die;
 using bench::ParseCount;
-
-// Sequence's keep_divergence_window (see lib/kv/sequence.h); off with
-// --no-divergence-window to measure what it adds.
-bool g_keep_divergence_window = true;
-// SequenceOptions::swa_checkpoint_tokens of the dual+restore variant
-// (--checkpoint TOKENS; 0 = off).
-int g_checkpoint_tokens = 2048;
-// Restores computed as the worker does by default, as a pyramid
-// (kv::WindowRestoreRows: each layer only the rows later layers need); off
-// with --no-pyramid (every layer over the whole stretch [s, M)). A restored
-// hit then counts M minus the pyramid's work in token-equivalents
-// (kv::WindowRestorePyramidWork), and the restore choice uses that work.
-bool g_pyramid = true;
-// Restores may start at the window-safe hit L itself when L is past the
-// stretch's start (kv::PlanWindowRestoreStretch), as the worker does by
-// default; off with --no-safe-start (only restores from the stretch's start).
-bool g_safe_start = true;
-// PrefixCacheOptions::cold_superseded_windows for dual+restore, as the
-// worker does by default; off with --no-cold-superseded.
-bool g_cold_superseded = true;
-// Requests before this index warm the cache but are not counted (hit,
-// prompt and restore figures): with --limit, a hold-out split (choose a
-// setting on the first part, measure it on the rest). 0: count all.
-size_t g_measure_from = 0;
+using replay::BuildPrompts;
+using replay::CacheSpec;
+using replay::kGiB;
+using replay::LoadTrace;
+using replay::Prompts;
+using replay::Replay;
+using replay::ReplayResult;
+using replay::ToJson;
+using replay::TraceRequest;
 
 struct Flags {
   std::string trace;
@@ -134,6 +110,7 @@ struct Flags {
   // tier is large.
   double l3_factor = 8.0;
   double l2_ratio = 0.02;
+  replay::ReplayKnobs knobs;
 };
 
 std::vector<double> ParseList(absl::string_view s, bool counts) {
@@ -160,363 +137,6 @@ std::string CountName(double v) {
     std::snprintf(buf, sizeof(buf), "%g", v);
   }
   return buf;
-}
-
-// ---------------------------------------------------------------------------
-// Trace and token synthesis.
-
-struct TraceRequest {
-  int64_t timestamp = 0;
-  int input_length = 0;
-  int output_length = 0;
-  std::vector<int64_t> hash_ids;
-};
-
-std::vector<TraceRequest> LoadTrace(const std::string& path, int64_t limit) {
-  std::ifstream in(path);
-  if (!in) Die("cannot open trace " + path);
-  std::vector<TraceRequest> out;
-  std::string line;
-  int64_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) Die("trace line " + std::to_string(lineno) + ": bad JSON");
-    TraceRequest r;
-    r.timestamp = j.value("timestamp", int64_t{0});
-    r.input_length = j.value("input_length", 0);
-    r.output_length = j.value("output_length", 0);
-    r.hash_ids = j.value("hash_ids", std::vector<int64_t>{});
-    if (r.input_length <= 0 ||
-        static_cast<int64_t>(r.hash_ids.size()) !=
-            (r.input_length + kBlockTokens - 1) / kBlockTokens) {
-      Die("trace line " + std::to_string(lineno) + ": hash_ids do not match input_length");
-    }
-    out.push_back(std::move(r));
-  }
-  std::stable_sort(out.begin(), out.end(), [](const TraceRequest& a, const TraceRequest& b) {
-    return a.timestamp < b.timestamp;
-  });
-  if (limit > 0 && static_cast<int64_t>(out.size()) > limit) out.resize(limit);
-  return out;
-}
-
-// Prompts of all requests as chained page hashes, stored back to back.
-struct Prompts {
-  std::vector<int> length;       // tokens
-  std::vector<int64_t> offset;   // into hashes; size() = requests + 1
-  std::vector<uint64_t> hashes;
-  int64_t total_tokens = 0;
-  int64_t total_pages_upper = 0;  // sum of ceil(length / page)
-  int max_length = 0;
-  int64_t reconstructed_requests = 0;
-  int64_t reconstructed_tokens = 0;
-
-  size_t size() const { return length.size(); }
-  absl::Span<const uint64_t> Hashes(size_t i) const {
-    return absl::MakeConstSpan(hashes).subspan(offset[i], offset[i + 1] - offset[i]);
-  }
-};
-
-Prompts BuildPrompts(const std::vector<TraceRequest>& trace, int page_size, bool reconstruct) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Prompts p;
-  bench::PromptSynthesizer synth(reconstruct);
-  std::vector<uint32_t> tokens;
-  p.offset.push_back(0);
-  for (const TraceRequest& r : trace) {
-    int recon = 0;
-    synth.Tokens(r.hash_ids, r.input_length, &tokens, &recon);
-    if (recon > 0) {
-      ++p.reconstructed_requests;
-      p.reconstructed_tokens += recon;
-    }
-    std::vector<uint64_t> h = base::ChainedPageHashes(tokens, page_size);
-    p.hashes.insert(p.hashes.end(), h.begin(), h.end());
-    p.offset.push_back(static_cast<int64_t>(p.hashes.size()));
-    p.length.push_back(r.input_length);
-    p.total_tokens += r.input_length;
-    p.total_pages_upper += (r.input_length + page_size - 1) / page_size;
-    p.max_length = std::max(p.max_length, r.input_length);
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr,
-               "synthesized %zu prompts (%s), %lld tokens, %zu page hashes in %.1f s; "
-               "%lld continuations reconstructed (%lld tokens)\n",
-               p.size(), reconstruct ? "continuations reconstructed" : "plain",
-               static_cast<long long>(p.total_tokens), p.hashes.size(), s,
-               static_cast<long long>(p.reconstructed_requests),
-               static_cast<long long>(p.reconstructed_tokens));
-  return p;
-}
-
-// ---------------------------------------------------------------------------
-// Replay.
-
-struct CacheSpec {
-  std::string name;      // "dual", "single", "single7x", ...
-  std::string budget;    // "3M" (single-pool tokens) or "inf"
-  KvShape shape;
-  int64_t full_pages = 0;
-  int64_t swa_pages = 0;
-  double ratio = 0;      // SizePools ratio used (0 for infinite)
-  bool infinite = false;
-  std::string synthesis = "reconstructed";
-  // Window restore (issue 20): a full-KV match past the window-safe hit
-  // recomputes only the bounded stretch before it (kv::WindowRestoreStart,
-  // chain = the shape's SWA layers) when that saves >= 64 tokens. As in a
-  // worker with restore on: the cache keeps restorable tombstones
-  // (PrefixCacheOptions::keep_restorable_tombstones) and sequences keep cold
-  // SWA checkpoints every --checkpoint tokens (default 2048, the worker's).
-  bool restore = false;
-  // L2 tier (issue 21; 0: none): host pools of this many pages; before each
-  // lookup the request loads its match's L2 part back (PrefixCache::LoadBack).
-  int64_t l2_full_pages = 0;
-  int64_t l2_swa_pages = 0;
-  // L3 tier (0: none): a MemoryPageStore of this many page blobs (metadata
-  // pools store empty blobs, so the bound counts blobs); before each lookup
-  // the prompt's L3 part is fetched (FetchFromL3, synchronously: the replay
-  // has no clock, so every prefetch completes) and attached, then loaded back.
-  int64_t l3_pages = 0;
-};
-
-struct ReplayResult {
-  CacheSpec spec;
-  int64_t requests = 0;
-  int64_t failed = 0;
-  int64_t prompt_tokens = 0;
-  int64_t hit_tokens = 0;
-  int64_t matched_tokens = 0;      // full-KV match (before the window rule)
-  // Window restore: hits minus recomputed tokens (= hit_tokens without
-  // restore), restores and the tokens they recomputed.
-  int64_t effective_hit_tokens = 0;
-  int64_t restores = 0;
-  int64_t restored_tokens = 0;
-  int64_t window_lost_tokens = 0;
-  int64_t cached_full_pages = 0;   // at the end
-  int64_t cached_swa_pages = 0;
-  int64_t peak_cached_full_pages = 0;
-  double pool_bytes = 0;           // pools' total bytes (the budget)
-  double cached_bytes = 0;         // bytes of cached pages at the end
-  int64_t evicted_full_pages = 0;
-  int64_t evicted_swa_pages = 0;
-  int64_t tombstoned_nodes = 0;
-  int64_t nodes = 0;
-  int64_t tombstone_nodes = 0;
-  int64_t demoted_pages = 0;      // L1 -> L2
-  int64_t loaded_back_pages = 0;  // L2 -> L1
-  int64_t l3_attached_pages = 0;  // L3 -> L2
-  int64_t l3_written_pages = 0;
-  double seconds = 0;
-
-  double HitRate() const { return prompt_tokens ? double(hit_tokens) / prompt_tokens : 0; }
-  double EffectiveHitRate() const {
-    return prompt_tokens ? double(effective_hit_tokens) / prompt_tokens : 0;
-  }
-  int64_t CachedTokens(int ps) const { return cached_full_pages * ps; }
-  double TokensPerGiBBudget(int ps) const {
-    return pool_bytes > 0 ? CachedTokens(ps) / (pool_bytes / kGiB) : 0;
-  }
-  double TokensPerGiBUsed(int ps) const {
-    return cached_bytes > 0 ? CachedTokens(ps) / (cached_bytes / kGiB) : 0;
-  }
-  bool Evicted() const { return evicted_full_pages > 0; }
-};
-
-ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk) {
-  ReplayResult res;
-  res.spec = spec;
-  KvPoolsOptions po;
-  po.shape = spec.shape;
-  po.full_pages = spec.full_pages;
-  po.swa_pages = spec.swa_pages;
-  po.allocate_memory = false;
-  auto pools_or = KvPools::Create(po);
-  if (!pools_or.ok()) Die(std::string(pools_or.status().message()));
-  std::unique_ptr<KvPools> pools = *std::move(pools_or);
-  std::unique_ptr<KvPools> l2;
-  if (spec.l2_full_pages > 0) {
-    po.full_pages = spec.l2_full_pages;
-    po.swa_pages = spec.l2_swa_pages;
-    auto l2_or = KvPools::Create(po);
-    if (!l2_or.ok()) Die(std::string(l2_or.status().message()));
-    l2 = *std::move(l2_or);
-  }
-  std::unique_ptr<MemoryPageStore> l3;
-  if (spec.l3_pages > 0) {
-    l3 = std::make_unique<MemoryPageStore>(spec.l3_pages * MemoryPageStore::kEntryOverhead);
-  }
-  PrefixCacheOptions co;
-  co.pools = pools.get();
-  co.l2 = l2.get();
-  co.l3 = l3.get();
-  co.keep_restorable_tombstones = spec.restore;
-  co.cold_superseded_windows = spec.restore && g_cold_superseded;
-  auto cache_or = PrefixCache::Create(co);
-  if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
-  std::unique_ptr<PrefixCache> cache = *std::move(cache_or);
-  SequenceOptions so;
-  so.pools = pools.get();
-  so.cache = cache.get();
-  so.evict_on_demand = true;
-  so.keep_divergence_window = g_keep_divergence_window;
-  so.swa_checkpoint_tokens = spec.restore ? g_checkpoint_tokens : 0;
-  res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
-                   static_cast<double>(pools->swa().total_bytes());
-
-  const std::vector<bool> swa_pattern = bench::SwaPattern(spec.shape);
-  const auto t0 = std::chrono::steady_clock::now();
-  const size_t n = prompts.size();
-  const size_t progress_every = std::max<size_t>(1, n / 4);
-  int64_t lost_before = 0;  // window-lost tokens before --measure-from
-  for (size_t i = 0; i < n; ++i) {
-    const int len = prompts.length[i];
-    absl::Span<const uint64_t> hashes = prompts.Hashes(i);
-    MatchOptions mo{.max_tokens = len - 1};
-    if (l3 != nullptr) {
-      const int ps = spec.shape.page_size;
-      const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
-      const L3Fetch f = FetchFromL3(*l3, cache->l3_fetch_options(),
-                                    hashes.subspan(0, std::min<size_t>(hashes.size(), mo.max_tokens / ps)),
-                                    (ml.matched_tokens + ml.lower_tier_tokens) / ps,
-                                    ml.safe_tokens / ps);
-      res.l3_attached_pages += cache->AttachFromL3(hashes, f);
-    }
-    if (l2 != nullptr) res.loaded_back_pages += cache->LoadBack(hashes, mo.max_tokens).pages;
-    sched::WindowRestoreChoice choice;
-    double restore_work = 0;  // token-equivalents a restore computes
-    if (spec.restore) {
-      const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
-      if (ml.matched_tokens > ml.safe_tokens) {
-        const WindowRestoreStretch st = PlanWindowRestoreStretch(
-            ml.matched_tokens, ml.safe_tokens, spec.shape.sliding_window, spec.shape.page_size,
-            swa_pattern, 0, g_pyramid, g_safe_start);
-        restore_work = st.work;
-        choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
-                                             .full_tokens = ml.matched_tokens,
-                                             .restore_from = st.from,
-                                             .restore_tokens = restore_work,
-                                             .min_saved_work = 64});
-        mo.full_kv = choice.restore;
-        mo.lock_safe_window = choice.restore && st.from_window_safe;
-      }
-    }
-    if (i == g_measure_from) lost_before = cache->stats().window_lost_tokens.load();
-    CacheHit hit = cache->MatchAndLock(hashes, mo);
-    const bool counted = i >= g_measure_from;
-    if (counted) {
-      res.hit_tokens += hit.window_safe_tokens();
-      res.matched_tokens += hit.matched_tokens();
-      res.prompt_tokens += len;
-    }
-    const bool restoring = hit.needs_window_restore();
-    const int full_hit = hit.tokens();
-    Sequence seq(so, std::move(hit));
-    int next = seq.length();  // the next token to compute
-    if (restoring) {
-      absl::Status s = seq.BeginWindowRestore(choice.compute_from);
-      if (!s.ok()) Die(std::string(s.message()));
-      next = choice.compute_from;
-      if (counted) {
-        ++res.restores;
-        res.restored_tokens += full_hit - next;
-      }
-    }
-    if (counted) res.effective_hit_tokens += restoring ? full_hit - std::llround(restore_work) : next;
-    bool ok = true;
-    while (next < len) {
-      const int c = std::min(chunk, len - next);
-      absl::Status s = seq.Prepare(next, c);
-      next += c;
-      if (!s.ok()) {
-        if (res.failed == 0) {
-          std::fprintf(stderr, "  [%s %s] request %zu (%d tokens) failed: %s\n",
-                       spec.name.c_str(), spec.budget.c_str(), i, len,
-                       std::string(s.message()).c_str());
-        }
-        ok = false;
-        break;
-      }
-    }
-    if (!ok) {
-      ++res.failed;
-      seq.Abort();
-    } else {
-      seq.Finish(hashes);
-    }
-    ++res.requests;
-    res.peak_cached_full_pages = std::max(res.peak_cached_full_pages, cache->cached_full_pages());
-    if ((i + 1) % progress_every == 0 || i + 1 == n) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "  [%-9s %6s r=%-6g] %6zu/%zu requests  hit %5.1f%%  %.1f s\n",
-                   spec.name.c_str(), spec.budget.c_str(), spec.ratio, i + 1, n,
-                   100.0 * res.HitRate(), s);
-    }
-  }
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const PrefixCacheStats& st = cache->stats();
-  res.window_lost_tokens = st.window_lost_tokens.load() - lost_before;
-  res.evicted_full_pages = st.evicted_full_pages.load();
-  res.evicted_swa_pages = st.evicted_swa_pages.load();
-  res.tombstoned_nodes = st.tombstoned_nodes.load();
-  res.nodes = st.nodes.load();
-  res.tombstone_nodes = st.tombstone_nodes.load();
-  res.demoted_pages = st.demoted_pages.load();
-  res.l3_written_pages = st.l3_written_pages.load();
-  res.cached_full_pages = cache->cached_full_pages();
-  res.cached_swa_pages = cache->cached_swa_pages();
-  res.cached_bytes = static_cast<double>(res.cached_full_pages) * pools->full().page_bytes() +
-                     static_cast<double>(res.cached_swa_pages) * pools->swa().page_bytes();
-  if (pools->full().num_in_use() != 0 || pools->swa().num_in_use() != 0 ||
-      pools->full().num_reserved() != 0 || pools->swa().num_reserved() != 0) {
-    Die("pages still in use or reserved after the replay (" + spec.name + ")");
-  }
-  return res;
-}
-
-nlohmann::json ToJson(const ReplayResult& r, int ps) {
-  return {
-      {"cache", r.spec.name},
-      {"budget_single_pool_tokens", r.spec.budget},
-      {"synthesis", r.spec.synthesis},
-      {"swa_full_ratio", r.spec.ratio},
-      {"sliding_window", r.spec.shape.sliding_window},
-      {"full_pages", r.spec.full_pages},
-      {"swa_pages", r.spec.swa_pages},
-      {"pool_bytes", r.pool_bytes},
-      {"requests", r.requests},
-      {"failed_requests", r.failed},
-      {"prompt_tokens", r.prompt_tokens},
-      {"hit_tokens", r.hit_tokens},
-      {"hit_rate", r.HitRate()},
-      {"window_restore", r.spec.restore},
-      {"effective_hit_tokens", r.effective_hit_tokens},
-      {"effective_hit_rate", r.EffectiveHitRate()},
-      {"window_restores", r.restores},
-      {"restored_tokens", r.restored_tokens},
-      {"matched_tokens", r.matched_tokens},
-      {"window_lost_tokens", r.window_lost_tokens},
-      {"cached_tokens", r.CachedTokens(ps)},
-      {"cached_swa_pages", r.cached_swa_pages},
-      {"peak_cached_tokens", r.peak_cached_full_pages * ps},
-      {"cached_bytes", r.cached_bytes},
-      {"cached_tokens_per_gib_budget", r.TokensPerGiBBudget(ps)},
-      {"cached_tokens_per_gib_used", r.TokensPerGiBUsed(ps)},
-      {"evicted_full_pages", r.evicted_full_pages},
-      {"evicted_swa_pages", r.evicted_swa_pages},
-      {"tombstoned_nodes", r.tombstoned_nodes},
-      {"nodes_at_end", r.nodes},
-      {"tombstone_nodes_at_end", r.tombstone_nodes},
-      {"l2_full_pages", r.spec.l2_full_pages},
-      {"l2_swa_pages", r.spec.l2_swa_pages},
-      {"l3_pages", r.spec.l3_pages},
-      {"l3_attached_pages", r.l3_attached_pages},
-      {"l3_written_pages", r.l3_written_pages},
-      {"demoted_pages", r.demoted_pages},
-      {"loaded_back_pages", r.loaded_back_pages},
-      {"seconds", r.seconds},
-  };
 }
 
 void PrintHeader() {
@@ -576,7 +196,7 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (a == "--no-infinite") {
       flags.infinite = false;
     } else if (a == "--no-divergence-window") {
-      g_keep_divergence_window = false;
+      flags.knobs.keep_divergence_window = false;
     } else if (is("--l2-factor")) {
       flags.l2_factor = std::atof(value("--l2-factor").c_str());
     } else if (is("--l3-factor")) {
@@ -584,15 +204,15 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (is("--l2-ratio")) {
       flags.l2_ratio = ParseList(value("--l2-ratio"), false).at(0);
     } else if (is("--checkpoint")) {
-      g_checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
+      flags.knobs.checkpoint_tokens = std::atoi(value("--checkpoint").c_str());
     } else if (a == "--no-pyramid") {
-      g_pyramid = false;
+      flags.knobs.pyramid = false;
     } else if (a == "--no-safe-start") {
-      g_safe_start = false;
+      flags.knobs.safe_start = false;
     } else if (a == "--no-cold-superseded") {
-      g_cold_superseded = false;
+      flags.knobs.cold_superseded = false;
     } else if (is("--measure-from")) {
-      g_measure_from = static_cast<size_t>(std::atoll(value("--measure-from").c_str()));
+      flags.knobs.measure_from = static_cast<size_t>(std::atoll(value("--measure-from").c_str()));
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: kv_trace_replay_bench [--trace FILE] [--json FILE] [--chunk TOKENS]\n"
@@ -650,10 +270,10 @@ class Study {
         static_cast<long long>(prompts_.reconstructed_tokens), dual_shape_.Full().TokenBytes(),
         dual_shape_.Swa().TokenBytes(), single_token_bytes_, dual_shape_.sliding_window, ps_,
         single_shape_.sliding_window, flags_.ratio, flags_.chunk,
-        g_keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
-        g_checkpoint_tokens,
-        g_pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
-        g_safe_start ? "from the window-safe hit when it is inside the stretch (--no-safe-start: never)"
+        flags_.knobs.keep_divergence_window ? "kept" : "not kept (--no-divergence-window)",
+        flags_.knobs.checkpoint_tokens,
+        flags_.knobs.pyramid ? "as pyramids (--no-pyramid: whole stretch)" : "over the whole stretch (--no-pyramid)",
+        flags_.knobs.safe_start ? "from the window-safe hit when it is inside the stretch (--no-safe-start: never)"
                      : "only from the stretch's start (--no-safe-start)",
         single_token_bytes_);
   }
@@ -668,13 +288,13 @@ class Study {
       row.budget = b;
       for (const std::string& name : duals_) {
         row.duals.push_back(Replay(Sized(name, dual_shape_, b, 1, flags_.ratio), prompts_,
-                                   flags_.chunk));
+                                   flags_.chunk, flags_.knobs));
         PrintRow(row.duals.back(), ps_);
         results_.push_back(ToJson(row.duals.back(), ps_));
       }
-      row.single = Replay(Sized("single", single_shape_, b, 1, 1.0), prompts_, flags_.chunk);
+      row.single = Replay(Sized("single", single_shape_, b, 1, 1.0), prompts_, flags_.chunk, flags_.knobs);
       PrintRow(row.single, ps_);
-      row.single7 = Replay(Sized("single7x", single_shape_, b, 7, 1.0), prompts_, flags_.chunk);
+      row.single7 = Replay(Sized("single7x", single_shape_, b, 7, 1.0), prompts_, flags_.chunk, flags_.knobs);
       PrintRow(row.single7, ps_);
       results_.push_back(ToJson(row.single, ps_));
       results_.push_back(ToJson(row.single7, ps_));
@@ -684,11 +304,11 @@ class Study {
     if (flags_.infinite) {
       for (const std::string& name : duals_) {
         inf_.push_back(Replay(Infinite(name, dual_shape_, "reconstructed", prompts_), prompts_,
-                             flags_.chunk));
+                             flags_.chunk, flags_.knobs));
         PrintRow(inf_.back(), ps_);
       }
       inf_.push_back(Replay(Infinite("single", single_shape_, "reconstructed", prompts_),
-                           prompts_, flags_.chunk));
+                           prompts_, flags_.chunk, flags_.knobs));
       PrintRow(inf_.back(), ps_);
       for (const ReplayResult& r : inf_) results_.push_back(ToJson(r, ps_));
     }
@@ -710,7 +330,7 @@ class Study {
           if (!l2.ok()) Die(std::string(l2.status().message()));
           spec.l2_full_pages = l2->full_pages;
           spec.l2_swa_pages = l2->swa_pages;
-          ReplayResult r = Replay(spec, prompts_, flags_.chunk);
+          ReplayResult r = Replay(spec, prompts_, flags_.chunk, flags_.knobs);
           PrintRow(r, ps_);
           const ReplayResult& l1_only = rows_[bi].duals[&base - duals_.data()];
           const ReplayResult* ref = inf_.empty() ? nullptr : &inf_[&base - duals_.data()];
@@ -733,7 +353,7 @@ class Study {
             spec3.l3_pages = static_cast<int64_t>(flags_.budgets[bi] * single_token_bytes_ *
                                                   flags_.l3_factor /
                                                   static_cast<double>(dual_shape_.Full().PageBytes()));
-            ReplayResult r3 = Replay(spec3, prompts_, flags_.chunk);
+            ReplayResult r3 = Replay(spec3, prompts_, flags_.chunk, flags_.knobs);
             PrintRow(r3, ps_);
             std::printf("    L1+L2+L3 (L3 = %gx L1 bytes, %lld full-page blobs) %.2f%% effective "
                         "hit; %lld pages written to L3, %lld attached back%s\n",
@@ -835,10 +455,10 @@ class Study {
       const Prompts plain = BuildPrompts(trace_, ps_, /*reconstruct=*/false);
       std::vector<ReplayResult> pinf;
       for (const std::string& name : duals_) {
-        pinf.push_back(Replay(Infinite(name, dual_shape_, "plain", plain), plain, flags_.chunk));
+        pinf.push_back(Replay(Infinite(name, dual_shape_, "plain", plain), plain, flags_.chunk, flags_.knobs));
       }
       pinf.push_back(Replay(Infinite("single", single_shape_, "plain", plain), plain,
-                            flags_.chunk));
+                            flags_.chunk, flags_.knobs));
       for (const ReplayResult& r : pinf) results_.push_back(ToJson(r, ps_));
       std::printf("%-52s %10s %10s\n", "token hit rate (infinite cache unless LRU)", "measured", "README");
       std::printf("%-52s %9.2f%% %10s\n", "single pool (full attention), plain synthesis",
@@ -864,7 +484,7 @@ class Study {
           const bool recon = p == &prompts_;
           CacheSpec spec = Sized("single", single_shape_, tokens, 1, 1.0);
           spec.synthesis = recon ? "reconstructed" : "plain";
-          ReplayResult r = Replay(spec, *p, flags_.chunk);
+          ReplayResult r = Replay(spec, *p, flags_.chunk, flags_.knobs);
           results_.push_back(ToJson(r, ps_));
           const std::string label = "single pool LRU " + CountName(tokens) + ", " +
                                     (recon ? "reconstructed" : "plain synthesis");
@@ -893,7 +513,7 @@ class Study {
       for (const std::string& name : duals_) {
         for (double r : flags_.sweep_ratios) {
           ReplayResult res =
-              Replay(Sized(name, dual_shape_, flags_.sweep_budget, 1, r), prompts_, flags_.chunk);
+              Replay(Sized(name, dual_shape_, flags_.sweep_budget, 1, r), prompts_, flags_.chunk, flags_.knobs);
           PrintRow(res, ps_);
           nlohmann::json j = ToJson(res, ps_);
           j["sweep"] = true;

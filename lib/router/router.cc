@@ -337,7 +337,8 @@ absl::StatusOr<Router::RouteResult> Router::Route(const v1::GenerateRequest& req
   return out;
 }
 
-absl::Status Router::Candidates(const Request& r, Endpoints* pre, Endpoints* dec) const {
+absl::Status Router::Candidates(const Request& r, bool larger_bucket, Endpoints* pre,
+                               Endpoints* dec) const {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
   absl::StatusOr<Endpoints> all = options_.directory->Workers();
   if (!all.ok()) {
@@ -349,17 +350,30 @@ absl::Status Router::Candidates(const Request& r, Endpoints* pre, Endpoints* dec
   auto model_ok = [&](const WorkerEndpoint& w) {
     return w.info.model.empty() || w.info.model == options_.model_name;
   };
+  auto prefill_ok = [&](const WorkerEndpoint& w) {
+    return model_ok(w) && CanPrefill(w.info.role) &&
+           !r.excluded_prefill.contains(ExclusionKey(w.info));
+  };
+  // With `larger_bucket`: the lowest range starting above the prompt.
+  int64_t above = INT64_MAX;
+  if (larger_bucket) {
+    for (const auto& w : *all) {
+      if (prefill_ok(*w) && w->info.bucket_min_tokens > n) {
+        above = std::min(above, w->info.bucket_min_tokens);
+      }
+    }
+  }
   for (const auto& w : *all) {
     if (!model_ok(*w)) continue;
-    if (CanPrefill(w->info.role) && w->info.bucket == r.bucket &&
-        !r.excluded_prefill.contains(ExclusionKey(w->info))) {
+    if (prefill_ok(*w) && (larger_bucket ? w->info.bucket_min_tokens == above
+                                         : w->info.bucket == r.bucket)) {
       pre->push_back(w);
     }
     if (CanDecode(w->info.role) && !r.excluded_decode.contains(ExclusionKey(w->info))) {
       dec->push_back(w);
     }
   }
-  if (pre->empty()) {
+  if (pre->empty() && !larger_bucket) {
     // No worker configured for this bucket: any prefill worker whose range
     // admits the prompt (small deployments run one worker for all lengths).
     for (const auto& w : *all) {
@@ -485,10 +499,24 @@ absl::StatusOr<std::shared_ptr<const WorkerEndpoint>> Router::ChooseDecodeFor(
 }
 
 absl::StatusOr<Router::Choice> Router::Decide(Request& r, bool record) {
+  absl::StatusOr<Choice> own = DecideIn(r, record, /*larger_bucket=*/false);
+  if (own.ok() || !options_.bucket_fallback) return own;
+  std::optional<v1::ErrorDetail> d = rpc::GetErrorDetail(own.status());
+  if (!d || d->code() != v1::ERROR_CODE_NO_WORKERS) return own;
+  absl::StatusOr<Choice> up = DecideIn(r, record, /*larger_bucket=*/true);
+  if (!up.ok()) return own;  // the bucket's own error says more
+  if (record) metrics_->bucket_fallbacks->WithLabels({r.bucket_label}).Increment();
+  SWA_LOG(debug, "request {}: no prefill worker of bucket {} can take it; {} (range from {} "
+          "tokens) does", r.id, r.bucket, up->prefill->info.id,
+          up->prefill->info.bucket_min_tokens);
+  return up;
+}
+
+absl::StatusOr<Router::Choice> Router::DecideIn(Request& r, bool record, bool larger_bucket) {
   const int64_t t0 = NowNanos();
   const int64_t n = static_cast<int64_t>(r.tokens.size());
   Endpoints pre, dec;
-  RETURN_IF_ERROR(Candidates(r, &pre, &dec));
+  RETURN_IF_ERROR(Candidates(r, larger_bucket, &pre, &dec));
   // A prompt no candidate's KV pool can hold is a request error (413 /
   // RESOURCE_EXHAUSTED naming the limit), found before any worker call and
   // never counted against a worker.

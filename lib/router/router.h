@@ -71,6 +71,9 @@
 //                                                 index mirror's depths
 //   swaserve_router_shed_total{reason}            requests refused with 429:
 //                                                 inflight | backlog
+//   swaserve_router_bucket_fallbacks_total{bucket} prefill attempts sent to
+//                                                 a larger bucket's worker
+//                                                 (bucket_fallback)
 // (Redis latency: swaserve_redis_seconds{op}, from cluster::RedisClient.)
 //
 // Ownership: borrows the view, directory, tokenizer and chat template (must
@@ -136,6 +139,14 @@ struct RouterOptions {
   // restarted and the workers have not re-registered yet); then
   // Unavailable (HTTP 503). Bounded by the request's deadline. Default 10 s.
   absl::Duration worker_wait = absl::Seconds(10);
+  // When no prefill worker of a prompt's bucket can take it (every one is
+  // gone, failed this request, or has its breaker open), the workers of the
+  // nearest larger bucket do: their pools hold longer prompts. The prompt
+  // then shares their queue with long prompts, which beats failing or
+  // waiting for a restart (a crashed pod's model load can take minutes).
+  // Only then: with a worker of its own bucket available it is never used.
+  // Default on.
+  bool bucket_fallback = true;
   // Deadline of a whole request's worker calls; 0 (default): none. A
   // request then lasts as long as its client waits and its workers live:
   // HTTP/2 keepalive (rpc/channel.h: 30 s + 10 s) drops a dead or hung
@@ -321,11 +332,16 @@ class Router {
   absl::Status MediaInline(Request& r);
   // `record`: write predicted index entries for the choice (off the path).
   absl::StatusOr<Choice> Decide(Request& r, bool record = true);
+  // Decide for r among the prefill workers of its bucket (`larger_bucket`
+  // false) or of the nearest larger bucket that has any (true).
+  absl::StatusOr<Choice> DecideIn(Request& r, bool record, bool larger_bucket);
   // Decide's parts. The registered workers of this model that may take r:
   // prefill workers of its bucket (or, when none is configured for it, any
-  // whose range admits the prompt) and decode workers, minus r's exclusions.
+  // whose range admits the prompt; with `larger_bucket`, those of the
+  // nearest bucket above the prompt instead) and decode workers, minus r's
+  // exclusions.
   absl::Status Candidates(
-      const Request& r, std::vector<std::shared_ptr<const WorkerEndpoint>>* pre,
+      const Request& r, bool larger_bucket, std::vector<std::shared_ptr<const WorkerEndpoint>>* pre,
       std::vector<std::shared_ptr<const WorkerEndpoint>>* dec) const;
   // The policy's view of each prefill candidate: its prefix credit (one
   // Redis round trip for depths, window-safe depths and every candidate's

@@ -95,6 +95,13 @@ absl::StatusOr<std::unique_ptr<Router::Metrics>> Router::Metrics::Create(
                                             "(backlog).",
                                             {"reason"}));
   for (const char* reason : {"inflight", "backlog"}) m->shed->WithLabels({reason});
+  ASSIGN_OR_RETURN(m->bucket_fallbacks,
+                   reg->AddCounter("swaserve_router_bucket_fallbacks_total",
+                                   "Prefill attempts sent to a larger bucket's worker because "
+                                   "no worker of the prompt's own bucket could take them "
+                                   "(all gone, failed this request, or breakers open); by the "
+                                   "prompt's bucket.",
+                                   {"bucket"}));
   return m;
 }
 

@@ -30,6 +30,7 @@ struct Router::Metrics {
   metrics::Counter* window_unsafe_matches = nullptr;
   metrics::CounterFamily* migrations = nullptr;
   metrics::CounterFamily* shed = nullptr;  // {reason}
+  metrics::CounterFamily* bucket_fallbacks = nullptr;  // {bucket}: the prompt's
 
   // Registers every family on `reg` (names and help in router.h).
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(metrics::Registry* reg);

@@ -85,6 +85,7 @@ struct RouterConfig {
   absl::Duration destination_timeout = router::RouterOptions{}.destination_timeout;
   int64_t max_migrations = router::RouterOptions{}.max_migrations;
   absl::Duration worker_wait = router::RouterOptions{}.worker_wait;
+  bool bucket_fallback = router::RouterOptions{}.bucket_fallback;
   absl::Duration refresh_interval = absl::Milliseconds(500);
   int64_t breaker_failures = 3;
   absl::Duration breaker_open = absl::Seconds(10);
@@ -172,6 +173,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "how long the decode worker may take to accept a request (it allocates nothing then)")
       .Add("worker_wait", &c->worker_wait,
            "how long a request waits for a worker to (re)appear when none is left to try")
+      .Add("bucket_fallback", &c->bucket_fallback,
+           "when no prefill worker of a prompt's length bucket can take it (all gone, failed "
+           "it, or breakers open), send it to the nearest larger bucket's workers instead of "
+           "waiting (swaserve_router_bucket_fallbacks_total)")
       .Add("max_migrations", &c->max_migrations,
            "re-dispatches of a request whose decode worker died or drained mid-stream")
       .Add("refresh_interval", &c->refresh_interval, "how often the worker registry is re-read")
@@ -296,6 +301,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.destination_timeout = c.destination_timeout;
   opt.max_migrations = static_cast<int>(c.max_migrations);
   opt.worker_wait = c.worker_wait;
+  opt.bucket_fallback = c.bucket_fallback;
   opt.registry = &registry;
   if (c.media_fetch) {
     api::MediaFetcherOptions fo;

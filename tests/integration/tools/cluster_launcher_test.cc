@@ -415,6 +415,57 @@ TEST_F(ClusterLauncherTest, ReportsAChildThatDies) {
   for (const ProcessInfo& p : procs) EXPECT_FALSE(Alive(p.pid)) << p.name;
 }
 
+// `swaserve up` restarts nothing (Kubernetes does, deploy/): with the only
+// prefill worker of bucket 0 killed, the router sends bucket 0's prompts to
+// bucket 1's worker (RouterOptions::bucket_fallback) at once, instead of
+// answering 503 after --worker_wait until a restart that never comes.
+TEST_F(ClusterLauncherTest, AKilledBucketsPromptsGoToTheNextBucketUp) {
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(Spec("run-fallback"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<ProcessInfo> procs = (*c)->processes();
+  auto find = [&](const std::string& name) {
+    for (const ProcessInfo& p : procs) {
+      if (p.name == name) return p;
+    }
+    ADD_FAILURE() << "no process " << name;
+    return ProcessInfo{};
+  };
+  const ProcessInfo p0 = find("prefill-0"), p1 = find("prefill-1"), router = find("router");
+  ASSERT_EQ(kill(p0.pid, SIGKILL), 0);
+  std::vector<ProcessExit> dead;
+  for (const absl::Time until = absl::Now() + absl::Seconds(10); dead.empty() && absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    dead = (*c)->Poll();
+  }
+  ASSERT_EQ(dead.size(), 1u);
+  httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
+  h.set_read_timeout(60, 0);
+  const json body = {{"model", "tiny"}, {"prompt", "a short prompt for bucket zero"},
+                     {"max_tokens", 4}, {"ignore_eos", true}};
+  const absl::Time t0 = absl::Now();
+  httplib::Result r = h.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 4) << r->body;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5)) << "waited for bucket 0 to come back";
+  httplib::Client rm("127.0.0.1", router.metrics_port);
+  httplib::Result m = rm.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(absl::StrContains(m->body, "swaserve_router_bucket_fallbacks_total{bucket=\"0\"} 1"))
+      << m->body.substr(0, 2000);
+  // Served by prefill-1 (its counter moves once its request ended).
+  httplib::Client pm("127.0.0.1", p1.metrics_port);
+  std::string metrics;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    httplib::Result mr = pm.Get("/metrics");
+    ASSERT_TRUE(mr);
+    metrics = mr->body;
+    if (absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1")) break;
+  }
+  EXPECT_TRUE(absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1"));
+}
+
 // A bad spec fails before any process starts, naming the key.
 TEST_F(ClusterLauncherTest, BadSpecsAreRefusedNamingTheKey) {
   const struct {

@@ -117,6 +117,7 @@ class RouterLegsTest : public ::testing::Test {
     o.media = media;
     o.media_token_ids = media_ids;
     o.stall_report_after = stall_report_after;
+    o.bucket_fallback = bucket_fallback_;
     auto r = Router::Create(o);
     ASSERT_TRUE(r.ok()) << r.status();
     router_ = *std::move(r);
@@ -188,6 +189,7 @@ class RouterLegsTest : public ::testing::Test {
   // Applied to every prefill worker's record as SetUp adds it (a subclass
   // sets it before calling SetUp).
   std::function<void(cluster::WorkerInfo&)> prefill_info_;
+  bool bucket_fallback_ = true;  // RouterOptions::bucket_fallback (MakeRouter)
   std::unique_ptr<MediaResolver> media_;
   base::FakeClock clock_;
   Fabric fabric_;
@@ -278,6 +280,51 @@ TEST_F(RouterLegsTest, AFailedPrefillLegIsRetriedOnAnotherWorkerAndFeedsItsBreak
   // never come).
   absl::MutexLock lock(&log_.mu);
   EXPECT_GE(log_.cancelled_decodes, 1);
+}
+
+// p1 and p2 serve bucket 0 (prompts below 4,096 tokens); p3 a larger range.
+// While a worker of the prompt's own bucket can take it, p3 is never used;
+// once neither can (both crashed on this request), p3 takes it at once
+// rather than the request waiting worker_wait and failing.
+TEST_F(RouterLegsTest, ABucketWithoutWorkersSendsItsPromptsToTheNextBucketUp) {
+  prefill_info_ = [](cluster::WorkerInfo& i) {
+    i.bucket = 1;
+    i.bucket_min_tokens = 4096;
+  };
+  Add("p3", v1::ROLE_PREFILL);
+  prefill_info_ = nullptr;
+  state_.SetDepth("p3", 6);  // the best prefix match: still not for a bucket-0 prompt
+  for (int i = 0; i < 4; ++i) {
+    v1::GenerateRequest req = Request(100 + i, 2);
+    CollectingSink sink;
+    ASSERT_TRUE(router_->Generate(req, sink).ok());
+    EXPECT_EQ(sink.tokens, Expected(req));
+  }
+  for (const std::string& id : PrefillWorkersCalled()) EXPECT_NE(id, "p3");
+  EXPECT_EQ(Metric("swaserve_router_bucket_fallbacks_total{bucket=\"0\"}"), -1);  // none yet
+
+  for (const char* id : {"p1", "p2"}) {
+    Script(id, {.prefill_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "crashed")});
+  }
+  v1::GenerateRequest req = Request(100, 4);
+  CollectingSink sink;
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(300)) << "waited for bucket 0 to come back";
+  EXPECT_EQ(sink.tokens, Expected(req));
+  const std::vector<std::string> called = PrefillWorkersCalled();
+  ASSERT_GE(called.size(), 3u);
+  EXPECT_EQ(called.back(), "p3");
+  EXPECT_EQ(Metric("swaserve_router_bucket_fallbacks_total{bucket=\"0\"}"), 1);
+
+  // Off: the request waits worker_wait for bucket 0 and fails.
+  bucket_fallback_ = false;
+  MakeRouter();
+  CollectingSink off;
+  const absl::Status s = router_->Generate(Request(101, 4), off);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  const std::vector<std::string> all = PrefillWorkersCalled();
+  EXPECT_EQ(std::count(all.begin(), all.end(), "p3"), 1) << "p3 only for the request above";
 }
 
 // Both prefill workers answer `status` with an ErrorDetail of `code`.
