@@ -685,6 +685,14 @@ void PrefillCore::Impl::Loop() {
 
 absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCoreOptions& options) {
   RETURN_IF_ERROR(CheckEngineAndPools("PrefillCore", options.engine, options.pools));
+  if (!(options.l3_prefetch_wait_fraction >= 0) ||
+      !(options.l3_prefetch_assumed_tokens_per_second > 0) || options.l3_prefetch_max_wait_ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PrefillCore: l3_prefetch_wait_fraction must be >= 0, "
+        "l3_prefetch_assumed_tokens_per_second > 0 and l3_prefetch_max_wait_ms >= 0, got ",
+        options.l3_prefetch_wait_fraction, ", ", options.l3_prefetch_assumed_tokens_per_second,
+        ", ", options.l3_prefetch_max_wait_ms));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   sched::PrefillSchedulerOptions so = options.scheduler;

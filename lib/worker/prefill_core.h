@@ -187,14 +187,34 @@ struct PrefillCoreOptions {
   // window-safe match is parked while its pages are read from L3 on the
   // prefetcher's thread (kv::L3Prefetcher; the loop keeps computing other
   // requests meanwhile), then attached and loaded back before its match.
-  // It waits at most l3_prefetch_max_wait: past that it is matched without
-  // them and computes what it lacks (the fetch, when it lands, still warms
-  // the cache). Not owned; must be the cache's store; null: no prefetch.
+  // It waits at most L3PrefetchWait (below): past that it is matched
+  // without them and computes what it lacks (the fetch, when it lands, still
+  // warms the cache). Not owned; must be the cache's store; null: no
+  // prefetch.
   kv::PageStore* l3 = nullptr;
   int l3_prefetch_min_tokens = 256;
+  // The wait's floor.
   int64_t l3_prefetch_max_wait_ms = 200;
+  // The wait grows with what the fetch may save: up to this fraction of the
+  // time computing the tokens it may bring would take (a ski-rental bound:
+  // giving up late costs at most 1.5x computing at once, while a fetch that
+  // lands saves the whole computation; a parked request holds no compute,
+  // the loop runs others meanwhile). 0: the floor alone. A fixed 200 ms
+  // lost a 54K-token prefix fetched from a shared Redis L3 in ~0.5 s, and
+  // the prompt took 50 s to recompute (bench/cluster/agent_session.sh).
+  double l3_prefetch_wait_fraction = 0.5;
+  // The compute rate for that before this worker measured its own
+  // (PrefillLoad::prefill_tokens_per_second, after its first steps); > 0.
+  double l3_prefetch_assumed_tokens_per_second = 2000;
   metrics::Registry* registry = nullptr;
 };
+
+// How long a request parked for an L3 prefetch that may bring
+// `stake_tokens` waits: max(l3_prefetch_max_wait_ms, l3_prefetch_wait_fraction
+// x stake_tokens / rate), the rate being `measured_tokens_per_second` when
+// > 0, else options.l3_prefetch_assumed_tokens_per_second.
+absl::Duration L3PrefetchWait(const PrefillCoreOptions& options, int64_t stake_tokens,
+                              double measured_tokens_per_second);
 
 struct PrefillLoad {
   int queued_requests = 0;

@@ -54,7 +54,11 @@ bool PrefillCore::Impl::MaybePark(std::unique_ptr<Req>& r) {
   prefetcher->Submit(r->job.id,
                      std::vector<uint64_t>(r->hashes.begin(), r->hashes.begin() + limit), tree,
                      safe);
-  r->prefetch_deadline_ns = base::MonotonicNanos() + options.l3_prefetch_max_wait_ms * 1000000;
+  const int64_t stake = static_cast<int64_t>(limit - safe) * ps;  // what the fetch may save
+  r->prefetch_deadline_ns =
+      base::MonotonicNanos() +
+      absl::ToInt64Nanoseconds(L3PrefetchWait(
+          options, stake, rate_seconds > 0 ? rate_tokens / rate_seconds : 0));
   const std::string id = r->job.id;
   parked.emplace(id, std::move(r));
   return true;
@@ -127,5 +131,15 @@ void PrefillCore::Impl::FailParked(const std::string& id, absl::Status status) {
   Complete(raw, status);
 }
 
+
+absl::Duration L3PrefetchWait(const PrefillCoreOptions& options, int64_t stake_tokens,
+                              double measured_tokens_per_second) {
+  const double rate = measured_tokens_per_second > 0 ? measured_tokens_per_second
+                                                     : options.l3_prefetch_assumed_tokens_per_second;
+  const absl::Duration floor = absl::Milliseconds(options.l3_prefetch_max_wait_ms);
+  if (!(rate > 0) || !(options.l3_prefetch_wait_fraction > 0) || stake_tokens <= 0) return floor;
+  return std::max(floor, absl::Seconds(options.l3_prefetch_wait_fraction *
+                                       static_cast<double>(stake_tokens) / rate));
+}
 
 }  // namespace swaserve::worker

@@ -41,7 +41,13 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "prefetch a new prompt's pages from L3 when it extends at least this many tokens "
            "past the cached match")
       .Add(key("prefill.l3_prefetch_max_wait_ms"), &o->l3_prefetch_max_wait_ms,
-           "longest a request waits for its L3 prefetch before computing without it")
+           "least time a request waits for its L3 prefetch before computing without it")
+      .Add(key("prefill.l3_prefetch_wait_fraction"), &o->l3_prefetch_wait_fraction,
+           "a request waits for its L3 prefetch up to this fraction of the time computing the "
+           "tokens it may bring would take (0: l3_prefetch_max_wait_ms alone)")
+      .Add(key("prefill.l3_prefetch_assumed_tokens_per_second"),
+           &o->l3_prefetch_assumed_tokens_per_second,
+           "the prefill rate that wait assumes before the worker measured its own (> 0)")
       .Add(key("prefill.policy"), &o->policy, "compute_aware or fcfs")
       .Add(key("prefill.aging_tokens_per_second"), &o->aging_tokens_per_second,
            "wait-time credit of compute-aware scheduling")
@@ -145,12 +151,15 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
       return absl::InvalidArgumentError("--kv.l3 needs an L2 tier (--kv.l2_ratio > 0)");
     }
     if (o->l3_mib <= 0 || o->l3_write_through_hits < 0 || o->l3_prefetch_min_tokens < 0 ||
-        o->l3_prefetch_max_wait_ms < 0) {
+        o->l3_prefetch_max_wait_ms < 0 || !(o->l3_prefetch_wait_fraction >= 0) ||
+        !(o->l3_prefetch_assumed_tokens_per_second > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--kv.l3_mib must be > 0 and --kv.l3_write_through_hits, "
-          "--prefill.l3_prefetch_min_tokens, --prefill.l3_prefetch_max_wait_ms >= 0, got ",
-          o->l3_mib, ", ", o->l3_write_through_hits, ", ", o->l3_prefetch_min_tokens, ", ",
-          o->l3_prefetch_max_wait_ms));
+          "--kv.l3_mib and --prefill.l3_prefetch_assumed_tokens_per_second must be > 0 and "
+          "--kv.l3_write_through_hits, --prefill.l3_prefetch_min_tokens, "
+          "--prefill.l3_prefetch_max_wait_ms, --prefill.l3_prefetch_wait_fraction >= 0, got ",
+          o->l3_mib, ", ", o->l3_prefetch_assumed_tokens_per_second, ", ",
+          o->l3_write_through_hits, ", ", o->l3_prefetch_min_tokens, ", ",
+          o->l3_prefetch_max_wait_ms, ", ", o->l3_prefetch_wait_fraction));
     }
   }
   if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {

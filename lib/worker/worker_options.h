@@ -51,6 +51,8 @@ struct WorkerOptions {
   int64_t l3_write_through_hits = 2;
   int64_t l3_prefetch_min_tokens = 256;
   int64_t l3_prefetch_max_wait_ms = 200;
+  double l3_prefetch_wait_fraction = 0.5;
+  double l3_prefetch_assumed_tokens_per_second = 2000;
   std::string policy = "compute_aware";
   // Library defaults (lib/sched/prefill_scheduler.h); scale aging with the
   // worker's prefill throughput (about 0.1x tokens/s, bench/RESULTS.md).

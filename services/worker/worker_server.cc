@@ -244,6 +244,8 @@ absl::Status Worker::BuildPrefill() {
   po.l3 = prefill_l3.get();
   po.l3_prefetch_min_tokens = static_cast<int>(o.l3_prefetch_min_tokens);
   po.l3_prefetch_max_wait_ms = o.l3_prefetch_max_wait_ms;
+  po.l3_prefetch_wait_fraction = o.l3_prefetch_wait_fraction;
+  po.l3_prefetch_assumed_tokens_per_second = o.l3_prefetch_assumed_tokens_per_second;
   po.registry = &registry;
   ASSIGN_OR_RETURN(prefill_core, worker::PrefillCore::Create(po));
   worker::KvSenderOptions so;

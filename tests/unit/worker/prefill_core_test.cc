@@ -152,6 +152,8 @@ class Pipeline : public ::testing::Test {
     p.l3 = l3_;
     p.l3_prefetch_min_tokens = 64;
     p.l3_prefetch_max_wait_ms = l3_max_wait_ms_;
+    p.l3_prefetch_wait_fraction = l3_wait_fraction_;
+    p.l3_prefetch_assumed_tokens_per_second = l3_assumed_rate_;
     p.async_load_back_min_bytes = async_load_back_min_bytes_;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
@@ -260,6 +262,8 @@ class Pipeline : public ::testing::Test {
   kv::PageStore* l3_ = nullptr;
   int l2_pages_ = 512;  // 2x the tests' L1, as a worker sizes it
   int64_t l3_max_wait_ms_ = 10000;
+  double l3_wait_fraction_ = 0.5;    // PrefillCoreOptions' defaults
+  double l3_assumed_rate_ = 2000;
   // L2 without L3 (set before Start), and the async load-back threshold.
   bool with_l2_ = false;
   int64_t async_load_back_min_bytes_ = int64_t{1} << 20;
@@ -640,6 +644,84 @@ TEST_F(Pipeline, L3PrefetchPastItsWaitComputesWithoutIt) {
   EXPECT_EQ(prefill_->GetLoad().l3_prefetch_timeouts, 1);
   stalled->Open();  // the late fetch lands (and write-backs proceed)
   StopAll();
+}
+
+// An L3 store whose next read takes `delay` once armed (a remote store
+// under load).
+class SlowStore final : public kv::PageStore {
+ public:
+  absl::Status Put(const kv::PageKey& k, absl::Span<const uint8_t> b) override {
+    return inner_.Put(k, b);
+  }
+  absl::Status Get(const kv::PageKey& k, absl::Span<uint8_t> out) override {
+    absl::Duration d;
+    {
+      absl::MutexLock lock(&mu_);
+      std::swap(d, delay_);
+    }
+    absl::SleepFor(d);
+    return inner_.Get(k, out);
+  }
+  bool Contains(const kv::PageKey& k) override { return inner_.Contains(k); }
+  void Erase(const kv::PageKey& k) override { inner_.Erase(k); }
+  std::string_view backend() const override { return "slow"; }
+  const kv::PageStoreStats& stats() const override { return inner_.stats(); }
+  void Arm(absl::Duration delay) {
+    absl::MutexLock lock(&mu_);
+    delay_ = delay;
+  }
+
+ private:
+  kv::MemoryPageStore inner_{64 << 20};
+  absl::Mutex mu_;
+  absl::Duration delay_ ABSL_GUARDED_BY(mu_);
+};
+
+// The wait for a prefetch grows with what it may save (L3PrefetchWait): a
+// 400 ms fetch of a ~300-token prefix is waited for when computing it would
+// take longer (here an assumed 100 tokens/s: ~1.4 s of wait allowed), and
+// given up at the 50 ms floor with the fraction 0 (the old fixed wait).
+TEST_F(Pipeline, AnL3PrefetchIsWaitedForInProportionToWhatItSaves) {
+  auto store = std::make_unique<SlowStore>();
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(95, 300);
+  for (const double fraction : {0.5, 0.0}) {
+    SCOPED_TRACE(absl::StrCat("fraction ", fraction));
+    l3_ = store.get();
+    l3_max_wait_ms_ = 50;
+    l3_wait_fraction_ = fraction;
+    l3_assumed_rate_ = 100;
+    Start(256, 256);
+    ASSERT_TRUE(Submit("w", prompt, 4).ok());
+    WaitDone("w");
+    StopAll();  // writes the cache back to L3: a restarted worker finds it there
+    Start(256, 256);
+    store->Arm(absl::Milliseconds(400));
+    ASSERT_TRUE(Submit("r", prompt, 4).ok());
+    WaitDone("r");
+    const PrefillLoad load = prefill_->GetLoad();
+    if (fraction > 0) {
+      EXPECT_GT(Get("r").cached, 200) << "the prefetch was not waited for";
+      EXPECT_EQ(load.l3_prefetch_hits, 1);
+      EXPECT_EQ(load.l3_prefetch_timeouts, 0);
+    } else {
+      EXPECT_EQ(Get("r").cached, 0);
+      EXPECT_EQ(load.l3_prefetch_timeouts, 1);
+    }
+    StopAll();
+    absl::MutexLock lock(&mu_);
+    out_.clear();
+    finished_ = prefill_dones_ = 0;
+  }
+}
+
+TEST(L3PrefetchWaitTest, GrowsWithTheTokensAtStakeOverTheRate) {
+  PrefillCoreOptions o;  // floor 200 ms, fraction 0.5, assumed 2,000 tokens/s
+  EXPECT_EQ(L3PrefetchWait(o, 0, 0), absl::Milliseconds(200));
+  EXPECT_EQ(L3PrefetchWait(o, 400, 0), absl::Milliseconds(200));  // 100 ms < floor
+  EXPECT_EQ(L3PrefetchWait(o, 54000, 0), absl::Milliseconds(13500));  // assumed rate
+  EXPECT_EQ(L3PrefetchWait(o, 54000, 27000), absl::Seconds(1));  // measured rate wins
+  o.l3_prefetch_wait_fraction = 0;
+  EXPECT_EQ(L3PrefetchWait(o, 54000, 0), absl::Milliseconds(200));  // the floor alone
 }
 
 // A prompt evicted from L1 into L2 comes back by an asynchronous load-back:
