@@ -184,18 +184,20 @@ absl::Status ClusterLauncher::WaitHealthy(Child& router, absl::Time deadline) {
   }
 }
 
-absl::Status ClusterLauncher::StartRedis() {
+absl::Status ClusterLauncher::StartRedis(const std::string& name, int fixed_port,
+                                         const std::vector<std::string>& extra,
+                                         std::string* address) {
   const absl::Time deadline = absl::Now() + absl::Seconds(15);
   absl::Status last;
   // A picked free port may be taken before redis binds it: retry.
-  for (int attempt = 0; attempt < (spec_.redis_port == 0 ? 5 : 1); ++attempt) {
-    int port = spec_.redis_port;
+  for (int attempt = 0; attempt < (fixed_port == 0 ? 5 : 1); ++attempt) {
+    int port = fixed_port;
     if (port == 0) {
       absl::StatusOr<int> p = base::PickFreePort();
       if (!p.ok()) return p.status();
       port = *p;
     }
-    Progress(absl::StrCat("starting redis (", spec_.redis_server_bin, ") ..."));
+    Progress(absl::StrCat("starting ", name, " (", spec_.redis_server_bin, ") ..."));
     std::vector<std::string> argv = {spec_.redis_server_bin,
                                      "--port",
                                      absl::StrCat(port),
@@ -211,8 +213,8 @@ absl::Status ClusterLauncher::StartRedis() {
                                      "no",
                                      "--loglevel",
                                      "warning"};
-    argv.insert(argv.end(), spec_.redis_flags.begin(), spec_.redis_flags.end());
-    absl::StatusOr<Child*> child = Spawn("redis", "redis", std::move(argv));
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<Child*> child = Spawn(name, "redis", std::move(argv));
     if (!child.ok()) {
       return absl::Status(
           child.status().code(),
@@ -231,8 +233,8 @@ absl::Status ClusterLauncher::StartRedis() {
       }
     }
     if (up) {
-      endpoints_.redis_address = absl::StrCat("127.0.0.1:", port);
-      Progress(absl::StrCat("redis ok (port ", port, ")"));
+      *address = absl::StrCat("127.0.0.1:", port);
+      Progress(absl::StrCat(name, " ok (port ", port, ")"));
       return absl::OkStatus();
     }
     last = ChildFailed(c, absl::StrCat("did not start on port ", port));
@@ -316,6 +318,10 @@ absl::Status ClusterLauncher::CheckSpec() {
       spec_.redis_port > 65535) {
     return absl::InvalidArgumentError("ports must be in [0, 65535]");
   }
+  if (spec_.l3_redis_mib < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("l3_redis_mib: ", spec_.l3_redis_mib, " is negative (0: no shared L3)"));
+  }
   if (spec_.model_name.empty()) {
     spec_.model_name = fs::path(spec_.model).filename().string();
   }
@@ -340,10 +346,22 @@ absl::Status ClusterLauncher::DoStart() {
 
   // 1. Redis.
   if (spec_.redis.empty()) {
-    if (absl::Status s = StartRedis(); !s.ok()) return s;
+    if (absl::Status s =
+            StartRedis("redis", spec_.redis_port, spec_.redis_flags, &endpoints_.redis_address);
+        !s.ok()) {
+      return s;
+    }
   } else {
     endpoints_.redis_address = spec_.redis;
     Progress(absl::StrCat("using redis at ", spec_.redis));
+  }
+  if (spec_.l3_redis_mib > 0) {
+    // The prefill workers' shared L3 (ClusterSpec::l3_redis_mib).
+    const std::vector<std::string> bound = {"--maxmemory", absl::StrCat(spec_.l3_redis_mib, "mb"),
+                                            "--maxmemory-policy", "allkeys-lru"};
+    if (absl::Status s = StartRedis("redis-l3", 0, bound, &endpoints_.l3_redis_address); !s.ok()) {
+      return s;
+    }
   }
   // 2. Workers: all at once (model loads overlap), then wait for each.
   if (absl::Status s = StartWorkers(deadline); !s.ok()) return s;
@@ -385,6 +403,9 @@ absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
     argv.push_back(absl::StrCat("--bucket_min_tokens=", lo));
     argv.push_back(absl::StrCat("--prefill.max_prompt_tokens=", hi));
     argv.push_back(absl::StrCat("--kv.prefill_mib=", kv_plan_.prefill_mib[i]));
+    if (!endpoints_.l3_redis_address.empty()) {
+      argv.push_back("--kv.l3=redis:" + endpoints_.l3_redis_address);
+    }
     argv.insert(argv.end(), spec_.prefill_flags.begin(),
                 spec_.prefill_flags.end());
     const int nice = static_cast<int>(

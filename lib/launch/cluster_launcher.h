@@ -26,8 +26,8 @@
 // With a multimodal model, encoders (swaserve-encoder) start with the
 // workers, registered in the same Redis.
 //
-// Process names: "redis", "prefill-<bucket>", "decode-<i>", "encoder-<i>",
-// "router", "prometheus".
+// Process names: "redis", "redis-l3" (with l3_redis_mib), "prefill-<bucket>",
+// "decode-<i>", "encoder-<i>", "router", "prometheus".
 //
 // Thread-compatible: one thread drives a ClusterLauncher.
 #pragma once
@@ -63,6 +63,16 @@ struct ClusterSpec {
   std::string redis;
   // Port of the started redis-server; 0 picks a free port.
   int redis_port = 0;
+  // > 0: a second redis-server ("redis-l3") bounded to this many MiB
+  // (maxmemory, allkeys-lru), which every prefill worker uses as its L3 KV
+  // tier (--kv.l3=redis:...): KV pages a worker wrote there (after 2 hits,
+  // or leaving its cache) are found by the others, so an agent's prompt that
+  // grows into the next length bucket, or a restarted worker, gets its
+  // prefix back instead of recomputing it (bench/cluster/agent_session.sh).
+  // Its own server, not `redis`: evicting pages must never evict the
+  // registry. 0 (the default here; `swaserve up` starts one of 1024 MiB):
+  // none.
+  int64_t l3_redis_mib = 0;
   // Cluster name (the Redis key prefix; distinct clusters can share Redis).
   std::string cluster = "default";
   // Router endpoints. Port 0 picks a free port.
@@ -136,7 +146,7 @@ struct ClusterSpec {
 
 // One started process.
 struct ProcessInfo {
-  std::string name;  // redis, prefill-0, decode-0, encoder-0, router, prometheus
+  std::string name;  // redis, redis-l3, prefill-0, decode-0, encoder-0, router, prometheus
   std::string role;  // redis, prefill, decode, encoder, router, prometheus
   pid_t pid = 0;
   int grpc_port = 0;     // redis: its port
@@ -149,6 +159,7 @@ struct Endpoints {
   std::string http_url;      // http://HOST:PORT (OpenAI API under /v1)
   std::string grpc_address;  // HOST:PORT (swaserve.v1.Router)
   std::string redis_address;
+  std::string l3_redis_address;  // empty without ClusterSpec::l3_redis_mib
   std::string model_name;
   std::string run_dir;
   int http_port = 0;
@@ -209,7 +220,10 @@ class ClusterLauncher {
   absl::Status CheckSpec();
   absl::Status StartWorkers(absl::Time deadline);
   absl::Status StartRouter(absl::Time deadline);
-  absl::Status StartRedis();
+  // A redis-server `name` (role "redis") on `fixed_port` (0: a free one),
+  // with `extra` arguments; its address in *address.
+  absl::Status StartRedis(const std::string& name, int fixed_port,
+                          const std::vector<std::string>& extra, std::string* address);
   absl::Status PlanKv();
   void ReportKvPlan() const;
   absl::Status StartPrometheus(absl::Time deadline);

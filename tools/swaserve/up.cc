@@ -140,6 +140,10 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "a running Redis: host:port, redis://..., or a Redis Cluster as redis-cluster://h:p,h:p (empty: start redis-server)")
       .Add("redis_port", &spec->redis_port,
            "port of the started redis-server (0: a free one)")
+      .Add("l3_redis_mib", &spec->l3_redis_mib,
+           "a second redis-server of this many MiB (allkeys-lru) that every prefill worker "
+           "shares as its L3 KV tier: a prompt that grows into the next bucket, or a "
+           "restarted worker, finds its prefix there (0: none)")
       .Add("cluster", &spec->cluster, "cluster name (Redis key prefix)")
       .Add("host", &spec->host, "router bind host (HTTP and gRPC)")
       .Add("http_port", &spec->http_port,
@@ -239,6 +243,10 @@ void PrintEndpoints(const launch::ClusterLauncher& cluster, const std::string& s
   absl::StrAppend(&out, "  gRPC          ", e.grpc_address,
                   " (swaserve.v1.Router)\n");
   absl::StrAppend(&out, "  redis         ", e.redis_address, "\n");
+  if (!e.l3_redis_address.empty()) {
+    absl::StrAppend(&out, "  L3 KV store   redis ", e.l3_redis_address,
+                    " (shared by the prefill workers)\n");
+  }
   absl::StrAppend(&out, "  health        ", e.http_url, "/health\n");
   for (size_t i = 0; i < e.metrics_urls.size(); ++i) {
     absl::StrAppend(&out, i == 0 ? "  metrics       " : "                ",
@@ -301,6 +309,7 @@ int Up(int argc, const char* const* argv) {
     return 1;
   }
   launch::ClusterSpec spec;
+  spec.l3_redis_mib = 1024;  // the prefill workers' shared L3 (ClusterSpec::l3_redis_mib)
   std::string model_cache;
   base::Config config("swaserve up",
                       "Starts a whole swaserve cluster on this machine: a "

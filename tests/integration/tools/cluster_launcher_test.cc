@@ -466,6 +466,68 @@ TEST_F(ClusterLauncherTest, AKilledBucketsPromptsGoToTheNextBucketUp) {
   EXPECT_TRUE(absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1"));
 }
 
+// spec.l3_redis_mib (swaserve up's default 1024): a second redis-server that
+// every prefill worker shares as its L3. A prompt that bucket 0's worker
+// served three times is written through (after 2 hits); the same prompt
+// grown past the bucket bound goes to bucket 1's worker, which finds the
+// prefix there instead of recomputing it.
+TEST_F(ClusterLauncherTest, ASharedL3CarriesAPromptIntoTheNextBucket) {
+  ClusterSpec spec = Spec("run-shared-l3");
+  spec.l3_redis_mib = 64;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<ProcessInfo> procs = (*c)->processes();
+  ProcessInfo p0;
+  int l3_servers = 0;
+  for (const ProcessInfo& p : procs) {
+    if (p.name == "prefill-0") p0 = p;
+    l3_servers += p.name == "redis-l3";
+  }
+  ASSERT_EQ(l3_servers, 1);
+  ASSERT_FALSE((*c)->endpoints().l3_redis_address.empty());
+  EXPECT_NE((*c)->endpoints().l3_redis_address, (*c)->endpoints().redis_address);
+  EXPECT_TRUE(absl::StrContains(ReadFile(p0.log_path), "prefill L3: Redis store at " +
+                                                           (*c)->endpoints().l3_redis_address));
+  httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
+  h.set_read_timeout(120, 0);
+  json ids = json::array();
+  uint64_t x = 777;
+  auto grow = [&](int n) {
+    for (int k = 0; k < n; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      ids.push_back(10 + static_cast<int>((x >> 33) % 200));
+    }
+  };
+  auto cached = [&] {
+    const json body = {{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 2}, {"ignore_eos", true}};
+    httplib::Result r = h.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
+    if (!r || r->status != 200) return -1;
+    return json::parse(r->body)["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
+  };
+  grow(1900);  // bucket 0 (< 2048)
+  EXPECT_EQ(cached(), 0);
+  EXPECT_GT(cached(), 1500);
+  EXPECT_GT(cached(), 1500);  // the second hit: written through to L3
+  httplib::Client pm("127.0.0.1", p0.metrics_port);
+  bool written = false;
+  for (const absl::Time until = absl::Now() + absl::Seconds(10); !written && absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    httplib::Result mr = pm.Get("/metrics");
+    ASSERT_TRUE(mr);
+    for (absl::string_view line : absl::StrSplit(mr->body, '\n')) {
+      if (absl::StartsWith(line, "swaserve_kv_l3_store_ops_total{") &&
+          absl::StrContains(line, "op=\"put\"}")) {
+        double v = 0;
+        written = absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v) && v > 0;
+      }
+    }
+  }
+  EXPECT_TRUE(written) << "prefill-0 put nothing into the shared L3";
+  grow(400);  // 2,300 tokens: bucket 1, whose worker never saw the prompt
+  EXPECT_GT(cached(), 1500) << "bucket 1's worker recomputed the prefix";
+}
+
 // A bad spec fails before any process starts, naming the key.
 TEST_F(ClusterLauncherTest, BadSpecsAreRefusedNamingTheKey) {
   const struct {
@@ -673,7 +735,9 @@ TEST_F(ClusterLauncherTest, SwaserveUpServesAndStopsOnSigterm) {
   EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
 
   const std::vector<pid_t> children = ChildrenOf((*up)->pid());
-  EXPECT_EQ(children.size(), 5u);  // redis, 2 prefill, decode, router
+  // redis, redis-l3 (the prefill workers' shared L3, on by default), 2
+  // prefill, decode, router
+  EXPECT_EQ(children.size(), 6u);
   // The typed worker option reached the decode worker, and only it.
   int decode_with_option = 0, others_with_option = 0;
   for (const pid_t pid : children) {
