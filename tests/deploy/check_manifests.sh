@@ -83,11 +83,39 @@ print(f"overlays/{overlay}: {len(docs)} objects OK")
 PY
 done
 
+# overlays/cpu-shared-l3 (components/shared-l3): the cpu overlay plus a
+# redis-l3 (allkeys-lru, apart from the registry's noeviction Redis) that
+# every prefill worker uses as its L3, its flag last so that it wins.
+kubectl kustomize "$src/deploy/k8s/overlays/cpu-shared-l3" > "$tmp/cpu-shared-l3.yaml" \
+  || fail "kubectl kustomize overlays/cpu-shared-l3"
+"$py" - "$tmp/cpu-shared-l3.yaml" "$tmp/cpu.yaml" <<'PY' || fail "overlays/cpu-shared-l3 content"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+cpu = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d]
+key = lambda d: (d["kind"], d["metadata"]["name"])
+added = sorted(set(map(key, docs)) - set(map(key, cpu)))
+assert added == [("Service", "redis-l3"), ("StatefulSet", "redis-l3")], added
+assert all(d["metadata"].get("namespace") == "swaserve" for d in docs if d["kind"] != "Namespace")
+sts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+args = lambda n: sts[n]["spec"]["template"]["spec"]["containers"][0].get("args", [])
+l3 = args("redis-l3")
+assert l3[l3.index("--maxmemory-policy") + 1] == "allkeys-lru", l3
+reg = args("redis")
+assert reg[reg.index("--maxmemory-policy") + 1] == "noeviction", reg
+for name in ("prefill-b0", "prefill-b1", "prefill-b2"):
+    cmd = sts[name]["spec"]["template"]["spec"]["containers"][0]["command"]
+    l3_flags = [a for a in cmd if a.startswith("--kv.l3=")]
+    assert l3_flags[-1] == "--kv.l3=redis:redis-l3:6379", (name, l3_flags)
+svc = [d for d in docs if key(d) == ("Service", "redis-l3")][0]
+assert svc["spec"]["selector"] == sts["redis-l3"]["spec"]["template"]["metadata"]["labels"]
+print(f"overlays/cpu-shared-l3: {len(docs)} objects OK")
+PY
+
 # Every rendered object validates against the Kubernetes 1.27.1 OpenAPI
 # schemas (npm kubernetes-models; package.json, installed by npm ci).
 command -v node >/dev/null || fail "node not found on PATH (scripts/install-deps.sh installs it)"
 [ -d "$src/node_modules/kubernetes-models" ] || fail "node_modules/kubernetes-models missing: run npm ci"
-for overlay in cpu gpu; do
+for overlay in cpu gpu cpu-shared-l3; do
   "$py" -c 'import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))' \
     "$tmp/$overlay.yaml" > "$tmp/$overlay.json"
   (cd "$src" && node tests/deploy/validate_k8s.mjs < "$tmp/$overlay.json") || fail "overlays/$overlay schema"
