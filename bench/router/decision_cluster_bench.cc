@@ -515,7 +515,8 @@ MirrorEventCost EventCost(RedisClient& redis, cluster::ClusterView& view,
   return cost;
 }
 
-int Main(int argc, char** argv) {
+// Parses the command line (Die on a bad flag).
+Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -565,109 +566,97 @@ int Main(int argc, char** argv) {
     }
   }
   if (f.shared_pages >= f.prompt_pages) Die("--shared-pages must be below --prompt-pages");
-  const Workload w = MakeWorkload(f);
-  const std::vector<Query> queries = MakeQueries(w, f.prompt_pages);
-  std::printf("index: %zu prompts of %d pages (first %d shared), %lld hashes, %d workers\n",
-              w.prompts.size(), f.prompt_pages, f.shared_pages,
-              static_cast<long long>(w.prompts.size() * (f.prompt_pages - f.shared_pages) +
-                                     kWorkers * f.shared_pages),
-              kWorkers);
-  std::vector<Row> rows;
-  cluster::PrefixIndexOptions io;
-  io.event_stream_max_len = 0;  // the decision is measured, not the events API
-  {
-    SingleRedis one = StartSingleRedis(f, io);
-    Populate(*one.redis, one.view->index(), w, io.anchor_page);
-    rows.push_back(Measure("single Redis", *one.redis, *one.view, queries, f, false, f.rate));
-  }
-  const double cluster_rate = f.cluster_rate > 0 ? f.cluster_rate : f.rate;
-  std::optional<MirroredSingle> single;
-  if (f.mirror) single = StartMirroredSingle(w, f, io);
-  // With --mirror: (cluster, single) CPU per decision of each round.
-  struct Pair {
-    double cluster = 0, single = 0;            // Redis CPU per decision
-    double cluster_exec = 0, single_exec = 0;  // commands' execution time
-  };
-  std::vector<Pair> mirrored;
-  {
-    auto server = cluster::testing::RedisClusterServer::Start(3, 0, absl::Milliseconds(f.node_timeout_ms));
-    if (!server.ok()) Die("redis cluster: " + server.status().ToString());
-    auto redis = RedisClient::Create(BenchClientOptions((*server)->ClientOptions(), f));
-    if (!redis.ok()) Die(redis.status().ToString());
-    cluster::PrefixIndexOptions cio = io;
-    if (f.mirror) cio.event_stream_max_len = 1000;  // the mirror row reads the streams
-    auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = cio});
-    if (!view.ok()) Die(view.status().ToString());
-    Populate(**redis, (*view)->index(), w, cio.anchor_page);
-    rows.push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true,
-                           cluster_rate));
-    if (f.mirror) {
-      // The cluster's mirror starts from snapshots (the union of the 64
-      // shards) and answers exactly: every owner depth checked as on one
-      // Redis (sharded = false).
-      cluster::RedisOptions mo = (*server)->ClientOptions();
-      mo.command_timeout = absl::Seconds(30);  // the snapshots of 125,000 pages per worker
-      auto mirror_redis = RedisClient::Create(mo);
-      if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
-      std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, (*view)->keys());
-      WaitForMirror(**redis, **view, *mirror, WorkerIds());
-      (*view)->SetIndexMirror(mirror.get());
-      // Alternating rounds, the order flipped every round.
-      for (int r = 0; r < f.rounds; ++r) {
-        auto cluster_row = [&] {
-          rows.push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false,
-                                 cluster_rate));
-          return rows.back().redis_cpu_us;
-        };
-        auto single_row = [&] {
-          rows.push_back(Measure("single Redis, index mirror", *single->one.redis,
-                                 *single->one.view, queries, f, false, f.rate));
-          return rows.back().redis_cpu_us;
-        };
-        Pair p;
-        if (r % 2 == 0) {
-          p.cluster = cluster_row();
-          p.cluster_exec = rows.back().redis_exec_us;
-          p.single = single_row();
-          p.single_exec = rows.back().redis_exec_us;
-        } else {
-          p.single = single_row();
-          p.single_exec = rows.back().redis_exec_us;
-          p.cluster = cluster_row();
-          p.cluster_exec = rows.back().redis_exec_us;
-        }
-        mirrored.push_back(p);
-      }
-      (*view)->SetIndexMirror(nullptr);
-      // The cost of the mirror's polls on a quiet cluster (no events): all
-      // masters' CPU over 3 s with the mirror polling, then without it.
-      auto idle_ms_per_s = [&] {
-        const auto a = MasterCpu(**redis);
-        absl::SleepFor(absl::Seconds(3));
-        const auto b = MasterCpu(**redis);
-        double s = 0;
-        for (const auto& [address, c] : b) s += c.total - a.at(address).total;
-        return 1e3 * s / 3;
-      };
-      const double with_polls = idle_ms_per_s();
-      const double without = (mirror.reset(), idle_ms_per_s());
-      std::printf("cluster mirror, quiet: %.2f ms of Redis CPU per s polling (%.2f with, %.2f "
-                  "without)\n", with_polls - without, with_polls, without);
-      mirror = StartMirror(**mirror_redis, (*view)->keys());
-      WaitForMirror(**redis, **view, *mirror, WorkerIds());
-      const MirrorEventCost busy = EventCost(**redis, **view, **mirror_redis, std::move(mirror));
-      std::printf("cluster mirror, busy: Redis CPU per event op (all masters, 2 x %d stored ops "
-                  "of 16 new pages each way): %.1f us with the mirror polling, %.1f without: "
-                  "%+.1f us per op\n", kMirrorEventOps, busy.with_us, busy.without_us,
-                  busy.with_us - busy.without_us);
-    }
-  }
-  MirrorEventCost event_cost;
+  return f;
+}
+
+// With --mirror: (cluster, single) CPU per decision of one round.
+struct Pair {
+  double cluster = 0, single = 0;            // Redis CPU per decision
+  double cluster_exec = 0, single_exec = 0;  // commands' execution time
+};
+
+// The 3-master Redis Cluster (64 index shards): its row and, with --mirror,
+// the mirrored rounds alternating with the single Redis `single`, and the
+// mirror's polling and event costs.
+void RunCluster(const Flags& f, const Workload& w, const std::vector<Query>& queries,
+                const cluster::PrefixIndexOptions& io, double cluster_rate,
+                MirroredSingle* single, std::vector<Row>* rows, std::vector<Pair>* mirrored) {
+  auto server =
+      cluster::testing::RedisClusterServer::Start(3, 0, absl::Milliseconds(f.node_timeout_ms));
+  if (!server.ok()) Die("redis cluster: " + server.status().ToString());
+  auto redis = RedisClient::Create(BenchClientOptions((*server)->ClientOptions(), f));
+  if (!redis.ok()) Die(redis.status().ToString());
+  cluster::PrefixIndexOptions cio = io;
+  if (f.mirror) cio.event_stream_max_len = 1000;  // the mirror row reads the streams
+  auto view = cluster::ClusterView::Create({.redis = redis->get(), .cluster = "bench", .index = cio});
+  if (!view.ok()) Die(view.status().ToString());
+  Populate(**redis, (*view)->index(), w, cio.anchor_page);
+  rows->push_back(Measure("3-master cluster, 64 shards", **redis, **view, queries, f, true,
+                         cluster_rate));
   if (f.mirror) {
-    single->one.view->SetIndexMirror(nullptr);
-    event_cost = EventCost(*single->one.redis, *single->one.view, *single->mirror_redis,
-                           std::move(single->mirror));
+    // The cluster's mirror starts from snapshots (the union of the 64
+    // shards) and answers exactly: every owner depth checked as on one
+    // Redis (sharded = false).
+    cluster::RedisOptions mo = (*server)->ClientOptions();
+    mo.command_timeout = absl::Seconds(30);  // the snapshots of 125,000 pages per worker
+    auto mirror_redis = RedisClient::Create(mo);
+    if (!mirror_redis.ok()) Die(mirror_redis.status().ToString());
+    std::unique_ptr<cluster::IndexMirror> mirror = StartMirror(**mirror_redis, (*view)->keys());
+    WaitForMirror(**redis, **view, *mirror, WorkerIds());
+    (*view)->SetIndexMirror(mirror.get());
+    // Alternating rounds, the order flipped every round.
+    for (int r = 0; r < f.rounds; ++r) {
+      auto cluster_row = [&] {
+        rows->push_back(Measure("3-master cluster, mirror", **redis, **view, queries, f, false,
+                               cluster_rate));
+        return rows->back().redis_cpu_us;
+      };
+      auto single_row = [&] {
+        rows->push_back(Measure("single Redis, index mirror", *single->one.redis,
+                               *single->one.view, queries, f, false, f.rate));
+        return rows->back().redis_cpu_us;
+      };
+      Pair p;
+      if (r % 2 == 0) {
+        p.cluster = cluster_row();
+        p.cluster_exec = rows->back().redis_exec_us;
+        p.single = single_row();
+        p.single_exec = rows->back().redis_exec_us;
+      } else {
+        p.single = single_row();
+        p.single_exec = rows->back().redis_exec_us;
+        p.cluster = cluster_row();
+        p.cluster_exec = rows->back().redis_exec_us;
+      }
+      mirrored->push_back(p);
+    }
+    (*view)->SetIndexMirror(nullptr);
+    // The cost of the mirror's polls on a quiet cluster (no events): all
+    // masters' CPU over 3 s with the mirror polling, then without it.
+    auto idle_ms_per_s = [&] {
+      const auto a = MasterCpu(**redis);
+      absl::SleepFor(absl::Seconds(3));
+      const auto b = MasterCpu(**redis);
+      double s = 0;
+      for (const auto& [address, c] : b) s += c.total - a.at(address).total;
+      return 1e3 * s / 3;
+    };
+    const double with_polls = idle_ms_per_s();
+    const double without = (mirror.reset(), idle_ms_per_s());
+    std::printf("cluster mirror, quiet: %.2f ms of Redis CPU per s polling (%.2f with, %.2f "
+                "without)\n", with_polls - without, with_polls, without);
+    mirror = StartMirror(**mirror_redis, (*view)->keys());
+    WaitForMirror(**redis, **view, *mirror, WorkerIds());
+    const MirrorEventCost busy = EventCost(**redis, **view, **mirror_redis, std::move(mirror));
+    std::printf("cluster mirror, busy: Redis CPU per event op (all masters, 2 x %d stored ops "
+                "of 16 new pages each way): %.1f us with the mirror polling, %.1f without: "
+                "%+.1f us per op\n", kMirrorEventOps, busy.with_us, busy.without_us,
+                busy.with_us - busy.without_us);
   }
+}
+
+// The rows as a table on stdout and as the JSON array.
+nlohmann::json PrintRows(const std::vector<Row>& rows) {
   std::printf("%-28s %8s %8s %8s %10s %10s %10s %10s  %s\n", "", "n", "p50 us", "p99 us",
               "dec/s", "rtr cpu us", "redis cpu", "redis user", "per master (us/decision)");
   nlohmann::json out = nlohmann::json::array();
@@ -691,29 +680,65 @@ int Main(int argc, char** argv) {
                    {"commands_per_decision", r.commands},
                    {"redis_exec_us_per_decision", r.redis_exec_us}});
   }
+  return out;
+}
+
+// With --mirror: the cluster against the single Redis per round, and the
+// mirror's cost per event op on the single Redis.
+void PrintMirrorSummary(const std::vector<Pair>& mirrored, const MirrorEventCost& event_cost) {
+  std::vector<double> growth_by_round;
+  for (const Pair& p : mirrored) {
+    growth_by_round.push_back(100 * (p.cluster / p.single - 1));
+    std::printf("with the index mirror, cluster total Redis CPU vs single: %+.1f%% (commands' "
+                "execution time: %.1f vs %.1f us per decision, %+.1f%%)\n",
+                growth_by_round.back(), p.cluster_exec, p.single_exec,
+                100 * (p.cluster_exec / p.single_exec - 1));
+  }
+  std::sort(growth_by_round.begin(), growth_by_round.end());
+  if (growth_by_round.size() > 1) {
+    std::printf("with the index mirror, over %zu alternating rounds: median %+.1f%% (range "
+                "%+.1f%% .. %+.1f%%)\n", growth_by_round.size(),
+                growth_by_round[growth_by_round.size() / 2], growth_by_round.front(),
+                growth_by_round.back());
+  }
+  std::printf("index mirror: Redis CPU per event op (2 x %d stored ops of 16 new pages each "
+              "way): %.1f us with the mirror reading, %.1f without: %+.1f us per op read\n",
+              kMirrorEventOps, event_cost.with_us, event_cost.without_us,
+              event_cost.with_us - event_cost.without_us);
+}
+
+int Main(int argc, char** argv) {
+  const Flags f = ParseFlags(argc, argv);
+  const Workload w = MakeWorkload(f);
+  const std::vector<Query> queries = MakeQueries(w, f.prompt_pages);
+  std::printf("index: %zu prompts of %d pages (first %d shared), %lld hashes, %d workers\n",
+              w.prompts.size(), f.prompt_pages, f.shared_pages,
+              static_cast<long long>(w.prompts.size() * (f.prompt_pages - f.shared_pages) +
+                                     kWorkers * f.shared_pages),
+              kWorkers);
+  std::vector<Row> rows;
+  cluster::PrefixIndexOptions io;
+  io.event_stream_max_len = 0;  // the decision is measured, not the events API
+  {
+    SingleRedis one = StartSingleRedis(f, io);
+    Populate(*one.redis, one.view->index(), w, io.anchor_page);
+    rows.push_back(Measure("single Redis", *one.redis, *one.view, queries, f, false, f.rate));
+  }
+  const double cluster_rate = f.cluster_rate > 0 ? f.cluster_rate : f.rate;
+  std::optional<MirroredSingle> single;
+  if (f.mirror) single = StartMirroredSingle(w, f, io);
+  std::vector<Pair> mirrored;
+  RunCluster(f, w, queries, io, cluster_rate, single ? &*single : nullptr, &rows, &mirrored);
+  MirrorEventCost event_cost;
+  if (f.mirror) {
+    single->one.view->SetIndexMirror(nullptr);
+    event_cost = EventCost(*single->one.redis, *single->one.view, *single->mirror_redis,
+                           std::move(single->mirror));
+  }
+  const nlohmann::json out = PrintRows(rows);
   const double growth = rows[1].redis_cpu_us / rows[0].redis_cpu_us - 1;
   std::printf("cluster total Redis CPU vs single: %+.1f%% (target <= +20%%)\n", 100 * growth);
-  if (f.mirror) {
-    std::vector<double> growth_by_round;
-    for (const Pair& p : mirrored) {
-      growth_by_round.push_back(100 * (p.cluster / p.single - 1));
-      std::printf("with the index mirror, cluster total Redis CPU vs single: %+.1f%% (commands' "
-                  "execution time: %.1f vs %.1f us per decision, %+.1f%%)\n",
-                  growth_by_round.back(), p.cluster_exec, p.single_exec,
-                  100 * (p.cluster_exec / p.single_exec - 1));
-    }
-    std::sort(growth_by_round.begin(), growth_by_round.end());
-    if (growth_by_round.size() > 1) {
-      std::printf("with the index mirror, over %zu alternating rounds: median %+.1f%% (range "
-                  "%+.1f%% .. %+.1f%%)\n", growth_by_round.size(),
-                  growth_by_round[growth_by_round.size() / 2], growth_by_round.front(),
-                  growth_by_round.back());
-    }
-    std::printf("index mirror: Redis CPU per event op (2 x %d stored ops of 16 new pages each "
-                "way): %.1f us with the mirror reading, %.1f without: %+.1f us per op read\n",
-                kMirrorEventOps, event_cost.with_us, event_cost.without_us,
-                event_cost.with_us - event_cost.without_us);
-  }
+  if (f.mirror) PrintMirrorSummary(mirrored, event_cost);
   if (!f.json.empty()) bench::WriteJsonFile(f.json, out);
   return 0;
 }
