@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -65,6 +66,24 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   closedir(d);
   return out;
 }
+
+// Polls 127.0.0.1:`port`/metrics every 50 ms until `done` holds for its
+// body or `limit` passed; the last body ("" when none was read). Worker
+// counters move when a request ends, which may come after its answer.
+std::string AwaitMetrics(int port, const std::function<bool(const std::string&)>& done,
+                         absl::Duration limit = absl::Seconds(30)) {
+  httplib::Client c("127.0.0.1", port);
+  std::string body;
+  for (const absl::Time until = absl::Now() + limit; absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    httplib::Result r = c.Get("/metrics");
+    if (r) body = r->body;
+    if (r && done(body)) break;
+  }
+  return body;
+}
+
+constexpr char kPrefillOk[] = "swaserve_prefill_requests_total{result=\"ok\"} 1";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -454,16 +473,8 @@ TEST_F(ClusterLauncherTest, AKilledBucketsPromptsGoToTheNextBucketUp) {
   EXPECT_TRUE(absl::StrContains(m->body, "swaserve_router_bucket_fallbacks_total{bucket=\"0\"} 1"))
       << m->body.substr(0, 2000);
   // Served by prefill-1 (its counter moves once its request ended).
-  httplib::Client pm("127.0.0.1", p1.metrics_port);
-  std::string metrics;
-  for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
-       absl::SleepFor(absl::Milliseconds(50))) {
-    httplib::Result mr = pm.Get("/metrics");
-    ASSERT_TRUE(mr);
-    metrics = mr->body;
-    if (absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1")) break;
-  }
-  EXPECT_TRUE(absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1"));
+  auto ok = [](const std::string& m) { return absl::StrContains(m, kPrefillOk); };
+  EXPECT_TRUE(ok(AwaitMetrics(p1.metrics_port, ok)));
 }
 
 // spec.l3_redis_mib (swaserve up's default 1024): a second redis-server that
@@ -509,21 +520,19 @@ TEST_F(ClusterLauncherTest, ASharedL3CarriesAPromptIntoTheNextBucket) {
   EXPECT_EQ(cached(), 0);
   EXPECT_GT(cached(), 1500);
   EXPECT_GT(cached(), 1500);  // the second hit: written through to L3
-  httplib::Client pm("127.0.0.1", p0.metrics_port);
-  bool written = false;
-  for (const absl::Time until = absl::Now() + absl::Seconds(10); !written && absl::Now() < until;
-       absl::SleepFor(absl::Milliseconds(50))) {
-    httplib::Result mr = pm.Get("/metrics");
-    ASSERT_TRUE(mr);
-    for (absl::string_view line : absl::StrSplit(mr->body, '\n')) {
+  auto written = [](const std::string& m) {
+    for (absl::string_view line : absl::StrSplit(m, '\n')) {
+      double v = 0;
       if (absl::StartsWith(line, "swaserve_kv_l3_store_ops_total{") &&
-          absl::StrContains(line, "op=\"put\"}")) {
-        double v = 0;
-        written = absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v) && v > 0;
+          absl::StrContains(line, "op=\"put\"}") &&
+          absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v) && v > 0) {
+        return true;
       }
     }
-  }
-  EXPECT_TRUE(written) << "prefill-0 put nothing into the shared L3";
+    return false;
+  };
+  EXPECT_TRUE(written(AwaitMetrics(p0.metrics_port, written, absl::Seconds(10))))
+      << "prefill-0 put nothing into the shared L3";
   grow(400);  // 2,300 tokens: bucket 1, whose worker never saw the prompt
   EXPECT_GT(cached(), 1500) << "bucket 1's worker recomputed the prefix";
 }
@@ -637,21 +646,11 @@ TEST_F(ClusterLauncherTest, EveryBucketServesAPromptAtItsTop) {
     // holds once it has the answer; a delivered prefill still ends ok
     // (counted cancelled before 2026-12-05, which failed this test twice in
     // clean-clone CI runs).
-    httplib::Client m("127.0.0.1", procs[1 + i].metrics_port);
-    std::string metrics;
-    auto served = [&metrics] {
-      return absl::StrContains(metrics, "swaserve_prefill_requests_total{result=\"ok\"} 1");
-    };
-    for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
-         absl::SleepFor(absl::Milliseconds(50))) {
-      httplib::Result mr = m.Get("/metrics");
-      ASSERT_TRUE(mr);
-      metrics = mr->body;
-      if (served()) break;
-    }
+    auto served = [](const std::string& m) { return absl::StrContains(m, kPrefillOk); };
+    const std::string metrics = AwaitMetrics(procs[1 + i].metrics_port, served);
     const size_t at = metrics.find("swaserve_prefill_requests_total{");
-    EXPECT_TRUE(served()) << procs[1 + i].name << "\n"
-                          << (at == std::string::npos ? metrics : metrics.substr(at, 400));
+    EXPECT_TRUE(served(metrics)) << procs[1 + i].name << "\n"
+                                 << (at == std::string::npos ? metrics : metrics.substr(at, 400));
   }
 }
 
