@@ -469,7 +469,7 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
   }
   if (rate_seconds > 0) {
     absl::MutexLock lock(&mu);
-    load.prefill_tokens_per_second = rate_tokens / rate_seconds;
+    load.prefill_tokens_per_second = MeasuredRate();
   }
   for (Req* r : failed) Complete(r, absl::InternalError("MTP forward over the prompt failed"));
 }

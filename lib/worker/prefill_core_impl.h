@@ -239,6 +239,9 @@ struct PrefillCore::Impl {
   // of the forward steps, each sum decayed by kRateDecay per step.
   static constexpr double kRateDecay = 0.9;
   double rate_tokens = 0, rate_seconds = 0;
+  // rate_tokens / rate_seconds, 0 before the first step (loop thread; the
+  // same value PrefillLoad gets under `mu`).
+  double MeasuredRate() const { return rate_seconds > 0 ? rate_tokens / rate_seconds : 0; }
   model::ForwardOutput out;
   std::vector<model::ForwardItem> items;
   // Embedding overrides of each item of `items` (multimodal placeholders),

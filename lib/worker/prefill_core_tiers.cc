@@ -57,8 +57,7 @@ bool PrefillCore::Impl::MaybePark(std::unique_ptr<Req>& r) {
   const int64_t stake = static_cast<int64_t>(limit - safe) * ps;  // what the fetch may save
   r->prefetch_deadline_ns =
       base::MonotonicNanos() +
-      absl::ToInt64Nanoseconds(L3PrefetchWait(
-          options, stake, rate_seconds > 0 ? rate_tokens / rate_seconds : 0));
+      absl::ToInt64Nanoseconds(L3PrefetchWait(options, stake, MeasuredRate()));
   const std::string id = r->job.id;
   parked.emplace(id, std::move(r));
   return true;

@@ -175,6 +175,57 @@ TEST(FaultE2ETest, AHungPrefillWorkerIsDroppedByKeepaliveAndTheRequestRetried) {
   EXPECT_GE(cluster->Metric("r1", "swaserve_router_retries_total{leg=\"prefill\"}"), 1);
 }
 
+// Bucket fallback (RouterOptions::bucket_fallback) when the only prefill
+// worker of a prompt's bucket dies with kill -9 in the middle of computing
+// it: the router's prefill leg fails, no worker of bucket 0 is left, and the
+// retry goes to bucket 1's worker at once, which computes the whole prompt;
+// the answer is the one a second run (a prefix hit there) gives.
+TEST(FaultE2ETest, APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket) {
+  auto cluster = MakeCluster({}, {"--policy.bucket_bounds=20000,32768"});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster
+                  ->StartWorker("prefill", "p0",
+                                {"--bucket=0", "--prefill.max_prompt_tokens=20000"})
+                  .ok());
+  ASSERT_TRUE(cluster
+                  ->StartWorker("prefill", "p1",
+                                {"--bucket=1", "--bucket_min_tokens=20000",
+                                 "--prefill.max_prompt_tokens=32768"})
+                  .ok());
+  ASSERT_TRUE(cluster->StartWorker("decode", "d1").ok());
+  ASSERT_TRUE(cluster->StartRouter("r1").ok());
+  ASSERT_TRUE(cluster->WaitHealthy("r1", absl::Seconds(30)).ok());
+  auto stub = cluster->RouterStub("r1");
+  constexpr int kLen = 16384;  // bucket 0; 64 steps of 256 tokens
+  const std::vector<uint32_t> prompt = RandomPrompt(kLen, 9300);
+  GrpcResult result;
+  std::thread client([&] { result = GenerateIds(*stub, prompt, 6, nullptr, 300); });
+  // Mid-prefill: p0 has computed a step of it and not finished.
+  double steps = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(60);
+       steps < 1 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
+    steps = cluster->Metric("p0", "swaserve_prefill_step_tokens_count");
+  }
+  const double p0_done = cluster->Metric("p0", "swaserve_prefill_requests_total{result=\"ok\"}");
+  ASSERT_TRUE(cluster->Kill("p0").ok());
+  client.join();
+  ASSERT_GE(steps, 1) << "p0 never started the prompt";
+  ASSERT_LT(p0_done, 1) << "p0 finished the prompt before the kill: nothing was tested";
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.tokens.size(), 6u);
+  EXPECT_EQ(cluster->Metric("r1", "swaserve_router_bucket_fallbacks_total{bucket=\"0\"}"), 1);
+  EXPECT_GE(cluster->Metric("r1", "swaserve_router_retries_total{leg=\"prefill\"}"), 1);
+  EXPECT_EQ(cluster->Metric("p1", "swaserve_prefill_tokens_total{source=\"computed\"}"), kLen);
+  // Again: bucket 1's worker holds the prompt now; the same greedy answer.
+  GrpcResult again = GenerateIds(*stub, prompt, 6, nullptr, 300);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, result.tokens);
+  EXPECT_GE(again.usage.cached_tokens(), static_cast<uint32_t>(kLen - 256));
+  std::printf("FAULT-ROW bucket 0's only prefill worker killed mid-prefill (%.0f steps done): "
+              "served by bucket 1, retry cached %u of %d\n",
+              steps, again.usage.cached_tokens(), kLen);
+}
+
 TEST(FaultE2ETest, PromptTooLargeForAnyPoolFailsFastWithoutOpeningABreaker) {
   auto cluster =
       MakeCluster({"--kv.prefill_mib=4", "--kv.decode_mib=4"},
