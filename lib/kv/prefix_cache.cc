@@ -59,6 +59,11 @@ PrefixCache::PrefixCache(const PrefixCacheOptions& options)
       l3_(options.l3),
       l3_layouts_(L3Layouts::For(options.pools->shape(), options.l3_model_identity)),
       l3_write_through_hits_(options.l3_write_through_hits),
+      l3_write_through_from_pages_(
+          options.l3_write_through_from_tokens <= 0
+              ? 0
+              : (options.l3_write_through_from_tokens + options.pools->shape().page_size - 1) /
+                    options.pools->shape().page_size),
       page_size_(options.pools->shape().page_size),
       window_(options.pools->shape().sliding_window),
       keep_tombstones_(options.keep_restorable_tombstones),
@@ -650,6 +655,10 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
     Reindex(child);
     pos = end;
     node = child;
+  }
+  if (l3_ != nullptr && l3_write_through_from_pages_ > 0 && pos >= l3_write_through_from_pages_ &&
+      node != root_.get()) {
+    WritePathToL3(node, pos, /*count_hit=*/false);  // node ends at pos
   }
   // Pages past `usable` are freed, and so is every incoming SWA page the
   // tree did not adopt (duplicates, and runs that heal nothing).

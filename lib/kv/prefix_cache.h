@@ -185,6 +185,13 @@ struct PrefixCacheOptions {
   // this many hits' paths, so hot prefixes survive a restart before they
   // are ever evicted. 0: write-back only (pages leaving the tree). Default 2.
   int l3_write_through_hits = 2;
+  // Write-through of long prompts at once: an Insert whose path reaches at
+  // least this many tokens writes that whole path to L3 (the nodes not yet
+  // written; SWA KV of its trailing window), without waiting for hits. For
+  // a worker near the top of a length bucket: an agent's prompt that grows
+  // past the bound goes to another bucket's worker, which finds its prefix
+  // in a shared L3 only if it is already there. 0 (default): off.
+  int l3_write_through_from_tokens = 0;
   // K > 0: every event carries the hash of page K of its path
   // (CacheEvent::anchor, found by walking up the tree: O(nodes on the
   // path)). 0 (default): no anchors.
@@ -348,6 +355,8 @@ struct PrefixCacheStats {
   std::atomic<int64_t> l3_written_pages{0};      // full pages put (write-back + write-through)
   std::atomic<int64_t> l3_written_swa_pages{0};
   std::atomic<int64_t> l3_write_through_pages{0};  // of l3_written_pages, written through
+  // Of l3_write_through_pages, at an insert reaching l3_write_through_from_tokens.
+  std::atomic<int64_t> l3_write_through_bound_pages{0};
   std::atomic<int64_t> l3_write_errors{0};       // puts refused (queue full, store down)
   std::atomic<int64_t> l3_attached_pages{0};     // full pages attached from L3 (into L2)
   std::atomic<int64_t> l3_attached_swa_pages{0};
@@ -505,10 +514,16 @@ class PrefixCache {
   // Moves n into L1 for `pending` (copies recorded, L2 pages kept there).
   bool Promote(CacheNode* node, PendingLoadBack* pending);
   // L3 (prefix_cache_l3.cc): puts the node's full pages (once) and its SWA
-  // pages from absolute page swa_from_page on (once) into L3.
-  void WriteToL3(CacheNode* node, int swa_from_page, bool through);
+  // pages from absolute page swa_from_page on (once) into L3; returns the
+  // full pages it put.
+  int64_t WriteToL3(CacheNode* node, int swa_from_page, bool through);
   // Write-through accounting for the nodes of a hit's path.
   void CountHit(CacheNode* end, int hit_end_page);
+  // Writes the nodes from `end` up to the root to L3 (WriteToL3: what is
+  // not written yet), SWA KV from the window ending at `end_page`; with
+  // count_hit, counts a hit on each and writes only those with at least
+  // l3_write_through_hits.
+  void WritePathToL3(CacheNode* end, int end_page, bool count_hit);
   // Gives tombstone nodes of `path` in [fetch.swa_first, heal_to) the
   // fetch's SWA KV (free SWA pages of their tier only).
   void HealFromL3(const std::vector<CacheNode*>& path, const L3Fetch& fetch, int heal_to);
@@ -545,6 +560,7 @@ class PrefixCache {
   PageStore* l3_;
   L3Layouts l3_layouts_;
   int l3_write_through_hits_;
+  int l3_write_through_from_pages_;  // 0: off
   int page_size_;
   int window_;
   bool keep_tombstones_;

@@ -29,11 +29,11 @@ L3FetchOptions PrefixCache::l3_fetch_options() const {
                         .full_kv_only_ok = keep_tombstones_};
 }
 
-void PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
-  if (l3_ == nullptr || n == root_.get()) return;
+int64_t PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
+  if (l3_ == nullptr || n == root_.get()) return 0;
   // Its L1 pages are still being copied in (an asynchronous load-back):
   // written on a later hit or when it leaves the tree.
-  if (n->load_generation != 0 && loading_.contains(n->load_generation)) return;
+  if (n->load_generation != 0 && loading_.contains(n->load_generation)) return 0;
   KvPools& pools = PoolsOf(n);
   // Puts pages [from, n->pages()) of one pool; returns how many were stored.
   auto put = [&](const PagePool& pool, const std::vector<PageId>& pages, uint64_t layout,
@@ -48,11 +48,12 @@ void PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
     }
     return written;
   };
+  int64_t full_written = 0;
   if (!n->l3_full) {
-    const int64_t written = put(pools.full(), n->full, l3_layouts_.full, 0);
+    full_written = put(pools.full(), n->full, l3_layouts_.full, 0);
     n->l3_full = true;
-    stats_.l3_written_pages.fetch_add(written, std::memory_order_relaxed);
-    if (through) stats_.l3_write_through_pages.fetch_add(written, std::memory_order_relaxed);
+    stats_.l3_written_pages.fetch_add(full_written, std::memory_order_relaxed);
+    if (through) stats_.l3_write_through_pages.fetch_add(full_written, std::memory_order_relaxed);
   }
   const int from = std::max(0, swa_from_page - n->start_page);
   if (!n->tombstone() && !n->l3_swa && from < n->pages()) {
@@ -60,16 +61,24 @@ void PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
     n->l3_swa = true;
     stats_.l3_written_swa_pages.fetch_add(written, std::memory_order_relaxed);
   }
+  return full_written;
 }
 
 void PrefixCache::CountHit(CacheNode* end, int hit_end_page) {
   if (l3_ == nullptr || l3_write_through_hits_ <= 0) return;
-  const int swa_from = WindowFirstPage(hit_end_page, page_size_, window_);
+  WritePathToL3(end, hit_end_page, /*count_hit=*/true);
+}
+
+void PrefixCache::WritePathToL3(CacheNode* end, int end_page, bool count_hit) {
+  const int swa_from = WindowFirstPage(end_page, page_size_, window_);
   for (CacheNode* n = end; n != root_.get(); n = n->parent) {
-    if (n->hits < UINT32_MAX) ++n->hits;
-    if (n->hits >= static_cast<uint32_t>(l3_write_through_hits_)) {
-      WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
+    if (count_hit) {
+      if (n->hits < UINT32_MAX) ++n->hits;
+      if (n->hits < static_cast<uint32_t>(l3_write_through_hits_)) continue;
     }
+    const int64_t written =
+        WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
+    if (!count_hit) stats_.l3_write_through_bound_pages.fetch_add(written, std::memory_order_relaxed);
   }
 }
 

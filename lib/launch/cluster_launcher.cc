@@ -318,6 +318,11 @@ absl::Status ClusterLauncher::CheckSpec() {
       spec_.redis_port > 65535) {
     return absl::InvalidArgumentError("ports must be in [0, 65535]");
   }
+  if (!(spec_.l3_write_through_near_bound >= 0 && spec_.l3_write_through_near_bound <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("l3_write_through_near_bound: ", spec_.l3_write_through_near_bound,
+                     " is not in [0, 1] (a fraction of a bucket's bound)"));
+  }
   if (spec_.l3_redis_mib < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("l3_redis_mib: ", spec_.l3_redis_mib, " is negative (0: no shared L3)"));
@@ -405,6 +410,10 @@ absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
     argv.push_back(absl::StrCat("--kv.prefill_mib=", kv_plan_.prefill_mib[i]));
     if (!endpoints_.l3_redis_address.empty()) {
       argv.push_back("--kv.l3=redis:" + endpoints_.l3_redis_address);
+      if (i + 1 < spec_.bucket_bounds.size()) {  // a prompt here may grow into the next
+        argv.push_back(absl::StrCat("--kv.l3_write_through_near_bound=",
+                                    spec_.l3_write_through_near_bound));
+      }
     }
     argv.insert(argv.end(), spec_.prefill_flags.begin(),
                 spec_.prefill_flags.end());

@@ -66,13 +66,21 @@ struct ClusterSpec {
   // > 0: a second redis-server ("redis-l3") bounded to this many MiB
   // (maxmemory, allkeys-lru), which every prefill worker uses as its L3 KV
   // tier (--kv.l3=redis:...): KV pages a worker wrote there (after 2 hits,
-  // or leaving its cache) are found by the others, so an agent's prompt that
+  // near its bucket's bound at once, or leaving its cache) are found by the
+  // others, so an agent's prompt that
   // grows into the next length bucket, or a restarted worker, gets its
   // prefix back instead of recomputing it (bench/cluster/agent_session.sh).
   // Its own server, not `redis`: evicting pages must never evict the
   // registry. 0 (the default here; `swaserve up` starts one of 1024 MiB):
   // none.
   int64_t l3_redis_mib = 0;
+  // With the shared L3: --kv.l3_write_through_near_bound of every prefill
+  // worker but the last bucket's. A prompt this far up its bucket is
+  // written to the L3 at its insert, not after 2 hits, so the turn that
+  // crosses the bound finds the whole previous turn there. 0: off.
+  // Default 0.75: a conversation crossing the bound grew by less than a
+  // quarter of it per turn.
+  double l3_write_through_near_bound = 0.75;
   // Cluster name (the Redis key prefix; distinct clusters can share Redis).
   std::string cluster = "default";
   // Router endpoints. Port 0 picks a free port.

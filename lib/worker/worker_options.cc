@@ -1,5 +1,9 @@
 #include "lib/worker/worker_options.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -37,6 +41,10 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("kv.l3_write_through_hits"), &o->l3_write_through_hits,
            "write a prefix-cache node to L3 once it was on this many hits' paths (0: only "
            "write back what leaves L2)")
+      .Add(key("kv.l3_write_through_near_bound"), &o->l3_write_through_near_bound,
+           "write a prompt through to L3 at once when it is at least this fraction of "
+           "prefill.max_prompt_tokens long, so its next, longer turn finds it from the next "
+           "bucket's worker (0: off)")
       .Add(key("prefill.l3_prefetch_min_tokens"), &o->l3_prefetch_min_tokens,
            "prefetch a new prompt's pages from L3 when it extends at least this many tokens "
            "past the cached match")
@@ -162,6 +170,12 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
           o->l3_prefetch_max_wait_ms, ", ", o->l3_prefetch_wait_fraction));
     }
   }
+  if (!(o->l3_write_through_near_bound >= 0 && o->l3_write_through_near_bound <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv.l3_write_through_near_bound must be in [0, 1] (a fraction of "
+        "--prefill.max_prompt_tokens), got ",
+        o->l3_write_through_near_bound));
+  }
   if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prefill.swa_checkpoint_tokens must be between 0 (off) and 2^30, got ",
@@ -213,6 +227,13 @@ absl::Status CheckPrefillPoolHoldsBucket(const WorkerOptions& o, const kv::KvSha
       swa_holds, " SWA tokens (a step needs ", swa_need, "; --kv.swa_full_ratio=",
       o.swa_full_ratio, "), so prompts above that would be refused; give it --kv.prefill_mib=",
       *need >> 20, " or more, or a smaller bucket"));
+}
+
+int L3WriteThroughFromTokens(const WorkerOptions& o) {
+  if (o.l3.empty() || o.max_prompt_tokens <= 0 || !(o.l3_write_through_near_bound > 0)) return 0;
+  return static_cast<int>(std::min<double>(
+      std::ceil(o.l3_write_through_near_bound * static_cast<double>(o.max_prompt_tokens)),
+      std::numeric_limits<int>::max()));
 }
 
 }  // namespace swaserve::worker

@@ -49,6 +49,13 @@ struct WorkerOptions {
   std::string l3;
   int64_t l3_mib = 8192;
   int64_t l3_write_through_hits = 2;
+  // PrefixCacheOptions::l3_write_through_from_tokens as a fraction of
+  // max_prompt_tokens (the bucket's bound): a prompt at least this far up
+  // its bucket is written through to L3 at its insert, so that when it
+  // grows past the bound (an agent's next turn) the next bucket's worker
+  // finds it in the shared L3. 0 (default): off; also off without an L3 or
+  // a bound. `swaserve up` sets 0.75 for every bucket but the last.
+  double l3_write_through_near_bound = 0;
   int64_t l3_prefetch_min_tokens = 256;
   int64_t l3_prefetch_max_wait_ms = 200;
   double l3_prefetch_wait_fraction = 0.5;
@@ -129,6 +136,11 @@ absl::Status CheckPrefillPoolHoldsBucket(const WorkerOptions& o, const kv::KvSha
 // alignment. A prefill pool whose SWA pool holds fewer cannot compute a
 // prompt longer than that, whatever its full pool holds.
 int64_t PrefillSwaWorkingTokens(const WorkerOptions& o, const kv::KvShape& shape);
+
+// kv::PrefixCacheOptions::l3_write_through_from_tokens for a prefill side:
+// ceil(l3_write_through_near_bound x max_prompt_tokens), 0 (off) without an
+// L3, a bucket bound or the fraction.
+int L3WriteThroughFromTokens(const WorkerOptions& o);
 
 inline bool HasPrefill(const WorkerOptions& o) { return o.role == "prefill" || o.role == "both"; }
 inline bool HasDecode(const WorkerOptions& o) { return o.role == "decode" || o.role == "both"; }

@@ -208,6 +208,7 @@ absl::Status Worker::BuildPrefill() {
                                .l3 = prefill_l3.get(),
                                .l3_model_identity = prefill_l3 != nullptr ? ModelIdentity(o.model) : 0,
                                .l3_write_through_hits = static_cast<int>(o.l3_write_through_hits),
+                               .l3_write_through_from_tokens = worker::L3WriteThroughFromTokens(o),
                                // A sharded index (Redis Cluster) maps events
                                // by their anchor page (index_shard_mapper.h);
                                // cheap, so set whenever the worker has Redis.

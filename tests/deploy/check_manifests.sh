@@ -106,6 +106,9 @@ for name in ("prefill-b0", "prefill-b1", "prefill-b2"):
     cmd = sts[name]["spec"]["template"]["spec"]["containers"][0]["command"]
     l3_flags = [a for a in cmd if a.startswith("--kv.l3=")]
     assert l3_flags[-1] == "--kv.l3=redis:redis-l3:6379", (name, l3_flags)
+    # Write-through near the bound where a bucket lies above.
+    near = [a for a in cmd if a.startswith("--kv.l3_write_through_near_bound=")]
+    assert near == ([] if name == "prefill-b2" else ["--kv.l3_write_through_near_bound=0.75"]), (name, near)
 svc = [d for d in docs if key(d) == ("Service", "redis-l3")][0]
 assert svc["spec"]["selector"] == sts["redis-l3"]["spec"]["template"]["metadata"]["labels"]
 print(f"overlays/cpu-shared-l3: {len(docs)} objects OK")

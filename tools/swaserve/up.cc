@@ -144,6 +144,10 @@ void AddUpFlags(base::Config* config, launch::ClusterSpec* spec, std::string* mo
            "a second redis-server of this many MiB (allkeys-lru) that every prefill worker "
            "shares as its L3 KV tier: a prompt that grows into the next bucket, or a "
            "restarted worker, finds its prefix there (0: none)")
+      .Add("l3_write_through_near_bound", &spec->l3_write_through_near_bound,
+           "with the shared L3: a prompt at least this fraction of its bucket's bound long is "
+           "written to it at once (every bucket but the last), so its next turn past the bound "
+           "finds it all (0: only after 2 hits)")
       .Add("cluster", &spec->cluster, "cluster name (Redis key prefix)")
       .Add("host", &spec->host, "router bind host (HTTP and gRPC)")
       .Add("http_port", &spec->http_port,

@@ -115,6 +115,8 @@ class ContentHarness {
         l3_ = std::make_unique<MemoryPageStore>(page * (8 + Rand(static_cast<int>(3 * o.full_pages))));
         co.l3 = l3_.get();
         co.l3_write_through_hits = Rand(3);
+        // Paths reaching a bound written through at insert, in half.
+        co.l3_write_through_from_tokens = Rand(2) == 0 ? 0 : 1 + Rand(6 * window_);
       }
     }
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache = PrefixCache::Create(co);
@@ -167,11 +169,12 @@ class ContentHarness {
     counters().l3_healed += stats.l3_healed_swa_pages.load();
     counters().tombstoned += stats.tombstoned_nodes.load();
     counters().evicted += stats.evicted_full_pages.load();
+    counters().l3_at_bound += stats.l3_write_through_bound_pages.load();
   }
 
   struct Counters {
     int64_t hit_tokens = 0, healed = 0, tombstoned = 0, evicted = 0, loaded_back = 0;
-    int64_t l3_attached = 0, l3_healed = 0;
+    int64_t l3_attached = 0, l3_healed = 0, l3_at_bound = 0;
   };
   static Counters& counters() {
     static Counters c;
@@ -415,11 +418,12 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
   std::printf(
       "verified %lld hit tokens byte by byte; %lld pages evicted, %lld "
       "tombstones, %lld SWA pages healed, %lld pages loaded back from L2, %lld pages "
-      "attached from L3, %lld SWA pages healed from L3\n",
+      "attached from L3, %lld SWA pages healed from L3, %lld written to L3 at an insert "
+      "reaching the bound\n",
       static_cast<long long>(c.hit_tokens), static_cast<long long>(c.evicted),
       static_cast<long long>(c.tombstoned), static_cast<long long>(c.healed),
       static_cast<long long>(c.loaded_back), static_cast<long long>(c.l3_attached),
-      static_cast<long long>(c.l3_healed));
+      static_cast<long long>(c.l3_healed), static_cast<long long>(c.l3_at_bound));
   EXPECT_GT(c.hit_tokens, 10000);
   EXPECT_GT(c.evicted, 1000);
   EXPECT_GT(c.tombstoned, 100);
@@ -427,6 +431,7 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
   EXPECT_GT(c.loaded_back, 1000);
   EXPECT_GT(c.l3_attached, 150);
   EXPECT_GT(c.l3_healed, 100);
+  EXPECT_GT(c.l3_at_bound, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, KvContentTest,

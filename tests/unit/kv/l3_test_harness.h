@@ -47,7 +47,7 @@ inline std::vector<uint8_t> Pattern(uint64_t h, PoolKind pool, size_t bytes) {
 class L3Harness {
  public:
   void Init(PageStore* l3, int write_through_hits, int64_t l1_pages = 16, int64_t l2_pages = 8,
-            bool keep_tombstones = false) {
+            bool keep_tombstones = false, int write_through_from_tokens = 0) {
     cache_.reset();
     KvPoolsOptions o;
     o.shape = Shape();
@@ -63,6 +63,7 @@ class L3Harness {
     co.l2 = l2_.get();
     co.l3 = l3;
     co.l3_write_through_hits = write_through_hits;
+    co.l3_write_through_from_tokens = write_through_from_tokens;
     co.keep_restorable_tombstones = keep_tombstones;
     absl::StatusOr<std::unique_ptr<PrefixCache>> c = PrefixCache::Create(co);
     ASSERT_TRUE(c.ok()) << c.status();

@@ -198,6 +198,30 @@ TEST_F(L3TierTest, WriteThroughAfterNHits) {
   EXPECT_EQ(VerifyHit(a), 16);
 }
 
+// PrefixCacheOptions::l3_write_through_from_tokens: a path that reaches the
+// bound is written to L3 at its insert, with no hit (what the next worker up,
+// sharing the L3, needs when the prompt grows past its bucket); the pages
+// before it that an earlier, shorter insert left unwritten go with it, and
+// each page only once.
+TEST_F(L3TierTest, APathReachingTheBoundIsWrittenThroughAtInsert) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/0, 16, 8, false, /*write_through_from_tokens=*/18);
+  const Hashes four = H(1, 4), six = H(1, 6), eight = H(1, 8);
+  Insert(four);  // 16 tokens: below the bound
+  EXPECT_EQ(cache_->stats().l3_written_pages.load(), 0);
+  Insert(six);  // 24 tokens (18 rounds up to 5 pages)
+  EXPECT_EQ(cache_->stats().l3_write_through_pages.load(), 6) << "the whole path";
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2) << "its trailing window";
+  Insert(eight);
+  EXPECT_EQ(cache_->stats().l3_write_through_pages.load(), 8) << "only the 2 new pages";
+  EXPECT_EQ(cache_->stats().l3_write_through_bound_pages.load(), 8);
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 4);
+  // Another worker sharing the store (a fresh cache) finds the whole prompt.
+  Init(&l3, /*write_through_hits=*/0);
+  EXPECT_EQ(FetchAttach(l3, eight), 8);
+  EXPECT_EQ(VerifyHit(eight), 32);
+}
+
 TEST_F(L3TierTest, FullInL1SwaOnlyInL3Heals) {
   MemoryPageStore l3(1 << 20);
   // As in a worker that restores windows: SWA pressure only tombstones.
