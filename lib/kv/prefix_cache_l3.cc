@@ -3,6 +3,7 @@
 // read back from it (FetchFromL3) as L2 nodes.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/prefix_cache_node.h"
@@ -71,7 +72,14 @@ void PrefixCache::CountHit(CacheNode* end, int hit_end_page) {
 
 void PrefixCache::WritePathToL3(CacheNode* end, int end_page, bool count_hit) {
   const int swa_from = WindowFirstPage(end_page, page_size_, window_);
-  for (CacheNode* n = end; n != root_.get(); n = n->parent) {
+  std::vector<CacheNode*> path;
+  for (CacheNode* n = end; n != root_.get(); n = n->parent) path.push_back(n);
+  // Root first: a write-behind store that drops puts when its queue is
+  // full (AsyncPageStore) then keeps the path's head, and a fetch, which
+  // reads from the first page on and stops at the first missing one, still
+  // finds the longest prefix it could.
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    CacheNode* n = *it;
     if (count_hit) {
       if (n->hits < UINT32_MAX) ++n->hits;
       if (n->hits < static_cast<uint32_t>(l3_write_through_hits_)) continue;

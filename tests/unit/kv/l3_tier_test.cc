@@ -222,6 +222,39 @@ TEST_F(L3TierTest, APathReachingTheBoundIsWrittenThroughAtInsert) {
   EXPECT_EQ(VerifyHit(eight), 32);
 }
 
+// A store that records the hash of every put, in order.
+class RecordingStore final : public PageStore {
+ public:
+  absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
+    if (std::find(order_.begin(), order_.end(), k.hash) == order_.end()) order_.push_back(k.hash);
+    return inner_.Put(k, b);
+  }
+  absl::Status Get(const PageKey& k, absl::Span<uint8_t> out) override { return inner_.Get(k, out); }
+  bool Contains(const PageKey& k) override { return inner_.Contains(k); }
+  void Erase(const PageKey& k) override { inner_.Erase(k); }
+  std::string_view backend() const override { return "recording"; }
+  const PageStoreStats& stats() const override { return inner_.stats(); }
+  // First put of each hash, in order.
+  std::vector<uint64_t> order_;
+  MemoryPageStore inner_{1 << 20};
+};
+
+// A path is written root first (a write-behind queue that overflows drops
+// the tail, and a fetch still finds the head): at an insert reaching the
+// bound and at a hit's write-through alike.
+TEST_F(L3TierTest, AWrittenThroughPathGoesRootFirst) {
+  for (const bool at_bound : {true, false}) {
+    SCOPED_TRACE(at_bound ? "at the bound" : "after 1 hit");
+    RecordingStore l3;
+    Init(&l3, /*write_through_hits=*/at_bound ? 0 : 1, 16, 8, false, at_bound ? 20 : 0);
+    const Hashes four = H(1, 4), six = H(1, 6);
+    Insert(four);
+    Insert(six);  // two nodes and more: [0, 4) and [4, 6)
+    if (!at_bound) VerifyHit(six);
+    EXPECT_EQ(l3.order_, six);
+  }
+}
+
 TEST_F(L3TierTest, FullInL1SwaOnlyInL3Heals) {
   MemoryPageStore l3(1 << 20);
   // As in a worker that restores windows: SWA pressure only tombstones.
