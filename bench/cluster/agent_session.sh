@@ -12,7 +12,10 @@
 #   bash bench/cluster/agent_session.sh           # START=50000 STEP=4000 TURNS=5 (words)
 #
 # Knobs (environment): BUILD, OUT, START, STEP, TURNS (words; ~1.09
-# demo-model tokens per word), UP_FLAGS (extra `swaserve up` flags).
+# demo-model tokens per word), UP_FLAGS (extra `swaserve up` flags), WORKERS
+# (the prefill buckets whose counters are printed; "0 1").
+#
+#   START=231000 TURNS=4 WORKERS="1 2" bash bench/cluster/agent_session.sh   # across 256K
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -60,7 +63,7 @@ m=$(curl -s "$url/metrics")
 echo "router: $(echo "$m" | grep -E '^swaserve_router_(cached|prompt)_tokens_total' | tr '\n' ' ')"
 # Each prefill worker's prefix-cache and L3 counters (with --kv.l3 in
 # UP_FLAGS: what went to the shared tier and what a worker fetched from it).
-for w in 0 1; do
+for w in ${WORKERS:-0 1}; do
   mu=$(grep -o "prefill-$w ok (gRPC [0-9.:]*, metrics http://[0-9.:]*" "$OUT/up.log" | grep -o "http://.*")
   echo "prefill-$w: $(curl -s "$mu/metrics" | grep -E '^swaserve_(prefix_cache_l3_pages_total|prefill_l3_prefetch_total|prefill_requests_total)' | tr '\n' ' ')"
 done

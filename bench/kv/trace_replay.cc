@@ -10,6 +10,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/prompt_synth.h"
 #include "bench/common/swa_pattern.h"
+#include "bench/common/window_restore_plan.h"
 #include "lib/base/hash.h"
 #include "lib/kv/l3_prefetch.h"
 #include "lib/kv/memory_page_store.h"
@@ -148,24 +149,13 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
       res.l3_attached_pages += cache->AttachFromL3(hashes, f);
     }
     if (l2 != nullptr) res.loaded_back_pages += cache->LoadBack(hashes, mo.max_tokens).pages;
-    sched::WindowRestoreChoice choice;
-    double restore_work = 0;  // token-equivalents a restore computes
+    bench::RestorePlan plan;
     if (spec.restore) {
-      const MatchLengths ml = cache->Match(hashes, mo.max_tokens);
-      if (ml.matched_tokens > ml.safe_tokens) {
-        const WindowRestoreStretch st = PlanWindowRestoreStretch(
-            ml.matched_tokens, ml.safe_tokens, spec.shape.sliding_window, spec.shape.page_size,
-            swa_pattern, 0, knobs.pyramid, knobs.safe_start);
-        restore_work = st.work;
-        choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
-                                             .full_tokens = ml.matched_tokens,
-                                             .restore_from = st.from,
-                                             .restore_tokens = restore_work,
-                                             .min_saved_work = 64});
-        mo.full_kv = choice.restore;
-        mo.lock_safe_window = choice.restore && st.from_window_safe;
-      }
+      plan = bench::PlanWindowRestore(*cache, hashes, spec.shape, swa_pattern, knobs.pyramid,
+                                      knobs.safe_start, &mo);
     }
+    const sched::WindowRestoreChoice& choice = plan.choice;
+    const double restore_work = plan.work;  // token-equivalents a restore computes
     if (i == knobs.measure_from) lost_before = cache->stats().window_lost_tokens.load();
     CacheHit hit = cache->MatchAndLock(hashes, mo);
     const bool counted = i >= knobs.measure_from;

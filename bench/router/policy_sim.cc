@@ -104,6 +104,7 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/prompt_synth.h"
 #include "bench/common/swa_pattern.h"
+#include "bench/common/window_restore_plan.h"
 #include "bench/router/search_probes.h"
 #include "lib/base/hash.h"
 #include "lib/kv/kv_shape.h"
@@ -307,26 +308,14 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     const int len = wl.length[i];
     const absl::Span<const uint64_t> hashes = wl.Hashes(i);
     kv::MatchOptions mo{.max_tokens = len - 1};
-    sched::WindowRestoreChoice choice;
-    double restore_work = -1;  // the pyramid's, in token-equivalents (< 0: the stretch)
+    // As the worker does by default: from the window-safe hit itself when
+    // it lies inside the stretch.
+    bench::RestorePlan plan;
     if (cfg.restore) {
-      const kv::MatchLengths ml = w.cache->Match(hashes, mo.max_tokens);
-      if (ml.matched_tokens > ml.safe_tokens) {
-        // As the worker does by default: from the window-safe hit itself
-        // when it lies inside the stretch.
-        const kv::WindowRestoreStretch st = kv::PlanWindowRestoreStretch(
-            ml.matched_tokens, ml.safe_tokens, cfg.shape.sliding_window, ps, swa_pattern, 0,
-            cfg.pyramid);
-        if (cfg.pyramid) restore_work = st.work;
-        choice = sched::ChooseWindowRestore({.window_safe_tokens = ml.safe_tokens,
-                                             .full_tokens = ml.matched_tokens,
-                                             .restore_from = st.from,
-                                             .restore_tokens = restore_work,
-                                             .min_saved_work = 64});
-        mo.full_kv = choice.restore;
-        mo.lock_safe_window = choice.restore && st.from_window_safe;
-      }
+      plan = bench::PlanWindowRestore(*w.cache, hashes, cfg.shape, swa_pattern, cfg.pyramid,
+                                      /*from_window_safe=*/true, &mo);
     }
+    const sched::WindowRestoreChoice& choice = plan.choice;
     kv::CacheHit hit = w.cache->MatchAndLock(hashes, mo);
     const bool restoring = hit.needs_window_restore();
     so.pools = w.pools.get();
@@ -337,7 +326,7 @@ RunResult Simulate(const Workload& wl, size_t n, Policy policy,
     res.hit[i] = next;  // tokens not computed (token-equivalents)
     if (restoring) {
       if (!w.seq->BeginWindowRestore(choice.compute_from).ok()) Die("window restore failed");
-      res.hit[i] = restore_work >= 0 ? next - std::llround(restore_work) : choice.compute_from;
+      res.hit[i] = next - std::llround(plan.work);  // compute_from without the pyramid
       next = choice.compute_from;
     }
     while (next < len) {
@@ -806,16 +795,8 @@ nlohmann::json SwaStudy(const Workload& wl, size_t half, const SimConfig& cfg, c
 
 }
 
-int Main(int argc, char** argv) {
-  bench::SetProgramName("policy_sim");
-  const Flags f = ParseFlags(argc, argv);
-  auto trace = loadgen::LoadMooncakeTrace(f.trace, f.limit);
-  if (!trace.ok()) Die(std::string(trace.status().message()));
-  std::stable_sort(trace->begin(), trace->end(),
-                   [](const auto& a, const auto& b) {
-                     return a.timestamp_ms < b.timestamp_ms;
-                   });
-
+// The simulated cluster the flags describe (dies on bad policy options).
+SimConfig ConfigFromFlags(const Flags& f) {
   SimConfig cfg;
   cfg.workers = f.workers;
   cfg.shape = kv::KvShape::MiMoV25Pro();
@@ -834,50 +815,16 @@ int Main(int argc, char** argv) {
   if (absl::Status s = ValidatePolicyOptions(cfg.ours); !s.ok()) {
     Die(std::string(s.message()));
   }
+  return cfg;
+}
 
-  const Workload wl = BuildWorkload(*trace, cfg.shape.page_size);
+// Every policy over the whole trace with the defaults: prints and records
+// (out["results"], out["probes_per_candidate"]) the held-out second half and
+// the whole trace; returns the second half's metrics, in the order
+// round-robin, least-load, sglang, ours.
+std::vector<Metrics> ComparePolicies(const Workload& wl, size_t half, const SimConfig& cfg,
+                                     const Flags& f, nlohmann::json& out) {
   const size_t n = wl.size();
-  const size_t half = n / 2;
-  int64_t total_tokens = 0;
-  for (int l : wl.length) total_tokens += l;
-
-  nlohmann::json out = {{"benchmark", "policy_sim"},
-                        {"trace", f.trace},
-                        {"requests", n},
-                        {"prompt_tokens", total_tokens},
-                        {"workers", f.workers},
-                        {"capacity_single_pool_tokens", f.capacity},
-                        {"full_pages_per_worker", cfg.full_pages},
-                        {"swa_pages_per_worker", cfg.swa_pages}};
-
-  if (f.utilization > 0) {
-    cfg.tokens_per_s = CalibrateRate(wl, half, cfg, f);
-    out["calibrated_for_utilization"] = f.utilization;
-  }
-  out["tokens_per_s"] = cfg.tokens_per_s;
-
-  std::printf(
-      "trace %s: %zu requests, %lld prompt tokens, %.0f s; continuations "
-      "reconstructed\n"
-      "%d prefill workers, each a PrefixCache over dual pools of %g "
-      "single-pool tokens (%lld full + %lld SWA pages, ratio 0.02, "
-      "MiMo-V2.5-Pro shape, metadata only)\n"
-      "prefill %.0f tokens/s per worker, one request at a time, FIFO; "
-      "router sees exact full-KV matched depth per worker\n"
-      "ours: cache_credit %g, hotspot_abs_tokens %lld, hotspot_rel %g\n\n",
-      f.trace.c_str(), n, static_cast<long long>(total_tokens),
-      (wl.arrival_ns.back() - wl.arrival_ns.front()) * 1e-9, f.workers,
-      f.capacity, static_cast<long long>(cfg.full_pages),
-      static_cast<long long>(cfg.swa_pages), cfg.tokens_per_s,
-      cfg.ours.cache_credit,
-      static_cast<long long>(cfg.ours.hotspot_abs_tokens),
-      cfg.ours.hotspot_rel);
-
-  if (f.tune) out["tuning"] = Tune(wl, half, cfg, f);
-  if (f.swa_study) out["swa_study"] = SwaStudy(wl, half, cfg, f);
-
-  // --- Main comparison: whole trace, report second half and whole
-  // -------------
   std::printf(
       "== Whole trace with the defaults; 'second' = held-out requests "
       "%zu..%zu ==\n",
@@ -928,8 +875,12 @@ int Main(int argc, char** argv) {
   }
   if (!probe_line.empty()) std::printf("%s\n", probe_line.c_str());
   out["results"] = results;
+  return second;
+}
 
-  // --- Targets (held-out second half) --------------------------------------
+// The targets on the held-out second half (`second` as ComparePolicies
+// returns it): printed and recorded in out["targets"].
+void ReportTargets(const std::vector<Metrics>& second, const SimConfig& cfg, nlohmann::json& out) {
   const Metrics& rr = second[0];
   const Metrics& sg = second[2];
   const Metrics& us = second[3];
@@ -953,6 +904,63 @@ int Main(int argc, char** argv) {
   out["ours_options"] = {{"cache_credit", cfg.ours.cache_credit},
                          {"hotspot_abs_tokens", cfg.ours.hotspot_abs_tokens},
                          {"hotspot_rel", cfg.ours.hotspot_rel}};
+}
+
+int Main(int argc, char** argv) {
+  bench::SetProgramName("policy_sim");
+  const Flags f = ParseFlags(argc, argv);
+  auto trace = loadgen::LoadMooncakeTrace(f.trace, f.limit);
+  if (!trace.ok()) Die(std::string(trace.status().message()));
+  std::stable_sort(trace->begin(), trace->end(),
+                   [](const auto& a, const auto& b) {
+                     return a.timestamp_ms < b.timestamp_ms;
+                   });
+
+  SimConfig cfg = ConfigFromFlags(f);
+
+  const Workload wl = BuildWorkload(*trace, cfg.shape.page_size);
+  const size_t n = wl.size();
+  const size_t half = n / 2;
+  int64_t total_tokens = 0;
+  for (int l : wl.length) total_tokens += l;
+
+  nlohmann::json out = {{"benchmark", "policy_sim"},
+                        {"trace", f.trace},
+                        {"requests", n},
+                        {"prompt_tokens", total_tokens},
+                        {"workers", f.workers},
+                        {"capacity_single_pool_tokens", f.capacity},
+                        {"full_pages_per_worker", cfg.full_pages},
+                        {"swa_pages_per_worker", cfg.swa_pages}};
+
+  if (f.utilization > 0) {
+    cfg.tokens_per_s = CalibrateRate(wl, half, cfg, f);
+    out["calibrated_for_utilization"] = f.utilization;
+  }
+  out["tokens_per_s"] = cfg.tokens_per_s;
+
+  std::printf(
+      "trace %s: %zu requests, %lld prompt tokens, %.0f s; continuations "
+      "reconstructed\n"
+      "%d prefill workers, each a PrefixCache over dual pools of %g "
+      "single-pool tokens (%lld full + %lld SWA pages, ratio 0.02, "
+      "MiMo-V2.5-Pro shape, metadata only)\n"
+      "prefill %.0f tokens/s per worker, one request at a time, FIFO; "
+      "router sees exact full-KV matched depth per worker\n"
+      "ours: cache_credit %g, hotspot_abs_tokens %lld, hotspot_rel %g\n\n",
+      f.trace.c_str(), n, static_cast<long long>(total_tokens),
+      (wl.arrival_ns.back() - wl.arrival_ns.front()) * 1e-9, f.workers,
+      f.capacity, static_cast<long long>(cfg.full_pages),
+      static_cast<long long>(cfg.swa_pages), cfg.tokens_per_s,
+      cfg.ours.cache_credit,
+      static_cast<long long>(cfg.ours.hotspot_abs_tokens),
+      cfg.ours.hotspot_rel);
+
+  if (f.tune) out["tuning"] = Tune(wl, half, cfg, f);
+  if (f.swa_study) out["swa_study"] = SwaStudy(wl, half, cfg, f);
+
+  const std::vector<Metrics> second = ComparePolicies(wl, half, cfg, f, out);
+  ReportTargets(second, cfg, out);
   if (!f.json.empty()) {
     bench::WriteJsonFile(f.json, out);
   }

@@ -302,6 +302,9 @@ Sample MeasureMemcpy(const Flags& f, uint64_t bytes, uint8_t* a, uint8_t* b) {
   for (int i = 0; i < Iterations(f, bytes); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(b, a, bytes);
+    // The copy's bytes may be read: clang dropped the copy otherwise (b is
+    // never read in this process), and memcpy read 52,000 GB/s.
+    asm volatile("" : : "r"(b) : "memory");
     const auto t1 = std::chrono::steady_clock::now();
     gbps.push_back(bytes / std::chrono::duration<double>(t1 - t0).count() /
                    1e9);
@@ -486,6 +489,72 @@ nlohmann::json BytesPerRequest() {
   return out;
 }
 
+// Pages: 800 KiB MiMo pages from a random permutation (seeded) of the
+// source's first `bytes`, to consecutive destination slots (what
+// PlanKvCopies produces); *total is their bytes.
+std::vector<PageCopy> ShuffledPages(uint8_t* src, uint64_t bytes, uint64_t seed, uint64_t* total) {
+  std::vector<PageCopy> pages;
+  const uint64_t n_pages = std::max<uint64_t>(1, bytes / kPageBytes);
+  std::vector<uint64_t> perm(n_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+  *total = 0;
+  for (uint64_t i = 0; i < n_pages; ++i) {
+    const uint64_t len = std::min<uint64_t>(kPageBytes, bytes);
+    pages.push_back(PageCopy{src + perm[i] * len, 0, i * len, len});
+    *total += len;
+  }
+  return pages;
+}
+
+// One size's row of the table, its notes, and its samples in `results`.
+void ReportSize(const std::string& tls, const std::string& staging, uint64_t mib,
+                const Sample& am, const Sample& put, const Sample& am_pages,
+                const std::array<Sample, 4>& pt, const Sample& mc, nlohmann::json& results) {
+  const uint64_t bytes = mib * kMiB;
+  double best_pt = 0;
+  for (const Sample& s : pt) best_pt = std::max(best_pt, s.best_gbps);
+  auto cell = [](const Sample& s) {
+    if (s.iterations == 0) return std::string("n/a");
+    return absl::StrFormat("%.2f / %.2f", s.median_gbps, s.best_gbps);
+  };
+  auto pcell = [](const Sample& s) {
+    if (s.iterations == 0) return std::string("n/a");
+    return absl::StrFormat("%.2f", s.best_gbps);
+  };
+  // The target: the engine as a service uses it (kAuto, MiMo pages)
+  // against ucx_perftest's best on the same transport.
+  const double ratio = best_pt > 0 ? am_pages.median_gbps / best_pt : 0;
+  std::printf(
+      "%5lu MiB  %13s  %13s  %13s  %9s  %9s  %9s  %9s  %9s  %6.0f%%\n",
+      static_cast<unsigned long>(mib), cell(am).c_str(),
+      cell(put).c_str(), cell(am_pages).c_str(), pcell(pt[0]).c_str(),
+      pcell(pt[1]).c_str(), pcell(pt[2]).c_str(), pcell(pt[3]).c_str(),
+      absl::StrFormat("%.2f", mc.median_gbps).c_str(), ratio * 100);
+  for (const auto& [name, s] :
+       std::vector<std::pair<std::string, Sample>>{
+           {"engine_am", am},
+           {"engine_put", put},
+           {"engine_auto_pages", am_pages},
+           {"perftest_ucp_put_bw", pt[0]},
+           {"perftest_ucp_put_bw_e", pt[1]},
+           {"perftest_tag_bw", pt[2]},
+           {"perftest_tag_bw_e", pt[3]},
+           {"memcpy", mc}}) {
+    if (!s.note.empty()) {
+      std::printf("    note: %s: %s\n", name.c_str(), s.note.c_str());
+    }
+    results.push_back({{"tls", tls},
+                       {"staging", staging},
+                       {"size_bytes", bytes},
+                       {"kind", name},
+                       {"median_gbps", s.median_gbps},
+                       {"best_gbps", s.best_gbps},
+                       {"iterations", s.iterations},
+                       {"note", s.note}});
+  }
+}
+
 int SenderMain(const Flags& flags, int fd) {
   const uint64_t max_bytes =
       *std::max_element(flags.sizes_mib.begin(), flags.sizes_mib.end()) * kMiB;
@@ -526,19 +595,8 @@ int SenderMain(const Flags& flags, int fd) {
       for (uint64_t mib : flags.sizes_mib) {
         const uint64_t bytes = mib * kMiB;
         std::vector<PageCopy> one = {PageCopy{src, 0, 0, bytes}};
-        // Pages: 800 KiB MiMo pages from a random permutation of the source,
-        // to consecutive destination slots (what PlanKvCopies produces).
-        std::vector<PageCopy> pages;
-        const uint64_t n_pages = std::max<uint64_t>(1, bytes / kPageBytes);
-        std::vector<uint64_t> perm(n_pages);
-        std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), std::mt19937_64(mib));
         uint64_t page_total = 0;
-        for (uint64_t i = 0; i < n_pages; ++i) {
-          const uint64_t len = std::min<uint64_t>(kPageBytes, bytes);
-          pages.push_back(PageCopy{src + perm[i] * len, 0, i * len, len});
-          page_total += len;
-        }
+        const std::vector<PageCopy> pages = ShuffledPages(src, bytes, mib, &page_total);
         // Rounds interleave the engine and ucx_perftest, so that a load
         // spike on this shared machine does not hit only one of them.
         const int iters = std::max(3, Iterations(flags, bytes) / flags.rounds);
@@ -579,49 +637,8 @@ int SenderMain(const Flags& flags, int fd) {
         am.note = am_note;
         put.note = put_note;
         am_pages.note = pages_note;
-        const std::array<Sample, 4> pt = perftest[mib];
-        double best_pt = 0;
-        for (const Sample& s : pt) best_pt = std::max(best_pt, s.best_gbps);
-        const Sample& mc = memcpy_results[mib];
-        auto cell = [](const Sample& s) {
-          if (s.iterations == 0) return std::string("n/a");
-          return absl::StrFormat("%.2f / %.2f", s.median_gbps, s.best_gbps);
-        };
-        auto pcell = [](const Sample& s) {
-          if (s.iterations == 0) return std::string("n/a");
-          return absl::StrFormat("%.2f", s.best_gbps);
-        };
-        // The target: the engine as a service uses it (kAuto, MiMo pages)
-        // against ucx_perftest's best on the same transport.
-        const double ratio = best_pt > 0 ? am_pages.median_gbps / best_pt : 0;
-        std::printf(
-            "%5lu MiB  %13s  %13s  %13s  %9s  %9s  %9s  %9s  %9s  %6.0f%%\n",
-            static_cast<unsigned long>(mib), cell(am).c_str(),
-            cell(put).c_str(), cell(am_pages).c_str(), pcell(pt[0]).c_str(),
-            pcell(pt[1]).c_str(), pcell(pt[2]).c_str(), pcell(pt[3]).c_str(),
-            absl::StrFormat("%.2f", mc.median_gbps).c_str(), ratio * 100);
-        for (const auto& [name, s] :
-             std::vector<std::pair<std::string, Sample>>{
-                 {"engine_am", am},
-                 {"engine_put", put},
-                 {"engine_auto_pages", am_pages},
-                 {"perftest_ucp_put_bw", pt[0]},
-                 {"perftest_ucp_put_bw_e", pt[1]},
-                 {"perftest_tag_bw", pt[2]},
-                 {"perftest_tag_bw_e", pt[3]},
-                 {"memcpy", mc}}) {
-          if (!s.note.empty()) {
-            std::printf("    note: %s: %s\n", name.c_str(), s.note.c_str());
-          }
-          results.push_back({{"tls", tls},
-                             {"staging", staging},
-                             {"size_bytes", bytes},
-                             {"kind", name},
-                             {"median_gbps", s.median_gbps},
-                             {"best_gbps", s.best_gbps},
-                             {"iterations", s.iterations},
-                             {"note", s.note}});
-        }
+        ReportSize(tls, staging, mib, am, put, am_pages, perftest[mib], memcpy_results[mib],
+                   results);
         std::fflush(stdout);
       }
       reg->reset();
