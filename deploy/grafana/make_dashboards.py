@@ -79,7 +79,8 @@ DASHBOARDS = {
             ("sum by (tier) (rate(swaserve_prefill_cached_tokens_by_tier_total[$__rate_interval]))", "hit tokens/s {{tier}}"),
             ("sum(rate(swaserve_prefix_cache_loaded_back_bytes_total[$__rate_interval]))", "L2 -> L1 bytes/s"),
             ("sum by (result) (rate(swaserve_prefill_l3_prefetch_total[$__rate_interval]))", "L3 prefetches/s {{result}}"),
-        ], "short", "Cached prompt tokens by the tier they were in on arrival (l1; l2 host memory; l3 store), bytes loaded back from L2, and L3 prefetch outcomes."),
+            ("sum by (op) (rate(swaserve_prefix_cache_l3_pages_total{op=~\"written|written_at_bound|write_errors\"}[$__rate_interval]))", "L3 pages/s {{op}}"),
+        ], "short", "Cached prompt tokens by the tier they were in on arrival (l1; l2 host memory; l3 store), bytes loaded back from L2, L3 prefetch outcomes, and full pages written to L3 (all; of those, prompts near their bucket's bound; writes refused or dropped)."),
         panel("KV transfer bandwidth", [
             ("sum by (instance) (rate(swaserve_kv_transfer_bytes_total[$__rate_interval]))", "{{instance}}"),
         ], "Bps", "Bytes of KV shipped over UCX."),

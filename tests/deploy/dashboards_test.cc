@@ -36,7 +36,8 @@ TEST(Dashboards, EveryPanelAndRecordingRuleReturnsData) {
                                                 .encoder_bin = SWASERVE_ENCODER_BIN});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   testing::LocalCluster& c = **cluster;
-  auto p1 = c.StartWorker("prefill", "p1");
+  // With a file L3, so that the tier panels' L3 series exist.
+  auto p1 = c.StartWorker("prefill", "p1", {"--kv.l3=file:" + c.dir() + "/l3"});
   ASSERT_TRUE(p1.ok()) << p1.status();
   auto d1 = c.StartWorker("decode", "d1");
   ASSERT_TRUE(d1.ok()) << d1.status();
