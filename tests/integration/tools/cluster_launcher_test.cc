@@ -103,6 +103,48 @@ std::vector<int> CachedTokens(const std::string& out) {
   return v;
 }
 
+// A prompt of token ids that grows (an agent's conversation), pseudo-random
+// from `seed`.
+struct GrowingPrompt {
+  explicit GrowingPrompt(uint64_t seed) : x(seed) {}
+  void Grow(int n) {
+    for (int k = 0; k < n; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      ids.push_back(10 + static_cast<int>((x >> 33) % 200));
+    }
+  }
+  json ids = json::array();
+  uint64_t x;
+};
+
+// POSTs /v1/completions of `ids` (max_tokens 2); the usage's cached_tokens,
+// or -1 (and a test failure) when the answer is not a 200.
+int CompleteCached(httplib::Client& h, const json& ids) {
+  const json body = {{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 2}, {"ignore_eos", true}};
+  httplib::Result r = h.Post("/v1/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
+  if (!r || r->status != 200) return -1;
+  return json::parse(r->body)["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
+}
+
+// Whether a line of metric `name` with `label` has a value > 0.
+bool MetricPositive(const std::string& m, absl::string_view name, absl::string_view label) {
+  for (absl::string_view line : absl::StrSplit(m, '\n')) {
+    double v = 0;
+    if (absl::StartsWith(line, name) && absl::StrContains(line, label) &&
+        absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v) && v > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// prefill-0's /metrics show the prompt near its bucket's bound put into L3.
+bool WrittenAtBound(const std::string& m) {
+  return MetricPositive(m, "swaserve_kv_l3_store_ops_total{", "op=\"put\"}") &&
+         MetricPositive(m, "swaserve_prefix_cache_l3_pages_total{", "op=\"written_at_bound\"}");
+}
+
 class ClusterLauncherTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -502,42 +544,68 @@ TEST_F(ClusterLauncherTest, ASharedL3CarriesAPromptIntoTheNextBucket) {
                                                            (*c)->endpoints().l3_redis_address));
   httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
   h.set_read_timeout(120, 0);
-  json ids = json::array();
-  uint64_t x = 777;
-  auto grow = [&](int n) {
-    for (int k = 0; k < n; ++k) {
-      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      ids.push_back(10 + static_cast<int>((x >> 33) % 200));
-    }
-  };
-  auto cached = [&] {
-    const json body = {{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 2}, {"ignore_eos", true}};
-    httplib::Result r = h.Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
-    if (!r || r->status != 200) return -1;
-    return json::parse(r->body)["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
-  };
-  grow(1900);  // bucket 0 (< 2048), past 0.75 x 2048
-  EXPECT_EQ(cached(), 0);  // served once: no hit to count
-  // A line of `name` with `label` whose value is > 0.
-  auto positive = [](const std::string& m, absl::string_view name, absl::string_view label) {
-    for (absl::string_view line : absl::StrSplit(m, '\n')) {
-      double v = 0;
-      if (absl::StartsWith(line, name) && absl::StrContains(line, label) &&
-          absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v) && v > 0) {
-        return true;
-      }
-    }
-    return false;
-  };
-  auto written = [&](const std::string& m) {
-    return positive(m, "swaserve_kv_l3_store_ops_total{", "op=\"put\"}") &&
-           positive(m, "swaserve_prefix_cache_l3_pages_total{", "op=\"written_at_bound\"}");
-  };
-  EXPECT_TRUE(written(AwaitMetrics(p0.metrics_port, written, absl::Seconds(10))))
+  GrowingPrompt prompt(777);
+  prompt.Grow(1900);  // bucket 0 (< 2048), past 0.75 x 2048
+  EXPECT_EQ(CompleteCached(h, prompt.ids), 0);  // served once: no hit to count
+  EXPECT_TRUE(WrittenAtBound(AwaitMetrics(p0.metrics_port, WrittenAtBound, absl::Seconds(10))))
       << "prefill-0 did not write the prompt near its bound into the shared L3";
-  grow(400);  // 2,300 tokens: bucket 1, whose worker never saw the prompt
-  EXPECT_GT(cached(), 1500) << "bucket 1's worker recomputed the prefix";
+  prompt.Grow(400);  // 2,300 tokens: bucket 1, whose worker never saw the prompt
+  EXPECT_GT(CompleteCached(h, prompt.ids), 1500) << "bucket 1's worker recomputed the prefix";
+}
+
+// The shared L3 hung (SIGSTOP of redis-l3: a Redis that accepts nothing and
+// answers nothing): prompts that would read from it or write to it are
+// served all the same, the reads given up after the prefetch wait and the
+// Redis client's command timeout (2 s) at most; once it is back (SIGCONT)
+// it serves again.
+TEST_F(ClusterLauncherTest, AHungL3RedisDelaysButLosesNoRequest) {
+  ClusterSpec spec = Spec("run-hung-l3");
+  spec.l3_redis_mib = 64;
+  absl::StatusOr<std::unique_ptr<ClusterLauncher>> c = ClusterLauncher::Start(spec);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ProcessInfo p0, l3;
+  for (const ProcessInfo& p : (*c)->processes()) {
+    if (p.name == "prefill-0") p0 = p;
+    if (p.name == "redis-l3") l3 = p;
+  }
+  ASSERT_GT(l3.pid, 0);
+  httplib::Client h("127.0.0.1", (*c)->endpoints().http_port);
+  h.set_read_timeout(120, 0);
+  GrowingPrompt before(31);
+  before.Grow(1900);
+  EXPECT_EQ(CompleteCached(h, before.ids), 0);
+  ASSERT_TRUE(WrittenAtBound(AwaitMetrics(p0.metrics_port, WrittenAtBound, absl::Seconds(10))));
+  ASSERT_EQ(kill(l3.pid, SIGSTOP), 0);
+  // Bucket 1's worker tries to fetch the prefix from the hung L3.
+  before.Grow(400);
+  absl::Time t0 = absl::Now();
+  const int crossing = CompleteCached(h, before.ids);
+  const absl::Duration crossing_took = absl::Now() - t0;
+  // Bucket 0's worker writes a new prompt near its bound to it.
+  GrowingPrompt other(32);
+  other.Grow(1900);
+  t0 = absl::Now();
+  EXPECT_EQ(CompleteCached(h, other.ids), 0);
+  const absl::Duration other_took = absl::Now() - t0;
+  ASSERT_EQ(kill(l3.pid, SIGCONT), 0);
+  EXPECT_GE(crossing, 0);
+  EXPECT_LT(crossing_took, absl::Seconds(15)) << "waited too long for the hung L3";
+  EXPECT_LT(other_took, absl::Seconds(15));
+  std::printf("hung L3: the crossing prompt answered after %.2f s (%d cached), a new one after %.2f s\n",
+              absl::ToDoubleSeconds(crossing_took), crossing, absl::ToDoubleSeconds(other_took));
+  // Back: a new prompt near the bound is written, and found from bucket 1
+  // (new prompts until then: the Redis client may still be in its
+  // reconnect backoff, and a retry of the same one would hit bucket 1's L1).
+  int found = 0;
+  for (uint64_t seed = 33; found <= 1500 && seed < 53; ++seed) {
+    GrowingPrompt after(seed);
+    after.Grow(1900);
+    EXPECT_EQ(CompleteCached(h, after.ids), 0);
+    absl::SleepFor(absl::Milliseconds(300));  // the write-behind thread puts it
+    after.Grow(400);
+    found = CompleteCached(h, after.ids);
+  }
+  EXPECT_GT(found, 1500) << "the L3 did not serve again after SIGCONT";
 }
 
 // A bad spec fails before any process starts, naming the key.
