@@ -1,6 +1,7 @@
 #include "lib/kv/kv_metrics.h"
 
 #include "lib/base/status.h"
+#include "lib/kv/memory_page_store.h"
 
 namespace swaserve::kv {
 
@@ -215,6 +216,22 @@ absl::Status KvMetrics::AddL3(const PrefixCache* cache, const PageStore* l3) {
                 {{"blobs"}, static_cast<double>(ps->entries.load())}};
           }),
       "swaserve_kv_l3_store_bytes"));
+  // A write-behind store (the worker's): its queue and what it dropped.
+  if (const auto* async = dynamic_cast<const AsyncPageStore*>(l3); async != nullptr) {
+    RETURN_IF_ERROR(add(
+        registry_->AddCallbackGauge(
+            "swaserve_kv_l3_write_queue_bytes",
+            "Page bytes queued for the L3 store's write-behind thread (bound: --kv.l3_queue_mib)",
+            [async] { return static_cast<double>(async->queued_bytes()); }),
+        "swaserve_kv_l3_write_queue_bytes"));
+    RETURN_IF_ERROR(add(
+        registry_->AddCallbackCounter(
+            "swaserve_kv_l3_write_queue_dropped_total",
+            "L3 puts dropped because the write-behind queue was full (of "
+            "swaserve_prefix_cache_l3_pages_total{op=\"write_errors\"})",
+            [async] { return static_cast<double>(async->dropped()); }),
+        "swaserve_kv_l3_write_queue_dropped_total"));
+  }
   return absl::OkStatus();
 }
 

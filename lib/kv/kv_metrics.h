@@ -17,7 +17,9 @@
 //   swaserve_prefix_cache_tier_dropped_swa_pages_total.
 // With an L3: swaserve_prefix_cache_l3_pages_total{op}, and given the store:
 //   swaserve_kv_l3_store_ops_total{backend,op},
-//   swaserve_kv_l3_store_bytes_total{dir}, swaserve_kv_l3_store_bytes{what}.
+//   swaserve_kv_l3_store_bytes_total{dir}, swaserve_kv_l3_store_bytes{what};
+//   for a write-behind AsyncPageStore also swaserve_kv_l3_write_queue_bytes
+//   and swaserve_kv_l3_write_queue_dropped_total.
 //
 // The values are read at scrape time from the pools' and cache's atomic
 // counters. KvMetrics owns the registration: destroy it before the pools and

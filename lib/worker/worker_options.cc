@@ -38,6 +38,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "prefill L3 tier below L2: file:<dir> (local, survives restarts) or "
            "redis:<host:port> (shared; its own Redis with allkeys-lru); empty: none")
       .Add(key("kv.l3_mib"), &o->l3_mib, "bound of a file: L3 store (MiB)")
+      .Add(key("kv.l3_queue_mib"), &o->l3_queue_mib,
+           "bound of the L3 write-behind queue (MiB of page copies); puts beyond it are "
+           "dropped (swaserve_kv_l3_write_queue_dropped_total)")
       .Add(key("kv.l3_write_through_hits"), &o->l3_write_through_hits,
            "write a prefix-cache node to L3 once it was on this many hits' paths (0: only "
            "write back what leaves L2)")
@@ -158,14 +161,15 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
     if (o->l2_ratio <= 0) {
       return absl::InvalidArgumentError("--kv.l3 needs an L2 tier (--kv.l2_ratio > 0)");
     }
-    if (o->l3_mib <= 0 || o->l3_write_through_hits < 0 || o->l3_prefetch_min_tokens < 0 ||
+    if (o->l3_mib <= 0 || o->l3_queue_mib <= 0 || o->l3_write_through_hits < 0 || o->l3_prefetch_min_tokens < 0 ||
         o->l3_prefetch_max_wait_ms < 0 || !(o->l3_prefetch_wait_fraction >= 0) ||
         !(o->l3_prefetch_assumed_tokens_per_second > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--kv.l3_mib and --prefill.l3_prefetch_assumed_tokens_per_second must be > 0 and "
+          "--kv.l3_mib, --kv.l3_queue_mib and --prefill.l3_prefetch_assumed_tokens_per_second "
+          "must be > 0 and "
           "--kv.l3_write_through_hits, --prefill.l3_prefetch_min_tokens, "
           "--prefill.l3_prefetch_max_wait_ms, --prefill.l3_prefetch_wait_fraction >= 0, got ",
-          o->l3_mib, ", ", o->l3_prefetch_assumed_tokens_per_second, ", ",
+          o->l3_mib, ", ", o->l3_queue_mib, ", ", o->l3_prefetch_assumed_tokens_per_second, ", ",
           o->l3_write_through_hits, ", ", o->l3_prefetch_min_tokens, ", ",
           o->l3_prefetch_max_wait_ms, ", ", o->l3_prefetch_wait_fraction));
     }

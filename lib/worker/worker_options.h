@@ -48,6 +48,11 @@ struct WorkerOptions {
   // the registry's). Needs an L2 (kv.l2_ratio > 0).
   std::string l3;
   int64_t l3_mib = 8192;
+  // Bound of the L3 write-behind queue (kv::AsyncPageStore): page bytes
+  // copied for the store's thread; a put beyond it is dropped (counted).
+  // Raise it where prompts near a bucket's bound are written through at once
+  // (l3_write_through_near_bound) and a prompt's KV is larger.
+  int64_t l3_queue_mib = 256;
   int64_t l3_write_through_hits = 2;
   // PrefixCacheOptions::l3_write_through_from_tokens as a fraction of
   // max_prompt_tokens (the bucket's bound): a prompt at least this far up

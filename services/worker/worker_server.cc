@@ -181,7 +181,8 @@ absl::Status Worker::OpenL3() {
     SWA_LOG(info, "prefill L3: Redis store at {}", o.l3.substr(6));
     backend = std::move(redis_store);
   }
-  prefill_l3 = std::make_unique<kv::AsyncPageStore>(std::move(backend));
+  prefill_l3 = std::make_unique<kv::AsyncPageStore>(
+      std::move(backend), kv::AsyncPageStoreOptions{.max_queued_bytes = o.l3_queue_mib << 20});
   return absl::OkStatus();
 }
 

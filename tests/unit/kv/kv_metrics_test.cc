@@ -5,14 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "lib/base/hash.h"
+#include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/metrics/registry.h"
+#include "tests/unit/kv/fake_page_stores.h"
 
 namespace swaserve::kv {
 namespace {
@@ -110,6 +113,42 @@ TEST_F(KvMetricsTest, ExportsPoolsAndCacheAndUnregisters) {
   // Destroyed: the callbacks are gone (the pools and cache may go next).
   EXPECT_EQ(Sample(registry_, R"(swaserve_kv_pages{pool="full",state="free"})"), -1);
   EXPECT_EQ(Sample(registry_, "swaserve_prefix_cache_hit_tokens_total"), -1);
+}
+
+// A write-behind L3 (the worker's AsyncPageStore): its queued bytes and the
+// puts it dropped when full.
+TEST_F(KvMetricsTest, AWriteBehindL3ShowsItsQueueAndDrops) {
+  KvPoolsOptions o;
+  o.shape = pools_->shape();
+  o.full_pages = 8;
+  o.swa_pages = 8;
+  o.allocate_memory = false;
+  std::unique_ptr<KvPools> l2 = std::move(*KvPools::Create(o));
+  auto gated = std::make_unique<testing::GatedStore>();
+  testing::GatedStore* gate = gated.get();
+  AsyncPageStore l3(std::move(gated), {.max_queued_bytes = 100});
+  absl::Cleanup open_gate = [gate] { gate->Open(); };  // l3's destructor puts what is queued
+  PrefixCacheOptions co;
+  co.pools = pools_.get();
+  co.l2 = l2.get();
+  co.l3 = &l3;
+  std::unique_ptr<PrefixCache> cache = std::move(*PrefixCache::Create(co));
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<KvMetrics>> m =
+      KvMetrics::Create(&registry, pools_.get(), cache.get(), &l3);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<uint8_t> page(40, 7);
+  // A put's bytes count until the backend has it (the first waits at the gate).
+  ASSERT_TRUE(l3.Put({1, 0}, page).ok());
+  ASSERT_TRUE(l3.Put({2, 0}, page).ok());
+  EXPECT_EQ(l3.Put({3, 0}, page).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_dropped_total"), 1);
+  EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_bytes"), 80);
+  gate->Open();
+  l3.Flush();
+  EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_bytes"), 0);
+  m->reset();
+  EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_bytes"), -1) << "unregistered";
 }
 
 TEST_F(KvMetricsTest, PoolsOnly) {

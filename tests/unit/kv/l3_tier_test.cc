@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "lib/base/hash.h"
 #include "lib/kv/file_page_store.h"
@@ -24,6 +23,7 @@
 #include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
+#include "tests/unit/kv/fake_page_stores.h"
 #include "tests/unit/kv/l3_test_harness.h"
 
 namespace swaserve::kv {
@@ -32,6 +32,8 @@ namespace {
 using Hashes = std::vector<uint64_t>;
 using testing::Pattern;
 using testing::Shape;
+using testing::GatedStore;
+using testing::RecordingStore;
 
 TEST(MemoryPageStoreTest, BoundedLruAndFlush) {
   MemoryPageStore s(3 * (10 + MemoryPageStore::kEntryOverhead));
@@ -52,30 +54,6 @@ TEST(MemoryPageStoreTest, BoundedLruAndFlush) {
   EXPECT_EQ(s.Put({5, 9}, std::vector<uint8_t>(1000)).code(),
             absl::StatusCode::kResourceExhausted);
 }
-
-// A backend whose puts wait until the test opens the gate.
-class GatedStore final : public PageStore {
- public:
-  absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&open_));
-    return inner_.Put(k, b);
-  }
-  absl::Status Get(const PageKey& k, absl::Span<uint8_t> out) override { return inner_.Get(k, out); }
-  bool Contains(const PageKey& k) override { return inner_.Contains(k); }
-  void Erase(const PageKey& k) override { inner_.Erase(k); }
-  std::string_view backend() const override { return "gated"; }
-  const PageStoreStats& stats() const override { return inner_.stats(); }
-  void Open() {
-    absl::MutexLock lock(&mu_);
-    open_ = true;
-  }
-  MemoryPageStore inner_{1 << 20};
-
- private:
-  absl::Mutex mu_;
-  bool open_ = false;
-};
 
 TEST(AsyncPageStoreTest, QueuedPutsReadBackThenLandInOrder) {
   auto gated = std::make_unique<GatedStore>();
@@ -221,23 +199,6 @@ TEST_F(L3TierTest, APathReachingTheBoundIsWrittenThroughAtInsert) {
   EXPECT_EQ(FetchAttach(l3, eight), 8);
   EXPECT_EQ(VerifyHit(eight), 32);
 }
-
-// A store that records the hash of every put, in order.
-class RecordingStore final : public PageStore {
- public:
-  absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
-    if (std::find(order_.begin(), order_.end(), k.hash) == order_.end()) order_.push_back(k.hash);
-    return inner_.Put(k, b);
-  }
-  absl::Status Get(const PageKey& k, absl::Span<uint8_t> out) override { return inner_.Get(k, out); }
-  bool Contains(const PageKey& k) override { return inner_.Contains(k); }
-  void Erase(const PageKey& k) override { inner_.Erase(k); }
-  std::string_view backend() const override { return "recording"; }
-  const PageStoreStats& stats() const override { return inner_.stats(); }
-  // First put of each hash, in order.
-  std::vector<uint64_t> order_;
-  MemoryPageStore inner_{1 << 20};
-};
 
 // A path is written root first (a write-behind queue that overflows drops
 // the tail, and a fetch still finds the head): at an insert reaching the
