@@ -65,6 +65,6 @@ echo "router: $(echo "$m" | grep -E '^swaserve_router_(cached|prompt)_tokens_tot
 # UP_FLAGS: what went to the shared tier and what a worker fetched from it).
 for w in ${WORKERS:-0 1}; do
   mu=$(grep -o "prefill-$w ok (gRPC [0-9.:]*, metrics http://[0-9.:]*" "$OUT/up.log" | grep -o "http://.*")
-  echo "prefill-$w: $(curl -s "$mu/metrics" | grep -E '^swaserve_(prefix_cache_l3_pages_total|prefill_l3_prefetch_total|prefill_requests_total)' | tr '\n' ' ')"
+  echo "prefill-$w: $(curl -s "$mu/metrics" | grep -E '^swaserve_(prefix_cache_l3_pages_total|prefill_l3_prefetch_total|prefill_requests_total|kv_l3_store_bytes_total|kv_l3_write_queue_dropped_total)' | tr '\n' ' ')"
 done
 

@@ -1,5 +1,6 @@
 #include "lib/kv/memory_page_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -159,6 +160,11 @@ void AsyncPageStore::Erase(const PageKey& key) {
     latest_.erase(key);
   }
   backend_->Erase(key);
+}
+
+int64_t AsyncPageStore::PutRoom() const {
+  absl::MutexLock lock(&mu_);
+  return std::max<int64_t>(0, options_.max_queued_bytes - queued_bytes_);
 }
 
 int64_t AsyncPageStore::queued_bytes() const {

@@ -87,6 +87,8 @@ class AsyncPageStore final : public PageStore {
   // The queue answers first; the rest goes to the backend in one call.
   std::vector<bool> ContainsEach(absl::Span<const PageKey> keys) override;
   void Erase(const PageKey& key) override;
+  // max_queued_bytes minus what is queued (0 when full).
+  int64_t PutRoom() const override;
   std::string_view backend() const override { return backend_->backend(); }
   // The backend's counters (what actually reached it).
   const PageStoreStats& stats() const override { return backend_->stats(); }

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -123,6 +124,11 @@ class PageStore {
   }
 
   virtual void Erase(const PageKey& key) = 0;
+
+  // Payload bytes Put would take now without dropping any (a write-behind
+  // store's free queue space); writers that can wait pace themselves by
+  // it. Default: no limit (a Put is done or refused at once).
+  virtual int64_t PutRoom() const { return std::numeric_limits<int64_t>::max(); }
 
   // Short backend name for metrics and logs: "file", "redis".
   virtual std::string_view backend() const = 0;

@@ -98,6 +98,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
@@ -187,10 +188,14 @@ struct PrefixCacheOptions {
   int l3_write_through_hits = 2;
   // Write-through of long prompts at once: an Insert whose path reaches at
   // least this many tokens writes that whole path to L3 (the nodes not yet
-  // written; SWA KV of its trailing window), without waiting for hits. For
-  // a worker near the top of a length bucket: an agent's prompt that grows
-  // past the bound goes to another bucket's worker, which finds its prefix
-  // in a shared L3 only if it is already there. 0 (default): off.
+  // written, root first; SWA KV of its trailing window), without waiting
+  // for hits. For a worker near the top of a length bucket: an agent's
+  // prompt that grows past the bound goes to another bucket's worker, which
+  // finds its prefix in a shared L3 only if it is already there. Paced by
+  // the store's PutRoom (a write-behind queue's free space): what does not
+  // fit now is written by later ContinueL3Writes calls, a node split where
+  // the room ends, so a prompt's KV larger than the queue is written whole
+  // without dropping puts. 0 (default): off.
   int l3_write_through_from_tokens = 0;
   // K > 0: every event carries the hash of page K of its path
   // (CacheEvent::anchor, found by walking up the tree: O(nodes on the
@@ -424,6 +429,14 @@ class PrefixCache {
   // hit and tombstones are not kept, L2 cannot hold it, or no L3/L2).
   int AttachFromL3(absl::Span<const uint64_t> page_hashes, const L3Fetch& fetch);
   bool has_l3() const { return l3_ != nullptr; }
+  // Writes more of the paths near the bound (l3_write_through_from_tokens)
+  // that the L3 store had no room for yet, as far as PutRoom allows now;
+  // a path whose pages left the cache meanwhile is given up where they
+  // went. Call it regularly while l3_writes_pending() (the prefill loop
+  // does, every step and every 20 ms when idle).
+  void ContinueL3Writes();
+  // Paths near the bound not yet written whole.
+  bool l3_writes_pending() const { return !l3_pending_paths_.empty(); }
   // What FetchFromL3 needs to read this cache's pages back.
   L3FetchOptions l3_fetch_options() const;
 
@@ -519,11 +532,10 @@ class PrefixCache {
   int64_t WriteToL3(CacheNode* node, int swa_from_page, bool through);
   // Write-through accounting for the nodes of a hit's path.
   void CountHit(CacheNode* end, int hit_end_page);
-  // Writes the nodes from `end` up to the root to L3 (WriteToL3: what is
-  // not written yet), SWA KV from the window ending at `end_page`; with
-  // count_hit, counts a hit on each and writes only those with at least
-  // l3_write_through_hits.
-  void WritePathToL3(CacheNode* end, int end_page, bool count_hit);
+  // Writes as much of `path` (page hashes from the root) to L3 as PutRoom
+  // allows, root first, adding the full pages put to *written; true when it
+  // is all written (or gone from the tree).
+  bool WritePathToL3(absl::Span<const uint64_t> path, int64_t* written);
   // Gives tombstone nodes of `path` in [fetch.swa_first, heal_to) the
   // fetch's SWA KV (free SWA pages of their tier only).
   void HealFromL3(const std::vector<CacheNode*>& path, const L3Fetch& fetch, int heal_to);
@@ -561,6 +573,10 @@ class PrefixCache {
   L3Layouts l3_layouts_;
   int l3_write_through_hits_;
   int l3_write_through_from_pages_;  // 0: off
+  // Page hashes of paths near the bound still being written (oldest first;
+  // at most kMaxPendingL3Paths, the oldest given up beyond).
+  static constexpr size_t kMaxPendingL3Paths = 8;
+  std::deque<std::vector<uint64_t>> l3_pending_paths_;
   int page_size_;
   int window_;
   bool keep_tombstones_;

@@ -67,11 +67,7 @@ int64_t PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
 
 void PrefixCache::CountHit(CacheNode* end, int hit_end_page) {
   if (l3_ == nullptr || l3_write_through_hits_ <= 0) return;
-  WritePathToL3(end, hit_end_page, /*count_hit=*/true);
-}
-
-void PrefixCache::WritePathToL3(CacheNode* end, int end_page, bool count_hit) {
-  const int swa_from = WindowFirstPage(end_page, page_size_, window_);
+  const int swa_from = WindowFirstPage(hit_end_page, page_size_, window_);
   std::vector<CacheNode*> path;
   for (CacheNode* n = end; n != root_.get(); n = n->parent) path.push_back(n);
   // Root first: a write-behind store that drops puts when its queue is
@@ -80,13 +76,59 @@ void PrefixCache::WritePathToL3(CacheNode* end, int end_page, bool count_hit) {
   // finds the longest prefix it could.
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
     CacheNode* n = *it;
-    if (count_hit) {
-      if (n->hits < UINT32_MAX) ++n->hits;
-      if (n->hits < static_cast<uint32_t>(l3_write_through_hits_)) continue;
+    if (n->hits < UINT32_MAX) ++n->hits;
+    if (n->hits >= static_cast<uint32_t>(l3_write_through_hits_)) {
+      WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
     }
-    const int64_t written =
-        WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
-    if (!count_hit) stats_.l3_write_through_bound_pages.fetch_add(written, std::memory_order_relaxed);
+  }
+}
+
+bool PrefixCache::WritePathToL3(absl::Span<const uint64_t> path, int64_t* written) {
+  const int swa_from = WindowFirstPage(static_cast<int>(path.size()), page_size_, window_);
+  // Bytes WriteToL3 puts for the first `pages` pages of n (SWA KV only for
+  // pages at or past swa_from_page, of a live node).
+  auto need = [&](const CacheNode* n, int swa_from_page, int pages) {
+    const KvPools& pools = PoolsOf(n);
+    const int64_t fpb = pools.full().base() != nullptr ? pools.full().page_bytes() : 0;
+    const int64_t spb = pools.swa().base() != nullptr ? pools.swa().page_bytes() : 0;
+    int64_t b = n->l3_full ? 0 : pages * fpb;
+    if (!n->tombstone() && !n->l3_swa) {
+      b += std::max(0, pages - std::max(0, swa_from_page - n->start_page)) * spb;
+    }
+    return b;
+  };
+  CacheNode* node = root_.get();
+  size_t pos = 0;
+  while (pos < path.size()) {
+    auto it = node->children.find(path[pos]);
+    if (it == node->children.end()) return true;  // the rest left the tree
+    CacheNode* n = it->second.get();
+    const int k = CommonPages(n, path, pos);
+    if (k < n->pages()) n = Split(n, k);  // the path ends (or the tree's diverges) in it
+    const int swa_from_page = n->end_page() > swa_from ? swa_from : n->end_page();
+    const int64_t room = l3_->PutRoom();
+    if (need(n, swa_from_page, n->pages()) > room) {
+      // Write the pages that fit now (a node of their own); the rest later.
+      int fit = 0;
+      while (fit + 1 < n->pages() && need(n, swa_from_page, fit + 1) <= room) ++fit;
+      if (fit == 0) return false;
+      n = Split(n, fit);
+    }
+    *written += WriteToL3(n, swa_from_page, true);
+    if (!n->l3_full) return false;  // a load-back still copies into it: later
+    pos += n->pages();
+    node = n;
+  }
+  return true;
+}
+
+void PrefixCache::ContinueL3Writes() {
+  while (!l3_pending_paths_.empty()) {
+    int64_t written = 0;
+    const bool done = WritePathToL3(l3_pending_paths_.front(), &written);
+    stats_.l3_write_through_bound_pages.fetch_add(written, std::memory_order_relaxed);
+    if (!done) return;
+    l3_pending_paths_.pop_front();
   }
 }
 

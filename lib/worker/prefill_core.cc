@@ -560,6 +560,10 @@ void PrefillCore::Impl::Loop() {
       for (const auto& [id, r] : parked) {
         next_deadline = std::min(next_deadline, r->prefetch_deadline_ns);
       }
+      // Paced L3 writes of prompts near the bound go on while idle too.
+      if (options.cache != nullptr && options.cache->l3_writes_pending()) {
+        next_deadline = std::min(next_deadline, base::MonotonicNanos() + kL3WriteRetryNanos);
+      }
       absl::MutexLock lock(&mu);
       while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() &&
              fetched.empty() && copied.empty() && !runnable) {
@@ -579,6 +583,7 @@ void PrefillCore::Impl::Loop() {
       done_copies.swap(copied);
     }
     FinishCopied(done_copies);
+    if (options.cache != nullptr) options.cache->ContinueL3Writes();
     for (Fetched& f : done_fetches) OnFetched(f);
     ExpireParked(base::MonotonicNanos());
     for (auto& r : new_reqs) Accept(std::move(r));

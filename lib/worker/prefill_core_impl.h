@@ -238,6 +238,9 @@ struct PrefillCore::Impl {
   // Throughput (PrefillLoad::prefill_tokens_per_second): tokens and seconds
   // of the forward steps, each sum decayed by kRateDecay per step.
   static constexpr double kRateDecay = 0.9;
+  // How often an idle loop goes on with paced L3 writes
+  // (kv::PrefixCache::ContinueL3Writes).
+  static constexpr int64_t kL3WriteRetryNanos = 20'000'000;
   double rate_tokens = 0, rate_seconds = 0;
   // rate_tokens / rate_seconds, 0 before the first step (loop thread; the
   // same value PrefillLoad gets under `mu`).

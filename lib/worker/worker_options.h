@@ -49,9 +49,9 @@ struct WorkerOptions {
   std::string l3;
   int64_t l3_mib = 8192;
   // Bound of the L3 write-behind queue (kv::AsyncPageStore): page bytes
-  // copied for the store's thread; a put beyond it is dropped (counted).
-  // Raise it where prompts near a bucket's bound are written through at once
-  // (l3_write_through_near_bound) and a prompt's KV is larger.
+  // copied for the store's thread; a put beyond it is dropped (counted),
+  // except the writes near a bucket's bound (l3_write_through_near_bound),
+  // which wait for room (kv::PrefixCache::ContinueL3Writes).
   int64_t l3_queue_mib = 256;
   int64_t l3_write_through_hits = 2;
   // PrefixCacheOptions::l3_write_through_from_tokens as a fraction of

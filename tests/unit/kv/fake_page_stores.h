@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -15,9 +16,10 @@
 
 namespace swaserve::kv::testing {
 
-// Forwards every call to `inner_` (1 MiB); subclasses change Put.
+// Forwards every call to `inner_` (1 MiB by default); subclasses change Put.
 class ForwardingStore : public PageStore {
  public:
+  explicit ForwardingStore(int64_t capacity = 1 << 20) : inner_(capacity) {}
   absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
     return inner_.Put(k, b);
   }
@@ -26,7 +28,7 @@ class ForwardingStore : public PageStore {
   void Erase(const PageKey& k) override { inner_.Erase(k); }
   std::string_view backend() const override { return "fake"; }
   const PageStoreStats& stats() const override { return inner_.stats(); }
-  MemoryPageStore inner_{1 << 20};
+  MemoryPageStore inner_;
 };
 
 // Puts wait until Open(). Thread-safe.
@@ -55,6 +57,25 @@ class RecordingStore final : public ForwardingStore {
     return ForwardingStore::Put(k, b);
   }
   std::vector<uint64_t> order_;
+};
+
+// A store with a room for puts that the test sets (a write-behind queue's
+// free space, PutRoom): a put larger than what is left of it is dropped
+// (ResourceExhausted), as AsyncPageStore drops one. Not thread-safe.
+class RoomLimitedStore final : public ForwardingStore {
+ public:
+  explicit RoomLimitedStore(int64_t capacity) : ForwardingStore(capacity) {}
+  absl::Status Put(const PageKey& k, absl::Span<const uint8_t> b) override {
+    if (static_cast<int64_t>(b.size()) > room_) {
+      ++dropped_;
+      return absl::ResourceExhaustedError("no room");
+    }
+    room_ -= static_cast<int64_t>(b.size());
+    return ForwardingStore::Put(k, b);
+  }
+  int64_t PutRoom() const override { return room_; }
+  int64_t room_ = std::numeric_limits<int64_t>::max();
+  int64_t dropped_ = 0;
 };
 
 }  // namespace swaserve::kv::testing

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -29,6 +30,7 @@
 #include "lib/kv/page_pool.h"
 #include "lib/kv/prefix_cache.h"
 #include "lib/kv/sequence.h"
+#include "tests/unit/kv/fake_page_stores.h"
 
 namespace swaserve::kv {
 namespace {
@@ -112,7 +114,8 @@ class ContentHarness {
         // flushed whole: whatever comes back must be the writer's bytes.
         const int64_t page = static_cast<int64_t>(pools_->full().page_bytes()) +
                              MemoryPageStore::kEntryOverhead;
-        l3_ = std::make_unique<MemoryPageStore>(page * (8 + Rand(static_cast<int>(3 * o.full_pages))));
+        l3_ = std::make_unique<testing::RoomLimitedStore>(
+            page * (8 + Rand(static_cast<int>(3 * o.full_pages))));
         co.l3 = l3_.get();
         co.l3_write_through_hits = Rand(3);
         // Paths reaching a bound written through at insert, in half.
@@ -174,7 +177,7 @@ class ContentHarness {
 
   struct Counters {
     int64_t hit_tokens = 0, healed = 0, tombstoned = 0, evicted = 0, loaded_back = 0;
-    int64_t l3_attached = 0, l3_healed = 0, l3_at_bound = 0;
+    int64_t l3_attached = 0, l3_healed = 0, l3_at_bound = 0, l3_paced_pending = 0;
   };
   static Counters& counters() {
     static Counters c;
@@ -382,7 +385,15 @@ class ContentHarness {
 
   void EvictOp() {
     op_ = "evict";
-    if (l3_ != nullptr && Chance(2)) l3_->Flush();  // a flushed Redis
+    if (l3_ != nullptr && Chance(2)) l3_->inner_.Flush();  // a flushed Redis
+    if (l3_ != nullptr && Chance(30)) {
+      // A write-behind queue with little room left (or plenty): paced
+      // writes near the bound go on where they stopped, splitting nodes.
+      l3_->room_ = Chance(50) ? Rand(6) * static_cast<int64_t>(pools_->full().page_bytes())
+                              : std::numeric_limits<int64_t>::max();
+      cache_->ContinueL3Writes();
+      counters().l3_paced_pending += cache_->l3_writes_pending();
+    }
     cache_->Evict(Rand(6), Rand(6));
     absl::Status st = cache_->CheckInvariants();
     ASSERT_TRUE(st.ok()) << st;
@@ -394,7 +405,7 @@ class ContentHarness {
   const char* op_ = "";
   std::unique_ptr<KvPools> pools_;
   std::unique_ptr<KvPools> l2_;  // may be null
-  std::unique_ptr<MemoryPageStore> l3_;  // may be null
+  std::unique_ptr<testing::RoomLimitedStore> l3_;  // may be null
   std::unique_ptr<PrefixCache> cache_;
   std::vector<Tokens> prefixes_;
   std::vector<Tokens> finished_;
@@ -419,11 +430,12 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
       "verified %lld hit tokens byte by byte; %lld pages evicted, %lld "
       "tombstones, %lld SWA pages healed, %lld pages loaded back from L2, %lld pages "
       "attached from L3, %lld SWA pages healed from L3, %lld written to L3 at an insert "
-      "reaching the bound\n",
+      "reaching the bound (paths left pending %lld times)\n",
       static_cast<long long>(c.hit_tokens), static_cast<long long>(c.evicted),
       static_cast<long long>(c.tombstoned), static_cast<long long>(c.healed),
       static_cast<long long>(c.loaded_back), static_cast<long long>(c.l3_attached),
-      static_cast<long long>(c.l3_healed), static_cast<long long>(c.l3_at_bound));
+      static_cast<long long>(c.l3_healed), static_cast<long long>(c.l3_at_bound),
+      static_cast<long long>(c.l3_paced_pending));
   EXPECT_GT(c.hit_tokens, 10000);
   EXPECT_GT(c.evicted, 1000);
   EXPECT_GT(c.tombstoned, 100);
@@ -432,6 +444,7 @@ TEST_P(KvContentTest, HitsReturnTheInsertersBytes) {
   EXPECT_GT(c.l3_attached, 150);
   EXPECT_GT(c.l3_healed, 100);
   EXPECT_GT(c.l3_at_bound, 100);
+  EXPECT_GT(c.l3_paced_pending, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, KvContentTest,

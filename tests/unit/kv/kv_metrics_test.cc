@@ -144,6 +144,7 @@ TEST_F(KvMetricsTest, AWriteBehindL3ShowsItsQueueAndDrops) {
   EXPECT_EQ(l3.Put({3, 0}, page).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_dropped_total"), 1);
   EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_bytes"), 80);
+  EXPECT_EQ(l3.PutRoom(), 20);
   gate->Open();
   l3.Flush();
   EXPECT_EQ(Sample(registry, "swaserve_kv_l3_write_queue_bytes"), 0);

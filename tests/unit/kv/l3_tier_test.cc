@@ -34,6 +34,7 @@ using testing::Pattern;
 using testing::Shape;
 using testing::GatedStore;
 using testing::RecordingStore;
+using testing::RoomLimitedStore;
 
 TEST(MemoryPageStoreTest, BoundedLruAndFlush) {
   MemoryPageStore s(3 * (10 + MemoryPageStore::kEntryOverhead));
@@ -198,6 +199,42 @@ TEST_F(L3TierTest, APathReachingTheBoundIsWrittenThroughAtInsert) {
   Init(&l3, /*write_through_hits=*/0);
   EXPECT_EQ(FetchAttach(l3, eight), 8);
   EXPECT_EQ(VerifyHit(eight), 32);
+}
+
+// A path near the bound larger than the write-behind queue's room
+// (PutRoom) is written in pieces, root first, as the queue drains
+// (ContinueL3Writes), a node split where the room ends; nothing is dropped,
+// and another worker then finds the whole prompt.
+TEST_F(L3TierTest, APathLargerThanTheQueueIsWrittenAsItDrains) {
+  const int64_t full_page = 2 * 4 * 8 * 4;  // 2 layers x 4 tokens x (4 + 4) x f32
+  const int64_t swa_page = 3 * 4 * 8 * 4;   // 3 layers
+  RoomLimitedStore l3(1 << 20);
+  l3.room_ = 3 * full_page;
+  Init(&l3, /*write_through_hits=*/0, 16, 8, false, /*write_through_from_tokens=*/18);
+  const Hashes six = H(1, 6);
+  Insert(six);  // [0, 4) tombstone, [4, 6) live: 6 full + 2 SWA pages
+  EXPECT_EQ(cache_->stats().l3_write_through_bound_pages.load(), 3) << "3 pages fit";
+  EXPECT_TRUE(cache_->l3_writes_pending());
+  cache_->ContinueL3Writes();  // no room yet: nothing
+  EXPECT_EQ(cache_->stats().l3_write_through_bound_pages.load(), 3);
+  // The queue drains by 3 full pages' bytes at a time: page 3, then pages 4
+  // and 5 with their SWA KV (a full + a SWA page each) one per round.
+  std::vector<int64_t> written;
+  while (cache_->l3_writes_pending() && written.size() < 10) {
+    l3.room_ = 3 * full_page;
+    cache_->ContinueL3Writes();
+    Check();
+    written.push_back(cache_->stats().l3_write_through_bound_pages.load());
+  }
+  EXPECT_EQ(written, (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_LE(full_page + swa_page, 3 * full_page) << "the test's sizes";
+  EXPECT_FALSE(cache_->l3_writes_pending());
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2);
+  EXPECT_EQ(cache_->stats().l3_write_errors.load(), 0);
+  EXPECT_EQ(l3.dropped_, 0);
+  Init(&l3, /*write_through_hits=*/0);  // another worker on the same store
+  EXPECT_EQ(FetchAttach(l3, six), 6);
+  EXPECT_EQ(VerifyHit(six), 24);
 }
 
 // A path is written root first (a write-behind queue that overflows drops
