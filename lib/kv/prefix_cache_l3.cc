@@ -104,8 +104,17 @@ bool PrefixCache::WritePathToL3(absl::Span<const uint64_t> path, int64_t* writte
     if (it == node->children.end()) return true;  // the rest left the tree
     CacheNode* n = it->second.get();
     const int k = CommonPages(n, path, pos);
+    const int end = n->start_page + k;
+    const int swa_from_page = end > swa_from ? swa_from : end;
+    const bool swa_to_write =
+        !n->tombstone() && !n->l3_swa && k > std::max(0, swa_from_page - n->start_page);
+    if (n->l3_full && !swa_to_write) {  // its part of the path is written
+      if (k < n->pages()) return true;
+      pos += k;
+      node = n;
+      continue;
+    }
     if (k < n->pages()) n = Split(n, k);  // the path ends (or the tree's diverges) in it
-    const int swa_from_page = n->end_page() > swa_from ? swa_from : n->end_page();
     const int64_t room = l3_->PutRoom();
     if (need(n, swa_from_page, n->pages()) > room) {
       // Write the pages that fit now (a node of their own); the rest later.
