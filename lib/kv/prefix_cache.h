@@ -184,7 +184,9 @@ struct PrefixCacheOptions {
   uint64_t l3_model_identity = 0;
   // Write-through: a node's pages are written to L3 once it has been on
   // this many hits' paths, so hot prefixes survive a restart before they
-  // are ever evicted. 0: write-back only (pages leaving the tree). Default 2.
+  // are ever evicted; a node the store has no room for (PutRoom), and the
+  // path below it, waits for a later hit. 0: write-back only (pages
+  // leaving the tree). Default 2.
   int l3_write_through_hits = 2;
   // Write-through of long prompts at once: an Insert whose path reaches at
   // least this many tokens writes that whole path to L3 (the nodes not yet
@@ -530,6 +532,9 @@ class PrefixCache {
   // pages from absolute page swa_from_page on (once) into L3; returns the
   // full pages it put.
   int64_t WriteToL3(CacheNode* node, int swa_from_page, bool through);
+  // Bytes WriteToL3(node, swa_from_page) would put for the node's first
+  // `pages` pages (what it has not written yet).
+  int64_t L3WriteBytes(const CacheNode* node, int swa_from_page, int pages) const;
   // Write-through accounting for the nodes of a hit's path.
   void CountHit(CacheNode* end, int hit_end_page);
   // Writes as much of `path` (page hashes from the root) to L3 as PutRoom

@@ -74,29 +74,36 @@ void PrefixCache::CountHit(CacheNode* end, int hit_end_page) {
   // full (AsyncPageStore) then keeps the path's head, and a fetch, which
   // reads from the first page on and stops at the first missing one, still
   // finds the longest prefix it could.
+  // A node the store has no room for now (a full write-behind queue) is
+  // not written, nor any below it: a later hit writes them, instead of
+  // puts that would be dropped.
+  bool room = true;
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
     CacheNode* n = *it;
     if (n->hits < UINT32_MAX) ++n->hits;
-    if (n->hits >= static_cast<uint32_t>(l3_write_through_hits_)) {
-      WriteToL3(n, n == end || n->end_page() > swa_from ? swa_from : n->end_page(), true);
+    if (!room || n->hits < static_cast<uint32_t>(l3_write_through_hits_)) continue;
+    const int swa_from_page = n == end || n->end_page() > swa_from ? swa_from : n->end_page();
+    if (L3WriteBytes(n, swa_from_page, n->pages()) > l3_->PutRoom()) {
+      room = false;
+      continue;
     }
+    WriteToL3(n, swa_from_page, true);
   }
+}
+
+int64_t PrefixCache::L3WriteBytes(const CacheNode* n, int swa_from_page, int pages) const {
+  const KvPools& pools = PoolsOf(n);
+  const int64_t fpb = pools.full().base() != nullptr ? pools.full().page_bytes() : 0;
+  const int64_t spb = pools.swa().base() != nullptr ? pools.swa().page_bytes() : 0;
+  int64_t b = n->l3_full ? 0 : pages * fpb;
+  if (!n->tombstone() && !n->l3_swa) {
+    b += std::max(0, pages - std::max(0, swa_from_page - n->start_page)) * spb;
+  }
+  return b;
 }
 
 bool PrefixCache::WritePathToL3(absl::Span<const uint64_t> path, int64_t* written) {
   const int swa_from = WindowFirstPage(static_cast<int>(path.size()), page_size_, window_);
-  // Bytes WriteToL3 puts for the first `pages` pages of n (SWA KV only for
-  // pages at or past swa_from_page, of a live node).
-  auto need = [&](const CacheNode* n, int swa_from_page, int pages) {
-    const KvPools& pools = PoolsOf(n);
-    const int64_t fpb = pools.full().base() != nullptr ? pools.full().page_bytes() : 0;
-    const int64_t spb = pools.swa().base() != nullptr ? pools.swa().page_bytes() : 0;
-    int64_t b = n->l3_full ? 0 : pages * fpb;
-    if (!n->tombstone() && !n->l3_swa) {
-      b += std::max(0, pages - std::max(0, swa_from_page - n->start_page)) * spb;
-    }
-    return b;
-  };
   CacheNode* node = root_.get();
   size_t pos = 0;
   while (pos < path.size()) {
@@ -116,10 +123,10 @@ bool PrefixCache::WritePathToL3(absl::Span<const uint64_t> path, int64_t* writte
     }
     if (k < n->pages()) n = Split(n, k);  // the path ends (or the tree's diverges) in it
     const int64_t room = l3_->PutRoom();
-    if (need(n, swa_from_page, n->pages()) > room) {
+    if (L3WriteBytes(n, swa_from_page, n->pages()) > room) {
       // Write the pages that fit now (a node of their own); the rest later.
       int fit = 0;
-      while (fit + 1 < n->pages() && need(n, swa_from_page, fit + 1) <= room) ++fit;
+      while (fit + 1 < n->pages() && L3WriteBytes(n, swa_from_page, fit + 1) <= room) ++fit;
       if (fit == 0) return false;
       n = Split(n, fit);
     }

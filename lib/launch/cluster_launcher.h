@@ -67,9 +67,9 @@ struct ClusterSpec {
   // (maxmemory, allkeys-lru), which every prefill worker uses as its L3 KV
   // tier (--kv.l3=redis:...): KV pages a worker wrote there (after 2 hits,
   // near its bucket's bound at once, or leaving its cache) are found by the
-  // others, so an agent's prompt that
-  // grows into the next length bucket, or a restarted worker, gets its
-  // prefix back instead of recomputing it (bench/cluster/agent_session.sh).
+  // others, so an agent's prompt that grows into the next length bucket, or
+  // a restarted worker, gets its prefix back instead of recomputing it
+  // (bench/cluster/agent_session.sh).
   // Its own server, not `redis`: evicting pages must never evict the
   // registry. 0 (the default here; `swaserve up` starts one of 1024 MiB):
   // none.

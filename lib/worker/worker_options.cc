@@ -39,8 +39,8 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "redis:<host:port> (shared; its own Redis with allkeys-lru); empty: none")
       .Add(key("kv.l3_mib"), &o->l3_mib, "bound of a file: L3 store (MiB)")
       .Add(key("kv.l3_queue_mib"), &o->l3_queue_mib,
-           "bound of the L3 write-behind queue (MiB of page copies); puts beyond it are "
-           "dropped (swaserve_kv_l3_write_queue_dropped_total)")
+           "bound of the L3 write-behind queue (MiB of page copies): write-through waits for "
+           "room, a write-back beyond it is dropped (swaserve_kv_l3_write_queue_dropped_total)")
       .Add(key("kv.l3_write_through_hits"), &o->l3_write_through_hits,
            "write a prefix-cache node to L3 once it was on this many hits' paths (0: only "
            "write back what leaves L2)")

@@ -49,9 +49,10 @@ struct WorkerOptions {
   std::string l3;
   int64_t l3_mib = 8192;
   // Bound of the L3 write-behind queue (kv::AsyncPageStore): page bytes
-  // copied for the store's thread; a put beyond it is dropped (counted),
-  // except the writes near a bucket's bound (l3_write_through_near_bound),
-  // which wait for room (kv::PrefixCache::ContinueL3Writes).
+  // copied for the store's thread. Write-through waits for room (near a
+  // bucket's bound: kv::PrefixCache::ContinueL3Writes; after hits: a later
+  // hit); a write-back of pages leaving the cache beyond it is dropped
+  // (counted).
   int64_t l3_queue_mib = 256;
   int64_t l3_write_through_hits = 2;
   // PrefixCacheOptions::l3_write_through_from_tokens as a fraction of

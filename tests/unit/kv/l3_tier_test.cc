@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -235,6 +236,28 @@ TEST_F(L3TierTest, APathLargerThanTheQueueIsWrittenAsItDrains) {
   Init(&l3, /*write_through_hits=*/0);  // another worker on the same store
   EXPECT_EQ(FetchAttach(l3, six), 6);
   EXPECT_EQ(VerifyHit(six), 24);
+}
+
+// Write-through after N hits with no room in the store (a full write-behind
+// queue): nothing is put (nothing dropped), and a later hit with room
+// writes the path.
+TEST_F(L3TierTest, AHitsWriteThroughWaitsForRoomInsteadOfDropping) {
+  RoomLimitedStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/1);
+  const Hashes a = H(1, 4);
+  Insert(a);
+  l3.room_ = 0;
+  VerifyHit(a);
+  EXPECT_EQ(cache_->stats().l3_written_pages.load(), 0);
+  EXPECT_EQ(l3.dropped_, 0);
+  l3.room_ = std::numeric_limits<int64_t>::max();
+  VerifyHit(a);
+  EXPECT_EQ(cache_->stats().l3_write_through_pages.load(), 4);
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2);
+  EXPECT_EQ(l3.dropped_, 0);
+  Init(&l3, /*write_through_hits=*/0);  // another worker on the same store
+  EXPECT_EQ(FetchAttach(l3, a), 4);
+  EXPECT_EQ(VerifyHit(a), 16);
 }
 
 // A path is written root first (a write-behind queue that overflows drops
