@@ -126,6 +126,14 @@ class L3Harness {
     return attached;
   }
 
+  // Another worker on the same store (a fresh cache, no write-through)
+  // fetches every page of `h` from `l3` and hits all of it, byte for byte.
+  void ExpectAnotherWorkerFindsAll(PageStore& l3, const Hashes& h) {
+    Init(&l3, /*write_through_hits=*/0);
+    EXPECT_EQ(FetchAttach(l3, h), static_cast<int>(h.size()));
+    EXPECT_EQ(VerifyHit(h), static_cast<int>(h.size()) * 4);
+  }
+
   // Locks the hit of `h` and checks every byte it reads against the
   // writer's; returns the hit's length in tokens.
   int VerifyHit(const Hashes& h) {

@@ -197,9 +197,7 @@ TEST_F(L3TierTest, APathReachingTheBoundIsWrittenThroughAtInsert) {
   EXPECT_EQ(cache_->stats().l3_write_through_bound_pages.load(), 8);
   EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 4);
   // Another worker sharing the store (a fresh cache) finds the whole prompt.
-  Init(&l3, /*write_through_hits=*/0);
-  EXPECT_EQ(FetchAttach(l3, eight), 8);
-  EXPECT_EQ(VerifyHit(eight), 32);
+  ExpectAnotherWorkerFindsAll(l3, eight);
 }
 
 // A path near the bound larger than the write-behind queue's room
@@ -233,9 +231,7 @@ TEST_F(L3TierTest, APathLargerThanTheQueueIsWrittenAsItDrains) {
   EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2);
   EXPECT_EQ(cache_->stats().l3_write_errors.load(), 0);
   EXPECT_EQ(l3.dropped_, 0);
-  Init(&l3, /*write_through_hits=*/0);  // another worker on the same store
-  EXPECT_EQ(FetchAttach(l3, six), 6);
-  EXPECT_EQ(VerifyHit(six), 24);
+  ExpectAnotherWorkerFindsAll(l3, six);
 }
 
 // Write-through after N hits with no room in the store (a full write-behind
@@ -255,9 +251,7 @@ TEST_F(L3TierTest, AHitsWriteThroughWaitsForRoomInsteadOfDropping) {
   EXPECT_EQ(cache_->stats().l3_write_through_pages.load(), 4);
   EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2);
   EXPECT_EQ(l3.dropped_, 0);
-  Init(&l3, /*write_through_hits=*/0);  // another worker on the same store
-  EXPECT_EQ(FetchAttach(l3, a), 4);
-  EXPECT_EQ(VerifyHit(a), 16);
+  ExpectAnotherWorkerFindsAll(l3, a);
 }
 
 // A path is written root first (a write-behind queue that overflows drops
