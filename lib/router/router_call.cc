@@ -102,6 +102,8 @@ class Router::Call : public std::enable_shared_from_this<Router::Call> {
   // The last chunk (finish reason, usage) when every token was sent before
   // the decode worker died.
   absl::Status FinishLocally();
+  // The request's MTP draft tokens, proposed and accepted, over its legs.
+  void SetDraftUsage(v1::Usage* u) const;
   void Complete(absl::Status st);
 
   // What the request waits for now (a string literal) and since when:
@@ -374,6 +376,8 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
   }
   *out.mutable_logprobs() = chunk.logprobs();
   r_.completion_tokens += static_cast<uint32_t>(chunk.token_ids_size());
+  r_.leg_draft_tokens = chunk.draft_tokens();
+  r_.leg_accepted_draft_tokens = chunk.accepted_draft_tokens();
   const int64_t now = NowNanos();
   if (chunk.token_ids_size() > 0) {
     if (r_.first_token_ns == 0) r_.first_token_ns = now;
@@ -390,6 +394,7 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
     // what it reused of the client's prompt is at most the prompt.
     u->set_cached_tokens(std::min(u->cached_tokens(), r_.prompt_tokens));
     r_.cached_tokens = u->cached_tokens();
+    SetDraftUsage(u);
     leg->finished = true;
   }
   out.set_text(std::move(piece));
@@ -585,6 +590,11 @@ absl::Status Router::Call::Migrate(const Outcome& o) {
   r.sampling.set_max_tokens(r.max_tokens - r.completion_tokens);
   r.excluded_decode.insert(o.exclusion_key);
   ++r.migrations;
+  // The dead leg's drafts count up to its last chunk.
+  r.draft_tokens_before += r.leg_draft_tokens;
+  r.accepted_draft_tokens_before += r.leg_accepted_draft_tokens;
+  r.leg_draft_tokens = 0;
+  r.leg_accepted_draft_tokens = 0;
   SWA_LOG(warn, "request {}: decode worker {} {} after {} tokens; migrating ({} tokens re-sent)",
           r.id, o.worker, o.draining ? "is draining" : "failed", r.completion_tokens, sent);
   absl::StatusOr<int> bucket =
@@ -600,6 +610,11 @@ absl::Status Router::Call::Migrate(const Outcome& o) {
   return absl::OkStatus();
 }
 
+void Router::Call::SetDraftUsage(v1::Usage* u) const {
+  u->set_draft_tokens(r_.draft_tokens_before + r_.leg_draft_tokens);
+  u->set_accepted_draft_tokens(r_.accepted_draft_tokens_before + r_.leg_accepted_draft_tokens);
+}
+
 absl::Status Router::Call::FinishLocally() {
   v1::GenerateResponse out;
   out.set_request_id(r_.id);
@@ -609,6 +624,7 @@ absl::Status Router::Call::FinishLocally() {
   u->set_prompt_tokens(r_.prompt_tokens);
   u->set_completion_tokens(r_.completion_tokens);
   u->set_cached_tokens(r_.cached_tokens);
+  SetDraftUsage(u);
   if (!sink_->Write(out)) return absl::CancelledError("client went away");
   return absl::OkStatus();
 }

@@ -75,6 +75,13 @@ struct Router::Request {
   std::vector<uint32_t> generated;
   size_t generated_in_tokens = 0;
   int migrations = 0;
+  // MTP draft tokens proposed / accepted: of the legs before a migration,
+  // and of the current leg as its last chunk said (TokenChunk's are
+  // cumulative per leg).
+  uint32_t draft_tokens_before = 0;
+  uint32_t accepted_draft_tokens_before = 0;
+  uint32_t leg_draft_tokens = 0;
+  uint32_t leg_accepted_draft_tokens = 0;
   // Detokenization across legs (a migrated stream continues mid-text).
   std::unique_ptr<TextStream> text;
 };

@@ -41,6 +41,9 @@ struct Req {
   DraftWork draft;
   std::vector<uint32_t> step_tokens;
   int k = 0;  // drafts this step
+  // Draft tokens verified so far, and accepted (TokenEvent).
+  int drafted = 0;
+  int accepted = 0;
 };
 
 struct Metrics {
@@ -226,6 +229,8 @@ void DecodeCore::Impl::Emit(Req& r, std::vector<model::SampledToken> tokens,
   e.prompt_tokens = static_cast<int>(r.job.prompt.size());
   e.generated_tokens = static_cast<int>(r.generated.size());
   e.cached_tokens = r.job.cached_tokens;
+  e.draft_tokens = r.drafted;
+  e.accepted_draft_tokens = r.accepted;
   if (m.generated != nullptr) m.generated->Increment(static_cast<double>(e.tokens.size()));
   r.job.sink(e);
 }
@@ -606,6 +611,8 @@ bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
     }
     if (accepted == r.k) toks.push_back(r.sampler->Sample(row(r.k)));
     r.mtp->Observe(r.k, accepted);
+    r.drafted += r.k;
+    r.accepted += accepted;
     mtp_steps.fetch_add(1, std::memory_order_relaxed);
     mtp_drafted.fetch_add(r.k, std::memory_order_relaxed);
     mtp_accepted.fetch_add(accepted, std::memory_order_relaxed);
@@ -774,6 +781,12 @@ absl::StatusOr<std::unique_ptr<DecodeCore>> DecodeCore::Create(const DecodeCoreO
       impl->vocab = std::make_unique<DraftVocabulary>(vocab, n, options.mtp.draft_vocab_first_tokens,
                                                       options.mtp.max_draft_vocab_interval);
     }
+  }
+  {
+    const size_t V = static_cast<size_t>(options.engine->config().vocab_size);
+    const size_t batch = static_cast<size_t>(std::max(1, options.max_batch_size));
+    impl->out.logits.reserve(batch * static_cast<size_t>(impl->mtp_layers + 1) * V);
+    if (impl->drafter != nullptr) impl->drafter->Reserve(options.max_batch_size);
   }
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->Loop(); });

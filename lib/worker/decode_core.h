@@ -53,6 +53,9 @@ struct TokenEvent {
   int prompt_tokens = 0;
   int generated_tokens = 0;  // so far, including these
   int cached_tokens = 0;     // as reported by prefill
+  // MTP draft tokens so far, proposed and accepted (including these).
+  int draft_tokens = 0;
+  int accepted_draft_tokens = 0;
 };
 using TokenSink = std::function<void(const TokenEvent&)>;
 
@@ -80,6 +83,10 @@ struct DecodeCoreOptions {
   kv::KvPools* pools = nullptr;
   // For stop strings; may be null.
   const model::Tokenizer* tokenizer = nullptr;
+  // Requests in the batch at most. The verify logits for that many
+  // requests (max_batch_size × (draft tokens + 1) rows of the vocabulary,
+  // f32) are allocated at Create, so the worker's memory does not creep up
+  // as it meets larger batches (tests/e2e's leak check reads it).
   int max_batch_size = 32;
   // Tokens of a preempted request's recompute per decode iteration.
   int recompute_chunk = 512;

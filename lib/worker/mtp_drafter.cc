@@ -205,6 +205,11 @@ absl::StatusOr<bool> DraftVocabulary::MaybeRebuild(const model::Engine& engine) 
   return true;
 }
 
+void MtpDrafter::Reserve(int max_requests) {
+  const size_t V = static_cast<size_t>(engine_->config().vocab_size);
+  out_.logits.reserve(static_cast<size_t>(std::max(0, max_requests)) * V);
+}
+
 absl::Status MtpDrafter::Run(absl::Span<DraftWork* const> work, const model::DraftHead* head) {
   const model::ModelConfig& c = engine_->config();
   const int H = c.hidden_size;

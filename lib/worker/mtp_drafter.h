@@ -294,6 +294,9 @@ class MtpDrafter {
  public:
   // `engine` is not owned and must outlive the drafter.
   explicit MtpDrafter(EngineLock* engine) : engine_(engine) {}
+  // Allocates the logits for `max_requests` drafts per layer at once, so
+  // that the drafter's memory does not grow with the batches it meets.
+  void Reserve(int max_requests);
   // `head`: the draft vocabulary (null: the whole vocabulary).
   absl::Status Run(absl::Span<DraftWork* const> work, const model::DraftHead* head = nullptr);
 

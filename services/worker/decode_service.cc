@@ -154,6 +154,8 @@ void StreamState::OnTokens(const worker::TokenEvent& e) {
     chunk->add_token_ids(t.token);
     if (want_logprobs) *chunk->add_logprobs() = worker::ToProto(t);
   }
+  chunk->set_draft_tokens(static_cast<uint32_t>(e.draft_tokens));
+  chunk->set_accepted_draft_tokens(static_cast<uint32_t>(e.accepted_draft_tokens));
   const bool last = e.finish != worker::FinishReason::kNone;
   if (last) {
     chunk->set_finish_reason(worker::ToProto(e.finish));
@@ -161,6 +163,8 @@ void StreamState::OnTokens(const worker::TokenEvent& e) {
     u->set_prompt_tokens(e.prompt_tokens);
     u->set_completion_tokens(e.generated_tokens);
     u->set_cached_tokens(e.cached_tokens);
+    u->set_draft_tokens(static_cast<uint32_t>(e.draft_tokens));
+    u->set_accepted_draft_tokens(static_cast<uint32_t>(e.accepted_draft_tokens));
     if (prefill_queue_seconds >= 0) u->set_prefill_queue_seconds(prefill_queue_seconds);
     if (s.streams_ok != nullptr) s.streams_ok->Increment();
   }

@@ -31,19 +31,13 @@ struct GrpcResult {
   double seconds = 0;  // request start to stream end
 };
 
-// Greedy, ignore_eos; `on_tokens` gets the token count after each message.
-inline GrpcResult GenerateIds(v1::Router::Stub& stub,
-                              const std::vector<uint32_t>& prompt,
-                              int max_tokens,
-                              std::function<void(int)> on_tokens = nullptr,
-                              int deadline_seconds = 120) {
+// Sends `g` and collects its stream; `on_tokens` gets the token count after
+// each message.
+inline GrpcResult Generate(v1::Router::Stub& stub, const v1::GenerateRequest& g,
+                           std::function<void(int)> on_tokens = nullptr,
+                           int deadline_seconds = 120) {
   GrpcResult r;
   const auto t0 = std::chrono::steady_clock::now();
-  v1::GenerateRequest g;
-  g.set_model("tiny");
-  g.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
-  g.mutable_sampling()->set_max_tokens(max_tokens);
-  g.mutable_sampling()->set_ignore_eos(true);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::seconds(deadline_seconds));
@@ -59,6 +53,20 @@ inline GrpcResult GenerateIds(v1::Router::Stub& stub,
   r.status = stream->Finish();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// Greedy, ignore_eos, token ids in (model "tiny": the local cluster's name).
+inline GrpcResult GenerateIds(v1::Router::Stub& stub,
+                              const std::vector<uint32_t>& prompt,
+                              int max_tokens,
+                              std::function<void(int)> on_tokens = nullptr,
+                              int deadline_seconds = 120) {
+  v1::GenerateRequest g;
+  g.set_model("tiny");
+  g.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  g.mutable_sampling()->set_max_tokens(max_tokens);
+  g.mutable_sampling()->set_ignore_eos(true);
+  return Generate(stub, g, std::move(on_tokens), deadline_seconds);
 }
 
 // The e2e replay of the shared conversation trace, scaled for the tiny

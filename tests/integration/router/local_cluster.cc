@@ -24,19 +24,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
   absl::StatusOr<std::string> dir = base::MakeTempDir("local-cluster");
   if (!dir.ok()) return dir.status();
   std::unique_ptr<LocalCluster> c(new LocalCluster(options, *dir));
-  c->model_dir_ = *dir + "/model";
-  std::string out;
-  absl::StatusOr<int> rc = base::RunCommand(
-      [&] {
-        std::vector<std::string> argv = {options.cli_bin, "make-model", "--shape=tiny",
-                                         "--out=" + c->model_dir_};
-        argv.insert(argv.end(), options.model_flags.begin(), options.model_flags.end());
-        return argv;
-      }(),
-      &out,
-      absl::Seconds(120));
-  if (!rc.ok()) return rc.status();
-  if (*rc != 0) return absl::InternalError(absl::StrCat("make-model failed: ", out));
+  c->model_dir_ = options.model_dir.empty() ? *dir + "/model" : options.model_dir;
+  if (options.model_dir.empty()) {
+    std::vector<std::string> argv = {options.cli_bin, "make-model", "--shape=tiny",
+                                     "--out=" + c->model_dir_};
+    argv.insert(argv.end(), options.model_flags.begin(), options.model_flags.end());
+    std::string out;
+    absl::StatusOr<int> rc = base::RunCommand(argv, &out, absl::Seconds(120));
+    if (!rc.ok()) return rc.status();
+    if (*rc != 0) return absl::InternalError(absl::StrCat("make-model failed: ", out));
+  }
   absl::StatusOr<std::unique_ptr<cluster::testing::RedisServer>> redis =
       cluster::testing::RedisServer::Start();
   if (!redis.ok()) return redis.status();

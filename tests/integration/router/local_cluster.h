@@ -43,11 +43,14 @@ struct LocalClusterOptions {
   // encoder binary (StartEncoder).
   std::vector<std::string> model_flags;
   std::string encoder_bin;  // swaserve-encoder
+  // A model directory every process serves as it is (e.g. models/demo);
+  // empty (default): make-model makes a tiny random one with model_flags.
+  std::string model_dir;
 };
 
 class LocalCluster {
  public:
-  // Makes the model and starts redis-server.
+  // Makes the model (unless options.model_dir) and starts redis-server.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Create(const LocalClusterOptions& options);
   ~LocalCluster();
 

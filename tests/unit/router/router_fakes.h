@@ -192,11 +192,17 @@ class FakeDecodeCall {
     ++sent_;
     v1::TokenChunk* c = msg->mutable_tokens();
     c->add_token_ids(t);
+    // MTP drafts so far on this stream, as a drafting worker reports them:
+    // 2 per token, 1 accepted.
+    c->set_draft_tokens(2 * sent_);
+    c->set_accepted_draft_tokens(sent_);
     if (sent_ >= static_cast<int>(req_.sampling().max_tokens())) {
       c->set_finish_reason(v1::FINISH_REASON_LENGTH);
       c->mutable_usage()->set_prompt_tokens(req_.prompt_token_ids_size());
       c->mutable_usage()->set_completion_tokens(sent_);
       c->mutable_usage()->set_cached_tokens(cached_);
+      c->mutable_usage()->set_draft_tokens(2 * sent_);
+      c->mutable_usage()->set_accepted_draft_tokens(sent_);
       done_ = true;
     }
     return true;

@@ -214,6 +214,8 @@ TEST_F(RouterLegsTest, BothLegsSucceedAndTheStreamCarriesUsage) {
   EXPECT_EQ(sink.usage.prompt_tokens(), 100u);
   EXPECT_EQ(sink.usage.completion_tokens(), 6u);
   EXPECT_EQ(sink.usage.cached_tokens(), 32u);
+  EXPECT_EQ(sink.usage.draft_tokens(), 12u);  // the fake decode worker drafts 2 per token
+  EXPECT_EQ(sink.usage.accepted_draft_tokens(), 6u);
   EXPECT_EQ(PrefillWorkersCalled(), std::vector<std::string>({"p2"}));
   EXPECT_EQ(source_->successes("p2"), 1);
   EXPECT_EQ(Metric("swaserve_router_decisions_total{leg=\"prefill\",reason=\"cache_affinity\"}"), 1);
@@ -398,6 +400,9 @@ TEST_F(RouterLegsTest, ADecodeWorkerDyingMidStreamMigratesWithIdenticalOutput) {
   EXPECT_EQ(sink.tokens, Expected(req));  // as if uninterrupted
   EXPECT_EQ(sink.usage.prompt_tokens(), 64u);
   EXPECT_EQ(sink.usage.completion_tokens(), 10u);
+  // The drafts of both legs: 4 tokens' on d1 (to its last chunk), 6 after.
+  EXPECT_EQ(sink.usage.draft_tokens(), 20u);
+  EXPECT_EQ(sink.usage.accepted_draft_tokens(), 10u);
   EXPECT_EQ(Metric("swaserve_router_migrations_total{reason=\"worker_lost\"}"), 1);
   // The continuation's prompt is the client's prompt plus the 4 tokens sent,
   // for the 6 tokens left.

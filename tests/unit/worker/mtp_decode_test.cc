@@ -39,6 +39,10 @@ struct Outcome {
   FinishReason finish = FinishReason::kNone;
   absl::Status error;
   int cached = 0;
+  // TokenEvent's MTP counts as the last event said (cumulative).
+  int drafted = 0;
+  int accepted = 0;
+  bool counts_monotone = true;
 };
 
 // Raw bytes of token t's KV in one layer (K then V).
@@ -115,6 +119,10 @@ class MtpPipeline : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       Outcome& o = out_[id];
       for (const auto& t : e.tokens) o.tokens.push_back(t.token);
+      o.counts_monotone &= e.draft_tokens >= o.drafted && e.accepted_draft_tokens >= o.accepted &&
+                           e.accepted_draft_tokens <= e.draft_tokens;
+      o.drafted = e.draft_tokens;
+      o.accepted = e.accepted_draft_tokens;
       if (e.finish != FinishReason::kNone) {
         o.finish = e.finish;
         o.error = e.error;
@@ -315,13 +323,22 @@ TEST_F(MtpPipeline, GreedyEqualsTheReferenceWithMixedDraftLengthsAndPrefixHits) 
       Submit(absl::StrCat("r", i), p, max_tokens.back(), s);
     }
     WaitFinished(24);
+    int64_t drafted = 0, accepted = 0;
     for (int i = 0; i < 24; ++i) {
       SCOPED_TRACE(absl::StrCat("request ", i));
       const Outcome o = Get(absl::StrCat("r", i));
       ASSERT_TRUE(o.error.ok()) << o.error;
       EXPECT_EQ(o.tokens, testing::ReferenceGreedy(prompts[i], max_tokens[i]));
+      // Each request's own draft counts (what usage reports), preemptions
+      // and all: cumulative, none where it asked for no drafts.
+      EXPECT_TRUE(o.counts_monotone);
+      if (i % 4 == 3) EXPECT_EQ(o.drafted, 0);
+      drafted += o.drafted;
+      accepted += o.accepted;
     }
     const DecodeLoad l = decode_->GetLoad();
+    EXPECT_EQ(drafted, l.mtp_drafted_total);
+    EXPECT_EQ(accepted, l.mtp_accepted_total);
     EXPECT_GT(l.mtp_steps_total, 50);
     EXPECT_GT(l.mtp_drafted_total, l.mtp_steps_total);  // 2 drafts per step mostly
     if (full_pages == 48) {
