@@ -166,6 +166,12 @@ absl::StatusOr<v1::MultimodalItem> MediaResolver::ResolveOne(
   if (item.modality() == v1::MODALITY_UNSPECIFIED || !v1::Modality_IsValid(item.modality())) {
     return bad("modality must be image, audio or video");
   }
+  if (options_.modalities.has_value() &&
+      std::find(options_.modalities->begin(), options_.modalities->end(), item.modality()) ==
+          options_.modalities->end()) {
+    return bad(absl::StrCat("model ", model, " accepts no ", modality, " input (its checkpoint has no ",
+                            item.modality() == v1::MODALITY_AUDIO ? "audio" : "vision", " tower)"));
+  }
   v1::MultimodalItem out;
   out.set_modality(item.modality());
   out.set_mime_type(item.mime_type());
@@ -319,6 +325,25 @@ absl::StatusOr<MediaTokenIds> MediaTokenIdsFor(const std::string& model_dir,
   ASSIGN_OR_RETURN(ids.video, pick({"video_token_id"}, base::kVideoMarker));
   ASSIGN_OR_RETURN(ids.audio, pick({"audio_token_id", "audio_token_index"}, base::kAudioMarker));
   return ids;
+}
+
+absl::StatusOr<std::vector<v1::Modality>> ModalitiesFor(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  auto has = [&](const char* key) {
+    const auto it = config.find(key);
+    return it != config.end() && !it->is_null();
+  };
+  std::vector<v1::Modality> out;
+  if (has("vision_config")) {
+    out.push_back(v1::MODALITY_IMAGE);
+    out.push_back(v1::MODALITY_VIDEO);
+  }
+  if (has("audio_config")) out.push_back(v1::MODALITY_AUDIO);
+  return out;
 }
 
 const std::vector<std::string>& MediaMarkers() {

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,10 @@ struct MediaOptions {
   // Deadline of one Encode call (also bounded by the request's). Default 120 s.
   absl::Duration encode_timeout = absl::Seconds(120);
   cluster::HashRingOptions ring;
+  // The modalities the model accepts (ModalitiesFor its checkpoint); an
+  // item of another is InvalidArgument naming the missing tower.
+  // nullopt (default): any (the encoders decide).
+  std::optional<std::vector<v1::Modality>> modalities;
   // Client per encoder; default: gRPC to its grpc_address.
   std::function<absl::StatusOr<std::shared_ptr<EncoderClient>>(const cluster::WorkerInfo&)>
       client_factory;
@@ -109,6 +114,10 @@ class MediaResolver {
       absl::Span<const v1::MultimodalItem> items, absl::Span<const cluster::WorkerInfo> encoders,
       const std::string& model, const std::string& request_id, absl::Time deadline,
       bool force_inline = false);
+  // MediaOptions::modalities.
+  const std::optional<std::vector<v1::Modality>>& modalities() const {
+    return options_.modalities;
+  }
 
  private:
   struct Metrics;
@@ -147,6 +156,12 @@ struct MediaTokenIds {
 // always replaced). NotFound / InvalidArgument for an unreadable config.
 absl::StatusOr<MediaTokenIds> MediaTokenIdsFor(const std::string& model_dir,
                                                const model::Tokenizer& tokenizer);
+
+// The modalities checkpoint directory `model_dir` accepts besides text:
+// image and video with a vision_config in its config.json, audio with an
+// audio_config (what make-model --vision / --audio write and the encoder
+// serves). NotFound / InvalidArgument for an unreadable config.
+absl::StatusOr<std::vector<v1::Modality>> ModalitiesFor(const std::string& model_dir);
 
 // The markers of the three modalities, in the order MarkerCut::marker uses
 // (0 image, 1 video, 2 audio).

@@ -209,6 +209,9 @@ v1::ListModelsResponse Router::ListModels() const {
     m->set_max_prompt_tokens(static_cast<uint32_t>(
         std::min<int64_t>(options_.policy.bucket_bounds.back() - 1, UINT32_MAX)));
   }
+  if (options_.media != nullptr && options_.media->modalities().has_value()) {
+    for (v1::Modality mod : *options_.media->modalities()) m->add_modalities(mod);
+  }
   return out;
 }
 

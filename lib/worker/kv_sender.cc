@@ -28,13 +28,9 @@ v1::CommitKvRequest MakeCommit(const std::string& transfer_id, const PrefillResu
   *commit.mutable_first_token_logprob() = ToProto(result.first_token);
   commit.set_cached_tokens(result.cached_tokens);
   commit.set_prefill_queue_seconds(result.queue_seconds);
-  v1::Tensor* h = commit.mutable_last_hidden_state();
-  h->set_dtype(v1::DTYPE_F32);
-  h->add_shape(static_cast<int64_t>(result.last_hidden.size()));
-  h->set_data(result.last_hidden.data(), result.last_hidden.size() * sizeof(float));
   if (!result.tail_hidden.empty() && !result.last_hidden.empty()) {
     v1::Tensor* t = commit.mutable_tail_hidden_states();
-    t->set_dtype(h->dtype());
+    t->set_dtype(v1::DTYPE_F32);
     t->add_shape(static_cast<int64_t>(result.tail_hidden.size() / result.last_hidden.size()));
     t->add_shape(static_cast<int64_t>(result.last_hidden.size()));
     t->set_data(result.tail_hidden.data(), result.tail_hidden.size() * sizeof(float));

@@ -318,6 +318,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   mo.encode_timeout = c.media_encode_timeout;
   mo.inline_max_bytes = static_cast<uint64_t>(std::max<int64_t>(0, c.media_inline_max_bytes));
   mo.registry = &registry;
+  ASSIGN_OR_RETURN(mo.modalities, router::ModalitiesFor(c.model));
   ASSIGN_OR_RETURN(media, router::MediaResolver::Create(mo));
   opt.media = media.get();
   ASSIGN_OR_RETURN(opt.media_token_ids, router::MediaTokenIdsFor(c.model, *tokenizer));

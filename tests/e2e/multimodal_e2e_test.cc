@@ -165,6 +165,15 @@ TEST(MultimodalE2E, ImageAudioAndVideoThroughTheOpenAiClient) {
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(text, cold["image"]["text"]);
     EXPECT_EQ(static_cast<int>(prompt_tokens), with_image);
+    // ListModels says what the model takes: it has both towers.
+    v1::ListModelsResponse models;
+    grpc::ClientContext lctx;
+    ASSERT_TRUE(stub->ListModels(&lctx, {}, &models).ok());
+    ASSERT_EQ(models.models_size(), 1);
+    const std::vector<int> modalities(models.models(0).modalities().begin(),
+                                      models.models(0).modalities().end());
+    EXPECT_EQ(modalities, (std::vector<int>{v1::MODALITY_IMAGE, v1::MODALITY_VIDEO,
+                                            v1::MODALITY_AUDIO}));
   }
   const double hits_cold =
       c.Metric("r1", "swaserve_router_media_items_total{modality=\"image\",cache=\"hit\"}");

@@ -279,6 +279,7 @@ TEST_F(RouterIntegrationTest, ChatCompletionsAndGrpcAgree) {
   ASSERT_TRUE(stub->ListModels(&lctx, {}, &models).ok());
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).id(), "tiny");
+  EXPECT_EQ(models.models(0).modalities_size(), 0) << "the tiny model has no tower";
   auto http_models = cluster_->Http("r1", "GET", "/v1/models");
   ASSERT_TRUE(http_models.ok());
   EXPECT_EQ(json::parse(http_models->body)["data"][0]["id"], "tiny");
@@ -316,6 +317,12 @@ TEST_F(RouterIntegrationTest, BadRequestsGetTheRightStatusNeverACrash) {
       {"token id outside vocabulary", "/v1/completions",
        R"({"model":"tiny","prompt":[1,2,999999999],"max_tokens":1})", 400},
       {"unknown path", "/v1/embeddings", R"({})", 404},
+      // The tiny model has no vision tower (before: 503, no encoder registered).
+      {"image for a text-only model", "/v1/chat/completions",
+       R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":[)"
+       R"({"type":"text","text":"what is it?"},)"
+       R"({"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]})",
+       400},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -325,6 +332,14 @@ TEST_F(RouterIntegrationTest, BadRequestsGetTheRightStatusNeverACrash) {
     json j = json::parse(r->body, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r->body;
     EXPECT_TRUE(j["error"]["message"].is_string()) << r->body;
+  }
+  {
+    const json image_chat = json::parse(cases[cases.size() - 1].body);
+    auto r = cluster_->Http("r1", "POST", "/v1/chat/completions", image_chat.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->body.find("accepts no image input (its checkpoint has no vision tower)"),
+              std::string::npos)
+        << r->body;
   }
   // Still serving.
   json ok = Post("r1", "/v1/completions", {{"model", "tiny"}, {"prompt", "still"}, {"max_tokens", 2}});

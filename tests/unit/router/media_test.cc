@@ -172,6 +172,46 @@ TEST_F(MediaResolverTest, BadInputIsInvalidArgumentNamingTheItem) {
   EXPECT_THAT(Resolve(many).status().message(), HasSubstr("at most 16"));
 }
 
+// A model without an audio tower: an audio item is a 400 naming the missing
+// tower before any encoder is asked (before, it went to the encoders, which
+// could not encode it).
+TEST_F(MediaResolverTest, AModalityTheModelHasNoTowerForIsInvalidArgument) {
+  MediaOptions o;
+  o.modalities = std::vector<v1::Modality>{v1::MODALITY_IMAGE, v1::MODALITY_VIDEO};
+  o.client_factory = [this](const cluster::WorkerInfo& e)
+      -> absl::StatusOr<std::shared_ptr<EncoderClient>> { return clients_.at(e.id); };
+  auto r = MediaResolver::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  resolver_ = *std::move(r);
+  v1::MultimodalItem audio = Image("wav");
+  audio.set_modality(v1::MODALITY_AUDIO);
+  const absl::Status st = Resolve({Image("a"), audio}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("multimodal[1] (audio)"));
+  EXPECT_THAT(st.message(), HasSubstr("model m accepts no audio input"));
+  EXPECT_THAT(st.message(), HasSubstr("no audio tower"));
+  int calls = 0;
+  for (auto& [id, c] : clients_) calls += c->calls();
+  EXPECT_EQ(calls, 1) << "only the image went to an encoder";
+  EXPECT_TRUE(Resolve({Image("b")}).ok());
+}
+
+TEST(ModalitiesTest, FromTheTowersInConfigJson) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "modalities";
+  std::filesystem::create_directories(dir);
+  auto with = [&](const char* config) {
+    std::ofstream(dir / "config.json") << config;
+    return ModalitiesFor(dir.string());
+  };
+  using V = std::vector<v1::Modality>;
+  EXPECT_EQ(*with(R"({"hidden_size": 64})"), V{});
+  EXPECT_EQ(*with(R"({"vision_config": {"depth": 2}})"), (V{v1::MODALITY_IMAGE, v1::MODALITY_VIDEO}));
+  EXPECT_EQ(*with(R"({"vision_config": null, "audio_config": {}})"), V{v1::MODALITY_AUDIO});
+  EXPECT_EQ(with("[1]").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ModalitiesFor((dir / "absent").string()).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ExpandMarkersTest, PlaceholdersGoWhereTheMarkersWere) {
   std::vector<v1::MultimodalItem> items(2);
   items[0].set_modality(v1::MODALITY_IMAGE);

@@ -128,7 +128,7 @@ TEST(KvDestination, CommitPayloadRoundTrip) {
   v1::CommitKvRequest c;
   c.set_transfer_id("x");
   c.set_first_token(42);
-  c.mutable_last_hidden_state()->add_shape(8);
+  c.mutable_tail_hidden_states()->add_shape(8);
   auto back = DecodeCommitPayload(EncodeCommitPayload(c));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->first_token(), 42u);
