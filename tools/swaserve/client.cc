@@ -199,11 +199,17 @@ class RouterClient {
 
   void PrintUsage(const Result& r) const {
     if (o_.quiet) return;
+    // The MTP drafts only where the decode workers drafted.
+    const std::string drafts =
+        r.usage.draft_tokens() == 0
+            ? std::string()
+            : absl::StrCat(" accepted_draft_tokens=", r.usage.accepted_draft_tokens(), "/",
+                           r.usage.draft_tokens());
     std::fprintf(stderr,
                  "[usage: prompt_tokens=%u cached_tokens=%u "
-                 "completion_tokens=%u finish=%s]\n",
+                 "completion_tokens=%u%s finish=%s]\n",
                  r.usage.prompt_tokens(), r.usage.cached_tokens(),
-                 r.usage.completion_tokens(), FinishName(r.finish).c_str());
+                 r.usage.completion_tokens(), drafts.c_str(), FinishName(r.finish).c_str());
     std::fflush(stderr);
   }
 
