@@ -176,6 +176,8 @@ class GenerateCall final
     if (response_.has_usage()) {
       prompt_tokens_ = response_.usage().prompt_tokens();
       cached_tokens_ = response_.usage().cached_tokens();
+      draft_tokens_ = response_.usage().draft_tokens();
+      accepted_draft_tokens_ = response_.usage().accepted_draft_tokens();
       if (response_.usage().has_prefill_queue_seconds()) {
         prefill_queue_s_ = response_.usage().prefill_queue_seconds();
       }
@@ -194,6 +196,8 @@ class GenerateCall final
     r.output_tokens = output_tokens_;
     r.prompt_tokens = prompt_tokens_;
     r.cached_tokens = cached_tokens_;
+    r.draft_tokens = draft_tokens_;
+    r.accepted_draft_tokens = accepted_draft_tokens_;
     r.prefill_queue_s = prefill_queue_s_;
     ReplayRun* run = run_;
     const bool ok = status.ok();
@@ -216,6 +220,8 @@ class GenerateCall final
   int64_t output_tokens_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t cached_tokens_ = 0;
+  int64_t draft_tokens_ = 0;
+  int64_t accepted_draft_tokens_ = 0;
   double prefill_queue_s_ = -1;
 };
 
@@ -264,6 +270,8 @@ ReplayReport BuildReport(std::vector<RequestResult> results, double duration_s,
     }
     rep.prompt_tokens += r.prompt_tokens;
     rep.cached_tokens += r.cached_tokens;
+    rep.draft_tokens += r.draft_tokens;
+    rep.accepted_draft_tokens += r.accepted_draft_tokens;
     if (r.prefill_queue_s >= 0) prefill_queue.push_back(r.prefill_queue_s);
   }
   rep.queue_wait_s = Summarize(std::move(wait));
@@ -325,6 +333,12 @@ std::string ReplayReport::ToText() const {
                         prompt_tokens, prompt_tokens_sent);
   absl::StrAppendFormat(&out, "  %-22s %d  (hit rate %.1f%%)\n",
                         "cached tokens", cached_tokens, cache_hit_rate * 100);
+  if (draft_tokens > 0) {
+    absl::StrAppendFormat(&out, "  %-22s %d of %d drafted (%.1f%%)\n", "MTP drafts accepted",
+                          accepted_draft_tokens, draft_tokens,
+                          100.0 * static_cast<double>(accepted_draft_tokens) /
+                              static_cast<double>(draft_tokens));
+  }
   return out;
 }
 
@@ -349,6 +363,8 @@ std::string ReplayReport::ToJson(bool include_requests) const {
   j["prompt_tokens_sent"] = prompt_tokens_sent;
   j["cached_tokens"] = cached_tokens;
   j["cache_hit_rate"] = cache_hit_rate;
+  j["draft_tokens"] = draft_tokens;
+  j["accepted_draft_tokens"] = accepted_draft_tokens;
   j["ttft_excludes_queue_wait"] = true;
   j["options"] = {
       {"router", options.router},
@@ -382,6 +398,8 @@ std::string ReplayReport::ToJson(bool include_requests) const {
                     {"output_tokens", r.output_tokens},
                     {"prompt_tokens", r.prompt_tokens},
                     {"cached_tokens", r.cached_tokens},
+                    {"draft_tokens", r.draft_tokens},
+                    {"accepted_draft_tokens", r.accepted_draft_tokens},
                     {"prefill_queue_s", r.prefill_queue_s}});
     }
     j["results"] = std::move(rs);

@@ -107,6 +107,9 @@ struct RequestResult {
   // From the final Usage (0 when absent).
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  // MTP draft tokens proposed and accepted (Usage).
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
   // Usage.prefill_queue_seconds: the prompt's scheduling wait in the prefill
   // worker (-1 when absent).
   double prefill_queue_s = -1;
@@ -134,6 +137,8 @@ struct ReplayReport {
   int64_t prompt_tokens = 0;       // Usage, successful calls
   int64_t cached_tokens = 0;       // Usage, successful calls
   double cache_hit_rate = 0;       // cached / prompt (0 when prompt is 0)
+  int64_t draft_tokens = 0;           // MTP drafts proposed (Usage), successful calls
+  int64_t accepted_draft_tokens = 0;  // and accepted
   double output_tokens_per_s = 0;
   double requests_per_s = 0;  // successful calls per second
 

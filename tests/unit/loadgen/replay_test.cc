@@ -3,7 +3,8 @@
 //
 // The fake streams max_tokens tokens, one per message, the first after
 // kFirstTokenDelay and the others kTokenInterval apart; the last message
-// carries finish_reason and usage (cached_tokens = prompt_tokens / 4, and
+// carries finish_reason and usage (cached_tokens = prompt_tokens / 4, MTP
+// drafts 3 per output token but the first, one of them accepted, and
 // prefill_queue_seconds = prompt_tokens * 1e-4 for even prompts only). Prompt
 // lengths are markers: 7 fails with INVALID_ARGUMENT, 9 with
 // RESOURCE_EXHAUSTED, 11 never answers (until the client's deadline).
@@ -141,6 +142,8 @@ class FakeStream final : public grpc::ServerWriteReactor<GenerateResponse> {
       response_.mutable_usage()->set_prompt_tokens(prompt);
       response_.mutable_usage()->set_completion_tokens(total_);
       response_.mutable_usage()->set_cached_tokens(prompt / 4);
+      response_.mutable_usage()->set_draft_tokens(3 * (total_ - 1));
+      response_.mutable_usage()->set_accepted_draft_tokens(total_ - 1);
       if (prompt % 2 == 0) response_.mutable_usage()->set_prefill_queue_seconds(prompt * 1e-4);
     }
     StartWrite(&response_);
@@ -208,7 +211,7 @@ class ReplayTest : public ::testing::Test {
 
 TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   std::vector<TraceRequest> trace;
-  int64_t ok_prompt = 0, ok_cached = 0, ok_output = 0, all_prompt = 0;
+  int64_t ok_prompt = 0, ok_cached = 0, ok_output = 0, all_prompt = 0, ok_accepted = 0;
   for (int i = 0; i < 30; ++i) {
     const int64_t input = 100 + 37 * i;  // up to 1173: 1-3 blocks
     const int64_t output = 1 + i % 12;
@@ -218,6 +221,7 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
     ok_prompt += input;
     ok_cached += input / 4;
     ok_output += output;
+    ok_accepted += output - 1;
     all_prompt += input;
   }
   for (int i = 0; i < 3; ++i) trace.push_back(Req(0, 7, 5, {1000 + i}));
@@ -249,6 +253,8 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   EXPECT_EQ(rep->prompt_tokens, ok_prompt);
   EXPECT_EQ(rep->prompt_tokens_sent, all_prompt);
   EXPECT_EQ(rep->cached_tokens, ok_cached);
+  EXPECT_EQ(rep->draft_tokens, 3 * ok_accepted);
+  EXPECT_EQ(rep->accepted_draft_tokens, ok_accepted);
   EXPECT_DOUBLE_EQ(rep->cache_hit_rate, static_cast<double>(ok_cached) /
                                             static_cast<double>(ok_prompt));
 
@@ -317,6 +323,8 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   EXPECT_THAT(text, HasSubstr("TTFT"));
   EXPECT_THAT(text, HasSubstr("INVALID_ARGUMENT 3"));
   EXPECT_THAT(text, HasSubstr("hit rate"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("MTP drafts accepted    ", ok_accepted, " of ",
+                                           3 * ok_accepted, " drafted (33.3%)")));
   const nlohmann::json j = nlohmann::json::parse(rep->ToJson(true));
   EXPECT_EQ(j["succeeded"], 30);
   EXPECT_EQ(j["errors_by_code"]["RESOURCE_EXHAUSTED"], 2);
@@ -325,6 +333,8 @@ TEST_F(ReplayTest, CountsErrorsTokensAndHitRate) {
   EXPECT_EQ(j["results"].size(), 35u);
   EXPECT_DOUBLE_EQ(j["results"][2]["prefill_queue_s"].get<double>(), 174e-4);
   EXPECT_EQ(j["prefill_queue_s"]["count"], 15);
+  EXPECT_EQ(j["accepted_draft_tokens"], ok_accepted);
+  EXPECT_EQ(j["results"][2]["draft_tokens"], 3 * 2);  // 3 output tokens
   EXPECT_THAT(text, HasSubstr("prefill sched. wait"));
   EXPECT_EQ(j["options"]["concurrency"], 8);
 }
