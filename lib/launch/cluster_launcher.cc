@@ -1,7 +1,6 @@
 #include "lib/launch/cluster_launcher.h"
 
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include "lib/base/port_file.h"
 #include "lib/base/status.h"
+#include "lib/model/config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -258,16 +258,10 @@ int64_t MemTotalMib() {
   return 0;
 }
 
-// 1 when the checkpoint's config.json has a vision_config or an audio_config
-// object (the towers swaserve-encoder serves), else 0.
+// 1 when the checkpoint has an encoder tower (model::EncoderTowersOf), else 0.
 int HasEncoderTowers(const std::string& model) {
-  std::ifstream in(fs::path(model) / "config.json");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return 0;
-  for (const char* key : {"vision_config", "audio_config"}) {
-    if (j.contains(key) && j[key].is_object()) return 1;
-  }
-  return 0;
+  const absl::StatusOr<model::EncoderTowers> towers = model::EncoderTowersOf(model);
+  return towers.ok() && towers->any() ? 1 : 0;
 }
 
 }  // namespace

@@ -456,6 +456,16 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view json,
   return c;
 }
 
+absl::StatusOr<EncoderTowers> EncoderTowersOf(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  auto object = [&](const char* key) { return j.contains(key) && j[key].is_object(); };
+  return EncoderTowers{.vision = object("vision_config"), .audio = object("audio_config")};
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   std::error_code ec;
   std::string file = path;

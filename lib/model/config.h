@@ -223,4 +223,16 @@ struct ModelConfig {
 // scheduler's FCFS-wait guard uses as context_cost_per_token.
 double ContextCostPerToken(const ModelConfig& config);
 
+// The encoder towers checkpoint directory `model_dir` has: a vision_config
+// and an audio_config object in its config.json (ModelConfig ignores them;
+// swaserve-encoder serves them, lib/model/vision.h and audio.h). What `swaserve
+// up` starts an encoder for and the router accepts media items of. NotFound /
+// InvalidArgument for a missing or non-object config.json.
+struct EncoderTowers {
+  bool vision = false;  // images and video
+  bool audio = false;
+  bool any() const { return vision || audio; }
+};
+absl::StatusOr<EncoderTowers> EncoderTowersOf(const std::string& model_dir);
+
 }  // namespace swaserve::model

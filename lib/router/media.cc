@@ -12,6 +12,7 @@
 #include "lib/base/hash.h"
 #include "lib/base/multimodal.h"
 #include "lib/base/status.h"
+#include "lib/model/config.h"
 #include "lib/metrics/buckets.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/status_conversion.h"
@@ -328,21 +329,13 @@ absl::StatusOr<MediaTokenIds> MediaTokenIdsFor(const std::string& model_dir,
 }
 
 absl::StatusOr<std::vector<v1::Modality>> ModalitiesFor(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  auto has = [&](const char* key) {
-    const auto it = config.find(key);
-    return it != config.end() && !it->is_null();
-  };
+  ASSIGN_OR_RETURN(const model::EncoderTowers towers, model::EncoderTowersOf(model_dir));
   std::vector<v1::Modality> out;
-  if (has("vision_config")) {
+  if (towers.vision) {
     out.push_back(v1::MODALITY_IMAGE);
     out.push_back(v1::MODALITY_VIDEO);
   }
-  if (has("audio_config")) out.push_back(v1::MODALITY_AUDIO);
+  if (towers.audio) out.push_back(v1::MODALITY_AUDIO);
   return out;
 }
 

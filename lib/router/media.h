@@ -157,10 +157,9 @@ struct MediaTokenIds {
 absl::StatusOr<MediaTokenIds> MediaTokenIdsFor(const std::string& model_dir,
                                                const model::Tokenizer& tokenizer);
 
-// The modalities checkpoint directory `model_dir` accepts besides text:
-// image and video with a vision_config in its config.json, audio with an
-// audio_config (what make-model --vision / --audio write and the encoder
-// serves). NotFound / InvalidArgument for an unreadable config.
+// The modalities checkpoint directory `model_dir` accepts besides text
+// (model::EncoderTowersOf): image and video with a vision tower, audio with
+// an audio tower. NotFound / InvalidArgument for an unreadable config.
 absl::StatusOr<std::vector<v1::Modality>> ModalitiesFor(const std::string& model_dir);
 
 // The markers of the three modalities, in the order MarkerCut::marker uses
