@@ -263,6 +263,22 @@ bool PrefillCore::Impl::SwaFits(const Req& r) const {
   return need + committed <= available;
 }
 
+int PrefillCore::Impl::PartialKeepTokens(const Req& r) const {
+  if (draining || !r.started || r.seq == nullptr) return 0;
+  int end = r.computed_end;
+  if (options.engine->config().num_mtp_layers > 0) {
+    // MTP layer k's KV exists below mtp_next[k] (RunMtp); none ran yet: none.
+    if (r.mtp_next.empty()) return 0;
+    end = std::min(end, *std::min_element(r.mtp_next.begin(), r.mtp_next.end()));
+  }
+  const int ps = options.pools->shape().page_size;
+  const int pages = std::min(end / ps, static_cast<int>(r.hashes.size()));
+  // Within the hit, or inside a window restore's stretch (whose SWA KV is
+  // not yet exact): nothing new to keep.
+  if (pages * ps <= r.seq->cached_tokens()) return 0;
+  return pages * ps;
+}
+
 void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
   if (r->started && r->pending_full_pages > 0) {
     committed_full_pages -= r->pending_full_pages;
@@ -279,7 +295,28 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
               : r->hashes.size();
     r->seq->Finish(absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size())));
   } else if (r->seq != nullptr) {
-    r->seq->Abort();
+    // Ended before its last chunk (the caller went away, a forward failed):
+    // the chunks it computed are valid KV of the prompt's prefix, so they go
+    // into the prefix cache, and a retry of the same prompt (the client's,
+    // or through another router replica after a router died) resumes there
+    // instead of computing a long prompt again from its first token.
+    const int keep = PartialKeepTokens(*r);
+    if (keep > 0) {
+      const int ps = options.pools->shape().page_size;
+      const int kept = keep - std::min(keep, r->seq->cached_tokens());
+      r->seq->Finish(absl::MakeConstSpan(r->hashes).first(static_cast<size_t>(keep / ps)));
+      partial_kept_total.fetch_add(1, std::memory_order_relaxed);
+      partial_kept_tokens_total.fetch_add(kept, std::memory_order_relaxed);
+      if (m.partial_kept != nullptr) {
+        m.partial_kept->Increment();
+        m.partial_kept_tokens->Increment(kept);
+      }
+      SWA_LOG(info, "prefill {}: ended after {} of {} prompt tokens ({}); kept {} computed "
+              "tokens in the prefix cache for a retry", r->job.id, r->computed_end,
+              r->job.prompt.size(), status.ToString(), kept);
+    } else {
+      r->seq->Abort();
+    }
   }
   // A restore counts once its prompt was computed, whatever happened to the
   // ship (the router cancels the prefill leg when a short decode ends first).
@@ -423,6 +460,7 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
         continue;
       }
     }
+    r->computed_end = end;
     if (!item_last[i]) {
       r->seq->TrimWindow();  // release SWA pages behind the window early
       continue;
@@ -635,7 +673,9 @@ void PrefillCore::Impl::Loop() {
     PublishLoad();
   }
   // Stopping: fail everything still here. Shipping requests are waited for
-  // (their transfer owns the pages).
+  // (their transfer owns the pages). The cache goes with this core, so
+  // nothing is kept for retries here (PartialKeepTokens).
+  draining = true;
   std::deque<std::unique_ptr<Req>> rest;
   {
     absl::MutexLock lock(&mu);
@@ -820,6 +860,8 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.restored_tokens_total = impl_->restored_total.load();
   l.restore_saved_tokens_total = impl_->restore_saved_total.load();
   l.window_restores_from_window_safe_total = impl_->restores_from_safe_total.load();
+  l.partial_kept_total = impl_->partial_kept_total.load();
+  l.partial_kept_tokens_total = impl_->partial_kept_tokens_total.load();
   l.l3_prefetch_hits = impl_->prefetch_hits.load();
   l.l3_prefetch_misses = impl_->prefetch_misses.load();
   l.l3_prefetch_unused = impl_->prefetch_unused.load();

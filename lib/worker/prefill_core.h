@@ -43,8 +43,15 @@
 // prompt still goes into the prefix cache (its KV is complete and valid),
 // so a retry of the same prompt hits.
 //
-// Cancellation (caller gone): the request leaves the scheduler, its pages are
-// freed, its callback gets Cancelled; a request already shipping completes
+// Cancellation (caller gone): the request leaves the scheduler, its callback
+// gets Cancelled, and the chunks it had computed go into the prefix cache
+// (page-aligned; with MTP layers up to where every MTP layer reached), so a
+// retry of the same prompt — the client's own, or one through another router
+// replica after the router died — resumes there instead of from its first
+// token; the rest of its pages are freed. The same holds for a request whose
+// forward pass failed (the chunks before it are valid), not for one still
+// here when the core stops. Metrics swaserve_prefill_partial_kept_{requests,
+// tokens}_total; a request already shipping completes
 // the transfer first (the transfer owns the pages until it ends), then ends
 // ok if its KV was delivered (the work is done: the router cancels the
 // prefill leg it still holds once the decode leg answered) and Cancelled if
@@ -238,6 +245,11 @@ struct PrefillLoad {
   int64_t restore_saved_tokens_total = 0;
   // Of window_restores_total, those that started at the window-safe hit.
   int64_t window_restores_from_window_safe_total = 0;
+  // Prefills that ended before their last chunk (cancelled, failed) and
+  // left what they had computed in the prefix cache, and those tokens
+  // (beyond their own hit): a retry resumes there.
+  int64_t partial_kept_total = 0;
+  int64_t partial_kept_tokens_total = 0;
   // L3 prefetches by outcome: attached pages (hit), found nothing (miss),
   // read pages the cache could not use (unused), the request stopped
   // waiting (timeout), and full pages attached in all.

@@ -52,6 +52,9 @@ struct Req {
   bool computed = false;
   bool shipping = false;
   bool cancelled = false;  // while shipping
+  // End of the last chunk whose forward pass (MTP layers included) ran:
+  // what a prefill that ends early can keep (Impl::PartialKeepTokens).
+  int computed_end = 0;
   // MTP over the prompt: per MTP layer k, the rows (layer k-1's output, or
   // the main model's hidden state for k = 0) of consecutive positions from
   // mtp_next[k] on whose MTP-k step waits for the token at p + 1 + k.
@@ -70,6 +73,8 @@ struct Metrics {
   metrics::Counter* restored_tokens = nullptr;
   metrics::Counter* restore_saved_tokens = nullptr;
   metrics::Counter* restores_from_safe = nullptr;
+  metrics::Counter* partial_kept = nullptr;
+  metrics::Counter* partial_kept_tokens = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -162,6 +167,16 @@ struct Metrics {
                                              "hit itself (inside the stretch), reading its "
                                              "cached window: less to compute."));
     restores_from_safe = &wf->WithLabels();
+    ASSIGN_OR_RETURN(auto* pk, r->AddCounter("swaserve_prefill_partial_kept_requests_total",
+                                             "Prefills that ended before their last chunk "
+                                             "(the caller cancelled or went away, a forward "
+                                             "failed) and left the chunks they had computed in "
+                                             "the prefix cache, so that a retry resumes there."));
+    partial_kept = &pk->WithLabels();
+    ASSIGN_OR_RETURN(auto* pt, r->AddCounter("swaserve_prefill_partial_kept_tokens_total",
+                                             "Computed prompt tokens such prefills left in the "
+                                             "prefix cache (beyond their own hit)."));
+    partial_kept_tokens = &pt->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -217,6 +232,7 @@ struct PrefillCore::Impl {
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
   std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0},
       restores_from_safe_total{0};
+  std::atomic<int64_t> partial_kept_total{0}, partial_kept_tokens_total{0};
   std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch
@@ -235,6 +251,8 @@ struct PrefillCore::Impl {
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
   bool sched_blocked = false;
+  // Stop() drains: requests still here end without keeping partial work.
+  bool draining = false;
   // Throughput (PrefillLoad::prefill_tokens_per_second): tokens and seconds
   // of the forward steps, each sum decayed by kRateDecay per step.
   static constexpr double kRateDecay = 0.9;
@@ -311,6 +329,11 @@ struct PrefillCore::Impl {
   bool SwaFits(const Req& r) const;
   void RunStep(const sched::PrefillStep& step);
   void Complete(Req* r, absl::Status status);
+  // For a request ending before its last chunk: prompt tokens from 0 whose
+  // KV it computed completely (page-aligned; with MTP layers, only positions
+  // every MTP layer reached), when that goes past its own prefix hit (and
+  // past a window restore's stretch); else 0.
+  int PartialKeepTokens(const Req& r) const;
   void PublishLoad();
   int64_t FullPagesFor(const Req& r) const {
     const int ps = options.pools->shape().page_size;

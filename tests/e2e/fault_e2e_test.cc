@@ -13,6 +13,9 @@
 //     opens, concurrent normal requests unaffected;
 //   * SIGTERM of a prefill and of a decode worker under load: no request
 //     fails;
+//   * kill -9 of the router carrying a long prompt, or of its decode worker,
+//     in the middle of the prefill: the retry resumes from the chunks the
+//     prefill worker had computed (kept in its prefix cache);
 //   * chaos: a 1,000-request trace replay while a random process (prefill,
 //     decode, Redis) is killed with -9 and restarted every few seconds:
 //     every request completes.
@@ -224,6 +227,98 @@ TEST(FaultE2ETest, APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket) 
   std::printf("FAULT-ROW bucket 0's only prefill worker killed mid-prefill (%.0f steps done): "
               "served by bucket 1, retry cached %u of %d\n",
               steps, again.usage.cached_tokens(), kLen);
+}
+
+// A long prompt's computed chunks outlive its caller: the router carrying it
+// is killed -9 in the middle of its prefill, and the client's retry through
+// another router replica resumes where the prefill stood; then the only
+// decode worker is killed in the middle of a second prompt's prefill, and
+// the router's own retry resumes the same way. Before, the prefill worker
+// threw the computed chunks away with the cancelled call, and both retries
+// computed their prompt from its first token. Both answers equal those of a
+// fresh prefill worker computing the prompts from scratch.
+TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
+  auto cluster = MakeCluster({}, {});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p1").ok());
+  ASSERT_TRUE(cluster->StartWorker("decode", "d1").ok());
+  for (const char* r : {"r1", "r2"}) {
+    ASSERT_TRUE(cluster->StartRouter(r).ok());
+    ASSERT_TRUE(cluster->WaitHealthy(r, absl::Seconds(30)).ok());
+  }
+  constexpr int kLen = 16384;  // 64 steps of 256 tokens
+  const std::vector<uint32_t> a = RandomPrompt(kLen, 9400), b = RandomPrompt(kLen, 9401);
+  // Prompt tokens p1 computed so far (every step, finished or not).
+  auto computed = [&] { return cluster->Metric("p1", "swaserve_prefill_step_tokens_sum"); };
+  auto wait_metric = [&](const std::string& id, const std::string& line, double at_least) {
+    double v = cluster->Metric(id, line);
+    for (const absl::Time until = absl::Now() + absl::Seconds(60);
+         v < at_least && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
+      v = cluster->Metric(id, line);
+    }
+    return v;
+  };
+  const std::string kept_requests = "swaserve_prefill_partial_kept_requests_total";
+  const std::string kept_tokens = "swaserve_prefill_partial_kept_tokens_total";
+
+  // 1. The router dies mid-prefill; the client retries through r2.
+  GrpcResult lost;
+  std::thread client([&] { lost = GenerateIds(*cluster->RouterStub("r1"), a, 6, nullptr, 300); });
+  const double at_kill_a = wait_metric("p1", "swaserve_prefill_step_tokens_sum", 4096);
+  ASSERT_TRUE(cluster->Kill("r1").ok());
+  client.join();
+  ASSERT_GE(at_kill_a, 4096) << "p1 never got a third of the way into the prompt";
+  ASSERT_FALSE(lost.status.ok()) << "r1 answered before it was killed: nothing was tested";
+  ASSERT_GE(wait_metric("p1", kept_requests, 1), 1) << "p1 kept nothing of the cancelled prefill";
+  const double kept_a = cluster->Metric("p1", kept_tokens);
+  // Whole pages that every MTP layer reached, at least what was computed at
+  // the kill.
+  EXPECT_GE(kept_a, at_kill_a - 32);
+  EXPECT_LT(kept_a, kLen);
+  auto r2 = cluster->RouterStub("r2");
+  const GrpcResult retry_a = GenerateIds(*r2, a, 6, nullptr, 300);
+  ASSERT_TRUE(retry_a.status.ok()) << retry_a.status.error_message();
+  EXPECT_EQ(retry_a.usage.cached_tokens(), static_cast<uint32_t>(kept_a))
+      << "the retry did not resume where the prefill stood";
+
+  // 2. The only decode worker dies mid-prefill; a new one comes up and the
+  // router retries by itself.
+  const double base = computed();
+  GrpcResult result_b;
+  std::thread client_b([&] { result_b = GenerateIds(*r2, b, 6, nullptr, 300); });
+  const double at_kill_b = wait_metric("p1", "swaserve_prefill_step_tokens_sum", base + 4096) - base;
+  ASSERT_TRUE(cluster->Kill("d1").ok());
+  ASSERT_TRUE(cluster->StartWorker("decode", "d2").ok());
+  client_b.join();
+  ASSERT_GE(at_kill_b, 4096);
+  ASSERT_TRUE(result_b.status.ok()) << result_b.status.error_message();
+  ASSERT_EQ(result_b.tokens.size(), 6u);
+  ASSERT_GE(wait_metric("p1", kept_requests, 2), 2);
+  const double kept_b = cluster->Metric("p1", kept_tokens) - kept_a;
+  EXPECT_GE(kept_b, at_kill_b - 32);
+  EXPECT_EQ(result_b.usage.cached_tokens(), static_cast<uint32_t>(kept_b));
+  // Each prompt was computed once, plus at most the steps that ran between
+  // the kill and the cancel reaching the worker.
+  const double total = computed();
+  EXPECT_LE(total, 2 * kLen + 2 * 4 * 256) << "recomputed what was done";
+
+  // 3. The same prompts on a fresh prefill worker (no cache, no L3): the
+  // same greedy answers.
+  ASSERT_TRUE(cluster->Kill("p1").ok());
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
+  const GrpcResult ref_a = GenerateIds(*r2, a, 6, nullptr, 300);
+  const GrpcResult ref_b = GenerateIds(*r2, b, 6, nullptr, 300);
+  ASSERT_TRUE(ref_a.status.ok()) << ref_a.status.error_message();
+  ASSERT_TRUE(ref_b.status.ok()) << ref_b.status.error_message();
+  EXPECT_EQ(ref_a.usage.cached_tokens(), 0u);
+  EXPECT_EQ(ref_b.usage.cached_tokens(), 0u);
+  EXPECT_EQ(retry_a.tokens, ref_a.tokens);
+  EXPECT_EQ(result_b.tokens, ref_b.tokens);
+  std::printf("FAULT-ROW router killed after %.0f of %d prompt tokens: retry via r2 cached %u; "
+              "decode worker killed after %.0f: router's retry cached %u; p1 computed %.0f "
+              "tokens for 2 prompts of %d\n",
+              at_kill_a, kLen, retry_a.usage.cached_tokens(), at_kill_b,
+              result_b.usage.cached_tokens(), total, kLen);
 }
 
 TEST(FaultE2ETest, PromptTooLargeForAnyPoolFailsFastWithoutOpeningABreaker) {

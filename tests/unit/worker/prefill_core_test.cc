@@ -551,6 +551,73 @@ TEST_F(Pipeline, ACancelWhileTheKvShipsLeavesADeliveredPrefillOk) {
   EXPECT_GT(Get("again").cached, 0);
 }
 
+// A prefill whose caller goes away mid-prompt (a client timeout, a router
+// that died) leaves the chunks it computed in the prefix cache: the retry of
+// the same prompt resumes there, and its KV — MTP layers included — and its
+// output are those of a straight run. Without the keep, the retry computes
+// the whole prompt again (cached 0).
+TEST_F(Pipeline, ACancelledPrefillKeepsItsComputedChunksAndTheRetryResumesThere) {
+  capture_kv_ = true;
+  Start(4096, 4096);
+  const int K = testing::TestEngine().config().num_mtp_layers;
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(41, 3000);
+  const int n = static_cast<int>(prompt.size());
+  ASSERT_TRUE(Submit("first", prompt, 4).ok());
+  int done_at_cancel = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline) {
+    const std::optional<PrefillProgress> p = prefill_->Progress("first");
+    if (p.has_value() && p->done_tokens >= 1000) {
+      done_at_cancel = p->done_tokens;
+      break;
+    }
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  ASSERT_GE(done_at_cancel, 1000) << "never saw the prefill a third of the way in";
+  ASSERT_LT(done_at_cancel, n - 200) << "the prefill ran too far before the cancel";
+  prefill_->Cancel("first");
+  WaitFinished(1);
+  ASSERT_TRUE(absl::IsCancelled(Get("first").prefill_status)) << Get("first").prefill_status;
+  const PrefillLoad load = prefill_->GetLoad();
+  EXPECT_EQ(load.partial_kept_total, 1);
+  // At least what was done when it was cancelled (whole pages that every MTP
+  // layer reached), at most the prompt.
+  const int64_t kept = load.partial_kept_tokens_total;
+  EXPECT_GE(kept, (done_at_cancel - K) / kPage * kPage);
+  EXPECT_LT(kept, n);
+  EXPECT_EQ(kept % kPage, 0);
+
+  // A prompt ending just past the kept chunks: its shipped window covers
+  // the resumption point, so every slot there is compared, the MTP layers'
+  // included (kept only where every MTP layer had run, with the prompt's
+  // own next tokens: a keep up to the last chunk's end fails this).
+  const std::vector<uint32_t> head(prompt.begin(), prompt.begin() + kept + 6);
+  ASSERT_TRUE(Submit("head", head, 4).ok());
+  WaitDone("head");
+  const Outcome h = Get("head");
+  ASSERT_TRUE(h.prefill_status.ok()) << h.prefill_status;
+  EXPECT_EQ(h.cached, kept) << "the retry did not resume where the cancelled prefill stopped";
+  EXPECT_EQ(h.tokens, testing::ReferenceGreedy(head, 4));
+  uint32_t first = 0;
+  ASSERT_NE(h.kv, nullptr);
+  ExpectSameKv(prefill_pools_->shape(), *h.kv, *StraightLineKv(head, &first),
+               static_cast<int>(head.size()), "head");
+  // The whole prompt again: resumes at least there, same output and KV.
+  ASSERT_TRUE(Submit("retry", prompt, 4).ok());
+  WaitDone("retry");
+  const Outcome o = Get("retry");
+  ASSERT_TRUE(o.prefill_status.ok()) << o.prefill_status;
+  EXPECT_GE(o.cached, kept);
+  EXPECT_EQ(o.tokens, testing::ReferenceGreedy(prompt, 4));
+  ASSERT_NE(o.kv, nullptr);
+  ExpectSameKv(prefill_pools_->shape(), *o.kv, *StraightLineKv(prompt, &first), n, "resumed");
+  const std::string text = registry_->RenderText();
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_partial_kept_requests_total 1")) << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, absl::StrCat("swaserve_prefill_partial_kept_tokens_total ", kept)))
+      << text;
+}
+
 // The L3 tier at the engine level (issue 21): a prompt computed before a
 // worker restart comes back from a warm file store after it, as a prefix
 // hit, with the same greedy output.
