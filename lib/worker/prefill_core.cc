@@ -264,7 +264,7 @@ bool PrefillCore::Impl::SwaFits(const Req& r) const {
 }
 
 int PrefillCore::Impl::PartialKeepTokens(const Req& r) const {
-  if (draining || !r.started || r.seq == nullptr) return 0;
+  if (!options.keep_cancelled_chunks || draining || !r.started || r.seq == nullptr) return 0;
   int end = r.computed_end;
   if (options.engine->config().num_mtp_layers > 0) {
     // MTP layer k's KV exists below mtp_next[k] (RunMtp); none ran yet: none.

@@ -168,6 +168,11 @@ struct PrefillCoreOptions {
   // byte-identical either way. The restore choice then uses the pyramid's
   // work. false: every layer over the whole stretch.
   bool window_restore_pyramid = true;
+  // A prefill that ends before its last chunk (cancelled, a forward failed)
+  // hands the chunks it computed to the prefix cache (see "Cancellation"
+  // above), so a retry resumes there. false: they are freed (the behaviour
+  // before the sixteenth session; for comparisons).
+  bool keep_cancelled_chunks = true;
   // Start a restore at the window-safe hit L itself when L is past the
   // stretch's start (kv::PlanWindowRestoreStretch): the hit also locks L's
   // window, and [L, M) is computed through the pyramid's rows reading the

@@ -80,6 +80,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.window_restore_pyramid"), &o->window_restore_pyramid,
            "window restore: compute each layer only over the rows later layers need (about "
            "half the work; the restored window is the same)")
+      .Add(key("prefill.keep_cancelled_chunks"), &o->keep_cancelled_chunks,
+           "a prefill cut short (its caller went away, a forward failed) leaves the chunks it "
+           "computed in the prefix cache, so a retry of the prompt resumes there")
       .Add(key("prefill.window_restore_from_window_safe"), &o->window_restore_from_window_safe,
            "window restore: start at the window-safe hit itself when it lies inside the "
            "stretch (reading its cached window and the cached full KV) instead of recomputing "

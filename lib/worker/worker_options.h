@@ -81,6 +81,8 @@ struct WorkerOptions {
   double window_restore_min_saved_work = 64;
   // PrefillCoreOptions::window_restore_pyramid.
   bool window_restore_pyramid = true;
+  // PrefillCoreOptions::keep_cancelled_chunks.
+  bool keep_cancelled_chunks = true;
   // PrefillCoreOptions::window_restore_from_window_safe.
   bool window_restore_from_window_safe = true;
   // PrefixCacheOptions::cold_superseded_windows, where windows are restored
