@@ -658,15 +658,7 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
   }
   if (l3_ != nullptr && l3_write_through_from_pages_ > 0 && pos >= l3_write_through_from_pages_ &&
       node != root_.get()) {
-    // A longer path of the same prompt supersedes its shorter pending one.
-    if (!l3_pending_paths_.empty() && l3_pending_paths_.back().size() <= static_cast<size_t>(pos) &&
-        std::equal(l3_pending_paths_.back().begin(), l3_pending_paths_.back().end(),
-                   page_hashes.begin())) {
-      l3_pending_paths_.pop_back();
-    }
-    l3_pending_paths_.emplace_back(page_hashes.begin(), page_hashes.begin() + pos);
-    if (l3_pending_paths_.size() > kMaxPendingL3Paths) l3_pending_paths_.pop_front();
-    ContinueL3Writes();
+    QueueL3Path(page_hashes.first(static_cast<size_t>(pos)));
   }
   // Pages past `usable` are freed, and so is every incoming SWA page the
   // tree did not adopt (duplicates, and runs that heal nothing).

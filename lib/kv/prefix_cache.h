@@ -362,7 +362,8 @@ struct PrefixCacheStats {
   std::atomic<int64_t> l3_written_pages{0};      // full pages put (write-back + write-through)
   std::atomic<int64_t> l3_written_swa_pages{0};
   std::atomic<int64_t> l3_write_through_pages{0};  // of l3_written_pages, written through
-  // Of l3_write_through_pages, at an insert reaching l3_write_through_from_tokens.
+  // Of l3_write_through_pages, at an insert reaching l3_write_through_from_tokens
+  // (or a WriteThroughToL3 call).
   std::atomic<int64_t> l3_write_through_bound_pages{0};
   std::atomic<int64_t> l3_write_errors{0};       // puts refused (queue full, store down)
   std::atomic<int64_t> l3_attached_pages{0};     // full pages attached from L3 (into L2)
@@ -439,6 +440,11 @@ class PrefixCache {
   void ContinueL3Writes();
   // Paths near the bound not yet written whole.
   bool l3_writes_pending() const { return !l3_pending_paths_.empty(); }
+  // Writes the path of page_hashes (as far as the tree holds it) to L3 like
+  // a path reaching l3_write_through_from_tokens: at once, paced by PutRoom
+  // (ContinueL3Writes). For a prefill cut short, whose retry may come to
+  // another worker sharing the store. No-op without L3.
+  void WriteThroughToL3(absl::Span<const uint64_t> page_hashes);
   // What FetchFromL3 needs to read this cache's pages back.
   L3FetchOptions l3_fetch_options() const;
 
@@ -582,6 +588,8 @@ class PrefixCache {
   // at most kMaxPendingL3Paths, the oldest given up beyond).
   static constexpr size_t kMaxPendingL3Paths = 8;
   std::deque<std::vector<uint64_t>> l3_pending_paths_;
+  // Queues a path for ContinueL3Writes (superseding a pending prefix of it).
+  void QueueL3Path(absl::Span<const uint64_t> path);
   int page_size_;
   int window_;
   bool keep_tombstones_;

@@ -138,6 +138,22 @@ bool PrefixCache::WritePathToL3(absl::Span<const uint64_t> path, int64_t* writte
   return true;
 }
 
+void PrefixCache::QueueL3Path(absl::Span<const uint64_t> path) {
+  if (path.empty()) return;
+  // A longer path of the same prompt supersedes its shorter pending one.
+  if (!l3_pending_paths_.empty() && l3_pending_paths_.back().size() <= path.size() &&
+      std::equal(l3_pending_paths_.back().begin(), l3_pending_paths_.back().end(), path.begin())) {
+    l3_pending_paths_.pop_back();
+  }
+  l3_pending_paths_.emplace_back(path.begin(), path.end());
+  if (l3_pending_paths_.size() > kMaxPendingL3Paths) l3_pending_paths_.pop_front();
+  ContinueL3Writes();
+}
+
+void PrefixCache::WriteThroughToL3(absl::Span<const uint64_t> page_hashes) {
+  if (l3_ != nullptr) QueueL3Path(page_hashes);
+}
+
 void PrefixCache::ContinueL3Writes() {
   while (!l3_pending_paths_.empty()) {
     int64_t written = 0;

@@ -264,7 +264,7 @@ bool PrefillCore::Impl::SwaFits(const Req& r) const {
 }
 
 int PrefillCore::Impl::PartialKeepTokens(const Req& r) const {
-  if (!options.keep_cancelled_chunks || draining || !r.started || r.seq == nullptr) return 0;
+  if (!options.keep_cancelled_chunks || !r.started || r.seq == nullptr) return 0;
   int end = r.computed_end;
   if (options.engine->config().num_mtp_layers > 0) {
     // MTP layer k's KV exists below mtp_next[k] (RunMtp); none ran yet: none.
@@ -304,7 +304,11 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     if (keep > 0) {
       const int ps = options.pools->shape().page_size;
       const int kept = keep - std::min(keep, r->seq->cached_tokens());
-      r->seq->Finish(absl::MakeConstSpan(r->hashes).first(static_cast<size_t>(keep / ps)));
+      const auto kept_hashes = absl::MakeConstSpan(r->hashes).first(static_cast<size_t>(keep / ps));
+      r->seq->Finish(kept_hashes);
+      // The retry may come to another worker (this one stopping, a bucket
+      // fallback): with a shared L3 it finds the chunks there.
+      if (options.cache != nullptr) options.cache->WriteThroughToL3(kept_hashes);
       partial_kept_total.fetch_add(1, std::memory_order_relaxed);
       partial_kept_tokens_total.fetch_add(kept, std::memory_order_relaxed);
       if (m.partial_kept != nullptr) {
@@ -673,9 +677,10 @@ void PrefillCore::Impl::Loop() {
     PublishLoad();
   }
   // Stopping: fail everything still here. Shipping requests are waited for
-  // (their transfer owns the pages). The cache goes with this core, so
-  // nothing is kept for retries here (PartialKeepTokens).
-  draining = true;
+  // (their transfer owns the pages). What they computed goes into the cache
+  // (PartialKeepTokens), which outlives the core: a worker with an L3 store
+  // writes it back on shutdown, so a retry on a worker sharing that store
+  // (or this one restarted over its file store) resumes there.
   std::deque<std::unique_ptr<Req>> rest;
   {
     absl::MutexLock lock(&mu);

@@ -49,8 +49,10 @@
 // retry of the same prompt — the client's own, or one through another router
 // replica after the router died — resumes there instead of from its first
 // token; the rest of its pages are freed. The same holds for a request whose
-// forward pass failed (the chunks before it are valid), not for one still
-// here when the core stops. Metrics swaserve_prefill_partial_kept_{requests,
+// forward pass failed (the chunks before it are valid) and for one still
+// here when the core stops (a worker whose drain ran out: with an L3 store
+// the worker writes the cache back on shutdown, so a retry elsewhere or
+// after a restart resumes there). Metrics swaserve_prefill_partial_kept_{requests,
 // tokens}_total; a request already shipping completes
 // the transfer first (the transfer owns the pages until it ends), then ends
 // ok if its KV was delivered (the work is done: the router cancels the

@@ -251,8 +251,6 @@ struct PrefillCore::Impl {
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
   bool sched_blocked = false;
-  // Stop() drains: requests still here end without keeping partial work.
-  bool draining = false;
   // Throughput (PrefillLoad::prefill_tokens_per_second): tokens and seconds
   // of the forward steps, each sum decayed by kRateDecay per step.
   static constexpr double kRateDecay = 0.9;

@@ -242,6 +242,16 @@ class Pipeline : public ::testing::Test {
     absl::MutexLock lock(&mu_);
     return out_[id];
   }
+  // Until `id`'s prefill has computed at least `tokens` prompt tokens; what
+  // it had then (0: never got there within 2 minutes).
+  int WaitProgress(const std::string& id, int tokens) {
+    for (const absl::Time until = absl::Now() + absl::Seconds(120); absl::Now() < until;
+         absl::SleepFor(absl::Microseconds(200))) {
+      const std::optional<PrefillProgress> p = prefill_->Progress(id);
+      if (p.has_value() && p->done_tokens >= tokens) return p->done_tokens;
+    }
+    return 0;
+  }
 
   // A worker restart: everything stops and is destroyed (the cache writes
   // back to L3 first, as the worker does on shutdown), then Start again.
@@ -563,16 +573,7 @@ TEST_F(Pipeline, ACancelledPrefillKeepsItsComputedChunksAndTheRetryResumesThere)
   const std::vector<uint32_t> prompt = testing::RandomPrompt(41, 3000);
   const int n = static_cast<int>(prompt.size());
   ASSERT_TRUE(Submit("first", prompt, 4).ok());
-  int done_at_cancel = 0;
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  while (absl::Now() < deadline) {
-    const std::optional<PrefillProgress> p = prefill_->Progress("first");
-    if (p.has_value() && p->done_tokens >= 1000) {
-      done_at_cancel = p->done_tokens;
-      break;
-    }
-    absl::SleepFor(absl::Microseconds(200));
-  }
+  const int done_at_cancel = WaitProgress("first", 1000);
   ASSERT_GE(done_at_cancel, 1000) << "never saw the prefill a third of the way in";
   ASSERT_LT(done_at_cancel, n - 200) << "the prefill ran too far before the cancel";
   prefill_->Cancel("first");
@@ -660,6 +661,67 @@ TEST_F(Pipeline, L3FileStoreMakesARestartedWorkerWarm) {
   EXPECT_EQ(load.l3_cached_tokens_total, b.cached);
   EXPECT_EQ(load.l1_cached_tokens_total + load.l2_cached_tokens_total, 0);
   StopAll();
+}
+
+// A prefill cut short leaves its chunks in L3 for a retry on another worker
+// sharing the store (or this one restarted over it), in both ways it can end:
+//   * cancel: the chunks are written through to L3 at once (the worker here
+//     is then replaced WITHOUT its shutdown write-back);
+//   * stop (a SIGTERM whose drain ran out): the worker writes its cache back
+//     on shutdown.
+// The new worker resumes from them, read back from L3, with the same greedy
+// output.
+TEST_F(Pipeline, APrefillCutShortLeavesItsChunksInL3ForTheRetry) {
+  for (const bool stop : {false, true}) {
+    SCOPED_TRACE(stop ? "stop" : "cancel");
+    const std::string dir = ::testing::TempDir() + "/prefill_l3_cut_" +
+                            std::to_string(getpid()) + (stop ? "_stop" : "_cancel");
+    std::filesystem::remove_all(dir);
+    const std::vector<uint32_t> prompt = testing::RandomPrompt(stop ? 92 : 93, 3000);
+    int64_t kept = 0;
+    int done = 0;
+    {
+      auto store = *kv::FilePageStore::Open({.dir = dir, .capacity_bytes = 64 << 20});
+      l3_ = store.get();
+      Start(4096, 4096);
+      ASSERT_TRUE(Submit("a", prompt, 4).ok());
+      done = WaitProgress("a", 1000);
+      ASSERT_GE(done, 1000);
+      if (stop) {
+        prefill_->Stop();
+      } else {
+        prefill_->Cancel("a");
+        WaitFinished(1);
+      }
+      EXPECT_TRUE(absl::IsCancelled(Get("a").prefill_status)) << Get("a").prefill_status;
+      kept = prefill_->GetLoad().partial_kept_tokens_total;
+      ASSERT_LT(kept, static_cast<int64_t>(prompt.size())) << "the prompt finished first";
+      if (!stop) {
+        EXPECT_GE(cache_->stats().l3_write_through_bound_pages.load(), kept / kPage);
+        l3_ = nullptr;  // StopAll without the shutdown write-back
+      }
+      StopAll();
+    }  // the store's destructor finishes its write queue
+    EXPECT_GE(kept, done - testing::TestEngine().config().num_mtp_layers - kPage);
+    auto store = *kv::FilePageStore::Open({.dir = dir, .capacity_bytes = 64 << 20});
+    l3_ = store.get();
+    Start(4096, 4096);
+    ASSERT_TRUE(Submit("b", prompt, 4).ok());
+    WaitDone("b");
+    const Outcome b = Get("b");
+    ASSERT_TRUE(b.prefill_status.ok()) << b.prefill_status;
+    EXPECT_EQ(b.cached, kept) << "the new worker did not resume where the first one stood";
+    EXPECT_EQ(b.tokens, testing::ReferenceGreedy(prompt, 4));
+    EXPECT_EQ(prefill_->GetLoad().l3_cached_tokens_total, b.cached);
+    StopAll();
+    l3_ = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      out_.clear();
+      finished_ = prefill_dones_ = 0;
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
 
 // A store that answers nothing until the test opens it (a slow L3).
