@@ -96,7 +96,7 @@ class AsyncPageStore final : public PageStore {
   // Blocks until every put queued so far has reached the backend.
   void Flush();
   int64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
-  int64_t queued_bytes() const;
+  int64_t queued_bytes() const override;
   PageStore& inner() { return *backend_; }
 
  private:

@@ -129,6 +129,9 @@ class PageStore {
   // store's free queue space); writers that can wait pace themselves by
   // it. Default: no limit (a Put is done or refused at once).
   virtual int64_t PutRoom() const { return std::numeric_limits<int64_t>::max(); }
+  // Payload bytes accepted by Put and not yet stored (a write-behind
+  // store's queue); 0 when every Put so far is stored or dropped.
+  virtual int64_t queued_bytes() const { return 0; }
 
   // Short backend name for metrics and logs: "file", "redis".
   virtual std::string_view backend() const = 0;

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 #include <utility>
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "lib/base/logging.h"
 
 namespace swaserve::rpc {
@@ -179,9 +181,24 @@ void GrpcServer::ShutdownImpl(absl::Duration drain_deadline,
   }
   SWA_LOG(info, "{}: draining in-flight calls for up to {}", options_.name,
           absl::FormatDuration(drain));
+  // The service's own end of its calls, a little before the deadline, if
+  // the drain is still going on then.
+  absl::Notification drained;
+  std::thread before_deadline;
+  if (options_.before_drain_deadline && drain > absl::ZeroDuration()) {
+    const absl::Time at = deadline - std::min(options_.before_drain_deadline_margin, drain / 2);
+    before_deadline = std::thread([this, at, &drained] {
+      if (!drained.WaitForNotificationWithDeadline(at)) {
+        SWA_LOG(info, "{}: drain deadline near; the service ends its calls", options_.name);
+        options_.before_drain_deadline();
+      }
+    });
+  }
   // Stops accepting calls, waits for in-flight ones until the deadline,
   // then cancels the rest and waits for every reactor's OnDone.
   server_->Shutdown(absl::ToChronoTime(deadline));
+  drained.Notify();
+  if (before_deadline.joinable()) before_deadline.join();
   server_->Wait();
   SWA_LOG(info, "{}: gRPC server stopped after {}", options_.name,
           absl::FormatDuration(absl::Now() - start));

@@ -13,6 +13,9 @@
 //                     4. then every remaining call is cancelled (reactors see
 //                        OnCancel and must Finish); returns once every
 //                        reactor's OnDone has run.
+//                     Optionally, a little before the deadline of step 3,
+//                     before_drain_deadline lets the service end its calls
+//                     itself.
 //
 // Typical main():
 //
@@ -86,6 +89,14 @@ struct GrpcServerOptions {
   // turned NOT_SERVING and before draining, e.g. to deregister the worker
   // from the cluster registry. Must not block for long.
   std::function<void()> on_drain_start;
+  // Called once, before_drain_deadline_margin before the drain deadline
+  // (at most half the drain), on a thread of its own, when calls are still
+  // in flight then: a service ends its long calls itself, with an answer the
+  // client can act on (the prefill worker hands what it computed to L3 and
+  // says DRAINING), instead of having them cancelled at the deadline.
+  // Shutdown waits for it. Not called when the drain is zero or forced.
+  std::function<void()> before_drain_deadline;
+  absl::Duration before_drain_deadline_margin = absl::Seconds(3);
   // Escape hatch: called on the ServerBuilder after everything above has
   // been applied, before the server is built.
   std::function<void(grpc::ServerBuilder&)> configure_builder;

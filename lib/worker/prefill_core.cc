@@ -369,7 +369,11 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     done(std::move(result));
   } else {
     if (m.ok != nullptr) (absl::IsCancelled(status) ? m.cancelled : m.failed)->Increment();
-    done(status);
+    if (hold_dones) {
+      held_dones.emplace_back(std::move(done), std::move(status));
+    } else {
+      done(status);
+    }
   }
 }
 
@@ -592,6 +596,7 @@ void PrefillCore::Impl::Loop() {
     std::vector<std::pair<std::string, absl::Status>> done_ships;
     std::vector<Fetched> done_fetches;
     std::vector<kv::PendingLoadBack> done_copies;
+    std::optional<DrainEnd> end_all;
     {
       const bool runnable =
           !sched_blocked && (sched->queued_requests() > 0 || sched->in_progress_requests() > 0);
@@ -603,12 +608,13 @@ void PrefillCore::Impl::Loop() {
         next_deadline = std::min(next_deadline, r->prefetch_deadline_ns);
       }
       // Paced L3 writes of prompts near the bound go on while idle too.
-      if (options.cache != nullptr && options.cache->l3_writes_pending()) {
+      if ((options.cache != nullptr && options.cache->l3_writes_pending()) || !held_dones.empty()) {
         next_deadline = std::min(next_deadline, base::MonotonicNanos() + kL3WriteRetryNanos);
       }
       absl::MutexLock lock(&mu);
       while (!stopping && incoming.empty() && cancels.empty() && shipped.empty() &&
-             fetched.empty() && copied.empty() && !runnable) {
+             fetched.empty() && copied.empty() && !runnable &&
+             !(drain_end.requested && !drain_end.taken)) {
         if (next_deadline == INT64_MAX) {
           cv.Wait(&mu);
           continue;
@@ -618,6 +624,10 @@ void PrefillCore::Impl::Loop() {
         cv.WaitWithTimeout(&mu, absl::Nanoseconds(next_deadline - now));
       }
       if (stopping) break;
+      if (drain_end.requested && !drain_end.taken) {
+        drain_end.taken = true;
+        end_all = drain_end;
+      }
       new_reqs.swap(incoming);
       to_cancel.swap(cancels);
       done_ships.swap(shipped);
@@ -656,6 +666,8 @@ void PrefillCore::Impl::Loop() {
       sched->Cancel(id);
       Complete(r, absl::CancelledError("cancelled by the caller"));
     }
+    if (end_all.has_value()) EndAllHeld(end_all->status, end_all->l3_flush_timeout);
+    RunHeldDones(/*force=*/false);
     const sched::PrefillStep step = sched->NextStep(
         base::MonotonicNanos(), [this](const sched::PrefillRequestInfo& info) {
           return CanStart(info);
@@ -681,6 +693,7 @@ void PrefillCore::Impl::Loop() {
   // (PartialKeepTokens), which outlives the core: a worker with an L3 store
   // writes it back on shutdown, so a retry on a worker sharing that store
   // (or this one restarted over its file store) resumes there.
+  RunHeldDones(/*force=*/true);
   std::deque<std::unique_ptr<Req>> rest;
   {
     absl::MutexLock lock(&mu);
@@ -828,6 +841,20 @@ absl::Status PrefillCore::Submit(PrefillJob job) {
   impl_->incoming.push_back(std::move(r));
   impl_->cv.Signal();
   return absl::OkStatus();
+}
+
+void PrefillCore::EndAllForDrain(absl::Status status, absl::Duration l3_flush_timeout) {
+  Impl& i = *impl_;
+  absl::MutexLock lock(&i.mu);
+  if (i.stopping || i.drain_end.requested) return;
+  i.drain_end.requested = true;
+  i.drain_end.status = std::move(status);
+  i.drain_end.l3_flush_timeout = l3_flush_timeout;
+  i.cv.Signal();
+  auto over = [&i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(i.mu) {
+    return i.drain_end.done || i.stopping;
+  };
+  i.mu.AwaitWithTimeout(absl::Condition(&over), l3_flush_timeout + absl::Seconds(5));
 }
 
 void PrefillCore::Cancel(const std::string& id) {

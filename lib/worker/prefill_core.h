@@ -311,6 +311,15 @@ class PrefillCore {
   // submitted, or its callback already ran). Thread-safe; updated by the
   // loop after every step.
   std::optional<PrefillProgress> Progress(const std::string& id) const;
+  // For a draining worker, a little before its drain deadline: ends every
+  // request that is not shipping its KV (queued, parked, computing) with
+  // `status`, keeping what each computed in the prefix cache and writing it
+  // through to L3, as a cancel does. Their callbacks run once those L3
+  // writes are stored (no path pending in the cache, the store's queue
+  // empty) or after l3_flush_timeout, so that the caller's retry on another
+  // worker sharing the store finds the chunks there. Blocks until then
+  // (or Stop). Requests shipping their KV go on. Once per core.
+  void EndAllForDrain(absl::Status status, absl::Duration l3_flush_timeout);
   void Stop();
 
   struct Impl;

@@ -228,6 +228,15 @@ struct PrefillCore::Impl {
   // stands (PrefillCore::Progress).
   absl::flat_hash_map<std::string, PrefillProgress> ids ABSL_GUARDED_BY(mu);
   bool stopping ABSL_GUARDED_BY(mu) = false;
+  // EndAllForDrain: asked, taken by the loop, its callbacks run.
+  struct DrainEnd {
+    bool requested = false;
+    bool taken = false;
+    bool done = false;
+    absl::Status status;
+    absl::Duration l3_flush_timeout;
+  };
+  DrainEnd drain_end ABSL_GUARDED_BY(mu);
   PrefillLoad load ABSL_GUARDED_BY(mu);
   std::atomic<int64_t> completed{0}, computed_total{0}, cached_total{0};
   std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0},
@@ -251,6 +260,18 @@ struct PrefillCore::Impl {
   // The last NextStep was empty although requests were queued (memory): wait
   // for an event (a ship completing, a cancel, a new request) before retrying.
   bool sched_blocked = false;
+  // EndAllForDrain (loop-owned): while hold_dones, Complete queues a failed
+  // request's callback in held_dones instead of running it; RunHeldDones
+  // runs them once the L3 writes are stored or at held_deadline_ns.
+  bool hold_dones = false;
+  bool end_pending = false;  // an EndAllForDrain not yet done
+  std::vector<std::pair<std::function<void(absl::StatusOr<PrefillResult>)>, absl::Status>>
+      held_dones;
+  int64_t held_deadline_ns = 0;
+  void EndAllHeld(const absl::Status& status, absl::Duration l3_flush_timeout);
+  // Runs the held callbacks when due (or now, with force); marks the
+  // EndAllForDrain done once none is left.
+  void RunHeldDones(bool force);
   // Throughput (PrefillLoad::prefill_tokens_per_second): tokens and seconds
   // of the forward steps, each sum decayed by kRateDecay per step.
   static constexpr double kRateDecay = 0.9;

@@ -131,6 +131,43 @@ void PrefillCore::Impl::FailParked(const std::string& id, absl::Status status) {
 }
 
 
+void PrefillCore::Impl::EndAllHeld(const absl::Status& status, absl::Duration l3_flush_timeout) {
+  held_deadline_ns = base::MonotonicNanos() + absl::ToInt64Nanoseconds(l3_flush_timeout);
+  hold_dones = true;
+  while (!parked.empty()) FailParked(parked.begin()->first, status);
+  std::vector<Req*> ending;
+  for (const auto& [id, r] : reqs) {
+    if (!r->shipping) ending.push_back(r.get());
+  }
+  for (Req* r : ending) {
+    sched->Cancel(r->job.id);
+    Complete(r, status);  // keeps what it computed, written through to L3
+  }
+  hold_dones = false;
+  end_pending = true;
+  SWA_LOG(info, "prefill: ended {} request(s) for the drain; their answers wait for the L3 "
+          "writes (at most {})", held_dones.size(), absl::FormatDuration(l3_flush_timeout));
+  RunHeldDones(/*force=*/false);
+}
+
+void PrefillCore::Impl::RunHeldDones(bool force) {
+  if (!end_pending) return;
+  if (!held_dones.empty()) {
+    const bool stored =
+        options.cache == nullptr ||
+        (!options.cache->l3_writes_pending() && (options.l3 == nullptr || options.l3->queued_bytes() == 0));
+    if (!force && !stored && base::MonotonicNanos() < held_deadline_ns) return;
+    if (!stored) SWA_LOG(warn, "prefill: drain: answering before every L3 write was stored");
+    auto dones = std::move(held_dones);
+    held_dones.clear();
+    for (auto& [done, status] : dones) done(status);
+  }
+  end_pending = false;
+  absl::MutexLock lock(&mu);
+  drain_end.done = true;
+  cv.SignalAll();
+}
+
 absl::Duration L3PrefetchWait(const PrefillCoreOptions& options, int64_t stake_tokens,
                               double measured_tokens_per_second) {
   const double rate = measured_tokens_per_second > 0 ? measured_tokens_per_second

@@ -127,6 +127,10 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("transfer.timeout"), &o->transfer_timeout, "deadline of one KV transfer")
       .Add(key("transfer.ucx_tls"), &o->ucx_tls, "UCX transports (UCX_TLS syntax; empty: default)")
       .Add(key("drain"), &o->drain, "how long in-flight calls may finish on SIGTERM")
+      .Add(key("drain_handback"), &o->drain_handback,
+           "this long before the drain deadline a prefill worker ends the prefills still "
+           "computing itself, puts what they computed in L3 and answers DRAINING once it is "
+           "stored, so the router's retry elsewhere resumes from there (0: off)")
       .Add(key("redis"), &o->redis, "Redis host:port for cluster membership (empty: standalone)")
       .Add(key("cluster"), &o->cluster, "cluster name (Redis key prefix)")
       .Add(key("advertise_host"), &o->advertise_host, "host other processes reach this worker at")

@@ -108,6 +108,13 @@ struct WorkerOptions {
   absl::Duration transfer_timeout = absl::Seconds(30);
   std::string ucx_tls;
   absl::Duration drain = absl::Seconds(10);
+  // This long before the drain deadline (at most half the drain), a prefill
+  // worker ends the prefills still computing itself (PrefillCore::
+  // EndAllForDrain): what they computed goes to its prefix cache and L3,
+  // and each answers DRAINING once those writes are stored (waiting at most
+  // three quarters of this), so the router's retry elsewhere resumes from
+  // L3. 0: off (the deadline cancels them).
+  absl::Duration drain_handback = absl::Seconds(3);
   std::string redis;
   std::string cluster = "default";
   std::string advertise_host = "127.0.0.1";

@@ -34,6 +34,7 @@
 #include "lib/model/tokenizer.h"
 #include "lib/rpc/channel.h"
 #include "lib/rpc/grpc_server.h"
+#include "lib/rpc/status_conversion.h"
 #include "lib/rpc/termination_signal.h"
 #include "lib/transfer/transfer_engine.h"
 #include "lib/worker/decode_core.h"
@@ -341,6 +342,21 @@ absl::Status Worker::StartServers() {
     go.health_service_names.push_back("swaserve.v1.Decode");
   }
   go.drain_deadline = o.drain;
+  if (prefill_core != nullptr && o.drain_handback > absl::ZeroDuration()) {
+    go.before_drain_deadline_margin = o.drain_handback;
+    go.before_drain_deadline = [this] {
+      prefill_core->EndAllForDrain(
+          rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_DRAINING,
+                               absl::StrCat("prefill worker ", o.worker_id,
+                                            " is draining: it handed back the prefill before "
+                                            "its drain deadline (the computed chunks are in its "
+                                            "prefix cache and L3)"),
+                               o.worker_id, /*retryable=*/true),
+          // Three quarters of the time left before the deadline (the
+          // server's margin is at most half the drain).
+          std::min(o.drain_handback, o.drain / 2) * 3 / 4);
+    };
+  }
   ASSIGN_OR_RETURN(server, rpc::GrpcServer::Create(go));
   metrics::MetricsHttpServerOptions mo;
   mo.host = o.metrics_host;

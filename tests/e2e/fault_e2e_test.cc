@@ -16,6 +16,9 @@
 //   * kill -9 of the router carrying a long prompt, or of its decode worker,
 //     in the middle of the prefill: the retry resumes from the chunks the
 //     prefill worker had computed (kept in its prefix cache);
+//   * SIGTERM of a prefill worker whose drain ends before its prefill: it
+//     hands the computed chunks to the shared L3 before the deadline, and
+//     the retry on another worker resumes from there;
 //   * chaos: a 1,000-request trace replay while a random process (prefill,
 //     decode, Redis) is killed with -9 and restarted every few seconds:
 //     every request completes.
@@ -60,6 +63,28 @@ std::unique_ptr<LocalCluster> MakeCluster(
   auto c = LocalCluster::Create(o);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;
+}
+
+// Two length buckets (bounds 20,000 and 32,768 tokens) with one prefill
+// worker each, p0 and p1 (p0 with p0_flags too), decode worker d1 and
+// router r1, healthy; null (after a test failure) when a start failed.
+std::unique_ptr<LocalCluster> MakeTwoBucketCluster(std::vector<std::string> worker_flags,
+                                                   std::vector<std::string> p0_flags) {
+  auto c = MakeCluster(std::move(worker_flags), {"--policy.bucket_bounds=20000,32768"});
+  if (c == nullptr) return nullptr;
+  p0_flags.insert(p0_flags.begin(), {"--bucket=0", "--prefill.max_prompt_tokens=20000"});
+  for (const absl::Status& st :
+       {c->StartWorker("prefill", "p0", p0_flags).status(),
+        c->StartWorker("prefill", "p1",
+                       {"--bucket=1", "--bucket_min_tokens=20000",
+                        "--prefill.max_prompt_tokens=32768"})
+            .status(),
+        c->StartWorker("decode", "d1").status(), c->StartRouter("r1").status(),
+        c->WaitHealthy("r1", absl::Seconds(30))}) {
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return nullptr;
+  }
+  return c;
 }
 
 // Runs `n` prompts concurrently; returns their results in order.
@@ -184,20 +209,8 @@ TEST(FaultE2ETest, AHungPrefillWorkerIsDroppedByKeepaliveAndTheRequestRetried) {
 // retry goes to bucket 1's worker at once, which computes the whole prompt;
 // the answer is the one a second run (a prefix hit there) gives.
 TEST(FaultE2ETest, APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket) {
-  auto cluster = MakeCluster({}, {"--policy.bucket_bounds=20000,32768"});
+  auto cluster = MakeTwoBucketCluster({}, {});
   ASSERT_NE(cluster, nullptr);
-  ASSERT_TRUE(cluster
-                  ->StartWorker("prefill", "p0",
-                                {"--bucket=0", "--prefill.max_prompt_tokens=20000"})
-                  .ok());
-  ASSERT_TRUE(cluster
-                  ->StartWorker("prefill", "p1",
-                                {"--bucket=1", "--bucket_min_tokens=20000",
-                                 "--prefill.max_prompt_tokens=32768"})
-                  .ok());
-  ASSERT_TRUE(cluster->StartWorker("decode", "d1").ok());
-  ASSERT_TRUE(cluster->StartRouter("r1").ok());
-  ASSERT_TRUE(cluster->WaitHealthy("r1", absl::Seconds(30)).ok());
   auto stub = cluster->RouterStub("r1");
   constexpr int kLen = 16384;  // bucket 0; 64 steps of 256 tokens
   const std::vector<uint32_t> prompt = RandomPrompt(kLen, 9300);
@@ -319,6 +332,53 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
               "tokens for 2 prompts of %d\n",
               at_kill_a, kLen, retry_a.usage.cached_tokens(), at_kill_b,
               result_b.usage.cached_tokens(), total, kLen);
+}
+
+// SIGTERM of a prefill worker in the middle of a long prompt (a rolling
+// restart) whose drain is shorter than the prompt's prefill: a little before
+// its drain deadline (--drain_handback) the worker hands the prefill back —
+// what it computed goes to the shared L3, and it answers DRAINING once that
+// is stored — and the router's retry on the next bucket's worker (bucket 0
+// has no other) resumes from L3. Before, the deadline cancelled the call and
+// the retry computed the prompt from its first token.
+TEST(FaultE2ETest, ASigtermedPrefillWorkerHandsItsChunksToTheRetryThroughL3) {
+  auto l3 = cluster::testing::RedisServer::Start(
+      {"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"});
+  ASSERT_TRUE(l3.ok()) << l3.status();
+  const std::string l3_flag = absl::StrCat("--kv.l3=redis:127.0.0.1:", (*l3)->port());
+  auto cluster = MakeTwoBucketCluster({l3_flag}, {"--drain=1s", "--drain_handback=1s"});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = cluster->RouterStub("r1");
+  constexpr int kLen = 19968;  // bucket 0's largest
+  const std::vector<uint32_t> prompt = RandomPrompt(kLen, 9500);
+  GrpcResult result;
+  std::thread client([&] { result = GenerateIds(*stub, prompt, 6, nullptr, 300); });
+  double at_term = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(60);
+       at_term < 2048 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
+    at_term = cluster->Metric("p0", "swaserve_prefill_step_tokens_sum");
+  }
+  ASSERT_GE(at_term, 2048) << "p0 never got into the prompt";
+  ASSERT_TRUE(cluster->Terminate("p0", absl::Seconds(60)).ok());
+  client.join();
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.tokens.size(), 6u);
+  const uint32_t cached = result.usage.cached_tokens();
+  EXPECT_GE(cached, at_term - 32) << "the retry did not resume from what p0 computed";
+  EXPECT_LT(cached, static_cast<uint32_t>(kLen)) << "p0 finished the prompt: nothing was tested";
+  EXPECT_EQ(cluster->Metric("p1", "swaserve_prefill_l3_prefetch_total{result=\"hit\"}"), 1);
+  EXPECT_GE(cluster->Metric("r1", "swaserve_router_retries_total{leg=\"prefill\"}"), 1);
+  // p1 computed only the rest (its last chunk's MTP tail aside).
+  const double p1_computed = cluster->Metric("p1", "swaserve_prefill_step_tokens_sum");
+  EXPECT_LE(p1_computed, kLen - cached + 64);
+  // The same greedy answer from p1's cache.
+  const GrpcResult again = GenerateIds(*stub, prompt, 6, nullptr, 300);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, result.tokens);
+  std::printf("FAULT-ROW SIGTERM of bucket 0's prefill worker (drain 1 s, hand-back 0.5 s before) "
+              "after %.0f of %d prompt tokens: the retry on bucket 1 cached %u from L3, "
+              "computed %.0f\n",
+              at_term, kLen, cached, p1_computed);
 }
 
 TEST(FaultE2ETest, PromptTooLargeForAnyPoolFailsFastWithoutOpeningABreaker) {

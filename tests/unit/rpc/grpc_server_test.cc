@@ -413,6 +413,54 @@ TEST_F(GrpcServerTest, CancelAllCallsCutsDrainShort) {
   EXPECT_EQ(service_.active(), 0);
 }
 
+// before_drain_deadline runs once, its margin before the drain deadline,
+// while calls still drain: here it cancels them (a service would end them
+// with its own answer), so Shutdown returns well before the deadline. Not
+// called when the calls end before its time.
+TEST_F(GrpcServerTest, BeforeDrainDeadlineRunsOnceItsMarginBeforeTheDeadline) {
+  std::atomic<int> hooks{0};
+  GrpcServerOptions options;
+  options.before_drain_deadline_margin = absl::Seconds(2);
+  options.before_drain_deadline = [&] {
+    ++hooks;
+    server_->CancelAllCalls();
+  };
+  Start(options);
+  absl::Notification first_message;
+  StreamResult result;
+  std::thread client([&] {
+    result = ReadStream(*stub_, StreamRequest(1000, 20), absl::Seconds(60), &first_message);
+  });
+  ASSERT_TRUE(first_message.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(4));
+  const absl::Duration took = absl::Now() - start;
+  client.join();
+  EXPECT_EQ(hooks.load(), 1);
+  EXPECT_GE(took, absl::Milliseconds(1900));
+  EXPECT_LT(took, absl::Milliseconds(3500)) << "ended at the deadline, not by the hook";
+  EXPECT_FALSE(result.status.ok());
+  EXPECT_EQ(service_.active(), 0);
+}
+
+TEST_F(GrpcServerTest, BeforeDrainDeadlineIsNotCalledWhenTheCallsEndFirst) {
+  std::atomic<int> hooks{0};
+  GrpcServerOptions options;
+  options.before_drain_deadline_margin = absl::Seconds(1);
+  options.before_drain_deadline = [&] { ++hooks; };
+  Start(options);
+  absl::Notification first_message;
+  StreamResult result;
+  std::thread client([&] {
+    result = ReadStream(*stub_, StreamRequest(10, 20), absl::Seconds(60), &first_message);
+  });
+  ASSERT_TRUE(first_message.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  server_->Shutdown(absl::Seconds(10));
+  client.join();
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(hooks.load(), 0);
+}
+
 TEST_F(GrpcServerTest, ShutdownIsIdempotentAndWaitReturns) {
   Start();
   std::thread waiter([&] { server_->Wait(); });

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -756,6 +757,58 @@ class StalledStore final : public kv::PageStore {
   absl::Mutex mu_;
   bool open_ = false;
 };
+
+// A draining worker ends its long prefills itself a little before its drain
+// deadline (EndAllForDrain): each keeps what it computed and writes it to L3,
+// and its answer (the status given: the worker says DRAINING, so the router
+// retries elsewhere) waits until those writes are stored, so that the retry
+// on another worker sharing the store finds them. Here the store holds its
+// writes until the test opens it: no answer before, the answer right after,
+// and a new worker over the store resumes where the first one stood.
+TEST_F(Pipeline, EndAllForDrainAnswersOnceTheKeptChunksAreInL3) {
+  auto owned = std::make_unique<StalledStore>();
+  StalledStore* stalled = owned.get();
+  kv::AsyncPageStore store(std::move(owned));
+  l3_ = &store;
+  l3_max_wait_ms_ = 50;  // its own L3 probe stalls too: compute without it
+  Start(4096, 4096);
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(94, 3000);
+  ASSERT_TRUE(Submit("a", prompt, 4).ok());
+  const int done = WaitProgress("a", 1000);
+  ASSERT_GE(done, 1000);
+  absl::Notification ended;
+  std::thread drain([&] {
+    prefill_->EndAllForDrain(absl::UnavailableError("draining"), absl::Seconds(60));
+    ended.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(Get("a").prefill_done) << "answered before its chunks were stored in L3";
+  EXPECT_FALSE(ended.HasBeenNotified());
+  EXPECT_GT(store.queued_bytes(), 0);
+  stalled->Open();
+  ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  drain.join();
+  EXPECT_EQ(store.queued_bytes(), 0);
+  const Outcome a = Get("a");
+  ASSERT_TRUE(a.prefill_done);
+  EXPECT_TRUE(absl::IsUnavailable(a.prefill_status)) << a.prefill_status;
+  const int64_t kept = prefill_->GetLoad().partial_kept_tokens_total;
+  ASSERT_GE(kept, done - testing::TestEngine().config().num_mtp_layers - kPage);
+  ASSERT_LT(kept, static_cast<int64_t>(prompt.size())) << "the prompt finished first";
+  // Another worker over the same store (this one replaced without its
+  // shutdown write-back): it resumes from L3.
+  l3_ = nullptr;
+  StopAll();
+  l3_ = &store;
+  Start(4096, 4096);
+  ASSERT_TRUE(Submit("b", prompt, 4).ok());
+  WaitDone("b");
+  const Outcome b = Get("b");
+  ASSERT_TRUE(b.prefill_status.ok()) << b.prefill_status;
+  EXPECT_EQ(b.cached, kept);
+  EXPECT_EQ(b.tokens, testing::ReferenceGreedy(prompt, 4));
+  StopAll();
+}
 
 TEST_F(Pipeline, L3PrefetchPastItsWaitComputesWithoutIt) {
   // Behind AsyncPageStore as in a worker: write-backs queue, reads stall.

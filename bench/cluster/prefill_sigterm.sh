@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A rolling restart of a prefill worker in the middle of a long prompt: the
+# default local cluster (demo model; one prefill worker per length bucket,
+# all sharing the L3 Redis), a non-streamed ~60K-token prompt (bucket 0), and
+# SIGTERM of bucket 0's worker AFTER seconds into its prefill. Its drain
+# (10 s) is shorter than the prefill, so the prompt goes to bucket 1's
+# worker (bucket fallback). With the hand-back (the default,
+# --drain_handback=3s) bucket 0's worker ends the prefill itself 3 s before
+# its drain deadline, puts what it computed in L3 and answers DRAINING once
+# that is stored: the retry resumes from L3. `off` (--drain_handback=0s):
+# the deadline cancels the call. One request per mode, each on a freshly
+# started cluster.
+#
+#   bash bench/cluster/prefill_sigterm.sh
+#
+# Knobs (environment): BUILD, OUT, WORDS (55000), AFTER (6), MODES ("on off").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+OUT=${OUT:-/tmp/swaserve-prefill-sigterm}
+WORDS=${WORDS:-55000}
+AFTER=${AFTER:-6}
+MODES=${MODES:-"on off"}
+mkdir -p "$OUT"
+/usr/bin/python3 bench/cluster/kjv_words.py "$WORDS" "$OUT/prompt.txt"
+/usr/bin/python3 -c 'import json, sys; print(json.dumps({"model": "demo", "prompt": open(sys.argv[1]).read(), "max_tokens": 8, "temperature": 0}))' \
+  "$OUT/prompt.txt" > "$OUT/body.json"
+for mode in $MODES; do
+  (
+    UP_FLAGS=""
+    [ "$mode" = off ] && UP_FLAGS="--extra_flags.prefill=--drain_handback=0s"
+    OUT="$OUT/$mode"
+    . bench/cluster/up.sh
+    echo "== hand-back $mode: $WORDS words, SIGTERM of prefill-0 after $AFTER s"
+    t0=$(date +%s.%N)
+    curl -s -X POST "$url/v1/completions" -H 'Content-Type: application/json' \
+      --data-binary @"$OUT/../body.json" > "$OUT/answer.json" &
+    client=$!
+    sleep "$AFTER"
+    kill -TERM "$(grep -o '"pid":[0-9]*' "$OUT/run/prefill-0.ports.json" | cut -d: -f2)"
+    wait $client
+    echo "answered after $(echo "$(date +%s.%N) - $t0" | bc) s"
+    /usr/bin/python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read()); print("usage", json.dumps(d.get("usage")), "text", json.dumps(d["choices"][0]["text"]) if "choices" in d else d)' "$OUT/answer.json"
+    grep -h "ended after" "$OUT"/run/prefill-0.log | sed 's/ \[type.googleapis.*\])/)/' | tail -1 || true
+    for f in "$OUT"/run/prefill-[12].ports.json; do
+      port=$(grep -o '"metrics_port":[0-9]*' "$f" | cut -d: -f2)
+      pm=$(curl -s "http://127.0.0.1:$port/metrics" || true)
+      echo "$(basename "$f" .ports.json): computed $(echo "$pm" | grep '^swaserve_prefill_step_tokens_sum' | awk '{print $2}') tokens;" \
+        "L3 prefetch hits $(echo "$pm" | grep '^swaserve_prefill_l3_prefetch_total{result="hit"}' | awk '{print $2}')"
+    done
+  )
+done
