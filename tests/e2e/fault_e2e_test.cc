@@ -253,7 +253,11 @@ TEST(FaultE2ETest, APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket) 
 TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   auto cluster = MakeCluster({}, {});
   ASSERT_NE(cluster, nullptr);
+  // Two prefill workers: a retry resumes only if the router sends it to the
+  // one holding the kept chunks (the prefix index learns them from its
+  // cache events).
   ASSERT_TRUE(cluster->StartWorker("prefill", "p1").ok());
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
   ASSERT_TRUE(cluster->StartWorker("decode", "d1").ok());
   for (const char* r : {"r1", "r2"}) {
     ASSERT_TRUE(cluster->StartRouter(r).ok());
@@ -261,13 +265,17 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   }
   constexpr int kLen = 16384;  // 64 steps of 256 tokens
   const std::vector<uint32_t> a = RandomPrompt(kLen, 9400), b = RandomPrompt(kLen, 9401);
-  // Prompt tokens p1 computed so far (every step, finished or not).
-  auto computed = [&] { return cluster->Metric("p1", "swaserve_prefill_step_tokens_sum"); };
-  auto wait_metric = [&](const std::string& id, const std::string& line, double at_least) {
-    double v = cluster->Metric(id, line);
+  // A counter summed over both prefill workers.
+  auto prefill_sum = [&](const std::string& line) {
+    return cluster->Metric("p1", line) + cluster->Metric("p2", line);
+  };
+  const std::string steps = "swaserve_prefill_step_tokens_sum";  // tokens computed
+  auto computed = [&] { return prefill_sum(steps); };
+  auto wait_metric = [&](const std::string& line, double at_least) {
+    double v = prefill_sum(line);
     for (const absl::Time until = absl::Now() + absl::Seconds(60);
          v < at_least && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
-      v = cluster->Metric(id, line);
+      v = prefill_sum(line);
     }
     return v;
   };
@@ -277,13 +285,13 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   // 1. The router dies mid-prefill; the client retries through r2.
   GrpcResult lost;
   std::thread client([&] { lost = GenerateIds(*cluster->RouterStub("r1"), a, 6, nullptr, 300); });
-  const double at_kill_a = wait_metric("p1", "swaserve_prefill_step_tokens_sum", 4096);
+  const double at_kill_a = wait_metric(steps, 4096);
   ASSERT_TRUE(cluster->Kill("r1").ok());
   client.join();
-  ASSERT_GE(at_kill_a, 4096) << "p1 never got a third of the way into the prompt";
+  ASSERT_GE(at_kill_a, 4096) << "no prefill worker got a third of the way into the prompt";
   ASSERT_FALSE(lost.status.ok()) << "r1 answered before it was killed: nothing was tested";
-  ASSERT_GE(wait_metric("p1", kept_requests, 1), 1) << "p1 kept nothing of the cancelled prefill";
-  const double kept_a = cluster->Metric("p1", kept_tokens);
+  ASSERT_GE(wait_metric(kept_requests, 1), 1) << "nothing of the cancelled prefill was kept";
+  const double kept_a = prefill_sum(kept_tokens);
   // Whole pages that every MTP layer reached, at least what was computed at
   // the kill.
   EXPECT_GE(kept_a, at_kill_a - 32);
@@ -299,26 +307,28 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   const double base = computed();
   GrpcResult result_b;
   std::thread client_b([&] { result_b = GenerateIds(*r2, b, 6, nullptr, 300); });
-  const double at_kill_b = wait_metric("p1", "swaserve_prefill_step_tokens_sum", base + 4096) - base;
+  const double at_kill_b = wait_metric(steps, base + 4096) - base;
   ASSERT_TRUE(cluster->Kill("d1").ok());
   ASSERT_TRUE(cluster->StartWorker("decode", "d2").ok());
   client_b.join();
   ASSERT_GE(at_kill_b, 4096);
   ASSERT_TRUE(result_b.status.ok()) << result_b.status.error_message();
   ASSERT_EQ(result_b.tokens.size(), 6u);
-  ASSERT_GE(wait_metric("p1", kept_requests, 2), 2);
-  const double kept_b = cluster->Metric("p1", kept_tokens) - kept_a;
+  ASSERT_GE(wait_metric(kept_requests, 2), 2);
+  const double kept_b = prefill_sum(kept_tokens) - kept_a;
   EXPECT_GE(kept_b, at_kill_b - 32);
   EXPECT_EQ(result_b.usage.cached_tokens(), static_cast<uint32_t>(kept_b));
   // Each prompt was computed once, plus at most the steps that ran between
   // the kill and the cancel reaching the worker.
   const double total = computed();
   EXPECT_LE(total, 2 * kLen + 2 * 4 * 256) << "recomputed what was done";
+  const double kept_p1 = cluster->Metric("p1", kept_tokens), kept_p2 = cluster->Metric("p2", kept_tokens);
 
   // 3. The same prompts on a fresh prefill worker (no cache, no L3): the
   // same greedy answers.
   ASSERT_TRUE(cluster->Kill("p1").ok());
-  ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
+  ASSERT_TRUE(cluster->Kill("p2").ok());
+  ASSERT_TRUE(cluster->StartWorker("prefill", "p3").ok());
   const GrpcResult ref_a = GenerateIds(*r2, a, 6, nullptr, 300);
   const GrpcResult ref_b = GenerateIds(*r2, b, 6, nullptr, 300);
   ASSERT_TRUE(ref_a.status.ok()) << ref_a.status.error_message();
@@ -328,10 +338,10 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   EXPECT_EQ(retry_a.tokens, ref_a.tokens);
   EXPECT_EQ(result_b.tokens, ref_b.tokens);
   std::printf("FAULT-ROW router killed after %.0f of %d prompt tokens: retry via r2 cached %u; "
-              "decode worker killed after %.0f: router's retry cached %u; p1 computed %.0f "
-              "tokens for 2 prompts of %d\n",
+              "decode worker killed after %.0f: router's retry cached %u; the 2 prefill workers computed %.0f "
+              "tokens for 2 prompts of %d (kept on p1 %.0f, on p2 %.0f)\n",
               at_kill_a, kLen, retry_a.usage.cached_tokens(), at_kill_b,
-              result_b.usage.cached_tokens(), total, kLen);
+              result_b.usage.cached_tokens(), total, kLen, kept_p1, kept_p2);
 }
 
 // SIGTERM of a prefill worker in the middle of a long prompt (a rolling
