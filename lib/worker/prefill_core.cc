@@ -368,7 +368,10 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     }
     done(std::move(result));
   } else {
-    if (m.ok != nullptr) (absl::IsCancelled(status) ? m.cancelled : m.failed)->Increment();
+    // A drain's hand-back (hold_dones) is no error of the request's either.
+    if (m.ok != nullptr) {
+      (absl::IsCancelled(status) || hold_dones ? m.cancelled : m.failed)->Increment();
+    }
     if (hold_dones) {
       held_dones.emplace_back(std::move(done), std::move(status));
     } else {

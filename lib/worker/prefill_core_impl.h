@@ -143,7 +143,9 @@ struct Metrics {
     ASSIGN_OR_RETURN(auto* req, r->AddCounter("swaserve_prefill_requests_total",
                                               "Prefill requests that ended, by result (ok: computed "
                                               "and its KV delivered, even when the caller "
-                                              "cancelled during the transfer).",
+                                              "cancelled during the transfer; cancelled: the "
+                                              "caller went away, or a draining worker handed "
+                                              "the request back).",
                                               {"result"}));
     ok = &req->WithLabels({"ok"});
     failed = &req->WithLabels({"error"});

@@ -792,6 +792,12 @@ TEST_F(Pipeline, EndAllForDrainAnswersOnceTheKeptChunksAreInL3) {
   const Outcome a = Get("a");
   ASSERT_TRUE(a.prefill_done);
   EXPECT_TRUE(absl::IsUnavailable(a.prefill_status)) << a.prefill_status;
+  // Handed back, not failed: no error of this worker's.
+  const std::string text = registry_->RenderText();
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_requests_total{result=\"cancelled\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "swaserve_prefill_requests_total{result=\"error\"} 0"))
+      << text;
   const int64_t kept = prefill_->GetLoad().partial_kept_tokens_total;
   ASSERT_GE(kept, done - testing::TestEngine().config().num_mtp_layers - kPage);
   ASSERT_LT(kept, static_cast<int64_t>(prompt.size())) << "the prompt finished first";
