@@ -592,6 +592,38 @@ void PrefillCore::Impl::PublishLoad() {
   if (m.running != nullptr) m.running->Set(running);
 }
 
+void PrefillCore::Impl::EndShipsAndCancels(
+    const std::vector<std::pair<std::string, absl::Status>>& done_ships,
+    const std::vector<std::string>& to_cancel) {
+  for (const auto& [id, status] : done_ships) {
+    auto it = reqs.find(id);
+    if (it == reqs.end()) continue;
+    Req* r = it->second.get();
+    r->shipping = false;
+    r->result.transfer_seconds =
+        static_cast<double>(base::MonotonicNanos() - r->ship_start_ns) * 1e-9;
+    // A cancel that came while the KV shipped: a delivered ship is a
+    // prefill that did its work (the router cancels the leg it still holds
+    // once the decode leg answered, which can precede this completion), so
+    // it ends ok; a failed one failed because of the cancel (the receiver
+    // gave up), so it ends cancelled, not as this worker's error.
+    Complete(r, r->cancelled && !status.ok() ? absl::CancelledError("cancelled by the caller")
+                                            : status);
+  }
+  for (const std::string& id : to_cancel) {
+    FailParked(id, absl::CancelledError("cancelled by the caller"));
+    auto it = reqs.find(id);
+    if (it == reqs.end()) continue;
+    Req* r = it->second.get();
+    if (r->shipping) {
+      r->cancelled = true;  // the transfer owns the pages until it ends
+      continue;
+    }
+    sched->Cancel(id);
+    Complete(r, absl::CancelledError("cancelled by the caller"));
+  }
+}
+
 void PrefillCore::Impl::Loop() {
   while (true) {
     std::deque<std::unique_ptr<Req>> new_reqs;
@@ -642,33 +674,7 @@ void PrefillCore::Impl::Loop() {
     for (Fetched& f : done_fetches) OnFetched(f);
     ExpireParked(base::MonotonicNanos());
     for (auto& r : new_reqs) Accept(std::move(r));
-    for (const auto& [id, status] : done_ships) {
-      auto it = reqs.find(id);
-      if (it == reqs.end()) continue;
-      Req* r = it->second.get();
-      r->shipping = false;
-      r->result.transfer_seconds =
-          static_cast<double>(base::MonotonicNanos() - r->ship_start_ns) * 1e-9;
-      // A cancel that came while the KV shipped: a delivered ship is a
-      // prefill that did its work (the router cancels the leg it still holds
-      // once the decode leg answered, which can precede this completion), so
-      // it ends ok; a failed one failed because of the cancel (the receiver
-      // gave up), so it ends cancelled, not as this worker's error.
-      Complete(r, r->cancelled && !status.ok() ? absl::CancelledError("cancelled by the caller")
-                                                : status);
-    }
-    for (const std::string& id : to_cancel) {
-      FailParked(id, absl::CancelledError("cancelled by the caller"));
-      auto it = reqs.find(id);
-      if (it == reqs.end()) continue;
-      Req* r = it->second.get();
-      if (r->shipping) {
-        r->cancelled = true;  // the transfer owns the pages until it ends
-        continue;
-      }
-      sched->Cancel(id);
-      Complete(r, absl::CancelledError("cancelled by the caller"));
-    }
+    EndShipsAndCancels(done_ships, to_cancel);
     if (end_all.has_value()) EndAllHeld(end_all->status, end_all->l3_flush_timeout);
     RunHeldDones(/*force=*/false);
     const sched::PrefillStep step = sched->NextStep(

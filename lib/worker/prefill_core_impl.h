@@ -349,6 +349,10 @@ struct PrefillCore::Impl {
   // whole pool; one that cannot fit even so fails with ResourceExhausted).
   bool SwaFits(const Req& r) const;
   void RunStep(const sched::PrefillStep& step);
+  // The loop's events: ships that ended (each request then completes) and
+  // cancels (a request shipping completes when its ship ends).
+  void EndShipsAndCancels(const std::vector<std::pair<std::string, absl::Status>>& done_ships,
+                          const std::vector<std::string>& to_cancel);
   void Complete(Req* r, absl::Status status);
   // For a request ending before its last chunk: prompt tokens from 0 whose
   // KV it computed completely (page-aligned; with MTP layers, only positions
