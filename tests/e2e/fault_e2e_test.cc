@@ -189,7 +189,15 @@ TEST(FaultE2ETest, AHungPrefillWorkerIsDroppedByKeepaliveAndTheRequestRetried) {
   GrpcResult result;
   const absl::Time t0 = absl::Now();
   std::thread client([&] { result = GenerateIds(*stub, prompt, 4, nullptr, 300); });
-  absl::SleepFor(absl::Milliseconds(500));  // p1 is computing it now
+  // Until p1 is computing it (a fixed 500 ms was sometimes too early on a
+  // busy machine: the request then went to p2, started below, and no
+  // retry happened).
+  double steps = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(60);
+       steps < 1 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
+    steps = cluster->Metric("p1", "swaserve_prefill_step_tokens_count");
+  }
+  ASSERT_GE(steps, 1) << "p1 never started the prompt";
   ASSERT_TRUE(cluster->Get("p1")->process->Signal(SIGSTOP).ok());
   ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
   client.join();
