@@ -65,6 +65,17 @@ std::unique_ptr<LocalCluster> MakeCluster(
   return c.ok() ? std::move(*c) : nullptr;
 }
 
+// `read()` (a metric) polled every 5 ms until it reaches `at_least` or a
+// minute passed; its last value.
+double WaitUntilAtLeast(const std::function<double()>& read, double at_least) {
+  double v = read();
+  for (const absl::Time until = absl::Now() + absl::Seconds(60);
+       v < at_least && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
+    v = read();
+  }
+  return v;
+}
+
 // Two length buckets (bounds 20,000 and 32,768 tokens) with one prefill
 // worker each, p0 and p1 (p0 with p0_flags too), decode worker d1 and
 // router r1, healthy; null (after a test failure) when a start failed.
@@ -192,11 +203,8 @@ TEST(FaultE2ETest, AHungPrefillWorkerIsDroppedByKeepaliveAndTheRequestRetried) {
   // Until p1 is computing it (a fixed 500 ms was sometimes too early on a
   // busy machine: the request then went to p2, started below, and no
   // retry happened).
-  double steps = 0;
-  for (const absl::Time until = absl::Now() + absl::Seconds(60);
-       steps < 1 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
-    steps = cluster->Metric("p1", "swaserve_prefill_step_tokens_count");
-  }
+  const double steps = WaitUntilAtLeast(
+      [&] { return cluster->Metric("p1", "swaserve_prefill_step_tokens_count"); }, 1);
   ASSERT_GE(steps, 1) << "p1 never started the prompt";
   ASSERT_TRUE(cluster->Get("p1")->process->Signal(SIGSTOP).ok());
   ASSERT_TRUE(cluster->StartWorker("prefill", "p2").ok());
@@ -225,11 +233,8 @@ TEST(FaultE2ETest, APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket) 
   GrpcResult result;
   std::thread client([&] { result = GenerateIds(*stub, prompt, 6, nullptr, 300); });
   // Mid-prefill: p0 has computed a step of it and not finished.
-  double steps = 0;
-  for (const absl::Time until = absl::Now() + absl::Seconds(60);
-       steps < 1 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
-    steps = cluster->Metric("p0", "swaserve_prefill_step_tokens_count");
-  }
+  const double steps = WaitUntilAtLeast(
+      [&] { return cluster->Metric("p0", "swaserve_prefill_step_tokens_count"); }, 1);
   const double p0_done = cluster->Metric("p0", "swaserve_prefill_requests_total{result=\"ok\"}");
   ASSERT_TRUE(cluster->Kill("p0").ok());
   client.join();
@@ -280,12 +285,7 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
   const std::string steps = "swaserve_prefill_step_tokens_sum";  // tokens computed
   auto computed = [&] { return prefill_sum(steps); };
   auto wait_metric = [&](const std::string& line, double at_least) {
-    double v = prefill_sum(line);
-    for (const absl::Time until = absl::Now() + absl::Seconds(60);
-         v < at_least && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
-      v = prefill_sum(line);
-    }
-    return v;
+    return WaitUntilAtLeast([&] { return prefill_sum(line); }, at_least);
   };
   const std::string kept_requests = "swaserve_prefill_partial_kept_requests_total";
   const std::string kept_tokens = "swaserve_prefill_partial_kept_tokens_total";
@@ -371,11 +371,8 @@ TEST(FaultE2ETest, ASigtermedPrefillWorkerHandsItsChunksToTheRetryThroughL3) {
   const std::vector<uint32_t> prompt = RandomPrompt(kLen, 9500);
   GrpcResult result;
   std::thread client([&] { result = GenerateIds(*stub, prompt, 6, nullptr, 300); });
-  double at_term = 0;
-  for (const absl::Time until = absl::Now() + absl::Seconds(60);
-       at_term < 2048 && absl::Now() < until; absl::SleepFor(absl::Milliseconds(5))) {
-    at_term = cluster->Metric("p0", "swaserve_prefill_step_tokens_sum");
-  }
+  const double at_term = WaitUntilAtLeast(
+      [&] { return cluster->Metric("p0", "swaserve_prefill_step_tokens_sum"); }, 2048);
   ASSERT_GE(at_term, 2048) << "p0 never got into the prompt";
   ASSERT_TRUE(cluster->Terminate("p0", absl::Seconds(60)).ok());
   client.join();
