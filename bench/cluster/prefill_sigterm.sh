@@ -13,7 +13,9 @@
 #
 #   bash bench/cluster/prefill_sigterm.sh
 #
-# Knobs (environment): BUILD, OUT, WORDS (55000), AFTER (6), MODES ("on off").
+# Knobs (environment): BUILD, OUT, WORDS (55000), AFTER (6), MODES ("on off"),
+# VICTIM (prefill-0: bucket 0's worker; prefill-1 for a prompt of bucket 1,
+# e.g. WORDS=92000, whose retry goes to bucket 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -21,6 +23,7 @@ OUT=${OUT:-/tmp/swaserve-prefill-sigterm}
 WORDS=${WORDS:-55000}
 AFTER=${AFTER:-6}
 MODES=${MODES:-"on off"}
+VICTIM=${VICTIM:-prefill-0}
 mkdir -p "$OUT"
 /usr/bin/python3 bench/cluster/kjv_words.py "$WORDS" "$OUT/prompt.txt"
 /usr/bin/python3 -c 'import json, sys; print(json.dumps({"model": "demo", "prompt": open(sys.argv[1]).read(), "max_tokens": 8, "temperature": 0}))' \
@@ -31,18 +34,19 @@ for mode in $MODES; do
     [ "$mode" = off ] && UP_FLAGS="--extra_flags.prefill=--drain_handback=0s"
     OUT="$OUT/$mode"
     . bench/cluster/up.sh
-    echo "== hand-back $mode: $WORDS words, SIGTERM of prefill-0 after $AFTER s"
+    echo "== hand-back $mode: $WORDS words, SIGTERM of $VICTIM after $AFTER s"
     t0=$(date +%s.%N)
     curl -s -X POST "$url/v1/completions" -H 'Content-Type: application/json' \
       --data-binary @"$OUT/../body.json" > "$OUT/answer.json" &
     client=$!
     sleep "$AFTER"
-    kill -TERM "$(grep -o '"pid":[0-9]*' "$OUT/run/prefill-0.ports.json" | cut -d: -f2)"
+    kill -TERM "$(grep -o '"pid":[0-9]*' "$OUT/run/$VICTIM.ports.json" | cut -d: -f2)"
     wait $client
     echo "answered after $(echo "$(date +%s.%N) - $t0" | bc) s"
     /usr/bin/python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read()); print("usage", json.dumps(d.get("usage")), "text", json.dumps(d["choices"][0]["text"]) if "choices" in d else d)' "$OUT/answer.json"
-    grep -h "ended after" "$OUT"/run/prefill-0.log | sed 's/ \[type.googleapis.*\])/)/' | tail -1 || true
-    for f in "$OUT"/run/prefill-[12].ports.json; do
+    grep -h "ended after" "$OUT/run/$VICTIM.log" | sed 's/ \[type.googleapis.*\])/)/' | tail -1 || true
+    for f in "$OUT"/run/prefill-*.ports.json; do
+      [ "$(basename "$f" .ports.json)" = "$VICTIM" ] && continue
       port=$(grep -o '"metrics_port":[0-9]*' "$f" | cut -d: -f2)
       pm=$(curl -s "http://127.0.0.1:$port/metrics" || true)
       echo "$(basename "$f" .ports.json): computed $(echo "$pm" | grep '^swaserve_prefill_step_tokens_sum' | awk '{print $2}') tokens;" \
