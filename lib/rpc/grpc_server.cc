@@ -186,11 +186,11 @@ void GrpcServer::ShutdownImpl(absl::Duration drain_deadline,
   absl::Notification drained;
   std::thread before_deadline;
   if (options_.before_drain_deadline && drain > absl::ZeroDuration()) {
-    const absl::Time at = deadline - std::min(options_.before_drain_deadline_margin, drain / 2);
-    before_deadline = std::thread([this, at, &drained] {
+    const absl::Duration margin = std::min(options_.before_drain_deadline_margin, drain / 2);
+    before_deadline = std::thread([this, at = deadline - margin, margin, &drained] {
       if (!drained.WaitForNotificationWithDeadline(at)) {
         SWA_LOG(info, "{}: drain deadline near; the service ends its calls", options_.name);
-        options_.before_drain_deadline();
+        options_.before_drain_deadline(margin);
       }
     });
   }

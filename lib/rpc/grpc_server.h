@@ -95,7 +95,8 @@ struct GrpcServerOptions {
   // client can act on (the prefill worker hands what it computed to L3 and
   // says DRAINING), instead of having them cancelled at the deadline.
   // Shutdown waits for it. Not called when the drain is zero or forced.
-  std::function<void()> before_drain_deadline;
+  // Its argument: the time left until the deadline (the margin as clamped).
+  std::function<void(absl::Duration)> before_drain_deadline;
   absl::Duration before_drain_deadline_margin = absl::Seconds(3);
   // Escape hatch: called on the ServerBuilder after everything above has
   // been applied, before the server is built.

@@ -344,7 +344,7 @@ absl::Status Worker::StartServers() {
   go.drain_deadline = o.drain;
   if (prefill_core != nullptr && o.drain_handback > absl::ZeroDuration()) {
     go.before_drain_deadline_margin = o.drain_handback;
-    go.before_drain_deadline = [this] {
+    go.before_drain_deadline = [this](absl::Duration left) {
       prefill_core->EndAllForDrain(
           rpc::ErrorWithDetail(absl::StatusCode::kUnavailable, v1::ERROR_CODE_DRAINING,
                                absl::StrCat("prefill worker ", o.worker_id,
@@ -352,9 +352,8 @@ absl::Status Worker::StartServers() {
                                             "its drain deadline (the computed chunks are in its "
                                             "prefix cache and L3)"),
                                o.worker_id, /*retryable=*/true),
-          // Three quarters of the time left before the deadline (the
-          // server's margin is at most half the drain).
-          std::min(o.drain_handback, o.drain / 2) * 3 / 4);
+          // Three quarters of the time left before the deadline.
+          left * 3 / 4);
     };
   }
   ASSIGN_OR_RETURN(server, rpc::GrpcServer::Create(go));

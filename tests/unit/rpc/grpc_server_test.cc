@@ -421,8 +421,10 @@ TEST_F(GrpcServerTest, BeforeDrainDeadlineRunsOnceItsMarginBeforeTheDeadline) {
   std::atomic<int> hooks{0};
   GrpcServerOptions options;
   options.before_drain_deadline_margin = absl::Seconds(2);
-  options.before_drain_deadline = [&] {
+  absl::Duration left;
+  options.before_drain_deadline = [&](absl::Duration d) {
     ++hooks;
+    left = d;
     server_->CancelAllCalls();
   };
   Start(options);
@@ -437,6 +439,7 @@ TEST_F(GrpcServerTest, BeforeDrainDeadlineRunsOnceItsMarginBeforeTheDeadline) {
   const absl::Duration took = absl::Now() - start;
   client.join();
   EXPECT_EQ(hooks.load(), 1);
+  EXPECT_EQ(left, absl::Seconds(2));
   EXPECT_GE(took, absl::Milliseconds(1900));
   EXPECT_LT(took, absl::Milliseconds(3500)) << "ended at the deadline, not by the hook";
   EXPECT_FALSE(result.status.ok());
@@ -447,7 +450,7 @@ TEST_F(GrpcServerTest, BeforeDrainDeadlineIsNotCalledWhenTheCallsEndFirst) {
   std::atomic<int> hooks{0};
   GrpcServerOptions options;
   options.before_drain_deadline_margin = absl::Seconds(1);
-  options.before_drain_deadline = [&] { ++hooks; };
+  options.before_drain_deadline = [&](absl::Duration) { ++hooks; };
   Start(options);
   absl::Notification first_message;
   StreamResult result;
