@@ -139,10 +139,14 @@ bool MetricPositive(const std::string& m, absl::string_view name, absl::string_v
   return false;
 }
 
-// prefill-0's /metrics show the prompt near its bucket's bound put into L3.
+// prefill-0's /metrics show the prompt near its bucket's bound put into L3,
+// every put stored (its write-behind queue empty: a first put alone let the
+// next bucket's worker look before the rest landed, which failed a clean-
+// clone CI run once).
 bool WrittenAtBound(const std::string& m) {
   return MetricPositive(m, "swaserve_kv_l3_store_ops_total{", "op=\"put\"}") &&
-         MetricPositive(m, "swaserve_prefix_cache_l3_pages_total{", "op=\"written_at_bound\"}");
+         MetricPositive(m, "swaserve_prefix_cache_l3_pages_total{", "op=\"written_at_bound\"}") &&
+         absl::StrContains(m, "\nswaserve_kv_l3_write_queue_bytes 0\n");
 }
 
 class ClusterLauncherTest : public ::testing::Test {
