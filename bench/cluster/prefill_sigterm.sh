@@ -11,11 +11,16 @@
 # the deadline cancels the call. One request per mode, each on a freshly
 # started cluster.
 #
+# SIGNAL=KILL: kill -9 instead (nothing runs in the victim: no hand-back);
+# `on` is then the default L3 checkpoints of long prefills (every 16,384
+# computed tokens, --prefill.l3_checkpoint_tokens), `off` turns them off.
+#
 #   bash bench/cluster/prefill_sigterm.sh
+#   SIGNAL=KILL AFTER=40 bash bench/cluster/prefill_sigterm.sh
 #
 # Knobs (environment): BUILD, OUT, WORDS (55000), AFTER (6), MODES ("on off"),
 # VICTIM (prefill-0: bucket 0's worker; prefill-1 for a prompt of bucket 1,
-# e.g. WORDS=92000, whose retry goes to bucket 2).
+# e.g. WORDS=92000, whose retry goes to bucket 2), SIGNAL (TERM, or KILL).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -24,6 +29,12 @@ WORDS=${WORDS:-55000}
 AFTER=${AFTER:-6}
 MODES=${MODES:-"on off"}
 VICTIM=${VICTIM:-prefill-0}
+SIGNAL=${SIGNAL:-TERM}
+case "$SIGNAL" in
+  TERM) OFF_FLAG="--drain_handback=0s"; WHAT="hand-back" ;;
+  KILL) OFF_FLAG="--prefill.l3_checkpoint_tokens=0"; WHAT="L3 checkpoints" ;;
+  *) echo "SIGNAL must be TERM or KILL" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 /usr/bin/python3 bench/cluster/kjv_words.py "$WORDS" "$OUT/prompt.txt"
 /usr/bin/python3 -c 'import json, sys; print(json.dumps({"model": "demo", "prompt": open(sys.argv[1]).read(), "max_tokens": 8, "temperature": 0}))' \
@@ -31,16 +42,18 @@ mkdir -p "$OUT"
 for mode in $MODES; do
   (
     UP_FLAGS=""
-    [ "$mode" = off ] && UP_FLAGS="--extra_flags.prefill=--drain_handback=0s"
+    [ "$mode" = off ] && UP_FLAGS="--extra_flags.prefill=$OFF_FLAG"
     OUT="$OUT/$mode"
     . bench/cluster/up.sh
-    echo "== hand-back $mode: $WORDS words, SIGTERM of $VICTIM after $AFTER s"
+    echo "== $WHAT $mode: $WORDS words, SIG$SIGNAL of $VICTIM after $AFTER s"
     t0=$(date +%s.%N)
     curl -s -X POST "$url/v1/completions" -H 'Content-Type: application/json' \
       --data-binary @"$OUT/../body.json" > "$OUT/answer.json" &
     client=$!
     sleep "$AFTER"
-    kill -TERM "$(grep -o '"pid":[0-9]*' "$OUT/run/$VICTIM.ports.json" | cut -d: -f2)"
+    victim_port=$(grep -o '"metrics_port":[0-9]*' "$OUT/run/$VICTIM.ports.json" | cut -d: -f2)
+    curl -s "http://127.0.0.1:$victim_port/metrics" | grep -E '^swaserve_prefill_(step_tokens_sum|l3_checkpoint)' || true
+    kill -"$SIGNAL" "$(grep -o '"pid":[0-9]*' "$OUT/run/$VICTIM.ports.json" | cut -d: -f2)"
     wait $client
     echo "answered after $(echo "$(date +%s.%N) - $t0" | bc) s"
     /usr/bin/python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read()); print("usage", json.dumps(d.get("usage")), "text", json.dumps(d["choices"][0]["text"]) if "choices" in d else d)' "$OUT/answer.json"

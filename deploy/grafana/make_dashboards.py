@@ -54,7 +54,9 @@ DASHBOARDS = {
             ("sum by (reason) (rate(swaserve_router_migrations_total[$__rate_interval]))", "migration {{reason}}"),
             ("sum by (leg) (rate(swaserve_router_retries_total[$__rate_interval]))", "retry {{leg}}"),
             ("sum(rate(swaserve_prefill_partial_kept_requests_total[$__rate_interval]))", "prefill cut short, its chunks kept"),
-        ], "ops", "Streams moved to another worker pair, and retried worker calls. Prefills cut short (the client or router went away, the decode worker died) whose computed chunks stayed in the prefix cache, so that the retry resumes there (swaserve_prefill_partial_kept_tokens_total counts the tokens)."),
+            ("sum(rate(swaserve_prefill_l3_checkpoints_total[$__rate_interval]))", "L3 checkpoint of a long prefill"),
+            ("sum(rate(swaserve_prefill_l3_checkpoints_skipped_total[$__rate_interval]))", "L3 checkpoint put off (no room)"),
+        ], "ops", "Streams moved to another worker pair, and retried worker calls. Prefills cut short (the client or router went away, the decode worker died) whose computed chunks stayed in the prefix cache, so that the retry resumes there (swaserve_prefill_partial_kept_tokens_total counts the tokens). L3 checkpoints: long prefills writing their computed KV to L3 as they go, so that a retry after a worker is killed resumes there; put off when the L3 write-behind queue is full."),
         panel("Router index mirror", [
             ("sum by (instance) (swaserve_index_mirror_workers)", "workers mirrored {{instance}}"),
             ("sum by (instance) (rate(swaserve_index_mirror_events_total[$__rate_interval]))", "events/s {{instance}}"),

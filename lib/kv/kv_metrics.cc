@@ -160,6 +160,7 @@ absl::Status KvMetrics::AddL3(const PrefixCache* cache, const PageStore* l3) {
           "L3 traffic of the prefix cache in pages, by op (written: full pages put, "
           "write-back and write-through; written_through: of those, by write-through; "
           "written_at_bound: of those, at the insert of a prompt near its bucket's bound; "
+          "written_checkpoint: of those, by a long prefill's checkpoints; "
           "written_swa: SWA pages put; attached / attached_swa: read back into L2; "
           "healed_swa: SWA pages that healed a tombstone; write_errors: puts refused)",
           {"op"},
@@ -169,6 +170,7 @@ absl::Status KvMetrics::AddL3(const PrefixCache* cache, const PageStore* l3) {
                 {{"written_through"}, static_cast<double>(st->l3_write_through_pages.load())},
                 {{"written_at_bound"},
                  static_cast<double>(st->l3_write_through_bound_pages.load())},
+                {{"written_checkpoint"}, static_cast<double>(st->l3_checkpoint_pages.load())},
                 {{"written_swa"}, static_cast<double>(st->l3_written_swa_pages.load())},
                 {{"attached"}, static_cast<double>(st->l3_attached_pages.load())},
                 {{"attached_swa"}, static_cast<double>(st->l3_attached_swa_pages.load())},

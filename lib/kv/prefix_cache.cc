@@ -521,7 +521,8 @@ void PrefixCache::Unlock(CacheHit& hit) {
 void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
                          absl::Span<const PageId> full_pages,
                          absl::Span<const PageId> swa_pages,
-                         absl::Span<const uint8_t> swa_cold) {
+                         absl::Span<const uint8_t> swa_cold, int l3_written_from_page,
+                         int l3_written_to_page) {
   const int n = static_cast<int>(page_hashes.size());
   if (static_cast<int>(full_pages.size()) != n ||
       static_cast<int>(swa_pages.size()) != n ||
@@ -655,6 +656,9 @@ void PrefixCache::Insert(absl::Span<const uint64_t> page_hashes,
     Reindex(child);
     pos = end;
     node = child;
+  }
+  if (l3_written_from_page < l3_written_to_page) {
+    MarkFullKvInL3(page_hashes, l3_written_from_page, std::min(l3_written_to_page, pos));
   }
   if (l3_ != nullptr && l3_write_through_from_pages_ > 0 && pos >= l3_write_through_from_pages_ &&
       node != root_.get()) {

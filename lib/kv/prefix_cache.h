@@ -366,6 +366,8 @@ struct PrefixCacheStats {
   // (or a WriteThroughToL3 call).
   std::atomic<int64_t> l3_write_through_bound_pages{0};
   std::atomic<int64_t> l3_write_errors{0};       // puts refused (queue full, store down)
+  // Full pages written by CheckpointToL3 (also in l3_written_pages).
+  std::atomic<int64_t> l3_checkpoint_pages{0};
   std::atomic<int64_t> l3_attached_pages{0};     // full pages attached from L3 (into L2)
   std::atomic<int64_t> l3_attached_swa_pages{0};
   std::atomic<int64_t> l3_healed_swa_pages{0};   // tombstones healed from L3
@@ -445,6 +447,27 @@ class PrefixCache {
   // (ContinueL3Writes). For a prefill cut short, whose retry may come to
   // another worker sharing the store. No-op without L3.
   void WriteThroughToL3(absl::Span<const uint64_t> page_hashes);
+  // L3 checkpoint of a prefill in progress, so that a crash (kill -9, OOM)
+  // loses no more than the chunks since the last one: a retry on any worker
+  // sharing the store finds the prompt's prefix there. Writes the full KV of
+  // pages [from_page, to_page) from a request's own page tables (its
+  // Sequence's full_pages() and swa_pages(): L1 pages the request owns or
+  // has locked, not the tree's nodes) and the SWA KV of the window ending at
+  // to_page where the tables still hold every page of it (else full KV
+  // only, which a restoring reader still turns into a hit). All or nothing:
+  // false, and nothing written, when the store's PutRoom cannot take it all
+  // now (a write-behind queue busy with other writes) or there is no L3.
+  // Pages below from_page are the caller's business (the hit's part: the
+  // tree's pages, WriteThroughToL3). Counted in stats().l3_checkpoint_pages.
+  bool CheckpointToL3(absl::Span<const uint64_t> page_hashes,
+                      absl::Span<const PageId> full_pages, absl::Span<const PageId> swa_pages,
+                      int from_page, int to_page);
+  // Marks pages [from_page, to_page) of page_hashes' path (as far as the
+  // tree holds it) as having their full KV in L3 (a checkpoint wrote it
+  // before the request inserted the pages), splitting the nodes the range
+  // starts or ends in, so write-back and write-through do not write the
+  // same blobs again. No-op without L3.
+  void MarkFullKvInL3(absl::Span<const uint64_t> page_hashes, int from_page, int to_page);
   // What FetchFromL3 needs to read this cache's pages back.
   L3FetchOptions l3_fetch_options() const;
 
@@ -466,10 +489,16 @@ class PrefixCache {
   // sequence's checkpoint windows) enter the SWA LRU below every hot node,
   // oldest first, so they only use SWA space nothing hot wants; a hit that
   // reads one makes it hot like any other.
+  //
+  // Pages [l3_written_from_page, l3_written_to_page) are in L3 already (the
+  // inserting request's checkpoints, CheckpointToL3): marked as written
+  // (MarkFullKvInL3) before any write-through of the path, so their full
+  // KV is not put twice.
   void Insert(absl::Span<const uint64_t> page_hashes,
               absl::Span<const PageId> full_pages,
               absl::Span<const PageId> swa_pages,
-              absl::Span<const uint8_t> swa_cold = {});
+              absl::Span<const uint8_t> swa_cold = {}, int l3_written_from_page = 0,
+              int l3_written_to_page = 0);
 
   // Frees at least `full_pages` full-pool and `swa_pages` SWA-pool pages if
   // that many are evictable (see above); returns what was freed.

@@ -154,6 +154,78 @@ void PrefixCache::WriteThroughToL3(absl::Span<const uint64_t> page_hashes) {
   if (l3_ != nullptr) QueueL3Path(page_hashes);
 }
 
+bool PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
+                                 absl::Span<const PageId> full_pages,
+                                 absl::Span<const PageId> swa_pages, int from_page,
+                                 int to_page) {
+  if (l3_ == nullptr) return false;
+  to_page = std::min({to_page, static_cast<int>(page_hashes.size()),
+                      static_cast<int>(full_pages.size())});
+  from_page = std::max(0, from_page);
+  if (from_page >= to_page) return false;
+  // The window ending at to_page, when every page of it is still held.
+  int swa_from = WindowFirstPage(to_page, page_size_, window_);
+  for (int p = swa_from; p < to_page; ++p) {
+    if (p >= static_cast<int>(swa_pages.size()) || swa_pages[p] == kNoPage) {
+      swa_from = to_page;  // full KV only
+      break;
+    }
+  }
+  const PagePool& full = pools_->full();
+  const PagePool& swa = pools_->swa();
+  const int64_t fpb = full.base() != nullptr ? full.page_bytes() : 0;
+  const int64_t spb = swa.base() != nullptr ? swa.page_bytes() : 0;
+  const int64_t bytes = int64_t{to_page - from_page} * fpb + int64_t{to_page - swa_from} * spb;
+  if (bytes > l3_->PutRoom()) return false;
+  int64_t written = 0;
+  int64_t written_swa = 0;
+  // Root side first (a fetch stops at the first missing page).
+  for (int p = from_page; p < to_page; ++p) {
+    if (l3_->Put(PageKey{page_hashes[p], l3_layouts_.full}, PageBytes(full, full_pages[p])).ok()) {
+      ++written;
+    } else {
+      stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  for (int p = swa_from; p < to_page; ++p) {
+    if (l3_->Put(PageKey{page_hashes[p], l3_layouts_.swa}, PageBytes(swa, swa_pages[p])).ok()) {
+      ++written_swa;
+    } else {
+      stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  stats_.l3_written_pages.fetch_add(written, std::memory_order_relaxed);
+  stats_.l3_written_swa_pages.fetch_add(written_swa, std::memory_order_relaxed);
+  stats_.l3_checkpoint_pages.fetch_add(written, std::memory_order_relaxed);
+  return true;
+}
+
+void PrefixCache::MarkFullKvInL3(absl::Span<const uint64_t> page_hashes, int from_page,
+                                 int to_page) {
+  if (l3_ == nullptr) return;
+  page_hashes = page_hashes.first(std::min<size_t>(page_hashes.size(), std::max(0, to_page)));
+  CacheNode* node = root_.get();
+  size_t pos = 0;
+  while (pos < page_hashes.size()) {
+    auto it = node->children.find(page_hashes[pos]);
+    if (it == node->children.end()) return;
+    CacheNode* n = it->second.get();
+    const int k = CommonPages(n, page_hashes, pos);
+    if (k < n->pages() && pos + k < page_hashes.size()) return;  // diverges
+    if (n->end_page() > from_page && !n->l3_full) {
+      // Split where the range starts and ends (a node is one L3 state).
+      if (n->start_page < from_page) {
+        Split(n, from_page - n->start_page);  // n keeps [from_page, end)
+        continue;  // n is now the child found at the same position
+      }
+      if (k < n->pages()) n = Split(n, k);  // the part inside the range
+      n->l3_full = true;
+    }
+    pos += static_cast<size_t>(n->pages());
+    node = n;
+  }
+}
+
 void PrefixCache::ContinueL3Writes() {
   while (!l3_pending_paths_.empty()) {
     int64_t written = 0;

@@ -398,7 +398,8 @@ LayerView Sequence::SwaLayer(int layer) const {
                    g.VOffset(layer), g.KTokenStride(), g.VTokenStride()};
 }
 
-void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
+void Sequence::Finish(absl::Span<const uint64_t> page_hashes, int l3_written_from_page,
+                      int l3_written_to_page) {
   if (done_) return;
   TrimWindow();  // the cache gets the trailing (and divergence) window only
   if (restore_from_ >= 0) {
@@ -424,7 +425,8 @@ void Sequence::Finish(absl::Span<const uint64_t> page_hashes) {
     }
     cache_->Insert(page_hashes.subspan(0, m),
                    absl::MakeConstSpan(full_pages_).subspan(0, m),
-                   absl::MakeConstSpan(swa_pages_).subspan(0, m), cold);
+                   absl::MakeConstSpan(swa_pages_).subspan(0, m), cold, l3_written_from_page,
+                   l3_written_to_page);
     // The cache took over every private page below m.
     for (int p = 0; p < m; ++p) {
       full_pages_[p] = kNoPage;

@@ -275,7 +275,10 @@ class Sequence {
   // Hands the complete pages (page_hashes.size() of them, at most
   // length() / page_size; fewer is fine, e.g. the prompt only) to the prefix
   // cache, frees the rest, unlocks the hit. The sequence is then empty.
-  void Finish(absl::Span<const uint64_t> page_hashes);
+  // Pages [l3_written_from_page, l3_written_to_page) are already in L3 (the
+  // request's checkpoints, PrefixCache::CheckpointToL3): see Insert.
+  void Finish(absl::Span<const uint64_t> page_hashes, int l3_written_from_page = 0,
+              int l3_written_to_page = 0);
   // Frees every page it owns and unlocks the hit. The sequence is then empty.
   void Abort();
 

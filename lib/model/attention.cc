@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lib/model/cpu_kernels.h"
+#include "lib/model/cpu_kernels_avx2.h"
 #include "lib/model/kv_io.h"
 
 namespace swaserve::model {
@@ -115,6 +116,74 @@ void PortableQueryHead(const AttentionParams& p, const AttentionSpan& sp,
   }
 }
 
+// A tile's lanes [lane0, lane0 + nlanes) of W: the (query, head) pairs of
+// KV head kvh, numbered query-major (lane = query · group + g). Fills each
+// lane's key range [lo, pos] (empty for lanes past nlanes), its queries
+// transposed into qt[hd][W], the softmax state (m, l: the sink's, if any),
+// and the union of the lanes' key ranges [*kmin, *kmax].
+void SetUpLanes(const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
+                int nlanes, int W, const float* q, float* qt, int32_t* lo_a, int32_t* pos_a,
+                float* m_a, float* l_a, int* kmin, int* kmax) {
+  const int nh = p.num_heads, hd = p.head_dim, group = nh / p.num_kv_heads;
+  for (int lane = 0; lane < W; ++lane) {
+    if (lane >= nlanes) {
+      lo_a[lane] = INT_MAX;  // never valid
+      pos_a[lane] = -1;
+      m_a[lane] = -INFINITY;
+      l_a[lane] = 0;
+      for (int i = 0; i < hd; ++i) qt[i * W + lane] = 0;
+      continue;
+    }
+    const int idx = lane0 + lane;
+    const int qi = idx / group, h = kvh * group + idx % group;
+    const int pos = sp.pos0 + qi;
+    lo_a[lane] = WindowStart(p, sp, pos);
+    pos_a[lane] = pos;
+    *kmin = std::min(*kmin, lo_a[lane]);
+    *kmax = std::max(*kmax, pos);
+    const float* qrow = q + (static_cast<size_t>(sp.row0 + qi) * nh + h) * hd;
+    for (int i = 0; i < hd; ++i) qt[i * W + lane] = qrow[i];
+    m_a[lane] = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
+    l_a[lane] = p.sinks != nullptr ? 1.0f : 0.0f;
+  }
+}
+
+// Key and value rows [a, a + nk) of KV head kvh: f32 pointers into the
+// pages, or copies widened by `load` into the scratch.
+void BlockRows(const AttentionParams& p, const kv::LayerView& view, int kvh, int a, int nk,
+               void (*load)(kv::DType, const uint8_t*, float*, int), Scratch& sc,
+               const float** krow, const float** vrow) {
+  const int hd = p.head_dim, vd = p.v_head_dim;
+  const kv::DType dt = view.pool->geometry().dtype;
+  const size_t es = kv::DTypeSize(dt);
+  for (int j = 0; j < nk; ++j) {
+    const uint8_t* kp = view.K(a + j) + static_cast<size_t>(kvh) * hd * es;
+    const uint8_t* vp = view.V(a + j) + static_cast<size_t>(kvh) * vd * es;
+    if (dt == kv::DType::kF32) {
+      krow[j] = reinterpret_cast<const float*>(kp);
+      vrow[j] = reinterpret_cast<const float*>(vp);
+    } else {
+      load(dt, kp, sc.kconv.data() + static_cast<size_t>(j) * hd, hd);
+      load(dt, vp, sc.vconv.data() + static_cast<size_t>(j) * vd, vd);
+      krow[j] = sc.kconv.data() + static_cast<size_t>(j) * hd;
+      vrow[j] = sc.vconv.data() + static_cast<size_t>(j) * vd;
+    }
+  }
+}
+
+// out = o / l for each of the tile's lanes (o: [vd][W]).
+void WriteLanes(const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
+                int nlanes, int W, const float* o, const float* l_a, float* out) {
+  const int nh = p.num_heads, vd = p.v_head_dim, group = nh / p.num_kv_heads;
+  for (int lane = 0; lane < nlanes; ++lane) {
+    const int idx = lane0 + lane;
+    const int qi = idx / group, h = kvh * group + idx % group;
+    float* dst = out + (static_cast<size_t>(sp.row0 + qi) * nh + h) * vd;
+    const float inv = 1.0f / l_a[lane];
+    for (int c = 0; c < vd; ++c) dst[c] = o[c * W + lane] * inv;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // AVX-512 kernel: a tile of up to 16 (query, head) lanes sharing a KV head.
 
@@ -180,8 +249,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
     int nlanes, const float* q, float* out, Scratch& sc) {
   constexpr int W = V * kLanes;  // lanes of the task
-  const int nh = p.num_heads, hd = p.head_dim, vd = p.v_head_dim;
-  const int group = nh / p.num_kv_heads;
+  const int hd = p.head_dim, vd = p.v_head_dim;
   const kv::LayerView& view = sp.view;
   const kv::DType dt = view.pool->geometry().dtype;
   const size_t es = kv::DTypeSize(dt);
@@ -194,27 +262,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
   alignas(64) int32_t lo_a[W], pos_a[W];
   alignas(64) float m_a[W], l_a[W];
   int kmin = INT_MAX, kmax = -1;
-  for (int lane = 0; lane < W; ++lane) {
-    if (lane >= nlanes) {
-      lo_a[lane] = INT_MAX;  // never valid
-      pos_a[lane] = -1;
-      m_a[lane] = -INFINITY;
-      l_a[lane] = 0;
-      for (int i = 0; i < hd; ++i) qt[i * W + lane] = 0;
-      continue;
-    }
-    const int idx = lane0 + lane;
-    const int qi = idx / group, h = kvh * group + idx % group;
-    const int pos = sp.pos0 + qi;
-    lo_a[lane] = WindowStart(p, sp, pos);
-    pos_a[lane] = pos;
-    kmin = std::min(kmin, lo_a[lane]);
-    kmax = std::max(kmax, pos);
-    const float* qrow = q + (static_cast<size_t>(sp.row0 + qi) * nh + h) * hd;
-    for (int i = 0; i < hd; ++i) qt[i * W + lane] = qrow[i];
-    m_a[lane] = p.sinks != nullptr ? p.sinks[h] : -INFINITY;
-    l_a[lane] = p.sinks != nullptr ? 1.0f : 0.0f;
-  }
+  SetUpLanes(p, sp, kvh, lane0, nlanes, W, q, qt, lo_a, pos_a, m_a, l_a, &kmin, &kmax);
   __m512i lo_v[V], pos_v[V];
   __m512 m[V], l[V];
   for (int v = 0; v < V; ++v) {
@@ -250,19 +298,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
         _mm_prefetch(reinterpret_cast<const char*>(vp + vd * es - 1), _MM_HINT_T0);
       }
     }
-    for (int j = 0; j < nk; ++j) {
-      const uint8_t* kp = view.K(a + j) + static_cast<size_t>(kvh) * hd * es;
-      const uint8_t* vp = view.V(a + j) + static_cast<size_t>(kvh) * vd * es;
-      if (dt == kv::DType::kF32) {
-        krow[j] = reinterpret_cast<const float*>(kp);
-        vrow[j] = reinterpret_cast<const float*>(vp);
-      } else {
-        LoadKvAvx512(dt, kp, sc.kconv.data() + static_cast<size_t>(j) * hd, hd);
-        LoadKvAvx512(dt, vp, sc.vconv.data() + static_cast<size_t>(j) * vd, vd);
-        krow[j] = sc.kconv.data() + static_cast<size_t>(j) * hd;
-        vrow[j] = sc.vconv.data() + static_cast<size_t>(j) * vd;
-      }
-    }
+    BlockRows(p, view, kvh, a, nk, &LoadKvAvx512, sc, krow, vrow);
     // Scores: lane's q · k as one FMA chain over the head dim; four keys at
     // a time for independent chains.
     __m512 m_blk[V];
@@ -361,14 +397,168 @@ __attribute__((target("avx512f"))) void Avx512Tile(
   }
   // out = o / l per lane.
   for (int v = 0; v < V; ++v) _mm512_storeu_ps(l_a + v * kLanes, l[v]);
-  for (int lane = 0; lane < nlanes; ++lane) {
-    const int idx = lane0 + lane;
-    const int qi = idx / group, h = kvh * group + idx % group;
-    float* dst = out + (static_cast<size_t>(sp.row0 + qi) * nh + h) * vd;
-    const float inv = 1.0f / l_a[lane];
-    for (int c = 0; c < vd; ++c) dst[c] = o[c * W + lane] * inv;
-  }
+  WriteLanes(p, sp, kvh, lane0, nlanes, W, o, l_a, out);
 }
+
+// ---------------------------------------------------------------------------
+// AVX2 kernel (CPUs without AVX-512: cpu_kernels_avx2.h): Avx512Tile's
+// algorithm on 8-lane vectors — the same per-lane FMA chains over the head
+// dim and over keys in order, key blocks aligned to absolute positions, the
+// same exp polynomial and online softmax — with lane masks as compare
+// results and blends instead of mask registers. Up to 2 vectors per task
+// (16 ymm registers).
+
+constexpr int kLanes8 = 8;
+
+#define SWASERVE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Exp512's polynomial; 2^n built in the exponent field (callers' inputs are
+// <= 0 and clamped at -87.3, so n is in [-126, 0] and 2^n is normal).
+SWASERVE_AVX2 inline __m256 Exp256(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.0f / 5040);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 720));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// Lanes whose range [lo, pos] holds key t (all-ones floats).
+SWASERVE_AVX2 inline __m256 KeyValid(int t, __m256i lo_v, __m256i pos_v) {
+  const __m256i tv = _mm256_set1_epi32(t);
+  const __m256i below = _mm256_cmpgt_epi32(lo_v, tv);   // lo > t
+  const __m256i above = _mm256_cmpgt_epi32(tv, pos_v);  // t > pos
+  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_or_si256(below, above), _mm256_set1_epi32(-1)));
+}
+
+SWASERVE_AVX2 void LoadKvAvx2(kv::DType dt, const uint8_t* src, float* dst, int n) {
+  if (dt == kv::DType::kF32) return LoadKv(dt, src, dst, n);
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    _mm256_storeu_ps(dst + i, dt == kv::DType::kBF16
+                                  ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                  : _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = dt == kv::DType::kBF16 ? BF16ToF32(s[i]) : F16ToF32(s[i]);
+}
+
+template <int V>
+SWASERVE_AVX2 void Avx2Tile(const AttentionParams& p, const AttentionSpan& sp, int kvh,
+                            int lane0, int nlanes, const float* q, float* out, Scratch& sc) {
+  constexpr int W = V * kLanes8;
+  const int hd = p.head_dim, vd = p.v_head_dim;
+  const kv::LayerView& view = sp.view;
+  sc.Reserve(p, 0);
+  float* qt = sc.qt.data();   // [hd][W]
+  float* o = sc.o.data();     // [vd][W]
+  float* sbuf = sc.s.data();  // [kBk][W]
+  alignas(32) int32_t lo_a[W], pos_a[W];
+  alignas(32) float m_a[W], l_a[W];
+  int kmin = INT_MAX, kmax = -1;
+  SetUpLanes(p, sp, kvh, lane0, nlanes, W, q, qt, lo_a, pos_a, m_a, l_a, &kmin, &kmax);
+  __m256i lo_v[V], pos_v[V];
+  __m256 m[V], l[V];
+  for (int v = 0; v < V; ++v) {
+    lo_v[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a + v * kLanes8));
+    pos_v[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pos_a + v * kLanes8));
+    m[v] = _mm256_load_ps(m_a + v * kLanes8);
+    l[v] = _mm256_load_ps(l_a + v * kLanes8);
+  }
+  for (int c = 0; c < vd * W; c += kLanes8) _mm256_storeu_ps(o + c, _mm256_setzero_ps());
+  const __m256 scale = _mm256_set1_ps(p.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  for (int kb = kmin / kBk; kb <= kmax / kBk; ++kb) {
+    const int a = std::max(kb * kBk, kmin);
+    const int b = std::min(kb * kBk + kBk - 1, kmax);
+    const int nk = b - a + 1;
+    const float* krow[kBk];
+    const float* vrow[kBk];
+    BlockRows(p, view, kvh, a, nk, &LoadKvAvx2, sc, krow, vrow);
+    // Scores: one FMA chain over the head dim per lane and key.
+    __m256 m_blk[V];
+    for (int v = 0; v < V; ++v) m_blk[v] = neg_inf;
+    for (int j = 0; j < nk; j += 2) {
+      const int nj = std::min(2, nk - j);
+      __m256 acc[2][V];
+      for (int k = 0; k < 2; ++k) {
+        for (int v = 0; v < V; ++v) acc[k][v] = _mm256_setzero_ps();
+      }
+      const float* k0 = krow[j];
+      const float* k1 = krow[j + nj - 1];
+      for (int i = 0; i < hd; ++i) {
+        const __m256 b0 = _mm256_set1_ps(k0[i]), b1 = _mm256_set1_ps(k1[i]);
+        for (int v = 0; v < V; ++v) {
+          const __m256 qv = _mm256_loadu_ps(qt + i * W + v * kLanes8);
+          acc[0][v] = _mm256_fmadd_ps(qv, b0, acc[0][v]);
+          acc[1][v] = _mm256_fmadd_ps(qv, b1, acc[1][v]);
+        }
+      }
+      for (int k = 0; k < nj; ++k) {
+        for (int v = 0; v < V; ++v) {
+          const __m256 ok = KeyValid(a + j + k, lo_v[v], pos_v[v]);
+          const __m256 sv = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[k][v], scale), ok);
+          _mm256_storeu_ps(sbuf + (j + k) * W + v * kLanes8, sv);
+          m_blk[v] = _mm256_max_ps(m_blk[v], sv);
+        }
+      }
+    }
+    // Online softmax (lanes without a key here are unchanged, as there).
+    __m256 corr[V];
+    for (int v = 0; v < V; ++v) {
+      const __m256 m_new = _mm256_max_ps(m[v], m_blk[v]);
+      const __m256 had = _mm256_cmp_ps(m[v], neg_inf, _CMP_NEQ_OQ);
+      corr[v] = _mm256_and_ps(had, Exp256(_mm256_sub_ps(m[v], m_new)));
+      l[v] = _mm256_mul_ps(l[v], corr[v]);
+      for (int jj = 0; jj < nk; ++jj) {
+        float* sj = sbuf + jj * W + v * kLanes8;
+        const __m256 ok = KeyValid(a + jj, lo_v[v], pos_v[v]);
+        const __m256 w = _mm256_and_ps(ok, Exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), m_new)));
+        l[v] = _mm256_add_ps(l[v], w);
+        _mm256_storeu_ps(sj, w);
+      }
+      m[v] = m_new;
+    }
+    // o = o · corr + Σ_j w_j · v_j, each output dim a chain over keys in
+    // order (keys outside a lane's range leave it unchanged).
+    for (int c = 0; c < vd; c += 4) {
+      const int nc = std::min(4, vd - c);
+      __m256 acc[4][V];
+      for (int d = 0; d < nc; ++d) {
+        for (int v = 0; v < V; ++v) {
+          acc[d][v] = _mm256_mul_ps(_mm256_loadu_ps(o + (c + d) * W + v * kLanes8), corr[v]);
+        }
+      }
+      for (int jj = 0; jj < nk; ++jj) {
+        const float* vr = vrow[jj] + c;
+        for (int v = 0; v < V; ++v) {
+          const __m256 w = _mm256_loadu_ps(sbuf + jj * W + v * kLanes8);
+          const __m256 ok = KeyValid(a + jj, lo_v[v], pos_v[v]);
+          for (int d = 0; d < nc; ++d) {
+            acc[d][v] = _mm256_blendv_ps(acc[d][v], _mm256_fmadd_ps(w, _mm256_set1_ps(vr[d]), acc[d][v]), ok);
+          }
+        }
+      }
+      for (int d = 0; d < nc; ++d) {
+        for (int v = 0; v < V; ++v) _mm256_storeu_ps(o + (c + d) * W + v * kLanes8, acc[d][v]);
+      }
+    }
+  }
+  for (int v = 0; v < V; ++v) _mm256_store_ps(l_a + v * kLanes8, l[v]);
+  WriteLanes(p, sp, kvh, lane0, nlanes, W, o, l_a, out);
+}
+
+#undef SWASERVE_AVX2
 
 // Work items: (span, KV head, tile of 16 lanes) for AVX-512, (span, query,
 // head) for the portable kernel.
@@ -397,16 +587,20 @@ void PagedAttention(const AttentionParams& p,
                     absl::Span<const AttentionSpan> spans, const float* q,
                     float* out) {
   const bool avx = UsingAvx512();
+  const bool use_avx2 = !avx && avx2::Have();
   const int group = p.num_heads / p.num_kv_heads;
   thread_local std::vector<Task> task_storage;
   std::vector<Task>& tasks = task_storage;  // the caller's, seen by all threads
   tasks.clear();
   for (int s = 0; s < static_cast<int>(spans.size()); ++s) {
-    if (avx) {
+    if (avx || use_avx2) {
       const int lanes = spans[s].n * group;
-      const int vectors = VectorsFor(p, lanes);
+      const int width = avx ? kLanes : kLanes8;
+      // AVX2: 2 vectors at most (VectorsFor's rule on 8-lane vectors).
+      const int vectors = avx ? VectorsFor(p, lanes)
+                              : (p.window > 0 && p.window < kShortWindow) || lanes <= kLanes8 ? 1 : 2;
       for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-        for (int l0 = 0; l0 < lanes; l0 += vectors * kLanes) {
+        for (int l0 = 0; l0 < lanes; l0 += vectors * width) {
           tasks.push_back({s, kvh, l0, vectors});
         }
       }
@@ -451,6 +645,13 @@ void PagedAttention(const AttentionParams& p,
             break;
           default:
             Avx512Tile<1>(p, sp, task.kvh, task.lane0, std::min(kLanes, left), q, out, sc);
+        }
+      } else if (use_avx2) {
+        const int left = sp.n * group - task.lane0;
+        if (task.vectors == 2) {
+          Avx2Tile<2>(p, sp, task.kvh, task.lane0, std::min(2 * kLanes8, left), q, out, sc);
+        } else {
+          Avx2Tile<1>(p, sp, task.kvh, task.lane0, std::min(kLanes8, left), q, out, sc);
         }
       } else {
         PortableQueryHead(p, sp, task.lane0, task.kvh, q, out, sc);

@@ -1,5 +1,7 @@
 #include "lib/model/cpu_kernels.h"
 
+#include "lib/model/cpu_kernels_avx2.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -367,16 +369,20 @@ void MatMulRangePortable(const float* x, int64_t M, const PackedWeight& w,
 bool UsingAvx512() { return HaveAvx512(); }
 
 float Dot(const float* a, const float* b, int64_t n) {
-  return HaveAvx512() ? DotAvx512(a, b, n) : DotPortable(a, b, n);
+  if (HaveAvx512()) return DotAvx512(a, b, n);
+  return avx2::Have() ? avx2::Dot(a, b, n) : DotPortable(a, b, n);
 }
 
 void MatMul(const float* x, int64_t M, const PackedWeight& w, float* y,
             int64_t ldy) {
   if (M <= 0 || w.N <= 0) return;
   const bool avx = HaveAvx512();
+  const bool use_avx2 = avx2::Have();
   auto run = [&](int64_t n0, int64_t n1) {
     if (avx) {
       MatMulRangeDispatch(x, M, w, n0, n1, y, ldy);
+    } else if (use_avx2) {
+      avx2::MatMulRange(x, M, w, n0, n1, y, ldy);
     } else {
       MatMulRangePortable(x, M, w, n0, n1, y, ldy);
     }
@@ -443,6 +449,10 @@ __attribute__((target("avx512f"))) void AxpyAvx512(float a, const float* x,
 void Axpy(float a, const float* x, float* y, int64_t n) {
   if (HaveAvx512()) {
     AxpyAvx512(a, x, y, n);
+    return;
+  }
+  if (avx2::Have()) {
+    avx2::Axpy(a, x, y, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);

@@ -264,7 +264,40 @@ bool PrefillCore::Impl::SwaFits(const Req& r) const {
 }
 
 int PrefillCore::Impl::PartialKeepTokens(const Req& r) const {
-  if (!options.keep_cancelled_chunks || !r.started || r.seq == nullptr) return 0;
+  return options.keep_cancelled_chunks ? ComputedPrefixTokens(r) : 0;
+}
+
+void PrefillCore::Impl::MaybeCheckpointToL3(Req& r) {
+  kv::PrefixCache* cache = options.cache;
+  if (options.l3_checkpoint_tokens <= 0 || cache == nullptr || !cache->has_l3()) return;
+  const int end = ComputedPrefixTokens(r);
+  const int from = std::max(r.l3_checkpoint_end, r.seq->cached_tokens());
+  if (end - from < options.l3_checkpoint_tokens) return;
+  const int ps = options.pools->shape().page_size;
+  const auto hashes = absl::MakeConstSpan(r.hashes);
+  if (r.l3_checkpoint_end == 0 && r.seq->cached_tokens() >= ps) {
+    // The hit's pages are the tree's: written (where not yet) through it,
+    // paced by the store's room, ahead of the request's own.
+    cache->WriteThroughToL3(hashes.first(static_cast<size_t>(r.seq->cached_tokens() / ps)));
+  }
+  if (!cache->CheckpointToL3(hashes, r.seq->full_pages(), r.seq->swa_pages(), from / ps,
+                             end / ps)) {
+    l3_checkpoints_skipped_total.fetch_add(1, std::memory_order_relaxed);
+    if (m.l3_checkpoints_skipped != nullptr) m.l3_checkpoints_skipped->Increment();
+    return;
+  }
+  if (r.l3_checkpoint_end == 0) r.l3_checkpoint_begin = from;
+  r.l3_checkpoint_end = end;
+  l3_checkpoints_total.fetch_add(1, std::memory_order_relaxed);
+  l3_checkpoint_tokens_total.fetch_add(end - from, std::memory_order_relaxed);
+  if (m.l3_checkpoints != nullptr) {
+    m.l3_checkpoints->Increment();
+    m.l3_checkpoint_tokens->Increment(end - from);
+  }
+}
+
+int PrefillCore::Impl::ComputedPrefixTokens(const Req& r) const {
+  if (!r.started || r.seq == nullptr) return 0;
   int end = r.computed_end;
   if (options.engine->config().num_mtp_layers > 0) {
     // MTP layer k's KV exists below mtp_next[k] (RunMtp); none ran yet: none.
@@ -290,10 +323,11 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     // known to n: positions <= n - K), so a hit never reads unwritten KV.
     const int K = options.engine->config().num_mtp_layers;
     const int n = static_cast<int>(r->job.prompt.size());
-    const size_t safe =
-        K > 0 ? static_cast<size_t>(std::max(0, n - K + 1) / options.pools->shape().page_size)
-              : r->hashes.size();
-    r->seq->Finish(absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size())));
+    const int ps = options.pools->shape().page_size;
+    const size_t safe = K > 0 ? static_cast<size_t>(std::max(0, n - K + 1) / ps) : r->hashes.size();
+    // Its L3 checkpoints' pages are marked as written (not put twice).
+    r->seq->Finish(absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size())),
+                   r->l3_checkpoint_begin / ps, r->l3_checkpoint_end / ps);
   } else if (r->seq != nullptr) {
     // Ended before its last chunk (the caller went away, a forward failed):
     // the chunks it computed are valid KV of the prompt's prefix, so they go
@@ -305,7 +339,7 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
       const int ps = options.pools->shape().page_size;
       const int kept = keep - std::min(keep, r->seq->cached_tokens());
       const auto kept_hashes = absl::MakeConstSpan(r->hashes).first(static_cast<size_t>(keep / ps));
-      r->seq->Finish(kept_hashes);
+      r->seq->Finish(kept_hashes, r->l3_checkpoint_begin / ps, r->l3_checkpoint_end / ps);
       // The retry may come to another worker (this one stopping, a bucket
       // fallback): with a shared L3 it finds the chunks there.
       if (options.cache != nullptr) options.cache->WriteThroughToL3(kept_hashes);
@@ -473,6 +507,7 @@ void PrefillCore::Impl::RunStep(const sched::PrefillStep& step) {
     }
     r->computed_end = end;
     if (!item_last[i]) {
+      MaybeCheckpointToL3(*r);  // before the trim: the window at its end is held
       r->seq->TrimWindow();  // release SWA pages behind the window early
       continue;
     }
@@ -903,6 +938,9 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.window_restores_from_window_safe_total = impl_->restores_from_safe_total.load();
   l.partial_kept_total = impl_->partial_kept_total.load();
   l.partial_kept_tokens_total = impl_->partial_kept_tokens_total.load();
+  l.l3_checkpoints_total = impl_->l3_checkpoints_total.load();
+  l.l3_checkpoint_tokens_total = impl_->l3_checkpoint_tokens_total.load();
+  l.l3_checkpoints_skipped_total = impl_->l3_checkpoints_skipped_total.load();
   l.l3_prefetch_hits = impl_->prefetch_hits.load();
   l.l3_prefetch_misses = impl_->prefetch_misses.load();
   l.l3_prefetch_unused = impl_->prefetch_unused.load();

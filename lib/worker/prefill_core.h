@@ -53,7 +53,10 @@
 // here when the core stops (a worker whose drain ran out: with an L3 store
 // the worker writes the cache back on shutdown, so a retry elsewhere or
 // after a restart resumes there). Metrics swaserve_prefill_partial_kept_{requests,
-// tokens}_total; a request already shipping completes
+// tokens}_total. A worker killed -9 runs none of this: against that, long
+// prefills write L3 checkpoints as they go (l3_checkpoint_tokens; metrics
+// swaserve_prefill_l3_checkpoint{s,_tokens,s_skipped}_total), so a retry on a
+// worker sharing the store resumes at the last one. A request already shipping completes
 // the transfer first (the transfer owns the pages until it ends), then ends
 // ok if its KV was delivered (the work is done: the router cancels the
 // prefill leg it still holds once the decode leg answered) and Cancelled if
@@ -175,6 +178,17 @@ struct PrefillCoreOptions {
   // above), so a retry resumes there. false: they are freed (the behaviour
   // before the sixteenth session; for comparisons).
   bool keep_cancelled_chunks = true;
+  // L3 checkpoints of long prefills (when the cache has an L3): every this
+  // many computed prompt tokens past its hit (and past its last
+  // checkpoint), a request writes its computed pages' full KV, and the SWA
+  // KV of the window where they end, to L3 (kv::PrefixCache::CheckpointToL3;
+  // its hit's pages first, through the tree), so that a worker killed -9 in
+  // the middle of a long prompt loses only the chunks since: the retry, on
+  // any worker sharing the store (or this one restarted over a file store),
+  // fetches the prefix. Skipped, and tried again after the next chunk, when
+  // the store's write-behind queue has no room for it. 0: off. Default
+  // 16384.
+  int l3_checkpoint_tokens = 16384;
   // Start a restore at the window-safe hit L itself when L is past the
   // stretch's start (kv::PlanWindowRestoreStretch): the hit also locks L's
   // window, and [L, M) is computed through the pyramid's rows reading the
@@ -257,6 +271,12 @@ struct PrefillLoad {
   // (beyond their own hit): a retry resumes there.
   int64_t partial_kept_total = 0;
   int64_t partial_kept_tokens_total = 0;
+  // L3 checkpoints written (l3_checkpoint_tokens), their tokens (beyond the
+  // previous checkpoint or the hit), and those skipped for want of room in
+  // the store's write-behind queue.
+  int64_t l3_checkpoints_total = 0;
+  int64_t l3_checkpoint_tokens_total = 0;
+  int64_t l3_checkpoints_skipped_total = 0;
   // L3 prefetches by outcome: attached pages (hit), found nothing (miss),
   // read pages the cache could not use (unused), the request stopped
   // waiting (timeout), and full pages attached in all.

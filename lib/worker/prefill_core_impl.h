@@ -55,6 +55,10 @@ struct Req {
   // End of the last chunk whose forward pass (MTP layers included) ran:
   // what a prefill that ends early can keep (Impl::PartialKeepTokens).
   int computed_end = 0;
+  // What its L3 checkpoints wrote of its own pages: [begin, end) tokens,
+  // begin = its hit's end (end 0: none yet).
+  int l3_checkpoint_begin = 0;
+  int l3_checkpoint_end = 0;
   // MTP over the prompt: per MTP layer k, the rows (layer k-1's output, or
   // the main model's hidden state for k = 0) of consecutive positions from
   // mtp_next[k] on whose MTP-k step waits for the token at p + 1 + k.
@@ -75,6 +79,9 @@ struct Metrics {
   metrics::Counter* restores_from_safe = nullptr;
   metrics::Counter* partial_kept = nullptr;
   metrics::Counter* partial_kept_tokens = nullptr;
+  metrics::Counter* l3_checkpoints = nullptr;
+  metrics::Counter* l3_checkpoint_tokens = nullptr;
+  metrics::Counter* l3_checkpoints_skipped = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -179,6 +186,20 @@ struct Metrics {
                                              "Computed prompt tokens such prefills left in the "
                                              "prefix cache (beyond their own hit)."));
     partial_kept_tokens = &pt->WithLabels();
+    ASSIGN_OR_RETURN(auto* lc, r->AddCounter("swaserve_prefill_l3_checkpoints_total",
+                                             "L3 checkpoints of long prefills: computed pages "
+                                             "written to L3 while the prompt was still being "
+                                             "computed, so that a retry after a crash resumes "
+                                             "there (--prefill.l3_checkpoint_tokens)."));
+    l3_checkpoints = &lc->WithLabels();
+    ASSIGN_OR_RETURN(auto* lt, r->AddCounter("swaserve_prefill_l3_checkpoint_tokens_total",
+                                             "Prompt tokens L3 checkpoints wrote (beyond the "
+                                             "request's hit and its previous checkpoint)."));
+    l3_checkpoint_tokens = &lt->WithLabels();
+    ASSIGN_OR_RETURN(auto* ls, r->AddCounter("swaserve_prefill_l3_checkpoints_skipped_total",
+                                             "L3 checkpoints put off to a later chunk: the "
+                                             "store's write-behind queue had no room."));
+    l3_checkpoints_skipped = &ls->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -244,6 +265,8 @@ struct PrefillCore::Impl {
   std::atomic<int64_t> restores_total{0}, restored_total{0}, restore_saved_total{0},
       restores_from_safe_total{0};
   std::atomic<int64_t> partial_kept_total{0}, partial_kept_tokens_total{0};
+  std::atomic<int64_t> l3_checkpoints_total{0}, l3_checkpoint_tokens_total{0},
+      l3_checkpoints_skipped_total{0};
   std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch
@@ -359,6 +382,11 @@ struct PrefillCore::Impl {
   // every MTP layer reached), when that goes past its own prefix hit (and
   // past a window restore's stretch); else 0.
   int PartialKeepTokens(const Req& r) const;
+  // Whole computed pages past the hit whose KV is final (MTP layers
+  // included), in tokens; 0 when none (see PartialKeepTokens).
+  int ComputedPrefixTokens(const Req& r) const;
+  // Writes an L3 checkpoint of r when l3_checkpoint_tokens more are computed.
+  void MaybeCheckpointToL3(Req& r);
   void PublishLoad();
   int64_t FullPagesFor(const Req& r) const {
     const int ps = options.pools->shape().page_size;

@@ -83,6 +83,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.keep_cancelled_chunks"), &o->keep_cancelled_chunks,
            "a prefill cut short (its caller went away, a forward failed) leaves the chunks it "
            "computed in the prefix cache, so a retry of the prompt resumes there")
+      .Add(key("prefill.l3_checkpoint_tokens"), &o->l3_checkpoint_tokens,
+           "with --kv.l3: every this many computed prompt tokens, a long prefill writes its "
+           "computed KV to L3, so a retry after the worker is killed resumes there (0: off)")
       .Add(key("prefill.window_restore_from_window_safe"), &o->window_restore_from_window_safe,
            "window restore: start at the window-safe hit itself when it lies inside the "
            "stretch (reading its cached window and the cached full KV) instead of recomputing "
@@ -186,6 +189,11 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
         "--kv.l3_write_through_near_bound must be in [0, 1] (a fraction of "
         "--prefill.max_prompt_tokens), got ",
         o->l3_write_through_near_bound));
+  }
+  if (o->l3_checkpoint_tokens < 0 || o->l3_checkpoint_tokens > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill.l3_checkpoint_tokens must be between 0 (off) and 2^30, got ",
+        o->l3_checkpoint_tokens));
   }
   if (o->swa_checkpoint_tokens < 0 || o->swa_checkpoint_tokens > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -83,6 +83,8 @@ struct WorkerOptions {
   bool window_restore_pyramid = true;
   // PrefillCoreOptions::keep_cancelled_chunks.
   bool keep_cancelled_chunks = true;
+  // PrefillCoreOptions::l3_checkpoint_tokens (0: off; only with --kv.l3).
+  int64_t l3_checkpoint_tokens = 16384;
   // PrefillCoreOptions::window_restore_from_window_safe.
   bool window_restore_from_window_safe = true;
   // PrefixCacheOptions::cold_superseded_windows, where windows are restored

@@ -241,6 +241,7 @@ absl::Status Worker::BuildPrefill() {
   po.window_restore_min_saved_work = o.window_restore_min_saved_work;
   po.window_restore_pyramid = o.window_restore_pyramid;
   po.keep_cancelled_chunks = o.keep_cancelled_chunks;
+  po.l3_checkpoint_tokens = static_cast<int>(o.l3_checkpoint_tokens);
   po.window_restore_from_window_safe = o.window_restore_from_window_safe;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
   po.load_back_min_tokens = static_cast<int>(o.load_back_min_tokens);

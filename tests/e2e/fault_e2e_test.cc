@@ -359,6 +359,22 @@ TEST(FaultE2ETest, AKilledRouterOrDecodeWorkerCostsALongPromptNoRecompute) {
 // is stored — and the router's retry on the next bucket's worker (bucket 0
 // has no other) resumes from L3. Before, the deadline cancelled the call and
 // the retry computed the prompt from its first token.
+// After bucket 0's worker went away mid-prompt: the retry on bucket 1's
+// worker (p1) found the prompt's prefix in L3 (one prefetch hit), computed
+// only the rest (its last chunk's MTP tail aside), and a second run gives
+// the same greedy answer from p1's cache. Returns what p1 computed.
+double ExpectP1ResumedFromL3(LocalCluster& cluster, v1::Router::Stub& stub,
+                             const std::vector<uint32_t>& prompt, const GrpcResult& result) {
+  const uint32_t cached = result.usage.cached_tokens();
+  EXPECT_EQ(cluster.Metric("p1", "swaserve_prefill_l3_prefetch_total{result=\"hit\"}"), 1);
+  const double p1_computed = cluster.Metric("p1", "swaserve_prefill_step_tokens_sum");
+  EXPECT_LE(p1_computed, static_cast<double>(prompt.size()) - cached + 64);
+  const GrpcResult again = GenerateIds(stub, prompt, 6, nullptr, 300);
+  EXPECT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, result.tokens);
+  return p1_computed;
+}
+
 TEST(FaultE2ETest, ASigtermedPrefillWorkerHandsItsChunksToTheRetryThroughL3) {
   auto l3 = cluster::testing::RedisServer::Start(
       {"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"});
@@ -381,19 +397,54 @@ TEST(FaultE2ETest, ASigtermedPrefillWorkerHandsItsChunksToTheRetryThroughL3) {
   const uint32_t cached = result.usage.cached_tokens();
   EXPECT_GE(cached, at_term - 32) << "the retry did not resume from what p0 computed";
   EXPECT_LT(cached, static_cast<uint32_t>(kLen)) << "p0 finished the prompt: nothing was tested";
-  EXPECT_EQ(cluster->Metric("p1", "swaserve_prefill_l3_prefetch_total{result=\"hit\"}"), 1);
   EXPECT_GE(cluster->Metric("r1", "swaserve_router_retries_total{leg=\"prefill\"}"), 1);
-  // p1 computed only the rest (its last chunk's MTP tail aside).
-  const double p1_computed = cluster->Metric("p1", "swaserve_prefill_step_tokens_sum");
-  EXPECT_LE(p1_computed, kLen - cached + 64);
-  // The same greedy answer from p1's cache.
-  const GrpcResult again = GenerateIds(*stub, prompt, 6, nullptr, 300);
-  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
-  EXPECT_EQ(again.tokens, result.tokens);
+  const double p1_computed = ExpectP1ResumedFromL3(*cluster, *stub, prompt, result);
   std::printf("FAULT-ROW SIGTERM of bucket 0's prefill worker (drain 1 s, hand-back 0.5 s before) "
               "after %.0f of %d prompt tokens: the retry on bucket 1 cached %u from L3, "
               "computed %.0f\n",
               at_term, kLen, cached, p1_computed);
+}
+
+// kill -9 of a prefill worker in the middle of a long prompt, with a shared
+// L3: the worker gets no chance to keep anything (no cancellation, no drain),
+// but its prefill wrote L3 checkpoints as it went
+// (--prefill.l3_checkpoint_tokens), and the retry on bucket 1's worker
+// fetches the prompt's prefix from there instead of computing it again
+// (APrefillWorkerKilledMidPrefillHandsItsPromptToTheNextBucket: all of it).
+TEST(FaultE2ETest, AKilledPrefillWorkersRetryResumesFromItsL3Checkpoints) {
+  auto l3 = cluster::testing::RedisServer::Start(
+      {"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"});
+  ASSERT_TRUE(l3.ok()) << l3.status();
+  const std::string l3_flag = absl::StrCat("--kv.l3=redis:127.0.0.1:", (*l3)->port());
+  constexpr int kInterval = 2048;
+  auto cluster = MakeTwoBucketCluster(
+      {l3_flag}, {absl::StrCat("--prefill.l3_checkpoint_tokens=", kInterval)});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = cluster->RouterStub("r1");
+  constexpr int kLen = 19968;  // bucket 0's largest
+  const std::vector<uint32_t> prompt = RandomPrompt(kLen, 9600);
+  GrpcResult result;
+  std::thread client([&] { result = GenerateIds(*stub, prompt, 6, nullptr, 300); });
+  const double checkpointed = WaitUntilAtLeast(
+      [&] { return cluster->Metric("p0", "swaserve_prefill_l3_checkpoint_tokens_total"); },
+      3 * kInterval);
+  const double at_kill = cluster->Metric("p0", "swaserve_prefill_step_tokens_sum");
+  ASSERT_TRUE(cluster->Kill("p0").ok());
+  client.join();
+  ASSERT_GE(checkpointed, 3 * kInterval) << "p0 wrote no checkpoints";
+  ASSERT_LT(at_kill, kLen) << "p0 finished the prompt: nothing was tested";
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.tokens.size(), 6u);
+  const uint32_t cached = result.usage.cached_tokens();
+  // The last checkpoint's puts may have been queued still at the kill
+  // (the L3 store writes behind), so the retry may resume one checkpoint
+  // earlier (each covers a little more than the interval: whole chunks).
+  EXPECT_GE(cached, kInterval) << "the retry did not resume from the checkpoints";
+  EXPECT_GE(cached, checkpointed - 2 * kInterval) << "the retry resumed far behind them";
+  const double p1_computed = ExpectP1ResumedFromL3(*cluster, *stub, prompt, result);
+  std::printf("FAULT-ROW kill -9 of bucket 0's prefill worker after %.0f of %d prompt tokens "
+              "(%.0f checkpointed to L3): the retry on bucket 1 cached %u, computed %.0f\n",
+              at_kill, kLen, checkpointed, cached, p1_computed);
 }
 
 TEST(FaultE2ETest, PromptTooLargeForAnyPoolFailsFastWithoutOpeningABreaker) {

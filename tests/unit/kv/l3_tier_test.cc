@@ -396,5 +396,125 @@ TEST_F(L3TierTest, CorruptFileIsAMiss) {
   cache_.reset();
 }
 
+// PrefixCache::CheckpointToL3 (a long prefill's L3 checkpoints): a request's
+// own pages, not yet in the tree, go to L3 with the window where they end,
+// and another worker on the same store finds the prompt byte for byte.
+// Without room for all of it nothing is written (and nothing dropped); with
+// the window no longer held only the full KV goes, which a restoring reader
+// still matches. Once the request has inserted its pages, MarkFullKvInL3
+// keeps write-back from writing the checkpointed full pages again.
+class L3CheckpointTest : public L3TierTest {
+ protected:
+  // A request's pages for `h` with the writer's bytes: full KV for every
+  // page, SWA KV from page swa_from on (kNoPage before it).
+  void Allocate(const Hashes& h, int swa_from) {
+    const int n = static_cast<int>(h.size());
+    full_.clear();
+    ASSERT_TRUE(pools_->full().Reserve(n, &full_));
+    pools_->full().Commit(full_);
+    std::vector<PageId> swa;
+    ASSERT_TRUE(pools_->swa().Reserve(n - swa_from, &swa));
+    pools_->swa().Commit(swa);
+    swa_.assign(n, kNoPage);
+    for (int i = 0; i < n; ++i) {
+      Fill(pools_->full(), full_[i], h[i], PoolKind::kFull);
+      if (i >= swa_from) {
+        swa_[i] = swa[i - swa_from];
+        Fill(pools_->swa(), swa_[i], h[i], PoolKind::kSwa);
+      }
+    }
+  }
+  std::vector<PageId> full_, swa_;
+};
+
+TEST_F(L3CheckpointTest, ARequestsOwnPagesReachAnotherWorker) {
+  RoomLimitedStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/0);
+  const Hashes h = H(1, 6);
+  Allocate(h, /*swa_from=*/2);  // the windows at 4 (pages 2, 3) and at 6 (4, 5)
+  const int64_t full_page = static_cast<int64_t>(pools_->full().page_bytes());
+  l3.room_ = 6 * full_page;  // less than 6 full + 2 SWA pages
+  EXPECT_FALSE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
+  EXPECT_EQ(l3.dropped_, 0);
+  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 0);
+  EXPECT_FALSE(l3.Contains(PageKey{h[0], cache_->l3_fetch_options().layouts.full}));
+  l3.room_ = std::numeric_limits<int64_t>::max();
+  // In two checkpoints, as a prefill writes them chunk by chunk.
+  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 4));
+  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 4, 6));
+  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 6);
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 4) << "the window at 4, then at 6";
+  EXPECT_EQ(l3.dropped_, 0);
+  pools_->full().Free(full_);  // the request "dies" (kill -9): its pages are gone
+  std::vector<PageId> held;
+  for (PageId p : swa_) {
+    if (p != kNoPage) held.push_back(p);
+  }
+  pools_->swa().Free(held);
+  ExpectAnotherWorkerFindsAll(l3, h);
+}
+
+TEST_F(L3CheckpointTest, WithoutItsWindowOnlyTheFullKvGoesForARestore) {
+  MemoryPageStore l3(1 << 20);
+  Init(&l3, /*write_through_hits=*/0);
+  const Hashes h = H(2, 6);
+  Allocate(h, /*swa_from=*/5);  // the window at 6 needs pages 4 and 5
+  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
+  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 6);
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 0);
+  cache_->Insert(h, full_, swa_);
+  Check();
+  // A restoring worker on the same store matches the full KV of all 6 pages.
+  Init(&l3, /*write_through_hits=*/0, 16, 8, /*keep_tombstones=*/true);
+  EXPECT_EQ(FetchAttach(l3, h), 6);
+  const MatchLengths m = cache_->Match(h);
+  EXPECT_EQ(m.matched_tokens, 24);
+  EXPECT_LT(m.safe_tokens, 24);
+}
+
+TEST_F(L3CheckpointTest, MarkedPagesAreNotWrittenBackAgain) {
+  struct Case {
+    int from, to;
+    int64_t written;  // full pages in L3 after write-back of everything
+  };
+  // The insert makes nodes [0, 4) (tombstone) and [4, 6) (its window); the
+  // range marked splits the nodes it starts or ends in, and only pages
+  // outside it are written back (6 from the checkpoint + those).
+  for (const Case c : {Case{0, 6, 6}, Case{2, 6, 8}, Case{0, 5, 7}, Case{2, 5, 9}}) {
+    SCOPED_TRACE(::testing::Message() << "marked [" << c.from << ", " << c.to << ")");
+    MemoryPageStore l3(1 << 20);
+    Init(&l3, /*write_through_hits=*/0);
+    const Hashes h = H(3, 6);
+    Allocate(h, /*swa_from=*/4);
+    ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
+    cache_->Insert(h, full_, swa_);
+    cache_->MarkFullKvInL3(h, c.from, c.to);
+    Check();
+    EXPECT_EQ(VerifyHit(h), 24) << "marking changed no page";
+    EvictAll();
+    EXPECT_EQ(cache_->stats().l3_written_pages.load(), c.written);
+    ExpectAnotherWorkerFindsAll(l3, h);
+  }
+}
+
+// An insert that names its checkpointed pages (Sequence::Finish passes the
+// range on) marks them before the write-through of a path near the bound,
+// which then writes only what the checkpoints did not.
+TEST_F(L3CheckpointTest, AnInsertNearTheBoundSkipsItsCheckpointedPages) {
+  for (const int checkpointed : {0, 4}) {
+    SCOPED_TRACE(checkpointed);
+    MemoryPageStore l3(1 << 20);
+    Init(&l3, /*write_through_hits=*/0, 16, 8, false, /*write_through_from_tokens=*/18);
+    const Hashes h = H(4, 6);
+    Allocate(h, /*swa_from=*/4);
+    if (checkpointed > 0) ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, checkpointed));
+    cache_->Insert(h, full_, swa_, {}, 0, checkpointed);
+    Check();
+    EXPECT_EQ(cache_->stats().l3_written_pages.load(), 6) << "each full page once";
+    EXPECT_EQ(cache_->stats().l3_write_through_bound_pages.load(), 6 - checkpointed);
+    ExpectAnotherWorkerFindsAll(l3, h);
+  }
+}
+
 }  // namespace
 }  // namespace swaserve::kv

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/cpu_kernels.h"
+#include "lib/model/cpu_kernels_avx2.h"
 
 namespace swaserve::model {
 namespace {
@@ -163,6 +164,68 @@ TEST(PackedWeight, Fp8MatMulEqualsF32OfTheDequantizedWeights) {
     // About one byte per weight plus the expanded scales.
     EXPECT_EQ(fp8->data8.size(), static_cast<size_t>(K) * ((N + 31) / 32 * 32));
     EXPECT_LT(fp8->bytes(), ref.bytes());
+  }
+}
+
+// The AVX2 kernels (cpu_kernels_avx2.cc, used where the CPU has no AVX-512)
+// against the definition, bit for bit, whatever this machine's MatMul path:
+// each output element's fused multiply-adds over w.At(k, n) in k order,
+// in every weight format, for row counts on both sides of the micro-kernel
+// and panel thresholds, and for a column range starting at 32 (a thread's
+// share); Dot's 16 lanes reduced pairwise; Axpy one fused multiply-add each.
+TEST(PackedWeight, Avx2KernelsComputeTheDefinitionBitForBit) {
+  if (!avx2::Have()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
+  std::mt19937 rng(8);
+  const int K = 700, N = 77;
+  const std::vector<float> w = Random(rng, N * K, 0.05f);
+  const Fp8Matrix m = Quantize(w, N, K, 128, 128);
+  std::vector<uint16_t> bf, f16(N * K);
+  for (int i = 0; i < N * K; ++i) f16[i] = F32ToF16(w[i]);
+  WeightPart hp;
+  hp.format = WeightFormat::kF16;
+  hp.data = f16.data();
+  hp.rows = N;
+  hp.K = K;
+  std::vector<PackedWeight> weights = {PackedWeight::FromOutIn(w.data(), N, K)};
+  for (const WeightPart& part : {Fp8Part(m, N, K, 128, 128), Bf16Part(w, N, K, &bf), hp}) {
+    absl::StatusOr<PackedWeight> pw = PackedWeight::Pack({part});
+    ASSERT_TRUE(pw.ok()) << pw.status();
+    weights.push_back(std::move(*pw));
+  }
+  for (const PackedWeight& pw : weights) {
+    for (int M : {1, 3, 4, 5, 15, 16, 17}) {
+      const std::vector<float> x = Random(rng, M * K);
+      for (const int n0 : {0, 32}) {
+        std::vector<float> y(M * N, -1.0f);
+        avx2::MatMulRange(x.data(), M, pw, n0, N, y.data(), N);
+        for (int r = 0; r < M; ++r) {
+          for (int n = n0; n < N; ++n) {
+            float want = 0;
+            for (int k = 0; k < K; ++k) want = std::fma(x[r * K + k], pw.At(k, n), want);
+            ASSERT_EQ(std::memcmp(&y[r * N + n], &want, 4), 0)
+                << "format " << static_cast<int>(pw.format) << " M=" << M << " row " << r
+                << " column " << n << ": " << y[r * N + n] << " vs " << want;
+          }
+          for (int n = 0; n < n0; ++n) ASSERT_EQ(y[r * N + n], -1.0f) << "outside the range";
+        }
+      }
+    }
+  }
+  for (const int n : {1, 7, 16, 17, 100, 333}) {
+    const std::vector<float> a = Random(rng, n), b = Random(rng, n);
+    float lanes[16] = {0};
+    for (int k = 0; k < n; ++k) lanes[k % 16] = std::fma(a[k], b[k], lanes[k % 16]);
+    float t8[8], t4[4];
+    for (int i = 0; i < 8; ++i) t8[i] = lanes[i] + lanes[i + 8];
+    for (int i = 0; i < 4; ++i) t4[i] = t8[i] + t8[i + 4];
+    const float want = (t4[0] + t4[2]) + (t4[1] + t4[3]);
+    const float got = avx2::Dot(a.data(), b.data(), n);
+    EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << "Dot n=" << n;
+    EXPECT_EQ(Dot(a.data(), b.data(), n), got) << "the dispatched Dot, n=" << n;
+    std::vector<float> y = Random(rng, n), want_y = y;
+    for (int i = 0; i < n; ++i) want_y[i] = std::fma(0.37f, a[i], want_y[i]);
+    avx2::Axpy(0.37f, a.data(), y.data(), n);
+    EXPECT_EQ(std::memcmp(y.data(), want_y.data(), 4 * n), 0) << "Axpy n=" << n;
   }
 }
 

@@ -1,7 +1,9 @@
 // Prefills cut short (issue 16, sixteenth session): a prefill that ends before
 // its last chunk — its caller cancelled, the core stopped, a draining worker
 // handed it back — keeps the chunks it computed in the prefix cache and L3,
-// and the retry resumes there with the KV and output of a straight run.
+// and the retry resumes there with the KV and output of a straight run. A
+// worker killed -9 runs none of that: its long prefills' L3 checkpoints
+// (PrefillCoreOptions::l3_checkpoint_tokens) are what the retry finds.
 #include <unistd.h>
 
 #include <filesystem>
@@ -181,14 +183,91 @@ TEST_F(Pipeline, EndAllForDrainAnswersOnceTheKeptChunksAreInL3) {
   l3_ = nullptr;
   StopAll();
   l3_ = &store;
-  Start(4096, 4096);
-  ASSERT_TRUE(Submit("b", prompt, 4).ok());
-  WaitDone("b");
-  const Outcome b = Get("b");
-  ASSERT_TRUE(b.prefill_status.ok()) << b.prefill_status;
+  const Outcome b = StartAndRun("b", prompt);
   EXPECT_EQ(b.cached, kept);
   EXPECT_EQ(b.tokens, testing::ReferenceGreedy(prompt, 4));
   StopAll();
+}
+
+// A store that takes puts until the test freezes it, then drops every put:
+// what a worker killed -9 leaves in a shared L3 (nothing written after).
+class FreezableStore final : public kv::PageStore {
+ public:
+  absl::Status Put(const kv::PageKey& k, absl::Span<const uint8_t> b) override {
+    if (frozen_.load()) return absl::UnavailableError("frozen");
+    return inner_.Put(k, b);
+  }
+  absl::Status Get(const kv::PageKey& k, absl::Span<uint8_t> out) override {
+    return inner_.Get(k, out);
+  }
+  bool Contains(const kv::PageKey& k) override { return inner_.Contains(k); }
+  void Erase(const kv::PageKey& k) override { inner_.Erase(k); }
+  std::string_view backend() const override { return "freezable"; }
+  const kv::PageStoreStats& stats() const override { return inner_.stats(); }
+  std::atomic<bool> frozen_{false};
+
+ private:
+  kv::MemoryPageStore inner_{64 << 20};
+};
+
+// A worker killed -9 in the middle of a long prompt: nothing of the
+// cancellation path runs, so only the L3 checkpoints its prefill wrote as it
+// went survive (here: a store that takes no put after the "kill", and the
+// dead worker's cache never writes back). A new worker over the same store
+// resumes at the last checkpoint — at most one interval (plus a window
+// restore's stretch, for a checkpoint the kill cut in two) behind where the
+// prefill stood — with the output of a straight run; without checkpoints it
+// computes the whole prompt again. A prompt that completes is not written to
+// L3 twice: its checkpointed pages are marked as written in the cache.
+TEST_F(Pipeline, AKilledWorkersLongPrefillResumesFromItsL3Checkpoints) {
+  constexpr int kInterval = 256;
+  for (const bool checkpoints : {true, false}) {
+    SCOPED_TRACE(checkpoints ? "checkpoints" : "no checkpoints");
+    const std::vector<uint32_t> prompt = testing::RandomPrompt(checkpoints ? 95 : 96, 3000);
+    FreezableStore store;
+    l3_ = &store;
+    l3_checkpoint_tokens_ = checkpoints ? kInterval : 0;
+    Start(4096, 4096);
+    ASSERT_TRUE(Submit("a", prompt, 4).ok());
+    const int done = WaitProgress("a", 1500);
+    store.frozen_ = true;  // the kill: nothing reaches the store from here on
+    ASSERT_GE(done, 1500);
+    const PrefillLoad at_kill = prefill_->GetLoad();
+    ASSERT_LT(at_kill.completed_total, 1) << "the prompt finished first";
+    if (checkpoints) {
+      EXPECT_GE(at_kill.l3_checkpoints_total, (1500 - kInterval) / kInterval);
+      EXPECT_EQ(at_kill.l3_checkpoints_skipped_total, 0);
+    } else {
+      EXPECT_EQ(at_kill.l3_checkpoints_total, 0);
+    }
+    const int64_t checkpointed = at_kill.l3_checkpoint_tokens_total;
+    l3_ = nullptr;  // StopAll without the shutdown write-back
+    StopAll();
+    ClearOutcomes();
+    store.frozen_ = false;
+    l3_ = &store;
+    const Outcome b = StartAndRun("b", prompt);
+    EXPECT_EQ(b.tokens, testing::ReferenceGreedy(prompt, 4));
+    if (checkpoints) {
+      EXPECT_GE(b.cached, checkpointed - 2 * kInterval) << "resumed far behind the checkpoints";
+      EXPECT_LE(b.cached, done);
+      EXPECT_GT(b.cached, 0);
+      // b completed: its checkpointed pages are not written back again.
+      const int64_t written_before = cache_->stats().l3_written_pages.load();
+      const int64_t b_checkpointed = prefill_->GetLoad().l3_checkpoint_tokens_total;
+      EXPECT_GT(b_checkpointed, 0);
+      cache_->Clear();  // write-back of everything
+      const int64_t pages = static_cast<int64_t>(prompt.size()) / kPage;
+      EXPECT_LE(cache_->stats().l3_written_pages.load() - written_before + b_checkpointed / kPage,
+                pages - b.cached / kPage + 1)
+          << "checkpointed pages written to L3 twice";
+    } else {
+      EXPECT_EQ(b.cached, 0);
+    }
+    StopAll();
+    l3_ = nullptr;
+    ClearOutcomes();
+  }
 }
 
 }  // namespace

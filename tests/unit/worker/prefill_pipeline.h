@@ -157,6 +157,7 @@ class Pipeline : public ::testing::Test {
     p.l3_prefetch_wait_fraction = l3_wait_fraction_;
     p.l3_prefetch_assumed_tokens_per_second = l3_assumed_rate_;
     p.async_load_back_min_bytes = async_load_back_min_bytes_;
+    p.l3_checkpoint_tokens = l3_checkpoint_tokens_;
     auto pc = PrefillCore::Create(p);
     ASSERT_TRUE(pc.ok()) << pc.status();
     prefill_ = std::move(*pc);
@@ -255,6 +256,22 @@ class Pipeline : public ::testing::Test {
     return 0;
   }
 
+  // A new worker (Start) runs `prompt` as `id` to its end; its outcome,
+  // whose prefill must have succeeded.
+  Outcome StartAndRun(const std::string& id, const std::vector<uint32_t>& prompt) {
+    Start(4096, 4096);
+    EXPECT_TRUE(Submit(id, prompt, 4).ok());
+    WaitDone(id);
+    Outcome o = Get(id);
+    EXPECT_TRUE(o.prefill_status.ok()) << o.prefill_status;
+    return o;
+  }
+  void ClearOutcomes() {
+    absl::MutexLock lock(&mu_);
+    out_.clear();
+    finished_ = prefill_dones_ = 0;
+  }
+
   // A worker restart: everything stops and is destroyed (the cache writes
   // back to L3 first, as the worker does on shutdown), then Start again.
   void StopAll() {
@@ -276,6 +293,7 @@ class Pipeline : public ::testing::Test {
   int64_t l3_max_wait_ms_ = 10000;
   double l3_wait_fraction_ = 0.5;    // PrefillCoreOptions' defaults
   double l3_assumed_rate_ = 2000;
+  int l3_checkpoint_tokens_ = 16384;  // PrefillCoreOptions' default
   // L2 without L3 (set before Start), and the async load-back threshold.
   bool with_l2_ = false;
   int64_t async_load_back_min_bytes_ = int64_t{1} << 20;
