@@ -619,6 +619,10 @@ class PrefixCache {
   std::deque<std::vector<uint64_t>> l3_pending_paths_;
   // Queues a path for ContinueL3Writes (superseding a pending prefix of it).
   void QueueL3Path(absl::Span<const uint64_t> path);
+  // Puts pages [from, to) of `pool` keyed by hashes[i] and `layout`;
+  // returns how many were stored (refusals count in l3_write_errors).
+  int64_t PutPages(const PagePool& pool, absl::Span<const uint64_t> hashes,
+                   absl::Span<const PageId> pages, uint64_t layout, int from, int to);
   int page_size_;
   int window_;
   bool keep_tombstones_;

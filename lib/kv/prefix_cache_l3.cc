@@ -36,19 +36,8 @@ int64_t PrefixCache::WriteToL3(CacheNode* n, int swa_from_page, bool through) {
   // written on a later hit or when it leaves the tree.
   if (n->load_generation != 0 && loading_.contains(n->load_generation)) return 0;
   KvPools& pools = PoolsOf(n);
-  // Puts pages [from, n->pages()) of one pool; returns how many were stored.
   auto put = [&](const PagePool& pool, const std::vector<PageId>& pages, uint64_t layout,
-                 int from) {
-    int64_t written = 0;
-    for (int i = from; i < n->pages(); ++i) {
-      if (l3_->Put(PageKey{n->hashes[i], layout}, PageBytes(pool, pages[i])).ok()) {
-        ++written;
-      } else {
-        stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    return written;
-  };
+                 int from) { return PutPages(pool, n->hashes, pages, layout, from, n->pages()); };
   int64_t full_written = 0;
   if (!n->l3_full) {
     full_written = put(pools.full(), n->full, l3_layouts_.full, 0);
@@ -154,6 +143,20 @@ void PrefixCache::WriteThroughToL3(absl::Span<const uint64_t> page_hashes) {
   if (l3_ != nullptr) QueueL3Path(page_hashes);
 }
 
+int64_t PrefixCache::PutPages(const PagePool& pool, absl::Span<const uint64_t> hashes,
+                              absl::Span<const PageId> pages, uint64_t layout, int from,
+                              int to) {
+  int64_t written = 0;
+  for (int i = from; i < to; ++i) {
+    if (l3_->Put(PageKey{hashes[i], layout}, PageBytes(pool, pages[i])).ok()) {
+      ++written;
+    } else {
+      stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return written;
+}
+
 bool PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
                                  absl::Span<const PageId> full_pages,
                                  absl::Span<const PageId> swa_pages, int from_page,
@@ -177,23 +180,11 @@ bool PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
   const int64_t spb = swa.base() != nullptr ? swa.page_bytes() : 0;
   const int64_t bytes = int64_t{to_page - from_page} * fpb + int64_t{to_page - swa_from} * spb;
   if (bytes > l3_->PutRoom()) return false;
-  int64_t written = 0;
-  int64_t written_swa = 0;
   // Root side first (a fetch stops at the first missing page).
-  for (int p = from_page; p < to_page; ++p) {
-    if (l3_->Put(PageKey{page_hashes[p], l3_layouts_.full}, PageBytes(full, full_pages[p])).ok()) {
-      ++written;
-    } else {
-      stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  for (int p = swa_from; p < to_page; ++p) {
-    if (l3_->Put(PageKey{page_hashes[p], l3_layouts_.swa}, PageBytes(swa, swa_pages[p])).ok()) {
-      ++written_swa;
-    } else {
-      stats_.l3_write_errors.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
+  const int64_t written =
+      PutPages(full, page_hashes, full_pages, l3_layouts_.full, from_page, to_page);
+  const int64_t written_swa =
+      PutPages(swa, page_hashes, swa_pages, l3_layouts_.swa, swa_from, to_page);
   stats_.l3_written_pages.fetch_add(written, std::memory_order_relaxed);
   stats_.l3_written_swa_pages.fetch_add(written_swa, std::memory_order_relaxed);
   stats_.l3_checkpoint_pages.fetch_add(written, std::memory_order_relaxed);

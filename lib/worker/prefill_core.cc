@@ -275,10 +275,11 @@ void PrefillCore::Impl::MaybeCheckpointToL3(Req& r) {
   if (end - from < options.l3_checkpoint_tokens) return;
   const int ps = options.pools->shape().page_size;
   const auto hashes = absl::MakeConstSpan(r.hashes);
-  if (r.l3_checkpoint_end == 0 && r.seq->cached_tokens() >= ps) {
+  if (!r.l3_hit_queued && r.seq->cached_tokens() >= ps) {
     // The hit's pages are the tree's: written (where not yet) through it,
     // paced by the store's room, ahead of the request's own.
     cache->WriteThroughToL3(hashes.first(static_cast<size_t>(r.seq->cached_tokens() / ps)));
+    r.l3_hit_queued = true;
   }
   if (!cache->CheckpointToL3(hashes, r.seq->full_pages(), r.seq->swa_pages(), from / ps,
                              end / ps)) {

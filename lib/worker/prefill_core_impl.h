@@ -59,6 +59,10 @@ struct Req {
   // begin = its hit's end (end 0: none yet).
   int l3_checkpoint_begin = 0;
   int l3_checkpoint_end = 0;
+  // Its hit's path was handed to the cache's L3 write queue (once: a
+  // checkpoint put off for want of room must not queue it again and push
+  // other paths out of that bounded queue).
+  bool l3_hit_queued = false;
   // MTP over the prompt: per MTP layer k, the rows (layer k-1's output, or
   // the main model's hidden state for k = 0) of consecutive positions from
   // mtp_next[k] on whose MTP-k step waits for the token at p + 1 + k.
