@@ -9,6 +9,7 @@
 #       GoogleTest binary registered with gtest_discover_tests; every test case
 #       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e). With
 #       SWASERVE_TEST_PCH its sources get tests/pch/test_pch.h precompiled.
+#       With SWASERVE_TEST_PER_CASE=OFF the binary is one ctest entry instead.
 
 set(SWASERVE_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter
     -Wno-missing-field-initializers)
@@ -21,18 +22,26 @@ if(SWASERVE_SANITIZE)
   set(SWASERVE_SANITIZE_FLAGS -fsanitize=${SWASERVE_SANITIZE} -fno-omit-frame-pointer
       -fno-sanitize-recover=all)
 endif()
+set(SWASERVE_FUZZ_COVERAGE_FLAGS "")
 if(SWASERVE_FUZZ)
-  # Coverage instrumentation for every project library, so libFuzzer sees the
-  # parsers it drives (the fuzz targets themselves add -fsanitize=fuzzer).
-  list(APPEND SWASERVE_SANITIZE_FLAGS -fsanitize=fuzzer-no-link,address,undefined)
+  # Every target gets the fuzz targets' sanitizers; coverage instrumentation
+  # (what libFuzzer steers by) only the libraries whose parsers a fuzz target
+  # drives (tests/fuzz): in the others and in the tests it was a fifth of
+  # their compile time in the sanitizer build and told libFuzzer nothing.
+  list(APPEND SWASERVE_SANITIZE_FLAGS -fsanitize=address,undefined)
+  set(SWASERVE_FUZZ_COVERAGE_FLAGS -fsanitize=fuzzer-no-link)
 endif()
+# Keep in step with tests/fuzz/CMakeLists.txt (what each target links).
+set(SWASERVE_FUZZED_LIBRARIES base model model_text api kv media cluster)
 
 function(swaserve_setup_target target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
   target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:${SWASERVE_WARNINGS} ${SWASERVE_SANITIZE_FLAGS}>)
   if(SWASERVE_SANITIZE_FLAGS)
-    target_link_options(${target} PUBLIC ${SWASERVE_SANITIZE_FLAGS})
+    # Links as before: any executable may hold instrumented libraries.
+    target_link_options(${target} PUBLIC ${SWASERVE_SANITIZE_FLAGS}
+                        ${SWASERVE_FUZZ_COVERAGE_FLAGS})
   endif()
 endfunction()
 
@@ -41,6 +50,10 @@ function(swaserve_library name)
   add_library(swaserve_${name} STATIC ${A_SRCS})
   add_library(swaserve::${name} ALIAS swaserve_${name})
   swaserve_setup_target(swaserve_${name})
+  if(SWASERVE_FUZZ_COVERAGE_FLAGS AND name IN_LIST SWASERVE_FUZZED_LIBRARIES)
+    target_compile_options(swaserve_${name} PRIVATE
+        $<$<COMPILE_LANGUAGE:CXX>:${SWASERVE_FUZZ_COVERAGE_FLAGS}>)
+  endif()
   target_link_libraries(swaserve_${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
 endfunction()
 
@@ -103,6 +116,17 @@ function(swaserve_test name)
     target_compile_options(${name} PRIVATE -pthread)
   endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT SWASERVE_TEST_PER_CASE)
+    # One ctest entry per binary (the sanitizer build's): each case was its
+    # own process, and per-process set-up (a tokenizer's JSON parsed under
+    # ASan: ~4 s) was most of a case's time. A failing case is named in the
+    # binary's output (--output-on-failure).
+    math(EXPR whole_timeout "${A_TIMEOUT} * 5")
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${whole_timeout} LABELS "${A_LABELS}"
+                         ${A_PROPERTIES})
+    return()
+  endif()
   gtest_discover_tests(${name}
       DISCOVERY_TIMEOUT 60
       PROPERTIES TIMEOUT ${A_TIMEOUT} ${A_PROPERTIES})
