@@ -60,6 +60,13 @@ ojson UsageObject(const std::optional<v1::Usage>& usage) {
   j["total_tokens"] = static_cast<uint64_t>(u.prompt_tokens()) +
                       static_cast<uint64_t>(u.completion_tokens());
   j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens()}};
+  // Extension, only when MTP drafted (the gRPC Usage's fields, same names):
+  // OpenAI's completion_tokens_details prediction tokens mean Predicted
+  // Outputs, so these are keys of their own; clients ignore unknown keys.
+  if (u.draft_tokens() > 0) {
+    j["draft_tokens"] = u.draft_tokens();
+    j["accepted_draft_tokens"] = u.accepted_draft_tokens();
+  }
   return j;
 }
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/local_cluster.h"
 
@@ -104,6 +105,19 @@ TEST(MtpE2E, ADecodeWorkerKilledMidDraftingHandsItsStreamsOnAndTheyKeepDrafting)
     ASSERT_EQ(want[i].tokens.size(), static_cast<size_t>(kTokens));
     // The premise: the demo model's drafts are accepted on this text.
     EXPECT_GT(want[i].usage.accepted_draft_tokens(), kTokens / 4) << "stream " << i;
+  }
+  {
+    // The OpenAI HTTP API reports the same counts (usage's extension keys).
+    const nlohmann::json body = {{"model", "tiny"}, {"prompt", Prompt(0)},
+                                 {"max_tokens", kTokens}, {"ignore_eos", true}};
+    auto r = c.Http("r1", "POST", "/v1/completions", body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    const nlohmann::json usage = nlohmann::json::parse(r->body)["usage"];
+    EXPECT_EQ(usage["completion_tokens"], kTokens);
+    EXPECT_GT(usage.value("accepted_draft_tokens", 0u), static_cast<unsigned>(kTokens / 4))
+        << r->body;
+    EXPECT_LE(usage.value("accepted_draft_tokens", 0u), usage.value("draft_tokens", 0u));
   }
 
   // Again, and the decode worker holding more of the streams dies once every

@@ -281,6 +281,14 @@ TEST(FormatTest, SseAndUsage) {
   json j = json::parse(UsageJson(u));
   EXPECT_EQ(j["total_tokens"], 3);
   EXPECT_EQ(j["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_FALSE(j.contains("draft_tokens")) << "no MTP, no draft keys";
+  // With MTP drafting: the proposed and accepted draft tokens.
+  u.set_draft_tokens(12);
+  u.set_accepted_draft_tokens(9);
+  j = json::parse(UsageJson(u));
+  EXPECT_EQ(j["draft_tokens"], 12);
+  EXPECT_EQ(j["accepted_draft_tokens"], 9);
+  EXPECT_EQ(j["total_tokens"], 3);
 }
 
 TEST(FormatTest, InvalidUtf8TextIsReplaced) {
