@@ -9,7 +9,7 @@
 #       GoogleTest binary registered with gtest_discover_tests; every test case
 #       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e). With
 #       SWASERVE_TEST_PCH its sources get tests/pch/test_pch.h precompiled.
-#       With SWASERVE_TEST_PER_CASE=OFF the binary is one ctest entry instead.
+#       With SWASERVE_TEST_PER_CASE=OFF a unit-test binary is one ctest entry.
 
 set(SWASERVE_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter
     -Wno-missing-field-initializers)
@@ -116,11 +116,12 @@ function(swaserve_test name)
     target_compile_options(${name} PRIVATE -pthread)
   endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  if(NOT SWASERVE_TEST_PER_CASE)
-    # One ctest entry per binary (the sanitizer build's): each case was its
+  if(NOT SWASERVE_TEST_PER_CASE AND "unit" IN_LIST A_LABELS)
+    # One ctest entry per unit-test binary (CI's builds): each case was its
     # own process, and per-process set-up (a tokenizer's JSON parsed under
     # ASan: ~4 s) was most of a case's time. A failing case is named in the
-    # binary's output (--output-on-failure).
+    # binary's output (--output-on-failure). Integration and end-to-end
+    # cases stay one entry each (each starts its own processes, RUN_SERIAL).
     math(EXPR whole_timeout "${A_TIMEOUT} * 5")
     add_test(NAME ${name} COMMAND ${name})
     set_tests_properties(${name} PROPERTIES TIMEOUT ${whole_timeout} LABELS "${A_LABELS}"
