@@ -20,7 +20,9 @@
 #
 # Knobs (environment): BUILD, OUT, WORDS (55000), AFTER (6), MODES ("on off"),
 # VICTIM (prefill-0: bucket 0's worker; prefill-1 for a prompt of bucket 1,
-# e.g. WORDS=92000, whose retry goes to bucket 2), SIGNAL (TERM, or KILL).
+# e.g. WORDS=92000, whose retry goes to bucket 2), SIGNAL (TERM, or KILL),
+# PREFILL_FLAGS (extra prefill-worker flags in every mode, comma-separated,
+# e.g. --kv.l3_queue_mib=4: checkpoints larger than the write-behind queue).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -29,6 +31,7 @@ WORDS=${WORDS:-55000}
 AFTER=${AFTER:-6}
 MODES=${MODES:-"on off"}
 VICTIM=${VICTIM:-prefill-0}
+PREFILL_FLAGS=${PREFILL_FLAGS:-}
 SIGNAL=${SIGNAL:-TERM}
 case "$SIGNAL" in
   TERM) OFF_FLAG="--drain_handback=0s"; WHAT="hand-back" ;;
@@ -41,8 +44,9 @@ mkdir -p "$OUT"
   "$OUT/prompt.txt" > "$OUT/body.json"
 for mode in $MODES; do
   (
-    UP_FLAGS=""
-    [ "$mode" = off ] && UP_FLAGS="--extra_flags.prefill=$OFF_FLAG"
+    flags="$PREFILL_FLAGS"
+    [ "$mode" = off ] && flags="${flags:+$flags,}$OFF_FLAG"
+    UP_FLAGS="${flags:+--extra_flags.prefill=$flags}"
     OUT="$OUT/$mode"
     . bench/cluster/up.sh
     echo "== $WHAT $mode: $WORDS words, SIG$SIGNAL of $VICTIM after $AFTER s"

@@ -454,14 +454,25 @@ class PrefixCache {
   // Sequence's full_pages() and swa_pages(): L1 pages the request owns or
   // has locked, not the tree's nodes) and the SWA KV of the window ending at
   // to_page where the tables still hold every page of it (else full KV
-  // only, which a restoring reader still turns into a hit). All or nothing:
-  // false, and nothing written, when the store's PutRoom cannot take it all
-  // now (a write-behind queue busy with other writes) or there is no L3.
-  // Pages below from_page are the caller's business (the hit's part: the
-  // tree's pages, WriteThroughToL3). Counted in stats().l3_checkpoint_pages.
-  bool CheckpointToL3(absl::Span<const uint64_t> page_hashes,
-                      absl::Span<const PageId> full_pages, absl::Span<const PageId> swa_pages,
-                      int from_page, int to_page);
+  // only, which a restoring reader still turns into a hit). Paced by the
+  // store's PutRoom (a write-behind queue's free space): full pages root
+  // side first as far as the room takes whole pages now, the window only
+  // after all of them and when it fits too; the caller goes on from
+  // full_to_page at a later chunk (a MiMo-V2.5-Pro checkpoint of 16K tokens,
+  // ~50 KB of full KV each, is three times the default 256 MiB queue).
+  // Nothing is put that does not fit (nothing dropped). Pages below
+  // from_page are the caller's business (the hit's part: the tree's pages,
+  // WriteThroughToL3). Counted in stats().l3_checkpoint_pages.
+  struct L3Checkpoint {
+    // Full KV of [from_page, full_to_page) is in L3 now (from_page: none;
+    // to_page: all of it).
+    int full_to_page = 0;
+    // The window ending at to_page went too (only with every full page).
+    bool window = false;
+  };
+  L3Checkpoint CheckpointToL3(absl::Span<const uint64_t> page_hashes,
+                              absl::Span<const PageId> full_pages,
+                              absl::Span<const PageId> swa_pages, int from_page, int to_page);
   // Marks pages [from_page, to_page) of page_hashes' path (as far as the
   // tree holds it) as having their full KV in L3 (a checkpoint wrote it
   // before the request inserted the pages), splitting the nodes the range

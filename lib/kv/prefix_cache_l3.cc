@@ -157,15 +157,16 @@ int64_t PrefixCache::PutPages(const PagePool& pool, absl::Span<const uint64_t> h
   return written;
 }
 
-bool PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
-                                 absl::Span<const PageId> full_pages,
-                                 absl::Span<const PageId> swa_pages, int from_page,
-                                 int to_page) {
-  if (l3_ == nullptr) return false;
+PrefixCache::L3Checkpoint PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
+                                                      absl::Span<const PageId> full_pages,
+                                                      absl::Span<const PageId> swa_pages,
+                                                      int from_page, int to_page) {
+  from_page = std::max(0, from_page);
+  L3Checkpoint out{.full_to_page = from_page};
+  if (l3_ == nullptr) return out;
   to_page = std::min({to_page, static_cast<int>(page_hashes.size()),
                       static_cast<int>(full_pages.size())});
-  from_page = std::max(0, from_page);
-  if (from_page >= to_page) return false;
+  if (from_page >= to_page) return out;
   // The window ending at to_page, when every page of it is still held.
   int swa_from = WindowFirstPage(to_page, page_size_, window_);
   for (int p = swa_from; p < to_page; ++p) {
@@ -178,17 +179,26 @@ bool PrefixCache::CheckpointToL3(absl::Span<const uint64_t> page_hashes,
   const PagePool& swa = pools_->swa();
   const int64_t fpb = full.base() != nullptr ? full.page_bytes() : 0;
   const int64_t spb = swa.base() != nullptr ? swa.page_bytes() : 0;
-  const int64_t bytes = int64_t{to_page - from_page} * fpb + int64_t{to_page - swa_from} * spb;
-  if (bytes > l3_->PutRoom()) return false;
-  // Root side first (a fetch stops at the first missing page).
-  const int64_t written =
-      PutPages(full, page_hashes, full_pages, l3_layouts_.full, from_page, to_page);
-  const int64_t written_swa =
-      PutPages(swa, page_hashes, swa_pages, l3_layouts_.swa, swa_from, to_page);
+  int64_t room = l3_->PutRoom();
+  // Whole full pages that fit, root side first (a fetch stops at the first
+  // missing page).
+  int full_to = to_page;
+  if (fpb > 0) {
+    full_to = from_page + static_cast<int>(std::min<int64_t>(to_page - from_page, room / fpb));
+  }
+  const int64_t written = PutPages(full, page_hashes, full_pages, l3_layouts_.full, from_page,
+                                   full_to);
+  room -= int64_t{full_to - from_page} * fpb;
+  int64_t written_swa = 0;
+  out.full_to_page = full_to;
+  if (full_to == to_page && swa_from < to_page && int64_t{to_page - swa_from} * spb <= room) {
+    written_swa = PutPages(swa, page_hashes, swa_pages, l3_layouts_.swa, swa_from, to_page);
+    out.window = true;
+  }
   stats_.l3_written_pages.fetch_add(written, std::memory_order_relaxed);
   stats_.l3_written_swa_pages.fetch_add(written_swa, std::memory_order_relaxed);
   stats_.l3_checkpoint_pages.fetch_add(written, std::memory_order_relaxed);
-  return true;
+  return out;
 }
 
 void PrefixCache::MarkFullKvInL3(absl::Span<const uint64_t> page_hashes, int from_page,

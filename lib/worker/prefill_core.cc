@@ -281,20 +281,25 @@ void PrefillCore::Impl::MaybeCheckpointToL3(Req& r) {
     cache->WriteThroughToL3(hashes.first(static_cast<size_t>(r.seq->cached_tokens() / ps)));
     r.l3_hit_queued = true;
   }
-  if (!cache->CheckpointToL3(hashes, r.seq->full_pages(), r.seq->swa_pages(), from / ps,
-                             end / ps)) {
+  // Paced by the write-behind queue's room: what does not fit now goes at
+  // a later chunk, from where this one stopped (its window then is that
+  // chunk's).
+  const kv::PrefixCache::L3Checkpoint c = cache->CheckpointToL3(
+      hashes, r.seq->full_pages(), r.seq->swa_pages(), from / ps, end / ps);
+  const int written_to = c.full_to_page * ps;
+  if (written_to > from) {
+    if (r.l3_checkpoint_end == 0) r.l3_checkpoint_begin = from;
+    r.l3_checkpoint_end = written_to;
+    l3_checkpoint_tokens_total.fetch_add(written_to - from, std::memory_order_relaxed);
+    if (m.l3_checkpoint_tokens != nullptr) m.l3_checkpoint_tokens->Increment(written_to - from);
+  }
+  if (written_to < end) {
     l3_checkpoints_skipped_total.fetch_add(1, std::memory_order_relaxed);
     if (m.l3_checkpoints_skipped != nullptr) m.l3_checkpoints_skipped->Increment();
     return;
   }
-  if (r.l3_checkpoint_end == 0) r.l3_checkpoint_begin = from;
-  r.l3_checkpoint_end = end;
   l3_checkpoints_total.fetch_add(1, std::memory_order_relaxed);
-  l3_checkpoint_tokens_total.fetch_add(end - from, std::memory_order_relaxed);
-  if (m.l3_checkpoints != nullptr) {
-    m.l3_checkpoints->Increment();
-    m.l3_checkpoint_tokens->Increment(end - from);
-  }
+  if (m.l3_checkpoints != nullptr) m.l3_checkpoints->Increment();
 }
 
 int PrefillCore::Impl::ComputedPrefixTokens(const Req& r) const {

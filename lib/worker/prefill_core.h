@@ -185,9 +185,9 @@ struct PrefillCoreOptions {
   // its hit's pages first, through the tree), so that a worker killed -9 in
   // the middle of a long prompt loses only the chunks since: the retry, on
   // any worker sharing the store (or this one restarted over a file store),
-  // fetches the prefix. Skipped, and tried again after the next chunk, when
-  // the store's write-behind queue has no room for it. 0: off. Default
-  // 16384.
+  // fetches the prefix. Paced by the store's write-behind queue: what it
+  // has no room for now is written after a later chunk, from where the
+  // checkpoint stopped. 0: off. Default 16384.
   int l3_checkpoint_tokens = 16384;
   // Start a restore at the window-safe hit L itself when L is past the
   // stretch's start (kv::PlanWindowRestoreStretch): the hit also locks L's
@@ -271,9 +271,10 @@ struct PrefillLoad {
   // (beyond their own hit): a retry resumes there.
   int64_t partial_kept_total = 0;
   int64_t partial_kept_tokens_total = 0;
-  // L3 checkpoints written (l3_checkpoint_tokens), their tokens (beyond the
-  // previous checkpoint or the hit), and those skipped for want of room in
-  // the store's write-behind queue.
+  // L3 checkpoints written whole (l3_checkpoint_tokens), the tokens
+  // checkpoints wrote (beyond the previous checkpoint or the hit; a
+  // checkpoint put off in part writes some), and those put off in whole or
+  // in part for want of room in the store's write-behind queue.
   int64_t l3_checkpoints_total = 0;
   int64_t l3_checkpoint_tokens_total = 0;
   int64_t l3_checkpoints_skipped_total = 0;

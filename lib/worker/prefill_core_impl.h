@@ -191,18 +191,20 @@ struct Metrics {
                                              "prefix cache (beyond their own hit)."));
     partial_kept_tokens = &pt->WithLabels();
     ASSIGN_OR_RETURN(auto* lc, r->AddCounter("swaserve_prefill_l3_checkpoints_total",
-                                             "L3 checkpoints of long prefills: computed pages "
-                                             "written to L3 while the prompt was still being "
-                                             "computed, so that a retry after a crash resumes "
-                                             "there (--prefill.l3_checkpoint_tokens)."));
+                                             "L3 checkpoints of long prefills written whole "
+                                             "(up to the computed end): computed pages written "
+                                             "to L3 while the prompt was still being computed, "
+                                             "so that a retry after a crash resumes there "
+                                             "(--prefill.l3_checkpoint_tokens)."));
     l3_checkpoints = &lc->WithLabels();
     ASSIGN_OR_RETURN(auto* lt, r->AddCounter("swaserve_prefill_l3_checkpoint_tokens_total",
                                              "Prompt tokens L3 checkpoints wrote (beyond the "
                                              "request's hit and its previous checkpoint)."));
     l3_checkpoint_tokens = &lt->WithLabels();
     ASSIGN_OR_RETURN(auto* ls, r->AddCounter("swaserve_prefill_l3_checkpoints_skipped_total",
-                                             "L3 checkpoints put off to a later chunk: the "
-                                             "store's write-behind queue had no room."));
+                                             "L3 checkpoints put off, in whole or in part, "
+                                             "to a later chunk: the store's write-behind "
+                                             "queue had no room for all of it."));
     l3_checkpoints_skipped = &ls->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "

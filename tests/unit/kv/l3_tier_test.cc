@@ -399,9 +399,9 @@ TEST_F(L3TierTest, CorruptFileIsAMiss) {
 // PrefixCache::CheckpointToL3 (a long prefill's L3 checkpoints): a request's
 // own pages, not yet in the tree, go to L3 with the window where they end,
 // and another worker on the same store finds the prompt byte for byte.
-// Without room for all of it nothing is written (and nothing dropped); with
-// the window no longer held only the full KV goes, which a restoring reader
-// still matches. Once the request has inserted its pages, MarkFullKvInL3
+// Paced by the write-behind queue's room: whole full pages root side first,
+// the window only after all of them, nothing dropped; with the window no
+// longer held only the full KV goes, which a restoring reader still matches. Once the request has inserted its pages, MarkFullKvInL3
 // keeps write-back from writing the checkpointed full pages again.
 class L3CheckpointTest : public L3TierTest {
  protected:
@@ -433,17 +433,32 @@ TEST_F(L3CheckpointTest, ARequestsOwnPagesReachAnotherWorker) {
   const Hashes h = H(1, 6);
   Allocate(h, /*swa_from=*/2);  // the windows at 4 (pages 2, 3) and at 6 (4, 5)
   const int64_t full_page = static_cast<int64_t>(pools_->full().page_bytes());
-  l3.room_ = 6 * full_page;  // less than 6 full + 2 SWA pages
-  EXPECT_FALSE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
+  const int64_t swa_page = static_cast<int64_t>(pools_->swa().page_bytes());
+  const uint64_t full_layout = cache_->l3_fetch_options().layouts.full;
+  // A write-behind queue with room for three and a half full pages: the
+  // checkpoint at 4 writes pages 0..2, root side first, and not the window
+  // (nothing put that does not fit, nothing dropped).
+  l3.room_ = 3 * full_page + full_page / 2;
+  PrefixCache::L3Checkpoint c = cache_->CheckpointToL3(h, full_, swa_, 0, 4);
+  EXPECT_EQ(c.full_to_page, 3);
+  EXPECT_FALSE(c.window);
   EXPECT_EQ(l3.dropped_, 0);
-  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 0);
-  EXPECT_FALSE(l3.Contains(PageKey{h[0], cache_->l3_fetch_options().layouts.full}));
-  l3.room_ = std::numeric_limits<int64_t>::max();
-  // In two checkpoints, as a prefill writes them chunk by chunk.
-  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 4));
-  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 4, 6));
+  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 3);
+  EXPECT_TRUE(l3.Contains(PageKey{h[2], full_layout}));
+  EXPECT_FALSE(l3.Contains(PageKey{h[3], full_layout}));
+  // The queue drained: the next chunk's checkpoint goes on from page 3 and
+  // ends with the window at 6 (exactly the room: full 3..5, SWA 4, 5).
+  l3.room_ = 3 * full_page + 2 * swa_page;
+  c = cache_->CheckpointToL3(h, full_, swa_, c.full_to_page, 6);
+  EXPECT_EQ(c.full_to_page, 6);
+  EXPECT_TRUE(c.window);
+  EXPECT_EQ(l3.room_, 0);
   EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 6);
-  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 4) << "the window at 4, then at 6";
+  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 2) << "the window at 6";
+  EXPECT_EQ(l3.dropped_, 0);
+  // No room at all: nothing.
+  c = cache_->CheckpointToL3(h, full_, swa_, 0, 6);
+  EXPECT_EQ(c.full_to_page, 0);
   EXPECT_EQ(l3.dropped_, 0);
   pools_->full().Free(full_);  // the request "dies" (kill -9): its pages are gone
   std::vector<PageId> held;
@@ -454,22 +469,34 @@ TEST_F(L3CheckpointTest, ARequestsOwnPagesReachAnotherWorker) {
   ExpectAnotherWorkerFindsAll(l3, h);
 }
 
+// Only the full KV goes when the window ending at to_page is no longer
+// held, or when the queue has room for every full page but not for the
+// window too: a restoring reader still matches all of it.
 TEST_F(L3CheckpointTest, WithoutItsWindowOnlyTheFullKvGoesForARestore) {
-  MemoryPageStore l3(1 << 20);
-  Init(&l3, /*write_through_hits=*/0);
-  const Hashes h = H(2, 6);
-  Allocate(h, /*swa_from=*/5);  // the window at 6 needs pages 4 and 5
-  ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
-  EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 6);
-  EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 0);
-  cache_->Insert(h, full_, swa_);
-  Check();
-  // A restoring worker on the same store matches the full KV of all 6 pages.
-  Init(&l3, /*write_through_hits=*/0, 16, 8, /*keep_tombstones=*/true);
-  EXPECT_EQ(FetchAttach(l3, h), 6);
-  const MatchLengths m = cache_->Match(h);
-  EXPECT_EQ(m.matched_tokens, 24);
-  EXPECT_LT(m.safe_tokens, 24);
+  for (const bool held : {false, true}) {
+    SCOPED_TRACE(held ? "window held, no room for it" : "window not held");
+    RoomLimitedStore l3(1 << 20);
+    Init(&l3, /*write_through_hits=*/0);
+    const Hashes h = H(2, 6);
+    Allocate(h, /*swa_from=*/held ? 4 : 5);  // the window at 6 needs pages 4 and 5
+    const int64_t full_page = static_cast<int64_t>(pools_->full().page_bytes());
+    const int64_t swa_page = static_cast<int64_t>(pools_->swa().page_bytes());
+    if (held) l3.room_ = 6 * full_page + 2 * swa_page - 1;
+    const PrefixCache::L3Checkpoint c = cache_->CheckpointToL3(h, full_, swa_, 0, 6);
+    EXPECT_EQ(c.full_to_page, 6);
+    EXPECT_FALSE(c.window);
+    EXPECT_EQ(l3.dropped_, 0);
+    EXPECT_EQ(cache_->stats().l3_checkpoint_pages.load(), 6);
+    EXPECT_EQ(cache_->stats().l3_written_swa_pages.load(), 0);
+    cache_->Insert(h, full_, swa_);
+    Check();
+    // A restoring worker on the same store matches the full KV of all 6 pages.
+    Init(&l3, /*write_through_hits=*/0, 16, 8, /*keep_tombstones=*/true);
+    EXPECT_EQ(FetchAttach(l3, h), 6);
+    const MatchLengths m = cache_->Match(h);
+    EXPECT_EQ(m.matched_tokens, 24);
+    EXPECT_LT(m.safe_tokens, 24);
+  }
 }
 
 TEST_F(L3CheckpointTest, MarkedPagesAreNotWrittenBackAgain) {
@@ -486,7 +513,7 @@ TEST_F(L3CheckpointTest, MarkedPagesAreNotWrittenBackAgain) {
     Init(&l3, /*write_through_hits=*/0);
     const Hashes h = H(3, 6);
     Allocate(h, /*swa_from=*/4);
-    ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, 6));
+    ASSERT_EQ(cache_->CheckpointToL3(h, full_, swa_, 0, 6).full_to_page, 6);
     cache_->Insert(h, full_, swa_);
     cache_->MarkFullKvInL3(h, c.from, c.to);
     Check();
@@ -507,7 +534,9 @@ TEST_F(L3CheckpointTest, AnInsertNearTheBoundSkipsItsCheckpointedPages) {
     Init(&l3, /*write_through_hits=*/0, 16, 8, false, /*write_through_from_tokens=*/18);
     const Hashes h = H(4, 6);
     Allocate(h, /*swa_from=*/4);
-    if (checkpointed > 0) ASSERT_TRUE(cache_->CheckpointToL3(h, full_, swa_, 0, checkpointed));
+    if (checkpointed > 0) {
+      ASSERT_EQ(cache_->CheckpointToL3(h, full_, swa_, 0, checkpointed).full_to_page, checkpointed);
+    }
     cache_->Insert(h, full_, swa_, {}, 0, checkpointed);
     Check();
     EXPECT_EQ(cache_->stats().l3_written_pages.load(), 6) << "each full page once";

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "lib/kv/memory_page_store.h"
 #include "tests/unit/worker/prefill_pipeline.h"
 
 namespace swaserve::worker {
@@ -268,6 +269,50 @@ TEST_F(Pipeline, AKilledWorkersLongPrefillResumesFromItsL3Checkpoints) {
     l3_ = nullptr;
     ClearOutcomes();
   }
+}
+
+// A checkpoint larger than the store's write-behind queue (a MiMo-V2.5-Pro
+// checkpoint of 16K tokens is ~800 MB of full KV against the default
+// 256 MiB queue) is written as the queue drains, from where the previous
+// write stopped, chunk by chunk: nothing is dropped, and the killed worker's
+// retry resumes near where the prefill stood. (All or nothing, as the first
+// version did, wrote none of it here: every checkpoint was put off.)
+TEST_F(Pipeline, CheckpointsLargerThanTheWriteQueueAreWrittenAsItDrains) {
+  constexpr int kInterval = 256;  // 16 pages against a queue of 4
+  const std::vector<uint32_t> prompt = testing::RandomPrompt(97, 3000);
+  const int64_t full_page = static_cast<int64_t>(testing::NewPools(1, 1)->full().page_bytes());
+  auto frozen = std::make_unique<FreezableStore>();
+  FreezableStore* inner = frozen.get();
+  kv::AsyncPageStore store(std::move(frozen), {.max_queued_bytes = 4 * full_page});
+  l3_ = &store;
+  l3_checkpoint_tokens_ = kInterval;
+  Start(4096, 4096);
+  ASSERT_TRUE(Submit("a", prompt, 4).ok());
+  const int done = WaitProgress("a", 1500);
+  inner->frozen_ = true;  // the kill: what is queued now is lost too
+  ASSERT_GE(done, 1500);
+  const PrefillLoad at_kill = prefill_->GetLoad();
+  ASSERT_LT(at_kill.completed_total, 1) << "the prompt finished first";
+  EXPECT_GT(at_kill.l3_checkpoints_skipped_total, 0) << "every checkpoint fit: nothing paced";
+  const int64_t checkpointed = at_kill.l3_checkpoint_tokens_total;
+  EXPECT_GE(checkpointed, 2 * kInterval);
+  EXPECT_EQ(store.dropped(), 0);
+  l3_ = nullptr;  // StopAll without the shutdown write-back
+  StopAll();
+  ClearOutcomes();
+  store.Flush();  // the queue at the kill went nowhere
+  inner->frozen_ = false;
+  l3_ = &store;
+  const Outcome b = StartAndRun("b", prompt);
+  EXPECT_EQ(b.tokens, testing::ReferenceGreedy(prompt, 4));
+  // Behind the checkpointed tokens by at most the lost queue (4 pages), a
+  // window restore's stretch and a checkpoint's interval.
+  EXPECT_GE(b.cached, checkpointed - 4 * kPage - 2 * kInterval) << "resumed far behind";
+  EXPECT_LE(b.cached, done);
+  EXPECT_EQ(store.dropped(), 0);
+  StopAll();
+  l3_ = nullptr;
+  ClearOutcomes();
 }
 
 }  // namespace
