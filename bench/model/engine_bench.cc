@@ -25,6 +25,7 @@
 #include "lib/kv/sequence.h"
 #include "lib/model/checkpoint.h"
 #include "lib/model/cpu_kernels.h"
+#include "lib/model/cpu_kernels_avx2.h"
 #include "lib/model/forward.h"
 #include "nlohmann/json.hpp"
 #include "bench/common/bench_model.h"
@@ -221,7 +222,8 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("== GEMM (y = x·wᵀ), %d threads, AVX-512 path: %s\n", threads, UsingAvx512() ? "yes" : "no");
+  std::printf("== GEMM (y = x·wᵀ), %d threads, kernel path: %s\n", threads,
+              UsingAvx512() ? "AVX-512" : avx2::Have() ? "AVX2+FMA" : "portable");
   std::printf("%6s %6s %6s %12s %12s %8s\n", "M", "K", "N", "ours GF/s", "OpenBLAS", "ratio");
   const std::vector<std::array<int, 3>> shapes = {
       {512, 256, 1024}, {512, 256, 4096}, {2048, 256, 1024}, {512, 1024, 1024}, {1024, 1024, 1024}, {1, 256, 1024}};

@@ -171,6 +171,23 @@ void BlockRows(const AttentionParams& p, const kv::LayerView& view, int kvh, int
   }
 }
 
+// Prefetches the key and value rows of KV head kvh in key block kb (up to
+// kmax) into L1, for a tile over a long key range (its rows are not in
+// cache) to read them from memory while the block before computes.
+void PrefetchBlock(const AttentionParams& p, const kv::LayerView& view, int kvh, int kb,
+                   int kmax) {
+  const int hd = p.head_dim, vd = p.v_head_dim;
+  const size_t es = kv::DTypeSize(view.pool->geometry().dtype);
+  for (int t = kb * kBk, nb = std::min(kb * kBk + kBk - 1, kmax); t <= nb; ++t) {
+    const uint8_t* kp = view.K(t) + static_cast<size_t>(kvh) * hd * es;
+    const uint8_t* vp = view.V(t) + static_cast<size_t>(kvh) * vd * es;
+    _mm_prefetch(reinterpret_cast<const char*>(kp), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(kp + hd * es - 1), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(vp), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(vp + vd * es - 1), _MM_HINT_T0);
+  }
+}
+
 // out = o / l for each of the tile's lanes (o: [vd][W]).
 void WriteLanes(const AttentionParams& p, const AttentionSpan& sp, int kvh, int lane0,
                 int nlanes, int W, const float* o, const float* l_a, float* out) {
@@ -251,8 +268,6 @@ __attribute__((target("avx512f"))) void Avx512Tile(
   constexpr int W = V * kLanes;  // lanes of the task
   const int hd = p.head_dim, vd = p.v_head_dim;
   const kv::LayerView& view = sp.view;
-  const kv::DType dt = view.pool->geometry().dtype;
-  const size_t es = kv::DTypeSize(dt);
   sc.Reserve(p, 0);
   float* qt = sc.qt.data();     // [hd][W]
   float* o = sc.o.data();       // [vd][W]
@@ -287,17 +302,7 @@ __attribute__((target("avx512f"))) void Avx512Tile(
     // Over a long key range (rows not in cache) the next block's rows are
     // read from memory while this one computes; a short one (a window, a
     // short context) is cached already and the prefetches would only cost.
-    if (prefetch && kb < kmax / kBk) {
-      const int na = (kb + 1) * kBk, nb = std::min(na + kBk - 1, kmax);
-      for (int t = na; t <= nb; ++t) {
-        const uint8_t* kp = view.K(t) + static_cast<size_t>(kvh) * hd * es;
-        const uint8_t* vp = view.V(t) + static_cast<size_t>(kvh) * vd * es;
-        _mm_prefetch(reinterpret_cast<const char*>(kp), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(kp + hd * es - 1), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(vp), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(vp + vd * es - 1), _MM_HINT_T0);
-      }
-    }
+    if (prefetch && kb < kmax / kBk) PrefetchBlock(p, view, kvh, kb + 1, kmax);
     BlockRows(p, view, kvh, a, nk, &LoadKvAvx512, sc, krow, vrow);
     // Scores: lane's q · k as one FMA chain over the head dim; four keys at
     // a time for independent chains.
@@ -453,6 +458,115 @@ SWASERVE_AVX2 void LoadKvAvx2(kv::DType dt, const uint8_t* src, float* dst, int 
   for (; i < n; ++i) dst[i] = dt == kv::DType::kBF16 ? BF16ToF32(s[i]) : F16ToF32(s[i]);
 }
 
+// Key block [a, b] holds only keys every real lane of the tile sees
+// (lanes past nlanes are never written out): its scores, weights and output
+// updates need no lane masks. The masked path computes the same values for
+// valid lanes (a blend picks the unmasked result), so a lane's bits do not
+// depend on which path its blocks took.
+struct TileRange {
+  int lo_max = INT_MIN;   // every real lane sees keys >= lo_max ...
+  int pos_min = INT_MAX;  // ... up to pos_min
+  bool Full(int a, int b) const { return a >= lo_max && b <= pos_min; }
+};
+
+// Scores of keys [j, j + K) of a block for V vectors of 8 lanes whose
+// transposed queries start at qt (rows W floats apart): one FMA chain over
+// the head dim per lane and key.
+template <int V, int K, int W>
+SWASERVE_AVX2 inline void Avx2Scores(const float* const* krow, int j, int hd, const float* qt,
+                                     __m256 (&acc)[K][V]) {
+  for (int k = 0; k < K; ++k) {
+    for (int v = 0; v < V; ++v) acc[k][v] = _mm256_setzero_ps();
+  }
+  for (int i = 0; i < hd; ++i) {
+    __m256 qv[V];
+    for (int v = 0; v < V; ++v) qv[v] = _mm256_loadu_ps(qt + i * W + v * kLanes8);
+    for (int k = 0; k < K; ++k) {
+      const __m256 bk = _mm256_set1_ps(krow[j + k][i]);
+      for (int v = 0; v < V; ++v) acc[k][v] = _mm256_fmadd_ps(qv[v], bk, acc[k][v]);
+    }
+  }
+}
+
+// Output dims [c, c + D) of V vectors of the tile (sbuf and o offset to the
+// first; rows W floats apart): o = o · corr + Σ_j w_j · v_j, each a chain
+// over the block's keys in order; masked: keys outside a lane's range leave
+// it unchanged.
+template <int V, int D, bool kMasked, int W>
+SWASERVE_AVX2 inline void Avx2Output(const float* const* vrow, int a, int nk, int c,
+                                     const float* sbuf, const __m256* corr, const __m256i* lo_v,
+                                     const __m256i* pos_v, float* o) {
+  __m256 acc[D][V];
+  for (int d = 0; d < D; ++d) {
+    for (int v = 0; v < V; ++v) {
+      acc[d][v] = _mm256_mul_ps(_mm256_loadu_ps(o + (c + d) * W + v * kLanes8), corr[v]);
+    }
+  }
+  for (int jj = 0; jj < nk; ++jj) {
+    const float* vr = vrow[jj] + c;
+    __m256 w[V], ok[V];
+    for (int v = 0; v < V; ++v) {
+      w[v] = _mm256_loadu_ps(sbuf + jj * W + v * kLanes8);
+      if constexpr (kMasked) ok[v] = KeyValid(a + jj, lo_v[v], pos_v[v]);
+    }
+    for (int d = 0; d < D; ++d) {
+      const __m256 bd = _mm256_set1_ps(vr[d]);
+      for (int v = 0; v < V; ++v) {
+        const __m256 f = _mm256_fmadd_ps(w[v], bd, acc[d][v]);
+        if constexpr (kMasked) {
+          acc[d][v] = _mm256_blendv_ps(acc[d][v], f, ok[v]);
+        } else {
+          acc[d][v] = f;
+        }
+      }
+    }
+  }
+  for (int d = 0; d < D; ++d) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(o + (c + d) * W + v * kLanes8, acc[d][v]);
+  }
+}
+
+template <int V, bool kMasked, int W>
+SWASERVE_AVX2 void Avx2OutputDims(const float* const* vrow, int a, int nk, int vd,
+                                  const float* sbuf, const __m256* corr, const __m256i* lo_v,
+                                  const __m256i* pos_v, float* o) {
+  int c = 0;
+  for (; c + 4 <= vd; c += 4) {
+    Avx2Output<V, 4, kMasked, W>(vrow, a, nk, c, sbuf, corr, lo_v, pos_v, o);
+  }
+  for (; c < vd; ++c) Avx2Output<V, 1, kMasked, W>(vrow, a, nk, c, sbuf, corr, lo_v, pos_v, o);
+}
+
+// Vectors [g, g + G) of the tile: scores of the block's keys (four at a
+// time for independent chains, then one at a time) into sbuf, and the
+// block's max per lane into m_blk.
+template <int G, int W>
+SWASERVE_AVX2 inline void Avx2BlockScores(const float* const* krow, int a, int nk, int hd,
+                                          int g, bool full, const float* qt, __m256 scale,
+                                          const __m256i* lo_v, const __m256i* pos_v,
+                                          float* sbuf, __m256* m_blk) {
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  auto finish = [&](__m256 acc, int jk, int v) SWASERVE_AVX2 {
+    __m256 sv = _mm256_mul_ps(acc, scale);
+    if (!full) sv = _mm256_blendv_ps(neg_inf, sv, KeyValid(a + jk, lo_v[g + v], pos_v[g + v]));
+    _mm256_storeu_ps(sbuf + jk * W + (g + v) * kLanes8, sv);
+    m_blk[g + v] = _mm256_max_ps(m_blk[g + v], sv);
+  };
+  int j = 0;
+  for (; j + 4 <= nk; j += 4) {
+    __m256 acc[4][G];
+    Avx2Scores<G, 4, W>(krow, j, hd, qt + g * kLanes8, acc);
+    for (int k = 0; k < 4; ++k) {
+      for (int v = 0; v < G; ++v) finish(acc[k][v], j + k, v);
+    }
+  }
+  for (; j < nk; ++j) {
+    __m256 acc[1][G];
+    Avx2Scores<G, 1, W>(krow, j, hd, qt + g * kLanes8, acc);
+    for (int v = 0; v < G; ++v) finish(acc[0][v], j, v);
+  }
+}
+
 template <int V>
 SWASERVE_AVX2 void Avx2Tile(const AttentionParams& p, const AttentionSpan& sp, int kvh,
                             int lane0, int nlanes, const float* q, float* out, Scratch& sc) {
@@ -467,6 +581,11 @@ SWASERVE_AVX2 void Avx2Tile(const AttentionParams& p, const AttentionSpan& sp, i
   alignas(32) float m_a[W], l_a[W];
   int kmin = INT_MAX, kmax = -1;
   SetUpLanes(p, sp, kvh, lane0, nlanes, W, q, qt, lo_a, pos_a, m_a, l_a, &kmin, &kmax);
+  TileRange range;
+  for (int lane = 0; lane < nlanes; ++lane) {
+    range.lo_max = std::max(range.lo_max, lo_a[lane]);
+    range.pos_min = std::min(range.pos_min, pos_a[lane]);
+  }
   __m256i lo_v[V], pos_v[V];
   __m256 m[V], l[V];
   for (int v = 0; v < V; ++v) {
@@ -478,40 +597,28 @@ SWASERVE_AVX2 void Avx2Tile(const AttentionParams& p, const AttentionSpan& sp, i
   for (int c = 0; c < vd * W; c += kLanes8) _mm256_storeu_ps(o + c, _mm256_setzero_ps());
   const __m256 scale = _mm256_set1_ps(p.scale);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  const bool prefetch = kmax - kmin >= kPrefetchMinKeys;
   for (int kb = kmin / kBk; kb <= kmax / kBk; ++kb) {
     const int a = std::max(kb * kBk, kmin);
     const int b = std::min(kb * kBk + kBk - 1, kmax);
     const int nk = b - a + 1;
+    const bool full = range.Full(a, b);
     const float* krow[kBk];
     const float* vrow[kBk];
+    // As in Avx512Tile: over a long key range the next block's rows are
+    // fetched from memory while this one computes.
+    if (prefetch && kb < kmax / kBk) PrefetchBlock(p, view, kvh, kb + 1, kmax);
     BlockRows(p, view, kvh, a, nk, &LoadKvAvx2, sc, krow, vrow);
-    // Scores: one FMA chain over the head dim per lane and key.
+    // Scores, two vectors at a time (the registers hold 4 keys × 2 vectors
+    // of chains): the block's rows, widened once, stay in L1 for all of
+    // them.
     __m256 m_blk[V];
     for (int v = 0; v < V; ++v) m_blk[v] = neg_inf;
-    for (int j = 0; j < nk; j += 2) {
-      const int nj = std::min(2, nk - j);
-      __m256 acc[2][V];
-      for (int k = 0; k < 2; ++k) {
-        for (int v = 0; v < V; ++v) acc[k][v] = _mm256_setzero_ps();
-      }
-      const float* k0 = krow[j];
-      const float* k1 = krow[j + nj - 1];
-      for (int i = 0; i < hd; ++i) {
-        const __m256 b0 = _mm256_set1_ps(k0[i]), b1 = _mm256_set1_ps(k1[i]);
-        for (int v = 0; v < V; ++v) {
-          const __m256 qv = _mm256_loadu_ps(qt + i * W + v * kLanes8);
-          acc[0][v] = _mm256_fmadd_ps(qv, b0, acc[0][v]);
-          acc[1][v] = _mm256_fmadd_ps(qv, b1, acc[1][v]);
-        }
-      }
-      for (int k = 0; k < nj; ++k) {
-        for (int v = 0; v < V; ++v) {
-          const __m256 ok = KeyValid(a + j + k, lo_v[v], pos_v[v]);
-          const __m256 sv = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[k][v], scale), ok);
-          _mm256_storeu_ps(sbuf + (j + k) * W + v * kLanes8, sv);
-          m_blk[v] = _mm256_max_ps(m_blk[v], sv);
-        }
-      }
+    for (int g = 0; g + 2 <= V; g += 2) {
+      Avx2BlockScores<2, W>(krow, a, nk, hd, g, full, qt, scale, lo_v, pos_v, sbuf, m_blk);
+    }
+    if (V % 2 != 0) {
+      Avx2BlockScores<1, W>(krow, a, nk, hd, V - 1, full, qt, scale, lo_v, pos_v, sbuf, m_blk);
     }
     // Online softmax (lanes without a key here are unchanged, as there).
     __m256 corr[V];
@@ -522,35 +629,26 @@ SWASERVE_AVX2 void Avx2Tile(const AttentionParams& p, const AttentionSpan& sp, i
       l[v] = _mm256_mul_ps(l[v], corr[v]);
       for (int jj = 0; jj < nk; ++jj) {
         float* sj = sbuf + jj * W + v * kLanes8;
-        const __m256 ok = KeyValid(a + jj, lo_v[v], pos_v[v]);
-        const __m256 w = _mm256_and_ps(ok, Exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), m_new)));
+        __m256 w = Exp256(_mm256_sub_ps(_mm256_loadu_ps(sj), m_new));
+        if (!full) w = _mm256_and_ps(KeyValid(a + jj, lo_v[v], pos_v[v]), w);
         l[v] = _mm256_add_ps(l[v], w);
         _mm256_storeu_ps(sj, w);
       }
       m[v] = m_new;
     }
-    // o = o · corr + Σ_j w_j · v_j, each output dim a chain over keys in
-    // order (keys outside a lane's range leave it unchanged).
-    for (int c = 0; c < vd; c += 4) {
-      const int nc = std::min(4, vd - c);
-      __m256 acc[4][V];
-      for (int d = 0; d < nc; ++d) {
-        for (int v = 0; v < V; ++v) {
-          acc[d][v] = _mm256_mul_ps(_mm256_loadu_ps(o + (c + d) * W + v * kLanes8), corr[v]);
+    for (int g = 0; g < V; g += 2) {
+      const float* sb = sbuf + g * kLanes8;
+      float* og = o + g * kLanes8;
+      if (g + 2 <= V) {
+        if (full) {
+          Avx2OutputDims<2, false, W>(vrow, a, nk, vd, sb, corr + g, lo_v + g, pos_v + g, og);
+        } else {
+          Avx2OutputDims<2, true, W>(vrow, a, nk, vd, sb, corr + g, lo_v + g, pos_v + g, og);
         }
-      }
-      for (int jj = 0; jj < nk; ++jj) {
-        const float* vr = vrow[jj] + c;
-        for (int v = 0; v < V; ++v) {
-          const __m256 w = _mm256_loadu_ps(sbuf + jj * W + v * kLanes8);
-          const __m256 ok = KeyValid(a + jj, lo_v[v], pos_v[v]);
-          for (int d = 0; d < nc; ++d) {
-            acc[d][v] = _mm256_blendv_ps(acc[d][v], _mm256_fmadd_ps(w, _mm256_set1_ps(vr[d]), acc[d][v]), ok);
-          }
-        }
-      }
-      for (int d = 0; d < nc; ++d) {
-        for (int v = 0; v < V; ++v) _mm256_storeu_ps(o + (c + d) * W + v * kLanes8, acc[d][v]);
+      } else if (full) {
+        Avx2OutputDims<1, false, W>(vrow, a, nk, vd, sb, corr + g, lo_v + g, pos_v + g, og);
+      } else {
+        Avx2OutputDims<1, true, W>(vrow, a, nk, vd, sb, corr + g, lo_v + g, pos_v + g, og);
       }
     }
   }
@@ -581,6 +679,16 @@ int VectorsFor(const AttentionParams& p, int lanes) {
   return lanes > kLanes ? 2 : 1;
 }
 
+// Vectors of 8 lanes per AVX2 task: VectorsFor's rule, with as many lanes
+// per task as an AVX-512 task has (up to 48): a task computes two vectors at
+// a time, but the key rows it widens once serve all of them, so a long
+// context is read from memory a sixth as often as with 8 lanes per task.
+int Avx2VectorsFor(const AttentionParams& p, int lanes) {
+  if ((p.window > 0 && p.window < kShortWindow) || lanes <= kLanes8) return 1;
+  if (lanes <= 2 * kLanes8) return 2;
+  return lanes <= 4 * kLanes8 ? 4 : 6;
+}
+
 }  // namespace
 
 void PagedAttention(const AttentionParams& p,
@@ -596,9 +704,7 @@ void PagedAttention(const AttentionParams& p,
     if (avx || use_avx2) {
       const int lanes = spans[s].n * group;
       const int width = avx ? kLanes : kLanes8;
-      // AVX2: 2 vectors at most (VectorsFor's rule on 8-lane vectors).
-      const int vectors = avx ? VectorsFor(p, lanes)
-                              : (p.window > 0 && p.window < kShortWindow) || lanes <= kLanes8 ? 1 : 2;
+      const int vectors = avx ? VectorsFor(p, lanes) : Avx2VectorsFor(p, lanes);
       for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
         for (int l0 = 0; l0 < lanes; l0 += vectors * width) {
           tasks.push_back({s, kvh, l0, vectors});
@@ -648,10 +754,19 @@ void PagedAttention(const AttentionParams& p,
         }
       } else if (use_avx2) {
         const int left = sp.n * group - task.lane0;
-        if (task.vectors == 2) {
-          Avx2Tile<2>(p, sp, task.kvh, task.lane0, std::min(2 * kLanes8, left), q, out, sc);
-        } else {
-          Avx2Tile<1>(p, sp, task.kvh, task.lane0, std::min(kLanes8, left), q, out, sc);
+        const int lanes = std::min(task.vectors * kLanes8, left);
+        switch (task.vectors) {
+          case 6:
+            Avx2Tile<6>(p, sp, task.kvh, task.lane0, lanes, q, out, sc);
+            break;
+          case 4:
+            Avx2Tile<4>(p, sp, task.kvh, task.lane0, lanes, q, out, sc);
+            break;
+          case 2:
+            Avx2Tile<2>(p, sp, task.kvh, task.lane0, lanes, q, out, sc);
+            break;
+          default:
+            Avx2Tile<1>(p, sp, task.kvh, task.lane0, lanes, q, out, sc);
         }
       } else {
         PortableQueryHead(p, sp, task.lane0, task.kvh, q, out, sc);
