@@ -679,12 +679,14 @@ int VectorsFor(const AttentionParams& p, int lanes) {
   return lanes > kLanes ? 2 : 1;
 }
 
-// Vectors of 8 lanes per AVX2 task: VectorsFor's rule, with as many lanes
-// per task as an AVX-512 task has (up to 48): a task computes two vectors at
-// a time, but the key rows it widens once serve all of them, so a long
-// context is read from memory a sixth as often as with 8 lanes per task.
+// Vectors of 8 lanes per AVX2 task: as many lanes per task as an AVX-512
+// task has (VectorsFor): up to 48, and 16 for a short window (its keys are
+// W + queries - 1 per task, so wider tasks add masked keys). A task computes
+// two vectors at a time, but the key rows it widens once serve all of them,
+// so a long context is read from memory a sixth as often as with 8 lanes.
 int Avx2VectorsFor(const AttentionParams& p, int lanes) {
-  if ((p.window > 0 && p.window < kShortWindow) || lanes <= kLanes8) return 1;
+  if (lanes <= kLanes8) return 1;
+  if (p.window > 0 && p.window < kShortWindow) return 2;
   if (lanes <= 2 * kLanes8) return 2;
   return lanes <= 4 * kLanes8 ? 4 : 6;
 }
