@@ -49,7 +49,10 @@
 //          [--sweep-ratios 0.005,0.01,...] [--limit N]
 //          [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS]
 //          [--no-pyramid] [--no-safe-start] [--no-cold-superseded]
-//          [--measure-from N]
+//          [--measure-from N] [--group-bottom-layers K --group-shares F,...]
+// --group-bottom-layers adds an estimate of a SWA pool split into two layer
+// groups, the bottom K SWA layers' halves evicted first (layer_group_shadow.h;
+// RESULTS.md, Window restore, "Layer-grouped SWA pool: an estimate").
 // Window restore's figures (issue 20) use --ratio 0.014, chosen on the
 // trace's first half (--limit 6015) and checked out of sample on the second
 // (--measure-from 6015): bench/RESULTS.md, Window restore.
@@ -110,6 +113,11 @@ struct Flags {
   // tier is large.
   double l3_factor = 8.0;
   double l2_ratio = 0.02;
+  // Layer-grouped SWA pool, an estimate (layer_group_shadow.h): the bottom
+  // group's SWA layers (0: no section) and its shares of the SWA pool's
+  // bytes to try.
+  int group_bottom_layers = 0;
+  std::vector<double> group_shares;
   replay::ReplayKnobs knobs;
 };
 
@@ -211,6 +219,10 @@ Flags ParseFlags(int argc, char** argv) {
       flags.knobs.safe_start = false;
     } else if (a == "--no-cold-superseded") {
       flags.knobs.cold_superseded = false;
+    } else if (is("--group-bottom-layers")) {
+      flags.group_bottom_layers = std::atoi(value("--group-bottom-layers").c_str());
+    } else if (is("--group-shares")) {
+      flags.group_shares = ParseList(value("--group-shares"), false);
     } else if (is("--measure-from")) {
       flags.knobs.measure_from = static_cast<size_t>(std::atoll(value("--measure-from").c_str()));
     } else if (a == "--help" || a == "-h") {
@@ -223,6 +235,8 @@ Flags ParseFlags(int argc, char** argv) {
           "  [--no-safe-start (dual+restore: never restore from the window-safe hit itself)]\n"
           "  [--no-cold-superseded (dual+restore: superseded windows stay hot)]\n"
           "  [--measure-from N (requests before N only warm the cache)]\n"
+          "  [--group-bottom-layers K --group-shares F,... (estimate: SWA pool in two layer groups,\n"
+          "   the bottom K SWA layers evicted first, F of the SWA bytes theirs)]\n"
           "Budgets are in tokens of single-pool KV (all 70 layers per token).\n");
       std::exit(0);
     } else {
@@ -230,6 +244,10 @@ Flags ParseFlags(int argc, char** argv) {
     }
   }
   if (flags.chunk <= 0) Die("--chunk must be > 0");
+  if (flags.group_bottom_layers < 0) Die("--group-bottom-layers must be >= 0");
+  for (double f : flags.group_shares) {
+    if (f >= 1) Die("--group-shares: each share must be in (0, 1)");
+  }
   if (flags.trace.empty()) {
     flags.trace = bench::RepoPath(bench::kMooncakeTracePath, SWASERVE_SOURCE_DIR);
   }
@@ -369,6 +387,59 @@ class Study {
             results_.push_back(ToJson(r3, ps_));
           }
         }
+      }
+    }
+  }
+
+  // Layer-grouped SWA pool (an estimate, layer_group_shadow.h): dual+restore
+  // with its SWA bytes split between a bottom and a top layer group.
+  void Groups() {
+    const int k = flags_.group_bottom_layers;
+    const int n = dual_shape_.swa_layers;
+    if (k <= 0) return;
+    if (k >= n) Die("--group-bottom-layers must be below the SWA layers");
+    std::vector<double> shares = flags_.group_shares;
+    if (shares.empty()) shares = {double(k) / n};
+    std::printf("\n== Layer groups (estimate): bottom %d of %d SWA layers evicted first ==\n", k, n);
+    for (size_t bi = 0; bi < flags_.budgets.size(); ++bi) {
+      const ReplayResult& ungrouped = rows_[bi].duals[1];
+      const double s7 = rows_[bi].single7.HitRate();
+      for (double f : shares) {
+        CacheSpec spec = Sized("dual+restore", dual_shape_, flags_.budgets[bi], 1, flags_.ratio);
+        const double layer_pages = double(spec.swa_pages) * n;  // SWA bytes in one-layer pages
+        spec.name = "dual+restore+groups";
+        spec.group_bottom_layers = k;
+        spec.bottom_pages = static_cast<int64_t>(layer_pages * f / k);
+        spec.swa_pages = static_cast<int64_t>(layer_pages * (1 - f) / (n - k));
+        ReplayResult r = Replay(spec, prompts_, flags_.chunk, flags_.knobs);
+        std::printf("%-6s bottom share %.3f (layer share %.3f): top %lld pages, bottom %lld: "
+                    "effective hit %.3f%% = %.1f%% of single7x (one pool: %.3f%%); %lld whole "
+                    "restores, %lld bottom restores (%.0f token-equivalents), %lld bottom pages "
+                    "evicted, at most %lld held\n",
+                    CountName(flags_.budgets[bi]).c_str(), f, double(k) / n,
+                    static_cast<long long>(spec.swa_pages), static_cast<long long>(spec.bottom_pages),
+                    100 * r.EffectiveHitRate(), s7 > 0 ? 100 * r.EffectiveHitRate() / s7 : 0.0,
+                    100 * ungrouped.EffectiveHitRate(), static_cast<long long>(r.restores),
+                    static_cast<long long>(r.bottom_restores), r.bottom_restore_work,
+                    static_cast<long long>(r.bottom_evicted_pages),
+                    static_cast<long long>(r.bottom_peak_pages));
+        if (spec.bottom_pages >= spec.swa_pages && spec.swa_pages == ungrouped.spec.swa_pages) {
+          // Both groups hold the one pool's pages: the replay must be its.
+          const bool same = r.effective_hit_tokens == ungrouped.effective_hit_tokens &&
+                            r.restores == ungrouped.restores && r.bottom_restores == 0;
+          std::printf("       check (both groups as large as the one pool): equal to the one-pool "
+                      "replay: %s\n", same ? "yes" : "NO");
+          if (!same) Die("layer groups at the layer share differ from the one-pool replay");
+        }
+        nlohmann::json j = ToJson(r, ps_);
+        j["group_bottom_layers"] = k;
+        j["group_bottom_share"] = f;
+        j["bottom_pages"] = spec.bottom_pages;
+        j["bottom_restores"] = r.bottom_restores;
+        j["bottom_restore_work"] = r.bottom_restore_work;
+        j["bottom_evicted_pages"] = r.bottom_evicted_pages;
+        j["bottom_peak_pages"] = r.bottom_peak_pages;
+        results_.push_back(std::move(j));
       }
     }
   }
@@ -608,6 +679,7 @@ int Main(int argc, char** argv) {
   study.PrintSetup();
   study.MainComparison();
   study.Tiers();
+  study.Groups();
   Study::PrintColumns();
   study.Targets();
   study.ReadmeCheck();

@@ -11,6 +11,7 @@
 #include "bench/common/prompt_synth.h"
 #include "bench/common/swa_pattern.h"
 #include "bench/common/window_restore_plan.h"
+#include "bench/kv/layer_group_shadow.h"
 #include "lib/base/hash.h"
 #include "lib/kv/l3_prefetch.h"
 #include "lib/kv/memory_page_store.h"
@@ -24,6 +25,27 @@ namespace swaserve::kv::replay {
 namespace {
 constexpr int kBlockTokens = bench::kTraceBlockTokens;
 using bench::Die;
+
+// The cache's counters and contents at the end of a replay, into `res`;
+// ends the process when a page is still in use or reserved (a leak).
+void CollectCacheStats(const PrefixCache& cache, const KvPools& pools, ReplayResult* res) {
+  const PrefixCacheStats& st = cache.stats();
+  res->evicted_full_pages = st.evicted_full_pages.load();
+  res->evicted_swa_pages = st.evicted_swa_pages.load();
+  res->tombstoned_nodes = st.tombstoned_nodes.load();
+  res->nodes = st.nodes.load();
+  res->tombstone_nodes = st.tombstone_nodes.load();
+  res->demoted_pages = st.demoted_pages.load();
+  res->l3_written_pages = st.l3_written_pages.load();
+  res->cached_full_pages = cache.cached_full_pages();
+  res->cached_swa_pages = cache.cached_swa_pages();
+  res->cached_bytes = static_cast<double>(res->cached_full_pages) * pools.full().page_bytes() +
+                      static_cast<double>(res->cached_swa_pages) * pools.swa().page_bytes();
+  if (pools.full().num_in_use() != 0 || pools.swa().num_in_use() != 0 ||
+      pools.full().num_reserved() != 0 || pools.swa().num_reserved() != 0) {
+    Die("pages still in use or reserved after the replay (" + res->spec.name + ")");
+  }
+}
 }  // namespace
 
 std::vector<TraceRequest> LoadTrace(const std::string& path, int64_t limit) {
@@ -118,6 +140,14 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
   co.l3 = l3.get();
   co.keep_restorable_tombstones = spec.restore;
   co.cold_superseded_windows = spec.restore && knobs.cold_superseded;
+  const std::vector<bool> swa_pattern = bench::SwaPattern(spec.shape);
+  std::unique_ptr<LayerGroupModel> groups;
+  if (spec.group_bottom_layers > 0) {
+    if (!spec.restore || l2 != nullptr) Die("layer groups need restore and no tiers");
+    groups = std::make_unique<LayerGroupModel>(spec.shape, swa_pattern, spec.group_bottom_layers,
+                                               spec.bottom_pages);
+    co.on_event = groups->Listener();
+  }
   auto cache_or = PrefixCache::Create(co);
   if (!cache_or.ok()) Die(std::string(cache_or.status().message()));
   std::unique_ptr<PrefixCache> cache = *std::move(cache_or);
@@ -130,7 +160,6 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 
-  const std::vector<bool> swa_pattern = bench::SwaPattern(spec.shape);
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = prompts.size();
   const size_t progress_every = std::max<size_t>(1, n / 4);
@@ -166,6 +195,13 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
     }
     const bool restoring = hit.needs_window_restore();
     const int full_hit = hit.tokens();
+    // Layer groups: the bottom half of the window the request reads.
+    const double bottom =
+        groups != nullptr ? groups->Begin(hashes, hit, restoring, mo.lock_safe_window) : 0;
+    if (counted && bottom > 0) {
+      ++res.bottom_restores;
+      res.bottom_restore_work += bottom;
+    }
     Sequence seq(so, std::move(hit));
     int next = seq.length();  // the next token to compute
     if (restoring) {
@@ -177,12 +213,16 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
         res.restored_tokens += full_hit - next;
       }
     }
-    if (counted) res.effective_hit_tokens += restoring ? full_hit - std::llround(restore_work) : next;
+    if (counted) {
+      res.effective_hit_tokens +=
+          (restoring ? full_hit - std::llround(restore_work) : next) - std::llround(bottom);
+    }
     bool ok = true;
     while (next < len) {
       const int c = std::min(chunk, len - next);
       absl::Status s = seq.Prepare(next, c);
       next += c;
+      if (groups != nullptr) groups->Running(pools->swa().num_in_use(), *cache);
       if (!s.ok()) {
         if (res.failed == 0) {
           std::fprintf(stderr, "  [%s %s] request %zu (%d tokens) failed: %s\n",
@@ -199,6 +239,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
     } else {
       seq.Finish(hashes);
     }
+    if (groups != nullptr) groups->Finished(hashes, len, ok, *cache);
     ++res.requests;
     res.peak_cached_full_pages = std::max(res.peak_cached_full_pages, cache->cached_full_pages());
     if ((i + 1) % progress_every == 0 || i + 1 == n) {
@@ -209,23 +250,12 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
     }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const PrefixCacheStats& st = cache->stats();
-  res.window_lost_tokens = st.window_lost_tokens.load() - lost_before;
-  res.evicted_full_pages = st.evicted_full_pages.load();
-  res.evicted_swa_pages = st.evicted_swa_pages.load();
-  res.tombstoned_nodes = st.tombstoned_nodes.load();
-  res.nodes = st.nodes.load();
-  res.tombstone_nodes = st.tombstone_nodes.load();
-  res.demoted_pages = st.demoted_pages.load();
-  res.l3_written_pages = st.l3_written_pages.load();
-  res.cached_full_pages = cache->cached_full_pages();
-  res.cached_swa_pages = cache->cached_swa_pages();
-  res.cached_bytes = static_cast<double>(res.cached_full_pages) * pools->full().page_bytes() +
-                     static_cast<double>(res.cached_swa_pages) * pools->swa().page_bytes();
-  if (pools->full().num_in_use() != 0 || pools->swa().num_in_use() != 0 ||
-      pools->full().num_reserved() != 0 || pools->swa().num_reserved() != 0) {
-    Die("pages still in use or reserved after the replay (" + spec.name + ")");
+  res.window_lost_tokens = cache->stats().window_lost_tokens.load() - lost_before;
+  if (groups != nullptr) {
+    res.bottom_evicted_pages = groups->shadow().evicted();
+    res.bottom_peak_pages = groups->shadow().peak();
   }
+  CollectCacheStats(*cache, *pools, &res);
   return res;
 }
 

@@ -98,6 +98,12 @@ struct CacheSpec {
   // the prompt's L3 part is fetched (FetchFromL3, synchronously: the replay
   // has no clock, so every prefetch completes) and attached, then loaded back.
   int64_t l3_pages = 0;
+  // Layer-grouped SWA pool, an estimate (layer_group_shadow.h; needs
+  // restore, no tiers): the first `group_bottom_layers` SWA layers form the
+  // bottom group, with `bottom_pages` pages of its own; swa_pages is then the
+  // top group's pages. 0: one SWA pool, as built.
+  int group_bottom_layers = 0;
+  int64_t bottom_pages = 0;
 };
 
 struct ReplayResult {
@@ -113,6 +119,13 @@ struct ReplayResult {
   int64_t restores = 0;
   int64_t restored_tokens = 0;
   int64_t window_lost_tokens = 0;
+  // Layer groups: hits (and restores from the window-safe hit) whose
+  // window had only its top half, and the work of restoring the bottom
+  // halves (token-equivalents, counted against the effective hit).
+  int64_t bottom_restores = 0;
+  double bottom_restore_work = 0;
+  int64_t bottom_evicted_pages = 0;
+  int64_t bottom_peak_pages = 0;
   int64_t cached_full_pages = 0;   // at the end
   int64_t cached_swa_pages = 0;
   int64_t peak_cached_full_pages = 0;

@@ -711,6 +711,13 @@ int64_t PrefixCache::EvictableSwaPages() const {
   return pages;
 }
 
+void PrefixCache::VisitSwaEvictionOrder(
+    const std::function<bool(absl::Span<const uint64_t> hashes)>& visit) const {
+  for (const auto& [key, n] : swa_lru_[0]) {
+    if (!visit(n->hashes)) return;
+  }
+}
+
 absl::Status PrefixCache::CheckInvariants() const {
   auto fail = [&](const CacheNode* n, absl::string_view what) {
     return absl::InternalError(absl::StrCat(

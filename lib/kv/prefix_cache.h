@@ -531,6 +531,13 @@ class PrefixCache {
   // Pages Evict() could free right now (unlocked), per pool.
   int64_t EvictableFullPages() const;
   int64_t EvictableSwaPages() const;
+  // L1's evictable SWA KV in the order Evict()'s SWA pass takes it (least
+  // valuable first: cold before hot, then least recently used, the root
+  // side first), one node's chained hashes per call, until `visit` returns
+  // false. For studies of the eviction order (kv_trace_replay_bench's
+  // layer-group estimate); O(nodes visited).
+  void VisitSwaEvictionOrder(
+      const std::function<bool(absl::Span<const uint64_t> hashes)>& visit) const;
 
   const PrefixCacheStats& stats() const { return stats_; }
 

@@ -232,6 +232,43 @@ TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
   EXPECT_EQ(M(b), Lens(20, 20));
 }
 
+// VisitSwaEvictionOrder lists the evictable SWA KV node by node in the
+// order the SWA pass takes it: cold, then least recently used hot.
+TEST_F(PrefixCacheTest, SwaEvictionOrderIsTheOrderEvictTakes) {
+  Init(8);
+  const Hashes a = H({1, 2});
+  Insert(a);
+  const Hashes b = H({5, 6, 7, 8, 9});
+  std::vector<PageId> full = Take(pools_->full(), 5);
+  std::vector<PageId> swa = Take(pools_->swa(), 5);
+  pools_->swa().Free({&swa[2], 1});
+  swa[2] = kNoPage;
+  cache_->Insert(b, full, swa, std::vector<uint8_t>{1, 1, 0, 0, 0});
+  CHECK_CACHE();
+  std::vector<Hashes> order;
+  cache_->VisitSwaEvictionOrder([&](absl::Span<const uint64_t> h) {
+    order.emplace_back(h.begin(), h.end());
+    return true;
+  });
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0], Prefix(b, 2));                 // cold
+  EXPECT_EQ(order[1], a);                            // hot, older
+  EXPECT_EQ(order[2], Hashes(b.begin() + 3, b.end()));  // hot, newer
+  int calls = 0;
+  cache_->VisitSwaEvictionOrder([&](absl::Span<const uint64_t>) { return ++calls < 2; });
+  EXPECT_EQ(calls, 2);
+  for (const Hashes& next : order) {
+    ClearEvents();
+    EvictResult r = cache_->Evict(0, 1);
+    CHECK_CACHE();
+    EXPECT_EQ(r.swa_pages_freed, static_cast<int64_t>(next.size()));
+    Hashes gone = Events(CacheEvent::Type::kSwaRemoved);
+    if (gone.empty()) gone = Events(CacheEvent::Type::kRemoved);
+    // A deleted leaf's tombstone parents go with it (b's last step).
+    for (uint64_t h : next) EXPECT_TRUE(std::count(gone.begin(), gone.end(), h)) << h;
+  }
+}
+
 // cold_superseded_windows: a conversation's next turn extends b; b's old
 // end's window then ranks with the cold SWA KV and goes before an older hot
 // window (a's). Without the option a, the least recently used, goes first.
