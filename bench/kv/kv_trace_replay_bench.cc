@@ -48,7 +48,7 @@
 //          [--ratio R] [--budgets 1M,3M,...] [--sweep-budget 3M]
 //          [--sweep-ratios 0.005,0.01,...] [--limit N]
 //          [--no-infinite] [--no-divergence-window] [--checkpoint TOKENS]
-//          [--no-pyramid] [--no-safe-start] [--no-cold-superseded]
+//          [--no-pyramid] [--no-safe-start] [--no-cold-superseded] [--no-checkpoint-yield]
 //          [--measure-from N] [--group-bottom-layers K --group-shares F,...]
 // --group-bottom-layers adds an estimate of a SWA pool split into two layer
 // groups, the bottom K SWA layers' halves evicted first (layer_group_shadow.h;
@@ -219,6 +219,8 @@ Flags ParseFlags(int argc, char** argv) {
       flags.knobs.safe_start = false;
     } else if (a == "--no-cold-superseded") {
       flags.knobs.cold_superseded = false;
+    } else if (a == "--no-checkpoint-yield") {
+      flags.knobs.checkpoints_yield = false;
     } else if (is("--group-bottom-layers")) {
       flags.group_bottom_layers = std::atoi(value("--group-bottom-layers").c_str());
     } else if (is("--group-shares")) {
@@ -234,6 +236,7 @@ Flags ParseFlags(int argc, char** argv) {
           "  [--no-pyramid (dual+restore: every layer over the whole restored stretch)]\n"
           "  [--no-safe-start (dual+restore: never restore from the window-safe hit itself)]\n"
           "  [--no-cold-superseded (dual+restore: superseded windows stay hot)]\n"
+          "  [--no-checkpoint-yield (dual+restore: checkpoints stay while hot windows go)]\n"
           "  [--measure-from N (requests before N only warm the cache)]\n"
           "  [--group-bottom-layers K --group-shares F,... (estimate: SWA pool in two layer groups,\n"
           "   the bottom K SWA layers evicted first, F of the SWA bytes theirs)]\n"

@@ -157,6 +157,7 @@ ReplayResult Replay(const CacheSpec& spec, const Prompts& prompts, int chunk,
   so.evict_on_demand = true;
   so.keep_divergence_window = knobs.keep_divergence_window;
   so.swa_checkpoint_tokens = spec.restore ? knobs.checkpoint_tokens : 0;
+  so.checkpoints_yield = knobs.checkpoints_yield;
   res.pool_bytes = static_cast<double>(pools->full().total_bytes()) +
                    static_cast<double>(pools->swa().total_bytes());
 

@@ -43,6 +43,10 @@ struct ReplayKnobs {
   // PrefixCacheOptions::cold_superseded_windows for dual+restore, as the
   // worker does by default; off with --no-cold-superseded.
   bool cold_superseded = true;
+  // SequenceOptions::checkpoints_yield (the worker's default): a request's
+  // checkpoint windows give way before hot cached windows; off with
+  // --no-checkpoint-yield.
+  bool checkpoints_yield = true;
   // Requests before this index warm the cache but are not counted (hit,
   // prompt and restore figures): with --limit, a hold-out split (choose a
   // setting on the first part, measure it on the rest). 0: count all.

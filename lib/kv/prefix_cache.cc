@@ -679,15 +679,26 @@ EvictResult PrefixCache::Evict(int64_t full_pages, int64_t swa_pages) {
     // its L2 subtree locked by a load-back) stays: stop rather than spin.
     if (result.full_pages_freed == before) break;
   }
-  while (result.swa_pages_freed < swa_pages && !swa_lru_[0].empty()) {
+  EvictSwa(swa_pages, /*cold_only=*/false, &result);
+  return result;
+}
+
+EvictResult PrefixCache::EvictColdSwa(int64_t swa_pages) {
+  EvictResult result;
+  EvictSwa(swa_pages, /*cold_only=*/true, &result);
+  return result;
+}
+
+void PrefixCache::EvictSwa(int64_t swa_pages, bool cold_only, EvictResult* result) {
+  while (result->swa_pages_freed < swa_pages && !swa_lru_[0].empty()) {
     CacheNode* n = swa_lru_[0].begin()->second;
+    if (cold_only && n->swa_tick >= kHotTicks) return;  // cold ranks first: none left
     if (!keep_tombstones_ && n->leaf() && n->full_lock == 0) {
-      DeleteLeaf(n, &result);
+      DeleteLeaf(n, result);
     } else {
-      Tombstone(n, &result);
+      Tombstone(n, result);
     }
   }
-  return result;
 }
 
 int64_t PrefixCache::EvictableFullPages() const {
@@ -708,6 +719,15 @@ int64_t PrefixCache::EvictableFullPages() const {
 int64_t PrefixCache::EvictableSwaPages() const {
   int64_t pages = 0;
   for (const auto& [key, n] : swa_lru_[0]) pages += n->pages();
+  return pages;
+}
+
+int64_t PrefixCache::EvictableColdSwaPages() const {
+  int64_t pages = 0;
+  for (const auto& [key, n] : swa_lru_[0]) {
+    if (n->swa_tick >= kHotTicks) break;  // cold ranks first
+    pages += n->pages();
+  }
   return pages;
 }
 

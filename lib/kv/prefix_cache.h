@@ -514,6 +514,11 @@ class PrefixCache {
   // Frees at least `full_pages` full-pool and `swa_pages` SWA-pool pages if
   // that many are evictable (see above); returns what was freed.
   EvictResult Evict(int64_t full_pages, int64_t swa_pages);
+  // The SWA pass only, and only over cold SWA KV (checkpoint windows,
+  // superseded windows): frees up to `swa_pages` SWA pages without touching
+  // a hot window (Sequence: a request's own checkpoints yield before hot
+  // windows do).
+  EvictResult EvictColdSwa(int64_t swa_pages);
 
   // Deletes every unlocked node in every tier (nothing is demoted; with an
   // L3, pages not yet written there are written back, so a worker that
@@ -531,6 +536,8 @@ class PrefixCache {
   // Pages Evict() could free right now (unlocked), per pool.
   int64_t EvictableFullPages() const;
   int64_t EvictableSwaPages() const;
+  // Of those, the cold ones (what EvictColdSwa could free).
+  int64_t EvictableColdSwaPages() const;
   // L1's evictable SWA KV in the order Evict()'s SWA pass takes it (least
   // valuable first: cold before hot, then least recently used, the root
   // side first), one node's chained hashes per call, until `visit` returns
@@ -603,6 +610,8 @@ class PrefixCache {
   // An L2 node on an inserting request's path takes the request's L1 pages.
   void AdoptIntoL1(CacheNode* node, absl::Span<const PageId> full_pages);
   void Reindex(CacheNode* node);
+  // Evict's SWA pass (only over cold SWA KV when `cold_only`).
+  void EvictSwa(int64_t swa_pages, bool cold_only, EvictResult* result);
   void Unindex(CacheNode* node);
   bool FullEvictable(const CacheNode* node) const;
   bool SwaEvictable(const CacheNode* node) const;

@@ -98,6 +98,7 @@ Sequence::Sequence(const SequenceOptions& options, CacheHit hit)
       window_(options.pools->shape().sliding_window),
       swa_slack_(std::max(0, options.swa_slack)),
       evict_on_demand_(options.evict_on_demand),
+      checkpoints_yield_(options.checkpoints_yield),
       hit_(std::move(hit)) {
   hit_tokens_ = hit_.tokens();
   hit_pages_ = hit_tokens_ / page_size_;
@@ -149,6 +150,36 @@ bool Sequence::DropKept() {
   checkpoint_pages_ = 0;
   kept_dropped_ = true;  // no window is kept from now on
   return freed;
+}
+
+int64_t Sequence::DropCheckpoints(int64_t need) {
+  if (checkpoint_pages_ == 0) return 0;
+  int64_t freed = 0;
+  const int below = std::min(swa_first_page_, static_cast<int>(swa_pages_.size()));
+  for (int p = std::max(swa_shared_end_, checkpoint_floor_ / page_size_); p < below; ++p) {
+    if (p >= keep_begin_ && p < keep_end_) continue;  // the divergence / restored window
+    if (swa_pages_[p] != kNoPage) {
+      pools_->swa().Free({&swa_pages_[p], 1});
+      swa_pages_[p] = kNoPage;
+      ++freed;
+    }
+    // A checkpoint's window ends at a multiple of the interval: stop there.
+    if (freed >= need && (p + 1) % checkpoint_pages_ == 0) break;
+  }
+  return freed;
+}
+
+void Sequence::MakeRoom(int64_t n_full, int64_t n_swa) {
+  auto swa_short = [&] { return std::max<int64_t>(0, n_swa - pools_->swa().num_free()); };
+  const int64_t full_short = std::max<int64_t>(0, n_full - pools_->full().num_free());
+  if (!checkpoints_yield_ || checkpoint_pages_ == 0 || swa_short() == 0) {
+    cache_->Evict(full_short, swa_short());
+    return;
+  }
+  cache_->Evict(full_short, 0);  // deleted leaves free their SWA pages too
+  if (swa_short() > 0) cache_->EvictColdSwa(swa_short());
+  if (swa_short() > 0) DropCheckpoints(swa_short());
+  if (swa_short() > 0) cache_->Evict(0, swa_short());
 }
 
 Sequence::~Sequence() {
@@ -222,8 +253,7 @@ absl::Status Sequence::Allocate(int64_t n_full, int swa_from_page, int swa_to_pa
   const int64_t n_swa = static_cast<int64_t>(swa_missing.size());
   absl::StatusOr<Reservation> r = pools_->Reserve(n_full, n_swa);
   if (!r.ok() && cache_ != nullptr && evict_on_demand_) {
-    cache_->Evict(std::max<int64_t>(0, n_full - pools_->full().num_free()),
-                  std::max<int64_t>(0, n_swa - pools_->swa().num_free()));
+    MakeRoom(n_full, n_swa);
     r = pools_->Reserve(n_full, n_swa);
   }
   if (!r.ok() && n_swa > pools_->swa().num_free() && !kept_dropped_ && DropKept()) {

@@ -114,6 +114,13 @@ struct SequenceOptions {
   // and in the cache (LRU-evicted like any window). Kept pages are dropped
   // (all of them) when an allocation does not fit otherwise.
   int swa_checkpoint_tokens = 0;
+  // Checkpoints yield to hot windows: when an allocation is short of SWA
+  // pages (evict_on_demand), the cache's cold SWA KV goes first
+  // (PrefixCache::EvictColdSwa), then this sequence's own checkpoint
+  // windows, oldest first (they would go into the cache cold), and only then
+  // hot cached windows. Off: the cache evicts cold then hot SWA KV for the
+  // sequence, whose checkpoints stay. Default true.
+  bool checkpoints_yield = true;
 };
 
 // The first token (page aligned) whose SWA KV the token at position
@@ -300,6 +307,13 @@ class Sequence {
   // Frees every kept SWA page below the window (checkpoints and divergence
   // window); true if it freed any.
   bool DropKept();
+  // Frees checkpoint pages below the window, whole windows from the oldest,
+  // until at least `need` are freed (or none is left); returns how many.
+  int64_t DropCheckpoints(int64_t need);
+  // Makes room for n_full full and n_swa SWA pages by evicting from the
+  // cache (evict_on_demand); with checkpoints_yield, this sequence's
+  // checkpoints go after the cache's cold SWA KV and before its hot.
+  void MakeRoom(int64_t n_full, int64_t n_swa);
   void FreePrivateFrom(int page_index);
   bool IsShared(int page_index) const { return page_index < hit_pages_; }
   bool IsSharedSwa(int page_index) const { return page_index < swa_shared_end_; }
@@ -314,6 +328,7 @@ class Sequence {
   int window_;
   int swa_slack_;
   bool evict_on_demand_;
+  bool checkpoints_yield_;
   CacheHit hit_;
   int hit_tokens_ = 0;
   int hit_pages_ = 0;

@@ -31,7 +31,8 @@ void PrefillCore::Impl::MatchPrefix(Req& r) {
                                .cache = options.cache,
                                .swa_slack = 0,
                                .evict_on_demand = true,
-                               .swa_checkpoint_tokens = options.swa_checkpoint_tokens};
+                               .swa_checkpoint_tokens = options.swa_checkpoint_tokens,
+                               .checkpoints_yield = options.swa_checkpoints_yield};
   ClearRestore(r.result);
   if (options.cache == nullptr) {
     r.seq = std::make_unique<kv::Sequence>(so);

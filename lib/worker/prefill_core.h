@@ -200,6 +200,10 @@ struct PrefillCoreOptions {
   // the prefix cache, cold, so that a later prompt diverging from it is
   // window-safe at most this far back. 0 (the default): off.
   int swa_checkpoint_tokens = 0;
+  // kv::SequenceOptions::checkpoints_yield: when the SWA pool is short, a
+  // request's own checkpoint windows (cold once cached) give way after the
+  // cache's cold SWA KV and before any hot window. Default true.
+  bool swa_checkpoints_yield = true;
   // L2 tier (when the cache has one): a prompt's match is loaded back from
   // L2 into L1 (kv::PrefixCache::LoadBack) when at least this many of its
   // tokens are in L2. Default 64.

@@ -96,6 +96,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.swa_checkpoint_tokens"), &o->swa_checkpoint_tokens,
            "keep the SWA window every this many prompt tokens in the prefix cache (cold: "
            "evicted first), so prompts diverging mid-way hit at most this far back (0: off)")
+      .Add(key("prefill.swa_checkpoints_yield"), &o->swa_checkpoints_yield,
+           "when the SWA pool is short, a running prompt's own checkpoint windows give way "
+           "after the cache's cold windows and before its hot ones (false: hot windows go first)")
       .Add(key("decode.max_batch_size"), &o->max_batch_size, "most requests per decode iteration")
       .Add(key("decode.mtp_draft_tokens"), &o->mtp_draft_tokens,
            "MTP draft tokens per decode step: -1 one per MTP layer of the model, 0 no "

@@ -94,6 +94,8 @@ struct WorkerOptions {
   // PrefillCoreOptions::swa_checkpoint_tokens (0: off). 2048 is the best of
   // 1K-8K on the Mooncake trace replay (bench/RESULTS.md, window restore).
   int64_t swa_checkpoint_tokens = 2048;
+  // PrefillCoreOptions::swa_checkpoints_yield.
+  bool swa_checkpoints_yield = true;
   int64_t max_batch_size = 32;
   // MTP speculative decoding (lib/worker/mtp_drafter.h MtpOptions, whose
   // defaults these repeat).

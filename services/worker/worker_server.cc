@@ -244,6 +244,7 @@ absl::Status Worker::BuildPrefill() {
   po.l3_checkpoint_tokens = static_cast<int>(o.l3_checkpoint_tokens);
   po.window_restore_from_window_safe = o.window_restore_from_window_safe;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
+  po.swa_checkpoints_yield = o.swa_checkpoints_yield;
   po.load_back_min_tokens = static_cast<int>(o.load_back_min_tokens);
   po.async_load_back_min_bytes = o.async_load_back_min_bytes;
   po.l3 = prefill_l3.get();

@@ -69,6 +69,9 @@ struct Request {
   // below L for a restore from the window-safe hit L.
   int swa_shared_end = 0;
   bool dropped = false;  // kept windows given up
+  // SequenceOptions::checkpoints_yield: checkpoint pages below this page
+  // index were given up (oldest first) to make room.
+  int yielded_below = 0;
   // Window restore: SWA KV from this page on is exact (the restored window).
   int restore_exact = 0;
   // SWA checkpoints (SequenceOptions::swa_checkpoint_tokens, a multiple of
@@ -81,7 +84,7 @@ struct Request {
   int ps = 1;
   bool Keeps(int page) const {
     if (page >= keep_begin && page < keep_end) return true;
-    if (checkpoint == 0) return false;
+    if (checkpoint == 0 || page < yielded_below) return false;
     // Independent restatement: every checkpoint whose window covers the page.
     for (int cp = checkpoint; cp <= (page + 1) * ps + window + checkpoint; cp += checkpoint) {
       const int start = std::max(0, cp - window + 1) / ps * ps;
@@ -125,6 +128,7 @@ class Harness {
     co.pools = pools_.get();
     co.keep_restorable_tombstones = keep_tombstones_ = Chance(50);
     co.cold_superseded_windows = cold_superseded_ = Chance(50);
+    yield_ = Chance(50);
     if (Chance(40)) {
       // L2 (issue 21): its own pools, from smaller than L1 to 3x.
       KvPoolsOptions l2 = o;
@@ -164,7 +168,7 @@ class Harness {
            " swa_pages=" + std::to_string(pools_->swa().num_pages()) +
            " keep_tombstones=" + std::to_string(keep_tombstones_) +
            " cold_superseded=" + std::to_string(cold_superseded_) +
-           " checkpoint=" + std::to_string(checkpoint_) +
+           " checkpoint=" + std::to_string(checkpoint_) + " yield=" + std::to_string(yield_) +
            (l2_ == nullptr ? std::string(" no L2")
                            : " L2 " + std::to_string(l2_->full().num_pages()) + "/" +
                                  std::to_string(l2_->swa().num_pages()));
@@ -200,7 +204,7 @@ class Harness {
     // Asynchronous load-backs begun, and operations run while one was
     // pending (BeginLoadBack ... FinishLoadBack).
     int64_t async_load_backs = 0, ops_while_loading = 0;
-    int64_t checkpoint_pages_inserted = 0, kept_drops = 0,
+    int64_t checkpoint_pages_inserted = 0, kept_drops = 0, checkpoint_yields = 0,
             tombstone_leaves = 0;  // SWA-only evictions with tombstones kept
     int64_t anchored = 0;  // events checked against CacheEvent::anchor
     int64_t cooled = 0;    // superseded windows' SWA pages made cold
@@ -549,6 +553,7 @@ class Harness {
     so.cache = cache_.get();
     so.swa_slack = req.slack;
     so.swa_checkpoint_tokens = checkpoint_;
+    so.checkpoints_yield = yield_;
     req.window = window_;
     req.ps = ps_;
     req.checkpoint = window_ > 1 ? checkpoint_ : 0;
@@ -602,11 +607,13 @@ class Harness {
       swa_missing += r->seq->swa_page(p) == kNoPage;
     }
     const bool could_drop = CouldDropKept(*r, swa_missing);
+    const bool could_yield = CouldYield(*r, swa_missing);
     absl::Status s = r->seq->Prepare(r->frontier, n);
     ApplyEvents();  // evict_on_demand may have evicted
     if (::testing::Test::HasFatalFailure()) return;
     ModelTrim(*r);  // Prepare trims first, even when it then fails
     ASSERT_NO_FATAL_FAILURE(ModelDrop(*r, could_drop));
+    ASSERT_NO_FATAL_FAILURE(ModelYield(*r, could_yield));
     ++coverage().restore_prepares;
     if (!s.ok()) {
       ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
@@ -634,6 +641,37 @@ class Harness {
     }
     const int64_t evictable = r.evict_on_demand ? cache_->EvictableSwaPages() : 0;
     return pools_->swa().num_free() + trimmed + evictable < swa;
+  }
+  // Whether an allocation needing `swa` SWA pages may make the sequence
+  // give up checkpoint windows (checkpoints_yield): only when free pages,
+  // what its trim releases and the cache's cold SWA KV fall short.
+  bool CouldYield(const Request& r, int64_t swa) const {
+    if (!yield_ || !r.evict_on_demand) return false;
+    int64_t trimmed = 0;
+    for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
+      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && p >= r.swa_shared_end) ++trimmed;
+    }
+    return pools_->swa().num_free() + trimmed + cache_->EvictableColdSwaPages() < swa;
+  }
+  // After an allocation: checkpoint pages the sequence no longer has were
+  // given up oldest first, and only when allowed; the model forgets them.
+  void ModelYield(Request& r, bool could_yield) {
+    if (r.dropped || r.checkpoint == 0) return;
+    auto checkpoint_page = [&](int p) {
+      return r.Keeps(p) && !(p >= r.keep_begin && p < r.keep_end) && p >= r.swa_shared_end;
+    };
+    int gone = -1;  // the newest checkpoint page given up
+    for (int p = r.yielded_below; p < r.swa_first; ++p) {
+      if (checkpoint_page(p) && r.seq->swa_page(p) == kNoPage) gone = p;
+    }
+    if (gone < 0) return;
+    ASSERT_TRUE(could_yield) << "checkpoint page " << gone
+                             << " given up although free and cold pages had room";
+    for (int p = r.yielded_below; p < gone; ++p) {
+      if (checkpoint_page(p)) ASSERT_EQ(r.seq->swa_page(p), kNoPage) << "not oldest first: " << p;
+    }
+    r.yielded_below = gone + 1;
+    ++coverage().checkpoint_yields;
   }
   // After an allocation: if the sequence gave its kept windows up, that was
   // allowed, and the model forgets them.
@@ -664,11 +702,13 @@ class Harness {
     ASSERT_EQ(needs.full, new_pages);
     ASSERT_EQ(needs.swa, new_pages) << "Append allocates SWA for every new token";
     const bool could_drop = CouldDropKept(*r, needs.swa);
+    const bool could_yield = CouldYield(*r, needs.swa);
     absl::Status s = r->seq->Append(n);
     ApplyEvents();  // evict_on_demand may have evicted
     if (::testing::Test::HasFatalFailure()) return;
     ModelTrim(*r);  // Append trims first, even when it then fails
     ASSERT_NO_FATAL_FAILURE(ModelDrop(*r, could_drop));
+    ASSERT_NO_FATAL_FAILURE(ModelYield(*r, could_yield));
     ++coverage().appends;
     if (!s.ok()) {
       ++coverage().appends_exhausted;
@@ -876,6 +916,7 @@ class Harness {
   std::mt19937_64 rng_;
   bool keep_tombstones_ = false;
   bool cold_superseded_ = false;
+  bool yield_ = false;
   int checkpoint_ = 0;
   int window_ = 8;
   int ps_ = 4;

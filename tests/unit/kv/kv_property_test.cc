@@ -51,6 +51,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       "finishes %lld, aborts %lld,\nevicted full %lld, evicted/tombstoned "
       "SWA %lld, healed %lld, divergence windows %lld, multi-run inserts %lld,\n"
       "window restores %lld (%lld from the window-safe hit, %lld chunks), checkpoint pages inserted %lld, kept-window drops %lld,\n"
+      "checkpoint windows yielded %lld,\n"
       "SWA-only evictions keeping full KV %lld, superseded-window pages made cold %lld,\n"
       "L2: demoted %lld, promoted %lld pages, %lld load-backs\n"
       "(%lld asynchronous, %lld operations while one was pending)\n",
@@ -63,6 +64,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
       (long long)c.multi_run_inserts, (long long)c.restores, (long long)c.restores_from_safe,
       (long long)c.restore_prepares,
       (long long)c.checkpoint_pages_inserted, (long long)c.kept_drops,
+      (long long)c.checkpoint_yields,
       (long long)c.tombstone_leaves, (long long)c.cooled, (long long)c.demoted, (long long)c.promoted,
       (long long)c.load_backs, (long long)c.async_load_backs, (long long)c.ops_while_loading);
   // The workload must exercise every path often.
@@ -81,6 +83,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.restore_prepares, 1000);
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);
+  EXPECT_GT(c.checkpoint_yields, 100);
   EXPECT_GT(c.tombstone_leaves, 500);
   EXPECT_GT(c.cooled, 1000);
   EXPECT_GT(c.anchored, 1000);

@@ -210,13 +210,7 @@ TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
   // b: a cold checkpoint window (pages 0, 1), a tombstone, the hot
   // trailing window (pages 3, 4).
   const Hashes b = H({5, 6, 7, 8, 9});
-  std::vector<PageId> full = Take(pools_->full(), 5);
-  std::vector<PageId> swa = Take(pools_->swa(), 5);
-  pools_->swa().Free({&swa[2], 1});
-  swa[2] = kNoPage;
-  const std::vector<uint8_t> cold = {1, 1, 0, 0, 0};
-  cache_->Insert(b, full, swa, cold);
-  CHECK_CACHE();
+  InsertColdHead(b);
   ClearEvents();
   EvictResult r = cache_->Evict(0, 1);
   CHECK_CACHE();
@@ -232,6 +226,28 @@ TEST_F(PrefixCacheTest, ColdSwaIsEvictedBeforeAnyHotSwa) {
   EXPECT_EQ(M(b), Lens(20, 20));
 }
 
+// EvictColdSwa frees cold SWA KV only, however much is asked for.
+TEST_F(PrefixCacheTest, EvictColdSwaStopsAtTheFirstHotWindow) {
+  Init(8);
+  const Hashes a = H({1, 2});
+  Inserted in_a = Insert(a);
+  const Hashes b = H({5, 6, 7, 8, 9});
+  InsertColdHead(b);
+  EXPECT_EQ(cache_->EvictableSwaPages(), 6);
+  EXPECT_EQ(cache_->EvictableColdSwaPages(), 2);
+  ClearEvents();
+  EvictResult r = cache_->EvictColdSwa(5);
+  CHECK_CACHE();
+  EXPECT_EQ(r.swa_pages_freed, 2);
+  EXPECT_EQ(r.full_pages_freed, 0);
+  EXPECT_EQ(Events(CacheEvent::Type::kSwaRemoved), Sorted(Prefix(b, 2)));
+  EXPECT_EQ(cache_->EvictableColdSwaPages(), 0);
+  ExpectCached(pools_->swa(), in_a.swa);
+  EXPECT_EQ(cache_->EvictColdSwa(5).swa_pages_freed, 0);
+  EXPECT_EQ(M(a), Lens(8, 8));
+  EXPECT_EQ(M(b), Lens(20, 20));
+}
+
 // VisitSwaEvictionOrder lists the evictable SWA KV node by node in the
 // order the SWA pass takes it: cold, then least recently used hot.
 TEST_F(PrefixCacheTest, SwaEvictionOrderIsTheOrderEvictTakes) {
@@ -239,12 +255,7 @@ TEST_F(PrefixCacheTest, SwaEvictionOrderIsTheOrderEvictTakes) {
   const Hashes a = H({1, 2});
   Insert(a);
   const Hashes b = H({5, 6, 7, 8, 9});
-  std::vector<PageId> full = Take(pools_->full(), 5);
-  std::vector<PageId> swa = Take(pools_->swa(), 5);
-  pools_->swa().Free({&swa[2], 1});
-  swa[2] = kNoPage;
-  cache_->Insert(b, full, swa, std::vector<uint8_t>{1, 1, 0, 0, 0});
-  CHECK_CACHE();
+  InsertColdHead(b);
   std::vector<Hashes> order;
   cache_->VisitSwaEvictionOrder([&](absl::Span<const uint64_t> h) {
     order.emplace_back(h.begin(), h.end());

@@ -136,6 +136,18 @@ class PrefixCacheTest : public ::testing::Test {
     return in;
   }
 
+  // Inserts a 5-page prompt like one with SWA checkpoints: pages 0-1 a
+  // cold window, page 2 a tombstone, pages 3-4 the hot trailing window.
+  void InsertColdHead(const Hashes& hashes) {
+    ASSERT_EQ(hashes.size(), 5u);
+    std::vector<PageId> full = Take(pools_->full(), 5);
+    std::vector<PageId> swa = Take(pools_->swa(), 5);
+    pools_->swa().Free({&swa[2], 1});
+    swa[2] = kNoPage;
+    cache_->Insert(hashes, full, swa, std::vector<uint8_t>{1, 1, 0, 0, 0});
+    Check();
+  }
+
   // Inserts fresh private pages for `hashes`; SWA KV for the pages where
   // `live` is true (any pattern).
   Inserted InsertPattern(const Hashes& hashes, const std::vector<bool>& live) {

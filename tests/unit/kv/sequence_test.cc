@@ -689,23 +689,88 @@ TEST_F(SequenceTest, CheckpointWindowsGoToTheCacheColdAndMakeLaterDivergencesSaf
 }
 
 TEST_F(SequenceTest, KeptWindowsGiveWayWhenTheSwaPoolRunsShort) {
-  // 8 SWA pages; a checkpoint every 8 tokens keeps every page, so the
-  // sequence would run out at 32 tokens: it gives the kept windows up.
-  Init(8, 4, 64, 8);
-  const std::vector<uint32_t> a = Tokens(64, 1);
-  SequenceOptions o = Opts();
-  o.swa_checkpoint_tokens = 8;
-  Sequence seq(o);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok());
-  EXPECT_EQ(pools_->swa().num_free(), 0);
-  EXPECT_FALSE(seq.kept_windows_dropped());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok()) << i;
-  EXPECT_TRUE(seq.kept_windows_dropped());
-  seq.TrimWindow();
-  for (int p = 0; p < seq.swa_first_page(); ++p) EXPECT_EQ(seq.swa_page(p), kNoPage) << p;
-  seq.Finish(H(a));
-  EXPECT_EQ(cache_->Match(H(a), 63).safe_tokens, 60);
-  EXPECT_EQ(cache_->cached_swa_pages(), 3);
+  for (const bool yield : {false, true}) {
+    SCOPED_TRACE(yield ? "checkpoints_yield" : "all at once");
+    // 8 SWA pages; a checkpoint every 8 tokens keeps every page, so the
+    // sequence would run out at 32 tokens: it gives kept windows up, all of
+    // them at once, or (checkpoints_yield) whole windows from the oldest, as
+    // many as it needs.
+    Init(8, 4, 64, 8);
+    const std::vector<uint32_t> a = Tokens(64, 1);
+    SequenceOptions o = Opts();
+    o.swa_checkpoint_tokens = 8;
+    o.checkpoints_yield = yield;
+    Sequence seq(o);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok());
+    EXPECT_EQ(pools_->swa().num_free(), 0);
+    EXPECT_FALSE(seq.kept_windows_dropped());
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok()) << i;
+    EXPECT_EQ(seq.kept_windows_dropped(), !yield);
+    seq.TrimWindow();
+    // keep_from(64) = 54: the window is pages 13..15. Yielding, the newest
+    // checkpoints' windows stay: pages 8..12 hold the checkpoints at 40 and
+    // 48 (pages 8-9, 10-11) and 52's first page (the window at 56 reaches
+    // back to page 12); everything older went, two pages per Append.
+    for (int p = 0; p < seq.swa_first_page(); ++p) {
+      EXPECT_EQ(seq.swa_page(p) != kNoPage, yield && p >= 8) << p;
+    }
+    seq.Finish(H(a));
+    EXPECT_EQ(cache_->Match(H(a), 63).safe_tokens, 60);
+    EXPECT_EQ(cache_->cached_swa_pages(), yield ? 8 : 3);
+  }
+}
+
+// checkpoints_yield: when the SWA pool runs short, the cache's cold windows
+// go first, then the running prompt's own checkpoints, and hot windows
+// stay; without it, hot cached windows go while the checkpoints stay.
+TEST_F(SequenceTest, CheckpointsGiveWayBeforeHotCachedWindows) {
+  for (const bool yield : {true, false}) {
+    SCOPED_TRACE(yield ? "checkpoints_yield" : "checkpoints stay");
+    Init(8, 4, 64, 14);
+    // a: a hot window at its end (pages 1-3).
+    const std::vector<uint32_t> a = Tokens(16, 1);
+    {
+      Sequence seq(Opts());
+      ASSERT_TRUE(seq.Append(16).ok());
+      seq.Finish(H(a));
+    }
+    // c: a cold checkpoint window at 16 (pages 2-3), a hot one at its end.
+    const std::vector<uint32_t> c = Tokens(32, 3);
+    {
+      SequenceOptions o = Opts();
+      o.swa_checkpoint_tokens = 16;
+      Sequence seq(o);
+      for (int i = 0; i < 4; ++i) ASSERT_TRUE(seq.Append(8).ok());
+      seq.Finish(H(c));
+    }
+    std::vector<uint32_t> c_branch(c.begin(), c.begin() + 20);
+    const std::vector<uint32_t> tail = Tokens(12, 4);
+    c_branch.insert(c_branch.end(), tail.begin(), tail.end());
+    ASSERT_EQ(cache_->Match(H(c_branch)).safe_tokens, 16);
+    ASSERT_EQ(cache_->Match(H(a), 15).safe_tokens, 12);
+    ASSERT_EQ(cache_->Match(H(c), 31).safe_tokens, 28);
+    // b: a checkpoint every 8 tokens, 48 tokens, 8 at a time.
+    const std::vector<uint32_t> b = Tokens(48, 2);
+    SequenceOptions o = Opts();
+    o.swa_checkpoint_tokens = 8;
+    o.checkpoints_yield = yield;
+    Sequence seq(o);
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(seq.Append(8).ok()) << i;
+    // The cold checkpoint went first either way.
+    EXPECT_EQ(cache_->Match(H(c_branch)).safe_tokens, 0);
+    // Yielding, the hot windows stay and b's oldest checkpoints went;
+    // otherwise the hot windows went and every checkpoint of b stayed.
+    EXPECT_EQ(cache_->Match(H(a), 15).safe_tokens, yield ? 12 : 0);
+    EXPECT_EQ(cache_->Match(H(c), 31).safe_tokens, yield ? 28 : 0);
+    EXPECT_EQ(seq.swa_page(0) != kNoPage, !yield);
+    EXPECT_FALSE(seq.kept_windows_dropped());
+    seq.Finish(H(b));
+    // b diverging at 30 is window-safe at 28 either way: its checkpoint
+    // windows at 24 and 32 (pages 4-5, 6-7) cover [21, 28).
+    std::vector<uint32_t> b_branch(b.begin(), b.begin() + 30);
+    b_branch.insert(b_branch.end(), tail.begin(), tail.end());
+    EXPECT_EQ(cache_->Match(H(b_branch)).safe_tokens, 28);
+  }
 }
 
 TEST_F(SequenceTest, SwaPressureWithRestorableTombstonesKeepsFullKv) {
