@@ -20,7 +20,7 @@
 #   bash bench/cluster/window_restore_replay.sh      # BUILD=build CONV=8 REQ=6 BLOCKS=48
 #
 # Knobs (environment): BUILD, OUT (result dir), MODES (a subset of
-# "on stretch rect ckpt off"; off is needed for the savings), CONV (conversations), REQ
+# "on stretch rect ckpt ckptstay off"; off is needed for the savings), CONV (conversations), REQ
 # (requests per conversation after the first), BLOCKS (blocks per shared
 # prompt), SCALE (tokens per block = 512 x SCALE), RATIO (prefill SWA/full
 # token ratio).
@@ -64,19 +64,22 @@ metric() {  # port name{labels}: one sample's value (0 when absent)
 
 # on: restore only; stretch: restore only from the stretch's start; rect: and
 # without the pyramid; ckpt: restore + SWA checkpoints every 2048 tokens (the
-# worker's defaults); off: neither.
+# worker's defaults); ckptstay: the same with the checkpoints kept while hot
+# windows go (--prefill.swa_checkpoints_yield=false); off: neither.
 for mode in $MODES; do
-  pyr=true safe=true
+  pyr=true safe=true yield=true
   case $mode in on) work=64 ckpt=0 ;; stretch) work=64 ckpt=0 safe=false ;;
     rect) work=64 ckpt=0 pyr=false safe=false ;;
-    ckpt) work=64 ckpt=2048 ;; off) work=-1 ckpt=0 ;; esac
+    ckpt) work=64 ckpt=2048 ;; ckptstay) work=64 ckpt=2048 yield=false ;;
+    off) work=-1 ckpt=0 ;; esac
   rm -rf "$OUT/run-$mode"
   "$BUILD/bin/swaserve" up --run_dir="$OUT/run-$mode" --buckets=65536 --http_port=0 --grpc_port=50071 \
       --workers.prefill.kv.swa_full_ratio="$RATIO" --workers.prefill.metrics.port=9471 \
       --workers.prefill.prefill.window_restore_min_saved_work=$work \
       --workers.prefill.prefill.window_restore_pyramid=$pyr \
       --workers.prefill.prefill.window_restore_from_window_safe=$safe \
-      --workers.prefill.prefill.swa_checkpoint_tokens=$ckpt >"$OUT/up-$mode.log" 2>&1 &
+      --workers.prefill.prefill.swa_checkpoint_tokens=$ckpt \
+      --workers.prefill.prefill.swa_checkpoints_yield=$yield >"$OUT/up-$mode.log" 2>&1 &
   up=$!
   for _ in $(seq 1 600); do grep -q "Ctrl-C" "$OUT/up-$mode.log" 2>/dev/null && break; sleep 0.2; done
   "$BUILD/bin/swaserve" replay "$OUT/trace.jsonl" --router=127.0.0.1:50071 --concurrency=1 --time_scale=0 \
@@ -126,7 +129,8 @@ for mode, (m, rep) in res.items():
           f"{rep['duration_s']:7.1f} {rep['failed']:6d}")
 names = {"rect": "window restore without the pyramid",
          "stretch": "window restore from the stretch's start only", "on": "window restore",
-         "ckpt": "window restore + SWA checkpoints"}
+         "ckpt": "window restore + SWA checkpoints",
+         "ckptstay": "window restore + SWA checkpoints that do not yield"}
 for mode, what in names.items():
     if mode not in res or "off" not in res:
         continue
