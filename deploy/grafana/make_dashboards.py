@@ -46,7 +46,8 @@ DASHBOARDS = {
             ("sum(rate(swaserve_prefix_cache_window_lost_tokens_total[$__rate_interval]))", "window-lost tokens/s"),
             ("sum(rate(swaserve_prefill_window_restore_saved_tokens_total[$__rate_interval]))", "recompute saved by restores, tokens/s"),
             ("sum(rate(swaserve_prefill_window_restore_tokens_total[$__rate_interval]))", "restored stretch tokens/s"),
-        ], "short", "Full-KV matches not window-safe, and what window restore recovers."),
+            ("sum(rate(swaserve_prefill_swa_checkpoint_pages_yielded_total[$__rate_interval]))", "SWA checkpoint pages yielded/s"),
+        ], "short", "Full-KV matches not window-safe, what window restore recovers, and checkpoint windows running prompts gave up before hot ones."),
         panel("Router decisions by reason", [
             ("sum by (leg, reason) (rate(swaserve_router_decisions_total[$__rate_interval]))", "{{leg}} {{reason}}"),
         ], "ops", "Why each prefill/decode worker was chosen (cache affinity, load, hotspot guard)."),

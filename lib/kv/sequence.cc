@@ -178,7 +178,7 @@ void Sequence::MakeRoom(int64_t n_full, int64_t n_swa) {
   }
   cache_->Evict(full_short, 0);  // deleted leaves free their SWA pages too
   if (swa_short() > 0) cache_->EvictColdSwa(swa_short());
-  if (swa_short() > 0) DropCheckpoints(swa_short());
+  if (swa_short() > 0) checkpoint_pages_yielded_ += DropCheckpoints(swa_short());
   if (swa_short() > 0) cache_->Evict(0, swa_short());
 }
 

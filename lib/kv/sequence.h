@@ -299,6 +299,9 @@ class Sequence {
   // The windows kept for the cache (divergence, restored, checkpoints) were
   // given up so that an allocation fits (see swa_checkpoint_tokens).
   bool kept_windows_dropped() const { return kept_dropped_; }
+  // Checkpoint pages given up to make room before hot cached windows
+  // (SequenceOptions::checkpoints_yield), so far.
+  int64_t checkpoint_pages_yielded() const { return checkpoint_pages_yielded_; }
 
  private:
   int KeepFromToken(int length) const;
@@ -345,6 +348,7 @@ class Sequence {
   int checkpoint_pages_ = 0;
   int checkpoint_floor_ = 0;
   bool kept_dropped_ = false;
+  int64_t checkpoint_pages_yielded_ = 0;
   // SWA pages below this page index are the hit's (shared, not freed).
   int swa_shared_end_ = 0;
   // Window restore: first position (-1: none) and the end of the last

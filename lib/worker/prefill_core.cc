@@ -363,6 +363,11 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
       r->seq->Abort();
     }
   }
+  if (r->seq != nullptr && r->seq->checkpoint_pages_yielded() > 0) {
+    const int64_t y = r->seq->checkpoint_pages_yielded();
+    checkpoint_pages_yielded_total.fetch_add(y, std::memory_order_relaxed);
+    if (m.checkpoint_pages_yielded != nullptr) m.checkpoint_pages_yielded->Increment(y);
+  }
   // A restore counts once its prompt was computed, whatever happened to the
   // ship (the router cancels the prefill leg when a short decode ends first).
   if (r->computed && r->result.restored_tokens > 0) {
@@ -948,6 +953,7 @@ PrefillLoad PrefillCore::GetLoad() const {
   l.l3_checkpoints_total = impl_->l3_checkpoints_total.load();
   l.l3_checkpoint_tokens_total = impl_->l3_checkpoint_tokens_total.load();
   l.l3_checkpoints_skipped_total = impl_->l3_checkpoints_skipped_total.load();
+  l.swa_checkpoint_pages_yielded_total = impl_->checkpoint_pages_yielded_total.load();
   l.l3_prefetch_hits = impl_->prefetch_hits.load();
   l.l3_prefetch_misses = impl_->prefetch_misses.load();
   l.l3_prefetch_unused = impl_->prefetch_unused.load();

@@ -282,6 +282,9 @@ struct PrefillLoad {
   int64_t l3_checkpoints_total = 0;
   int64_t l3_checkpoint_tokens_total = 0;
   int64_t l3_checkpoints_skipped_total = 0;
+  // SWA checkpoint pages running prompts gave up before hot cached windows
+  // (swa_checkpoints_yield).
+  int64_t swa_checkpoint_pages_yielded_total = 0;
   // L3 prefetches by outcome: attached pages (hit), found nothing (miss),
   // read pages the cache could not use (unused), the request stopped
   // waiting (timeout), and full pages attached in all.

@@ -86,6 +86,7 @@ struct Metrics {
   metrics::Counter* l3_checkpoints = nullptr;
   metrics::Counter* l3_checkpoint_tokens = nullptr;
   metrics::Counter* l3_checkpoints_skipped = nullptr;
+  metrics::Counter* checkpoint_pages_yielded = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -206,6 +207,11 @@ struct Metrics {
                                              "to a later chunk: the store's write-behind "
                                              "queue had no room for all of it."));
     l3_checkpoints_skipped = &ls->WithLabels();
+    ASSIGN_OR_RETURN(auto* cy, r->AddCounter("swaserve_prefill_swa_checkpoint_pages_yielded_total",
+                                             "SWA checkpoint-window pages running prompts gave "
+                                             "up for room before any hot cached window was "
+                                             "evicted (--prefill.swa_checkpoints_yield)."));
+    checkpoint_pages_yielded = &cy->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -272,7 +278,7 @@ struct PrefillCore::Impl {
       restores_from_safe_total{0};
   std::atomic<int64_t> partial_kept_total{0}, partial_kept_tokens_total{0};
   std::atomic<int64_t> l3_checkpoints_total{0}, l3_checkpoint_tokens_total{0},
-      l3_checkpoints_skipped_total{0};
+      l3_checkpoints_skipped_total{0}, checkpoint_pages_yielded_total{0};
   std::atomic<int64_t> prefetch_hits{0}, prefetch_misses{0}, prefetch_unused{0};
   std::atomic<int64_t> prefetch_timeouts{0}, l3_attached{0};
   std::unique_ptr<kv::L3Prefetcher> prefetcher;  // null: no L3 prefetch

@@ -763,6 +763,7 @@ TEST_F(SequenceTest, CheckpointsGiveWayBeforeHotCachedWindows) {
     EXPECT_EQ(cache_->Match(H(a), 15).safe_tokens, yield ? 12 : 0);
     EXPECT_EQ(cache_->Match(H(c), 31).safe_tokens, yield ? 28 : 0);
     EXPECT_EQ(seq.swa_page(0) != kNoPage, !yield);
+    EXPECT_EQ(seq.checkpoint_pages_yielded(), yield ? 4 : 0);  // the windows at 8 and 16
     EXPECT_FALSE(seq.kept_windows_dropped());
     seq.Finish(H(b));
     // b diverging at 30 is window-safe at 28 either way: its checkpoint

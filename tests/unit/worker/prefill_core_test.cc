@@ -134,9 +134,10 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
   const PrefillLoad load = prefill_->GetLoad();
   EXPECT_EQ(load.window_restores_total, restored);
   std::printf("restores %d (from the window-safe hit %lld), hits at a checkpoint %d, cached "
-              "tokens %lld\n", restored,
+              "tokens %lld, checkpoint pages yielded %lld\n", restored,
               static_cast<long long>(load.window_restores_from_window_safe_total), at_checkpoint,
-              static_cast<long long>(load.cached_tokens_total));
+              static_cast<long long>(load.cached_tokens_total),
+              static_cast<long long>(load.swa_checkpoint_pages_yielded_total));
   if (GetParam() == RestoreMode::kOnFromStretchStart || !restore) {
     EXPECT_EQ(load.window_restores_from_window_safe_total, 0);
   } else if (GetParam() == RestoreMode::kOn) {
@@ -145,6 +146,9 @@ TEST_P(WindowRestorePipeline, OutputsAndKvEqualAStraightLineRun) {
   }
   if (checkpoint > 0) {
     EXPECT_GE(at_checkpoint, 3) << "the workload did not hit checkpoint windows";
+    // 96 SWA pages: running prompts give checkpoint windows up before hot
+    // ones (the default), and outputs and KV stay exact.
+    EXPECT_GT(load.swa_checkpoint_pages_yielded_total, 0);
     EXPECT_GE(restored, 1) << "the workload did not exercise window restore";
   } else if (restore) {
     EXPECT_GE(restored, 5) << "the workload did not exercise window restore";
