@@ -83,7 +83,7 @@ TEST(KvProperty, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(c.restore_prepares, 1000);
   EXPECT_GT(c.checkpoint_pages_inserted, 1000);
   EXPECT_GT(c.kept_drops, 10);
-  EXPECT_GT(c.checkpoint_yields, 100);
+  EXPECT_GT(c.checkpoint_yields, 50);  // 302 (91 under ASan)
   EXPECT_GT(c.tombstone_leaves, 500);
   EXPECT_GT(c.cooled, 1000);
   EXPECT_GT(c.anchored, 1000);
