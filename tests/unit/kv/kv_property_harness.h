@@ -628,17 +628,20 @@ class Harness {
     while (static_cast<int>(r->tokens.size()) < r->length) r->tokens.push_back(Rand(4));
   }
 
+  // Private SWA pages an allocation's opening trim releases.
+  int64_t TrimmedSwaPages(const Request& r) const {
+    int64_t trimmed = 0;
+    for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
+      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && p >= r.swa_shared_end) ++trimmed;
+    }
+    return trimmed;
+  }
   // Whether an allocation needing `swa` SWA pages may make the sequence
   // give up its kept windows: only when free plus evictable SWA pages fall
   // short (checked before the call; the trim it starts with frees only
   // private pages, which can only help, so this is an upper bound).
   bool CouldDropKept(const Request& r, int64_t swa) const {
-    int64_t trimmed = 0;  // private SWA pages the call's trim releases
-    for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
-      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && p >= r.swa_shared_end) {
-        ++trimmed;
-      }
-    }
+    const int64_t trimmed = TrimmedSwaPages(r);
     const int64_t evictable = r.evict_on_demand ? cache_->EvictableSwaPages() : 0;
     return pools_->swa().num_free() + trimmed + evictable < swa;
   }
@@ -647,11 +650,7 @@ class Harness {
   // what its trim releases and the cache's cold SWA KV fall short.
   bool CouldYield(const Request& r, int64_t swa) const {
     if (!yield_ || !r.evict_on_demand) return false;
-    int64_t trimmed = 0;
-    for (int p = r.swa_first; p < KeepFrom(r, std::min(r.length, r.frontier)) / ps_; ++p) {
-      if (!r.Keeps(p) && r.seq->swa_page(p) != kNoPage && p >= r.swa_shared_end) ++trimmed;
-    }
-    return pools_->swa().num_free() + trimmed + cache_->EvictableColdSwaPages() < swa;
+    return pools_->swa().num_free() + TrimmedSwaPages(r) + cache_->EvictableColdSwaPages() < swa;
   }
   // After an allocation: checkpoint pages the sequence no longer has were
   // given up oldest first, and only when allowed; the model forgets them.
