@@ -11,178 +11,29 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
-#include "lib/api/openai_json.h"
+#include "lib/api/openai_read.h"
 #include "lib/base/multimodal.h"
 #include "nlohmann/json.hpp"
 
 namespace swaserve::api {
 namespace {
 
-namespace v1 = ::swaserve::v1;
 using openai_internal::Cat;
+using openai_internal::Error;
+using openai_internal::Find;
+using openai_internal::IndexedParam;
 using openai_internal::json;
+using openai_internal::kMaxParseMessageBytes;
+using openai_internal::NotSupported;
+using openai_internal::ParseBody;
+using openai_internal::ReadBool;
+using openai_internal::ReadInt;
+using openai_internal::ReadNumber;
+using openai_internal::ReadString;
 using openai_internal::Shorten;
-
-// Longest JSON parser message passed on.
-constexpr size_t kMaxParseMessageBytes = 200;
-
-std::string IndexedParam(std::string_view name, size_t i) {
-  return Cat({name, "[", std::to_string(i), "]"});
-}
-
-// "a string", "an integer", ... for type errors.
-std::string_view TypeWord(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number with a fraction or exponent";
-    default:
-      return "an unsupported value";
-  }
-}
-
-ApiError TypeError(std::string_view param, std::string_view expected,
-                   const json& got) {
-  return InvalidRequestError(Cat({"Invalid type for '", param, "': expected ",
-                                  expected, ", but got ", TypeWord(got), "."}),
-                             std::string(param), "invalid_type");
-}
-
-ApiError ValueError(std::string_view param, std::string_view what) {
-  return InvalidRequestError(Cat({"Invalid value for '", param, "': ", what}),
-                             std::string(param), "invalid_value");
-}
-
-ApiError NotSupported(std::string_view param, std::string_view what) {
-  return InvalidRequestError(
-      Cat({"'", param, "' is not supported by this server: ", what}),
-      std::string(param), "unsupported_parameter");
-}
-
-// The value of `key` in `obj`, or nullptr when absent or null.
-const json* Find(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-using Error = std::optional<ApiError>;
-
-// An integer in [lo, hi] (floats, booleans and strings are type errors).
-Error ReadInt(const json& v, std::string_view param, int64_t lo, uint64_t hi,
-              uint64_t* out_unsigned, int64_t* out_signed = nullptr) {
-  if (!v.is_number_integer()) return TypeError(param, "an integer", v);
-  const std::string range =
-      Cat({"expected an integer between ", std::to_string(lo), " and ",
-           std::to_string(hi), ", but got ", v.dump(), "."});
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > hi || (lo > 0 && u < static_cast<uint64_t>(lo))) {
-      return ValueError(param, range);
-    }
-    if (out_unsigned != nullptr) *out_unsigned = u;
-    if (out_signed != nullptr) *out_signed = static_cast<int64_t>(u);
-    return std::nullopt;
-  }
-  const int64_t i = v.get<int64_t>();
-  if (i < lo || (i >= 0 && static_cast<uint64_t>(i) > hi)) {
-    return ValueError(param, range);
-  }
-  if (out_unsigned != nullptr) *out_unsigned = static_cast<uint64_t>(i);
-  if (out_signed != nullptr) *out_signed = i;
-  return std::nullopt;
-}
-
-Error ReadNumber(const json& v, std::string_view param, double* out) {
-  if (!v.is_number()) return TypeError(param, "a number", v);
-  *out = v.get<double>();
-  return std::nullopt;
-}
-
-Error ReadBool(const json& v, std::string_view param, bool* out) {
-  if (!v.is_boolean()) return TypeError(param, "a boolean", v);
-  *out = v.get<bool>();
-  return std::nullopt;
-}
-
-Error ReadString(const json& v, std::string_view param, std::string* out) {
-  if (!v.is_string()) return TypeError(param, "a string", v);
-  *out = v.get_ref<const std::string&>();
-  return std::nullopt;
-}
-
-// Depth of array/object nesting, scanning bytes (strings skipped), so that a
-// hostile body is rejected before the parser builds it.
-bool DepthWithin(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-// Parses `body` into a JSON object, or an error.
-Error ParseBody(std::string_view body, const ParseLimits& limits, json* out) {
-  if (body.size() > limits.max_body_bytes) {
-    return PayloadTooLargeError(limits.max_body_bytes);
-  }
-  if (!DepthWithin(body, limits.max_json_depth)) {
-    return InvalidRequestError(
-        Cat({"The request body nests arrays or objects deeper than ",
-             std::to_string(limits.max_json_depth), " levels."}));
-  }
-  try {
-    *out = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {
-    // parse_error, or out_of_range for a number like 1e400.
-    std::string_view what = e.what();
-    // Drop the "[json.exception.parse_error.101] " prefix.
-    if (size_t pos = what.find("] "); pos != std::string_view::npos) {
-      what.remove_prefix(pos + 2);
-    }
-    return InvalidRequestError(
-        Cat({"We could not parse the JSON body of your request: ",
-             Shorten(what, kMaxParseMessageBytes)}),
-        "", "invalid_json");
-  }
-  if (!out->is_object()) {
-    return InvalidRequestError(
-        Cat({"The request body must be a JSON object, but got ", TypeWord(*out),
-             "."}),
-        "", "invalid_json");
-  }
-  return std::nullopt;
-}
+using openai_internal::TypeError;
+using openai_internal::ValueError;
+namespace v1 = ::swaserve::v1;
 
 // Fields both endpoints accept.
 constexpr std::string_view kCommonFields[] = {"model",
@@ -202,7 +53,12 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "speculative_tokens",
                                               "stop_token_ids",
                                               "logit_bias",
-                                              "priority"};
+                                              "priority",
+                                              "store",
+                                              "metadata",
+                                              "service_tier",
+                                              "safety_identifier",
+                                              "prompt_cache_key"};
 
 // Rejects top-level keys outside `allowed`.
 Error CheckKnownFields(const json& obj,
@@ -226,6 +82,49 @@ Error CheckKnownFields(const json& obj,
 Error ReadMaxTokens(const json& v, std::string_view param,
                     const ParseLimits& limits, uint64_t* out) {
   return ReadInt(v, param, 1, limits.max_tokens_limit, out);
+}
+
+// What agent clients send beside the request proper: store (nothing is
+// stored here either way), metadata (up to 16 string values, kept in no
+// log), safety_identifier (ignored), prompt_cache_key (the router's
+// affinity hint), service_tier (priority: served first, flex: after the
+// rest; a priority field wins).
+Error ParseClientFields(const json& body, ParsedRequest* out) {
+  v1::GenerateRequest& req = out->request;
+  if (const json* v = Find(body, "store")) {
+    bool store = false;
+    if (Error e = ReadBool(*v, "store", &store)) return e;
+  }
+  if (const json* v = Find(body, "metadata")) {
+    if (!v->is_object()) return TypeError("metadata", "an object", *v);
+    if (v->size() > 16) return ValueError("metadata", "at most 16 keys are allowed.");
+    for (const auto& [key, value] : v->items()) {
+      if (!value.is_string()) {
+        return TypeError(Cat({"metadata.", Shorten(key)}), "a string", value);
+      }
+    }
+  }
+  for (const char* name : {"safety_identifier", "prompt_cache_key"}) {
+    if (const json* v = Find(body, name)) {
+      std::string text;
+      if (Error e = ReadString(*v, name, &text)) return e;
+      if (text.size() > 1024) return ValueError(name, "at most 1024 bytes are allowed.");
+      if (std::string_view(name) == "prompt_cache_key") req.set_cache_key(text);
+    }
+  }
+  if (const json* v = Find(body, "service_tier")) {
+    std::string tier;
+    if (Error e = ReadString(*v, "service_tier", &tier)) return e;
+    if (tier != "auto" && tier != "default" && tier != "flex" && tier != "priority" &&
+        tier != "scale") {
+      return ValueError("service_tier",
+                        "expected one of 'auto', 'default', 'flex', 'scale', 'priority'.");
+    }
+    if (Find(body, "priority") == nullptr) {
+      req.set_priority(tier == "priority" ? -1 : tier == "flex" ? 1 : 0);
+    }
+  }
+  return std::nullopt;
 }
 
 // The fields in kCommonFields except max_tokens, into `out`.
@@ -384,8 +283,20 @@ Error ParseCommon(const json& body, const ParseLimits& limits,
   }
   if (const json* v = Find(body, "logit_bias")) {
     if (!v->is_object()) return TypeError("logit_bias", "an object", *v);
-    if (!v->empty()) {
-      return NotSupported("logit_bias", "only an empty map is supported.");
+    if (v->size() > 300) return ValueError("logit_bias", "at most 300 tokens may be biased.");
+    for (const auto& [key, value] : v->items()) {
+      const std::string param = Cat({"logit_bias.", Shorten(key)});
+      uint32_t id = 0;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || key.empty()) {
+        return ValueError(param, "keys are token ids (decimal integers).");
+      }
+      double bias = 0;
+      if (Error e = ReadNumber(value, param, &bias)) return e;
+      if (!(bias >= -100 && bias <= 100)) {
+        return ValueError(param, "biases are between -100 and 100.");
+      }
+      (*sampling.mutable_logit_bias())[id] = static_cast<float>(bias);
     }
   }
   // Extension (vLLM's): scheduling priority, lower values served first.
@@ -394,7 +305,7 @@ Error ParseCommon(const json& body, const ParseLimits& limits,
     if (Error e = ReadInt(*v, "priority", -1000000, 1000000, nullptr, &p)) return e;
     req.set_priority(static_cast<int32_t>(p));
   }
-  return std::nullopt;
+  return ParseClientFields(body, out);
 }
 
 // A token id array (prompt or one element of it).
@@ -444,196 +355,6 @@ Error ParsePrompt(const json& body, v1::GenerateRequest* req) {
   }
   if (!first.is_number_integer()) return TypeError("prompt", kExpected, *v);
   return ReadTokenIds(*v, "prompt", req->mutable_token_ids());
-}
-
-// The MultimodalItem of a non-text content part, and the marker that places
-// it in the message text (lib/base/multimodal.h).
-Error ParseMediaPart(const json& part, const std::string& param,
-                     const std::string& type, v1::MultimodalItem* item,
-                     std::string_view* marker) {
-  const json* body = Find(part, type.c_str());
-  if (body == nullptr) {
-    return InvalidRequestError(
-        Cat({"Missing required parameter: '", param, ".", type, "'."}),
-        Cat({param, ".", type}), "missing_required_parameter");
-  }
-  const std::string body_param = Cat({param, ".", type});
-  if (!body->is_object()) return TypeError(body_param, "an object", *body);
-  auto required_string = [&](const char* key, std::string* out) -> Error {
-    const json* v = Find(*body, key);
-    if (v == nullptr) {
-      return InvalidRequestError(
-          Cat({"Missing required parameter: '", body_param, ".", key, "'."}),
-          Cat({body_param, ".", key}), "missing_required_parameter");
-    }
-    return ReadString(*v, Cat({body_param, ".", key}), out);
-  };
-  if (type == "input_audio") {
-    std::string data, format;
-    if (Error e = required_string("data", &data)) return e;
-    if (Error e = required_string("format", &format)) return e;
-    if (format != "wav") {
-      return InvalidRequestError(
-          Cat({"input_audio format '", Shorten(format),
-               "' is not supported (only 'wav': PCM WAV at any sample rate)."}),
-          Cat({body_param, ".format"}), "unsupported_format");
-    }
-    std::string bytes;
-    if (data.empty() || !absl::Base64Unescape(data, &bytes) || bytes.empty()) {
-      return InvalidRequestError("input_audio data is not valid non-empty base64.",
-                                 Cat({body_param, ".data"}), "invalid_value");
-    }
-    item->set_modality(v1::MODALITY_AUDIO);
-    item->set_mime_type("audio/wav");
-    item->set_data(std::move(bytes));
-    *marker = base::kAudioMarker;
-    return std::nullopt;
-  }
-  std::string url;
-  if (Error e = required_string("url", &url)) return e;
-  if (url.empty()) {
-    return InvalidRequestError(Cat({"'", body_param, ".url' is empty."}),
-                               Cat({body_param, ".url"}), "invalid_value");
-  }
-  // The router decodes data: URLs and fetches http(s) ones (MediaFetcher).
-  item->set_url(std::move(url));
-  const bool video = type == "video_url";
-  item->set_modality(video ? v1::MODALITY_VIDEO : v1::MODALITY_IMAGE);
-  *marker = video ? base::kVideoMarker : base::kImageMarker;
-  return std::nullopt;
-}
-
-Error ParseChatContent(const json& m, size_t i, bool assistant,
-                       std::string* content,
-                       google::protobuf::RepeatedPtrField<v1::MultimodalItem>* items) {
-  const std::string param = Cat({IndexedParam("messages", i), ".content"});
-  const json* v = Find(m, "content");
-  if (v == nullptr) {
-    if (assistant) return std::nullopt;
-    return InvalidRequestError(
-        Cat({"Missing required parameter: '", param, "'."}), param,
-        "missing_required_parameter");
-  }
-  if (v->is_string()) {
-    *content = v->get<std::string>();
-    return std::nullopt;
-  }
-  if (!v->is_array()) {
-    return TypeError(param, "a string or an array of content parts", *v);
-  }
-  bool first_part = true;
-  for (size_t p = 0; p < v->size(); ++p) {
-    const json& part = (*v)[p];
-    const std::string part_param = IndexedParam(param, p);
-    if (!part.is_object()) return TypeError(part_param, "an object", part);
-    const json* type = Find(part, "type");
-    if (type == nullptr) {
-      return InvalidRequestError(
-          Cat({"Missing required parameter: '", part_param, ".type'."}),
-          Cat({part_param, ".type"}), "missing_required_parameter");
-    }
-    std::string type_name;
-    if (Error e = ReadString(*type, Cat({part_param, ".type"}), &type_name)) {
-      return e;
-    }
-    if (!first_part) content->push_back('\n');
-    first_part = false;
-    if (type_name == "image_url" || type_name == "input_audio" ||
-        type_name == "video_url") {
-      if (assistant) {
-        return InvalidRequestError(
-            Cat({"content part type '", type_name,
-                 "' is only accepted in user and system messages."}),
-            Cat({part_param, ".type"}), "invalid_value");
-      }
-      std::string_view marker;
-      if (Error e = ParseMediaPart(part, part_param, type_name, items->Add(), &marker)) {
-        return e;
-      }
-      content->append(marker);
-      continue;
-    }
-    if (type_name != "text") {
-      return InvalidRequestError(
-          Cat({"content part type '", Shorten(type_name),
-               "' is not supported (text, image_url, input_audio, video_url are)."}),
-          Cat({part_param, ".type"}), "unsupported_content");
-    }
-    const json* text = Find(part, "text");
-    if (text == nullptr) {
-      return InvalidRequestError(
-          Cat({"Missing required parameter: '", part_param, ".text'."}),
-          Cat({part_param, ".text"}), "missing_required_parameter");
-    }
-    if (!text->is_string()) {
-      return TypeError(Cat({part_param, ".text"}), "a string", *text);
-    }
-    content->append(text->get_ref<const std::string&>());
-  }
-  return std::nullopt;
-}
-
-Error ParseMessages(const json& body, v1::GenerateRequest* req) {
-  v1::ChatMessages* chat = req->mutable_chat();
-  const json* v = Find(body, "messages");
-  if (v == nullptr) {
-    return InvalidRequestError("You must provide a messages parameter.",
-                               "messages", "missing_required_parameter");
-  }
-  if (!v->is_array()) return TypeError("messages", "an array", *v);
-  if (v->empty()) {
-    return ValueError("messages", "expected at least one message.");
-  }
-  for (size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
-    const std::string param = IndexedParam("messages", i);
-    if (!m.is_object()) return TypeError(param, "an object", m);
-    const json* role_value = Find(m, "role");
-    if (role_value == nullptr) {
-      return InvalidRequestError(
-          Cat({"Missing required parameter: '", param, ".role'."}),
-          Cat({param, ".role"}), "missing_required_parameter");
-    }
-    std::string role;
-    if (Error e = ReadString(*role_value, Cat({param, ".role"}), &role)) {
-      return e;
-    }
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant" &&
-        role != "tool") {
-      return ValueError(Cat({param, ".role"}),
-                        Cat({"'", Shorten(role),
-                             "' is not one of 'system', 'developer', 'user', "
-                             "'assistant', 'tool'."}));
-    }
-    for (const auto& [key, value] : m.items()) {
-      const bool known = key == "role" || key == "content" || key == "name" ||
-                         (key == "tool_call_id" && role == "tool");
-      if (!known) {
-        const std::string field = Cat({param, ".", Shorten(key)});
-        return InvalidRequestError(
-            Cat({"Unrecognized request argument supplied: ", field}), field,
-            "unrecognized_argument");
-      }
-    }
-    for (const char* name : {"name", "tool_call_id"}) {
-      if (const json* s = Find(m, name)) {
-        std::string ignored;
-        if (Error e = ReadString(*s, Cat({param, ".", name}), &ignored)) {
-          return e;
-        }
-      }
-    }
-    v1::ChatMessage* msg = chat->add_messages();
-    msg->set_role(role);
-    if (Error e = ParseChatContent(m, i, role == "assistant",
-                                   msg->mutable_content(),
-                                   req->mutable_multimodal())) {
-      return e;
-    }
-  }
-  chat->set_add_generation_prompt(true);
-  return std::nullopt;
 }
 
 ParseResult ParseCompletionImpl(std::string_view body,
@@ -692,13 +413,28 @@ ParseResult ParseChatImpl(std::string_view body, const ParseLimits& limits) {
   if (Error e =
           CheckKnownFields(j, kCommonFields,
                            {"messages", "max_completion_tokens", "logprobs",
-                            "top_logprobs", "response_format"})) {
+                            "top_logprobs", "response_format", "tools", "tool_choice",
+                            "parallel_tool_calls", "chat_template_kwargs",
+                            "reasoning_effort"})) {
     return *e;
   }
   ParsedRequest out;
   out.chat = true;
   if (Error e = ParseCommon(j, limits, &out)) return *e;
-  if (Error e = ParseMessages(j, &out.request)) return *e;
+  if (Error e = openai_internal::ParseMessages(j, &out.request)) return *e;
+  std::vector<std::string> tool_names;
+  if (const json* v = Find(j, "tools")) {
+    if (Error e = openai_internal::ParseTools(*v, &out.request, &tool_names)) return *e;
+  }
+  if (const json* v = Find(j, "tool_choice")) {
+    if (Error e = openai_internal::ParseToolChoice(*v, tool_names, &out.request)) return *e;
+  }
+  if (const json* v = Find(j, "parallel_tool_calls")) {
+    bool parallel = true;
+    if (Error e = ReadBool(*v, "parallel_tool_calls", &parallel)) return *e;
+    out.request.set_parallel_tool_calls(parallel);
+  }
+  if (Error e = openai_internal::ParseTemplateKwargs(j, &out.request)) return *e;
   v1::SamplingParams& sampling = *out.request.mutable_sampling();
 
   std::optional<uint64_t> max_tokens;

@@ -46,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "lib/base/request_defaults.h"
 #include "lib/api/openai_errors.h"
@@ -106,5 +107,26 @@ ParseResult ParseCompletionRequest(std::string_view body,
 // and ignored. Assistant messages may have null content.
 ParseResult ParseChatRequest(std::string_view body,
                              const ParseLimits& limits = {});
+
+// POST /tokenize (the shape vLLM and SGLang serve): {"model"?, "prompt":
+// string} or {"model"?, "messages": [...], "add_generation_prompt"? (default
+// true), "tools"?, "chat_template_kwargs"?}, and "return_token_strs"?.
+// Other fields are rejected as for the generate endpoints.
+struct TokenizeRequest {
+  // A prompt (text or chat) ready for router::Router::Tokenize.
+  swaserve::v1::GenerateRequest request;
+  bool return_token_strs = false;
+};
+std::variant<TokenizeRequest, ApiError> ParseTokenizeRequest(std::string_view body,
+                                                             const ParseLimits& limits = {});
+// {"count", "max_model_len", "tokens", "token_strs" (null unless given)}.
+std::string TokenizeResponseJson(const std::vector<uint32_t>& tokens, uint32_t max_model_len,
+                                 const std::vector<std::string>* token_strs);
+
+// POST /detokenize: {"model"?, "tokens": [ids]}.
+std::variant<std::vector<uint32_t>, ApiError> ParseDetokenizeRequest(
+    std::string_view body, const ParseLimits& limits = {});
+// {"prompt": text}.
+std::string DetokenizeResponseJson(std::string_view text);
 
 }  // namespace swaserve::api

@@ -46,13 +46,15 @@ ojson Bytes(std::string_view s) {
   return a;
 }
 
-ojson FinishReasonJson(v1::FinishReason reason) {
+ojson FinishReasonJson(v1::FinishReason reason, bool tool_calls = false) {
+  if (tool_calls && reason == v1::FINISH_REASON_STOP) return "tool_calls";
   std::string_view s = FinishReasonString(reason);
   if (s.empty()) return nullptr;
   return std::string(s);
 }
 
-ojson UsageObject(const std::optional<v1::Usage>& usage) {
+ojson UsageObject(const std::optional<v1::Usage>& usage,
+                  std::optional<uint32_t> reasoning_tokens = std::nullopt) {
   v1::Usage u = usage.value_or(v1::Usage());
   ojson j;
   j["prompt_tokens"] = u.prompt_tokens();
@@ -60,6 +62,9 @@ ojson UsageObject(const std::optional<v1::Usage>& usage) {
   j["total_tokens"] = static_cast<uint64_t>(u.prompt_tokens()) +
                       static_cast<uint64_t>(u.completion_tokens());
   j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens()}};
+  if (reasoning_tokens.has_value()) {
+    j["completion_tokens_details"] = {{"reasoning_tokens", *reasoning_tokens}};
+  }
   // Extension, only when MTP drafted (the gRPC Usage's fields, same names):
   // OpenAI's completion_tokens_details prediction tokens mean Predicted
   // Outputs, so these are keys of their own; clients ignore unknown keys.
@@ -143,18 +148,24 @@ ojson Header(const ResponseInput& in, std::string_view prefix,
 // [{index: 0, <content_key>: content, logprobs, finish_reason}], then for a
 // response its usage (zeros when absent) and for a chunk "usage": null when
 // the stream ends with a usage chunk.
+ojson ChoiceObject(const ResponseInput& in, const char* content_key, ojson content,
+                   ojson logprobs) {
+  ojson choice;
+  choice["index"] = in.choice_index;
+  choice[content_key] = std::move(content);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = FinishReasonJson(in.finish_reason, in.finished_in_tool_calls);
+  return choice;
+}
+
 std::string SingleChoiceJson(const ResponseInput& in, std::string_view prefix,
                              std::string_view object, const char* content_key,
                              ojson content, ojson logprobs, bool is_response) {
   ojson j = Header(in, prefix, object);
-  ojson choice;
-  choice["index"] = 0;
-  choice[content_key] = std::move(content);
-  choice["logprobs"] = std::move(logprobs);
-  choice["finish_reason"] = FinishReasonJson(in.finish_reason);
-  j["choices"] = ojson::array({std::move(choice)});
+  j["choices"] = ojson::array({ChoiceObject(in, content_key, std::move(content),
+                                            std::move(logprobs))});
   if (is_response) {
-    j["usage"] = UsageObject(in.usage);
+    j["usage"] = UsageObject(in.usage, in.reasoning_tokens);
   } else if (in.include_usage) {
     j["usage"] = nullptr;
   }
@@ -198,10 +209,75 @@ std::string CompletionResponseJson(const ResponseInput& in) {
                           CompletionLogprobs(in), /*is_response=*/true);
 }
 
+namespace {
+
+ojson ToolCallsJson(const std::vector<ToolCallOut>& calls, bool whole) {
+  ojson a = ojson::array();
+  for (const ToolCallOut& c : calls) {
+    ojson j;
+    j["index"] = c.index;
+    if (whole || !c.id.empty()) {
+      j["id"] = c.id;
+      j["type"] = "function";
+      j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+      j["function"] = {{"arguments", c.arguments}};
+    }
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
+ojson ChatMessage(const ResponseInput& in) {
+  ojson m = {{"role", "assistant"}};
+  if (in.text.empty() && !in.tool_calls.empty()) {
+    m["content"] = nullptr;
+  } else {
+    m["content"] = in.text;
+  }
+  // Both names clients read: reasoning_content (vLLM, SGLang, DeepSeek) and
+  // reasoning (newer vLLM, the OpenAI Agents SDK).
+  if (!in.reasoning.empty()) {
+    m["reasoning_content"] = in.reasoning;
+    m["reasoning"] = in.reasoning;
+  }
+  if (!in.tool_calls.empty()) m["tool_calls"] = ToolCallsJson(in.tool_calls, /*whole=*/true);
+  return m;
+}
+
+}  // namespace
+
 std::string ChatResponseJson(const ResponseInput& in) {
-  return SingleChoiceJson(in, "chatcmpl-", "chat.completion", "message",
-                          {{"role", "assistant"}, {"content", in.text}},
+  return SingleChoiceJson(in, "chatcmpl-", "chat.completion", "message", ChatMessage(in),
                           ChatLogprobs(in), /*is_response=*/true);
+}
+
+namespace {
+
+std::string MultiResponseJson(const std::vector<ResponseInput>& choices,
+                              const ResponseInput& usage_from, bool chat) {
+  ojson j = chat ? Header(usage_from, "chatcmpl-", "chat.completion")
+                 : Header(usage_from, "cmpl-", "text_completion");
+  ojson a = ojson::array();
+  for (const ResponseInput& c : choices) {
+    a.push_back(chat ? ChoiceObject(c, "message", ChatMessage(c), ChatLogprobs(c))
+                     : ChoiceObject(c, "text", c.text, CompletionLogprobs(c)));
+  }
+  j["choices"] = std::move(a);
+  j["usage"] = UsageObject(usage_from.usage, usage_from.reasoning_tokens);
+  return Dump(j);
+}
+
+}  // namespace
+
+std::string ChatMultiResponseJson(const std::vector<ResponseInput>& choices,
+                                  const ResponseInput& usage_from) {
+  return MultiResponseJson(choices, usage_from, /*chat=*/true);
+}
+
+std::string CompletionMultiResponseJson(const std::vector<ResponseInput>& choices,
+                                        const ResponseInput& usage_from) {
+  return MultiResponseJson(choices, usage_from, /*chat=*/false);
 }
 
 std::string CompletionChunkJson(const ResponseInput& in) {
@@ -213,6 +289,11 @@ std::string ChatChunkJson(const ResponseInput& in) {
   ojson delta = ojson::object();
   if (in.first_chunk) delta["role"] = "assistant";
   if (in.first_chunk || !in.text.empty()) delta["content"] = in.text;
+  if (!in.reasoning.empty()) {
+    delta["reasoning_content"] = in.reasoning;
+    delta["reasoning"] = in.reasoning;
+  }
+  if (!in.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(in.tool_calls, /*whole=*/false);
   return SingleChoiceJson(in, "chatcmpl-", "chat.completion.chunk", "delta",
                           std::move(delta), ChatLogprobs(in),
                           /*is_response=*/false);
@@ -222,7 +303,7 @@ std::string UsageChunkJson(const ResponseInput& in, bool chat) {
   ojson j = chat ? Header(in, "chatcmpl-", "chat.completion.chunk")
                  : Header(in, "cmpl-", "text_completion");
   j["choices"] = ojson::array();
-  j["usage"] = UsageObject(in.usage);
+  j["usage"] = UsageObject(in.usage, in.reasoning_tokens);
   return Dump(j);
 }
 

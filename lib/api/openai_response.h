@@ -39,6 +39,15 @@ std::vector<TokenLogprobText> MakeTokenLogprobs(
         logprobs,
     const std::function<std::string(uint32_t)>& token_text);
 
+// A tool call in a chat response (whole) or chunk (a delta: the first for
+// an index carries id and name, later ones argument fragments).
+struct ToolCallOut {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 // What the router knows about one response or chunk. For a non-streaming
 // response it describes the whole generation; for a chunk, what is new since
 // the previous one.
@@ -67,6 +76,18 @@ struct ResponseInput {
   std::optional<swaserve::v1::Usage> usage;
   // Chat streaming: the first chunk carries delta.role = "assistant".
   bool first_chunk = false;
+  // Chat: reasoning text (message and delta carry it as reasoning_content
+  // and as reasoning, the two names clients read; omitted when empty).
+  std::string reasoning;
+  // Chat: tool calls (message.tool_calls / delta.tool_calls). A response
+  // with calls and no text has content null.
+  std::vector<ToolCallOut> tool_calls;
+  // finish_reason "tool_calls" in place of "stop" (the turn ended in calls).
+  bool finished_in_tool_calls = false;
+  // Chat: usage.completion_tokens_details.reasoning_tokens when set.
+  std::optional<uint32_t> reasoning_tokens;
+  // The choice's index (n > 1).
+  int choice_index = 0;
   // Streaming with stream_options.include_usage: chunks carry "usage": null
   // (as OpenAI's do) before the final usage chunk.
   bool include_usage = false;
@@ -91,6 +112,13 @@ std::string UsageChunkJson(const ResponseInput& in, bool chat);
 // OpenAI's usage object as JSON text: {prompt_tokens, completion_tokens,
 // total_tokens, prompt_tokens_details: {cached_tokens}}.
 std::string UsageJson(const swaserve::v1::Usage& usage);
+
+// A chat response with several choices (n > 1): `choices` in order, each
+// with its choice_index; header fields and usage from `usage_from`.
+std::string ChatMultiResponseJson(const std::vector<ResponseInput>& choices,
+                                  const ResponseInput& usage_from);
+std::string CompletionMultiResponseJson(const std::vector<ResponseInput>& choices,
+                                        const ResponseInput& usage_from);
 
 // GET /v1/models: {"object":"list","data":[{"id","object":"model","created",
 // "owned_by"}...]}.

@@ -95,7 +95,17 @@ size_t Sampler::Candidates(absl::Span<const float> logits, std::vector<double>* 
   return keep;
 }
 
-SampledToken Sampler::Sample(absl::Span<const float> logits) {
+absl::Span<const float> Sampler::Biased(absl::Span<const float> logits) {
+  if (options_.logit_bias.empty()) return logits;
+  biased_.assign(logits.begin(), logits.end());
+  for (const auto& [token, bias] : options_.logit_bias) {
+    if (token < biased_.size()) biased_[token] += bias;
+  }
+  return biased_;
+}
+
+SampledToken Sampler::Sample(absl::Span<const float> raw_logits) {
+  const absl::Span<const float> logits = Biased(raw_logits);
   uint32_t token;
   if (options_.temperature <= 0) {
     token = Argmax(logits);
@@ -113,10 +123,14 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
       }
     }
   }
-  return Describe(logits, token);
+  return DescribeBiased(logits, token);
 }
 
 void Sampler::Distribution(absl::Span<const float> logits, TokenDistribution* out) {
+  DistributionBiased(Biased(logits), out);
+}
+
+void Sampler::DistributionBiased(absl::Span<const float> logits, TokenDistribution* out) {
   out->probs.clear();
   if (options_.temperature <= 0) {
     out->probs.push_back({Argmax(logits), 1.0});
@@ -129,6 +143,10 @@ void Sampler::Distribution(absl::Span<const float> logits, TokenDistribution* ou
 }
 
 SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) {
+  return DescribeBiased(Biased(logits), token);
+}
+
+SampledToken Sampler::DescribeBiased(absl::Span<const float> logits, uint32_t token) {
   SampledToken out;
   const size_t n = logits.size();
   // Log-softmax normaliser of the raw logits (for logprobs).
@@ -149,7 +167,7 @@ SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) {
 }
 
 uint32_t Sampler::Draft(absl::Span<const float> draft_logits, TokenDistribution* q) {
-  Distribution(draft_logits, q);
+  DistributionBiased(Biased(draft_logits), q);
   if (q->probs.size() == 1) return q->probs[0].first;
   const double u = Uniform();
   double acc = 0;
@@ -160,21 +178,22 @@ uint32_t Sampler::Draft(absl::Span<const float> draft_logits, TokenDistribution*
   return q->probs.back().first;
 }
 
-bool Sampler::Verify(absl::Span<const float> target_logits, uint32_t token,
+bool Sampler::Verify(absl::Span<const float> raw_target_logits, uint32_t token,
                      const TokenDistribution& q, SampledToken* out) {
+  const absl::Span<const float> target_logits = Biased(raw_target_logits);
   if (options_.temperature <= 0) {
     const uint32_t best = Argmax(target_logits);
-    *out = Describe(target_logits, best);
+    *out = DescribeBiased(target_logits, best);
     return best == token;
   }
-  Distribution(target_logits, &p_);
+  DistributionBiased(target_logits, &p_);
   // q densely (the residual below looks it up for every candidate of p).
   dense_q_.assign(target_logits.size(), 0.0);
   for (const auto& [t, p] : q.probs) dense_q_[t] = p;
   const double pt = p_.Prob(token), qt = dense_q_[token];
   // qt > 0: the draft was drawn from q. Accept with probability min(1, p/q).
   if (qt > 0 && (pt >= qt || Uniform() * qt < pt)) {
-    *out = Describe(target_logits, token);
+    *out = DescribeBiased(target_logits, token);
     return true;
   }
   // Rejected: draw from the residual max(0, p - q), normalised.
@@ -202,7 +221,7 @@ bool Sampler::Verify(absl::Span<const float> target_logits, uint32_t token,
       }
     }
   }
-  *out = Describe(target_logits, pick);
+  *out = DescribeBiased(target_logits, pick);
   return false;
 }
 

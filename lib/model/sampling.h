@@ -29,6 +29,12 @@ struct SamplingOptions {
   // MTP draft tokens per decode step for this request: -1 uses the decode
   // worker's setting, 0 turns speculation off; capped at the worker's.
   int speculative_tokens = -1;
+  // Added to the logits of these tokens before anything else (OpenAI's
+  // logit_bias, -100 to 100; ids outside the vocabulary are ignored). The
+  // distribution drawn from, greedy's argmax and the reported logprobs are
+  // all of the biased logits, for drafts and verification alike, so MTP
+  // stays exact. Default: none.
+  std::vector<std::pair<uint32_t, float>> logit_bias;
 };
 
 // A next-token distribution after temperature, top-k and top-p, exactly as
@@ -89,12 +95,18 @@ class Sampler {
   // unnormalised weights; returns keep (temperature > 0 only).
   size_t Candidates(absl::Span<const float> logits, std::vector<double>* weights, double* sum);
   double Uniform();
+  // `logits` with options_.logit_bias added (in biased_), or `logits`.
+  absl::Span<const float> Biased(absl::Span<const float> logits);
+  // Distribution / Describe of logits already biased.
+  void DistributionBiased(absl::Span<const float> logits, TokenDistribution* out);
+  SampledToken DescribeBiased(absl::Span<const float> logits, uint32_t token);
 
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, uint32_t>> scratch_;
   std::vector<double> weights_;
   std::vector<double> dense_q_;
+  std::vector<float> biased_;
   TokenDistribution p_;
 };
 

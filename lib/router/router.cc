@@ -15,6 +15,7 @@
 #include "lib/base/status.h"
 #include "lib/metrics/buckets.h"
 #include "lib/model/chat_template.h"
+#include "lib/router/chat_input.h"
 #include "lib/router/failure.h"
 #include "lib/router/media.h"
 #include "lib/router/router_metrics.h"
@@ -166,7 +167,18 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   if (!(options.shed_backlog_seconds >= 0) || std::isinf(options.shed_backlog_seconds)) {
     return absl::InvalidArgumentError("shed_backlog_seconds must be finite and >= 0");
   }
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (!options.default_template_kwargs.empty()) {
+    kwargs = nlohmann::ordered_json::parse(options.default_template_kwargs, nullptr, false);
+    if (!kwargs.is_object()) {
+      return absl::InvalidArgumentError("default_template_kwargs must be a JSON object");
+    }
+  }
   std::unique_ptr<Router> r(new Router(options));
+  r->default_kwargs_ = std::move(kwargs);
+  r->builtin_template_ = model::ChatTemplate::Builtin();
+  r->chat_format_ = model::DetectChatFormat(
+      options.chat_template != nullptr ? *options.chat_template : *r->builtin_template_);
   if (options.state != nullptr) {
     r->state_ = options.state;
   } else {
@@ -229,6 +241,78 @@ absl::Status Router::Health() {
   return absl::OkStatus();
 }
 
+namespace {
+
+constexpr size_t kMaxCacheKeyBytes = 1024;
+// Tokens at the end of a chat prompt read to see whether it opens a
+// reasoning block.
+constexpr size_t kReasoningTailTokens = 8;
+
+absl::Status Invalid(absl::string_view msg) {
+  return rpc::ErrorWithDetail(absl::StatusCode::kInvalidArgument, v1::ERROR_CODE_INVALID_REQUEST,
+                              msg);
+}
+
+// The tool fields of `in` against what the template can do with them.
+absl::Status CheckTools(const v1::GenerateRequest& in, const model::ChatInput& input,
+                        const model::ChatFormat& format, absl::string_view origin) {
+  const bool tools = input.tools.is_array() && !input.tools.empty();
+  const v1::ToolChoice& choice = in.tool_choice();
+  if (!tools) {
+    if (choice.mode() == v1::ToolChoice::MODE_REQUIRED ||
+        choice.mode() == v1::ToolChoice::MODE_FUNCTION) {
+      return Invalid("tool_choice requires tools");
+    }
+    return absl::OkStatus();
+  }
+  if (!format.tools_supported) {
+    return Invalid(absl::StrCat("this model's chat template (", origin,
+                                ") does not render tool definitions, so the model cannot be "
+                                "given tools"));
+  }
+  if (format.tool_format == model::ToolCallFormat::kUnknown) {
+    return Invalid(absl::StrCat("this model's chat template (", origin,
+                                ") writes tool calls in a format the router cannot parse "
+                                "(it reads MiMo's <function=...> and Qwen3's JSON "
+                                "<tool_call> formats)"));
+  }
+  if (choice.mode() == v1::ToolChoice::MODE_FUNCTION) {
+    bool found = false;
+    for (const model::ToolDefinition& t : ToolDefinitions(input.tools)) {
+      found = found || t.name == choice.function_name();
+    }
+    if (!found) {
+      return Invalid(absl::StrCat("tool_choice names function '", choice.function_name(),
+                                  "', which is not among the tools"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Router::PrepareChat(const v1::GenerateRequest& in,
+                                 absl::Span<const std::string> markers,
+                                 std::vector<model::MarkerCut>* cuts, Request& r) {
+  if (in.chat().messages().empty()) return Invalid("chat has no messages");
+  absl::StatusOr<model::ChatInput> input = ChatInputFromProto(in.chat(), chat_format_.null_content);
+  if (!input.ok()) return Invalid(absl::StrCat("chat: ", input.status().message()));
+  const model::ChatTemplate* t =
+      options_.chat_template != nullptr ? options_.chat_template : builtin_template_.get();
+  RETURN_IF_ERROR(CheckTools(in, *input, chat_format_, t->origin()));
+  for (auto it = default_kwargs_.begin(); it != default_kwargs_.end(); ++it) {
+    if (!input->kwargs.contains(it.key())) input->kwargs[it.key()] = it.value();
+  }
+  const model::Tokenizer& tok = *options_.tokenizer;
+  absl::StatusOr<std::vector<uint32_t>> ids = t->EncodeWithMarkers(tok, *input, markers, cuts);
+  if (!ids.ok()) return Invalid(absl::StrCat("messages: ", ids.status().message()));
+  r.tokens = *std::move(ids);
+  const size_t tail = std::min(r.tokens.size(), kReasoningTailTokens);
+  r.opens_reasoning = model::OpensReasoning(
+      tok.Decode(absl::MakeConstSpan(r.tokens).subspan(r.tokens.size() - tail)), chat_format_);
+  return absl::OkStatus();
+}
+
 absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
   auto invalid = [](absl::string_view msg) {
     return rpc::ErrorWithDetail(absl::StatusCode::kInvalidArgument,
@@ -271,21 +355,9 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
       r.tokens.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
       break;
     }
-    case v1::GenerateRequest::kChat: {
-      std::vector<model::ChatMessage> msgs;
-      for (const v1::ChatMessage& m : in.chat().messages()) msgs.push_back({m.role(), m.content()});
-      if (msgs.empty()) return invalid("chat has no messages");
-      model::ChatTemplateOptions co;
-      co.add_generation_prompt = in.chat().add_generation_prompt();
-      absl::StatusOr<std::vector<uint32_t>> ids =
-          options_.chat_template != nullptr
-              ? options_.chat_template->EncodeWithMarkers(tok, model::ToChatInput(msgs, co),
-                                                          markers, &cuts)
-              : model::EncodeChatWithMarkers(tok, msgs, co, markers, &cuts);
-      if (!ids.ok()) return invalid(absl::StrCat("messages: ", ids.status().message()));
-      r.tokens = *std::move(ids);
+    case v1::GenerateRequest::kChat:
+      RETURN_IF_ERROR(PrepareChat(in, markers, &cuts, r));
       break;
-    }
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return invalid("a prompt (text, token_ids or chat) is required");
   }
@@ -304,10 +376,24 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
     return invalid("top_p must be in [0, 1]");
   }
   if (r.sampling.top_logprobs() > 20) return invalid("top_logprobs must be in [0, 20]");
+  if (r.sampling.logit_bias_size() > 300) return invalid("logit_bias has more than 300 entries");
+  for (const auto& [token, bias] : r.sampling.logit_bias()) {
+    if (token >= static_cast<uint32_t>(tok.vocab_size())) {
+      return invalid(absl::StrCat("logit_bias: token id ", token, " is outside the vocabulary (",
+                                  tok.vocab_size(), " tokens)"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return invalid(absl::StrCat("logit_bias[", token, "] must be in [-100, 100]"));
+    }
+  }
   if (in.priority() < -1000000 || in.priority() > 1000000) {
     return invalid("priority must be in [-1000000, 1000000]");
   }
   r.priority = in.priority();
+  if (in.cache_key().size() > kMaxCacheKeyBytes) {
+    return invalid(absl::StrCat("cache_key is longer than ", kMaxCacheKeyBytes, " bytes"));
+  }
+  r.cache_key = in.cache_key();
   if (in.progress_interval_ms() != 0 && in.progress_interval_ms() < 10) {
     // Served by the gRPC service (services/router/grpc_service.cc).
     return invalid("progress_interval_ms must be 0 (no progress messages) or at least 10");
@@ -324,6 +410,15 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
              ? absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++)
              : in.request_id();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> Router::Tokenize(const v1::GenerateRequest& request) {
+  if (request.multimodal_size() > 0) {
+    return Invalid("tokenize does not take images, audio or video");
+  }
+  Request r;
+  RETURN_IF_ERROR(Prepare(request, r));
+  return std::move(r.tokens);
 }
 
 absl::StatusOr<Router::RouteResult> Router::Route(const v1::GenerateRequest& request) {
@@ -543,7 +638,7 @@ absl::StatusOr<Router::Choice> Router::DecideIn(Request& r, bool record, bool la
   }
   // Ties (e.g. fresh prompts on idle workers) spread by request id instead
   // of piling onto the lowest id.
-  const uint64_t tie = base::Hash64(r.id);
+  const uint64_t tie = base::Hash64(r.cache_key.empty() ? r.id : r.cache_key);
   // A half-open breaker's trial is taken only by the worker the policy
   // picks (Pick); when another request took it first, choose again.
   absl::StatusOr<Decision> pd = ChoosePrefill(n, pc, options_.policy, tie);

@@ -100,6 +100,7 @@
 #include "lib/base/timer_queue.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/metrics/registry.h"
+#include "lib/model/chat_format.h"
 #include "lib/model/chat_template.h"
 #include "lib/model/tokenizer.h"
 #include "lib/router/media.h"
@@ -123,6 +124,11 @@ struct RouterOptions {
   // model::ChatTemplate::FromCheckpointDir). nullptr: the built-in Qwen3
   // ChatML template.
   const model::ChatTemplate* chat_template = nullptr;
+  // The model's default chat template variables: a JSON object (text) whose
+  // keys a request's template kwargs override one by one, e.g.
+  // {"enable_thinking": false} for a model that should not think unless
+  // asked. Empty (default): none; not an object: Create fails.
+  std::string default_template_kwargs;
   // The served model id (GenerateRequest.model must be empty or equal).
   std::string model_name = "swaserve";
   // Unix seconds the model was loaded (ListModels).
@@ -213,9 +219,21 @@ struct RouterOptions {
 // call at a time per request: it must not block. Back-pressure goes through
 // OnReady: the router reads the next tokens from the decode worker only
 // once the sink has room, so a slow client slows its own request.
+// What the router learned of a request's prompt while preparing it.
+struct PromptInfo {
+  // Tokens of the prompt (template and media placeholders included).
+  uint32_t prompt_tokens = 0;
+  // A chat prompt whose generation prompt leaves a reasoning block open
+  // (model::OpensReasoning): the output starts inside the reasoning.
+  bool opens_reasoning = false;
+};
+
 class GenerateSink {
  public:
   virtual ~GenerateSink() = default;
+  // Once, after the request was prepared and before its first Write.
+  // Default: ignored.
+  virtual void OnPrompt(const PromptInfo& info) {}
   virtual bool Write(const v1::GenerateResponse& response) = 0;
   // Runs `ready` once the sink has room for the next response (may run it
   // before returning; on any thread). At most one pending at a time. The
@@ -303,6 +321,15 @@ class Router {
 
   v1::ListModelsResponse ListModels() const;
 
+  // The prompt's token ids as a request would be prepared (template, media
+  // placeholders), without running it: for /tokenize. Errors as Generate's
+  // request errors; multimodal items are InvalidArgument here.
+  absl::StatusOr<std::vector<uint32_t>> Tokenize(const v1::GenerateRequest& request);
+
+  // What the served checkpoint's chat template does with tools and
+  // reasoning (model::DetectChatFormat, found once at Create).
+  const model::ChatFormat& chat_format() const { return chat_format_; }
+
   // OK when at least one healthy prefill-capable and one decode-capable
   // worker are registered (the /health of the router).
   absl::Status Health();
@@ -366,7 +393,16 @@ class Router {
   void OnControl(std::function<void()> fn);
   void OnMedia(std::function<void()> fn);
 
+  // The chat prompt of `in` into r.tokens (and r.opens_reasoning).
+  absl::Status PrepareChat(const v1::GenerateRequest& in, absl::Span<const std::string> markers,
+                           std::vector<model::MarkerCut>* cuts, Request& r);
+
   const RouterOptions options_;
+  // The chat template when options_.chat_template is null.
+  std::unique_ptr<model::ChatTemplate> builtin_template_;
+  model::ChatFormat chat_format_;
+  // options_.default_template_kwargs, parsed.
+  nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<base::ThreadPool> record_pool_;
   // ~Router stops the control threads first (their tasks may set timers),

@@ -206,6 +206,7 @@ void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
     id_ = r_.id;
   }
   r_.prompt_tokens = static_cast<uint32_t>(r_.tokens.size());
+  sink_->OnPrompt({.prompt_tokens = r_.prompt_tokens, .opens_reasoning = r_.opens_reasoning});
   r_.max_tokens = r_.sampling.max_tokens();
   r_.text = std::make_unique<TextStream>(
       *o.tokenizer, std::vector<std::string>(r_.sampling.stop().begin(), r_.sampling.stop().end()));

@@ -49,6 +49,11 @@ struct Router::Request {
   bool media_inline = false;
   v1::SamplingParams sampling;
   int32_t priority = 0;
+  // GenerateRequest.cache_key: ties between prefill workers go by its hash,
+  // so a session's turns keep to one worker when nothing else decides.
+  std::string cache_key;
+  // The chat prompt leaves a reasoning block open (PromptInfo).
+  bool opens_reasoning = false;
   int bucket = 0;
   std::string bucket_label;
   int64_t start_ns = 0;

@@ -1,5 +1,6 @@
 #include "lib/worker/convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -28,6 +29,14 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
   o.top_k = static_cast<int>(std::min<uint32_t>(p.top_k(), 1u << 30));
   o.seed = p.has_seed() ? p.seed() : default_seed;
   o.top_logprobs = p.logprobs() ? static_cast<int>(p.top_logprobs()) : 0;
+  for (const auto& [token, bias] : p.logit_bias()) {
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.logit_bias[", token, "] must be in [-100, 100], got ", bias));
+    }
+    o.logit_bias.push_back({token, bias});
+  }
+  std::sort(o.logit_bias.begin(), o.logit_bias.end());
   if (p.has_speculative_tokens()) {
     o.speculative_tokens = static_cast<int>(std::min<uint32_t>(p.speculative_tokens(), 64));
   }

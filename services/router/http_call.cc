@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "lib/router/chat_input.h"
 #include "lib/rpc/status_conversion.h"
 
 namespace swaserve::router_service {
@@ -151,6 +152,11 @@ void HttpCall::OnNotify(int, short, void* arg) {
   (*call)->Drain();
 }
 
+void HttpCall::OnPrompt(const router::PromptInfo& info) {
+  absl::MutexLock lock(&mu_);
+  prompt_ = info;
+}
+
 void HttpCall::Drain() {
   std::deque<v1::GenerateResponse> items;
   bool finished;
@@ -161,6 +167,7 @@ void HttpCall::Drain() {
     items.swap(queue_);
     finished = finished_;
     status = status_;
+    prompt_seen_ = prompt_;
   }
   if (req_ == nullptr) return;  // closed, or the reply is over
   for (const v1::GenerateResponse& item : items) Emit(item);
@@ -222,35 +229,103 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
 
 void HttpCall::SetProgressProbe(ProgressProbe probe) { watch_.Set(std::move(probe)); }
 
+model::ChatOutputParser& HttpCall::Parser() {
+  if (parser_ != nullptr) return *parser_;
+  model::ChatOutputOptions o;
+  const v1::GenerateRequest& r = p_.parsed->request;
+  if (p_.chat_format != nullptr) {
+    o.tool_format = p_.chat_format->tool_format;
+    o.think_open = p_.chat_format->think_open;
+    o.think_close = p_.chat_format->think_close;
+  }
+  if (!r.chat().tools_json().empty()) {
+    o.tools = router::ToolDefinitions(
+        nlohmann::ordered_json::parse(r.chat().tools_json(), nullptr, /*allow_exceptions=*/false));
+  }
+  o.parse_tool_calls = !o.tools.empty() && r.tool_choice().mode() != v1::ToolChoice::MODE_NONE;
+  o.parallel_tool_calls = !r.has_parallel_tool_calls() || r.parallel_tool_calls();
+  o.parse_reasoning = p_.chat_format != nullptr;
+  o.starts_in_reasoning = prompt_seen_.opens_reasoning;
+  o.call_id_prefix = absl::StrCat(p_.id, "_");
+  parser_ = std::make_unique<model::ChatOutputParser>(std::move(o));
+  return *parser_;
+}
+
 void HttpCall::Emit(const v1::GenerateResponse& item) {
   emitted_ = true;
-  if (!p_.parsed->stream) {
-    whole_.text += item.text();
-    whole_.token_ids.insert(whole_.token_ids.end(), item.token_ids().begin(),
-                            item.token_ids().end());
-    if (p_.parsed->logprobs) {
-      for (api::TokenLogprobText& t : api::MakeTokenLogprobs(item.logprobs(), p_.token_text)) {
-        whole_.token_logprobs.push_back(std::move(t));
-      }
+  const bool last = item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  model::ChatOutputDelta delta;
+  if (p_.chat) {
+    model::ChatOutputParser& parser = Parser();
+    if (parser.in_reasoning()) reasoning_tokens_ += item.token_ids_size();
+    delta = parser.Feed(item.text());
+    if (last) {
+      model::ChatOutputDelta rest = parser.Finish();
+      delta.content += rest.content;
+      delta.reasoning += rest.reasoning;
+      for (model::ToolCallDelta& d : rest.tool_calls) delta.tool_calls.push_back(std::move(d));
     }
-    if (item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      whole_.finish_reason = item.finish_reason();
-      whole_.usage = item.usage();
-    }
-    return;
+  } else {
+    delta.content = item.text();
   }
+  if (p_.parsed->stream) return EmitChunks(item, std::move(delta));
+  whole_.text += delta.content;
+  whole_.reasoning += delta.reasoning;
+  whole_.token_ids.insert(whole_.token_ids.end(), item.token_ids().begin(),
+                          item.token_ids().end());
+  if (p_.parsed->logprobs) {
+    for (api::TokenLogprobText& t : api::MakeTokenLogprobs(item.logprobs(), p_.token_text)) {
+      whole_.token_logprobs.push_back(std::move(t));
+    }
+  }
+  if (last) {
+    whole_.finish_reason = item.finish_reason();
+    whole_.usage = item.usage();
+    if (p_.chat) {
+      for (const model::ParsedToolCall& c : parser_->calls()) {
+        whole_.tool_calls.push_back({.index = static_cast<int>(whole_.tool_calls.size()),
+                                     .id = c.id,
+                                     .name = c.name,
+                                     .arguments = c.arguments});
+      }
+      whole_.finished_in_tool_calls = !whole_.tool_calls.empty();
+      whole_.reasoning_tokens = reasoning_tokens_;
+    }
+  }
+}
+
+void HttpCall::EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDelta delta) {
   if (!started_) StartReply("text/event-stream");
-  api::ResponseInput in = BaseInput();
-  in.text = item.text();
-  in.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
-  if (p_.parsed->logprobs) in.token_logprobs = api::MakeTokenLogprobs(item.logprobs(), p_.token_text);
-  in.text_offset_start = offset_;
+  const bool last = item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+  std::vector<api::ResponseInput> chunks;
+  api::ResponseInput head = BaseInput();
+  head.text = std::move(delta.content);
+  head.reasoning = std::move(delta.reasoning);
+  head.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
+  if (p_.parsed->logprobs) head.token_logprobs = api::MakeTokenLogprobs(item.logprobs(), p_.token_text);
+  head.text_offset_start = offset_;
   offset_ += item.text().size();
-  in.finish_reason = item.finish_reason();
+  const bool chat_head = first_chunk_ || !head.text.empty() || !head.reasoning.empty() ||
+                         !head.token_logprobs.empty();
+  if (!p_.chat || chat_head) chunks.push_back(std::move(head));
+  for (model::ToolCallDelta& d : delta.tool_calls) {
+    api::ResponseInput c = BaseInput();
+    c.tool_calls.push_back(
+        {.index = d.index, .id = std::move(d.id), .name = std::move(d.name),
+         .arguments = std::move(d.arguments)});
+    chunks.push_back(std::move(c));
+  }
   if (item.has_usage()) usage_ = item.usage();
-  in.first_chunk = first_chunk_;
-  first_chunk_ = false;
-  SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
+  if (last) {
+    if (chunks.empty()) chunks.push_back(BaseInput());
+    chunks.back().finish_reason = item.finish_reason();
+    chunks.back().finished_in_tool_calls = parser_ != nullptr && !parser_->calls().empty();
+  }
+  for (api::ResponseInput& in : chunks) {
+    in.first_chunk = first_chunk_;
+    first_chunk_ = false;
+    SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
+  }
 }
 
 void HttpCall::StartReply(const char* content_type) {
@@ -332,6 +407,7 @@ void HttpCall::End(const absl::Status& status) {
   } else if (p_.parsed->include_usage) {
     api::ResponseInput in = BaseInput();
     in.usage = usage_;
+    if (p_.chat) in.reasoning_tokens = reasoning_tokens_;
     SendFrame(api::SseFrame(api::UsageChunkJson(in, p_.chat)));
   }
   SendFrame(std::string(api::kSseDone));

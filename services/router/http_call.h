@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "lib/api/api_keys.h"
 #include "lib/api/openai.h"
+#include "lib/model/chat_output_parser.h"
 #include "lib/router/progress_watch.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.pb.h"
@@ -104,6 +105,10 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
     // swaserve_router_requests_total{code} still counts it as an error.
     // Zero: off (every reply waits for its outcome, status code included).
     absl::Duration nonstream_keepalive = absl::ZeroDuration();
+    // The served template's tool-call format and reasoning tags (chat
+    // requests' output is split by them: model::ChatOutputParser). Not
+    // owned; null: no splitting.
+    const model::ChatFormat* chat_format = nullptr;
   };
   // Responses waiting for the loop, and unsent bytes in the socket's
   // buffer, beyond which the request waits (OnReady).
@@ -120,6 +125,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Kept for the keep-alive comments (watch_): probed a lead before each
   // one, which then says where the prefill stood.
   void SetProgressProbe(ProgressProbe probe) override;
+  // Whether the output starts inside a reasoning block.
+  void OnPrompt(const router::PromptInfo& info) override;
   void Finish(absl::Status status);
   router::CancelFlag& cancel_flag() { return cancel_; }
 
@@ -141,6 +148,11 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Loop thread.
   void Drain();
   void Emit(const v1::GenerateResponse& item);
+  // A chat request's output parser, made at its first output.
+  model::ChatOutputParser& Parser();
+  // A streamed item's chunks: its text (and logprobs), each tool-call
+  // delta, the finish reason on the last.
+  void EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDelta delta);
   void End(const absl::Status& status);
   // The reply's 200 and headers, before its body is known: a stream
   // ("text/event-stream"), or a JSON body after whitespace.
@@ -169,6 +181,11 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   size_t offset_ = 0;
   std::optional<v1::Usage> usage_;
   api::ResponseInput whole_;  // a non-streamed reply, accumulated
+  // Chat requests: content, reasoning and tool calls split off the text.
+  std::unique_ptr<model::ChatOutputParser> parser_;
+  router::PromptInfo prompt_seen_;  // copied from prompt_ by Drain
+  // Tokens of items that began inside the reasoning block.
+  uint32_t reasoning_tokens_ = 0;
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
@@ -179,6 +196,7 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // The socket holds kMaxUnsentBytes or more not yet sent (a slow client).
   bool backlogged_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
+  router::PromptInfo prompt_ ABSL_GUARDED_BY(mu_);
   // The router's probe of the current prefill leg and the worker's last
   // answer (thread-safe itself).
   router::PrefillProgressWatch watch_;

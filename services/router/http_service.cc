@@ -101,6 +101,13 @@ struct HttpService::Impl final : public HttpReplies {
   static void OnRequest(evhttp_request* req, void* arg);
   void Handle(Loop& loop, evhttp_request* req);
   void Generate(Loop& loop, evhttp_request* req, bool chat);
+  // POST /tokenize, /detokenize (api::ParseTokenizeRequest): answered on the
+  // loop thread.
+  void Tokenize(evhttp_request* req, const std::string& path);
+  void Detokenize(evhttp_request* req, const std::string& path);
+  // The body of a request to `path` once its key was checked and its size
+  // is within the limit; nullopt when an error reply was sent.
+  std::optional<std::string> AuthorizedBody(evhttp_request* req, const std::string& path);
   // /v1/ paths with API keys configured: the key's name, or an error reply
   // was sent (nullopt).
   std::optional<std::string> Authorize(evhttp_request* req, const std::string& path);
@@ -121,6 +128,12 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
   if (method == EVHTTP_REQ_POST && path == "/v1/chat/completions") {
     return Generate(loop, req, true);
   }
+  if (method == EVHTTP_REQ_POST && (path == "/tokenize" || path == "/v1/tokenize")) {
+    return Tokenize(req, path);
+  }
+  if (method == EVHTTP_REQ_POST && (path == "/detokenize" || path == "/v1/detokenize")) {
+    return Detokenize(req, path);
+  }
   if (get && path == "/v1/models") {
     if (o.keys != nullptr && !Authorize(req, path)) return;
     return Reply(req, path, 200, api::ModelsJson(o.router->ListModels()));
@@ -138,6 +151,54 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
   api::ApiError e = api::InvalidRequestError(absl::StrCat("unknown path ", path));
   e.http_status = 404;
   Send(req, 404, kJson, api::ErrorJson(e));
+}
+
+std::optional<std::string> HttpService::Impl::AuthorizedBody(evhttp_request* req,
+                                                              const std::string& path) {
+  if (o.keys != nullptr && !Authorize(req, path)) return std::nullopt;
+  std::string body = Body(req);
+  if (body.size() > o.limits.max_body_bytes) {
+    ReplyError(req, path, api::PayloadTooLargeError(o.limits.max_body_bytes));
+    return std::nullopt;
+  }
+  return body;
+}
+
+void HttpService::Impl::Tokenize(evhttp_request* req, const std::string& path) {
+  const std::optional<std::string> body = AuthorizedBody(req, path);
+  if (!body) return;
+  auto parsed = api::ParseTokenizeRequest(*body, o.limits);
+  if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(req, path, *e);
+  const api::TokenizeRequest& t = std::get<api::TokenizeRequest>(parsed);
+  absl::StatusOr<std::vector<uint32_t>> ids = o.router->Tokenize(t.request);
+  if (!ids.ok()) return ReplyError(req, path, ErrorFor(ids.status()));
+  std::vector<std::string> strs;
+  if (t.return_token_strs) {
+    for (uint32_t id : *ids) strs.push_back(o.tokenizer->Decode({&id, 1}));
+  }
+  const v1::ListModelsResponse models = o.router->ListModels();
+  const uint32_t max_len = models.models_size() > 0 ? models.models(0).max_prompt_tokens() : 0;
+  Reply(req, path, 200,
+        api::TokenizeResponseJson(*ids, max_len, t.return_token_strs ? &strs : nullptr));
+}
+
+void HttpService::Impl::Detokenize(evhttp_request* req, const std::string& path) {
+  const std::optional<std::string> body = AuthorizedBody(req, path);
+  if (!body) return;
+  auto parsed = api::ParseDetokenizeRequest(*body, o.limits);
+  if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(req, path, *e);
+  const std::vector<uint32_t>& ids = std::get<std::vector<uint32_t>>(parsed);
+  const uint32_t vocab = static_cast<uint32_t>(o.tokenizer->vocab_size());
+  for (uint32_t id : ids) {
+    if (id >= vocab) {
+      return ReplyError(req, path,
+                        api::InvalidRequestError(absl::StrCat("token id ", id,
+                                                              " is outside the vocabulary (",
+                                                              vocab, " tokens)"),
+                                                 "tokens", "invalid_value"));
+    }
+  }
+  Reply(req, path, 200, api::DetokenizeResponseJson(o.tokenizer->Decode(ids)));
 }
 
 std::optional<std::string> HttpService::Impl::Authorize(evhttp_request* req,
@@ -188,6 +249,7 @@ void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, bool chat) {
   cp.token_text = TokenText();
   cp.stream_keepalive = o.stream_keepalive;
   cp.nonstream_keepalive = o.nonstream_keepalive;
+  cp.chat_format = &o.router->chat_format();
   std::shared_ptr<HttpCall> call = HttpCall::Begin(std::move(cp));
   o.router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
                   [call](absl::Status s) { call->Finish(std::move(s)); });

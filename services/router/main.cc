@@ -72,6 +72,7 @@ struct RouterConfig {
   double hotspot_rel = router::PolicyOptions{}.hotspot_rel;
   int64_t window_scan_pages = router::PolicyOptions{}.window_scan_pages;
   int64_t default_max_tokens = base::kDefaultMaxTokens;
+  std::string chat_template_kwargs;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
   int64_t control_threads = 8;
@@ -148,6 +149,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "for prefill workers that do not restore windows: pages below a match's depth the "
            "index searches for its window-safe depth")
       .Add("default_max_tokens", &c->default_max_tokens, "max_tokens when a request gives none")
+      .Add("chat_template_kwargs", &c->chat_template_kwargs,
+           "the model's default chat template variables, a JSON object (e.g. "
+           "{\"enable_thinking\": false}); a request's chat_template_kwargs and "
+           "reasoning_effort override them key by key")
       .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
       .Add("control_threads", &c->control_threads,
@@ -289,6 +294,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.created_unix_seconds = absl::ToUnixSeconds(absl::Now());
   opt.policy = policy;
   opt.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
+  opt.default_template_kwargs = c.chat_template_kwargs;
   opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
   opt.max_inflight_requests = static_cast<int>(c.max_inflight);
   opt.control_threads = static_cast<int>(std::max<int64_t>(1, c.control_threads));

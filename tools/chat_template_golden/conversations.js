@@ -157,6 +157,75 @@ const TOOLS_OBJECT_ARGS = [
     raises: ["mimo_v2_5"],  // MiMo's template needs arguments as a dict
   },
   {
+    // An agent loop as the router passes it (its chat input): content ""
+    // beside calls (null for templates that take it), reasoning_content, arguments parsed into objects,
+    // parallel calls, tools with "strict", and the generation prompt.
+    name: "agent_loop_three_rounds",
+    messages: [
+      s("You are a coding agent."),
+      u("What is 12 plus 30, and 3 times 7?"),
+      a("", {
+        reasoning_content: "Two sums.",
+        tool_calls: [
+          call("add", { a: 12, b: 30 }, "call_r1_0"),
+          call("multiply", { a: 3, b: 7 }, "call_r1_1"),
+        ],
+      }),
+      tool("42", { tool_call_id: "call_r1_0" }),
+      tool("21", { tool_call_id: "call_r1_1" }),
+      a("42 and 21.", { reasoning_content: "Both known." }),
+      u("Now add those."),
+      a("", { reasoning_content: "", tool_calls: [call("add", { a: 42, b: 21 }, "call_r2_0")] }),
+      tool("63", { tool_call_id: "call_r2_0" }),
+    ],
+    tools: [
+      {
+        type: "function",
+        function: {
+          name: "add",
+          description: "Add two integers.",
+          parameters: {
+            type: "object",
+            properties: { a: { type: "integer" }, b: { type: "integer" } },
+            required: ["a", "b"],
+            additionalProperties: false,
+          },
+          strict: true,
+        },
+      },
+      {
+        type: "function",
+        function: {
+          name: "multiply",
+          description: "Multiply two integers.",
+          parameters: {
+            type: "object",
+            properties: { a: { type: "integer" }, b: { type: "integer" } },
+            required: ["a", "b"],
+          },
+        },
+      },
+    ],
+  },
+  {
+    name: "agent_loop_thinking_off",
+    messages: [
+      u("What is 2 plus 2?"),
+      a("", { tool_calls: [call("add", { a: 2, b: 2 }, "call_x_0")] }),
+      tool("4", { tool_call_id: "call_x_0" }),
+    ],
+    tools: [
+      {
+        type: "function",
+        function: {
+          name: "add",
+          parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } } },
+        },
+      },
+    ],
+    kwargs: { enable_thinking: false },
+  },
+  {
     name: "tool_first_then_user",
     messages: [tool("orphan result"), u("ok")],
   },

@@ -1,4 +1,5 @@
 #include "lib/api/openai.h"
+#include "tests/unit/api/openai_test_util.h"
 
 #include <cmath>
 #include <limits>
@@ -18,22 +19,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-ParsedRequest MustParse(const ParseResult& r) {
-  if (const ApiError* e = std::get_if<ApiError>(&r)) {
-    ADD_FAILURE() << "unexpected error " << e->http_status << " (" << e->param
-                  << "): " << e->message;
-    return {};
-  }
-  return std::get<ParsedRequest>(r);
-}
-
-ApiError MustFail(const ParseResult& r) {
-  if (std::holds_alternative<ParsedRequest>(r)) {
-    ADD_FAILURE() << "parsed, expected an error";
-    return {};
-  }
-  return std::get<ApiError>(r);
-}
+using testing::MustFail;
+using testing::MustParse;
 
 ParseResult Completion(const json& body, const ParseLimits& limits = {}) {
   return ParseCompletionRequest(body.dump(), limits);
@@ -326,7 +313,8 @@ TEST(ParseCompletionTest, UnsupportedOptions) {
   ExpectCompletionParamError("presence_penalty", 0.5, "presence_penalty");
   ExpectCompletionParamError("frequency_penalty", -1, "frequency_penalty");
   ExpectCompletionParamError("frequency_penalty", "a", "frequency_penalty");
-  ExpectCompletionParamError("logit_bias", {{"1", 5}}, "logit_bias");
+  ExpectCompletionParamError("logit_bias", {{"x", 5}}, "logit_bias.x");
+  ExpectCompletionParamError("logit_bias", {{"1", 500}}, "logit_bias.1");
   ExpectCompletionParamError("logit_bias", 5, "logit_bias");
   ExpectCompletionParamError("best_of", 2, "best_of");
   ExpectCompletionParamError("suffix", "tail", "suffix");
@@ -555,7 +543,7 @@ TEST(ParseChatTest, MessagesErrors) {
                        {{{"role", "user"}, {"content", "x"}},
                         {{"role", "assistant"},
                          {"content", "y"},
-                         {"tool_calls", json::array()}}},
+                         {"tool_calls", 5}}},
                        "messages[1].tool_calls");
   ExpectChatParamError(
       "messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "c"}}},
@@ -651,7 +639,7 @@ TEST(ParseChatTest, CommonParamsAndUnsupported) {
   ExpectChatParamError("presence_penalty", 1, "presence_penalty");
   ExpectChatParamError("response_format", {{"type", "json_object"}},
                        "response_format");
-  ExpectChatParamError("tools", json::array(), "tools");
+  ExpectChatParamError("tools", json::object(), "tools");
   ExpectChatParamError("temperature", 3, "temperature");
   json body = BaseChat();
   body["stop"] = "x";

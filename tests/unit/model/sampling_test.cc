@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -180,6 +181,32 @@ TEST(Sampling, GreedyVerifyAcceptsExactlyTheArgmax) {
   EXPECT_EQ(out.token, 1u);
   EXPECT_NEAR(out.logprob, 3.0f - std::log(std::exp(0.1f) + std::exp(3.0f) + std::exp(2.9f)),
               1e-5);
+}
+
+TEST(Sampling, LogitBiasShiftsTheLogitsEverywhere) {
+  const std::vector<float> logits = {3.0f, 1.0f, 0.5f, -1.0f};
+  SamplingOptions o;
+  o.logit_bias = {{2, 10.0f}, {0, -100.0f}, {99, 50.0f}};  // 99: outside, ignored
+  Sampler greedy(o);
+  const SampledToken t = greedy.Sample(logits);
+  EXPECT_EQ(t.token, 2u);
+  // Logprobs are of the biased logits.
+  double z = 0;
+  for (float l : {3.0f - 100.0f, 1.0f, 0.5f + 10.0f, -1.0f}) z += std::exp(l);
+  EXPECT_NEAR(t.logprob, 10.5 - std::log(z), 1e-4);
+  // Sampling never draws a token pushed down by 100.
+  o.temperature = 1.0f;
+  o.seed = 3;
+  Sampler sampled(o);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(sampled.Sample(logits).token, 0u);
+  // Greedy verification of an MTP draft sees the same bias as the draft.
+  o.temperature = 0.0f;
+  Sampler verify(o);
+  TokenDistribution q;
+  EXPECT_EQ(verify.Draft(logits, &q), 2u);
+  SampledToken out;
+  EXPECT_TRUE(verify.Verify(logits, 2, q, &out));
+  EXPECT_EQ(out.token, 2u);
 }
 
 }  // namespace
