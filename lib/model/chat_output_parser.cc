@@ -256,6 +256,7 @@ bool ChatOutputParser::StepCall(bool final, ChatOutputDelta* out) {
     call_scanned_ = buf_.size() >= kCallClose.size() ? buf_.size() - kCallClose.size() + 1 : 0;
     if (!final) return false;
     // Cut off: the block is text.
+    ++rejected_calls_;
     const std::string text = std::string(kCallOpen) + buf_;
     buf_.clear();
     state_ = State::kContent;
@@ -277,6 +278,7 @@ void ChatOutputParser::EmitCall(std::string_view block, ChatOutputDelta* out) {
   std::vector<std::string> fragments;
   const bool allowed = o_.parallel_tool_calls || calls_.empty();
   if (!allowed || !ParseCall(block, &call, &fragments)) {
+    ++rejected_calls_;
     std::string text(kCallOpen);
     text.append(block).append(kCallClose);
     out->content.append(text);

@@ -106,6 +106,9 @@ class ChatOutputParser {
 
   // Calls completed so far.
   const std::vector<ParsedToolCall>& calls() const { return calls_; }
+  // Call blocks returned as text (malformed, undeclared, cut off, or a
+  // second call with parallel calls off).
+  int rejected_calls() const { return rejected_calls_; }
   // The parser is inside a reasoning block (what the next text continues).
   bool in_reasoning() const { return state_ == State::kReasoning; }
   // All reasoning and content emitted so far.
@@ -137,6 +140,7 @@ class ChatOutputParser {
   // Text other than whitespace followed the latest call.
   bool content_after_call_ = false;
   std::vector<ParsedToolCall> calls_;
+  int rejected_calls_ = 0;
   std::string reasoning_;
   std::string content_;
 };

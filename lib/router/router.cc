@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <utility>
 #include <vector>
@@ -299,7 +300,9 @@ absl::Status Router::PrepareChat(const v1::GenerateRequest& in,
   if (!input.ok()) return Invalid(absl::StrCat("chat: ", input.status().message()));
   const model::ChatTemplate* t =
       options_.chat_template != nullptr ? options_.chat_template : builtin_template_.get();
-  RETURN_IF_ERROR(CheckTools(in, *input, chat_format_, t->origin()));
+  // The template's file name, not its path: errors go to clients.
+  RETURN_IF_ERROR(CheckTools(in, *input, chat_format_,
+                             std::filesystem::path(t->origin()).filename().string()));
   for (auto it = default_kwargs_.begin(); it != default_kwargs_.end(); ++it) {
     if (!input->kwargs.contains(it.key())) input->kwargs[it.key()] = it.value();
   }

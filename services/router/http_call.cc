@@ -416,6 +416,10 @@ void HttpCall::End(const absl::Status& status) {
 }
 
 void HttpCall::Done() {
+  if (parser_ != nullptr) {
+    p_.replies->CountChatOutput(static_cast<int>(parser_->calls().size()),
+                                parser_->rejected_calls(), reasoning_tokens_);
+  }
   StopKeepalive();
   StopWatchingPeer();
   // evhttp owns the request again (and frees it once the reply went out).

@@ -60,6 +60,8 @@ struct HttpService::Impl final : public HttpReplies {
   HttpServiceOptions o;
   metrics::Registry* registry = nullptr;
   metrics::CounterFamily* requests = nullptr;
+  metrics::CounterFamily* tool_calls = nullptr;
+  metrics::CounterFamily* reasoning_tokens = nullptr;
   std::mt19937_64 rng{std::random_device{}()};
   absl::Mutex rng_mu;
   std::vector<std::unique_ptr<Loop>> loops;
@@ -79,6 +81,11 @@ struct HttpService::Impl final : public HttpReplies {
 
   void Count(const std::string& path, int status) override {
     requests->WithLabels({path, absl::StrCat(status)}).Increment();
+  }
+  void CountChatOutput(int calls, int rejected, uint32_t reasoning) override {
+    if (calls > 0) tool_calls->WithLabels({"parsed"}).Increment(calls);
+    if (rejected > 0) tool_calls->WithLabels({"returned_as_text"}).Increment(rejected);
+    if (reasoning > 0) reasoning_tokens->WithLabels({}).Increment(reasoning);
   }
   void Reply(evhttp_request* req, const std::string& path, int status, std::string body) override {
     Send(req, status, kJson, body);
@@ -289,6 +296,19 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
                    impl->registry->AddCounter("swaserve_router_http_requests_total",
                                               "HTTP API requests by path and status code.",
                                               {"path", "status"}));
+  ASSIGN_OR_RETURN(impl->tool_calls,
+                   impl->registry->AddCounter(
+                       "swaserve_router_tool_calls_total",
+                       "Tool-call blocks in chat outputs: parsed into tool_calls, or returned as "
+                       "text (malformed, an undeclared function, cut off, a second call with "
+                       "parallel calls off); a rising share of the latter means the model and the "
+                       "template's call format disagree.",
+                       {"result"}));
+  ASSIGN_OR_RETURN(impl->reasoning_tokens,
+                   impl->registry->AddCounter("swaserve_router_reasoning_tokens_total",
+                                              "Generated tokens inside reasoning blocks.", {}));
+  impl->tool_calls->WithLabels({"parsed"});
+  impl->tool_calls->WithLabels({"returned_as_text"});
   const int n = std::clamp(options.threads, 1, 64);
   evutil_socket_t listen_fd = -1;
   for (int i = 0; i < n; ++i) {

@@ -153,6 +153,8 @@ TEST(ChatOutputParserTest, ParallelCallsAndWhitespaceBetweenThem) {
   const Joined k = RunAll(q, Split(out, 4));
   EXPECT_THAT(k.names, ElementsAre("add"));
   EXPECT_EQ(k.content, call_b);  // the second call is text
+  EXPECT_EQ(q.rejected_calls(), 1);
+  EXPECT_EQ(p.rejected_calls(), 0);
 }
 
 TEST(ChatOutputParserTest, MalformedOrUnfinishedCallsAreText) {
@@ -171,6 +173,7 @@ TEST(ChatOutputParserTest, MalformedOrUnfinishedCallsAreText) {
     EXPECT_THAT(j.names, IsEmpty()) << out;
     EXPECT_EQ(j.content, out);
     EXPECT_THAT(p.calls(), IsEmpty());
+    EXPECT_EQ(p.rejected_calls(), 1);
   }
 }
 
