@@ -417,8 +417,11 @@ void HttpCall::End(const absl::Status& status) {
 
 void HttpCall::Done() {
   if (parser_ != nullptr) {
+    const v1::ToolChoice::Mode mode = p_.parsed->request.tool_choice().mode();
+    const bool wanted = mode == v1::ToolChoice::MODE_REQUIRED || mode == v1::ToolChoice::MODE_FUNCTION;
     p_.replies->CountChatOutput(static_cast<int>(parser_->calls().size()),
-                                parser_->rejected_calls(), reasoning_tokens_);
+                                parser_->rejected_calls(), wanted && parser_->calls().empty(),
+                                reasoning_tokens_);
   }
   StopKeepalive();
   StopWatchingPeer();

@@ -63,8 +63,10 @@ class HttpReplies {
   virtual void ReplyError(evhttp_request* req, const std::string& path, const api::ApiError& e) = 0;
   virtual void Count(const std::string& path, int status) = 0;
   // A chat reply's output, once it ended: tool calls parsed, call blocks
-  // returned as text, tokens inside the reasoning block.
-  virtual void CountChatOutput(int tool_calls, int rejected_calls, uint32_t reasoning_tokens) = 0;
+  // returned as text, whether tool_choice wanted a call and none came,
+  // tokens inside the reasoning block.
+  virtual void CountChatOutput(int tool_calls, int rejected_calls, bool wanted_call_missing,
+                               uint32_t reasoning_tokens) = 0;
 };
 
 class HttpCall final : public router::GenerateSink, public std::enable_shared_from_this<HttpCall> {

@@ -82,9 +82,10 @@ struct HttpService::Impl final : public HttpReplies {
   void Count(const std::string& path, int status) override {
     requests->WithLabels({path, absl::StrCat(status)}).Increment();
   }
-  void CountChatOutput(int calls, int rejected, uint32_t reasoning) override {
+  void CountChatOutput(int calls, int rejected, bool wanted_missing, uint32_t reasoning) override {
     if (calls > 0) tool_calls->WithLabels({"parsed"}).Increment(calls);
     if (rejected > 0) tool_calls->WithLabels({"returned_as_text"}).Increment(rejected);
+    if (wanted_missing) tool_calls->WithLabels({"required_but_none"}).Increment();
     if (reasoning > 0) reasoning_tokens->WithLabels({}).Increment(reasoning);
   }
   void Reply(evhttp_request* req, const std::string& path, int status, std::string body) override {
@@ -302,13 +303,16 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
                        "Tool-call blocks in chat outputs: parsed into tool_calls, or returned as "
                        "text (malformed, an undeclared function, cut off, a second call with "
                        "parallel calls off); a rising share of the latter means the model and the "
-                       "template's call format disagree.",
+                       "template's call format disagree. required_but_none: replies to "
+                       "tool_choice required or a named function that made no call (nothing "
+                       "forces a call).",
                        {"result"}));
   ASSIGN_OR_RETURN(impl->reasoning_tokens,
                    impl->registry->AddCounter("swaserve_router_reasoning_tokens_total",
                                               "Generated tokens inside reasoning blocks.", {}));
   impl->tool_calls->WithLabels({"parsed"});
   impl->tool_calls->WithLabels({"returned_as_text"});
+  impl->tool_calls->WithLabels({"required_but_none"});
   const int n = std::clamp(options.threads, 1, 64);
   evutil_socket_t listen_fd = -1;
   for (int i = 0; i < n; ++i) {
