@@ -942,5 +942,94 @@ TEST_F(RouterIntegrationTest, ARequestTimeoutCapsOnlyWhenSet) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 4) << j;
 }
 
+// Tools, reasoning, /tokenize and logit_bias through real processes: a
+// router serving the tiny model with MiMo's chat template (the workers run
+// the same weights and tokenizer; only the router reads the template).
+TEST_F(RouterIntegrationTest, ToolsReasoningTokenizeAndLogitBias) {
+  namespace fs = std::filesystem;
+  // A router `id` over the tiny model's weights and tokenizer with the
+  // chat template `source`.
+  auto router_with_template = [](const std::string& id, const std::string& source) {
+    const std::string dir = cluster_->dir() + "/template_" + id;
+    fs::create_directories(dir);
+    for (const char* f : {"config.json", "tokenizer.json"}) {
+      fs::copy_file(cluster_->model_dir() + "/" + f, dir + "/" + f,
+                    fs::copy_options::overwrite_existing);
+    }
+    std::ofstream(dir + "/chat_template.jinja") << source;
+    auto r = cluster_->StartRouter(id, {"--model=" + dir});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(cluster_->WaitHealthy(id, absl::Seconds(20)).ok());
+  };
+  std::ifstream mimo(std::string(SWASERVE_SOURCE_DIR) +
+                     "/tests/fixtures/chat_templates/mimo_v2_5.jinja");
+  router_with_template("r12", std::string(std::istreambuf_iterator<char>(mimo), {}));
+  router_with_template("r13", "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}");
+
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "add",
+      "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}])");
+  json req = {{"model", "tiny"},
+              {"messages", {{{"role", "user"}, {"content", "add 2 and 3"}}}},
+              {"tools", tools},
+              {"max_tokens", 8},
+              {"temperature", 0},
+              {"ignore_eos", true}};
+  // Thinking on (the template's default): the generation prompt opens the
+  // block, so the output starts as reasoning.
+  const json on = Post("r12", "/v1/chat/completions", req);
+  ASSERT_TRUE(on.contains("choices")) << on;
+  const json& msg = on["choices"][0]["message"];
+  ASSERT_TRUE(msg.contains("reasoning_content")) << on;
+  const int reasoning = on["usage"]["completion_tokens_details"]["reasoning_tokens"];
+  EXPECT_GT(reasoning, 0) << on;
+  EXPECT_LE(reasoning, on["usage"]["completion_tokens"].get<int>());
+  // Streamed, the same split.
+  req["stream"] = true;
+  auto streamed = cluster_->Http("r12", "POST", "/v1/chat/completions", req.dump());
+  ASSERT_TRUE(streamed.ok());
+  std::string reasoning_text, content_text;
+  for (const json& f : SseFrames(streamed->body)) {
+    if (f["choices"].empty()) continue;
+    const json& d = f["choices"][0]["delta"];
+    reasoning_text += d.value("reasoning_content", "");
+    if (d.contains("content") && d["content"].is_string()) content_text += d["content"];
+  }
+  EXPECT_EQ(reasoning_text, msg["reasoning_content"].get<std::string>());
+  EXPECT_EQ(content_text, msg["content"].is_string() ? msg["content"].get<std::string>() : "");
+  req.erase("stream");
+
+  // Thinking off: no reasoning.
+  req["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const json off = Post("r12", "/v1/chat/completions", req);
+  EXPECT_FALSE(off["choices"][0]["message"].contains("reasoning_content")) << off;
+  EXPECT_EQ(off["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+
+  // /tokenize counts what the request's usage reports.
+  const json tok = Post("r12", "/tokenize", {{"messages", req["messages"]}, {"tools", tools}});
+  EXPECT_EQ(tok["count"], on["usage"]["prompt_tokens"]) << tok;
+  EXPECT_EQ(tok["tokens"].size(), tok["count"].get<size_t>());
+  const json text = Post("r12", "/detokenize", {{"tokens", tok["tokens"]}});
+  EXPECT_NE(text["prompt"].get<std::string>().find("<tool_call>"), std::string::npos) << text;
+
+  // A template that does not render tools: a 400 that says so.
+  const json refused = Post("r13", "/v1/chat/completions", req, 400);
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("does not render tool"),
+            std::string::npos)
+      << refused;
+
+  // logit_bias reaches prefill (the first token) and decode (the rest).
+  const json forced = Post("r12", "/v1/completions",
+                           {{"model", "tiny"},
+                            {"prompt", RandomPrompt(40, 7)},
+                            {"max_tokens", 6},
+                            {"temperature", 0},
+                            {"ignore_eos", true},
+                            {"logit_bias", {{"1234", 100}}}});
+  const json one = Post("r12", "/detokenize", {{"tokens", {1234}}});
+  std::string six;
+  for (int i = 0; i < 6; ++i) six += one["prompt"].get<std::string>();
+  EXPECT_EQ(forced["choices"][0]["text"], six) << forced;
+}
+
 }  // namespace
 }  // namespace swaserve
