@@ -89,7 +89,8 @@ class LineParser {
       }
       r.hash_ids.push_back(id.get<int64_t>());
     }
-    const int64_t needed = (r.input_tokens + block - 1) / block;
+    // The trace names full blocks only; a partial last block has no id.
+    const int64_t needed = r.input_tokens / block;
     if (static_cast<int64_t>(r.hash_ids.size()) < needed) {
       return Error(absl::StrCat("prompt of ", r.input_tokens, " tokens has ",
                                 r.hash_ids.size(), " hash ids, needs ",
@@ -289,9 +290,18 @@ TraceRequest AsTraceRequest(const AgentSession& session, int64_t request) {
   TraceRequest r;
   r.input_length = a.input_tokens;
   r.output_length = a.output_tokens;
-  r.hash_ids.reserve(a.hash_ids.size());
+  r.hash_ids.reserve(a.hash_ids.size() + 1);
   for (int64_t id : a.hash_ids) {
     r.hash_ids.push_back(ScopedBlockId(session.scope, id));
+  }
+  const int64_t block = std::max(1, session.block_tokens);
+  if (static_cast<int64_t>(a.hash_ids.size()) * block < a.input_tokens) {
+    // The partial last block the trace leaves unnamed: an id of its own.
+    const int64_t key[4] = {session.scope,
+                            a.hash_ids.empty() ? -1 : a.hash_ids.back(),
+                            a.input_tokens, 0x7461696c};  // "tail"
+    r.hash_ids.push_back(
+        static_cast<int64_t>(base::Hash64(key, sizeof(key), kScopeSeed) >> 1));
   }
   return r;
 }

@@ -9,9 +9,9 @@
 //                 {"t": 440.2, "type": "subagent", "requests": [...]}, ...]}
 // `t` is seconds on the session's own clock; a sub-agent entry's `t` is its
 // start on its parent's clock and its own requests' `t` count from there.
-// hash_ids hold one id per block_size-token block of the prompt, chained
-// (equal leading ids = equal prefix), comparable only inside one session and
-// its sub-agents (the id scope).
+// hash_ids hold one id per full block_size-token block of the prompt (a
+// partial last block has none), chained (equal leading ids = equal prefix),
+// comparable only inside one session and its sub-agents (the id scope).
 //
 // Loading flattens the tree: every top-level session and every sub-agent
 // becomes an AgentSession of its own (its own clock offset, its own
@@ -50,7 +50,7 @@ struct AgentRequest {
   double api_time_s = 0;
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
-  // One id per block of the prompt, local to the session's scope.
+  // One id per full block of the prompt, local to the session's scope.
   std::vector<int64_t> hash_ids;
 };
 
@@ -90,7 +90,7 @@ struct AgentParseOptions {
 // sessions: each top-level session followed by its sub-agents, depth first
 // in trace order. Errors name the source and the 1-based line: bad JSON,
 // a missing or mistyped field, negative lengths or times, a prompt with
-// fewer hash ids than its length needs, block_size outside [1, 65536].
+// fewer hash ids than its full blocks, block_size outside [1, 65536].
 absl::StatusOr<std::vector<AgentSession>> ParseAgentSessions(
     absl::string_view jsonl, const AgentParseOptions& options = {});
 
@@ -137,8 +137,11 @@ absl::StatusOr<AgentSchedule> ScheduleAgentSessions(
 int64_t ScopedBlockId(int64_t scope, int64_t local_id);
 
 // The request as a Mooncake TraceRequest: hash ids made unique per scope
-// (ScopedBlockId), the session's block size in `scale->block_tokens` is the
-// caller's business. timestamp_ms is 0.
+// (ScopedBlockId) and, when the prompt ends in a partial block the trace
+// leaves unnamed, one more id for it (a function of the scope, the last full
+// block's id and the prompt length: a continuation gets those tokens from
+// the synthesizer's reconstruction, not from this id). Scaling by the
+// session's block size is the caller's business. timestamp_ms is 0.
 TraceRequest AsTraceRequest(const AgentSession& session, int64_t request);
 
 // Prompts of agent requests. Call Next in arrival order (the order

@@ -3,7 +3,7 @@
 // trace files a user points the replay at. Any input must parse or fail with
 // InvalidArgument, never crash or hang. What parses must be consistent:
 // sessions indexed in order, every sub-agent after its parent and in its
-// parent's scope, every prompt with the hash ids its length needs; the
+// parent's scope, every prompt with an id per full block; the
 // schedule and the prompt synthesis then run on it (prompt lengths capped so
 // a large `in` cannot allocate without bound). Seeds (corpus/agent_trace/)
 // are small sessions in the trace's format, with and without sub-agents.
@@ -35,8 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (s.block_tokens < 1) __builtin_trap();
     for (const auto& r : s.requests) {
       if (r.input_tokens < 0 || r.t_s < 0) __builtin_trap();
-      if (static_cast<int64_t>(r.hash_ids.size()) <
-          (r.input_tokens + s.block_tokens - 1) / s.block_tokens) {
+      if (static_cast<int64_t>(r.hash_ids.size()) < r.input_tokens / s.block_tokens) {
         __builtin_trap();
       }
     }

@@ -77,7 +77,7 @@ TEST(ParseAgentSessions, ErrorsNameTheLineAndTheField) {
   EXPECT_THAT(
       err(R"({"requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": [1]}]})"),
       HasSubstr("'in' is not a non-negative integer"));
-  EXPECT_THAT(err(R"({"block_size": 4, "requests": [{"t": 0, "in": 9, "out": 1,)"
+  EXPECT_THAT(err(R"({"block_size": 4, "requests": [{"t": 0, "in": 13, "out": 1,)"
                   R"( "hash_ids": [1, 2]}]})"),
               HasSubstr("has 2 hash ids, needs 3"));
   EXPECT_THAT(err(R"({"block_size": 0, "requests": []})"),
@@ -184,6 +184,30 @@ TEST(AgentPromptSynthesizer, ContinuationsAndSubAgentsShareTokensExactly) {
   EXPECT_TRUE(std::equal(p0.begin(), p0.begin() + 4, p1.begin()));
   EXPECT_FALSE(std::equal(p0.begin(), p0.end(), p1.begin()));
   for (uint32_t t : t2) EXPECT_LT(t, 1000u);
+}
+
+TEST(AgentPromptSynthesizer, UnnamedPartialBlocksAsTheTraceHasThem) {
+  // The trace names full blocks only: 6 tokens of block 4 have one id.
+  auto s = ParseAgentSessions(
+      R"({"block_size": 4, "requests": [)"
+      R"({"t": 0, "in": 6, "out": 1, "hash_ids": [1]},)"
+      R"({"t": 1, "in": 11, "out": 1, "hash_ids": [1, 2]},)"
+      R"({"t": 2, "in": 7, "out": 1, "hash_ids": [1]}]})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(AsTraceRequest((*s)[0], 0).hash_ids.size(), 2u);  // + the tail's
+  EXPECT_EQ(AsTraceRequest((*s)[0], 1).hash_ids.size(), 3u);
+  AgentPromptSynthesizer synth({.vocab_size = 1000});
+  const std::vector<uint32_t> a = synth.Next((*s)[0], 0);
+  const std::vector<uint32_t> b = synth.Next((*s)[0], 1);
+  const std::vector<uint32_t> c = synth.Next((*s)[0], 2);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 11u);
+  ASSERT_EQ(c.size(), 7u);
+  // b continues a: a's unnamed tail is b's, as the real next turn's is.
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+  // c also has a's full blocks as its leading ids and is longer than a:
+  // by the continuation rule it continues a too.
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), c.begin()));
 }
 
 TEST(ScopedBlockId, UniquePerScopeAndNonNegative) {
