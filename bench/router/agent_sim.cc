@@ -106,6 +106,12 @@ struct Flags {
   double l2_gb = 2000, l3_gb = 30000;
   double peak_tflops = 1979, mfu = 0.4, pcie_gbs = 50, nvme_gbs = 25;
   double ratio = 0.02;
+  // One L3 store shared by every prefill instance (deploy/k8s's shared-l3
+  // component; its bytes: l3_gb x instances) instead of one per instance.
+  bool l3_shared = true;
+  // kv.l3_write_through_near_bound of each instance (fraction of its
+  // bucket's upper bound; 0: off, the worker's default).
+  double l3_near_bound = 0;
   std::vector<std::string> variants = {"defaults", "single", "l1",        "single-l1",
                                        "round-robin", "least-load", "sglang", "dynamo"};
 };
@@ -161,7 +167,8 @@ struct Req {
 
 struct Instance {
   std::unique_ptr<kv::KvPools> pools, l2;
-  std::unique_ptr<kv::MemoryPageStore> l3;
+  std::unique_ptr<kv::MemoryPageStore> l3;  // its own L3 (not shared)
+  kv::PageStore* store = nullptr;           // the L3 it uses
   std::unique_ptr<kv::PrefixCache> cache;
   std::deque<size_t> queue;
   int64_t queued_uncached = 0;  // router estimates
@@ -223,7 +230,13 @@ class Sim {
     // pages per prompt); the single shape stores both halves of every page.
     const double blob = v.single ? double(shape_.Full().PageBytes() + shape_.Swa().PageBytes()) / 2
                                  : double(shape_.Full().PageBytes());
-    const int64_t l3_blobs = static_cast<int64_t>(f.l3_gb * kGB / blob);
+    int total_instances = 0;
+    for (int n : f.instances) total_instances += n;
+    const int64_t l3_blobs =
+        static_cast<int64_t>(f.l3_gb * kGB * (f.l3_shared ? total_instances : 1) / blob);
+    if (v.tiers && f.l3_shared) {
+      shared_l3_ = std::make_unique<kv::MemoryPageStore>(l3_blobs * kv::MemoryPageStore::kEntryOverhead);
+    }
     page_bytes_ = double(shape_.Full().PageBytes()) + (v.single ? shape_.Swa().PageBytes() : 0);
     for (int b = 0; b < static_cast<int>(f.instances.size()); ++b) {
       for (int k = 0; k < f.instances[b]; ++k) {
@@ -237,9 +250,16 @@ class Sim {
           po.full_pages = l2->full_pages;
           po.swa_pages = l2->swa_pages;
           in.l2 = Value(kv::KvPools::Create(po));
-          in.l3 = std::make_unique<kv::MemoryPageStore>(l3_blobs * kv::MemoryPageStore::kEntryOverhead);
+          if (shared_l3_ == nullptr) {
+            in.l3 = std::make_unique<kv::MemoryPageStore>(l3_blobs * kv::MemoryPageStore::kEntryOverhead);
+          }
+          in.store = shared_l3_ != nullptr ? shared_l3_.get() : in.l3.get();
           co.l2 = in.l2.get();
-          co.l3 = in.l3.get();
+          co.l3 = in.store;
+          if (f.l3_near_bound > 0) {
+            co.l3_write_through_from_tokens = static_cast<int>(
+                std::ceil(f.l3_near_bound * double(PolicyOptions{}.bucket_bounds[b])));
+          }
         }
         co.keep_restorable_tombstones = true;
         co.cold_superseded_windows = true;
@@ -258,7 +278,9 @@ class Sim {
             {"gpus_per_instance", f_.gpus},
             {"l1_gb_per_instance", f_.gpus * (f_.hbm_gb - f_.weights_gb / f_.gpus - f_.reserve_gb)},
             {"l2_gb_per_instance", v_.tiers ? f_.l2_gb : 0},
-            {"l3_gb_per_instance", v_.tiers ? f_.l3_gb : 0}};
+            {"l3_gb_per_instance", v_.tiers ? f_.l3_gb : 0},
+            {"l3_shared", f_.l3_shared},
+            {"l3_write_through_near_bound", f_.l3_near_bound}};
   }
 
   // Runs every arrival of sessions kept by `keep`; fills reqs_.
@@ -286,6 +308,7 @@ class Sim {
   int64_t l1_tokens_ = 0;
   double page_bytes_ = 0;
   int64_t restore_work_ = 0;
+  std::unique_ptr<kv::MemoryPageStore> shared_l3_;  // before instances_: outlives their caches
   std::vector<Instance> instances_;
   std::vector<int> bucket_of_;
   std::vector<Req> reqs_;
@@ -432,10 +455,10 @@ void Sim::Start(Instance& in, double t) {
   Req& r = reqs_[i];
   const int ps = shape_.page_size;
   kv::MatchOptions mo{.max_tokens = r.len - 1};
-  if (in.l3 != nullptr) {
+  if (in.store != nullptr) {
     const kv::MatchLengths ml = in.cache->Match(r.hashes, mo.max_tokens);
     const kv::L3Fetch fetch = kv::FetchFromL3(
-        *in.l3, in.cache->l3_fetch_options(),
+        *in.store, in.cache->l3_fetch_options(),
         absl::MakeConstSpan(r.hashes).subspan(0, std::min<size_t>(r.hashes.size(), mo.max_tokens / ps)),
         (ml.matched_tokens + ml.lower_tier_tokens) / ps, ml.safe_tokens / ps);
     const int attached = in.cache->AttachFromL3(r.hashes, fetch);
@@ -536,6 +559,7 @@ Flags ParseFlags(int argc, char** argv) {
           "  [--half=all|tune|heldout] [--instances=1,8,3] [--gpus=16] [--hbm-gb=141]\n"
           "  [--weights-gb=1020] [--reserve-gb=10] [--l2-gb=2000] [--l3-gb=30000]\n"
           "  [--peak-tflops=1979] [--mfu=0.4] [--pcie-gbs=50] [--nvme-gbs=25] [--ratio=0.02]\n"
+          "  [--l3-shared=true|false] [--l3-near-bound=0]\n"
           "  [--variants=defaults,single,l1,single-l1,round-robin,least-load,sglang,dynamo]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
@@ -559,6 +583,8 @@ Flags ParseFlags(int argc, char** argv) {
     else if (k == "--pcie-gbs") f.pcie_gbs = d;
     else if (k == "--nvme-gbs") f.nvme_gbs = d;
     else if (k == "--ratio") f.ratio = d;
+    else if (k == "--l3-shared") f.l3_shared = v == "true" || v == "1";
+    else if (k == "--l3-near-bound") f.l3_near_bound = d;
     else if (k == "--variants") f.variants = absl::StrSplit(v, ',');
     else Die("unknown flag " + k);
   }
