@@ -20,7 +20,11 @@
 //     prefill worker runs by default; L2 (--l2-gb of host memory per
 //     instance, ratio 0.02) with a load-back before every lookup; L3
 //     (--l3-gb of NVMe per instance, a MemoryPageStore of metadata blobs)
-//     fetched and attached before the load-back;
+//     fetched and attached before the load-back; by default ONE L3 shared
+//     by every instance (deploy/k8s's shared-l3 component, `swaserve up`'s
+//     l3_redis_mib) of all their bytes, each instance but the last bucket's
+//     writing a prompt through to it at 0.75 of its bucket's bound
+//     (--l3-near-bound, as `swaserve up` does); --l3-shared=false: one each;
 //   - one request at a time per instance, FIFO queue; its hit is the
 //     window-safe hit (a restored hit: M minus the pyramid's work) when it
 //     starts; its pages go into the cache when its prefill ends.
@@ -109,9 +113,13 @@ struct Flags {
   // One L3 store shared by every prefill instance (deploy/k8s's shared-l3
   // component; its bytes: l3_gb x instances) instead of one per instance.
   bool l3_shared = true;
-  // kv.l3_write_through_near_bound of each instance (fraction of its
-  // bucket's upper bound; 0: off, the worker's default).
-  double l3_near_bound = 0;
+  // kv.l3_write_through_near_bound of every instance but the last bucket's
+  // (fraction of its bucket's upper bound; 0: off). Default 0.75, what
+  // `swaserve up` gives its workers with the shared L3
+  // (launch::ClusterSpec::l3_write_through_near_bound).
+  double l3_near_bound = 0.75;
+  // KV bytes (L1) per GPU; 0: hbm - weights / gpus - reserve.
+  double kv_gb = 0;
   std::vector<std::string> variants = {"defaults", "single", "l1",        "single-l1",
                                        "round-robin", "least-load", "sglang", "dynamo"};
 };
@@ -137,6 +145,10 @@ Variant MakeVariant(const std::string& name) {
   if (name == "dynamo") return v.policy = Policy::kDynamo, v;
   Die("unknown variant " + name);
   return v;
+}
+
+double KvGbPerGpu(const Flags& f) {
+  return f.kv_gb > 0 ? f.kv_gb : f.hbm_gb - f.weights_gb / f.gpus - f.reserve_gb;
 }
 
 bool HeldOut(int64_t scope) { return (Mix64(static_cast<uint64_t>(scope) + 1) & 1) != 0; }
@@ -216,7 +228,7 @@ class Sim {
       : f_(f), v_(v), sessions_(sessions), sched_(sched) {
     shape_ = kv::KvShape::MiMoV25Pro();
     dual_ = shape_;
-    const double kv_bytes = f.gpus * (f.hbm_gb - f.weights_gb / f.gpus - f.reserve_gb) * kGB;
+    const double kv_bytes = f.gpus * KvGbPerGpu(f) * kGB;
     if (kv_bytes <= 0) Die("no HBM left for KV");
     if (v.single) shape_.sliding_window = 1 << 21;  // past any prompt: every token keeps all layers
     swa_pattern_ = bench::SwaPattern(shape_);
@@ -256,7 +268,7 @@ class Sim {
           in.store = shared_l3_ != nullptr ? shared_l3_.get() : in.l3.get();
           co.l2 = in.l2.get();
           co.l3 = in.store;
-          if (f.l3_near_bound > 0) {
+          if (f.l3_near_bound > 0 && b + 1 < static_cast<int>(f.instances.size())) {
             co.l3_write_through_from_tokens = static_cast<int>(
                 std::ceil(f.l3_near_bound * double(PolicyOptions{}.bucket_bounds[b])));
           }
@@ -276,7 +288,7 @@ class Sim {
     return {{"l1_full_tokens_per_instance", l1_tokens_},
             {"instances", f_.instances},
             {"gpus_per_instance", f_.gpus},
-            {"l1_gb_per_instance", f_.gpus * (f_.hbm_gb - f_.weights_gb / f_.gpus - f_.reserve_gb)},
+            {"l1_gb_per_instance", f_.gpus * KvGbPerGpu(f_)},
             {"l2_gb_per_instance", v_.tiers ? f_.l2_gb : 0},
             {"l3_gb_per_instance", v_.tiers ? f_.l3_gb : 0},
             {"l3_shared", f_.l3_shared},
@@ -559,7 +571,7 @@ Flags ParseFlags(int argc, char** argv) {
           "  [--half=all|tune|heldout] [--instances=1,8,3] [--gpus=16] [--hbm-gb=141]\n"
           "  [--weights-gb=1020] [--reserve-gb=10] [--l2-gb=2000] [--l3-gb=30000]\n"
           "  [--peak-tflops=1979] [--mfu=0.4] [--pcie-gbs=50] [--nvme-gbs=25] [--ratio=0.02]\n"
-          "  [--l3-shared=true|false] [--l3-near-bound=0]\n"
+          "  [--l3-shared=true|false] [--l3-near-bound=0.75] [--kv-gb=0 (per GPU; 0: derived)]\n"
           "  [--variants=defaults,single,l1,single-l1,round-robin,least-load,sglang,dynamo]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
@@ -585,6 +597,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (k == "--ratio") f.ratio = d;
     else if (k == "--l3-shared") f.l3_shared = v == "true" || v == "1";
     else if (k == "--l3-near-bound") f.l3_near_bound = d;
+    else if (k == "--kv-gb") f.kv_gb = d;
     else if (k == "--variants") f.variants = absl::StrSplit(v, ',');
     else Die("unknown flag " + k);
   }
