@@ -16,8 +16,9 @@
 //   - each instance is a REAL kv::PrefixCache over metadata-only pools of
 //     the MiMo-V2.5-Pro shape (kv::KvShape::MiMoV25Pro: 10 full + 60 SWA
 //     layers, 8 KV heads, K 192 / V 128, BF16, W 128, page 16), dual pools
-//     split by SizePools at SWA/full ratio 0.02, window restore on, as the
-//     prefill worker runs by default; L2 (--l2-gb of host memory per
+//     split by SizePools at SWA/full ratio 0.02, window restore on (as a
+//     pyramid, from the window-safe hit when inside the stretch) and SWA
+//     checkpoints every 2048 tokens, as the prefill worker runs by default; L2 (--l2-gb of host memory per
 //     instance, ratio 0.02) with a load-back before every lookup; L3
 //     (--l3-gb of NVMe per instance, a MemoryPageStore of metadata blobs)
 //     fetched and attached before the load-back; by default ONE L3 shared
@@ -490,6 +491,11 @@ void Sim::Start(Instance& in, double t) {
   so.pools = in.pools.get();
   so.cache = in.cache.get();
   so.evict_on_demand = true;
+  // The prefill worker's defaults (worker_options.h): SWA checkpoints every
+  // 2048 tokens that yield to hot windows, divergence windows kept.
+  so.swa_checkpoint_tokens = v_.single ? 0 : 2048;
+  so.checkpoints_yield = true;
+  so.keep_divergence_window = true;
   in.seq = std::make_unique<kv::Sequence>(so, std::move(hit));
   int next = in.seq->length();
   r.hit = next;
