@@ -48,7 +48,9 @@
 // cache-aware policy) and dynamo (Dynamo's KV router cost with its default
 // overlap weight 1 and temperature 0: new prefill blocks + the worker's
 // active blocks, the prompt blocks of its running and queued requests) over
-// the default cache.
+// the default cache; l1-carry (a what-if, not in the router: l1 where a
+// prompt may also go to an instance of the next lower bucket holding at
+// least half of it).
 // Sessions: the top-level sessions start evenly over a span such that
 // --concurrency run at once on average (loadgen::ScheduleAgentSessions,
 // order shuffled with --seed); sub-agents run on their parent's clock.
@@ -132,6 +134,9 @@ struct Variant {
   bool single = false;
   bool tiers = true;
   Policy policy = Policy::kOurs;
+  // A what-if the router and workers do not implement: a prompt may also go
+  // to an instance of the next lower bucket that holds at least half of it.
+  bool carry = false;
 };
 
 Variant MakeVariant(const std::string& name) {
@@ -140,6 +145,7 @@ Variant MakeVariant(const std::string& name) {
   if (name == "single") return v.single = true, v;
   if (name == "l1") return v.tiers = false, v;
   if (name == "single-l1") return v.single = true, v.tiers = false, v;
+  if (name == "l1-carry") return v.tiers = false, v.carry = true, v;
   if (name == "round-robin") return v.policy = Policy::kRoundRobin, v;
   if (name == "least-load") return v.policy = Policy::kLeastLoad, v;
   if (name == "sglang") return v.policy = Policy::kSglang, v;
@@ -366,6 +372,9 @@ void Sim::Arrive(Req& r) {
       cands.push_back(static_cast<int>(k));
       r.chain.in_bucket = std::max(r.chain.in_bucket, depth[k]);
     }
+  }
+  for (size_t k = 0; v_.carry && k < instances_.size(); ++k) {
+    if (bucket_of_[k] + 1 == r.bucket && 2 * depth[k] >= r.len) cands.push_back(static_cast<int>(k));
   }
   if (cands.empty()) Die("a bucket without instances");
   const int pick = Pick(r, cands, depth, ml);
@@ -632,8 +641,8 @@ int Main(int argc, char** argv) {
               "span %.0f s for %.0f at once; instances per bucket %d,%d,%d of %d H200s\n",
               path.c_str(), sessions->size(), static_cast<long long>(kept), f.half.c_str(),
               sched->span_s, f.concurrency, f.instances[0], f.instances[1], f.instances[2], f.gpus);
-  std::printf("%-12s %-8s %8s %9s %12s %8s %8s %6s %6s %6s %6s %6s\n", "variant", "sessions",
-              "requests", "hit", "prefill tok", "TTFT p50", "p90", "cold", "evict", "bucket",
+  std::printf("%-12s %-8s %8s %9s %12s %9s %9s %6s %6s %6s %6s %6s\n", "variant", "sessions",
+              "requests", "hit", "prefill tok", "TTFT p50", "p90 (ms)", "cold", "evict", "bucket",
               "route", "window");
   nlohmann::json out = {{"trace", path}, {"concurrency", f.concurrency}, {"span_s", sched->span_s},
                         {"seed", f.seed}, {"half", f.half}, {"variants", nlohmann::json::array()}};
@@ -656,10 +665,10 @@ int Main(int argc, char** argv) {
                                    {"tune", &tune}, {"heldout", &held}}) {
       if (s->requests == 0) continue;
       const double p = double(s->prompt);
-      std::printf("%-12s %-8s %8lld %8.2f%% %12lld %7.2fs %7.2fs %5.2f%% %5.2f%% %5.2f%% %5.2f%% %5.2f%%\n",
+      std::printf("%-12s %-8s %8lld %8.2f%% %12lld %9.1f %9.1f %5.2f%% %5.2f%% %5.2f%% %5.2f%% %5.2f%%\n",
                   name.c_str(), label, static_cast<long long>(s->requests), 100 * s->hit / p,
-                  static_cast<long long>(s->prompt - s->hit), Percentile(s->ttft, 0.5),
-                  Percentile(s->ttft, 0.9), 100 * s->causes.cold / p, 100 * s->causes.evicted / p,
+                  static_cast<long long>(s->prompt - s->hit), 1e3 * Percentile(s->ttft, 0.5),
+                  1e3 * Percentile(s->ttft, 0.9), 100 * s->causes.cold / p, 100 * s->causes.evicted / p,
                   100 * s->causes.bucket / p, 100 * s->causes.routing / p, 100 * s->causes.window / p);
     }
     std::printf("%-12s ideal (infinite cache per session, top-level requests): %.2f%%; L1 %lld "
