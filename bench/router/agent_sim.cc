@@ -182,6 +182,7 @@ struct Req {
   double ttft = -1;
   int64_t hit = 0;
   loadgen::MissCauses causes;
+  int64_t restore_work = 0;  // of the window cause: a window restore's work
 };
 
 struct Instance {
@@ -203,7 +204,10 @@ struct Summary {
   loadgen::MissCauses causes;
   std::vector<double> ttft;
   int64_t ideal_prompt = 0, ideal_hit = 0;  // top-level requests: the infinite cache
+  int64_t restores = 0, restore_work = 0;
   void Add(const Req& r) {
+    restores += r.restore_work > 0;
+    restore_work += r.restore_work;
     ++requests;
     prompt += r.len;
     hit += r.hit;
@@ -224,7 +228,9 @@ struct Summary {
             {"miss_evicted", causes.evicted},
             {"miss_bucket", causes.bucket},
             {"miss_routing", causes.routing},
-            {"miss_window", causes.window}};
+            {"miss_window", causes.window},
+            {"window_restores", restores},
+            {"window_restore_work_tokens", restore_work}};
   }
 };
 
@@ -511,6 +517,7 @@ void Sim::Start(Instance& in, double t) {
   if (restoring) {
     if (!in.seq->BeginWindowRestore(plan.choice.compute_from).ok()) Die("window restore failed");
     r.hit = next - std::llround(plan.work);
+    r.restore_work = std::llround(plan.work);
     next = plan.choice.compute_from;
   }
   while (next < r.len) {
