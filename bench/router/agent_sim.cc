@@ -18,8 +18,9 @@
 //     layers, 8 KV heads, K 192 / V 128, BF16, W 128, page 16), dual pools
 //     split by SizePools at SWA/full ratio 0.02, window restore on (as a
 //     pyramid, from the window-safe hit when inside the stretch) and SWA
-//     checkpoints every 2048 tokens, as the prefill worker runs by default; L2 (--l2-gb of host memory per
-//     instance, ratio 0.02) with a load-back before every lookup; L3
+//     checkpoints every 2048 tokens, as the prefill worker runs by default; L2
+//     (--l2-gb of host memory per instance, ratio 0.02) with a load-back before
+//     every lookup; L3
 //     (--l3-gb of NVMe per instance, a MemoryPageStore of metadata blobs)
 //     fetched and attached before the load-back; by default ONE L3 shared
 //     by every instance (deploy/k8s's shared-l3 component, `swaserve up`'s
@@ -123,8 +124,9 @@ struct Flags {
   double l3_near_bound = 0.75;
   // KV bytes (L1) per GPU; 0: hbm - weights / gpus - reserve.
   double kv_gb = 0;
-  std::vector<std::string> variants = {"defaults", "single", "l1",        "single-l1",
-                                       "round-robin", "least-load", "sglang", "dynamo"};
+  std::vector<std::string> variants = {"defaults",  "single",      "l1",
+                                       "single-l1", "round-robin", "least-load",
+                                       "sglang",    "dynamo"};
 };
 
 enum class Policy { kOurs, kRoundRobin, kLeastLoad, kSglang, kDynamo };
@@ -155,16 +157,20 @@ Variant MakeVariant(const std::string& name) {
 }
 
 double KvGbPerGpu(const Flags& f) {
-  return f.kv_gb > 0 ? f.kv_gb : f.hbm_gb - f.weights_gb / f.gpus - f.reserve_gb;
+  return f.kv_gb > 0 ? f.kv_gb
+                     : f.hbm_gb - f.weights_gb / f.gpus - f.reserve_gb;
 }
 
-bool HeldOut(int64_t scope) { return (Mix64(static_cast<uint64_t>(scope) + 1) & 1) != 0; }
+bool HeldOut(int64_t scope) {
+  return (Mix64(static_cast<uint64_t>(scope) + 1) & 1) != 0;
+}
 
 // Seconds of prefill compute for tokens [h, len) on one instance.
 double PrefillSeconds(const Flags& f, int64_t h, int64_t len) {
   const double n = static_cast<double>(len - h);
   if (n <= 0) return 0;
-  const double attn = 2.0 * (192 + 128) * 128;  // per (query, key) pair and layer
+  const double attn =
+      2.0 * (192 + 128) * 128;  // per (query, key) pair and layer
   const double flops = 2 * 42e9 * n +
                        10 * attn * (double(len) * len - double(h) * h) / 2 +
                        60 * attn * 128 * n;
@@ -203,7 +209,8 @@ struct Summary {
   int64_t requests = 0, prompt = 0, hit = 0;
   loadgen::MissCauses causes;
   std::vector<double> ttft;
-  int64_t ideal_prompt = 0, ideal_hit = 0;  // top-level requests: the infinite cache
+  int64_t ideal_prompt = 0,
+          ideal_hit = 0;  // top-level requests: the infinite cache
   int64_t restores = 0, restore_work = 0;
   void Add(const Req& r) {
     restores += r.restore_work > 0;
@@ -236,14 +243,17 @@ struct Summary {
 
 class Sim {
  public:
-  Sim(const Flags& f, const Variant& v, const std::vector<loadgen::AgentSession>& sessions,
+  Sim(const Flags& f, const Variant& v,
+      const std::vector<loadgen::AgentSession>& sessions,
       const loadgen::AgentSchedule& sched)
       : f_(f), v_(v), sessions_(sessions), sched_(sched) {
     shape_ = kv::KvShape::MiMoV25Pro();
     dual_ = shape_;
     const double kv_bytes = f.gpus * KvGbPerGpu(f) * kGB;
     if (kv_bytes <= 0) Die("no HBM left for KV");
-    if (v.single) shape_.sliding_window = 1 << 21;  // past any prompt: every token keeps all layers
+    if (v.single)
+      shape_.sliding_window =
+          1 << 21;  // past any prompt: every token keeps all layers
     swa_pattern_ = bench::SwaPattern(shape_);
     const double ratio = v.single ? 1.0 : f.ratio;
     auto l1 = kv::SizePools(shape_, static_cast<int64_t>(kv_bytes), ratio);
@@ -253,21 +263,27 @@ class Sim {
     l1_tokens_ = l1->full_pages * shape_.page_size;
     // L3 blobs: a full page each (the dual shape's SWA windows are a few
     // pages per prompt); the single shape stores both halves of every page.
-    const double blob = v.single ? double(shape_.Full().PageBytes() + shape_.Swa().PageBytes()) / 2
-                                 : double(shape_.Full().PageBytes());
+    const double blob =
+        v.single
+            ? double(shape_.Full().PageBytes() + shape_.Swa().PageBytes()) / 2
+            : double(shape_.Full().PageBytes());
     int total_instances = 0;
     for (int n : f.instances) total_instances += n;
-    const int64_t l3_blobs =
-        static_cast<int64_t>(f.l3_gb * kGB * (f.l3_shared ? total_instances : 1) / blob);
+    const int64_t l3_blobs = static_cast<int64_t>(
+        f.l3_gb * kGB * (f.l3_shared ? total_instances : 1) / blob);
     if (v.tiers && f.l3_shared) {
-      shared_l3_ = std::make_unique<kv::MemoryPageStore>(l3_blobs * kv::MemoryPageStore::kEntryOverhead);
+      shared_l3_ = std::make_unique<kv::MemoryPageStore>(
+          l3_blobs * kv::MemoryPageStore::kEntryOverhead);
     }
-    page_bytes_ = double(shape_.Full().PageBytes()) + (v.single ? shape_.Swa().PageBytes() : 0);
+    page_bytes_ = double(shape_.Full().PageBytes()) +
+                  (v.single ? shape_.Swa().PageBytes() : 0);
     for (int b = 0; b < static_cast<int>(f.instances.size()); ++b) {
       for (int k = 0; k < f.instances[b]; ++k) {
         Instance in;
-        kv::KvPoolsOptions po{.shape = shape_, .full_pages = l1->full_pages,
-                              .swa_pages = l1->swa_pages, .allocate_memory = false};
+        kv::KvPoolsOptions po{.shape = shape_,
+                              .full_pages = l1->full_pages,
+                              .swa_pages = l1->swa_pages,
+                              .allocate_memory = false};
         in.pools = Value(kv::KvPools::Create(po));
         kv::PrefixCacheOptions co;
         co.pools = in.pools.get();
@@ -276,14 +292,16 @@ class Sim {
           po.swa_pages = l2->swa_pages;
           in.l2 = Value(kv::KvPools::Create(po));
           if (shared_l3_ == nullptr) {
-            in.l3 = std::make_unique<kv::MemoryPageStore>(l3_blobs * kv::MemoryPageStore::kEntryOverhead);
+            in.l3 = std::make_unique<kv::MemoryPageStore>(
+                l3_blobs * kv::MemoryPageStore::kEntryOverhead);
           }
           in.store = shared_l3_ != nullptr ? shared_l3_.get() : in.l3.get();
           co.l2 = in.l2.get();
           co.l3 = in.store;
-          if (f.l3_near_bound > 0 && b + 1 < static_cast<int>(f.instances.size())) {
-            co.l3_write_through_from_tokens = static_cast<int>(
-                std::ceil(f.l3_near_bound * double(PolicyOptions{}.bucket_bounds[b])));
+          if (f.l3_near_bound > 0 &&
+              b + 1 < static_cast<int>(f.instances.size())) {
+            co.l3_write_through_from_tokens = static_cast<int>(std::ceil(
+                f.l3_near_bound * double(PolicyOptions{}.bucket_bounds[b])));
           }
         }
         co.keep_restorable_tombstones = true;
@@ -293,8 +311,8 @@ class Sim {
         instances_.push_back(std::move(in));
       }
     }
-    restore_work_ = kv::WindowRestoreWorkPerRestore(shape_.sliding_window, shape_.page_size,
-                                                    swa_pattern_, 0);
+    restore_work_ = kv::WindowRestoreWorkPerRestore(
+        shape_.sliding_window, shape_.page_size, swa_pattern_, 0);
   }
 
   nlohmann::json Setup() const {
@@ -319,7 +337,8 @@ class Sim {
     return *std::move(v);
   }
   void Arrive(Req& r);
-  int Pick(const Req& r, const std::vector<int>& cands, const std::vector<int64_t>& depth,
+  int Pick(const Req& r, const std::vector<int>& cands,
+           const std::vector<int64_t>& depth,
            const std::vector<kv::MatchLengths>& ml);
   void Start(Instance& in, double t);
   void Finish(Instance& in, double t);
@@ -333,12 +352,14 @@ class Sim {
   int64_t l1_tokens_ = 0;
   double page_bytes_ = 0;
   int64_t restore_work_ = 0;
-  std::unique_ptr<kv::MemoryPageStore> shared_l3_;  // before instances_: outlives their caches
+  std::unique_ptr<kv::MemoryPageStore>
+      shared_l3_;  // before instances_: outlives their caches
   std::vector<Instance> instances_;
   std::vector<int> bucket_of_;
   std::vector<Req> reqs_;
   std::vector<int64_t> rr_;
-  absl::flat_hash_map<int64_t, absl::flat_hash_set<uint64_t>> seen_;  // per scope
+  absl::flat_hash_map<int64_t, absl::flat_hash_set<uint64_t>>
+      seen_;                                    // per scope
   absl::flat_hash_map<int64_t, int64_t> left_;  // requests left per scope
   std::unique_ptr<loadgen::AgentPromptSynthesizer> synth_;
   std::vector<int64_t> estimate_;
@@ -355,7 +376,9 @@ void Sim::Arrive(Req& r) {
   // The ideal: an infinite cache of the scope's earlier prompts.
   absl::flat_hash_set<uint64_t>& seen = seen_[r.scope];
   int64_t ideal = 0;
-  while (ideal < static_cast<int64_t>(r.hashes.size()) && seen.contains(r.hashes[ideal])) ++ideal;
+  while (ideal < static_cast<int64_t>(r.hashes.size()) &&
+         seen.contains(r.hashes[ideal]))
+    ++ideal;
   r.chain.prompt = r.len;
   r.chain.ideal = std::min(ideal * ps, cap);
   for (uint64_t h : r.hashes) seen.insert(h);
@@ -372,7 +395,8 @@ void Sim::Arrive(Req& r) {
   std::vector<int> cands;
   for (size_t k = 0; k < instances_.size(); ++k) {
     ml[k] = instances_[k].cache->Match(r.hashes, r.len - 1);
-    depth[k] = std::min<int64_t>(ml[k].matched_tokens + ml[k].lower_tier_tokens, cap);
+    depth[k] =
+        std::min<int64_t>(ml[k].matched_tokens + ml[k].lower_tier_tokens, cap);
     r.chain.anywhere = std::max(r.chain.anywhere, depth[k]);
     if (bucket_of_[k] == r.bucket) {
       cands.push_back(static_cast<int>(k));
@@ -380,7 +404,8 @@ void Sim::Arrive(Req& r) {
     }
   }
   for (size_t k = 0; v_.carry && k < instances_.size(); ++k) {
-    if (bucket_of_[k] + 1 == r.bucket && 2 * depth[k] >= r.len) cands.push_back(static_cast<int>(k));
+    if (bucket_of_[k] + 1 == r.bucket && 2 * depth[k] >= r.len)
+      cands.push_back(static_cast<int>(k));
   }
   if (cands.empty()) Die("a bucket without instances");
   const int pick = Pick(r, cands, depth, ml);
@@ -393,7 +418,8 @@ void Sim::Arrive(Req& r) {
   Start(in, r.arrival);
 }
 
-int Sim::Pick(const Req& r, const std::vector<int>& cands, const std::vector<int64_t>& depth,
+int Sim::Pick(const Req& r, const std::vector<int>& cands,
+              const std::vector<int64_t>& depth,
               const std::vector<kv::MatchLengths>& ml) {
   const int ps = shape_.page_size;
   // The running prefill's compute left, in tokens at the short-context rate.
@@ -409,8 +435,10 @@ int Sim::Pick(const Req& r, const std::vector<int>& cands, const std::vector<int
     case Policy::kLeastLoad: {
       int best = cands[0];
       for (int k : cands) {
-        if (instances_[k].queued_uncached + remaining(instances_[k], r.arrival) <
-            instances_[best].queued_uncached + remaining(instances_[best], r.arrival)) {
+        if (instances_[k].queued_uncached +
+                remaining(instances_[k], r.arrival) <
+            instances_[best].queued_uncached +
+                remaining(instances_[best], r.arrival)) {
           best = k;
         }
       }
@@ -428,19 +456,23 @@ int Sim::Pick(const Req& r, const std::vector<int>& cands, const std::vector<int
     }
     case Policy::kSglang: {
       auto load = [&](int k) {
-        return int64_t{instances_[k].busy ? 1 : 0} + static_cast<int64_t>(instances_[k].queue.size());
+        return int64_t{instances_[k].busy ? 1 : 0} +
+               static_cast<int64_t>(instances_[k].queue.size());
       };
       int lo = cands[0], hi = cands[0], best = cands[0];
       for (int k : cands) {
         if (load(k) < load(lo)) lo = k;
         if (load(k) > load(hi)) hi = k;
-        if (depth[k] > depth[best] || (depth[k] == depth[best] && load(k) < load(best))) best = k;
+        if (depth[k] > depth[best] ||
+            (depth[k] == depth[best] && load(k) < load(best)))
+          best = k;
       }
       if (load(hi) - load(lo) > 64 && load(hi) > 1.5 * load(lo)) return lo;
       if (double(depth[best]) / r.len > 0.3) return best;
       int small = cands[0];
       for (int k : cands) {
-        if (instances_[k].cache->cached_full_pages() < instances_[small].cache->cached_full_pages()) {
+        if (instances_[k].cache->cached_full_pages() <
+            instances_[small].cache->cached_full_pages()) {
           small = k;
         }
       }
@@ -461,16 +493,21 @@ int Sim::Pick(const Req& r, const std::vector<int>& cands, const std::vector<int
                           .restore_work = restore_work_};
     const int64_t safe = std::min<int64_t>(ml[k].safe_tokens, depth[k]);
     const int64_t scan = WindowScanPages(in, po.window_scan_pages);
-    in.window_safe_tokens = safe >= depth[k] ? INT64_MAX : safe / ps < depth[k] / ps - scan ? -1 : safe;
-    const int64_t credit = TieredCredit(PrefixCredit(in), l1, po.lower_tier_credit);
-    pc.push_back(PrefillCandidate{.id = "p" + std::to_string(k),
-                                  .cached_tokens = credit,
-                                  .queued_uncached_tokens =
-                                      instances_[k].queued_uncached + remaining(instances_[k], r.arrival),
-                                  .running_requests = instances_[k].busy ? 1 : 0,
-                                  .queued_requests = static_cast<int32_t>(instances_[k].queue.size())});
+    in.window_safe_tokens = safe >= depth[k]                   ? INT64_MAX
+                            : safe / ps < depth[k] / ps - scan ? -1
+                                                               : safe;
+    const int64_t credit =
+        TieredCredit(PrefixCredit(in), l1, po.lower_tier_credit);
+    pc.push_back(PrefillCandidate{
+        .id = "p" + std::to_string(k),
+        .cached_tokens = credit,
+        .queued_uncached_tokens =
+            instances_[k].queued_uncached + remaining(instances_[k], r.arrival),
+        .running_requests = instances_[k].busy ? 1 : 0,
+        .queued_requests = static_cast<int32_t>(instances_[k].queue.size())});
   }
-  auto d = ChoosePrefill(r.len, pc, po, Mix64(static_cast<uint64_t>(&r - reqs_.data()) + 1));
+  auto d = ChoosePrefill(r.len, pc, po,
+                         Mix64(static_cast<uint64_t>(&r - reqs_.data()) + 1));
   if (!d.ok()) Die(std::string(d.status().message()));
   return cands[d->index];
 }
@@ -487,7 +524,8 @@ void Sim::Start(Instance& in, double t) {
     const kv::MatchLengths ml = in.cache->Match(r.hashes, mo.max_tokens);
     const kv::L3Fetch fetch = kv::FetchFromL3(
         *in.store, in.cache->l3_fetch_options(),
-        absl::MakeConstSpan(r.hashes).subspan(0, std::min<size_t>(r.hashes.size(), mo.max_tokens / ps)),
+        absl::MakeConstSpan(r.hashes).subspan(
+            0, std::min<size_t>(r.hashes.size(), mo.max_tokens / ps)),
         (ml.matched_tokens + ml.lower_tier_tokens) / ps, ml.safe_tokens / ps);
     const int attached = in.cache->AttachFromL3(r.hashes, fetch);
     r.extra_s += attached * page_bytes_ / (f_.nvme_gbs * kGB);
@@ -496,9 +534,9 @@ void Sim::Start(Instance& in, double t) {
     const kv::LoadBackResult lb = in.cache->LoadBack(r.hashes, mo.max_tokens);
     r.extra_s += lb.pages * page_bytes_ / (f_.gpus * f_.pcie_gbs * kGB);
   }
-  const bench::RestorePlan plan =
-      bench::PlanWindowRestore(*in.cache, r.hashes, shape_, swa_pattern_, /*pyramid=*/true,
-                               /*from_window_safe=*/true, &mo);
+  const bench::RestorePlan plan = bench::PlanWindowRestore(
+      *in.cache, r.hashes, shape_, swa_pattern_, /*pyramid=*/true,
+      /*from_window_safe=*/true, &mo);
   kv::CacheHit hit = in.cache->MatchAndLock(r.hashes, mo);
   r.chain.chosen = hit.matched_tokens();
   const bool restoring = hit.needs_window_restore();
@@ -515,19 +553,22 @@ void Sim::Start(Instance& in, double t) {
   int next = in.seq->length();
   r.hit = next;
   if (restoring) {
-    if (!in.seq->BeginWindowRestore(plan.choice.compute_from).ok()) Die("window restore failed");
+    if (!in.seq->BeginWindowRestore(plan.choice.compute_from).ok())
+      Die("window restore failed");
     r.hit = next - std::llround(plan.work);
     r.restore_work = std::llround(plan.work);
     next = plan.choice.compute_from;
   }
   while (next < r.len) {
     const int c = std::min(kChunk, r.len - next);
-    if (!in.seq->Prepare(next, c).ok()) Die("a prompt did not fit an instance's pools");
+    if (!in.seq->Prepare(next, c).ok())
+      Die("a prompt did not fit an instance's pools");
     next += c;
   }
   r.chain.hit = r.hit;
   r.causes = loadgen::AttributeMisses(r.chain);
-  if (r.causes.Total() != r.len - r.hit) Die("miss attribution does not sum to the misses");
+  if (r.causes.Total() != r.len - r.hit)
+    Die("miss attribution does not sum to the misses");
   in.busy = true;
   in.running = i;
   in.end = t + r.extra_s + PrefillSeconds(f_, r.hit, r.len);
@@ -545,19 +586,23 @@ void Sim::Finish(Instance& in, double t) {
 }
 
 void Sim::Run(const std::vector<bool>& keep) {
-  synth_ = std::make_unique<loadgen::AgentPromptSynthesizer>(loadgen::AgentPromptSynthesizer::Options{});
+  synth_ = std::make_unique<loadgen::AgentPromptSynthesizer>(
+      loadgen::AgentPromptSynthesizer::Options{});
   for (const loadgen::AgentArrival& a : sched_.arrivals) {
     const loadgen::AgentSession& s = sessions_[a.session];
     if (!keep[s.scope]) continue;
     ++left_[s.scope];
-    reqs_.push_back(Req{.session = a.session, .request = a.request, .scope = s.scope,
+    reqs_.push_back(Req{.session = a.session,
+                        .request = a.request,
+                        .scope = s.scope,
                         .arrival = a.arrival_s});
   }
   estimate_.assign(reqs_.size(), 0);
   size_t next = 0;
   const size_t progress = std::max<size_t>(1, reqs_.size() / 10);
   while (true) {
-    double t = next < reqs_.size() ? reqs_[next].arrival : std::numeric_limits<double>::infinity();
+    double t = next < reqs_.size() ? reqs_[next].arrival
+                                   : std::numeric_limits<double>::infinity();
     Instance* done = nullptr;
     for (Instance& in : instances_) {
       if (in.busy && in.end <= t) t = in.end, done = &in;
@@ -568,7 +613,9 @@ void Sim::Run(const std::vector<bool>& keep) {
     }
     if (next >= reqs_.size()) break;
     Arrive(reqs_[next++]);
-    if (next % progress == 0) std::fprintf(stderr, "  [%s] %zu/%zu\n", v_.name.c_str(), next, reqs_.size());
+    if (next % progress == 0)
+      std::fprintf(stderr, "  [%s] %zu/%zu\n", v_.name.c_str(), next,
+                   reqs_.size());
   }
 }
 
@@ -576,7 +623,8 @@ std::vector<int> ParseInts(absl::string_view s) {
   std::vector<int> out;
   for (absl::string_view p : absl::StrSplit(s, ',')) {
     int v = 0;
-    if (!absl::SimpleAtoi(p, &v) || v < 1) Die("bad count '" + std::string(p) + "'");
+    if (!absl::SimpleAtoi(p, &v) || v < 1)
+      Die("bad count '" + std::string(p) + "'");
     out.push_back(v);
   }
   return out;
@@ -589,42 +637,74 @@ Flags ParseFlags(int argc, char** argv) {
     const size_t eq = a.find('=');
     if (a == "--help" || eq == std::string::npos) {
       std::printf(
-          "usage: agent_sim [--trace=F] [--json=F] [--sessions=N] [--concurrency=200] [--seed=1]\n"
-          "  [--half=all|tune|heldout] [--instances=1,8,3] [--gpus=16] [--hbm-gb=141]\n"
-          "  [--weights-gb=1020] [--reserve-gb=10] [--l2-gb=2000] [--l3-gb=30000]\n"
-          "  [--peak-tflops=1979] [--mfu=0.4] [--pcie-gbs=50] [--nvme-gbs=25] [--ratio=0.02]\n"
-          "  [--l3-shared=true|false] [--l3-near-bound=0.75] [--kv-gb=0 (per GPU; 0: derived)]\n"
-          "  [--variants=defaults,single,l1,single-l1,round-robin,least-load,sglang,dynamo]\n");
+          "usage: agent_sim [--trace=F] [--json=F] [--sessions=N] "
+          "[--concurrency=200] [--seed=1]\n"
+          "  [--half=all|tune|heldout] [--instances=1,8,3] [--gpus=16] "
+          "[--hbm-gb=141]\n"
+          "  [--weights-gb=1020] [--reserve-gb=10] [--l2-gb=2000] "
+          "[--l3-gb=30000]\n"
+          "  [--peak-tflops=1979] [--mfu=0.4] [--pcie-gbs=50] [--nvme-gbs=25] "
+          "[--ratio=0.02]\n"
+          "  [--l3-shared=true|false] [--l3-near-bound=0.75] [--kv-gb=0 (per "
+          "GPU; 0: derived)]\n"
+          "  "
+          "[--variants=defaults,single,l1,single-l1,round-robin,least-load,"
+          "sglang,dynamo]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
     const std::string k = a.substr(0, eq), v = a.substr(eq + 1);
     const double d = std::atof(v.c_str());
-    if (k == "--trace") f.trace = v;
-    else if (k == "--json") f.json = v;
-    else if (k == "--sessions") f.sessions = std::atoll(v.c_str());
-    else if (k == "--concurrency") f.concurrency = d;
-    else if (k == "--seed") f.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (k == "--half") f.half = v;
-    else if (k == "--instances") f.instances = ParseInts(v);
-    else if (k == "--gpus") f.gpus = std::atoi(v.c_str());
-    else if (k == "--hbm-gb") f.hbm_gb = d;
-    else if (k == "--weights-gb") f.weights_gb = d;
-    else if (k == "--reserve-gb") f.reserve_gb = d;
-    else if (k == "--l2-gb") f.l2_gb = d;
-    else if (k == "--l3-gb") f.l3_gb = d;
-    else if (k == "--peak-tflops") f.peak_tflops = d;
-    else if (k == "--mfu") f.mfu = d;
-    else if (k == "--pcie-gbs") f.pcie_gbs = d;
-    else if (k == "--nvme-gbs") f.nvme_gbs = d;
-    else if (k == "--ratio") f.ratio = d;
-    else if (k == "--l3-shared") f.l3_shared = v == "true" || v == "1";
-    else if (k == "--l3-near-bound") f.l3_near_bound = d;
-    else if (k == "--kv-gb") f.kv_gb = d;
-    else if (k == "--variants") f.variants = absl::StrSplit(v, ',');
-    else Die("unknown flag " + k);
+    if (k == "--trace")
+      f.trace = v;
+    else if (k == "--json")
+      f.json = v;
+    else if (k == "--sessions")
+      f.sessions = std::atoll(v.c_str());
+    else if (k == "--concurrency")
+      f.concurrency = d;
+    else if (k == "--seed")
+      f.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--half")
+      f.half = v;
+    else if (k == "--instances")
+      f.instances = ParseInts(v);
+    else if (k == "--gpus")
+      f.gpus = std::atoi(v.c_str());
+    else if (k == "--hbm-gb")
+      f.hbm_gb = d;
+    else if (k == "--weights-gb")
+      f.weights_gb = d;
+    else if (k == "--reserve-gb")
+      f.reserve_gb = d;
+    else if (k == "--l2-gb")
+      f.l2_gb = d;
+    else if (k == "--l3-gb")
+      f.l3_gb = d;
+    else if (k == "--peak-tflops")
+      f.peak_tflops = d;
+    else if (k == "--mfu")
+      f.mfu = d;
+    else if (k == "--pcie-gbs")
+      f.pcie_gbs = d;
+    else if (k == "--nvme-gbs")
+      f.nvme_gbs = d;
+    else if (k == "--ratio")
+      f.ratio = d;
+    else if (k == "--l3-shared")
+      f.l3_shared = v == "true" || v == "1";
+    else if (k == "--l3-near-bound")
+      f.l3_near_bound = d;
+    else if (k == "--kv-gb")
+      f.kv_gb = d;
+    else if (k == "--variants")
+      f.variants = absl::StrSplit(v, ',');
+    else
+      Die("unknown flag " + k);
   }
-  if (f.half != "all" && f.half != "tune" && f.half != "heldout") Die("--half: all, tune or heldout");
-  if (f.instances.size() != PolicyOptions{}.bucket_bounds.size()) Die("--instances: one per bucket");
+  if (f.half != "all" && f.half != "tune" && f.half != "heldout")
+    Die("--half: all, tune or heldout");
+  if (f.instances.size() != PolicyOptions{}.bucket_bounds.size())
+    Die("--instances: one per bucket");
   return f;
 }
 
@@ -634,25 +714,34 @@ int Main(int argc, char** argv) {
   const std::string path = bench::RepoPath(f.trace, SWASERVE_SOURCE_DIR);
   auto sessions = loadgen::LoadAgentTrace(path, {.limit = f.sessions});
   if (!sessions.ok()) Die(std::string(sessions.status().message()));
-  auto sched = loadgen::ScheduleAgentSessions(*sessions, {.concurrency = f.concurrency, .seed = f.seed});
+  auto sched = loadgen::ScheduleAgentSessions(
+      *sessions, {.concurrency = f.concurrency, .seed = f.seed});
   if (!sched.ok()) Die(std::string(sched.status().message()));
   std::vector<bool> keep(sessions->size(), false);
   int64_t kept = 0;
   for (const loadgen::AgentSession& s : *sessions) {
     if (s.top_level()) {
-      keep[s.index] = f.half == "all" || (f.half == "heldout") == HeldOut(s.index);
+      keep[s.index] =
+          f.half == "all" || (f.half == "heldout") == HeldOut(s.index);
       kept += keep[s.index];
     }
   }
-  std::printf("trace %s: %zu sessions (sub-agents included), %lld top-level kept (--half=%s); "
-              "span %.0f s for %.0f at once; instances per bucket %d,%d,%d of %d H200s\n",
-              path.c_str(), sessions->size(), static_cast<long long>(kept), f.half.c_str(),
-              sched->span_s, f.concurrency, f.instances[0], f.instances[1], f.instances[2], f.gpus);
-  std::printf("%-12s %-8s %8s %9s %12s %9s %9s %6s %6s %6s %6s %6s\n", "variant", "sessions",
-              "requests", "hit", "prefill tok", "TTFT p50", "p90 (ms)", "cold", "evict", "bucket",
-              "route", "window");
-  nlohmann::json out = {{"trace", path}, {"concurrency", f.concurrency}, {"span_s", sched->span_s},
-                        {"seed", f.seed}, {"half", f.half}, {"variants", nlohmann::json::array()}};
+  std::printf(
+      "trace %s: %zu sessions (sub-agents included), %lld top-level kept "
+      "(--half=%s); "
+      "span %.0f s for %.0f at once; instances per bucket %d,%d,%d of %d "
+      "H200s\n",
+      path.c_str(), sessions->size(), static_cast<long long>(kept),
+      f.half.c_str(), sched->span_s, f.concurrency, f.instances[0],
+      f.instances[1], f.instances[2], f.gpus);
+  std::printf("%-12s %-8s %8s %9s %12s %9s %9s %6s %6s %6s %6s %6s\n",
+              "variant", "sessions", "requests", "hit", "prefill tok",
+              "TTFT p50", "p90 (ms)", "cold", "evict", "bucket", "route",
+              "window");
+  nlohmann::json out = {
+      {"trace", path},           {"concurrency", f.concurrency},
+      {"span_s", sched->span_s}, {"seed", f.seed},
+      {"half", f.half},          {"variants", nlohmann::json::array()}};
   for (const std::string& name : f.variants) {
     Sim sim(f, MakeVariant(name), *sessions, *sched);
     sim.Run(keep);
@@ -665,23 +754,37 @@ int Main(int argc, char** argv) {
         top.ideal_hit += r.chain.ideal;
       }
     }
-    nlohmann::json j = {{"variant", name}, {"setup", sim.Setup()}, {"all", all.Json()},
-                        {"tune_half", tune.Json()}, {"heldout_half", held.Json()},
-                        {"top_level_ideal_hit_rate", top.ideal_prompt ? double(top.ideal_hit) / top.ideal_prompt : 0}};
-    for (const auto& [label, s] : {std::pair<const char*, const Summary*>{"all", &all},
-                                   {"tune", &tune}, {"heldout", &held}}) {
+    nlohmann::json j = {
+        {"variant", name},
+        {"setup", sim.Setup()},
+        {"all", all.Json()},
+        {"tune_half", tune.Json()},
+        {"heldout_half", held.Json()},
+        {"top_level_ideal_hit_rate",
+         top.ideal_prompt ? double(top.ideal_hit) / top.ideal_prompt : 0}};
+    for (const auto& [label, s] :
+         {std::pair<const char*, const Summary*>{"all", &all},
+          {"tune", &tune},
+          {"heldout", &held}}) {
       if (s->requests == 0) continue;
       const double p = double(s->prompt);
-      std::printf("%-12s %-8s %8lld %8.2f%% %12lld %9.1f %9.1f %5.2f%% %5.2f%% %5.2f%% %5.2f%% %5.2f%%\n",
-                  name.c_str(), label, static_cast<long long>(s->requests), 100 * s->hit / p,
-                  static_cast<long long>(s->prompt - s->hit), 1e3 * Percentile(s->ttft, 0.5),
-                  1e3 * Percentile(s->ttft, 0.9), 100 * s->causes.cold / p, 100 * s->causes.evicted / p,
-                  100 * s->causes.bucket / p, 100 * s->causes.routing / p, 100 * s->causes.window / p);
+      std::printf(
+          "%-12s %-8s %8lld %8.2f%% %12lld %9.1f %9.1f %5.2f%% %5.2f%% %5.2f%% "
+          "%5.2f%% %5.2f%%\n",
+          name.c_str(), label, static_cast<long long>(s->requests),
+          100 * s->hit / p, static_cast<long long>(s->prompt - s->hit),
+          1e3 * Percentile(s->ttft, 0.5), 1e3 * Percentile(s->ttft, 0.9),
+          100 * s->causes.cold / p, 100 * s->causes.evicted / p,
+          100 * s->causes.bucket / p, 100 * s->causes.routing / p,
+          100 * s->causes.window / p);
     }
-    std::printf("%-12s ideal (infinite cache per session, top-level requests): %.2f%%; L1 %lld "
-                "full-KV tokens per instance\n",
-                name.c_str(), 100 * j["top_level_ideal_hit_rate"].get<double>(),
-                static_cast<long long>(j["setup"]["l1_full_tokens_per_instance"].get<int64_t>()));
+    std::printf(
+        "%-12s ideal (infinite cache per session, top-level requests): %.2f%%; "
+        "L1 %lld "
+        "full-KV tokens per instance\n",
+        name.c_str(), 100 * j["top_level_ideal_hit_rate"].get<double>(),
+        static_cast<long long>(
+            j["setup"]["l1_full_tokens_per_instance"].get<int64_t>()));
     std::fflush(stdout);
     out["variants"].push_back(std::move(j));
   }

@@ -48,7 +48,8 @@ class LineParser {
     return d;
   }
 
-  absl::StatusOr<int64_t> Count(const nlohmann::json& j, const char* key) const {
+  absl::StatusOr<int64_t> Count(const nlohmann::json& j,
+                                const char* key) const {
     auto it = j.find(key);
     if (it == j.end()) return Error(absl::StrCat("missing field '", key, "'"));
     if (it->is_number_unsigned() && it->get<uint64_t>() < (uint64_t{1} << 62)) {
@@ -126,7 +127,8 @@ class LineParser {
         std::string sub_id = absl::StrCat((*out_)[index].id, "/sub", subs++);
         auto aid = e.find("agent_id");
         if (aid != e.end() && aid->is_string()) {
-          sub_id = absl::StrCat((*out_)[index].id, "/", aid->get<std::string>());
+          sub_id =
+              absl::StrCat((*out_)[index].id, "/", aid->get<std::string>());
         }
         if (absl::Status s = Session(e, my_scope, index, offset_s + *t,
                                      std::move(sub_id), block, depth + 1);
@@ -247,8 +249,8 @@ absl::StatusOr<AgentSchedule> ScheduleAgentSessions(
       total += a.DurationS() * options.time_scale;
     }
   }
-  s.span_s = options.concurrency > 0 ? total / options.concurrency
-                                     : options.span_s;
+  s.span_s =
+      options.concurrency > 0 ? total / options.concurrency : options.span_s;
   if (options.seed != 0) {
     uint64_t state = options.seed;
     for (size_t i = tops.size(); i > 1; --i) {
@@ -260,8 +262,7 @@ absl::StatusOr<AgentSchedule> ScheduleAgentSessions(
   for (size_t k = 0; k < tops.size(); ++k) s.start_s[tops[k]] = k * step;
   for (const AgentSession& a : sessions) {
     if (!a.top_level()) {
-      s.start_s[a.index] =
-          s.start_s[a.scope] + a.offset_s * options.time_scale;
+      s.start_s[a.index] = s.start_s[a.scope] + a.offset_s * options.time_scale;
     }
     for (size_t r = 0; r < a.requests.size(); ++r) {
       s.arrivals.push_back(AgentArrival{

@@ -31,18 +31,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const AgentSession& s = (*sessions)[i];
     if (s.index != static_cast<int64_t>(i)) __builtin_trap();
     if (s.parent >= s.index || s.scope > s.index) __builtin_trap();
-    if (s.parent >= 0 && (*sessions)[s.parent].scope != s.scope) __builtin_trap();
+    if (s.parent >= 0 && (*sessions)[s.parent].scope != s.scope)
+      __builtin_trap();
     if (s.block_tokens < 1) __builtin_trap();
     for (const auto& r : s.requests) {
       if (r.input_tokens < 0 || r.t_s < 0) __builtin_trap();
-      if (static_cast<int64_t>(r.hash_ids.size()) < r.input_tokens / s.block_tokens) {
+      if (static_cast<int64_t>(r.hash_ids.size()) <
+          r.input_tokens / s.block_tokens) {
         __builtin_trap();
       }
     }
   }
-  auto schedule = ScheduleAgentSessions(*sessions, {.concurrency = 2, .seed = 3});
+  auto schedule =
+      ScheduleAgentSessions(*sessions, {.concurrency = 2, .seed = 3});
   if (!schedule.ok()) return 0;  // e.g. durations that overflow to inf
-  AgentPromptSynthesizer synth({.scale = {.max_input_tokens = 4096}, .vocab_size = 1000});
+  AgentPromptSynthesizer synth(
+      {.scale = {.max_input_tokens = 4096}, .vocab_size = 1000});
   for (const auto& a : schedule->arrivals) {
     const auto tokens = synth.Next((*sessions)[a.session], a.request);
     if (tokens.size() > 4096) __builtin_trap();

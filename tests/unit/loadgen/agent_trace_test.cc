@@ -54,8 +54,7 @@ TEST(ParseAgentSessions, FlattensSubAgentsIntoSessionsSharingTheScope) {
   EXPECT_DOUBLE_EQ(top.DurationS(), 10.0);
   EXPECT_DOUBLE_EQ(sub.DurationS(), 2.0);
 
-  auto one = ParseAgentSessions(std::string(kSession) + kOther,
-                                {.limit = 1});
+  auto one = ParseAgentSessions(std::string(kSession) + kOther, {.limit = 1});
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->size(), 2u);  // the first session and its sub-agent
 }
@@ -77,13 +76,15 @@ TEST(ParseAgentSessions, ErrorsNameTheLineAndTheField) {
   EXPECT_THAT(
       err(R"({"requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": [1]}]})"),
       HasSubstr("'in' is not a non-negative integer"));
-  EXPECT_THAT(err(R"({"block_size": 4, "requests": [{"t": 0, "in": 13, "out": 1,)"
-                  R"( "hash_ids": [1, 2]}]})"),
-              HasSubstr("has 2 hash ids, needs 3"));
+  EXPECT_THAT(
+      err(R"({"block_size": 4, "requests": [{"t": 0, "in": 13, "out": 1,)"
+          R"( "hash_ids": [1, 2]}]})"),
+      HasSubstr("has 2 hash ids, needs 3"));
   EXPECT_THAT(err(R"({"block_size": 0, "requests": []})"),
               HasSubstr("block_size"));
   std::string deep = R"({"requests": [)";
-  for (int i = 0; i < 10; ++i) deep += R"({"t": 0, "type": "subagent", "requests": [)";
+  for (int i = 0; i < 10; ++i)
+    deep += R"({"t": 0, "type": "subagent", "requests": [)";
   for (int i = 0; i < 10; ++i) deep += "]}";
   deep += "]}";
   EXPECT_THAT(err(deep), HasSubstr("nested too deep"));
@@ -104,7 +105,8 @@ TEST(LoadAgentTrace, ReadsGzipAndPlainText) {
   EXPECT_FALSE(LoadAgentTrace(dir + "/missing.jsonl.gz").ok());
 }
 
-TEST(ScheduleAgentSessions, SpanFromConcurrencyAndSubAgentsOnTheirParentsClock) {
+TEST(ScheduleAgentSessions,
+     SpanFromConcurrencyAndSubAgentsOnTheirParentsClock) {
   auto s = ParseAgentSessions(std::string(kSession) + kOther);
   ASSERT_TRUE(s.ok());
   // Durations 10 s and 4 s: two sessions at once on average need a span of 7.
@@ -188,11 +190,11 @@ TEST(AgentPromptSynthesizer, ContinuationsAndSubAgentsShareTokensExactly) {
 
 TEST(AgentPromptSynthesizer, UnnamedPartialBlocksAsTheTraceHasThem) {
   // The trace names full blocks only: 6 tokens of block 4 have one id.
-  auto s = ParseAgentSessions(
-      R"({"block_size": 4, "requests": [)"
-      R"({"t": 0, "in": 6, "out": 1, "hash_ids": [1]},)"
-      R"({"t": 1, "in": 11, "out": 1, "hash_ids": [1, 2]},)"
-      R"({"t": 2, "in": 7, "out": 1, "hash_ids": [1]}]})");
+  auto s =
+      ParseAgentSessions(R"({"block_size": 4, "requests": [)"
+                         R"({"t": 0, "in": 6, "out": 1, "hash_ids": [1]},)"
+                         R"({"t": 1, "in": 11, "out": 1, "hash_ids": [1, 2]},)"
+                         R"({"t": 2, "in": 7, "out": 1, "hash_ids": [1]}]})");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(AsTraceRequest((*s)[0], 0).hash_ids.size(), 2u);  // + the tail's
   EXPECT_EQ(AsTraceRequest((*s)[0], 1).hash_ids.size(), 3u);

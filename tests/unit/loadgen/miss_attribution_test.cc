@@ -18,8 +18,12 @@ namespace swaserve::loadgen {
 namespace {
 
 TEST(AttributeMisses, TelescopesDownTheChain) {
-  const MissCauses c = AttributeMisses(
-      {.prompt = 100, .ideal = 90, .anywhere = 80, .in_bucket = 60, .chosen = 50, .hit = 45});
+  const MissCauses c = AttributeMisses({.prompt = 100,
+                                        .ideal = 90,
+                                        .anywhere = 80,
+                                        .in_bucket = 60,
+                                        .chosen = 50,
+                                        .hit = 45});
   EXPECT_EQ(c.cold, 10);
   EXPECT_EQ(c.evicted, 10);
   EXPECT_EQ(c.bucket, 20);
@@ -32,8 +36,12 @@ TEST(AttributeMisses, ClampsInconsistentLevels) {
   // The chosen worker matched more than the bucket's best seen at routing
   // (its L3 or a prefill that ended in between): nothing is charged to the
   // bucket or the routing, and a level above the ideal is the ideal.
-  const MissCauses c = AttributeMisses(
-      {.prompt = 100, .ideal = 80, .anywhere = 95, .in_bucket = 10, .chosen = 70, .hit = 70});
+  const MissCauses c = AttributeMisses({.prompt = 100,
+                                        .ideal = 80,
+                                        .anywhere = 95,
+                                        .in_bucket = 10,
+                                        .chosen = 70,
+                                        .hit = 70});
   EXPECT_EQ(c.cold, 20);
   EXPECT_EQ(c.evicted, 0);
   EXPECT_EQ(c.bucket, 10);
@@ -57,20 +65,24 @@ std::string RandomTrace(std::mt19937_64& rng, int sessions, int block) {
       if (rng() % 6 == 0 && !ids.empty()) ids.resize(rng() % ids.size());
       const int grow = 1 + static_cast<int>(rng() % 6);
       for (int g = 0; g < grow; ++g) ids.push_back(next_id++);
-      const int64_t in = static_cast<int64_t>(ids.size() - 1) * block + 1 + rng() % block;
+      const int64_t in =
+          static_cast<int64_t>(ids.size() - 1) * block + 1 + rng() % block;
       std::string list;
-      for (int64_t id : ids) absl::StrAppend(&list, list.empty() ? "" : ",", id);
-      absl::StrAppend(&reqs, reqs.empty() ? "" : ",", "{\"t\":", t, ",\"in\":", in,
-                      ",\"out\":1,\"hash_ids\":[", list, "],\"api_time\":1}");
+      for (int64_t id : ids)
+        absl::StrAppend(&list, list.empty() ? "" : ",", id);
+      absl::StrAppend(&reqs, reqs.empty() ? "" : ",", "{\"t\":", t,
+                      ",\"in\":", in, ",\"out\":1,\"hash_ids\":[", list,
+                      "],\"api_time\":1}");
       if (rng() % 5 == 0) {
-        absl::StrAppend(&reqs, ",{\"t\":", t + 0.5, ",\"type\":\"subagent\",\"requests\":[",
-                        "{\"t\":0,\"in\":", block + 1, ",\"out\":1,\"hash_ids\":[0,",
-                        1000 + next_id++, "]}]}");
+        absl::StrAppend(
+            &reqs, ",{\"t\":", t + 0.5, ",\"type\":\"subagent\",\"requests\":[",
+            "{\"t\":0,\"in\":", block + 1, ",\"out\":1,\"hash_ids\":[0,",
+            1000 + next_id++, "]}]}");
       }
       t += 1 + static_cast<double>(rng() % 5);
     }
-    absl::StrAppend(&text, "{\"id\":\"s", s, "\",\"block_size\":", block, ",\"requests\":[", reqs,
-                    "]}\n");
+    absl::StrAppend(&text, "{\"id\":\"s", s, "\",\"block_size\":", block,
+                    ",\"requests\":[", reqs, "]}\n");
   }
   return text;
 }
@@ -86,7 +98,8 @@ TEST(AttributeMisses, CausesSumToTheMissesOnRandomSessionSets) {
     std::mt19937_64 rng(seed);
     auto sessions = ParseAgentSessions(RandomTrace(rng, 1 + seed % 7, 8));
     ASSERT_TRUE(sessions.ok()) << sessions.status();
-    auto sched = ScheduleAgentSessions(*sessions, {.concurrency = 3, .seed = seed});
+    auto sched =
+        ScheduleAgentSessions(*sessions, {.concurrency = 3, .seed = seed});
     ASSERT_TRUE(sched.ok());
     AgentPromptSynthesizer synth({.vocab_size = 50});
     struct Worker {
@@ -114,7 +127,8 @@ TEST(AttributeMisses, CausesSumToTheMissesOnRandomSessionSets) {
       for (size_t k = 0; k < workers.size(); ++k) {
         const int64_t d = depth(workers[k].pages);
         c.anywhere = std::max(c.anywhere, d);
-        if (static_cast<int>(k / 2) == bucket) c.in_bucket = std::max(c.in_bucket, d);
+        if (static_cast<int>(k / 2) == bucket)
+          c.in_bucket = std::max(c.in_bucket, d);
       }
       Worker& w = workers[bucket * 2 + rng() % 2];
       c.chosen = depth(w.pages);
