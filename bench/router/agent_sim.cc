@@ -49,9 +49,10 @@
 // cache-aware policy) and dynamo (Dynamo's KV router cost with its default
 // overlap weight 1 and temperature 0: new prefill blocks + the worker's
 // active blocks, the prompt blocks of its running and queued requests) over
-// the default cache; l1-carry (a what-if, not in the router: l1 where a
-// prompt may also go to an instance of the next lower bucket holding at
-// least half of it).
+// the default cache; carry and l1-carry, a what-if the router and workers do
+// not implement (a worker refuses a prompt above its bucket): defaults and
+// l1 where a prompt may also go to an instance of the next lower bucket
+// holding at least half of it.
 // Sessions: the top-level sessions start evenly over a span such that
 // --concurrency run at once on average (loadgen::ScheduleAgentSessions,
 // order shuffled with --seed); sub-agents run on their parent's clock.
@@ -148,6 +149,7 @@ Variant MakeVariant(const std::string& name) {
   if (name == "l1") return v.tiers = false, v;
   if (name == "single-l1") return v.single = true, v.tiers = false, v;
   if (name == "l1-carry") return v.tiers = false, v.carry = true, v;
+  if (name == "carry") return v.carry = true, v;
   if (name == "round-robin") return v.policy = Policy::kRoundRobin, v;
   if (name == "least-load") return v.policy = Policy::kLeastLoad, v;
   if (name == "sglang") return v.policy = Policy::kSglang, v;
