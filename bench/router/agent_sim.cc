@@ -250,7 +250,6 @@ class Sim {
       const loadgen::AgentSchedule& sched)
       : f_(f), v_(v), sessions_(sessions), sched_(sched) {
     shape_ = kv::KvShape::MiMoV25Pro();
-    dual_ = shape_;
     const double kv_bytes = f.gpus * KvGbPerGpu(f) * kGB;
     if (kv_bytes <= 0) Die("no HBM left for KV");
     if (v.single)
@@ -349,7 +348,7 @@ class Sim {
   const Variant v_;
   const std::vector<loadgen::AgentSession>& sessions_;
   const loadgen::AgentSchedule& sched_;
-  kv::KvShape shape_, dual_;
+  kv::KvShape shape_;
   std::vector<bool> swa_pattern_;
   int64_t l1_tokens_ = 0;
   double page_bytes_ = 0;
