@@ -165,6 +165,7 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   }
   std::ofstream(dir + "/request.json") << req.dump();
   std::string log;
+  const absl::Time node_start = absl::Now();
   absl::StatusOr<int> rc = base::RunCommand(
       {"node", kSource + "/tools/llama_oracle/oracle.mjs", dir + "/request.json",
        dir + "/result.json"},
@@ -174,9 +175,10 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   ASSERT_EQ(*rc, 0) << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
   std::ifstream in(dir + "/result.json");
   const Json res = Json::parse(in);
-  std::printf("llama.cpp %s (node-llama-cpp %s)\n",
+  std::printf("llama.cpp %s (node-llama-cpp %s): %.1f s for every prompt\n",
               res["llama_cpp"]["release"].get<std::string>().c_str(),
-              res["llama_cpp"]["package"].get<std::string>().c_str());
+              res["llama_cpp"]["package"].get<std::string>().c_str(),
+              absl::ToDoubleSeconds(absl::Now() - node_start));
 
   absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create({dir + "/tiny", 2});
   ASSERT_TRUE(e.ok()) << e.status();
@@ -185,7 +187,9 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
     const Prompt& p = prompts[i];
     const Json& theirs = res["prompts"][i];
     ASSERT_EQ(theirs["name"], p.name);
+    const absl::Time ours_start = absl::Now();
     const EngineRun ours = RunOurs(**e, p);
+    const double ours_s = absl::ToDoubleSeconds(absl::Now() - ours_start);
     ASSERT_EQ(ours.logits.size(), p.positions.size()) << p.name;
     double worst = 0, worst_abs = 0;
     for (size_t k = 0; k < p.positions.size(); ++k) {
@@ -212,8 +216,9 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
         break;
       }
     }
-    std::printf("%-14s %5zu tokens: max |logit diff| %.3g (%.3g of the row scale); greedy %s\n",
-                p.name.c_str(), p.tokens.size(), worst_abs, worst,
+    std::printf("%-14s %5zu tokens (ours %.1f s): max |logit diff| %.3g (%.3g of the row "
+                "scale); greedy %s\n",
+                p.name.c_str(), p.tokens.size(), ours_s, worst_abs, worst,
                 diverge < 0 ? absl::StrCat("identical for ", kGenerate, " tokens").c_str()
                             : absl::StrCat("diverges at step ", diverge).c_str());
     if (diverge >= 0) {
