@@ -15,10 +15,13 @@
 // for 128 tokens, or the first divergence must be a near-tie: the two
 // leading logits closer than twice that bound.
 //
-// Skipped (with the reason) when node or node-llama-cpp is not installed.
+// $SWASERVE_ORACLE_MODEL=DIR runs the same comparison on another checkpoint
+// (e.g. models/demo). Skipped (with the reason) when node or node-llama-cpp
+// is not installed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -139,24 +142,34 @@ std::string OracleUnavailable() {
 TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   if (const std::string why = OracleUnavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = *base::MakeTempDir("llama-oracle");
-  ModelConfig c = *BuiltinConfig("tiny", 4096);
-  c.dtype = kv::DType::kF32;
-  ASSERT_TRUE(WriteRandomCheckpoint(c, 60, dir + "/tiny", kSource + "/models/demo/tokenizer.json").ok());
-  const std::string gguf = dir + "/tiny-f32.gguf";
-  absl::StatusOr<GgufExportSummary> ex = ExportGguf(dir + "/tiny", gguf, {.dtype = "f32"});
+  // $SWASERVE_ORACLE_MODEL: another checkpoint directory to compare on (its
+  // matrices exported as f32: exact for every stored format).
+  const char* other = std::getenv("SWASERVE_ORACLE_MODEL");
+  std::string model_dir = dir + "/tiny";
+  if (other != nullptr && *other != '\0') {
+    model_dir = other;
+  } else {
+    ModelConfig tiny = *BuiltinConfig("tiny", 4096);
+    tiny.dtype = kv::DType::kF32;
+    ASSERT_TRUE(WriteRandomCheckpoint(tiny, 60, model_dir,
+                                      kSource + "/models/demo/tokenizer.json").ok());
+  }
+  const ModelConfig c = *ModelConfig::Load(model_dir);
+  const std::string gguf = dir + "/model-f32.gguf";
+  absl::StatusOr<GgufExportSummary> ex = ExportGguf(model_dir, gguf, {.dtype = "f32"});
   ASSERT_TRUE(ex.ok()) << ex.status();
-  ASSERT_EQ(c.sliding_window, 16);
-
+  const int W = c.sliding_window;
+  const int long_len = 8192;
   const std::vector<Prompt> prompts = {
       {.name = "short", .tokens = Tokens(8, 1), .positions = {0, 3, 7}, .chunk = 8},
-      {.name = "across_window", .tokens = Tokens(48, 2),
-       .positions = {14, 15, 16, 17, 31, 32, 47}, .chunk = 48},
+      {.name = "across_window", .tokens = Tokens(3 * W, 2),
+       .positions = {W - 2, W - 1, W, W + 1, 2 * W - 1, 2 * W, 3 * W - 1}, .chunk = 3 * W},
       {.name = "across_chunks", .tokens = Tokens(200, 3),
        .positions = {63, 64, 127, 128, 199}, .chunk = 64},
-      {.name = "long_8k", .tokens = Tokens(8192, 4),
-       .positions = {1000, 4095, 4096, 8191}, .chunk = 512},
+      {.name = "long_8k", .tokens = Tokens(long_len, 4),
+       .positions = {1000, long_len / 2 - 1, long_len / 2, long_len - 1}, .chunk = 512},
   };
-  Json req = {{"model", gguf}, {"threads", 2}, {"context", 8192 + kGenerate + 64},
+  Json req = {{"model", gguf}, {"threads", 2}, {"context", long_len + kGenerate + 64},
               {"vocab", c.vocab_size}, {"kv_type", "F32"}, {"prompts", Json::array()}};
   for (const Prompt& p : prompts) {
     req["prompts"].push_back({{"name", p.name}, {"tokens", p.tokens},
@@ -180,7 +193,7 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
               res["llama_cpp"]["package"].get<std::string>().c_str(),
               absl::ToDoubleSeconds(absl::Now() - node_start));
 
-  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create({dir + "/tiny", 2});
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create({model_dir, 2});
   ASSERT_TRUE(e.ok()) << e.status();
   const int V = c.vocab_size;
   for (size_t i = 0; i < prompts.size(); ++i) {
