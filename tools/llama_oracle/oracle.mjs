@@ -72,7 +72,7 @@ for (const p of request.prompts) {
         threads: request.threads ?? 2, sequences: 1,
         experimentalKvCacheKeyType: request.kv_type ?? "F32",
         experimentalKvCacheValueType: request.kv_type ?? "F32",
-        swaFullCache: true,
+        swaFullCache: false,
     });
     const seq = context.getSequence();
     const want = new Set(p.positions ?? []);
