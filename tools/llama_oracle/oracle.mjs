@@ -12,7 +12,9 @@
 //   generate: greedy tokens after the prompt (argmax of the raw logits, the
 //   lowest id on a tie); each step's two largest logits are returned too.
 //   batch (per prompt, optional): llama.cpp's batch size for that prompt.
-// RESULT: {"llama_cpp": {"package": version, "release": tag},
+//   texts (optional): strings tokenized by llama.cpp's tokenizer from the
+//   GGUF vocabulary (special tokens parsed), returned as "tokenized".
+// RESULT: {"llama_cpp": {"package": version, "release": tag}, "tokenized": [[ids]],
 //          "prompts": [{"name", "logits": [[vocab floats] per position],
 //                       "greedy": [ids], "greedy_top2": [[l1, l2] per step]}]}
 // Exit status 3 with a message when node-llama-cpp cannot be loaded.
@@ -94,7 +96,8 @@ for (const p of request.prompts) {
     results.push({name: p.name, logits, greedy, greedy_top2: greedyTop2});
     await context.dispose();
 }
+const tokenized = (request.texts ?? []).map((t) => Array.from(model.tokenize(t, true)));
 fs.writeFileSync(resultPath, JSON.stringify({llama_cpp: {package: pkgVersion, release},
-                                              prompts: results}));
+                                              prompts: results, tokenized}));
 await model.dispose();
 await llama.dispose();

@@ -40,6 +40,7 @@
 #include "lib/model/checkpoint.h"
 #include "lib/model/forward.h"
 #include "lib/model/gguf_export.h"
+#include "lib/model/tokenizer.h"
 
 namespace swaserve::model {
 namespace {
@@ -174,6 +175,15 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   // on the thread count).
   Json req = {{"model", gguf}, {"threads", 1}, {"context", long_len + kGenerate + 64},
               {"vocab", c.vocab_size}, {"kv_type", "F32"}, {"prompts", Json::array()}};
+  // The exported vocabulary: llama.cpp's tokenizer against ours.
+  const std::vector<std::string> texts = {
+      "In the beginning God created the heaven and the earth.",
+      "  And the earth was without form,\n\nand void; 1234 567890 verses 3:16-17.",
+      "Unicode: caf\xc3\xa9 na\xc3\xafve \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80!",
+      "<|im_start|>user\nWho begat Enos?<|im_end|>\n<|im_start|>assistant\n",
+      "tabs\tand   spaces   \r\n end",
+  };
+  req["texts"] = texts;
   for (const Prompt& p : prompts) {
     req["prompts"].push_back({{"name", p.name}, {"tokens", p.tokens},
                               {"positions", p.positions}, {"generate", kGenerate},
@@ -195,6 +205,15 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
               res["llama_cpp"]["release"].get<std::string>().c_str(),
               res["llama_cpp"]["package"].get<std::string>().c_str(),
               absl::ToDoubleSeconds(absl::Now() - node_start));
+
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::Load(model_dir + "/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ASSERT_EQ(res["tokenized"].size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(res["tokenized"][i].get<std::vector<uint32_t>>(), *(*tok)->Encode(texts[i], true))
+        << "text " << i << ": " << texts[i];
+  }
+  std::printf("tokenizer: %zu texts tokenized identically\n", texts.size());
 
   absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create({model_dir, 2});
   ASSERT_TRUE(e.ok()) << e.status();
