@@ -6,7 +6,9 @@
 # printing prefill tokens/s per prompt length, decode tokens/s after the first
 # prompt and peak RSS; a table of both and their ratio at the end.
 #
-#   bash bench/llama_compare.sh [MODEL_DIR=models/demo] [THREADS=2] [PROMPTS=512,4096] [DECODE=64]
+#   bash bench/llama_compare.sh [MODEL_DIR=models/demo] [THREADS=2] [PROMPTS=512,4096] [DECODE=64] [GGUF_DTYPE=stored]
+# GGUF_DTYPE: how llama.cpp gets the weights (stored: as this engine holds
+# them; f32: llama.cpp's f32 kernels on the same values).
 # llama.cpp decodes one sequence here (batch 1); this engine also 8 and 16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +16,10 @@ model=${1:-models/demo}
 threads=${2:-2}
 prompts=${3:-512,4096}
 decode=${4:-64}
+gguf_dtype=${5:-stored}
 out=$(mktemp -d /tmp/llama-compare-XXXXXX)
 trap 'rm -rf "$out"' EXIT
-build/bin/swaserve export-gguf --model="$model" --out="$out/model.gguf" --log_level=warn
+build/bin/swaserve export-gguf --model="$model" --out="$out/model.gguf" --dtype="$gguf_dtype" --log_level=warn
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 node tools/llama_oracle/speed.mjs "$out/model.gguf" "$threads" "$prompts" "$decode" > "$out/llama.jsonl"
 build/bench/model/llama_compare_bench --checkpoint "$model" --threads "$threads" \
