@@ -36,7 +36,8 @@
 // different head counts or head dims for full and SWA layers,
 // norm_topk_prob false, routed_scaling_factor != 1, FP8 weights with dtype
 // "stored" (GGUF has no block-scaled E4M3; export as f32 or bf16), a
-// tokenizer other than byte-level BPE with the Qwen2 pre-tokenizer, no
+// tokenizer other than byte-level BPE with the Qwen2 pre-tokenizer (an NFC
+// normalizer is accepted with a warning: llama.cpp does not normalize), no
 // tokenizer.json, no context length.
 //
 // Thread-compatible free functions.
