@@ -8,12 +8,15 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -75,6 +78,11 @@ class GgufExportTest : public ::testing::Test {
   static std::string* root_;
 };
 std::string* GgufExportTest::root_ = nullptr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 absl::string_view Bytes(const TensorInfo& t) {
   return absl::string_view(reinterpret_cast<const char*>(t.data), t.end - t.begin);
@@ -330,6 +338,24 @@ TEST_F(GgufExportTest, WhatMimo2CannotExpressIsNamed) {
               HasSubstr("tokenizer.json"));
   EXPECT_THAT(std::string(ExportGguf(base, base + ".gguf", {.dtype = "q4"}).status().message()),
               HasSubstr("q4"));
+  // Normalizers: NFC is accepted (llama.cpp does not normalize; a warning
+  // says so), any other is refused by name.
+  const std::string json = ReadAll(base + "/tokenizer.json");
+  for (const char* normalizer : {"{\"type\": \"NFC\"}", "{\"type\": \"Lowercase\"}"}) {
+    std::string edited = json;
+    const size_t at = edited.find("\"normalizer\": null");
+    ASSERT_NE(at, std::string::npos);
+    edited.replace(at, std::strlen("\"normalizer\": null"),
+                   absl::StrCat("\"normalizer\": ", normalizer));
+    std::ofstream(base + "/tokenizer.json", std::ios::trunc) << edited;
+    const absl::Status s = ExportGguf(base, base + ".gguf", {}).status();
+    if (absl::StrContains(normalizer, "NFC")) {
+      EXPECT_TRUE(s.ok()) << s;
+    } else {
+      EXPECT_THAT(std::string(s.message()), HasSubstr("Lowercase"));
+    }
+  }
+  std::ofstream(base + "/tokenizer.json", std::ios::trunc) << json;
 }
 
 }  // namespace
