@@ -3,7 +3,8 @@
 // llama.cpp's prebuilt CPU library through node-llama-cpp
 // (tools/llama_oracle/oracle.mjs) and by this engine, both with f32 KV, on
 // the same token prompts: short, across the sliding window, across prefill
-// chunk boundaries (64-token chunks on both sides) and 8K tokens.
+// chunk boundaries (64-token chunks on both sides) and 8K tokens; and the
+// FP8 and fused-QKV mini released layouts (1K tokens for the long prompt).
 //
 // Bound: both engines compute in f32 from the same f32 weights; they differ
 // only in summation order and in their exp / sigmoid / SiLU routines. Each
@@ -40,6 +41,7 @@
 #include "lib/model/checkpoint.h"
 #include "lib/model/forward.h"
 #include "lib/model/gguf_export.h"
+#include "lib/model/mini_checkpoints.h"
 #include "lib/model/tokenizer.h"
 
 namespace swaserve::model {
@@ -94,6 +96,7 @@ EngineRun RunOurs(Engine& e, const Prompt& p) {
   const int64_t pages = total / kPage + 16;
   auto pools = *kv::KvPools::Create({shape, pages, pages, true});
   kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false}, kv::CacheHit());
+  r.logits.resize(p.positions.size());
   std::vector<float> last;
   for (size_t start = 0; start < p.tokens.size(); start += p.chunk) {
     const size_t n = std::min<size_t>(p.chunk, p.tokens.size() - start);
@@ -106,10 +109,11 @@ EngineRun RunOurs(Engine& e, const Prompt& p) {
     const absl::Status s = e.Forward({&item, 1}, &out);
     EXPECT_TRUE(s.ok()) << s;
     if (!s.ok()) return r;
-    for (int pos : p.positions) {
+    for (size_t k = 0; k < p.positions.size(); ++k) {
+      const int pos = p.positions[k];
       if (pos >= static_cast<int>(start) && pos < static_cast<int>(start + n)) {
         const float* row = out.logits.data() + (pos - start) * V;
-        r.logits.emplace_back(row, row + V);
+        r.logits[k].assign(row, row + V);
       }
     }
     last.assign(out.logits.end() - V, out.logits.end());
@@ -140,34 +144,22 @@ std::string OracleUnavailable() {
   return "";
 }
 
-TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
-  if (const std::string why = OracleUnavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = *base::MakeTempDir("llama-oracle");
-  // $SWASERVE_ORACLE_MODEL: another checkpoint directory to compare on (its
-  // matrices exported as f32: exact for every stored format).
-  const char* other = std::getenv("SWASERVE_ORACLE_MODEL");
-  std::string model_dir = dir + "/tiny";
-  if (other != nullptr && *other != '\0') {
-    model_dir = other;
-  } else {
-    ModelConfig tiny = *BuiltinConfig("tiny", 4096);
-    tiny.dtype = kv::DType::kF32;
-    ASSERT_TRUE(WriteRandomCheckpoint(tiny, 60, model_dir,
-                                      kSource + "/models/demo/tokenizer.json").ok());
-  }
+// Exports `model_dir` as f32 into `dir`, runs the four prompts (the long one
+// `long_len` tokens) and the tokenizer texts on both engines and checks the
+// bounds above.
+void CompareWithLlamaCpp(const std::string& model_dir, const std::string& dir, int long_len) {
   const ModelConfig c = *ModelConfig::Load(model_dir);
   const std::string gguf = dir + "/model-f32.gguf";
   absl::StatusOr<GgufExportSummary> ex = ExportGguf(model_dir, gguf, {.dtype = "f32"});
   ASSERT_TRUE(ex.ok()) << ex.status();
   const int W = c.sliding_window;
-  const int long_len = 8192;
   const std::vector<Prompt> prompts = {
       {.name = "short", .tokens = Tokens(8, 1), .positions = {0, 3, 7}, .chunk = 8},
       {.name = "across_window", .tokens = Tokens(3 * W, 2),
        .positions = {W - 2, W - 1, W, W + 1, 2 * W - 1, 2 * W, 3 * W - 1}, .chunk = 3 * W},
       {.name = "across_chunks", .tokens = Tokens(200, 3),
        .positions = {63, 64, 127, 128, 199}, .chunk = 64},
-      {.name = "long_8k", .tokens = Tokens(long_len, 4),
+      {.name = absl::StrCat("long_", long_len), .tokens = Tokens(long_len, 4),
        .positions = {1000, long_len / 2 - 1, long_len / 2, long_len - 1}, .chunk = 512},
   };
   // One llama.cpp thread: its threads spin at barriers, which on a busy
@@ -226,6 +218,7 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
     const EngineRun ours = RunOurs(**e, p);
     const double ours_s = absl::ToDoubleSeconds(absl::Now() - ours_start);
     ASSERT_EQ(ours.logits.size(), p.positions.size()) << p.name;
+    for (const std::vector<float>& row : ours.logits) ASSERT_EQ(row.size(), static_cast<size_t>(V));
     double worst = 0, worst_abs = 0;
     for (size_t k = 0; k < p.positions.size(); ++k) {
       const Json& row = theirs["logits"][k];
@@ -268,7 +261,43 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
           << " where the leading logits are not a near-tie";
     }
   }
+}
+
+TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
+  if (const std::string why = OracleUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = *base::MakeTempDir("llama-oracle");
+  // $SWASERVE_ORACLE_MODEL: another checkpoint directory to compare on (its
+  // matrices exported as f32: exact for every stored format).
+  const char* other = std::getenv("SWASERVE_ORACLE_MODEL");
+  std::string model_dir = dir + "/tiny";
+  if (other != nullptr && *other != '\0') {
+    model_dir = other;
+  } else {
+    ModelConfig tiny = *BuiltinConfig("tiny", 4096);
+    tiny.dtype = kv::DType::kF32;
+    ASSERT_TRUE(WriteRandomCheckpoint(tiny, 60, model_dir,
+                                      kSource + "/models/demo/tokenizer.json").ok());
+  }
+  CompareWithLlamaCpp(model_dir, dir, 8192);
   fs::remove_all(dir);
+}
+
+// The released layouts' mini checkpoints on the demo tokenizer's ids: FP8
+// block scales (dequantised exactly by the export) and the fused qkv_proj
+// regrouped from its tensor-parallel groups, against llama.cpp.
+TEST(LlamaOracle, MiniReleasedLayoutsAgreeWithLlamaCpp) {
+  if (const std::string why = OracleUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* layout : {"flash-fp8", "v2.5-fused-fp8"}) {
+    SCOPED_TRACE(layout);
+    const std::string dir = *base::MakeTempDir("llama-oracle-mini");
+    MiniLayout l = *FindMiniLayout(layout);
+    l.config.vocab_size = 4096;
+    l.options.tokenizer_json = kSource + "/models/demo/tokenizer.json";
+    ASSERT_TRUE(WriteRandomCheckpoint(l.config, 25, dir + "/mini", l.options).ok());
+    std::printf("== %s\n", layout);
+    CompareWithLlamaCpp(dir + "/mini", dir, 1024);
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace
