@@ -84,31 +84,26 @@ int Run(const std::string& dir, int threads, const std::vector<int>& prompts, in
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int n = prompts[i];
     const std::vector<uint32_t> tokens = Tokens(n, i + 1);
-    // Prefill once per sequence the decode rows need (the first prompt), timing the first.
-    const int seqs = i == 0 && decode > 0 ? max_batch : 1;
-    std::vector<std::unique_ptr<kv::Sequence>> s;
-    std::vector<uint32_t> next;
-    for (int q = 0; q < seqs; ++q) {
-      s.push_back(std::make_unique<kv::Sequence>(kv::SequenceOptions{pools.get(), nullptr, 0, false}));
+    // The timed prefill (one sequence).
+    uint32_t next = 0;
+    {
+      kv::Sequence seq(kv::SequenceOptions{pools.get(), nullptr, 0, false});
       const double t0 = Now();
       ForwardOutput out;
       for (int pos = 0; pos < n; pos += chunk) {
         const int len = std::min(chunk, n - pos);
-        if (!s.back()->Append(len).ok()) return 1;
-        ForwardItem item{.seq = s.back().get(),
-                         .tokens = absl::MakeConstSpan(tokens).subspan(pos, len),
+        if (!seq.Append(len).ok()) return 1;
+        ForwardItem item{.seq = &seq, .tokens = absl::MakeConstSpan(tokens).subspan(pos, len),
                          .start = pos};
         if (!e.Forward({&item, 1}, &out).ok()) return 1;
       }
       const double dt = Now() - t0;
-      next.push_back(Argmax(out.logits.data() + out.logits.size() - V, V));
-      if (q == 0) {
-        std::printf("{\"what\": \"prefill\", \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.1f}\n",
-                    n, dt, n / dt);
-        std::fflush(stdout);
-      }
+      next = Argmax(out.logits.data() + out.logits.size() - V, V);
+      std::printf("{\"what\": \"prefill\", \"tokens\": %d, \"seconds\": %.4f, \"tokens_per_s\": %.1f}\n",
+                  n, dt, n / dt);
+      std::fflush(stdout);
     }
-    if (seqs == 1 && !(i == 0 && decode > 0)) continue;
+    if (i != 0 || decode <= 0) continue;
     for (int b : batches) {
       // b sequences, each its own copy of the prompt's state: decode steps from position n.
       std::vector<std::unique_ptr<kv::Sequence>> d;
@@ -124,7 +119,7 @@ int Run(const std::string& dir, int threads, const std::vector<int>& prompts, in
                            .start = pos};
           if (!e.Forward({&item, 1}, &out).ok()) return 1;
         }
-        tok[q] = next[0];
+        tok[q] = next;
       }
       const double t0 = Now();
       for (int step = 0; step < decode; ++step) {
@@ -165,7 +160,10 @@ int main(int argc, char** argv) {
     else if (a == "--decode") decode = std::stoi(next());
     else if (a == "--batches") batches = swaserve::model::List(next());
     else if (a == "--chunk") chunk = std::stoi(next());
-    else dir.clear(), i = argc;
+    else {
+      dir.clear();
+      break;
+    }
   }
   if (dir.empty() || prompts.empty() || chunk <= 0) {
     std::fprintf(stderr, "usage: llama_compare_bench --checkpoint DIR [--threads N] "
