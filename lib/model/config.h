@@ -46,7 +46,12 @@
 //   {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [bo, bi],
 //    "activation_scheme": "dynamic" (optional), "ignored_layers" (alias
 //    "modules_to_not_convert"): [module names kept in torch_dtype]}.
-//   Any other method, format or key is rejected by name. Weights are FP8
+//   Keys quantization tools write that change nothing are accepted with a
+//   log line: packed_modules_mapping, kv_cache_scheme, sparsity_config and
+//   transform_config when null, {} or [] (with content they would change the
+//   math and are rejected by name), and the informational producer, version
+//   and global_compression_ratio. Any other method, format or key is
+//   rejected by name. Weights are FP8
 //   E4M3 with F32 `<name>_scale_inv` block scales [ceil(out/bo),
 //   ceil(in/bi)]; activations stay f32 (weight-only dequantisation, what the
 //   PyTorch reference does too).

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/logging.h"
 #include "lib/model/config.h"
 #include "lib/model/config_json.h"
 
@@ -304,6 +305,54 @@ absl::Status RequireHubSwaFields(const Json& root, const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// quantization_config keys that quantization tools write but that do not
+// change the computation: accepted (with a log line) when they say nothing
+// beyond what the understood keys say. Everything else is an error naming it.
+//
+// Empty-only: a mapping or scheme that, when present with content, would
+// change the math (fused modules the ignore list refers to, a quantized KV
+// cache, sparsity, rotations); null, {} and [] say "none".
+constexpr const char* kEmptyOnlyQuantFields[] = {
+    "packed_modules_mapping", "kv_cache_scheme", "sparsity_config",
+    "transform_config"};
+// Informational: the producing tool and summary figures, never read by a
+// loader.
+constexpr const char* kInformationalQuantFields[] = {
+    "producer", "version", "global_compression_ratio"};
+
+bool IsEmptyValue(const Json& v) {
+  return v.is_null() || ((v.is_object() || v.is_array()) && v.empty());
+}
+
+absl::Status CheckInertQuantField(const std::string& key, const Json& v,
+                                  const std::string& field) {
+  for (const char* name : kEmptyOnlyQuantFields) {
+    if (key != name) continue;
+    if (!IsEmptyValue(v)) {
+      return FieldError(field, absl::StrCat(
+          "would change the computation and is not supported (only null, "
+          "{} or [] is accepted), got ", Describe(v)));
+    }
+    SWA_LOG(info, "{}: empty, accepted (changes nothing)", field);
+    return absl::OkStatus();
+  }
+  for (const char* name : kInformationalQuantFields) {
+    if (key != name) continue;
+    SWA_LOG(info, "{}: informational, ignored ({})", field, Describe(v));
+    return absl::OkStatus();
+  }
+  return FieldError(field, "unknown quantization setting (understood: "
+                           "quant_method, fmt, activation_scheme, "
+                           "weight_block_size, ignored_layers; accepted when "
+                           "empty: packed_modules_mapping, kv_cache_scheme, "
+                           "sparsity_config, transform_config; informational: "
+                           "producer, version, global_compression_ratio)");
+}
+
+}  // namespace
+
 absl::Status ReadQuantAndLayout(const Json& root, ModelConfig* c) {
   if (const Json* v = Present(root, "attention_projection_layout")) {
     if (v->is_string() && v->get<std::string>() == "fused_qkv") {
@@ -372,10 +421,9 @@ absl::Status ReadQuantAndLayout(const Json& root, ModelConfig* c) {
         }
         out.ignored_layers.push_back(e.get<std::string>());
       }
-    } else {
-      return FieldError(field, "unknown quantization setting (understood: "
-                               "quant_method, fmt, activation_scheme, "
-                               "weight_block_size, ignored_layers)");
+    } else if (absl::Status inert = CheckInertQuantField(key, v, field);
+               !inert.ok()) {
+      return inert;
     }
   }
   if (!have_method) return FieldError(p + ".quant_method", "missing");

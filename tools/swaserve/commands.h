@@ -24,4 +24,8 @@ int KvEvents(int argc, const char* const* argv);
 // swaserve kv-plan: the KV pool each worker needs for its bucket (kv_plan.cc).
 int KvPlan(int argc, const char* const* argv);
 
+// swaserve export-gguf: a checkpoint as a GGUF file for llama.cpp's mimo2
+// architecture (export_gguf.cc, lib/model/gguf_export.h).
+int ExportGguf(int argc, const char* const* argv);
+
 }  // namespace swaserve::cli

@@ -76,6 +76,8 @@ Commands:
                 stores and evicts; the API external routers read)
   kv-plan       print the KV pool (MiB) each worker needs so that a prompt at
                 the top of its length bucket fits (what `up` gives them)
+  export-gguf   write a checkpoint as a GGUF file for llama.cpp's mimo2
+                architecture (weights as stored, or f32 for oracle runs)
 
 Run 'swaserve <command> --help' for a command's options.
 )";
@@ -733,6 +735,7 @@ int Main(int argc, const char* const* argv) {
   if (command == "dashboard") return cli::Dashboard(argc - 1, argv + 1);
   if (command == "kv-events") return cli::KvEvents(argc - 1, argv + 1);
   if (command == "kv-plan") return cli::KvPlan(argc - 1, argv + 1);
+  if (command == "export-gguf") return cli::ExportGguf(argc - 1, argv + 1);
   std::fprintf(stderr, "swaserve: unknown command '%s'\n\n%s", command.c_str(),
                kTopUsage);
   return 2;

@@ -270,6 +270,50 @@ TEST(QuantizationConfig, MalformedIsAClearError) {
   ExpectError(j, "quantization_config.ignored_layers");
 }
 
+TEST(QuantizationConfig, FieldsThatChangeNothingAreAccepted) {
+  const absl::StatusOr<ModelConfig> plain = Parse(Fp8(Hub()));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // What quantization tools commonly add: empty mappings and schemes, and
+  // informational keys.
+  Json j = Fp8(Hub());
+  j["quantization_config"]["packed_modules_mapping"] = Json::object();
+  j["quantization_config"]["kv_cache_scheme"] = nullptr;
+  j["quantization_config"]["sparsity_config"] = Json::object();
+  j["quantization_config"]["transform_config"] = Json::array();
+  j["quantization_config"]["producer"] = {{"name", "modelopt"},
+                                          {"version", "0.31"}};
+  j["quantization_config"]["version"] = "0.10.2";
+  j["quantization_config"]["global_compression_ratio"] = 1.87;
+  const absl::StatusOr<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant, plain->quant);
+  EXPECT_TRUE(*c == *plain);
+}
+
+TEST(QuantizationConfig, FieldsThatWouldChangeTheMathAreNamed) {
+  const std::pair<const char*, Json> cases[] = {
+      {"packed_modules_mapping",
+       {{"qkv_proj", {"q_proj", "k_proj", "v_proj"}}}},
+      {"kv_cache_scheme", {{"num_bits", 8}, {"type", "float"}}},
+      {"sparsity_config", {{"format", "sparse-24"}}},
+      {"transform_config", {{"config_groups", {{"R1", 1}}}}},
+      {"weight_per_tensor", true},
+  };
+  for (const auto& [key, value] : cases) {
+    Json j = Fp8(Hub());
+    j["quantization_config"][key] = value;
+    const absl::StatusOr<ModelConfig> c = Parse(j);
+    ASSERT_FALSE(c.ok()) << key;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()),
+                testing::HasSubstr(absl::StrCat("quantization_config.", key)));
+  }
+  Json j = Fp8(Hub());
+  j["quantization_config"]["packed_modules_mapping"] = {{"gate_up_proj", 1}};
+  EXPECT_THAT(std::string(Parse(j).status().message()),
+              testing::HasSubstr("would change the computation"));
+}
+
 TEST(AttentionProjectionLayout, SplitOrFused) {
   Json j = Hub();
   EXPECT_EQ(Parse(j)->qkv_layout, QkvLayout::kSplit);

@@ -146,6 +146,39 @@ TEST_F(MiniCheckpointsTest, LayoutsOfTheSameWeightsAgreeBitForBit) {
   EXPECT_LT(bytes["flash-fp8"], bytes["flash-bf16"] * 0.75);
 }
 
+// The flash-fp8 checkpoint as quantization tools write it (an empty
+// packed_modules_mapping in quantization_config) loads and computes what the
+// plain one does; a mapping with content is refused by name.
+TEST_F(MiniCheckpointsTest, EmptyPackedModulesMappingChangesNothing) {
+  const std::string plain = Dir("flash-fp8");
+  const std::string tooled = *root_ + "/flash-fp8-tooled";
+  fs::create_directories(tooled);
+  for (const char* f : {"model.safetensors", "tokenizer.json"}) {
+    if (fs::exists(plain + "/" + f)) fs::copy_file(plain + "/" + f, tooled + "/" + f);
+  }
+  Json config = Json::parse(ReadFile(plain + "/config.json"));
+  config["quantization_config"]["packed_modules_mapping"] = Json::object();
+  std::ofstream(tooled + "/config.json") << config.dump(2);
+  const std::vector<uint32_t> tokens = {3, 141, 59, 26, 5, 35, 89, 79};
+  absl::StatusOr<std::unique_ptr<Engine>> a = Engine::Create({plain, 1});
+  absl::StatusOr<std::unique_ptr<Engine>> b = Engine::Create({tooled, 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const Outputs oa = RunEngine(**a, tokens);
+  const Outputs ob = RunEngine(**b, tokens);
+  ASSERT_EQ(oa.logits.size(), ob.logits.size());
+  EXPECT_EQ(std::memcmp(oa.logits.data(), ob.logits.data(), oa.logits.size() * 4), 0);
+  EXPECT_EQ(oa.greedy, ob.greedy);
+
+  config["quantization_config"]["packed_modules_mapping"] = {
+      {"qkv_proj", {"q_proj", "k_proj", "v_proj"}}};
+  std::ofstream(tooled + "/config.json") << config.dump(2);
+  absl::StatusOr<std::unique_ptr<Engine>> c = Engine::Create({tooled, 1});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              ::testing::HasSubstr("quantization_config.packed_modules_mapping"));
+}
+
 TEST_F(MiniCheckpointsTest, UnknownLayoutIsNamed) {
   absl::StatusOr<MiniLayout> l = FindMiniLayout("flash-int4");
   ASSERT_FALSE(l.ok());
