@@ -105,5 +105,20 @@ if [ "$want_npm" = 1 ] && [ -f "$here/package-lock.json" ]; then
       exit 1
     fi
   fi
+  # llama.cpp's prebuilt CPU library for the engine's oracle test: its own
+  # package, installed with `npm install` (pinned by its lock file too): the
+  # package names prebuilt binaries for platforms the registry may not carry,
+  # which `npm ci` refuses and `npm install` skips as optional.
+  oracle="$here/tools/llama_oracle"
+  if [ -f "$oracle/node_modules/.package-lock.json" ] &&
+     [ "$oracle/node_modules/.package-lock.json" -nt "$oracle/package-lock.json" ]; then
+    echo "install-deps: node-llama-cpp present"
+  else
+    echo "install-deps: npm install in tools/llama_oracle (node-llama-cpp)"
+    if ! (cd "$oracle" && npm install --no-audit --no-fund --loglevel=error); then
+      echo "install-deps: npm install of node-llama-cpp failed" >&2
+      exit 1
+    fi
+  fi
 fi
 echo "install-deps: done"

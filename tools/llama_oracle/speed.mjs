@@ -28,7 +28,7 @@ let nlc;
 try {
     nlc = await import("node-llama-cpp");
 } catch (err) {
-    console.error(`node-llama-cpp is not installed (npm ci): ${err.message}`);
+    console.error(`node-llama-cpp is not installed (scripts/install-deps.sh installs it in tools/llama_oracle): ${err.message}`);
     process.exit(3);
 }
 const llama = await nlc.getLlama({gpu: false, build: "never", skipDownload: true,

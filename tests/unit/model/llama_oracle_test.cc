@@ -135,8 +135,9 @@ EngineRun RunOurs(Engine& e, const Prompt& p) {
 
 // Why the oracle cannot run here, or "" when it can.
 std::string OracleUnavailable() {
-  if (!fs::exists(kSource + "/node_modules/node-llama-cpp/package.json")) {
-    return "node-llama-cpp is not installed (npm ci in the source tree installs it)";
+  if (!fs::exists(kSource + "/tools/llama_oracle/node_modules/node-llama-cpp/package.json")) {
+    return "node-llama-cpp is not installed (scripts/install-deps.sh installs it in "
+           "tools/llama_oracle)";
   }
   std::string out;
   absl::StatusOr<int> rc = base::RunCommand({"node", "--version"}, &out, absl::Seconds(20));
