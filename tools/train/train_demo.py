@@ -348,6 +348,10 @@ def main():
                     help="agent windows per step (corpus/agent_ids.u16; 0: none)")
     ap.add_argument("--init", help="fine-tune: start from this checkpoint directory")
     ap.add_argument("--init-tokenizer", help="the tokenizer.json --init was trained with")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="end after this many steps of the --steps schedule (0: all)")
+    ap.add_argument("--stop-file", help="end after the current step when this file exists "
+                    "(the summary records the steps run: rerun with --stop-at to reproduce)")
     ap.add_argument("--peak-lr", type=float, default=PEAK_LR)
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--bench-steps", type=int, default=0,
@@ -396,7 +400,12 @@ def main():
     steps = args.bench_steps or args.steps
     log = []
     t0 = time.time()
+    steps_run = steps
     for step in range(steps):
+        if step > 0 and (step == args.stop_at or (args.stop_file and os.path.exists(args.stop_file))):
+            steps_run = step
+            print(f"stopped after {step} of {steps} steps", flush=True)
+            break
         lr = lr_at(step, steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -462,10 +471,10 @@ def main():
             dst.write(src.read())
     exported = mr.MimoReference.load(args.out, dtype=torch.float32)
     ev = evaluate(mr.BatchedPaths(exported), valid_chunks)
-    summary = {"summary": True, "steps": steps, "batch": BATCH, "seq": SEQ,
+    summary = {"summary": True, "steps": steps, "steps_run": steps_run, "batch": BATCH, "seq": SEQ,
                "agent_batch": args.agent_batch, "agent_seq": args.agent_seq,
                "peak_lr": PEAK_LR, "warmup": WARMUP, "init": args.init,
-               "train_tokens_seen": steps * (BATCH * SEQ + args.agent_batch * args.agent_seq),
+               "train_tokens_seen": steps_run * (BATCH * SEQ + args.agent_batch * args.agent_seq),
                "train_stream_tokens": train.numel(),
                "agent_stream_tokens": agent.numel() if agent is not None else 0,
                "train_wall_s": round(train_s, 1), "threads": 1, "params": n_params,
