@@ -352,6 +352,8 @@ def main():
                     help="end after this many steps of the --steps schedule (0: all)")
     ap.add_argument("--stop-file", help="end after the current step when this file exists "
                     "(the summary records the steps run: rerun with --stop-at to reproduce)")
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="init and batch sampling seed (a continuation run takes a new one)")
     ap.add_argument("--peak-lr", type=float, default=PEAK_LR)
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--bench-steps", type=int, default=0,
@@ -361,8 +363,8 @@ def main():
     PEAK_LR, WARMUP = args.peak_lr, args.warmup
 
     torch.set_num_threads(1)
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
     vocab, tok_ids, merges = read_tokenizer(args.tokenizer)
     ENDOFTEXT, IM_START, IM_END = (tok_ids[t] for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
     cfg_json = model_config(vocab)
@@ -478,7 +480,7 @@ def main():
                "train_stream_tokens": train.numel(),
                "agent_stream_tokens": agent.numel() if agent is not None else 0,
                "train_wall_s": round(train_s, 1), "threads": 1, "params": n_params,
-               "torch": torch.__version__, "seed": SEED,
+               "torch": torch.__version__, "seed": args.seed,
                "valid_exported_bf16": ev}
     log.append(summary)
     tmp_pt = os.path.join(args.out, "weights_f32.pt.tmp")
