@@ -89,8 +89,9 @@ def main():
     ref = mr.MimoReference.load(args.model, dtype=torch.float64)
     c = ref.c
     valid = td.load_ids(os.path.join(args.corpus, "valid_ids.u16"))
-    n_chunks = valid.numel() // td.SEQ
-    chunks = valid[:n_chunks * td.SEQ].view(n_chunks, td.SEQ)
+    n_chunks = valid.numel() // td.VALID_SEQ
+    chunks = valid[:n_chunks * td.VALID_SEQ].view(n_chunks, td.VALID_SEQ)
+    _, tok_ids, _ = td.read_tokenizer(os.path.join(args.model, "tokenizer.json"))
 
     # 1. Logits of one held-out sequence (no router near-tie).
     start = 0
@@ -123,7 +124,7 @@ def main():
     ev_all = td.evaluate(bp, chunks)
 
     # 3. Greedy continuation of a held-out prompt (a chapter's first tokens).
-    eot = [i for i, t in enumerate(valid.tolist()) if t == td.ENDOFTEXT]
+    eot = [i for i, t in enumerate(valid.tolist()) if t == tok_ids["<|endoftext|>"]]
     p0 = eot[2] + 1
     prompt = valid[p0:p0 + GREEDY_PROMPT].tolist()
     gen = []
@@ -143,7 +144,7 @@ def main():
         "reference": {"implementation": "tools/reference/mimo_reference.py",
                       "compute_dtype": "float64", "torch_version": torch.__version__,
                       "min_router_margin": float(fmt(m))},
-        "valid_slice": {"chunk_tokens": td.SEQ,
+        "valid_slice": {"chunk_tokens": td.VALID_SEQ,
                         "tokens": chunks[:SLICE_CHUNKS].reshape(-1).tolist(),
                         "train_script_loss": ev_slice["loss"],
                         "train_script_mtp_loss": ev_slice["mtp_loss"],

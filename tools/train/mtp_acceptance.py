@@ -44,7 +44,9 @@ def main():
     bp = mr.BatchedPaths(ref)
     K = ref.c.num_mtp_layers
     valid = td.load_ids(os.path.join(args.corpus, "valid_ids.u16")).tolist()
-    starts = [0] + [i + 1 for i, t in enumerate(valid) if t == td.ENDOFTEXT][:-1]
+    _, tok_ids, _ = td.read_tokenizer(os.path.join(args.model, "tokenizer.json"))
+    eot = tok_ids["<|endoftext|>"]
+    starts = [0] + [i + 1 for i, t in enumerate(valid) if t == eot][:-1]
     prompts = [valid[s:s + args.prompt_tokens] for s in starts[:args.prompts]]
     x = torch.tensor(prompts)
     with torch.no_grad():

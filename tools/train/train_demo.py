@@ -52,8 +52,55 @@ WARMUP = 60
 WEIGHT_DECAY = 0.1
 CLIP = 1.0
 
-# The vocabulary's special tokens (tools/train/train_tokenizer.js puts them last).
+VALID_SEQ = 256           # KJV validation chunk length (fixed, so runs compare)
+# The special tokens' ids, read from the tokenizer (train_tokenizer.js puts
+# them after the merges, then the added non-special tokens).
 ENDOFTEXT, IM_START, IM_END = 4093, 4094, 4095
+
+
+def read_tokenizer(path):
+    """(vocab size, {token text: id}) of a tokenizer.json, added tokens included."""
+    with open(path) as f:
+        j = json.load(f)
+    ids = dict(j["model"]["vocab"])
+    for t in j["added_tokens"]:
+        ids[t["content"]] = t["id"]
+    n = max(ids.values()) + 1
+    if sorted(ids.values()) != list(range(n)):
+        sys.exit(f"{path}: token ids are not 0..{n - 1}")
+    return n, ids, [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in j["model"]["merges"]]
+
+
+def init_from(w, base_dir, base_tok, tok_ids, merges):
+    """Fine-tuning start: every tensor of the checkpoint in base_dir; the
+    embedding and LM-head rows of a token the base tokenizer has are copied
+    by token text; a new merge's rows are the mean of its two halves' rows
+    (merges in order, so both exist); any other new token (the added tokens)
+    keeps its fresh embedding row and gets the mean LM-head row."""
+    base = mr.load_safetensors(base_dir, torch.float32)
+    _, base_ids, _ = read_tokenizer(base_tok)
+    for name, t in w.items():
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            continue
+        if tuple(base[name].shape) != tuple(t.shape):
+            sys.exit(f"{name}: base shape {tuple(base[name].shape)} != {tuple(t.shape)}")
+        with torch.no_grad():
+            t.copy_(base[name])
+    by_id = {i: k for k, i in tok_ids.items()}
+    merge_of = {l + r: (l, r) for l, r in merges}
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        src, dst = base[name], w[name]
+        mean = src.mean(0)
+        with torch.no_grad():
+            for i in range(dst.shape[0]):
+                k = by_id[i]
+                if k in base_ids:
+                    dst[i] = src[base_ids[k]]
+                elif k in merge_of:
+                    l, r = merge_of[k]
+                    dst[i] = 0.5 * (dst[tok_ids[l]] + dst[tok_ids[r]])
+                elif name == "lm_head.weight":
+                    dst[i] = mean
 
 
 def model_config(vocab):
@@ -283,6 +330,7 @@ def lr_at(step, steps):
 
 
 def main():
+    global SEQ, BATCH, PEAK_LR, WARMUP, ENDOFTEXT, IM_START, IM_END
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", required=True, help="tools/train/prepare_corpus.py output "
                     "with train_ids.u16 / valid_ids.u16 from train_tokenizer.js")
@@ -292,25 +340,52 @@ def main():
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--fixtures", help="write the C++ tests' fixtures into this directory")
+    ap.add_argument("--seq", type=int, default=SEQ, help="training context of the KJV windows")
+    ap.add_argument("--batch", type=int, default=BATCH, help="KJV windows per step")
+    ap.add_argument("--agent-seq", type=int, default=768,
+                    help="training context of the agent windows (each starts at a conversation)")
+    ap.add_argument("--agent-batch", type=int, default=0,
+                    help="agent windows per step (corpus/agent_ids.u16; 0: none)")
+    ap.add_argument("--init", help="fine-tune: start from this checkpoint directory")
+    ap.add_argument("--init-tokenizer", help="the tokenizer.json --init was trained with")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="end after this many steps of the --steps schedule (0: all)")
+    ap.add_argument("--stop-file", help="end after the current step when this file exists "
+                    "(the summary records the steps run: rerun with --stop-at to reproduce)")
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="init and batch sampling seed (a continuation run takes a new one)")
+    ap.add_argument("--peak-lr", type=float, default=PEAK_LR)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--bench-steps", type=int, default=0,
                     help="time this many steps and exit (no output)")
     args = ap.parse_args()
+    SEQ, BATCH = args.seq, args.batch
+    PEAK_LR, WARMUP = args.peak_lr, args.warmup
 
     torch.set_num_threads(1)
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED)
-    with open(args.tokenizer) as f:
-        vocab = len(json.load(f)["model"]["vocab"]) + 3
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    vocab, tok_ids, merges = read_tokenizer(args.tokenizer)
+    ENDOFTEXT, IM_START, IM_END = (tok_ids[t] for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
     cfg_json = model_config(vocab)
     c = mr.MimoConfig(cfg_json)
     w = init_weights(c, gen)
+    if args.init:
+        init_from(w, args.init, args.init_tokenizer, tok_ids, merges)
     ref = mr.MimoReference(c, w, torch.float32)
     bp = mr.BatchedPaths(ref)
 
     train = load_ids(os.path.join(args.corpus, "train_ids.u16"))
     valid = load_ids(os.path.join(args.corpus, "valid_ids.u16"))
-    n_valid = valid.numel() // SEQ
-    valid_chunks = valid[:n_valid * SEQ].view(n_valid, SEQ)
+    n_valid = valid.numel() // VALID_SEQ
+    valid_chunks = valid[:n_valid * VALID_SEQ].view(n_valid, VALID_SEQ)
+    agent = agent_starts = None
+    if args.agent_batch:
+        agent = load_ids(os.path.join(args.corpus, "agent_ids.u16"))
+        # Conversation starts: 0 and after every <|endoftext|>, leaving room for a window.
+        ends = (agent == ENDOFTEXT).nonzero().flatten() + 1
+        agent_starts = torch.cat([torch.zeros(1, dtype=torch.long), ends])
+        agent_starts = agent_starts[agent_starts <= agent.numel() - args.agent_seq]
 
     params = [t for n, t in w.items() if t.requires_grad]
     decay = [t for n, t in w.items() if t.requires_grad and t.dim() == 2]
@@ -320,18 +395,35 @@ def main():
                             lr=PEAK_LR, betas=(0.9, 0.95), eps=1e-8)
     n_params = sum(t.numel() for t in w.values())
     print(f"params {n_params} ({n_params * 2 / 2**20:.1f} MiB bf16); train {train.numel()} "
-          f"tokens, valid {valid.numel()} ({n_valid} chunks of {SEQ})", flush=True)
+          f"tokens, valid {valid.numel()} ({n_valid} chunks of {VALID_SEQ})" +
+          (f"; agent {agent.numel()} tokens, {agent_starts.numel()} conversation starts"
+           if agent is not None else ""), flush=True)
 
     steps = args.bench_steps or args.steps
     log = []
     t0 = time.time()
+    steps_run = steps
     for step in range(steps):
+        if step > 0 and (step == args.stop_at or (args.stop_file and os.path.exists(args.stop_file))):
+            steps_run = step
+            print(f"stopped after {step} of {steps} steps", flush=True)
+            break
         lr = lr_at(step, steps)
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, train.numel() - SEQ, (BATCH,), generator=gen)
         x = torch.stack([train[s:s + SEQ] for s in starts.tolist()])
         main_loss, mtp_losses, stats = losses(bp, x, gen)
+        if agent is not None:
+            # A second batch of windows that start at a conversation; the step's
+            # loss is the token-weighted mean over both batches.
+            pick = torch.randint(0, agent_starts.numel(), (args.agent_batch,), generator=gen)
+            xa = torch.stack([agent[s:s + args.agent_seq] for s in agent_starts[pick].tolist()])
+            ma, mtpa, sa = losses(bp, xa, gen)
+            fk = (BATCH * SEQ) / (BATCH * SEQ + args.agent_batch * args.agent_seq)
+            main_loss = fk * main_loss + (1 - fk) * ma
+            mtp_losses = [fk * l + (1 - fk) * la for l, la in zip(mtp_losses, mtpa)]
+            stats = [(p, l + la) for (p, l), (_, la) in zip(stats, sa)]
         loss = main_loss + sum(wk * l for wk, l in zip(MTP_WEIGHTS, mtp_losses))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -381,10 +473,14 @@ def main():
             dst.write(src.read())
     exported = mr.MimoReference.load(args.out, dtype=torch.float32)
     ev = evaluate(mr.BatchedPaths(exported), valid_chunks)
-    summary = {"summary": True, "steps": steps, "batch": BATCH, "seq": SEQ,
-               "train_tokens_seen": steps * BATCH * SEQ, "train_stream_tokens": train.numel(),
+    summary = {"summary": True, "steps": steps, "steps_run": steps_run, "batch": BATCH, "seq": SEQ,
+               "agent_batch": args.agent_batch, "agent_seq": args.agent_seq,
+               "peak_lr": PEAK_LR, "warmup": WARMUP, "init": args.init,
+               "train_tokens_seen": steps_run * (BATCH * SEQ + args.agent_batch * args.agent_seq),
+               "train_stream_tokens": train.numel(),
+               "agent_stream_tokens": agent.numel() if agent is not None else 0,
                "train_wall_s": round(train_s, 1), "threads": 1, "params": n_params,
-               "torch": torch.__version__, "seed": SEED,
+               "torch": torch.__version__, "seed": args.seed,
                "valid_exported_bf16": ev}
     log.append(summary)
     tmp_pt = os.path.join(args.out, "weights_f32.pt.tmp")

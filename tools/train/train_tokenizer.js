@@ -34,6 +34,12 @@ const path = require("path");
 const { Tokenizer } = require("tokenizers");
 
 const SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+// Added, non-special tokens (as Qwen3 has them: matched in any text, kept
+// when decoding with skip_special_tokens), after the special tokens.
+const ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"];
+// QWEN_SPLIT for JavaScript's RegExp (no inline (?i:...) group).
+const QWEN_SPLIT_JS =
+  /'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
 const QWEN_SPLIT =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
@@ -90,35 +96,128 @@ function skeleton(vocab, merges) {
   };
 }
 
+// Greedy BPE continuation: the base tokenizer's merges applied to every
+// pre-tokenized word of `texts` (added and special tokens cut out first, as
+// the library does), then `n` more merges learnt on what is left, most
+// frequent pair first (ties: the smaller pair in code-unit order). New merges
+// rank after every base merge, so the library, which applies the lowest-rank
+// pair first, gives the base tokenization wherever no new merge applies.
+function extendMerges(baseVocab, baseMerges, texts, n) {
+  const b2u = bytesToUnicode();
+  const cut = new RegExp(SPECIALS.concat(ADDED).map((t) => t.replace(/[|<>/\\]/g, "\\$&")).join("|"), "g");
+  const freq = new Map();
+  for (const text of texts) {
+    for (const seg of text.split(cut)) {
+      for (const m of seg.matchAll(QWEN_SPLIT_JS)) {
+        const w = Array.from(Buffer.from(m[0], "utf8"), (b) => b2u[b]).join("");
+        freq.set(w, (freq.get(w) || 0) + 1);
+      }
+    }
+  }
+  const rank = new Map(baseMerges.map(([l, r], i) => [l + " " + r, i]));
+  const words = [];
+  for (const [w, f] of freq) {
+    let sym = Array.from(w);
+    for (;;) {
+      let best = -1, bestRank = Infinity;
+      for (let i = 0; i + 1 < sym.length; i++) {
+        const rk = rank.get(sym[i] + " " + sym[i + 1]);
+        if (rk !== undefined && rk < bestRank) { bestRank = rk; best = i; }
+      }
+      if (best < 0) break;
+      const [l, r] = baseMerges[bestRank];
+      const out = [];
+      for (let i = 0; i < sym.length; i++) {
+        if (i + 1 < sym.length && sym[i] === l && sym[i + 1] === r) { out.push(l + r); i++; } else out.push(sym[i]);
+      }
+      sym = out;
+    }
+    words.push({ sym, f });
+  }
+  const vocab = Object.assign({}, baseVocab);
+  const added = [];
+  while (added.length < n) {
+    const pairs = new Map();
+    for (const { sym, f } of words) {
+      for (let i = 0; i + 1 < sym.length; i++) {
+        const k = sym[i] + " " + sym[i + 1];
+        pairs.set(k, (pairs.get(k) || 0) + f);
+      }
+    }
+    let best = null, bestF = 0;
+    for (const [k, f] of pairs) {
+      const [l, r] = k.split(" "); // byte-level symbols never hold a space
+      if (vocab[l + r] !== undefined) continue; // a token already, reached another way
+      if (f > bestF || (f === bestF && k < best)) { best = k; bestF = f; }
+    }
+    if (best === null || bestF < 2) throw new Error(`only ${added.length} merges could be learnt`);
+    const [l, r] = best.split(" ");
+    vocab[l + r] = Object.keys(vocab).length;
+    added.push([l, r]);
+    for (const wd of words) {
+      const s = wd.sym;
+      if (s.length < 2) continue;
+      const out = [];
+      for (let i = 0; i < s.length; i++) {
+        if (i + 1 < s.length && s[i] === l && s[i + 1] === r) { out.push(l + r); i++; } else out.push(s[i]);
+      }
+      wd.sym = out;
+    }
+  }
+  return { vocab, merges: baseMerges.concat(added), added };
+}
+
+function layout(vocab, merges, nModel) {
+  const j = skeleton(vocab, merges);
+  j.added_tokens = SPECIALS.concat(ADDED).map((content, i) => ({
+    id: nModel + i, content, single_word: false, lstrip: false, rstrip: false,
+    normalized: false, special: i < SPECIALS.length,
+  }));
+  return j;
+}
+
 async function main() {
   const a = args();
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "demo-tok-"));
   const t0 = Date.now();
-  // 1. Full greedy run of the default trainer on the training split.
-  const full = Tokenizer.fromString(JSON.stringify(skeleton({}, [])));
-  full.train([path.join(a.corpus, "train.txt")]);
-  const fullPath = path.join(tmp, "full.json");
-  full.save(fullPath);
-  const trained = JSON.parse(fs.readFileSync(fullPath, "utf8"));
-  const merges = trained.model.merges.map((m) => (Array.isArray(m) ? m : m.split(" ")));
-  const keep = a.vocab - 256 - SPECIALS.length;
-  if (merges.length < keep) throw new Error(`only ${merges.length} merges learnt, need ${keep}`);
+  let j;
+  let report;
+  if (a.extend) {
+    // Extend a trained tokenizer: its bytes and merges keep their ids.
+    const base = JSON.parse(fs.readFileSync(a.extend, "utf8"));
+    const baseMerges = base.model.merges.map((m) => (Array.isArray(m) ? m : m.split(" ")));
+    const baseVocab = {};
+    for (const [k, id] of Object.entries(base.model.vocab)) baseVocab[k] = id;
+    const nBase = Object.keys(baseVocab).length;
+    const n = a.vocab - nBase - SPECIALS.length - ADDED.length;
+    const texts = a["extra-corpus"].split(",").map((f) => fs.readFileSync(f, "utf8"));
+    const ext = extendMerges(baseVocab, baseMerges, texts, n);
+    j = layout(ext.vocab, ext.merges, nBase + n);
+    report = `extended ${a.extend} (${nBase} model ids) by ${n} merges learnt on ${a["extra-corpus"]}`;
+  } else {
+    // 1. Full greedy run of the default trainer on the training split.
+    const full = Tokenizer.fromString(JSON.stringify(skeleton({}, [])));
+    full.train([path.join(a.corpus, "train.txt")]);
+    const fullPath = path.join(tmp, "full.json");
+    full.save(fullPath);
+    const trained = JSON.parse(fs.readFileSync(fullPath, "utf8"));
+    const merges = trained.model.merges.map((m) => (Array.isArray(m) ? m : m.split(" ")));
+    const keep = a.vocab - 256 - SPECIALS.length - ADDED.length;
+    if (merges.length < keep) throw new Error(`only ${merges.length} merges learnt, need ${keep}`);
 
-  // 2. Bytes, then the first `keep` merges, then the special tokens.
-  const vocab = {};
-  bytesToUnicode().forEach((ch, i) => (vocab[ch] = i));
-  const kept = [];
-  for (const [l, r] of merges.slice(0, keep)) {
-    if (!(l in vocab) || !(r in vocab)) throw new Error(`merge ${l} ${r} uses an unknown token`);
-    if (l + r in vocab) throw new Error(`merge result ${l + r} repeats`);
-    vocab[l + r] = Object.keys(vocab).length;
-    kept.push([l, r]);
+    // 2. Bytes, then the first `keep` merges, then the special and added tokens.
+    const vocab = {};
+    bytesToUnicode().forEach((ch, i) => (vocab[ch] = i));
+    const kept = [];
+    for (const [l, r] of merges.slice(0, keep)) {
+      if (!(l in vocab) || !(r in vocab)) throw new Error(`merge ${l} ${r} uses an unknown token`);
+      if (l + r in vocab) throw new Error(`merge result ${l + r} repeats`);
+      vocab[l + r] = Object.keys(vocab).length;
+      kept.push([l, r]);
+    }
+    j = layout(vocab, kept, 256 + keep);
+    report = `${merges.length} merges learnt, ${keep} kept`;
   }
-  const j = skeleton(vocab, kept);
-  j.added_tokens = SPECIALS.map((content, i) => ({
-    id: 256 + keep + i, content, single_word: false, lstrip: false, rstrip: false,
-    normalized: false, special: true,
-  }));
   fs.mkdirSync(path.dirname(path.resolve(a.out)), { recursive: true });
   fs.writeFileSync(a.out, JSON.stringify(j, null, 1) + "\n");
 
@@ -132,8 +231,7 @@ async function main() {
   if (back !== valid) throw new Error("held-out text does not round-trip");
   const train = fs.readFileSync(path.join(a.corpus, "train.txt"), "utf8");
   const trainIds = (await tok.encode(train, null, { addSpecialTokens: false })).getIds();
-  console.log(`trained in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${merges.length} merges learnt, ` +
-              `${keep} kept; vocab ${a.vocab}; train ${train.length} chars -> ${trainIds.length} tokens ` +
+  console.log(`trained in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${report}; vocab ${a.vocab}; train ${train.length} chars -> ${trainIds.length} tokens ` +
               `(${(train.length / trainIds.length).toFixed(2)} chars/token); held-out ${valid.length} chars -> ` +
               `${ids.length} tokens`);
 
@@ -145,6 +243,12 @@ async function main() {
     samples.push("Hello, world! 1 2 3 -- it's 100% \"quoted\"\r\n\ttabs  and   spaces");
     samples.push("caf\u00e9 na\u00efve \u4e2d\u6587 \ud83d\ude00 \u00ff\u0000 end");
     samples.push("<|im_start|>user\nAnd God said, Let there be light<|im_end|>\n<|im_start|>assistant\n");
+    samples.push("<|im_start|>assistant\n<think>I need the sum.</think><tool_call>\n<function=add>\n" +
+                 "<parameter=a>12</parameter>\n<parameter=b>30</parameter>\n</function>\n</tool_call><|im_end|>" +
+                 "<|im_start|>tool\n<tool_response>\n42\n</tool_response>\n<|im_end|>");
+    samples.push("text <think> inside</think>x<tool_call><tool_response></tool_response></tool_call> <thinking>");
+    const agent = path.join(a.corpus, "agent_train.txt");
+    if (fs.existsSync(agent)) samples.push(fs.readFileSync(agent, "utf8").split("<|endoftext|>")[0]);
     const cases = [];
     for (const text of samples) {
       const e = await tok.encode(text, null, { addSpecialTokens: false });
@@ -159,13 +263,18 @@ async function main() {
     fs.writeFileSync(a.golden, JSON.stringify(out) + "\n");
     console.log(`wrote ${a.golden}: ${cases.length} cases`);
   }
-  for (const name of ["train", "valid"]) {
-    const text = fs.readFileSync(path.join(a.corpus, `${name}_stream.txt`), "utf8");
+  const streams = [["train_stream.txt", "train_ids.u16"], ["valid_stream.txt", "valid_ids.u16"]];
+  if (fs.existsSync(path.join(a.corpus, "agent_train.txt"))) streams.push(["agent_train.txt", "agent_ids.u16"]);
+  for (const [name, idsName] of streams) {
+    const text = fs.readFileSync(path.join(a.corpus, name), "utf8");
     const sids = (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
     const buf = Buffer.alloc(sids.length * 2);
     sids.forEach((id, i) => buf.writeUInt16LE(id, i * 2));
-    fs.writeFileSync(path.join(a.corpus, `${name}_ids.u16`), buf);
-    console.log(`${name}_stream.txt: ${sids.length} tokens`);
+    fs.writeFileSync(path.join(a.corpus, idsName), buf);
+    if (name === "agent_train.txt" && (await tok.decode(sids, false)) !== text) {
+      throw new Error("agent_train.txt does not round-trip");
+    }
+    console.log(`${name}: ${sids.length} tokens`);
   }
   fs.rmSync(tmp, { recursive: true, force: true });
 }

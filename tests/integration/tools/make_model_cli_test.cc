@@ -56,7 +56,7 @@ TEST_F(MakeModelCliTest, UsageErrorsExitTwoNamingTheProblemAndWriteNothing) {
       {{"--out=" + out, "--tokenizer=none", "--shape=huge"}, "unknown model shape \"huge\""},
       {{"--out=" + out, "--tokenizer=" + dir_ + "/missing.json"}, "missing.json"},
       {{"--out=" + out, "--tokenizer=" + demo_tokenizer, "--vocab=100"},
-       "--vocab 100 is smaller than the 4096 token ids of"},
+       "--vocab 100 is smaller than the 4352 token ids of"},
   };
   for (const auto& c : cases) {
     const CliRun r = MakeModel(c.args);

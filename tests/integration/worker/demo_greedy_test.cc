@@ -216,8 +216,15 @@ TEST_F(DemoGreedyTest, GreedyIdenticalMonolithicAndDisaggregated) {
                      24, true});
     off += len + 20;
   }
+  // The chat prompts are rendered by the checkpoint's own template
+  // (models/demo/chat_template.jinja, MiMo's), thinking off: the prompt ends
+  // in "<think></think>" and the model answers at once.
+  auto tmpl = model::ChatTemplate::FromCheckpointDir(kModelDir);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ASSERT_FALSE((*tmpl)->is_builtin());
   for (const char* q : {"And God said unto Noah", "The LORD is my shepherd"}) {
-    auto ids = model::EncodeChat(**tok, {{"user", q}}, {});
+    auto ids = (*tmpl)->Encode(
+        **tok, model::ToChatInput({{"user", q}}, {.enable_thinking = false}));
     ASSERT_TRUE(ids.ok()) << ids.status();
     cases.push_back({*ids, 64, false});
   }
