@@ -36,6 +36,9 @@ const std::string kSource = SWASERVE_SOURCE_DIR;
 const std::string kDemo = kSource + "/models/demo";
 const std::string kTokenizer = kDemo + "/tokenizer.json";
 
+// Ids of models/demo/tokenizer.json (vocabulary and added tokens).
+constexpr int kDemoVocab = 4352;
+
 class GgufExportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { root_ = new std::string(*base::MakeTempDir("gguf-export")); }
@@ -43,22 +46,22 @@ class GgufExportTest : public ::testing::Test {
     fs::remove_all(*root_);
     delete root_;
   }
-  // The tiny shape on the demo tokenizer's 4096 ids, in `dtype`.
+  // The tiny shape on the demo tokenizer's ids, in `dtype`.
   static std::string Tiny(kv::DType dtype) {
     const std::string dir = absl::StrCat(*root_, "/tiny-", static_cast<int>(dtype));
     if (!fs::exists(dir + "/config.json")) {
-      ModelConfig c = *BuiltinConfig("tiny", 4096);
+      ModelConfig c = *BuiltinConfig("tiny", kDemoVocab);
       c.dtype = dtype;
       EXPECT_TRUE(WriteRandomCheckpoint(c, 7, dir, kTokenizer).ok());
     }
     return dir;
   }
-  // Mini layout `name` on the demo tokenizer (vocab 4096).
+  // Mini layout `name` on the demo tokenizer.
   static std::string Mini(const std::string& name) {
     const std::string dir = *root_ + "/mini-" + name;
     if (!fs::exists(dir + "/config.json")) {
       MiniLayout l = *FindMiniLayout(name);
-      l.config.vocab_size = 4096;
+      l.config.vocab_size = kDemoVocab;
       l.options.tokenizer_json = kTokenizer;
       EXPECT_TRUE(WriteRandomCheckpoint(l.config, 25, dir, l.options).ok());
     }
@@ -169,7 +172,7 @@ TEST_F(GgufExportTest, TinyModelRoundTripsNamesShapesMetadataAndBytes) {
     EXPECT_EQ(Floats(*t), Widened(*ck->Find(hf))) << gguf;
   };
   same_bytes("token_embd.weight", {"model.embed_tokens.weight"});
-  EXPECT_EQ(g.FindTensor("token_embd.weight")->ne, (std::vector<int64_t>{64, 4096}));
+  EXPECT_EQ(g.FindTensor("token_embd.weight")->ne, (std::vector<int64_t>{64, kDemoVocab}));
   same_bytes("output.weight", {"lm_head.weight"});
   widened("output_norm.weight", "model.norm.weight");
   for (int b = 0; b < 8; ++b) {
@@ -231,14 +234,17 @@ TEST_F(GgufExportTest, DemoModelCarriesItsTokenizer) {
   EXPECT_EQ(*g.Find("tokenizer.ggml.model"), GgufValue::Str("gpt2"));
   EXPECT_EQ(*g.Find("tokenizer.ggml.pre"), GgufValue::Str("qwen2"));
   const GgufValue& tokens = *g.Find("tokenizer.ggml.tokens");
-  ASSERT_EQ(tokens.size(), 4096u);
-  EXPECT_EQ(tokens.strings[4093], "<|endoftext|>");
-  EXPECT_EQ(tokens.strings[4095], "<|im_end|>");
+  // 4,343 BPE ids, the three special tokens, then the six added non-special
+  // tool and reasoning tags (models/demo/tokenizer.json).
+  ASSERT_EQ(tokens.size(), 4352u);
+  EXPECT_EQ(tokens.strings[4343], "<|endoftext|>");
+  EXPECT_EQ(tokens.strings[4345], "<|im_end|>");
+  EXPECT_EQ(tokens.strings[4348], "<tool_call>");
   const GgufValue& types = *g.Find("tokenizer.ggml.token_type");
-  EXPECT_EQ(types.ints[4093], 3);  // control
+  EXPECT_EQ(types.ints[4343], 3);  // control
   EXPECT_EQ(types.ints[0], 1);     // normal
-  EXPECT_EQ(g.Find("tokenizer.ggml.merges")->size(), 3837u);
-  EXPECT_EQ(*g.Find("tokenizer.ggml.eos_token_id"), GgufValue::U32(4095));
+  EXPECT_EQ(g.Find("tokenizer.ggml.merges")->size(), 4087u);
+  EXPECT_EQ(*g.Find("tokenizer.ggml.eos_token_id"), GgufValue::U32(4345));
   EXPECT_EQ(*g.Find("mimo2.block_count"), GgufValue::U32(15));  // 12 + 3 MTP
   // Sinks on SWA layers only; full layer 5 has none.
   EXPECT_NE(g.FindTensor("blk.0.attn_sinks.weight"), nullptr);
@@ -313,7 +319,7 @@ TEST_F(GgufExportTest, FusedQkvIsRegroupedToQThenKThenV) {
 TEST_F(GgufExportTest, WhatMimo2CannotExpressIsNamed) {
   const std::string base = Tiny(kv::DType::kF32);
   auto with = [&](const std::string& tag, auto edit) {
-    ModelConfig c = *BuiltinConfig("tiny", 4096);
+    ModelConfig c = *BuiltinConfig("tiny", kDemoVocab);
     edit(c);
     const std::string dir = *root_ + "/bad-" + tag;
     EXPECT_TRUE(WriteRandomCheckpoint(c, 7, dir, kTokenizer).ok());
@@ -333,7 +339,7 @@ TEST_F(GgufExportTest, WhatMimo2CannotExpressIsNamed) {
               HasSubstr("v_head_dim"));
   // No tokenizer.json.
   const std::string bare = *root_ + "/bare";
-  ASSERT_TRUE(WriteRandomCheckpoint(*BuiltinConfig("tiny", 4096), 7, bare).ok());
+  ASSERT_TRUE(WriteRandomCheckpoint(*BuiltinConfig("tiny", kDemoVocab), 7, bare).ok());
   EXPECT_THAT(std::string(ExportGguf(bare, bare + ".gguf", {}).status().message()),
               HasSubstr("tokenizer.json"));
   EXPECT_THAT(std::string(ExportGguf(base, base + ".gguf", {.dtype = "q4"}).status().message()),
