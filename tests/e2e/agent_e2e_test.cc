@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/local_cluster.h"
 
 namespace swaserve {
@@ -36,18 +37,9 @@ using testing::LocalCluster;
 constexpr char kModelDir[] = SWASERVE_SOURCE_DIR "/models/demo";
 constexpr char kTools[] = SWASERVE_SOURCE_DIR "/tools/train/agent_tools.json";
 
-// Runs a node script; the JSON object it prints.
+// Runs a node script of tests/e2e; the JSON object it prints.
 json RunNode(const std::string& args) {
-  const std::string cmd = absl::StrCat("node ", SWASERVE_SOURCE_DIR, "/tests/e2e/", args, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return json{{"error", "popen failed"}};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int rc = pclose(p);
-  json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
-  if (rc != 0 || j.is_discarded()) return json{{"error", absl::StrCat("rc ", rc, ": ", out)}};
-  return j;
+  return e2e::RunJsonCommand(absl::StrCat("node ", SWASERVE_SOURCE_DIR, "/tests/e2e/", args));
 }
 
 // A well-formed call of a declared tool.

@@ -11,10 +11,28 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "lib/loadgen/replay.h"
 #include "swaserve/v1/router.grpc.pb.h"
 
 namespace swaserve::e2e {
+
+// Runs `command` (a shell command line; stderr joins stdout) and parses what
+// it printed as one JSON value; {"error": ...} when it exits non-zero or
+// prints something else (the official-client scripts of tests/e2e).
+inline nlohmann::json RunJsonCommand(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return nlohmann::json{{"error", "popen failed"}};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int rc = pclose(p);
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (rc != 0 || j.is_discarded()) {
+    return nlohmann::json{{"error", "rc " + std::to_string(rc) + ": " + out}};
+  }
+  return j;
+}
 
 inline std::vector<uint32_t> RandomPrompt(int n, uint32_t seed) {
   std::mt19937 rng(seed);

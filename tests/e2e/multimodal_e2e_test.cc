@@ -28,6 +28,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/local_cluster.h"
 #include "tests/unit/media/media_test_util.h"
 
@@ -44,18 +45,9 @@ std::string B64(const std::vector<uint8_t>& bytes) {
 
 // Runs the npm client against `router`; the parsed JSON it prints.
 json RunClient(testing::LocalCluster& c, const std::string& router, const std::string& inputs) {
-  const std::string cmd =
-      absl::StrCat("node ", SWASERVE_SOURCE_DIR, "/tests/e2e/openai_multimodal.mjs http://127.0.0.1:",
-                   c.Get(router)->http_port, " tiny ", inputs, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return json{{"error", "popen failed"}};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int rc = pclose(p);
-  json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
-  if (rc != 0 || j.is_discarded()) return json{{"error", absl::StrCat("rc ", rc, ": ", out)}};
-  return j;
+  return e2e::RunJsonCommand(absl::StrCat("node ", SWASERVE_SOURCE_DIR,
+                                          "/tests/e2e/openai_multimodal.mjs http://127.0.0.1:",
+                                          c.Get(router)->http_port, " tiny ", inputs));
 }
 
 std::vector<std::string> Texts(const json& r) {
