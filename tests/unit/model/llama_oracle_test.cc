@@ -264,6 +264,10 @@ void CompareWithLlamaCpp(const std::string& model_dir, const std::string& dir, i
   }
 }
 
+// Ids of models/demo/tokenizer.json (vocabulary and added tokens), whose
+// tokenizer the test checkpoints use.
+constexpr int kDemoVocab = 4352;
+
 TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   if (const std::string why = OracleUnavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = *base::MakeTempDir("llama-oracle");
@@ -274,7 +278,7 @@ TEST(LlamaOracle, TinyModelLogitsAndGreedyOutputsAgreeWithLlamaCpp) {
   if (other != nullptr && *other != '\0') {
     model_dir = other;
   } else {
-    ModelConfig tiny = *BuiltinConfig("tiny", 4096);
+    ModelConfig tiny = *BuiltinConfig("tiny", kDemoVocab);
     tiny.dtype = kv::DType::kF32;
     ASSERT_TRUE(WriteRandomCheckpoint(tiny, 60, model_dir,
                                       kSource + "/models/demo/tokenizer.json").ok());
@@ -292,7 +296,7 @@ TEST(LlamaOracle, MiniReleasedLayoutsAgreeWithLlamaCpp) {
     SCOPED_TRACE(layout);
     const std::string dir = *base::MakeTempDir("llama-oracle-mini");
     MiniLayout l = *FindMiniLayout(layout);
-    l.config.vocab_size = 4096;
+    l.config.vocab_size = kDemoVocab;
     l.options.tokenizer_json = kSource + "/models/demo/tokenizer.json";
     ASSERT_TRUE(WriteRandomCheckpoint(l.config, 25, dir + "/mini", l.options).ok());
     std::printf("== %s\n", layout);
