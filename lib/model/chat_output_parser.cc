@@ -49,6 +49,12 @@ size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
   return 0;
 }
 
+// A JSON string literal; bytes that are not UTF-8 (a model can write them
+// anywhere, parameter names included) become U+FFFD instead of throwing.
+std::string DumpString(const std::string& s) {
+  return OJson(s).dump(-1, ' ', false, OJson::error_handler_t::replace);
+}
+
 // JSON text as Python's json.dumps(ensure_ascii=False) writes it.
 std::string PyDump(const OJson& v) {
   if (v.is_object()) {
@@ -57,7 +63,7 @@ std::string PyDump(const OJson& v) {
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (!first) out += ", ";
       first = false;
-      absl::StrAppend(&out, OJson(it.key()).dump(), ": ", PyDump(it.value()));
+      absl::StrAppend(&out, DumpString(it.key()), ": ", PyDump(it.value()));
     }
     return out + "}";
   }
@@ -76,8 +82,8 @@ std::string PyDump(const OJson& v) {
 std::vector<std::string> Fragments(const OJson& args) {
   std::vector<std::string> out;
   for (auto it = args.begin(); it != args.end(); ++it) {
-    out.push_back(absl::StrCat(out.empty() ? "{" : ", ", OJson(it.key()).dump(), ": ",
-                               PyDump(it.value())));
+    out.push_back(
+        absl::StrCat(out.empty() ? "{" : ", ", DumpString(it.key()), ": ", PyDump(it.value())));
   }
   if (out.empty()) {
     out.push_back("{}");

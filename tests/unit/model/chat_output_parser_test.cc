@@ -122,6 +122,18 @@ TEST(ChatOutputParserTest, ValuesKeepTheirExactTextAsStrings) {
   EXPECT_THAT(j.content, IsEmpty());
 }
 
+// A model can write bytes that are not UTF-8 anywhere; a parameter name or
+// value with them still gives a call whose arguments are valid JSON.
+TEST(ChatOutputParserTest, BytesThatAreNotUtf8DoNotBreakTheArguments) {
+  ChatOutputParser p(Xml());
+  const Joined j = RunAll(p, {"<tool_call>\n<function=lookup>\n<parameter=w\xfa>x\xfe</parameter>\n"
+                              "</function>\n</tool_call>"});
+  ASSERT_THAT(j.names, ElementsAre("lookup"));
+  const OJson args = OJson::parse(j.args[0], nullptr, false);
+  ASSERT_TRUE(args.is_object()) << j.args[0];
+  EXPECT_EQ(args.size(), 1u);
+}
+
 TEST(ChatOutputParserTest, ValuesThatDoNotConvertStayStrings) {
   const OJson integer = OJson::parse(R"({"type": "integer"})");
   EXPECT_EQ(ConvertParameter("12", integer), 12);
