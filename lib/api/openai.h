@@ -93,6 +93,9 @@ struct ParsedRequest {
   int logprobs_top = -1;
   // The model as named by the client (echoed in responses).
   std::string model;
+  // From /v1/messages (anthropic.h): responses, events and errors in
+  // Anthropic's shape.
+  bool messages_api = false;
 };
 
 using ParseResult = std::variant<ParsedRequest, ApiError>;

@@ -86,6 +86,8 @@ struct ResponseInput {
   bool finished_in_tool_calls = false;
   // Chat: usage.completion_tokens_details.reasoning_tokens when set.
   std::optional<uint32_t> reasoning_tokens;
+  // The stop string that ended the output (GenerateResponse.stop_sequence).
+  std::string stop_sequence;
   // The choice's index (n > 1).
   int choice_index = 0;
   // Streaming with stream_options.include_usage: chunks carry "usage": null

@@ -16,6 +16,7 @@
 #include "lib/base/status.h"
 #include "lib/metrics/buckets.h"
 #include "lib/model/chat_template.h"
+#include "lib/router/cache_breakpoints.h"
 #include "lib/router/chat_input.h"
 #include "lib/router/failure.h"
 #include "lib/router/media.h"
@@ -310,6 +311,14 @@ absl::Status Router::PrepareChat(const v1::GenerateRequest& in,
   absl::StatusOr<std::vector<uint32_t>> ids = t->EncodeWithMarkers(tok, *input, markers, cuts);
   if (!ids.ok()) return Invalid(absl::StrCat("messages: ", ids.status().message()));
   r.tokens = *std::move(ids);
+  // Breakpoints are placed in text without media (whose placeholders are
+  // expanded later).
+  if (in.chat().cache_breakpoints_size() > 0 && markers.empty()) {
+    absl::StatusOr<std::vector<v1::CachePin>> pins =
+        CachePinsFor(*t, tok, *input, in.chat().cache_breakpoints(), r.tokens);
+    if (!pins.ok()) return Invalid(absl::StrCat("chat: ", pins.status().message()));
+    r.cache_pins = *std::move(pins);
+  }
   const size_t tail = std::min(r.tokens.size(), kReasoningTailTokens);
   r.opens_reasoning = model::OpensReasoning(
       tok.Decode(absl::MakeConstSpan(r.tokens).subspan(r.tokens.size() - tail)), chat_format_);

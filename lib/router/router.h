@@ -226,6 +226,9 @@ struct PromptInfo {
   // A chat prompt whose generation prompt leaves a reasoning block open
   // (model::OpensReasoning): the output starts inside the reasoning.
   bool opens_reasoning = false;
+  // Prompt tokens up to the chat's last cache breakpoint
+  // (ChatMessages.cache_breakpoints), kept preferentially; 0: none.
+  uint32_t cache_breakpoint_tokens = 0;
 };
 
 class GenerateSink {

@@ -206,7 +206,13 @@ void Router::Call::Begin(const v1::GenerateRequest& request, int inflight) {
     id_ = r_.id;
   }
   r_.prompt_tokens = static_cast<uint32_t>(r_.tokens.size());
-  sink_->OnPrompt({.prompt_tokens = r_.prompt_tokens, .opens_reasoning = r_.opens_reasoning});
+  uint32_t breakpoint_tokens = 0;
+  for (const v1::CachePin& pin : r_.cache_pins) {
+    breakpoint_tokens = std::max(breakpoint_tokens, pin.tokens());
+  }
+  sink_->OnPrompt({.prompt_tokens = r_.prompt_tokens,
+                   .opens_reasoning = r_.opens_reasoning,
+                   .cache_breakpoint_tokens = breakpoint_tokens});
   r_.max_tokens = r_.sampling.max_tokens();
   r_.text = std::make_unique<TextStream>(
       *o.tokenizer, std::vector<std::string>(r_.sampling.stop().begin(), r_.sampling.stop().end()));
@@ -298,6 +304,7 @@ void Router::Call::StartPrefill(const LegPtr& leg) {
   v1::PrefillRequest preq;
   preq.set_request_id(leg->transfer_id);
   preq.set_priority(r_.priority);
+  for (const v1::CachePin& pin : r_.cache_pins) *preq.add_cache_pins() = pin;
   preq.mutable_token_ids()->Assign(r_.tokens.begin(), r_.tokens.end());
   for (const v1::MultimodalItem& m : r_.media) *preq.add_multimodal() = m;
   *preq.mutable_sampling() = r_.sampling;
@@ -387,6 +394,7 @@ void Router::Call::OnRead(const LegPtr& leg, bool ok) {
   if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
     piece += r_.text->Finish();
     out.set_finish_reason(chunk.finish_reason());
+    if (r_.text->stopped()) out.set_stop_sequence(r_.text->matched_stop());
     v1::Usage* u = out.mutable_usage();
     *u = chunk.usage();  // cached_tokens and the queue wait: as prefill reported them
     u->set_prompt_tokens(r_.prompt_tokens);

@@ -54,6 +54,8 @@ struct Router::Request {
   std::string cache_key;
   // The chat prompt leaves a reasoning block open (PromptInfo).
   bool opens_reasoning = false;
+  // Prompt prefixes to keep (the chat's cache breakpoints), for prefill.
+  std::vector<v1::CachePin> cache_pins;
   int bucket = 0;
   std::string bucket_label;
   int64_t start_ns = 0;

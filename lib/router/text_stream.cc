@@ -31,8 +31,16 @@ std::string TextStream::Release(bool final) {
   // string cannot start before held_ (what was released had no prefix of one
   // within holdback_ bytes of its end).
   size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  const std::string* first = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < cut) {
+      cut = at;
+      first = &s;
+    }
+  }
   if (cut != std::string::npos) {
+    matched_ = *first;
     std::string out = held_.substr(0, cut);
     held_.clear();
     stopped_ = true;

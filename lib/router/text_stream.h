@@ -33,6 +33,8 @@ class TextStream {
   // The held-back text at the end of the stream (cut at a stop string).
   std::string Finish();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the stream (empty while !stopped()).
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   // Emits what can be released from held_ (all of it when `final`).
@@ -43,6 +45,7 @@ class TextStream {
   size_t holdback_ = 0;  // longest stop string − 1
   std::string held_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace swaserve::router

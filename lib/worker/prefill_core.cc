@@ -319,6 +319,19 @@ int PrefillCore::Impl::ComputedPrefixTokens(const Req& r) const {
   return pages * ps;
 }
 
+void PrefillCore::Impl::PinPrefixes(const Req& r, absl::Span<const uint64_t> cached) {
+  if (pins == nullptr || r.job.cache_pins.empty()) return;
+  const int ps = options.pools->shape().page_size;
+  const int64_t now = base::MonotonicNanos();
+  for (const PrefillCachePin& pin : r.job.cache_pins) {
+    const size_t pages = std::min(cached.size(), static_cast<size_t>(std::max(0, pin.tokens) / ps));
+    if (pages == 0) continue;
+    const int tokens = pins->Pin(cached.first(pages), absl::ToInt64Nanoseconds(pin.ttl), now);
+    if (m.pinned_tokens != nullptr) m.pinned_tokens->Increment(tokens);
+  }
+  if (m.pinned_pages != nullptr) m.pinned_pages->Set(static_cast<double>(pins->pinned_pages()));
+}
+
 void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
   if (r->started && r->pending_full_pages > 0) {
     committed_full_pages -= r->pending_full_pages;
@@ -333,8 +346,9 @@ void PrefillCore::Impl::Complete(Req* r, absl::Status status) {
     const int ps = options.pools->shape().page_size;
     const size_t safe = K > 0 ? static_cast<size_t>(std::max(0, n - K + 1) / ps) : r->hashes.size();
     // Its L3 checkpoints' pages are marked as written (not put twice).
-    r->seq->Finish(absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size())),
-                   r->l3_checkpoint_begin / ps, r->l3_checkpoint_end / ps);
+    const auto cached = absl::MakeConstSpan(r->hashes).first(std::min(safe, r->hashes.size()));
+    r->seq->Finish(cached, r->l3_checkpoint_begin / ps, r->l3_checkpoint_end / ps);
+    PinPrefixes(*r, cached);
   } else if (r->seq != nullptr) {
     // Ended before its last chunk (the caller went away, a forward failed):
     // the chunks it computed are valid KV of the prompt's prefix, so they go
@@ -718,6 +732,10 @@ void PrefillCore::Impl::Loop() {
     }
     FinishCopied(done_copies);
     if (options.cache != nullptr) options.cache->ContinueL3Writes();
+    if (pins != nullptr && pins->pins() > 0) {
+      pins->Expire(base::MonotonicNanos());
+      if (m.pinned_pages != nullptr) m.pinned_pages->Set(static_cast<double>(pins->pinned_pages()));
+    }
     for (Fetched& f : done_fetches) OnFetched(f);
     ExpireParked(base::MonotonicNanos());
     for (auto& r : new_reqs) Accept(std::move(r));
@@ -799,6 +817,7 @@ void PrefillCore::Impl::Loop() {
     }
     FinishCopied(done);
   }
+  if (pins != nullptr) pins->UnpinAll();
   PublishLoad();
 }
 
@@ -818,6 +837,13 @@ absl::StatusOr<std::unique_ptr<PrefillCore>> PrefillCore::Create(const PrefillCo
   so.registry = options.registry;
   ASSIGN_OR_RETURN(impl->sched, sched::PrefillScheduler::Create(so));
   RETURN_IF_ERROR(impl->m.Init(options.registry));
+  if (options.cache != nullptr && options.cache_pin_max_fraction > 0) {
+    const double pages = static_cast<double>(options.pools->full().num_pages());
+    impl->pins = std::make_unique<kv::CachePins>(
+        options.cache,
+        kv::CachePinsOptions{.max_pinned_pages = static_cast<int64_t>(
+                                 std::min(1.0, options.cache_pin_max_fraction) * pages)});
+  }
   Impl* p = impl.get();
   if (options.l3 != nullptr && options.cache != nullptr && options.cache->has_l3()) {
     impl->prefetcher = std::make_unique<kv::L3Prefetcher>(

@@ -135,6 +135,13 @@ struct PrefillMultimodal {
   std::shared_ptr<const std::vector<float>> embeddings;
 };
 
+// A prefix of a job's prompt to keep in the prefix cache for a while
+// (kv::CachePins).
+struct PrefillCachePin {
+  int tokens = 0;
+  absl::Duration ttl;
+};
+
 struct PrefillJob {
   std::string id;
   std::vector<uint32_t> prompt;
@@ -144,6 +151,9 @@ struct PrefillJob {
   // Scheduling priority (sched::PrefillRequestInfo::priority): lower values
   // start first.
   int priority = 0;
+  // Prefixes pinned once the prompt is cached (at most the prompt's cached
+  // pages; ignored without a prefix cache).
+  std::vector<PrefillCachePin> cache_pins;
   // Null: prefill only (warm the prefix cache), no decode leg.
   ShipFn ship;
   // Called once on the loop thread: the result after shipping, or the error
@@ -189,6 +199,10 @@ struct PrefillCoreOptions {
   // has no room for now is written after a later chunk, from where the
   // checkpoint stopped. 0: off. Default 16384.
   int l3_checkpoint_tokens = 16384;
+  // Share of the full pool that pinned prefixes (PrefillJob::cache_pins)
+  // may hold together; the pins due soonest give way beyond it. 0: pins
+  // are ignored. Default a quarter.
+  double cache_pin_max_fraction = 0.25;
   // Start a restore at the window-safe hit L itself when L is past the
   // stretch's start (kv::PlanWindowRestoreStretch): the hit also locks L's
   // window, and [L, M) is computed through the pyramid's rows reading the

@@ -18,6 +18,7 @@
 #include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
+#include "lib/kv/cache_pins.h"
 #include "lib/kv/load_back_copier.h"
 #include "lib/metrics/buckets.h"
 #include "lib/worker/prefill_core.h"
@@ -87,6 +88,8 @@ struct Metrics {
   metrics::Counter* l3_checkpoint_tokens = nullptr;
   metrics::Counter* l3_checkpoints_skipped = nullptr;
   metrics::Counter* checkpoint_pages_yielded = nullptr;
+  metrics::Counter* pinned_tokens = nullptr;
+  metrics::Gauge* pinned_pages = nullptr;
   metrics::Histogram* step_seconds = nullptr;
   metrics::Histogram* step_tokens = nullptr;
   metrics::Histogram* ttft_seconds = nullptr;
@@ -212,6 +215,15 @@ struct Metrics {
                                              "up for room before any hot cached window was "
                                              "evicted (--prefill.swa_checkpoints_yield)."));
     checkpoint_pages_yielded = &cy->WithLabels();
+    ASSIGN_OR_RETURN(auto* pn, r->AddCounter("swaserve_prefill_pinned_tokens_total",
+                                             "Prompt tokens pinned in the prefix cache for a "
+                                             "client's cache breakpoint (each pin or renewal)."));
+    pinned_tokens = &pn->WithLabels();
+    ASSIGN_OR_RETURN(auto* pp, r->AddGauge("swaserve_prefill_pinned_pages",
+                                           "Full-pool pages pinned by cache breakpoints now "
+                                           "(at most --prefill.cache_pin_max_fraction of the "
+                                           "pool)."));
+    pinned_pages = &pp->WithLabels();
     ASSIGN_OR_RETURN(auto* ss, r->AddHistogram("swaserve_prefill_step_seconds",
                                                "Wall time of one prefill step: the forward "
                                                "pass, first-token sampling and the MTP layers "
@@ -244,6 +256,9 @@ struct PrefillCore::Impl {
   PrefillCoreOptions options;
   Metrics m;
   std::unique_ptr<sched::PrefillScheduler> sched;
+  // Pinned prompt prefixes (PrefillJob::cache_pins); null without a prefix
+  // cache or with pins off. Loop thread.
+  std::unique_ptr<kv::CachePins> pins;
 
   mutable absl::Mutex mu;
   absl::CondVar cv;
@@ -389,6 +404,9 @@ struct PrefillCore::Impl {
   void EndShipsAndCancels(const std::vector<std::pair<std::string, absl::Status>>& done_ships,
                           const std::vector<std::string>& to_cancel);
   void Complete(Req* r, absl::Status status);
+  // Pins the job's cache_pins within `cached` (the prompt's pages just
+  // handed to the cache).
+  void PinPrefixes(const Req& r, absl::Span<const uint64_t> cached);
   // For a request ending before its last chunk: prompt tokens from 0 whose
   // KV it computed completely (page-aligned; with MTP layers, only positions
   // every MTP layer reached), when that goes past its own prefix hit (and

@@ -86,6 +86,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("prefill.l3_checkpoint_tokens"), &o->l3_checkpoint_tokens,
            "with --kv.l3: every this many computed prompt tokens, a long prefill writes its "
            "computed KV to L3, so a retry after the worker is killed resumes there (0: off)")
+      .Add(key("prefill.cache_pin_max_fraction"), &o->cache_pin_max_fraction,
+           "share of the full KV pool that prefixes pinned for clients' cache breakpoints "
+           "(Anthropic cache_control) may hold; the pins due soonest give way (0: no pins)")
       .Add(key("prefill.window_restore_from_window_safe"), &o->window_restore_from_window_safe,
            "window restore: start at the window-safe hit itself when it lies inside the "
            "stretch (reading its cached window and the cached full KV) instead of recomputing "
@@ -192,6 +195,11 @@ absl::Status FinishWorkerOptions(WorkerOptions* o) {
         "--kv.l3_write_through_near_bound must be in [0, 1] (a fraction of "
         "--prefill.max_prompt_tokens), got ",
         o->l3_write_through_near_bound));
+  }
+  if (!(o->cache_pin_max_fraction >= 0 && o->cache_pin_max_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill.cache_pin_max_fraction must be between 0 and 1, got ",
+        o->cache_pin_max_fraction));
   }
   if (o->l3_checkpoint_tokens < 0 || o->l3_checkpoint_tokens > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(

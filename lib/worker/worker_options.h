@@ -85,6 +85,9 @@ struct WorkerOptions {
   bool keep_cancelled_chunks = true;
   // PrefillCoreOptions::l3_checkpoint_tokens (0: off; only with --kv.l3).
   int64_t l3_checkpoint_tokens = 16384;
+  // PrefillCoreOptions::cache_pin_max_fraction (0: cache breakpoints are
+  // not pinned).
+  double cache_pin_max_fraction = 0.25;
   // PrefillCoreOptions::window_restore_from_window_safe.
   bool window_restore_from_window_safe = true;
   // PrefixCacheOptions::cold_superseded_windows, where windows are restored

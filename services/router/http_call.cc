@@ -34,7 +34,12 @@ api::ApiError ErrorFor(const absl::Status& s) {
   return api::ApiErrorFromStatus(s);
 }
 
-HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) { whole_ = BaseInput(); }
+HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) {
+  whole_ = BaseInput();
+  if (p_.parsed->messages_api && p_.parsed->stream) {
+    events_ = std::make_unique<api::MessagesStream>(p_.id, p_.parsed->model);
+  }
+}
 
 HttpCall::~HttpCall() {
   if (keepalive_ != nullptr) event_free(keepalive_);
@@ -91,6 +96,8 @@ void HttpCall::OnPeerClosed(int, short, void* arg) {
 const std::string& HttpCall::path() const {
   static const std::string kChat = "/v1/chat/completions";
   static const std::string kCompletions = "/v1/completions";
+  static const std::string kMessages = "/v1/messages";
+  if (p_.parsed->messages_api) return kMessages;
   return p_.chat ? kChat : kCompletions;
 }
 
@@ -222,8 +229,11 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
   if (!c->started_) c->StartReply("text/event-stream");
   ++c->keepalives_;
   const std::optional<v1::PrefillProgress> progress = c->watch_.Last();
-  c->SendFrame(api::WaitingComment(c->p_.stream_keepalive * c->keepalives_,
-                                   progress ? &*progress : nullptr));
+  std::string frame = api::WaitingComment(c->p_.stream_keepalive * c->keepalives_,
+                                          progress ? &*progress : nullptr);
+  // Anthropic's clients wait for pings (after message_start).
+  if (c->events_ != nullptr) frame += c->events_->Ping(c->prompt_seen_.prompt_tokens);
+  c->SendFrame(frame);
   c->ArmKeepalive();
 }
 
@@ -268,6 +278,7 @@ void HttpCall::Emit(const v1::GenerateResponse& item) {
   } else {
     delta.content = item.text();
   }
+  if (events_ != nullptr) return EmitEvents(item, std::move(delta));
   if (p_.parsed->stream) return EmitChunks(item, std::move(delta));
   whole_.text += delta.content;
   whole_.reasoning += delta.reasoning;
@@ -280,6 +291,7 @@ void HttpCall::Emit(const v1::GenerateResponse& item) {
   }
   if (last) {
     whole_.finish_reason = item.finish_reason();
+    whole_.stop_sequence = item.stop_sequence();
     whole_.usage = item.usage();
     if (p_.chat) {
       for (const model::ParsedToolCall& c : parser_->calls()) {
@@ -326,6 +338,30 @@ void HttpCall::EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDel
     first_chunk_ = false;
     SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
   }
+}
+
+api::MessagesUsage HttpCall::MessagesUsage(const v1::Usage& usage) const {
+  return api::MessagesUsageFrom(usage, prompt_seen_.cache_breakpoint_tokens);
+}
+
+void HttpCall::EmitEvents(const v1::GenerateResponse& item, model::ChatOutputDelta delta) {
+  if (!started_) StartReply("text/event-stream");
+  std::string frames = events_->Start(prompt_seen_.prompt_tokens);
+  std::vector<api::ToolCallOut> calls;
+  for (model::ToolCallDelta& d : delta.tool_calls) {
+    calls.push_back({.index = d.index, .id = std::move(d.id), .name = std::move(d.name),
+                     .arguments = std::move(d.arguments)});
+  }
+  frames += events_->Delta(delta.reasoning, delta.content, calls);
+  if (item.has_usage()) usage_ = item.usage();
+  if (item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    api::ResponseInput last = BaseInput();
+    last.finish_reason = item.finish_reason();
+    last.stop_sequence = item.stop_sequence();
+    last.finished_in_tool_calls = parser_ != nullptr && !parser_->calls().empty();
+    frames += events_->Finish(last, MessagesUsage(item.usage()));
+  }
+  if (!frames.empty()) SendFrame(frames);
 }
 
 void HttpCall::StartReply(const char* content_type) {
@@ -380,7 +416,11 @@ void HttpCall::End(const absl::Status& status) {
       return Done();
     }
     if (!status.ok()) {
-      body = api::ErrorJson(ErrorFor(status));  // the 200 went out with the whitespace
+      // The 200 went out with the whitespace.
+      body = p_.parsed->messages_api ? api::AnthropicErrorJson(ErrorFor(status))
+                                     : api::ErrorJson(ErrorFor(status));
+    } else if (p_.parsed->messages_api) {
+      body = api::MessagesResponseJson(whole_, MessagesUsage(whole_.usage.value_or(v1::Usage())));
     } else {
       api::ResponseInput in = whole_;
       in.include_usage = false;
@@ -401,6 +441,18 @@ void HttpCall::End(const absl::Status& status) {
       return Done();
     }
     StartReply("text/event-stream");
+  }
+  if (events_ != nullptr) {
+    // An error event ends the stream; a finished one ended with message_stop.
+    if (!status.ok()) {
+      SendFrame(api::MessagesStream::Error(ErrorFor(status)));
+    } else if (!events_->finished()) {
+      api::ResponseInput last = BaseInput();
+      last.finish_reason = v1::FINISH_REASON_STOP;
+      SendFrame(events_->Finish(last, MessagesUsage(usage_.value_or(v1::Usage()))));
+    }
+    evhttp_send_reply_end(req_);
+    return Done();
   }
   if (!status.ok()) {
     SendFrame(api::SseFrame(api::ErrorJson(ErrorFor(status))));

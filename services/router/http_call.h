@@ -1,9 +1,8 @@
-// HttpCall: one HTTP generate request (POST /v1/completions or
-// /v1/chat/completions) between router::Router, which writes its output
-// from the router's threads (a GenerateSink), and the event loop of the
-// request's connection (libevent evhttp), which renders it (OpenAI JSON or
-// SSE chunks) into the socket. Replaces a thread per request that polled a
-// queue (issue 22).
+// HttpCall: one HTTP generate request (POST /v1/completions,
+// /v1/chat/completions or /v1/messages) between router::Router, which writes
+// its output from the router's threads (a GenerateSink), and the event loop
+// of the request's connection (libevent evhttp), which renders it (OpenAI
+// JSON or SSE chunks; Anthropic's message or event stream) into the socket.
 //
 //   router threads: Write / OnReady / Finish  ──queue + event_base_once──>
 //   loop thread:    Drain: first event decides the status; SSE chunks out;
@@ -34,6 +33,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/api/anthropic.h"
+#include "lib/api/anthropic_response.h"
 #include "lib/api/api_keys.h"
 #include "lib/api/openai.h"
 #include "lib/model/chat_output_parser.h"
@@ -158,6 +159,10 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // A streamed item's chunks: its text (and logprobs), each tool-call
   // delta, the finish reason on the last.
   void EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDelta delta);
+  // The same for a Messages API stream: content-block events.
+  void EmitEvents(const v1::GenerateResponse& item, model::ChatOutputDelta delta);
+  // The Messages API's usage of the finished request.
+  api::MessagesUsage MessagesUsage(const v1::Usage& usage) const;
   void End(const absl::Status& status);
   // The reply's 200 and headers, before its body is known: a stream
   // ("text/event-stream"), or a JSON body after whitespace.
@@ -191,6 +196,8 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   router::PromptInfo prompt_seen_;  // copied from prompt_ by Drain
   // Tokens of items that began inside the reasoning block.
   uint32_t reasoning_tokens_ = 0;
+  // Messages API streams: the event encoder (null for the OpenAI API).
+  std::unique_ptr<api::MessagesStream> events_;
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);

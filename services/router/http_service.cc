@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "lib/api/anthropic.h"
 #include "lib/base/logging.h"
 #include "lib/base/status.h"
 #include "lib/metrics/exposition.h"
@@ -98,7 +99,15 @@ struct HttpService::Impl final : public HttpReplies {
       evhttp_add_header(h, "Retry-After", absl::StrCat((e.retry_after_ms + 999) / 1000).c_str());
       evhttp_add_header(h, "retry-after-ms", absl::StrCat(e.retry_after_ms).c_str());
     }
+    if (AnthropicClient(req, path)) {
+      return Reply(req, path, api::AnthropicStatus(e), api::AnthropicErrorJson(e));
+    }
     Reply(req, path, e.http_status, api::ErrorJson(e));
+  }
+  // Errors and the model list in Anthropic's shape: the Messages API's
+  // paths, and any request that names an anthropic-version.
+  static bool AnthropicClient(evhttp_request* req, const std::string& path) {
+    return path.rfind("/v1/messages", 0) == 0 || !Header(req, "anthropic-version").empty();
   }
 
   std::function<std::string(uint32_t)> TokenText() const {
@@ -108,7 +117,11 @@ struct HttpService::Impl final : public HttpReplies {
 
   static void OnRequest(evhttp_request* req, void* arg);
   void Handle(Loop& loop, evhttp_request* req);
-  void Generate(Loop& loop, evhttp_request* req, bool chat);
+  // The three generate endpoints.
+  enum class Endpoint { kCompletions, kChat, kMessages };
+  void Generate(Loop& loop, evhttp_request* req, Endpoint endpoint);
+  // POST /v1/messages/count_tokens.
+  void CountTokens(evhttp_request* req, const std::string& path);
   // POST /tokenize, /detokenize (api::ParseTokenizeRequest): answered on the
   // loop thread.
   void Tokenize(evhttp_request* req, const std::string& path);
@@ -132,9 +145,17 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
   const std::string path = raw_path != nullptr && *raw_path != '\0' ? raw_path : "/";
   const evhttp_cmd_type method = evhttp_request_get_command(req);
   const bool get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
-  if (method == EVHTTP_REQ_POST && path == "/v1/completions") return Generate(loop, req, false);
+  if (method == EVHTTP_REQ_POST && path == "/v1/completions") {
+    return Generate(loop, req, Endpoint::kCompletions);
+  }
   if (method == EVHTTP_REQ_POST && path == "/v1/chat/completions") {
-    return Generate(loop, req, true);
+    return Generate(loop, req, Endpoint::kChat);
+  }
+  if (method == EVHTTP_REQ_POST && path == "/v1/messages") {
+    return Generate(loop, req, Endpoint::kMessages);
+  }
+  if (method == EVHTTP_REQ_POST && path == "/v1/messages/count_tokens") {
+    return CountTokens(req, path);
   }
   if (method == EVHTTP_REQ_POST && (path == "/tokenize" || path == "/v1/tokenize")) {
     return Tokenize(req, path);
@@ -144,6 +165,9 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
   }
   if (get && path == "/v1/models") {
     if (o.keys != nullptr && !Authorize(req, path)) return;
+    if (AnthropicClient(req, path)) {
+      return Reply(req, path, 200, api::AnthropicModelsJson(o.router->ListModels()));
+    }
     return Reply(req, path, 200, api::ModelsJson(o.router->ListModels()));
   }
   if (get && path == "/health") {
@@ -155,10 +179,10 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
     return Send(req, 200, std::string(metrics::kTextFormatContentType).c_str(),
                 registry->RenderText());
   }
-  // Unknown paths and wrong methods: OpenAI-style JSON errors.
+  // Unknown paths and wrong methods: JSON errors in the client's API's shape.
   api::ApiError e = api::InvalidRequestError(absl::StrCat("unknown path ", path));
   e.http_status = 404;
-  Send(req, 404, kJson, api::ErrorJson(e));
+  Send(req, 404, kJson, AnthropicClient(req, path) ? api::AnthropicErrorJson(e) : api::ErrorJson(e));
 }
 
 std::optional<std::string> HttpService::Impl::AuthorizedBody(evhttp_request* req,
@@ -190,6 +214,17 @@ void HttpService::Impl::Tokenize(evhttp_request* req, const std::string& path) {
         api::TokenizeResponseJson(*ids, max_len, t.return_token_strs ? &strs : nullptr));
 }
 
+void HttpService::Impl::CountTokens(evhttp_request* req, const std::string& path) {
+  const std::optional<std::string> body = AuthorizedBody(req, path);
+  if (!body) return;
+  auto parsed = api::ParseCountTokensRequest(*body, o.limits);
+  if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(req, path, *e);
+  absl::StatusOr<std::vector<uint32_t>> ids =
+      o.router->Tokenize(std::get<api::TokenizeRequest>(parsed).request);
+  if (!ids.ok()) return ReplyError(req, path, ErrorFor(ids.status()));
+  Reply(req, path, 200, api::CountTokensResponseJson(ids->size()));
+}
+
 void HttpService::Impl::Detokenize(evhttp_request* req, const std::string& path) {
   const std::optional<std::string> body = AuthorizedBody(req, path);
   if (!body) return;
@@ -211,7 +246,13 @@ void HttpService::Impl::Detokenize(evhttp_request* req, const std::string& path)
 
 std::optional<std::string> HttpService::Impl::Authorize(evhttp_request* req,
                                                         const std::string& path) {
-  absl::StatusOr<std::string> name = o.keys->Authorize(Header(req, "Authorization"));
+  // Bearer keys, or Anthropic's x-api-key header with the same keys.
+  std::string authorization = Header(req, "Authorization");
+  if (authorization.empty()) {
+    const std::string key = Header(req, "x-api-key");
+    if (!key.empty()) authorization = absl::StrCat("Bearer ", key);
+  }
+  absl::StatusOr<std::string> name = o.keys->Authorize(authorization);
   if (!name.ok()) {
     ReplyError(req, path, api::AuthenticationError(std::string(name.status().message())));
     return std::nullopt;
@@ -219,8 +260,11 @@ std::optional<std::string> HttpService::Impl::Authorize(evhttp_request* req,
   return *name;
 }
 
-void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, bool chat) {
-  const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, Endpoint endpoint) {
+  const bool chat = endpoint != Endpoint::kCompletions;
+  const std::string path = endpoint == Endpoint::kMessages ? "/v1/messages"
+                           : chat                          ? "/v1/chat/completions"
+                                                           : "/v1/completions";
   std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
   if (o.keys != nullptr) {
     std::optional<std::string> name = Authorize(req, path);
@@ -240,8 +284,9 @@ void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, bool chat) {
   if (body.size() > o.limits.max_body_bytes) {
     return ReplyError(req, path, api::PayloadTooLargeError(o.limits.max_body_bytes));
   }
-  api::ParseResult parsed = chat ? api::ParseChatRequest(body, o.limits)
-                                 : api::ParseCompletionRequest(body, o.limits);
+  api::ParseResult parsed = endpoint == Endpoint::kMessages ? api::ParseMessagesRequest(body, o.limits)
+                            : chat ? api::ParseChatRequest(body, o.limits)
+                                   : api::ParseCompletionRequest(body, o.limits);
   if (auto* e = std::get_if<api::ApiError>(&parsed)) return ReplyError(req, path, *e);
   auto p = std::make_shared<api::ParsedRequest>(std::get<api::ParsedRequest>(std::move(parsed)));
   HttpCall::Params cp;

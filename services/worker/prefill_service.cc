@@ -173,6 +173,10 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
     job.sampling = sampling_;
     job.priority = req.priority();
+    for (const v1::CachePin& pin : req.cache_pins()) {
+      job.cache_pins.push_back({.tokens = static_cast<int>(std::min<uint32_t>(pin.tokens(), INT32_MAX)),
+                                .ttl = absl::Seconds(pin.ttl_seconds())});
+    }
     if (req.has_decode()) {
       const v1::DecodeTarget& target = req.decode();
       if (target.grpc_address().empty() || target.transfer_id().empty()) {

@@ -242,6 +242,7 @@ absl::Status Worker::BuildPrefill() {
   po.window_restore_pyramid = o.window_restore_pyramid;
   po.keep_cancelled_chunks = o.keep_cancelled_chunks;
   po.l3_checkpoint_tokens = static_cast<int>(o.l3_checkpoint_tokens);
+  po.cache_pin_max_fraction = o.cache_pin_max_fraction;
   po.window_restore_from_window_safe = o.window_restore_from_window_safe;
   po.swa_checkpoint_tokens = static_cast<int>(o.swa_checkpoint_tokens);
   po.swa_checkpoints_yield = o.swa_checkpoints_yield;

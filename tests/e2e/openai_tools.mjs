@@ -10,43 +10,12 @@
 // (executeTool), so a loop can run to a final answer.
 import fs from 'node:fs';
 import OpenAI from 'openai';
+import { executeTool } from './demo_tools.mjs';
 
 const [baseURL, model, toolsPath, turnsArg] = process.argv.slice(2);
 const tools = JSON.parse(fs.readFileSync(toolsPath, 'utf8'));
 const client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
 const loopTurns = Number(turnsArg ?? 20);
-
-// The demo tools' answers, computed here (any tool the file names that is
-// not below answers "unknown tool").
-export function executeTool(name, argsText) {
-  let args;
-  try {
-    args = JSON.parse(argsText);
-  } catch {
-    return 'error: arguments are not JSON';
-  }
-  const num = (v) => Number(v);
-  switch (name) {
-    case 'add':
-      return String(num(args.a) + num(args.b));
-    case 'multiply':
-      return String(num(args.a) * num(args.b));
-    case 'days_between': {
-      const d = (s) => Date.parse(`${s}T00:00:00Z`);
-      return String(Math.round((d(args.end) - d(args.start)) / 86400000));
-    }
-    case 'weekday':
-      return ['Sunday', 'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday'][
-        new Date(`${args.date}T00:00:00Z`).getUTCDay()
-      ];
-    case 'count_word':
-      return String(String(args.word ?? '').length * 7);
-    case 'search_verses':
-      return 'Genesis 1:1 In the beginning God created the heaven and the earth.';
-    default:
-      return 'unknown tool';
-  }
-}
 
 const toolNames = tools.map((t) => t.function.name);
 const question = (i) =>

@@ -90,3 +90,20 @@ TEST_F(TextStreamTest, RandomStreamsMatchTheReference) {
 
 }  // namespace
 }  // namespace swaserve::router
+
+namespace swaserve::router {
+namespace {
+
+TEST_F(TextStreamTest, NamesTheStopStringThatMatchedFirst) {
+  TextStream s(*tok_, {"gamma", "beta", "zeta"});
+  EXPECT_TRUE(s.matched_stop().empty());
+  std::string out;
+  for (uint32_t id : Ids("alpha beta gamma")) out += s.Add(id);
+  out += s.Finish();
+  EXPECT_EQ(out, "alpha ");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.matched_stop(), "beta");
+}
+
+}  // namespace
+}  // namespace swaserve::router
