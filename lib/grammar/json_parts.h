@@ -1,0 +1,64 @@
+// Internal to lib/grammar: the JSON building blocks the schema compiler,
+// the pattern compiler and the tool-call grammars share — whitespace,
+// strings (UTF-8, JSON escapes), numbers, any JSON value — as expressions of
+// one Grammar. Not part of the module's interface.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "lib/grammar/grammar.h"
+#include "lib/grammar/json_schema.h"
+
+namespace swaserve::grammar {
+
+// Inclusive code point ranges.
+using CodePointSet = std::vector<std::pair<uint32_t, uint32_t>>;
+
+// Sorted, merged, surrogates (U+D800..U+DFFF) removed.
+CodePointSet Normalize(CodePointSet set);
+// [0, 0x10FFFF] minus `set` (and minus surrogates).
+CodePointSet Complement(const CodePointSet& set);
+
+class JsonParts {
+ public:
+  JsonParts(Grammar* g, const JsonGrammarOptions& options) : g_(g), options_(options) {}
+
+  Grammar& g() { return *g_; }
+  const JsonGrammarOptions& options() const { return options_; }
+
+  // Up to max_whitespace of [ \t\n\r].
+  ExprId Ws();
+  // The UTF-8 encodings of the code points in `set`.
+  ExprId Utf8(const CodePointSet& set);
+  // One code point of `set` as it is written inside a JSON string: itself,
+  // or its escape for " \ and control characters.
+  ExprId JsonChars(const CodePointSet& set);
+  // Any one code point inside a JSON string (plain, or any escape).
+  ExprId StringChar();
+  // A JSON string of min..max code points (max: Grammar::kUnbounded).
+  ExprId String(int min, int max);
+  ExprId Integer();
+  ExprId Number();
+  ExprId Boolean();
+  ExprId Null();
+  // Rules matching any JSON value / object / array (created on first use).
+  RuleId AnyValue();
+  RuleId AnyObject();
+  RuleId AnyArray();
+
+ private:
+  void MakeAnyRules();
+
+  Grammar* g_;
+  JsonGrammarOptions options_;
+  ExprId string_char_ = -1;
+  ExprId plain_string_ = -1;
+  RuleId any_value_ = -1;
+  RuleId any_object_ = -1;
+  RuleId any_array_ = -1;
+};
+
+}  // namespace swaserve::grammar
