@@ -8,7 +8,8 @@ namespace {
 
 std::string OptionsKey(const JsonGrammarOptions& o) {
   const CompiledGrammarOptions& c = o.compile;
-  return absl::StrCat(o.max_whitespace, ",", o.max_repetition, ",", c.max_nfa_states, ",",
+  return absl::StrCat(o.max_whitespace, ",", o.max_repetition, ",", o.escape_angle_bracket, ",",
+                      c.max_nfa_states, ",",
                       c.max_stack_depth, ",", c.max_configurations, ",", c.max_cached_masks);
 }
 

@@ -107,6 +107,13 @@ CodePointSet Complement(const CodePointSet& set) {
   return Normalize(out);
 }
 
+CodePointSet JsonParts::PlainRanges() const {
+  if (options_.escape_angle_bracket) {
+    return {{0x20, 0x21}, {0x23, 0x3B}, {0x3D, 0x5B}, {0x5D, kMaxCodePoint}};
+  }
+  return {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}};
+}
+
 ExprId JsonParts::Ws() {
   ByteSet ws;
   for (char c : {' ', '\t', '\n', '\r'}) ws.Add(static_cast<uint8_t>(c));
@@ -140,8 +147,10 @@ ExprId JsonParts::JsonChars(const CodePointSet& set) {
   std::vector<ExprId> alts;
   for (auto [lo, hi] : n) {
     for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x5C); ++c) {
-      // Control characters, " and \ are written as escapes.
-      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      // Control characters, " and \ (and < when asked) are written as escapes.
+      if (c >= 0x20 && c != '"' && c != '\\' && !(c == '<' && options_.escape_angle_bracket)) {
+        continue;
+      }
       std::string esc;
       switch (c) {
         case '"': esc = "\\\""; break;
@@ -159,8 +168,8 @@ ExprId JsonParts::JsonChars(const CodePointSet& set) {
   }
   CodePointSet cut;
   for (auto [lo, hi] : plain) {
-    // Remove 0..0x1F, " and \ from the plain part.
-    for (auto [a, b] : CodePointSet{{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}}) {
+    // Remove 0..0x1F, " and \ (and < when asked) from the plain part.
+    for (auto [a, b] : PlainRanges()) {
       const uint32_t l = std::max(lo, a), h = std::min(hi, b);
       if (l <= h) cut.emplace_back(l, h);
     }
@@ -192,7 +201,7 @@ ExprId JsonParts::StringChar() {
                 g_->Seq({g_->Bytes(d), g_->Bytes(ByteSet::Range('0', '7'))})}),
        g_->Bytes(hex), g_->Bytes(hex)});
   const ExprId escape = g_->Seq({g_->Literal("\\"), g_->Alt({g_->Bytes(simple), u})});
-  const ExprId plain = Utf8({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}});
+  const ExprId plain = Utf8(PlainRanges());
   string_char_ = g_->Alt({plain, escape});
   return string_char_;
 }

@@ -8,9 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "lib/grammar/grammar.h"
 #include "lib/grammar/json_schema.h"
+#include "nlohmann/json.hpp"
 
 namespace swaserve::grammar {
 
@@ -50,6 +52,8 @@ class JsonParts {
   RuleId AnyArray();
 
  private:
+  // Code points written as themselves inside a JSON string.
+  CodePointSet PlainRanges() const;
   void MakeAnyRules();
 
   Grammar* g_;
@@ -60,5 +64,10 @@ class JsonParts {
   RuleId any_object_ = -1;
   RuleId any_array_ = -1;
 };
+
+// The instances of a JSON Schema (the subset json_schema.h lists) as an
+// expression of parts->g(); $refs resolve inside `schema`. InvalidArgument as
+// JsonSchemaToGrammar.
+absl::StatusOr<ExprId> AddJsonSchema(const nlohmann::ordered_json& schema, JsonParts* parts);
 
 }  // namespace swaserve::grammar

@@ -37,15 +37,11 @@ constexpr int kMaxSchemaDepth = 64;
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const Json& root, const JsonGrammarOptions& options)
-      : root_(root), parts_(&g_, options) {}
+  // Adds rules to parts->g(); $refs resolve inside `root`.
+  SchemaCompiler(const Json& root, JsonParts* parts) : root_(root), g_(parts->g()), parts_(*parts) {}
 
-  absl::StatusOr<Grammar> Run() {
-    const RuleId start = g_.AddRule("root");
-    ASSIGN_OR_RETURN(ExprId body, Schema(root_, "", 0));
-    g_.SetRule(start, body);
-    return std::move(g_);
-  }
+  // The expression of root's instances.
+  absl::StatusOr<ExprId> Run() { return Schema(root_, "", 0); }
 
  private:
   static absl::Status Error(const std::string& path, const std::string& what) {
@@ -158,6 +154,18 @@ class SchemaCompiler {
     return types;
   }
 
+  // Compact JSON text of a value (an enum value, a property name).
+  std::string Dump(const Json& v) const {
+    std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (parts_.options().escape_angle_bracket) {
+      // "<" only occurs inside strings in JSON text.
+      for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at)) {
+        text.replace(at, 1, "\\u003C");
+      }
+    }
+    return text;
+  }
+
   static bool OfType(const Json& v, const std::string& t) {
     if (t == "null") return v.is_null();
     if (t == "boolean") return v.is_boolean();
@@ -186,7 +194,7 @@ class SchemaCompiler {
     for (const Json& v : values) {
       bool ok = types.empty();
       for (const std::string& t : types) ok |= OfType(v, t);
-      if (ok) alts.push_back(g_.Literal(v.dump(-1, ' ', false, Json::error_handler_t::replace)));
+      if (ok) alts.push_back(g_.Literal(Dump(v)));
     }
     if (alts.empty()) return Error(path, "enum/const leaves no value of the allowed types");
     return g_.Alt(std::move(alts));
@@ -206,7 +214,7 @@ class SchemaCompiler {
     } catch (const std::exception&) {
       return Error(path, absl::StrCat("$ref '", r, "' does not resolve"));
     }
-    const RuleId rule = g_.AddRule(absl::StrCat("ref", refs_.size()));
+    const RuleId rule = g_.AddRule(absl::StrCat("ref", g_.rules().size()));
     refs_.emplace(r, rule);
     ASSIGN_OR_RETURN(ExprId body, Schema(*target, r.substr(1), depth + 1));
     g_.SetRule(rule, body);
@@ -318,8 +326,8 @@ class SchemaCompiler {
   absl::StatusOr<ExprId> Object(const Json& s, const std::string& path, int depth);
 
   const Json& root_;
-  Grammar g_;
-  JsonParts parts_;
+  Grammar& g_;
+  JsonParts& parts_;
   absl::flat_hash_map<std::string, RuleId> refs_;
 };
 
@@ -377,8 +385,7 @@ absl::StatusOr<ExprId> SchemaCompiler::Object(const Json& s, const std::string& 
       ASSIGN_OR_RETURN(value, Schema(*props[k].schema, path + "/properties/" + props[k].name,
                                      depth + 1));
     }
-    g_.SetRule(member[k], g_.Seq({g_.Literal(Json(props[k].name).dump(
-                                      -1, ' ', false, Json::error_handler_t::replace)),
+    g_.SetRule(member[k], g_.Seq({g_.Literal(Dump(Json(props[k].name))),
                                   parts_.Ws(), g_.Literal(":"), parts_.Ws(), value}));
   }
   // after[k]: properties k.. when one was written before (each after a comma).
@@ -411,10 +418,19 @@ absl::StatusOr<Json> ParseSchema(absl::string_view text) {
 
 }  // namespace
 
+absl::StatusOr<ExprId> AddJsonSchema(const nlohmann::ordered_json& schema, JsonParts* parts) {
+  return SchemaCompiler(schema, parts).Run();
+}
+
 absl::StatusOr<Grammar> JsonSchemaToGrammar(absl::string_view schema_json,
                                             const JsonGrammarOptions& options) {
   ASSIGN_OR_RETURN(Json schema, ParseSchema(schema_json));
-  return SchemaCompiler(schema, options).Run();
+  Grammar g;
+  const RuleId start = g.AddRule("root");
+  JsonParts parts(&g, options);
+  ASSIGN_OR_RETURN(ExprId body, AddJsonSchema(schema, &parts));
+  g.SetRule(start, body);
+  return g;
 }
 
 Grammar JsonObjectGrammar(const JsonGrammarOptions& options) {

@@ -65,6 +65,10 @@ struct JsonGrammarOptions {
   // maxLength / maxItems / repetition bounds above this are InvalidArgument
   // (each unit unrolls into automaton states). Default 4,096.
   int max_repetition = 4096;
+  // Strings never contain "<" unescaped: it is written as \u003C. For JSON
+  // inside markup (a tool call's arguments) that must not close the call's
+  // tag early. Default false.
+  bool escape_angle_bracket = false;
   CompiledGrammarOptions compile;
 };
 
