@@ -14,7 +14,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
     const CompiledGrammarOptions& options) {
   if (vocab == nullptr) return absl::InvalidArgumentError("no vocabulary");
   if (options.max_stack_depth < 1 || options.max_configurations < 16 ||
-      options.max_cached_masks < 0) {
+      options.max_mask_cache_bytes < 0) {
     return absl::InvalidArgumentError("bad CompiledGrammarOptions");
   }
   Nfa nfa;
@@ -181,20 +181,37 @@ void CompiledGrammar::Engine::FillMask(int32_t config, uint32_t* mask) {
   }
   ++mask_walks_;
   std::memset(mask, 0, words * sizeof(uint32_t));
+  // The walk keeps each depth's configuration as its row offset in trans_
+  // and reads the arrays through local pointers: mask stores may alias
+  // int32 data, so members would be reloaded at every node.
   const TokenTrie& t = vocab_->trie();
   walk_.resize(static_cast<size_t>(t.max_depth) + 1);
-  walk_[0] = config;
-  const size_t n = t.num_nodes();
-  for (size_t i = 0; i < n;) {
-    const int d = t.depth[i];
-    const int32_t s = Next(walk_[d - 1], t.byte[i]);
+  int32_t* walk = walk_.data();
+  const size_t nc = static_cast<size_t>(num_classes_);
+  walk[0] = config * num_classes_;
+  const uint8_t* byte = t.byte.data();
+  const uint16_t* depth = t.depth.data();
+  const uint32_t* subtree_end = t.subtree_end.data();
+  const uint32_t* token_begin = t.token_begin.data();
+  const uint32_t* token_ids = t.token_ids.data();
+  const uint8_t* byte_class = nfa_.byte_class.data();
+  const int32_t* trans = trans_.data();
+  const uint32_t n = static_cast<uint32_t>(t.num_nodes());
+  for (uint32_t i = 0; i < n;) {
+    const int d = depth[i];
+    const int cls = byte_class[byte[i]];
+    int32_t s = trans[static_cast<size_t>(walk[d - 1]) + cls];
+    if (s < 0) {
+      s = Compute(walk[d - 1] / num_classes_, cls);
+      trans = trans_.data();
+    }
     if (s == kDead) {
-      i = t.subtree_end[i];
+      i = subtree_end[i];
       continue;
     }
-    walk_[d] = s;
-    for (uint32_t k = t.token_begin[i]; k < t.token_begin[i + 1]; ++k) {
-      const uint32_t id = t.token_ids[k];
+    walk[d] = static_cast<int32_t>(static_cast<size_t>(s) * nc);
+    for (uint32_t k = token_begin[i], e = token_begin[i + 1]; k < e; ++k) {
+      const uint32_t id = token_ids[k];
       mask[id >> 5] |= uint32_t{1} << (id & 31);
     }
     ++i;
@@ -202,8 +219,11 @@ void CompiledGrammar::Engine::FillMask(int32_t config, uint32_t* mask) {
   if (accepting_[config]) {
     for (uint32_t id : vocab_->eos_ids()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   }
-  if (options_.max_cached_masks == 0) return;
-  if (static_cast<int>(masks_.size()) >= options_.max_cached_masks) masks_.clear();
+  if (static_cast<int64_t>(words * sizeof(uint32_t)) > options_.max_mask_cache_bytes) return;
+  if (static_cast<int64_t>((masks_.size() + 1) * words * sizeof(uint32_t)) >
+      options_.max_mask_cache_bytes) {
+    masks_.clear();
+  }
   masks_.emplace(config, std::vector<uint32_t>(mask, mask + words));
 }
 

@@ -57,9 +57,11 @@ struct CompiledGrammarOptions {
   // Interned configurations kept before the lazy tables are dropped and
   // rebuilt. Default: 65,536 (with ~40 byte classes, ~10 MB of tables).
   int max_configurations = 65536;
-  // Masks cached per grammar (each BitmaskWords() * 4 bytes: 19 KB for a
-  // 152K vocabulary). Default: 256 (~5 MB at 152K).
-  int max_cached_masks = 256;
+  // Bytes of token masks cached per grammar (each BitmaskWords() * 4 bytes:
+  // 19 KB for a 152K vocabulary, 544 bytes for 4K). When full, the cache is
+  // emptied and refills with the masks in use. 0 disables it. Default:
+  // 16 MiB (about 880 masks at 152K).
+  int64_t max_mask_cache_bytes = int64_t{16} << 20;
 };
 
 class CompiledGrammar {

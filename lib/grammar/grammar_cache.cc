@@ -10,7 +10,7 @@ std::string OptionsKey(const JsonGrammarOptions& o) {
   const CompiledGrammarOptions& c = o.compile;
   return absl::StrCat(o.max_whitespace, ",", o.max_repetition, ",", o.escape_angle_bracket, ",",
                       c.max_nfa_states, ",",
-                      c.max_stack_depth, ",", c.max_configurations, ",", c.max_cached_masks);
+                      c.max_stack_depth, ",", c.max_configurations, ",", c.max_mask_cache_bytes);
 }
 
 }  // namespace

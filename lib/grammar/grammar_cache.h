@@ -27,8 +27,10 @@
 namespace swaserve::grammar {
 
 struct GrammarCacheOptions {
-  // Compiled grammars kept. Default 256.
-  int max_entries = 256;
+  // Compiled grammars kept. Each holds up to its
+  // CompiledGrammarOptions::max_mask_cache_bytes of masks (16 MiB by
+  // default) plus its tables. Default 64.
+  int max_entries = 64;
 };
 
 class GrammarCache {

@@ -150,10 +150,10 @@ TEST(Matcher, ResetToRollbackAndAcceptBytes) {
 }
 
 TEST(Matcher, TablesResetWhenTheyOutgrowTheirBound) {
+  auto vocab = ByteVocabulary(kExtra);
   JsonGrammarOptions o;
   o.compile.max_configurations = 16;
-  o.compile.max_cached_masks = 2;
-  auto vocab = ByteVocabulary(kExtra);
+  o.compile.max_mask_cache_bytes = 2 * 4 * vocab->BitmaskWords();  // two masks
   auto g = *CompileJsonSchema(R"({"type": "array", "items": {"type": "string", "maxLength": 30}})",
                               vocab, o);
   GrammarMatcher m(g);
