@@ -44,6 +44,13 @@ CompiledGrammar::Engine::Engine(Nfa nfa, const TokenVocabulary* vocab,
       vocab_(vocab),
       options_(options),
       num_classes_(static_cast<int>(nfa_.class_byte.size())) {
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t cls = nfa_.byte_class[b];
+    if (IsPlainAsciiByte(static_cast<uint8_t>(b)) &&
+        std::find(plain_classes_.begin(), plain_classes_.end(), cls) == plain_classes_.end()) {
+      plain_classes_.push_back(cls);
+    }
+  }
   Reset();
 }
 
@@ -60,6 +67,7 @@ void CompiledGrammar::Engine::Reset() {
   configs_.emplace_back();
   accepting_.push_back(false);
   trans_.assign(num_classes_, kDead);
+  plain_run_.assign(1, 0);
 }
 
 void CompiledGrammar::Engine::MaybeReset() {
@@ -94,6 +102,7 @@ int32_t CompiledGrammar::Engine::InternConfig(std::vector<int32_t> nodes, bool a
   configs_.push_back(std::move(nodes));
   accepting_.push_back(accepting);
   trans_.resize(trans_.size() + num_classes_, -1);
+  plain_run_.push_back(-1);
   return it->second;
 }
 
@@ -157,6 +166,20 @@ int32_t CompiledGrammar::Engine::Compute(int32_t config, int cls) {
   return next;
 }
 
+int CompiledGrammar::Engine::PlainRun(int32_t config) {
+  if (plain_run_[config] >= 0) return plain_run_[config];
+  plain_run_[config] = 0;  // while computing: a cycle reads as 0 (a lower bound)
+  int32_t next = -1;
+  for (uint8_t cls : plain_classes_) {
+    const int32_t t = Next(config, nfa_.class_byte[cls]);
+    if (t == kDead || (next >= 0 && t != next)) return 0;
+    next = t;
+  }
+  const int run = next == config ? 255 : std::min(255, 1 + PlainRun(next));
+  plain_run_[config] = static_cast<int16_t>(run);
+  return run;
+}
+
 int32_t CompiledGrammar::Engine::NextBytes(int32_t config, absl::string_view bytes) {
   for (char c : bytes) {
     config = Next(config, static_cast<uint8_t>(c));
@@ -197,8 +220,24 @@ void CompiledGrammar::Engine::FillMask(int32_t config, uint32_t* mask) {
   const uint8_t* byte_class = nfa_.byte_class.data();
   const int32_t* trans = trans_.data();
   const uint32_t n = static_cast<uint32_t>(t.num_nodes());
+  const uint8_t* plain_height = t.plain_height.data();
   for (uint32_t i = 0; i < n;) {
     const int d = depth[i];
+    if (plain_height[i] != 0) {
+      // A subtree of plain string bytes that the configuration surely
+      // takes: every token in it, without walking it.
+      const int run = PlainRun(walk[d - 1] / num_classes_);
+      trans = trans_.data();
+      if (plain_height[i] <= run) {
+        const uint32_t end = subtree_end[i];
+        for (uint32_t k = token_begin[i], e = token_begin[end]; k < e; ++k) {
+          const uint32_t id = token_ids[k];
+          mask[id >> 5] |= uint32_t{1} << (id & 31);
+        }
+        i = end;
+        continue;
+      }
+    }
     const int cls = byte_class[byte[i]];
     int32_t s = trans[static_cast<size_t>(walk[d - 1]) + cls];
     if (s < 0) {

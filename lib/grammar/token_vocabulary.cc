@@ -99,6 +99,27 @@ void TokenVocabulary::BuildTrie() {
   std::partial_sum(t.token_begin.begin(), t.token_begin.end(), t.token_begin.begin());
   t.token_ids.resize(ends.size());
   for (size_t i = 0; i < ends.size(); ++i) t.token_ids[i] = ends[i].second;  // already node order
+  // plain_height, children before parents (reverse preorder).
+  const size_t n = t.byte.size();
+  std::vector<uint8_t> child_max(n, 0);
+  std::vector<bool> child_bad(n, false);
+  std::vector<int64_t> parent(n, -1);
+  std::vector<uint32_t> stack;
+  for (size_t i = 0; i < n; ++i) {
+    while (!stack.empty() && t.depth[stack.back()] >= t.depth[i]) stack.pop_back();
+    if (!stack.empty()) parent[i] = stack.back();
+    stack.push_back(static_cast<uint32_t>(i));
+  }
+  t.plain_height.assign(n, 0);
+  for (size_t i = n; i-- > 0;) {
+    if (IsPlainAsciiByte(t.byte[i]) && !child_bad[i]) {
+      t.plain_height[i] = static_cast<uint8_t>(std::min(255, child_max[i] + 1));
+    }
+    if (parent[i] >= 0) {
+      if (t.plain_height[i] == 0) child_bad[parent[i]] = true;
+      child_max[parent[i]] = std::max(child_max[parent[i]], t.plain_height[i]);
+    }
+  }
 }
 
 }  // namespace swaserve::grammar

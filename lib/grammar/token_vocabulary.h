@@ -48,10 +48,18 @@ struct TokenTrie {
   std::vector<uint32_t> subtree_end;
   std::vector<uint32_t> token_begin;  // size nodes + 1
   std::vector<uint32_t> token_ids;
+  // Per node: when the node's byte and every byte below it are plain
+  // printable ASCII inside a JSON string (0x20..0x7E but '"' and '\\'), the
+  // height of its subtree (1 for a leaf, at most 255); else 0. The tokens of
+  // node i's subtree are token_ids[token_begin[i] .. token_begin[subtree_end[i]]).
+  std::vector<uint8_t> plain_height;
   int max_depth = 0;
 
   size_t num_nodes() const { return byte.size(); }
 };
+
+// The bytes TokenTrie::plain_height counts.
+inline bool IsPlainAsciiByte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
 
 struct TokenVocabularyOptions {
   // Ids that end generation; allowed only where the grammar accepts. Empty:
