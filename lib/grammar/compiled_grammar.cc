@@ -44,13 +44,6 @@ CompiledGrammar::Engine::Engine(Nfa nfa, const TokenVocabulary* vocab,
       vocab_(vocab),
       options_(options),
       num_classes_(static_cast<int>(nfa_.class_byte.size())) {
-  for (int b = 0; b < 256; ++b) {
-    const uint8_t cls = nfa_.byte_class[b];
-    if (IsPlainAsciiByte(static_cast<uint8_t>(b)) &&
-        std::find(plain_classes_.begin(), plain_classes_.end(), cls) == plain_classes_.end()) {
-      plain_classes_.push_back(cls);
-    }
-  }
   Reset();
 }
 
@@ -166,16 +159,46 @@ int32_t CompiledGrammar::Engine::Compute(int32_t config, int cls) {
   return next;
 }
 
+int32_t CompiledGrammar::Engine::Uniform(int32_t config, int lo, int hi) {
+  int32_t r = -1;
+  for (int b = lo; b <= hi; ++b) {
+    const int32_t t = Next(config, static_cast<uint8_t>(b));
+    if (t == kDead || (r >= 0 && t != r)) return -1;
+    r = t;
+  }
+  return r;
+}
+
 int CompiledGrammar::Engine::PlainRun(int32_t config) {
   if (plain_run_[config] >= 0) return plain_run_[config];
   plain_run_[config] = 0;  // while computing: a cycle reads as 0 (a lower bound)
-  int32_t next = -1;
-  for (uint8_t cls : plain_classes_) {
-    const int32_t t = Next(config, nfa_.class_byte[cls]);
-    if (t == kDead || (next >= 0 && t != next)) return 0;
-    next = t;
+  // Every plain character — ASCII but '"', '\\' and DEL; then each UTF-8
+  // lead byte range with its continuations, as JSON strings take them —
+  // must lead to one configuration y.
+  const int32_t y = Uniform(config, 0x20, 0x21);
+  if (y < 0 || Uniform(config, 0x23, 0x5B) != y || Uniform(config, 0x5D, 0x7E) != y) return 0;
+  struct Path {
+    int lead_lo, lead_hi;
+    int second_lo, second_hi;
+    int more;  // continuation bytes [80-BF] after the second byte
+  };
+  static constexpr Path kPaths[] = {
+      {.lead_lo = 0xC2, .lead_hi = 0xDF, .second_lo = 0x80, .second_hi = 0xBF, .more = 0},
+      {.lead_lo = 0xE0, .lead_hi = 0xE0, .second_lo = 0xA0, .second_hi = 0xBF, .more = 1},
+      {.lead_lo = 0xE1, .lead_hi = 0xEC, .second_lo = 0x80, .second_hi = 0xBF, .more = 1},
+      {.lead_lo = 0xED, .lead_hi = 0xED, .second_lo = 0x80, .second_hi = 0x9F, .more = 1},
+      {.lead_lo = 0xEE, .lead_hi = 0xEF, .second_lo = 0x80, .second_hi = 0xBF, .more = 1},
+      {.lead_lo = 0xF0, .lead_hi = 0xF0, .second_lo = 0x90, .second_hi = 0xBF, .more = 2},
+      {.lead_lo = 0xF1, .lead_hi = 0xF3, .second_lo = 0x80, .second_hi = 0xBF, .more = 2},
+      {.lead_lo = 0xF4, .lead_hi = 0xF4, .second_lo = 0x80, .second_hi = 0x8F, .more = 2},
+  };
+  for (const Path& p : kPaths) {
+    int32_t c = Uniform(config, p.lead_lo, p.lead_hi);
+    if (c >= 0) c = Uniform(c, p.second_lo, p.second_hi);
+    for (int k = 0; k < p.more && c >= 0; ++k) c = Uniform(c, 0x80, 0xBF);
+    if (c != y) return 0;
   }
-  const int run = next == config ? 255 : std::min(255, 1 + PlainRun(next));
+  const int run = y == config ? 255 : std::min(255, 1 + PlainRun(y));
   plain_run_[config] = static_cast<int16_t>(run);
   return run;
 }
@@ -220,15 +243,15 @@ void CompiledGrammar::Engine::FillMask(int32_t config, uint32_t* mask) {
   const uint8_t* byte_class = nfa_.byte_class.data();
   const int32_t* trans = trans_.data();
   const uint32_t n = static_cast<uint32_t>(t.num_nodes());
-  const uint8_t* plain_height = t.plain_height.data();
+  const uint8_t* plain_chars = t.plain_chars.data();
   for (uint32_t i = 0; i < n;) {
     const int d = depth[i];
-    if (plain_height[i] != 0) {
-      // A subtree of plain string bytes that the configuration surely
-      // takes: every token in it, without walking it.
+    if (plain_chars[i] != 0) {
+      // A subtree of plain string text that the configuration surely takes:
+      // every token in it, without walking it.
       const int run = PlainRun(walk[d - 1] / num_classes_);
       trans = trans_.data();
-      if (plain_height[i] <= run) {
+      if (plain_chars[i] <= run) {
         const uint32_t end = subtree_end[i];
         for (uint32_t k = token_begin[i], e = token_begin[end]; k < e; ++k) {
           const uint32_t id = token_ids[k];

@@ -94,10 +94,15 @@ class CompiledGrammar::Engine {
   int32_t InternNode(int32_t state, int32_t parent);
   int32_t InternConfig(std::vector<int32_t> nodes, bool accepting);
   int32_t Compute(int32_t config, int cls);
-  // How many plain ASCII string bytes (IsPlainAsciiByte) surely follow
-  // `config`: every such byte leads to the same live configuration, for at
-  // least this many steps (255: forever). 0 when they differ or die.
+  // How many plain string characters (TokenTrie::plain_chars) surely
+  // follow `config`: every such character, whatever its bytes, leads to the
+  // same live configuration, and so on for at least this many characters
+  // (255: forever). 0 when they differ or die (e.g. inside a character, or
+  // a pattern's class).
   int PlainRun(int32_t config);
+  // The one configuration every byte of [lo, hi] leads `config` to; -1 when
+  // they differ or die.
+  int32_t Uniform(int32_t config, int lo, int hi);
   // Adds to `out` the byte-consuming stacks reachable from (state, parent)
   // by epsilon moves, calls and returns; sets *accepting when the start rule
   // can end.
@@ -118,7 +123,6 @@ class CompiledGrammar::Engine {
   absl::flat_hash_map<std::vector<int32_t>, int32_t> config_ids_;
   std::vector<int32_t> trans_;  // configs * classes; -1: not computed yet
   std::vector<int16_t> plain_run_;  // per config; -1: not computed yet
-  std::vector<uint8_t> plain_classes_;  // the classes of the plain ASCII bytes
   absl::flat_hash_map<int32_t, std::vector<uint32_t>> masks_;
   std::vector<int32_t> walk_;  // the trie walk's configuration per depth
   int64_t mask_hits_ = 0;

@@ -58,6 +58,80 @@ absl::string_view TokenVocabulary::TokenBytes(uint32_t id) const {
 
 bool TokenVocabulary::IsEos(uint32_t id) const { return id < is_eos_.size() && is_eos_[id]; }
 
+namespace {
+
+// UTF-8 reading states: at a character boundary, or inside a character
+// expecting continuation bytes (with the first one's range where it is
+// narrower).
+enum Utf8State : uint8_t { kBoundary, kCont1, kCont2, kCont3, kAfterE0, kAfterED, kAfterF0, kAfterF4, kNumStates };
+
+// The state after `b` and whether `b` starts a character; false when `b`
+// cannot follow (or is not a plain string character).
+bool Utf8Step(int s, uint8_t b, int* next, int* chars) {
+  *chars = 0;
+  auto cont = [&](uint8_t lo, uint8_t hi, int to) {
+    if (b < lo || b > hi) return false;
+    *next = to;
+    return true;
+  };
+  switch (s) {
+    case kBoundary:
+      *chars = 1;
+      if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\') { *next = kBoundary; return true; }
+      if (b >= 0xC2 && b <= 0xDF) { *next = kCont1; return true; }
+      if (b == 0xE0) { *next = kAfterE0; return true; }
+      if (b == 0xED) { *next = kAfterED; return true; }
+      if (b >= 0xE1 && b <= 0xEF) { *next = kCont2; return true; }
+      if (b == 0xF0) { *next = kAfterF0; return true; }
+      if (b >= 0xF1 && b <= 0xF3) { *next = kCont3; return true; }
+      if (b == 0xF4) { *next = kAfterF4; return true; }
+      return false;
+    case kCont1: return cont(0x80, 0xBF, kBoundary);
+    case kCont2: return cont(0x80, 0xBF, kCont1);
+    case kCont3: return cont(0x80, 0xBF, kCont2);
+    case kAfterE0: return cont(0xA0, 0xBF, kCont1);
+    case kAfterED: return cont(0x80, 0x9F, kCont1);
+    case kAfterF0: return cont(0x90, 0xBF, kCont2);
+    default: return cont(0x80, 0x8F, kCont2);  // kAfterF4
+  }
+}
+
+}  // namespace
+
+void TokenVocabulary::ComputePlainChars() {
+  // f(i, s): the most characters a token below node i spans when node i is
+  // read in UTF-8 state s; -1 when one of them is not plain text. Children
+  // come after their parent in preorder, so a reverse pass sees them first.
+  TokenTrie& t = trie_;
+  const size_t n = t.byte.size();
+  std::vector<int64_t> parent(n, -1);
+  std::vector<uint32_t> stack;
+  for (size_t i = 0; i < n; ++i) {
+    while (!stack.empty() && t.depth[stack.back()] >= t.depth[i]) stack.pop_back();
+    if (!stack.empty()) parent[i] = stack.back();
+    stack.push_back(static_cast<uint32_t>(i));
+  }
+  // Per node and state: the children's max (0 when none) or -1 when one
+  // child is not plain.
+  std::vector<int16_t> children(n * kNumStates, 0);
+  t.plain_chars.assign(n, 0);
+  for (size_t i = n; i-- > 0;) {
+    for (int s = 0; s < kNumStates; ++s) {
+      int next, chars;
+      int16_t f = -1;
+      if (Utf8Step(s, t.byte[i], &next, &chars)) {
+        const int16_t below = children[i * kNumStates + next];
+        if (below >= 0) f = static_cast<int16_t>(std::min(255, chars + below));
+      }
+      if (s == kBoundary) t.plain_chars[i] = static_cast<uint8_t>(std::max<int16_t>(f, 0));
+      if (parent[i] >= 0) {
+        int16_t& agg = children[parent[i] * kNumStates + s];
+        agg = (agg < 0 || f < 0) ? int16_t{-1} : std::max(agg, f);
+      }
+    }
+  }
+}
+
 void TokenVocabulary::BuildTrie() {
   std::vector<uint32_t> order;
   for (uint32_t id = 0; id < bytes_.size(); ++id) {
@@ -99,27 +173,7 @@ void TokenVocabulary::BuildTrie() {
   std::partial_sum(t.token_begin.begin(), t.token_begin.end(), t.token_begin.begin());
   t.token_ids.resize(ends.size());
   for (size_t i = 0; i < ends.size(); ++i) t.token_ids[i] = ends[i].second;  // already node order
-  // plain_height, children before parents (reverse preorder).
-  const size_t n = t.byte.size();
-  std::vector<uint8_t> child_max(n, 0);
-  std::vector<bool> child_bad(n, false);
-  std::vector<int64_t> parent(n, -1);
-  std::vector<uint32_t> stack;
-  for (size_t i = 0; i < n; ++i) {
-    while (!stack.empty() && t.depth[stack.back()] >= t.depth[i]) stack.pop_back();
-    if (!stack.empty()) parent[i] = stack.back();
-    stack.push_back(static_cast<uint32_t>(i));
-  }
-  t.plain_height.assign(n, 0);
-  for (size_t i = n; i-- > 0;) {
-    if (IsPlainAsciiByte(t.byte[i]) && !child_bad[i]) {
-      t.plain_height[i] = static_cast<uint8_t>(std::min(255, child_max[i] + 1));
-    }
-    if (parent[i] >= 0) {
-      if (t.plain_height[i] == 0) child_bad[parent[i]] = true;
-      child_max[parent[i]] = std::max(child_max[parent[i]], t.plain_height[i]);
-    }
-  }
+  ComputePlainChars();
 }
 
 }  // namespace swaserve::grammar

@@ -48,18 +48,18 @@ struct TokenTrie {
   std::vector<uint32_t> subtree_end;
   std::vector<uint32_t> token_begin;  // size nodes + 1
   std::vector<uint32_t> token_ids;
-  // Per node: when the node's byte and every byte below it are plain
-  // printable ASCII inside a JSON string (0x20..0x7E but '"' and '\\'), the
-  // height of its subtree (1 for a leaf, at most 255); else 0. The tokens of
-  // node i's subtree are token_ids[token_begin[i] .. token_begin[subtree_end[i]]).
-  std::vector<uint8_t> plain_height;
+  // Per node: when every token below it (the node included), read from the
+  // node's byte on, is a well-formed UTF-8 prefix of characters that a JSON
+  // string holds unescaped (U+0020..U+10FFFF but '"', '\\', DEL and
+  // surrogates; a token may end inside a character), the most characters
+  // any of them spans from the node (a partial one counts; at most 255);
+  // else 0. The tokens of node i's subtree are
+  // token_ids[token_begin[i] .. token_begin[subtree_end[i]]).
+  std::vector<uint8_t> plain_chars;
   int max_depth = 0;
 
   size_t num_nodes() const { return byte.size(); }
 };
-
-// The bytes TokenTrie::plain_height counts.
-inline bool IsPlainAsciiByte(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
 
 struct TokenVocabularyOptions {
   // Ids that end generation; allowed only where the grammar accepts. Empty:
@@ -99,6 +99,7 @@ class TokenVocabulary {
  private:
   TokenVocabulary() = default;
   void BuildTrie();
+  void ComputePlainChars();
 
   std::vector<std::string> bytes_;
   std::vector<uint32_t> eos_ids_;
