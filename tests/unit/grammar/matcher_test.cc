@@ -55,7 +55,9 @@ TEST(Matcher, MaskEqualsTokenByTokenCheck) {
     for (uint32_t id = 0; id < static_cast<uint32_t>(vocab->size()); ++id) {
       ASSERT_EQ(MaskHas(mask, id), m.IsTokenAllowed(id)) << "id " << id << " after " << text.substr(0, i);
     }
-    if (i < text.size()) ASSERT_TRUE(m.AcceptToken(static_cast<uint8_t>(text[i])));
+    if (i < text.size()) {
+      ASSERT_TRUE(m.AcceptToken(static_cast<uint8_t>(text[i])));
+    }
   }
   EXPECT_TRUE(MaskHas(mask, kByteEos));
   EXPECT_TRUE(m.IsAccepting());

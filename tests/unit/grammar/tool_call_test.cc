@@ -134,8 +134,12 @@ void WalkAndParse(ToolCallFormat format) {
       if (c.name == "get_weather") {
         EXPECT_TRUE(args["location"].is_string()) << text;
         EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << text;
-        if (args.contains("days")) EXPECT_TRUE(args["days"].is_number_integer()) << text;
-        if (args.contains("hours")) EXPECT_TRUE(args["hours"].is_array()) << text;
+        if (args.contains("days")) {
+          EXPECT_TRUE(args["days"].is_number_integer()) << text;
+        }
+        if (args.contains("hours")) {
+          EXPECT_TRUE(args["hours"].is_array()) << text;
+        }
       }
     }
   }
