@@ -2,8 +2,8 @@
 // compilers the serving path uses.
 //
 // Supported keywords (anything else that constrains is InvalidArgument naming
-// the keyword and where it is, e.g. "unsupported JSON Schema keyword
-// 'minimum' at /properties/age" — never silently ignored):
+// the keyword and where it is, e.g. "JSON Schema at /properties/age:
+// unsupported JSON Schema keyword 'minimum'" — never silently ignored):
 //   type             "object" "array" "string" "number" "integer" "boolean"
 //                    "null", or a list of them
 //   properties, required, additionalProperties (false, true or absent)
@@ -13,17 +13,22 @@
 //                    output still validates). An object without
 //                    `properties` is any JSON object.
 //   items, minItems, maxItems      (an array without `items`: any values)
-//   enum, const      any JSON values, written compactly
+//   enum, const      any JSON values, written compactly (with `type`: only
+//                    the values of those types)
 //   anyOf, oneOf     alternatives. oneOf is generated as anyOf: when two
 //                    branches accept the same instance the output can match
 //                    both (keep oneOf branches disjoint, e.g. by type)
 //   allOf            with exactly one schema
 //   $ref, $defs, definitions       "#", "#/$defs/NAME", "#/definitions/NAME"
-//                    (JSON Pointer, ~0 ~1 escapes); recursion is allowed
+//                    (JSON Pointer, ~0 ~1 escapes); recursion is allowed.
+//                    $ref, anyOf/oneOf and allOf stand alone: beside another
+//                    constraining keyword they are InvalidArgument
 //   minLength, maxLength           in code points (each \uXXXX escape is one:
 //                    surrogate escapes are not generated)
-//   pattern          a regular-expression subset, matched against the whole
-//                    value unless anchored (^, $ as in JSON Schema):
+//   pattern          a regular-expression subset, found anywhere in the
+//                    value unless anchored with ^ and $ (as JSON Schema
+//                    does; "^a|b$" is taken as ^(a|b)$, a subset of what it
+//                    accepts). Constructs:
 //                    literals, ., [...] and [^...] with ranges, \d \w \s \D
 //                    \W \S, escapes \. \\ \/ \- \n \t \r \f \v \uXXXX,
 //                    groups ( ) and (?: ), |, * + ? {n} {n,} {n,m} (lazy
@@ -34,7 +39,11 @@
 //                    checks it; dates up to day 28 in February)
 //   Annotations ignored as they constrain nothing: title, description,
 //   default, examples, $schema, $id, $comment, deprecated, readOnly,
-//   writeOnly, strict-mode "nullable": false.
+//   writeOnly. Not supported (an error), among others: minimum, maximum,
+//   exclusiveMinimum/Maximum, multipleOf, prefixItems, uniqueItems,
+//   contains, patternProperties, propertyNames, min/maxProperties,
+//   dependentRequired, if/then/else, not, additionalProperties as a schema,
+//   $ref outside the document.
 //
 // Numbers: integers up to 16 digits; numbers -?int(.frac{1,16})?(e[+-]?d{1,2})?
 // so that every value is a finite double. Strings: valid UTF-8, control
@@ -43,8 +52,9 @@
 //
 // Whitespace policy (JsonGrammarOptions::max_whitespace): between JSON
 // tokens — after { [ , : and before } ] , : — at most max_whitespace
-// characters of [ \t\n\r]; 0 gives compact JSON. Bounded so a model cannot
-// stall in whitespace forever, large enough for pretty-printed output.
+// characters of [ \t\n\r]; 0 gives compact JSON; none before or after the
+// whole value. Bounded so a model cannot stall in whitespace forever, large
+// enough for pretty-printed output.
 //
 // Thread-safety: pure functions.
 #pragma once
