@@ -11,8 +11,11 @@
 // memoized, so the automaton is determinized lazily and only where text
 // actually goes. A token mask is a walk of the vocabulary's byte trie with
 // these transitions: a rejected byte skips the whole subtree, so the cost is
-// the number of trie nodes whose prefix the grammar allows, and the masks of
-// configurations seen before come from a cache (a string body, the place
+// the number of trie nodes whose prefix the grammar allows. Inside strings
+// that would be most of the vocabulary, so a subtree whose tokens are all
+// plain string text (TokenTrie::plain_chars) is taken whole, without a walk,
+// when the configuration surely takes that many plain characters. The masks
+// of configurations seen before come from a cache (a string body, the place
 // after a comma, ... recur in every request that uses the grammar).
 //
 // Guarantees:
