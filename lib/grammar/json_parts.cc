@@ -223,6 +223,59 @@ ExprId JsonParts::Integer() {
                                                       g_->Repeat(digits, 0, 15)})})});
 }
 
+namespace {
+constexpr int64_t kMaxMagnitude = 9999999999999999;  // 16 digits, as Integer()
+}  // namespace
+
+ExprId JsonParts::DigitsRange(const std::string& lo, const std::string& hi) {
+  const size_t n = lo.size();
+  if (n == 0) return g_->Empty();
+  const uint8_t a = static_cast<uint8_t>(lo[0]), b = static_cast<uint8_t>(hi[0]);
+  if (n == 1) return g_->Bytes(ByteSet::Range(a, b));
+  if (lo == std::string(n, '0') && hi == std::string(n, '9')) {
+    // Every n-digit string (keeps the recursion linear in n).
+    return g_->Repeat(g_->Bytes(ByteSet::Range('0', '9')), static_cast<int>(n), static_cast<int>(n));
+  }
+  const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
+  if (a == b) return g_->Seq({g_->Bytes(ByteSet::Of(a)), DigitsRange(rest_lo, rest_hi)});
+  const ExprId digit = g_->Bytes(ByteSet::Range('0', '9'));
+  std::vector<ExprId> alts = {
+      g_->Seq({g_->Bytes(ByteSet::Of(a)), DigitsRange(rest_lo, std::string(n - 1, '9'))})};
+  if (b > a + 1) {
+    alts.push_back(g_->Seq({g_->Bytes(ByteSet::Range(a + 1, b - 1)),
+                            g_->Repeat(digit, static_cast<int>(n - 1), static_cast<int>(n - 1))}));
+  }
+  alts.push_back(g_->Seq({g_->Bytes(ByteSet::Of(b)), DigitsRange(std::string(n - 1, '0'), rest_hi)}));
+  return g_->Alt(std::move(alts));
+}
+
+ExprId JsonParts::MagnitudeRange(int64_t lo, int64_t hi) {
+  std::vector<ExprId> alts;
+  // One alternative per digit count: [max(lo, 10^(k-1)), min(hi, 10^k - 1)].
+  int64_t low_k = 0;  // smallest value with k digits (0 for k = 1)
+  for (int k = 1; k <= 16; ++k) {
+    const int64_t high_k = low_k == 0 ? 9 : low_k * 10 - 1;
+    const int64_t a = std::max(lo, low_k), b = std::min(hi, high_k);
+    if (a <= b) alts.push_back(DigitsRange(std::to_string(a), std::to_string(b)));
+    low_k = low_k == 0 ? 10 : low_k * 10;
+  }
+  if (alts.empty()) return g_->Bytes(ByteSet{});
+  return g_->Alt(std::move(alts));
+}
+
+ExprId JsonParts::IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  const int64_t l = std::max(lo.value_or(-kMaxMagnitude), -kMaxMagnitude);
+  const int64_t h = std::min(hi.value_or(kMaxMagnitude), kMaxMagnitude);
+  std::vector<ExprId> alts;
+  if (h >= 0) alts.push_back(MagnitudeRange(std::max<int64_t>(l, 0), h));
+  if (l < 0) {
+    // Negative values -m for m in [max(1, -h), -l].
+    alts.push_back(g_->Seq({g_->Literal("-"), MagnitudeRange(std::max<int64_t>(1, -h), -l)}));
+  }
+  if (alts.empty()) return g_->Bytes(ByteSet{});
+  return g_->Alt(std::move(alts));
+}
+
 ExprId JsonParts::Number() {
   const ExprId digit = g_->Bytes(ByteSet::Range('0', '9'));
   ByteSet e;

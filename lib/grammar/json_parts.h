@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,9 @@ class JsonParts {
   // A JSON string of min..max code points (max: Grammar::kUnbounded).
   ExprId String(int min, int max);
   ExprId Integer();
+  // The integers in [lo, hi] (an absent bound: the 16-digit limit of
+  // Integer()), in canonical decimal. Requires lo <= hi when both are given.
+  ExprId IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi);
   ExprId Number();
   ExprId Boolean();
   ExprId Null();
@@ -52,6 +57,10 @@ class JsonParts {
   RuleId AnyArray();
 
  private:
+  // Same-length decimal strings from lo to hi (lo <= hi).
+  ExprId DigitsRange(const std::string& lo, const std::string& hi);
+  // Non-negative magnitudes in [lo, hi], canonical (no leading zeros).
+  ExprId MagnitudeRange(int64_t lo, int64_t hi);
   // Code points written as themselves inside a JSON string.
   CodePointSet PlainRanges() const;
   void MakeAnyRules();

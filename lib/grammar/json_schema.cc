@@ -1,5 +1,8 @@
 #include "lib/grammar/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -29,7 +32,8 @@ const std::set<std::string>& Supported() {
   static const auto* k = new std::set<std::string>{
       "type", "properties", "required", "additionalProperties", "items", "minItems",
       "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-      "maxLength", "pattern", "format"};
+      "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+      "exclusiveMaximum"};
   return *k;
 }
 
@@ -151,6 +155,7 @@ class SchemaCompiler {
     if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
     if (has({"items", "minItems", "maxItems"})) types.push_back("array");
     if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
     return types;
   }
 
@@ -225,11 +230,35 @@ class SchemaCompiler {
                                int depth) {
     if (t == "null") return parts_.Null();
     if (t == "boolean") return parts_.Boolean();
-    if (t == "integer") return parts_.Integer();
-    if (t == "number") return parts_.Number();
+    if (t == "integer" || t == "number") return Numeric(t, s, path);
     if (t == "string") return String(s, path);
     if (t == "array") return Array(s, path, depth);
     return Object(s, path, depth);
+  }
+
+  // An integer or number; with bounds, the integers within them.
+  absl::StatusOr<ExprId> Numeric(const std::string& t, const Json& s, const std::string& path) {
+    std::optional<double> lo, hi;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) return Error(path, absl::StrCat(key, " must be a number"));
+      const double v = s[key].get<double>();
+      const std::string k = key;
+      if (k == "minimum") lo = std::max(lo.value_or(v), std::ceil(v));
+      if (k == "exclusiveMinimum") lo = std::max(lo.value_or(v), std::floor(v) + 1);
+      if (k == "maximum") hi = std::min(hi.value_or(v), std::floor(v));
+      if (k == "exclusiveMaximum") hi = std::min(hi.value_or(v), std::ceil(v) - 1);
+    }
+    if (!lo && !hi) return t == "integer" ? parts_.Integer() : parts_.Number();
+    constexpr double kLimit = 9999999999999999.0;  // JsonParts' 16 digits
+    if ((lo && *lo > kLimit) || (hi && *hi < -kLimit) || (lo && hi && *lo > *hi)) {
+      return Error(path, "the bounds leave no integer of at most 16 digits");
+    }
+    auto clamp = [&](std::optional<double> v) -> std::optional<int64_t> {
+      if (!v) return std::nullopt;
+      return static_cast<int64_t>(std::clamp(*v, -kLimit, kLimit));
+    };
+    return parts_.IntegerRange(clamp(lo), clamp(hi));
   }
 
   absl::StatusOr<ExprId> String(const Json& s, const std::string& path) {

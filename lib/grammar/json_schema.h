@@ -37,10 +37,13 @@
 //                    named groups or flags. Not with minLength/maxLength.
 //   format           "date-time", "date", "time", "uuid" (RFC 3339 as ajv-formats
 //                    checks it; dates up to day 28 in February)
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers)
+//                    on integers; a bounded "number" is generated as an
+//                    integer within its bounds
 //   Annotations ignored as they constrain nothing: title, description,
 //   default, examples, $schema, $id, $comment, deprecated, readOnly,
-//   writeOnly. Not supported (an error), among others: minimum, maximum,
-//   exclusiveMinimum/Maximum, multipleOf, prefixItems, uniqueItems,
+//   writeOnly. Not supported (an error), among others: multipleOf,
+//   prefixItems, uniqueItems,
 //   contains, patternProperties, propertyNames, min/maxProperties,
 //   dependentRequired, if/then/else, not, additionalProperties as a schema,
 //   $ref outside the document.

@@ -163,8 +163,8 @@ TEST(JsonSchema, UnsupportedIsAnErrorNamingIt) {
     return std::string(g.status().message());
   };
   {
-    const std::string m = err(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})");
-    EXPECT_NE(m.find("'minimum'"), std::string::npos) << m;
+    const std::string m = err(R"({"type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}})");
+    EXPECT_NE(m.find("'multipleOf'"), std::string::npos) << m;
     EXPECT_NE(m.find("/properties/age"), std::string::npos) << m;
   }
   EXPECT_NE(err(R"({"type": "string", "format": "email"})").find("email"), std::string::npos);
@@ -184,6 +184,33 @@ TEST(JsonSchema, UnsupportedIsAnErrorNamingIt) {
       "required": ["n"]}}, "$ref": "#/$defs/a"})")
                 .find("no finite string"),
             std::string::npos);
+}
+
+TEST(JsonSchema, IntegerBounds) {
+  auto g = Compile(R"({"type": "integer", "minimum": -12, "maximum": 107})");
+  for (int v = -30; v <= 200; ++v) {
+    EXPECT_EQ(Matches(g, std::to_string(v)), v >= -12 && v <= 107) << v;
+  }
+  EXPECT_FALSE(Matches(g, "-0"));
+  EXPECT_FALSE(Matches(g, "007"));
+  auto e = Compile(R"({"type": "integer", "exclusiveMinimum": 1.5, "exclusiveMaximum": 1000})");
+  EXPECT_FALSE(Matches(e, "1"));
+  EXPECT_TRUE(Matches(e, "2"));
+  EXPECT_TRUE(Matches(e, "999"));
+  EXPECT_FALSE(Matches(e, "1000"));
+  auto lo = Compile(R"({"type": "integer", "minimum": 95})");
+  EXPECT_TRUE(Matches(lo, "95"));
+  EXPECT_TRUE(Matches(lo, "123456789"));
+  EXPECT_FALSE(Matches(lo, "94"));
+  EXPECT_FALSE(Matches(lo, "-100"));
+  auto hi = Compile(R"({"type": "number", "maximum": -5.5})");
+  EXPECT_TRUE(Matches(hi, "-6"));
+  EXPECT_TRUE(Matches(hi, "-1000"));
+  EXPECT_FALSE(Matches(hi, "-5"));
+  EXPECT_FALSE(Matches(hi, "0"));
+  auto vocab = ByteVocabulary();
+  EXPECT_FALSE(CompileJsonSchema(R"({"type": "integer", "minimum": 3, "maximum": 2})", vocab).ok());
+  EXPECT_FALSE(CompileJsonSchema(R"({"type": "integer", "minimum": "3"})", vocab).ok());
 }
 
 TEST(JsonSchema, JsonObjectGrammar) {

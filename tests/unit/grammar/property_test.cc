@@ -116,8 +116,14 @@ class SchemaGen {
         static const char* kFormats[] = {"date", "date-time", "uuid", "time"};
         return {{"type", "string"}, {"format", kFormats[Pick(4)]}};
       }
-      case 4: return {{"type", "integer"}};
-      case 5: return {{"type", "number"}};
+      case 4: {
+        if (Pick(2) == 0) return {{"type", "integer"}};
+        const int lo = Pick(2000) - 1000;
+        return {{"type", "integer"}, {"minimum", lo}, {"maximum", lo + Pick(5000)}};
+      }
+      case 5:
+        if (Pick(2) == 0) return {{"type", "number"}};
+        return {{"type", "number"}, {"exclusiveMinimum", -2.5}};
       case 6: return {{"type", "boolean"}};
       case 7: return {{"type", "null"}};
       case 8: return {{"enum", {"red", "gr\"een", 3, nullptr, Json::array({1, "x"})}}};
