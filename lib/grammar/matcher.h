@@ -22,6 +22,9 @@
 // the position from the tokens already produced (a migrated stream), in time
 // linear in their bytes.
 //
+// Copyable: a copy continues on its own from the same position (e.g. the
+// `n` choices of one request, forked after the prompt).
+//
 // Thread-safety: a matcher is used by one thread at a time (a request's
 // decode step); matchers of one grammar may run on different threads (see
 // compiled_grammar.h for how they share its tables). The matcher keeps the

@@ -135,7 +135,9 @@ absl::StatusOr<Grammar> ToolCallGrammar(const std::vector<model::ToolDefinition>
   }
   g.SetRule(call, g.Alt(std::move(alts)));
   if (options.parallel_calls) {
-    g.SetRule(start, g.Seq({g.Ref(call), g.Star(g.Seq({g.Literal("\n"), g.Ref(call)}))}));
+    // Qwen3's template puts "\n" between calls, MiMo's nothing.
+    g.SetRule(start, g.Seq({g.Ref(call),
+                            g.Star(g.Seq({g.Optional(g.Literal("\n")), g.Ref(call)}))}));
   } else {
     g.SetRule(start, g.Ref(call));
   }

@@ -22,7 +22,8 @@
 //   a string is written \u003C (JsonGrammarOptions::escape_angle_bracket),
 //   so that no argument can close the call's tag ("</tool_call>") early.
 // Several tools: the call names any of them. parallel_calls: one or more
-// calls, separated by "\n". The grammar starts at "<tool_call>": a reasoning
+// calls, each after an optional "\n" (Qwen3's template renders one, MiMo's
+// none). The grammar starts at "<tool_call>": a reasoning
 // block before it (<think>...</think>) is outside the constraint — the
 // sampler applies the matcher once the reasoning ends.
 //

@@ -151,6 +151,19 @@ TEST(Matcher, ResetToRollbackAndAcceptBytes) {
   EXPECT_TRUE(p.AcceptToken(':'));
 }
 
+TEST(Matcher, ACopyContinuesOnItsOwn) {
+  auto g = *CompileJsonSchema(R"({"enum": ["ab", "ac"]})", ByteVocabulary());
+  GrammarMatcher m(g);
+  ASSERT_TRUE(m.AcceptToken('"'));
+  ASSERT_TRUE(m.AcceptToken('a'));
+  GrammarMatcher copy = m;
+  EXPECT_TRUE(m.AcceptToken('b'));
+  EXPECT_FALSE(copy.IsTokenAllowed('d'));
+  EXPECT_TRUE(copy.AcceptToken('c'));
+  EXPECT_EQ(m.tokens().back(), 'b');
+  EXPECT_EQ(copy.tokens().back(), 'c');
+}
+
 TEST(Matcher, TablesResetWhenTheyOutgrowTheirBound) {
   auto vocab = ByteVocabulary(kExtra);
   JsonGrammarOptions o;

@@ -64,6 +64,10 @@ TEST(ToolCall, AcceptsTheRenderedCalls) {
       "\"unit\": \"celsius\"}}\n</tool_call>";
   EXPECT_TRUE(Matches(json, call));
   EXPECT_TRUE(Matches(json, call + "\n<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
+  auto xml_parallel = Compile(ToolCallFormat::kXmlFunction, true, testing::ByteVocabulary());
+  const std::string ping = "<tool_call>\n<function=ping>\n</function>\n</tool_call>";
+  EXPECT_TRUE(Matches(xml_parallel, ping + ping));  // as MiMo's template renders two calls
+  EXPECT_FALSE(Matches(xml, ping + ping));          // parallel calls off
   EXPECT_FALSE(Matches(json, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": "
                              "\"kelvin\", \"location\": \"x\"}}\n</tool_call>"));
 }
