@@ -1,6 +1,7 @@
 #include "lib/grammar/tool_call.h"
 
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -111,6 +112,38 @@ absl::StatusOr<ExprId> JsonCall(const model::ToolDefinition& tool, JsonParts* pa
                 g.Literal("}\n</tool_call>")});
 }
 
+// Any text that does not contain `word`, as one rule per state of the
+// Knuth-Morris-Pratt automaton of `word` (how much of it the text ends in).
+// Returns the rule of state 0.
+RuleId TextWithout(Grammar& g, const std::string& word) {
+  const int n = static_cast<int>(word.size());
+  std::vector<int> fail(n + 1, 0);
+  for (int i = 1, k = 0; i < n; ++i) {
+    while (k > 0 && word[i] != word[k]) k = fail[k];
+    if (word[i] == word[k]) ++k;
+    fail[i + 1] = k;
+  }
+  auto step = [&](int s, uint8_t b) {
+    while (s > 0 && static_cast<uint8_t>(word[s]) != b) s = fail[s];
+    return static_cast<uint8_t>(word[s]) == b ? s + 1 : 0;
+  };
+  std::vector<RuleId> rules(n);
+  for (int s = 0; s < n; ++s) rules[s] = g.AddRule(absl::StrCat("text", g.rules().size()));
+  for (int s = 0; s < n; ++s) {
+    std::vector<ByteSet> to(n);
+    for (int b = 0; b < 256; ++b) {
+      const int t = step(s, static_cast<uint8_t>(b));
+      if (t < n) to[t].Add(static_cast<uint8_t>(b));
+    }
+    std::vector<ExprId> alts = {g.Empty()};
+    for (int t = 0; t < n; ++t) {
+      if (!to[t].Empty()) alts.push_back(g.Seq({g.Bytes(to[t]), g.Ref(rules[t])}));
+    }
+    g.SetRule(rules[s], g.Alt(std::move(alts)));
+  }
+  return rules[0];
+}
+
 }  // namespace
 
 absl::StatusOr<Grammar> ToolCallGrammar(const std::vector<model::ToolDefinition>& tools,
@@ -134,13 +167,16 @@ absl::StatusOr<Grammar> ToolCallGrammar(const std::vector<model::ToolDefinition>
     alts.push_back(e);
   }
   g.SetRule(call, g.Alt(std::move(alts)));
+  ExprId calls = g.Ref(call);
   if (options.parallel_calls) {
     // Qwen3's template puts "\n" between calls, MiMo's nothing.
-    g.SetRule(start, g.Seq({g.Ref(call),
-                            g.Star(g.Seq({g.Optional(g.Literal("\n")), g.Ref(call)}))}));
-  } else {
-    g.SetRule(start, g.Ref(call));
+    calls = g.Seq({calls, g.Star(g.Seq({g.Optional(g.Literal("\n")), g.Ref(call)}))});
   }
+  if (options.text_before_calls) {
+    const RuleId text = TextWithout(g, "<tool_call>");
+    calls = g.Seq({g.Ref(text), g.Optional(calls)});
+  }
+  g.SetRule(start, calls);
   return g;
 }
 

@@ -47,6 +47,10 @@ struct ToolCallGrammarOptions {
   model::ToolCallFormat format = model::ToolCallFormat::kJsonToolCall;
   // Allow more than one call. Default false.
   bool parallel_calls = false;
+  // tool_choice "auto" with strict tools: any text (EOS allowed) until
+  // "<tool_call>" appears; from there the call(s) are constrained and
+  // nothing but calls follows. Default false: the output starts with a call.
+  bool text_before_calls = false;
   JsonGrammarOptions json;
 };
 

@@ -72,6 +72,23 @@ TEST(ToolCall, AcceptsTheRenderedCalls) {
                              "\"kelvin\", \"location\": \"x\"}}\n</tool_call>"));
 }
 
+TEST(ToolCall, TextBeforeCallsThenOnlyCalls) {
+  ToolCallGrammarOptions o;
+  o.format = ToolCallFormat::kJsonToolCall;
+  o.text_before_calls = true;
+  auto g = *CompileToolCall(Tools(), testing::ByteVocabulary(), o);
+  EXPECT_TRUE(Matches(g, ""));
+  EXPECT_TRUE(Matches(g, "Just an answer with <tool and <tool_cal but no call."));
+  const std::string call = "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(Matches(g, "Let me check. <tool_" + std::string("x ") + call));
+  EXPECT_TRUE(Matches(g, "<tool_<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Matches(g, "<tool_call>\n{\"name\": \"nope\"}\n</tool_call>"));  // once started, constrained
+  EXPECT_FALSE(Matches(g, call + " and text after"));
+  std::string longer;
+  for (int i = 0; i < 500; ++i) longer += "word <tool_ ";
+  EXPECT_TRUE(Matches(g, longer + call));  // tail calls: no stack growth
+}
+
 TEST(ToolCall, Errors) {
   auto bytes = testing::ByteVocabulary();
   ToolCallGrammarOptions xml;
