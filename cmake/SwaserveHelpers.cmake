@@ -38,7 +38,7 @@ if(SWASERVE_NO_SANITIZE AND SWASERVE_SANITIZE_FLAGS)
   list(APPEND SWASERVE_SANITIZE_FLAGS -fno-sanitize=${SWASERVE_NO_SANITIZE})
 endif()
 # Keep in step with tests/fuzz/CMakeLists.txt (what each target links).
-set(SWASERVE_FUZZED_LIBRARIES base model model_text api kv media cluster)
+set(SWASERVE_FUZZED_LIBRARIES base model model_text grammar api kv media cluster)
 
 function(swaserve_setup_target target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
