@@ -97,18 +97,29 @@ class StreamSink final : public router::GenerateSink,
   router::PrefillProgressWatch watch_;
 };
 
+// A Generate call refused before it started (credentials, limits).
+class RefusedReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit RefusedReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
 class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse> {
  public:
+  // `lease`: the key's slot, held until the request ended (may be null).
   GenerateReactor(router::Router* router, base::TimerQueue* timers,
-                  const v1::GenerateRequest& request)
+                  const v1::GenerateRequest& request,
+                  std::shared_ptr<api::ConcurrencyLimiter::Lease> lease)
       : cancel_(std::make_shared<router::CancelFlag>()) {
     auto sink = std::make_shared<StreamSink>(writer(), request.request_id());
     // Below 10 ms the router refuses the request (INVALID_ARGUMENT).
     if (request.progress_interval_ms() >= 10) {
       sink->StartProgress(timers, absl::Milliseconds(request.progress_interval_ms()));
     }
-    router->Start(request, sink, cancel_, [writer = writer(), sink](absl::Status s) {
+    router->Start(request, sink, cancel_,
+                  [writer = writer(), sink, lease = std::move(lease)](absl::Status s) mutable {
       sink->Stop();
+      lease.reset();
       writer->Finish(rpc::ToGrpcStatus(s));
     });
   }
@@ -123,16 +134,54 @@ class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse>
 
 }  // namespace
 
+absl::StatusOr<std::string> RouterGrpcService::Authorize(
+    const grpc::CallbackServerContext& context) {
+  const auto& md = context.client_metadata();
+  std::string header;
+  if (auto it = md.find("authorization"); it != md.end()) {
+    header.assign(it->second.data(), it->second.size());
+  } else if (auto key = md.find("x-api-key"); key != md.end()) {
+    header = "Bearer " + std::string(key->second.data(), key->second.size());
+  }
+  return keys_->Authorize(header);
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterGrpcService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return new GenerateReactor(router_, &timers_, *request);
+  std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
+  if (keys_ != nullptr) {
+    absl::StatusOr<std::string> name = Authorize(*context);
+    if (!name.ok()) {
+      return new RefusedReactor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                             std::string(name.status().message())));
+    }
+    if (limiter_ != nullptr) {
+      std::optional<api::ConcurrencyLimiter::Lease> l = limiter_->TryAcquire(*name);
+      if (!l) {
+        return new RefusedReactor(grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            "too many concurrent requests for this API key (limit " +
+                std::to_string(limiter_->LimitFor(*name)) + ")"));
+      }
+      lease = std::make_shared<api::ConcurrencyLimiter::Lease>(std::move(*l));
+    }
+  }
+  return new GenerateReactor(router_, &timers_, *request, std::move(lease));
 }
 
 grpc::ServerUnaryReactor* RouterGrpcService::ListModels(grpc::CallbackServerContext* context,
                                                         const v1::ListModelsRequest* request,
                                                         v1::ListModelsResponse* response) {
-  *response = router_->ListModels();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (keys_ != nullptr) {
+    absl::StatusOr<std::string> name = Authorize(*context);
+    if (!name.ok()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                   std::string(name.status().message())));
+      return reactor;
+    }
+  }
+  *response = router_->ListModels();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -6,10 +6,17 @@
 // GenerateRequest.progress_interval_ms, a request waiting for its first token
 // gets progress messages (GenerateResponse.progress) from one timer thread
 // shared by every call.
+//
+// Access control: with an ApiKeyStore, every call needs the metadata
+// "authorization: Bearer <key>" (the HTTP API's keys; "x-api-key: <key>"
+// too), else UNAUTHENTICATED; with a ConcurrencyLimiter a key has at most
+// its limit of Generate calls in flight, else RESOURCE_EXHAUSTED. The
+// grpc.health.v1 service stays open (probes).
 #pragma once
 
 #include <memory>
 
+#include "lib/api/api_keys.h"
 #include "lib/base/timer_queue.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.grpc.pb.h"
@@ -18,7 +25,11 @@ namespace swaserve::router_service {
 
 class RouterGrpcService final : public v1::Router::CallbackService {
  public:
-  explicit RouterGrpcService(router::Router* router) : router_(router) {}
+  // `keys` and `limiter` may be null (no access control / no limit); not
+  // owned, must outlive the service.
+  explicit RouterGrpcService(router::Router* router, api::ApiKeyStore* keys = nullptr,
+                             api::ConcurrencyLimiter* limiter = nullptr)
+      : router_(router), keys_(keys), limiter_(limiter) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -27,7 +38,13 @@ class RouterGrpcService final : public v1::Router::CallbackService {
                                        v1::ListModelsResponse* response) override;
 
  private:
+  // The key's name for the call's credentials, or the status to refuse it
+  // with (keys_ set).
+  absl::StatusOr<std::string> Authorize(const grpc::CallbackServerContext& context);
+
   router::Router* const router_;
+  api::ApiKeyStore* const keys_;
+  api::ConcurrencyLimiter* const limiter_;
   // Progress messages' timers (one thread for every call).
   base::TimerQueue timers_;
 };

@@ -188,7 +188,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("breaker.failures", &c->breaker_failures, "consecutive failures that open a breaker")
       .Add("breaker.open_for", &c->breaker_open, "how long an open breaker skips a worker")
       .Add("api_keys", &c->api_keys,
-           "file or directory (Kubernetes secret) of bearer API keys; empty: no auth")
+           "file or directory (Kubernetes secret) of bearer API keys, checked on HTTP and gRPC; "
+           "empty: no auth")
       .Add("api_key_concurrency", &c->api_key_concurrency,
            "requests in flight per API key (0: unlimited)")
       .Add("drain", &c->drain, "how long in-flight requests may finish on SIGTERM")
@@ -368,7 +369,7 @@ absl::Status RouterProcess::LoadApiKeys() {
 
 absl::Status RouterProcess::StartServers() {
   grpc_service =
-      std::make_unique<router_service::RouterGrpcService>(router.get());
+      std::make_unique<router_service::RouterGrpcService>(router.get(), keys.get(), limiter.get());
   rpc::GrpcServerOptions go;
   go.listen_address = c.listen;
   go.services = {grpc_service.get()};

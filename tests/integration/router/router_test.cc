@@ -44,6 +44,25 @@ using testing::LocalCluster;
 
 class RouterIntegrationTest : public ::testing::Test {
  protected:
+  // A short Generate on `router` with the given authorization (and
+  // x-api-key) metadata; the call's status.
+  grpc::Status GrpcGenerate(const std::string& router, const std::string& authorization,
+                            const std::string& x_api_key = "") {
+    grpc::ClientContext ctx;
+    if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+    if (!x_api_key.empty()) ctx.AddMetadata("x-api-key", x_api_key);
+    v1::GenerateRequest g;
+    g.set_model("tiny");
+    g.set_text("hi");
+    g.mutable_sampling()->set_max_tokens(2);
+    auto stub = cluster_->RouterStub(router);
+    auto stream = stub->Generate(&ctx, g);
+    v1::GenerateResponse r;
+    while (stream->Read(&r)) {
+    }
+    return stream->Finish();
+  }
+
   static void SetUpTestSuite() {
     testing::LocalClusterOptions o;
     o.cli_bin = SWASERVE_CLI_BIN;
@@ -434,6 +453,20 @@ TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
                              {{"Authorization", "Bearer sk-aaaaaaaaaaaa"}});
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(good->status, 200) << good->body;
+  // gRPC takes the same keys from the call's metadata.
+  EXPECT_EQ(GrpcGenerate("r4", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const grpc::Status wrong_grpc = GrpcGenerate("r4", "Bearer sk-nope");
+  EXPECT_EQ(wrong_grpc.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(wrong_grpc.error_message().find("sk-nope"), std::string::npos);
+  EXPECT_TRUE(GrpcGenerate("r4", "Bearer sk-aaaaaaaaaaaa").ok());
+  EXPECT_TRUE(GrpcGenerate("r4", "", "sk-bbbbbbbbbbbb").ok());  // x-api-key
+  {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse models;
+    EXPECT_EQ(cluster_->RouterStub("r4")->ListModels(&ctx, v1::ListModelsRequest(), &models)
+                  .error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
 
   // Concurrency limit 1 per key: a long request holds team-a's slot.
   std::thread slow([&] {
@@ -452,6 +485,9 @@ TEST_F(RouterIntegrationTest, NoWorkersIs503AndApiKeysAreEnforced) {
                                 {{"Authorization", "Bearer sk-aaaaaaaaaaaa"}});
   ASSERT_TRUE(limited.ok());
   EXPECT_EQ(limited->status, 429) << limited->body;
+  // The same limit over gRPC: team-a's slot is taken.
+  EXPECT_EQ(GrpcGenerate("r4", "Bearer sk-aaaaaaaaaaaa").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
   auto other = cluster_->Http("r4", "POST", "/v1/completions", body,
                               {{"Authorization", "Bearer sk-bbbbbbbbbbbb"}});
   ASSERT_TRUE(other.ok());
