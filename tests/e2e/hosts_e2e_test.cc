@@ -1,0 +1,449 @@
+// Faults a network makes (labels e2e, fault, hosts): every process of a
+// small cluster on a host of its own (tests/integration/router/
+// host_network.h: a network namespace per process, links shaped with tc,
+// partitions that drop packets silently), KV over TCP between hosts. Each
+// case runs streams, injects one fault while they are in flight, and
+// compares every answer with the same greedy requests run before the fault:
+// no request lost, no token duplicated or missing. Each prints a FAULT-ROW
+// (bench/RESULTS.md: fault | requests | completed | identical | added
+// latency p50 | p99) and how long the fault took to notice.
+//
+// Skipped where network namespaces cannot be created (not root, no `ip`,
+// `tc` or `nft`).
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/integration/router/host_network.h"
+#include "tests/integration/router/local_cluster.h"
+
+namespace swaserve {
+namespace {
+
+using e2e::GenerateIds;
+using e2e::GrpcResult;
+using e2e::RandomPrompt;
+using testing::HostNetwork;
+using testing::LinkShape;
+using testing::LocalCluster;
+
+// A stream's messages: seconds since the run started, and tokens so far.
+struct Timeline {
+  std::vector<std::pair<double, int>> points;
+  // The longest gap between two messages that spans `t` (0 when none).
+  double GapAcross(double t) const {
+    for (size_t i = 1; i < points.size(); ++i) {
+      if (points[i - 1].first <= t && points[i].first >= t) {
+        return points[i].first - points[i - 1].first;
+      }
+    }
+    return 0;
+  }
+};
+
+struct StreamRun {
+  std::vector<GrpcResult> results;
+  std::vector<Timeline> timelines;
+  double fault_at = -1;  // seconds since the start; -1: no fault
+};
+
+// `prompts` streamed concurrently (greedy, `max_tokens` each); once every
+// stream has `tokens_before_fault` tokens (or ended), `fault()` runs on this
+// thread while they continue.
+StreamRun RunStreams(v1::Router::Stub& stub, const std::vector<std::vector<uint32_t>>& prompts,
+               int max_tokens, int tokens_before_fault = 0,
+               const std::function<void()>& fault = nullptr) {
+  StreamRun run;
+  run.results.resize(prompts.size());
+  run.timelines.resize(prompts.size());
+  std::vector<std::atomic<int>> progress(prompts.size());
+  std::vector<std::atomic<bool>> ended(prompts.size());
+  const absl::Time t0 = absl::Now();
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    progress[i] = 0;
+    ended[i] = false;
+    threads.emplace_back([&, i] {
+      run.results[i] = GenerateIds(
+          stub, prompts[i], max_tokens,
+          [&, i](int n) {
+            run.timelines[i].points.emplace_back(absl::ToDoubleSeconds(absl::Now() - t0), n);
+            progress[i] = n;
+          },
+          300);
+      ended[i] = true;
+    });
+  }
+  if (fault) {
+    for (const absl::Time until = absl::Now() + absl::Seconds(120); absl::Now() < until;
+         absl::SleepFor(absl::Milliseconds(2))) {
+      bool ready = true;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        ready = ready && (ended[i] || progress[i] >= tokens_before_fault);
+      }
+      if (ready) break;
+    }
+    run.fault_at = absl::ToDoubleSeconds(absl::Now() - t0);
+    fault();
+  }
+  for (std::thread& t : threads) t.join();
+  return run;
+}
+
+// Every request of `got` completed with `ref`'s tokens.
+void ExpectIdentical(const StreamRun& ref, const StreamRun& got) {
+  ASSERT_EQ(ref.results.size(), got.results.size());
+  for (size_t i = 0; i < got.results.size(); ++i) {
+    ASSERT_TRUE(ref.results[i].status.ok()) << i << ": " << ref.results[i].status.error_message();
+    EXPECT_TRUE(got.results[i].status.ok()) << i << ": " << got.results[i].status.error_message();
+    EXPECT_EQ(got.results[i].tokens, ref.results[i].tokens) << "request " << i;
+  }
+}
+
+// The longest stall of any stream across the fault: from its last message
+// before the fault to its first after.
+double LongestStall(const StreamRun& run) {
+  double worst = 0;
+  for (const Timeline& t : run.timelines) worst = std::max(worst, t.GapAcross(run.fault_at));
+  return worst;
+}
+
+// Polls `read` every 20 ms until `done(value)` or `limit` passed; the
+// seconds it took (limit when never).
+double SecondsUntil(const std::function<double()>& read, const std::function<bool(double)>& done,
+                    absl::Duration limit) {
+  const absl::Time t0 = absl::Now();
+  while (absl::Now() - t0 < limit) {
+    if (done(read())) return absl::ToDoubleSeconds(absl::Now() - t0);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::ToDoubleSeconds(limit);
+}
+
+// One row of bench/RESULTS.md's fault table: fault | requests | completed |
+// identical | detection | added latency p50 | p99 (against `ref`, the same
+// requests without the fault).
+void PrintRow(const std::string& fault, const StreamRun& ref, const StreamRun& got,
+              double detection_seconds, const std::string& note = "") {
+  int completed = 0, identical = 0;
+  std::vector<double> added;
+  for (size_t i = 0; i < got.results.size(); ++i) {
+    if (!got.results[i].status.ok()) continue;
+    ++completed;
+    if (i < ref.results.size() && ref.results[i].status.ok()) {
+      identical += got.results[i].tokens == ref.results[i].tokens;
+      added.push_back(got.results[i].seconds - ref.results[i].seconds);
+    }
+  }
+  std::printf("FAULT-ROW | %s | %zu | %d | %d | %.2f s | %.2f s | %.2f s | %s\n", fault.c_str(),
+              got.results.size(), completed, identical, detection_seconds,
+              e2e::Quantile(added, 0.5), e2e::Quantile(added, 0.99), note.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::vector<uint32_t>> Prompts(int n, int len, uint32_t seed) {
+  std::vector<std::vector<uint32_t>> out;
+  for (int i = 0; i < n; ++i) out.push_back(RandomPrompt(len, seed + i));
+  return out;
+}
+
+class HostsE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<HostNetwork>> net = HostNetwork::Create();
+    if (absl::IsFailedPrecondition(net.status())) {
+      GTEST_SKIP() << "multi-host tests skipped: " << net.status().message();
+    }
+    ASSERT_TRUE(net.ok()) << net.status();
+    net_ = std::move(*net);
+  }
+
+  // Redis, a router r1 and the given workers, each on its own host.
+  void StartCluster(const std::vector<std::pair<std::string, std::string>>& workers,
+                    std::vector<std::string> worker_flags = {},
+                    std::vector<std::string> router_flags = {}) {
+    testing::LocalClusterOptions o;
+    o.cli_bin = SWASERVE_CLI_BIN;
+    o.worker_bin = SWASERVE_WORKER_BIN;
+    o.router_bin = SWASERVE_ROUTER_BIN;
+    o.worker_flags = {"--model_name=tiny", "--kv.page_size=16", "--prefill.chunk_tokens=256"};
+    o.worker_flags.insert(o.worker_flags.end(), worker_flags.begin(), worker_flags.end());
+    o.router_flags = std::move(router_flags);
+    o.network = net_.get();
+    absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    for (const auto& [role, id] : workers) {
+      absl::StatusOr<testing::LocalProcess*> p = cluster_->StartWorker(role, id);
+      ASSERT_TRUE(p.ok()) << p.status();
+    }
+    absl::StatusOr<testing::LocalProcess*> r = cluster_->StartRouter("r1");
+    ASSERT_TRUE(r.ok()) << r.status();
+    const absl::Status healthy = cluster_->WaitHealthy("r1", absl::Seconds(30));
+    ASSERT_TRUE(healthy.ok()) << healthy;
+    stub_ = cluster_->RouterStub("r1");
+  }
+
+  double RouterMetric(const std::string& line) { return cluster_->Metric("r1", line); }
+
+  // Of two decode workers, the one running more requests now.
+  std::string BusierDecode(const std::string& a, const std::string& b) {
+    const std::string running = "swaserve_decode_running_requests";
+    return cluster_->Metric(a, running) >= cluster_->Metric(b, running) ? a : b;
+  }
+
+  // Seconds until the router's `line` exceeds `above` (limit when never).
+  double UntilRouterMetricAbove(const std::string& line, double above, absl::Duration limit) {
+    return SecondsUntil([&] { return RouterMetric(line); }, [&](double v) { return v > above; },
+                        limit);
+  }
+
+  // Declared in this order: the cluster's processes stop before the
+  // network goes.
+  std::unique_ptr<HostNetwork> net_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::Router::Stub> stub_;
+};
+
+TEST_F(HostsE2ETest, HostsReachEachOtherAndPartitionsDropSilentlyUntilHealed) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}});
+  const auto prompts = Prompts(2, 300, 7000);
+  const StreamRun ref = RunStreams(*stub_, prompts, 16);
+  for (const GrpcResult& r : ref.results) {
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens.size(), 16u);
+  }
+  // KV crossed the hosts (UCX_TLS=tcp there: over TCP on eth0).
+  EXPECT_EQ(cluster_->Metric("p1", "swaserve_kv_transfers_total{direction=\"send\",result=\"ok\"}"),
+            2);
+  // The router's host cut off: the client's HTTP call to it fails after
+  // its own timeout, silently (no refusal), and works again once healed.
+  ASSERT_TRUE(net_->Partition("r1").ok());
+  const absl::Time t0 = absl::Now();
+  httplib::Client cli(cluster_->Get("r1")->host, cluster_->Get("r1")->http_port);
+  cli.set_connection_timeout(1, 0);
+  httplib::Result res = cli.Get("/health");
+  EXPECT_FALSE(res) << "a partitioned host answered";
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(900)) << "the partition was not silent";
+  ASSERT_TRUE(net_->Heal("r1").ok());
+  ASSERT_TRUE(cluster_->WaitHealthy("r1", absl::Seconds(10)).ok());
+}
+
+// A decode host vanishes (its packets dropped both ways, no RST) while it
+// streams: the router notices when its HTTP/2 keepalive goes unanswered
+// (lib/rpc/channel.h) and migrates each stream — prompt plus the tokens
+// already sent — to the other decode host; the client's streams continue
+// with exactly the tokens an unfaulted run gives. Healed, the host
+// registers again.
+TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}});
+  const auto prompts = Prompts(4, 200, 7100);
+  constexpr int kTokens = 400;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  const std::string lost = "swaserve_router_migrations_total{reason=\"worker_lost\"}";
+  const double before = RouterMetric(lost);
+  std::string victim;
+  double detection = -1;
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens, 20, [&] {
+    victim = BusierDecode("d1", "d2");
+    ASSERT_TRUE(net_->Partition(victim).ok());
+    detection = UntilRouterMetricAbove(lost, before, absl::Seconds(90));
+  });
+  ExpectIdentical(ref, got);
+  EXPECT_GE(RouterMetric(lost), before + 1) << "no stream migrated off " << victim;
+  EXPECT_LT(detection, 60) << "the partition was not noticed within a minute";
+  PrintRow("decode host partitioned mid-stream", ref, got, detection,
+           absl::StrCat("longest stream stall ", LongestStall(got), " s"));
+  // Healed: the worker is registered again and serves.
+  ASSERT_TRUE(net_->Heal(victim).ok());
+  const double back = SecondsUntil(
+      [&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+      [](double v) { return v == 1; }, absl::Seconds(30));
+  std::printf("%s registered again %.2f s after the heal\n", victim.c_str(), back);
+  const StreamRun after = RunStreams(*stub_, prompts, kTokens);
+  ExpectIdentical(ref, after);
+}
+
+// A prefill host vanishes in the middle of a long prompt while short
+// streams run: the router's keepalive notices, the prefill leg is retried
+// on the other prefill host, and every answer is the unfaulted one.
+TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
+  StartCluster({{"prefill", "p1"}, {"prefill", "p2"}, {"decode", "d1"}},
+               {"--kv.prefill_mib=256"});
+  std::vector<std::vector<uint32_t>> prompts = Prompts(3, 200, 7200);
+  prompts.push_back(RandomPrompt(8192, 7299));  // 32 steps of 256
+  constexpr int kTokens = 60;
+  const std::string retries = "swaserve_router_retries_total{leg=\"prefill\"}";
+  const double before = RouterMetric(retries);
+  std::string victim;
+  double detection = -1;
+  StreamRun faulted;
+  {
+    std::thread fault([&] {
+      // The prefill host computing the long prompt, once it started it.
+      const std::string steps = "swaserve_prefill_step_tokens_sum";
+      SecondsUntil([&] { return std::max(cluster_->Metric("p1", steps), cluster_->Metric("p2", steps)); },
+                   [](double v) { return v >= 2048; }, absl::Seconds(60));
+      victim = cluster_->Metric("p1", steps) >= cluster_->Metric("p2", steps) ? "p1" : "p2";
+      ASSERT_TRUE(net_->Partition(victim).ok());
+      detection = UntilRouterMetricAbove(retries, before, absl::Seconds(90));
+    });
+    faulted = RunStreams(*stub_, prompts, kTokens);
+    fault.join();
+  }
+  ASSERT_TRUE(net_->Heal(victim).ok());
+  // The unfaulted answers (the prompts now cached somewhere: greedy output
+  // does not depend on it).
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  ExpectIdentical(ref, faulted);
+  EXPECT_GE(RouterMetric(retries), before + 1) << "the prefill leg was not retried";
+  EXPECT_LT(detection, 60);
+  PrintRow("prefill host partitioned mid-prompt (8,192 tokens)", ref, faulted, detection,
+           absl::StrCat("long prompt ", faulted.results.back().seconds, " s vs ",
+                        ref.results.back().seconds, " s cached"));
+}
+
+// Redis hangs (SIGSTOP: connections stay open, nothing answers) for 8 s
+// while streams run and new requests arrive; then it resumes. Routers keep
+// deciding on their index mirror (loads unknown), streams in flight are
+// untouched, and the workers' records, expired while Redis slept, come back
+// with their next heartbeat.
+TEST_F(HostsE2ETest, AHungRedisCostsNoRequest) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}});
+  const auto prompts = Prompts(6, 200, 7300);
+  constexpr int kTokens = 200;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  const std::string fallbacks = "swaserve_router_redis_fallbacks_total";
+  const double before = RouterMetric(fallbacks);
+  double detection = -1;
+  StreamRun late;
+  const std::vector<std::vector<uint32_t>> more = Prompts(4, 200, 7350);
+  const StreamRun late_ref = RunStreams(*stub_, more, 40);
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens, 20, [&] {
+    ASSERT_TRUE(cluster_->redis().pid() > 0);
+    ASSERT_EQ(kill(cluster_->redis().pid(), SIGSTOP), 0);
+    const absl::Time stopped = absl::Now();
+    std::thread newcomers([&] { late = RunStreams(*stub_, more, 40); });
+    detection = UntilRouterMetricAbove(fallbacks, before, absl::Seconds(8));
+    absl::SleepFor(stopped + absl::Seconds(8) - absl::Now());
+    ASSERT_EQ(kill(cluster_->redis().pid(), SIGCONT), 0);
+    newcomers.join();
+  });
+  ExpectIdentical(ref, got);
+  ExpectIdentical(late_ref, late);
+  PrintRow("Redis hung (SIGSTOP 8 s)", ref, got, detection,
+           absl::StrCat("4 requests sent during the hang: ", late.results.size(), " ok-checked"));
+  PrintRow("Redis hung (SIGSTOP 8 s): requests sent during the hang", late_ref, late, detection);
+}
+
+// The router's host loses Redis (packets dropped both ways) while every
+// worker still reaches it: the router decides on its index mirror, requests
+// complete; healed, it reads Redis again.
+TEST_F(HostsE2ETest, ARouterCutFromRedisKeepsRouting) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}});
+  const auto prompts = Prompts(4, 200, 7400);
+  const auto more = Prompts(4, 200, 7450);
+  constexpr int kTokens = 100;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  const StreamRun more_ref = RunStreams(*stub_, more, kTokens);
+  const std::string fallbacks = "swaserve_router_redis_fallbacks_total";
+  const double before = RouterMetric(fallbacks);
+  double detection = -1;
+  StreamRun during;
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens, 10, [&] {
+    ASSERT_TRUE(net_->PartitionFrom("r1", "redis").ok());
+    during = RunStreams(*stub_, more, kTokens);
+    detection = UntilRouterMetricAbove(fallbacks, before, absl::Seconds(30));
+  });
+  ASSERT_TRUE(net_->Heal("r1").ok());
+  ExpectIdentical(ref, got);
+  ExpectIdentical(more_ref, during);
+  PrintRow("router cut from Redis", more_ref, during, detection, "requests sent after the cut");
+  const StreamRun after = RunStreams(*stub_, more, kTokens);
+  ExpectIdentical(more_ref, after);
+}
+
+// Asymmetric: a decode worker loses Redis while the router still reaches
+// it. Its streams in flight finish; its record expires (the router stops
+// choosing it: believed gone while it could serve, never the reverse); new
+// requests go to the other decode worker; healed, it registers again.
+TEST_F(HostsE2ETest, ADecodeWorkerCutFromRedisOnlyFinishesItsStreamsAndRejoins) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}});
+  const auto prompts = Prompts(4, 200, 7500);
+  const auto more = Prompts(4, 200, 7550);
+  constexpr int kTokens = 200;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  const StreamRun more_ref = RunStreams(*stub_, more, 40);
+  std::string victim;
+  double unregistered = -1;
+  StreamRun during;
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens, 20, [&] {
+    victim = BusierDecode("d1", "d2");
+    ASSERT_TRUE(net_->PartitionFrom(victim, "redis").ok());
+    unregistered = SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+                                [](double v) { return v == 0; }, absl::Seconds(30));
+    absl::SleepFor(absl::Seconds(6));  // past the record's 5 s TTL
+    during = RunStreams(*stub_, more, 40);
+  });
+  const double served_by_victim =
+      cluster_->Metric(victim, "swaserve_decode_streams_total");
+  ASSERT_TRUE(net_->Heal(victim).ok());
+  const double back = SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+                                   [](double v) { return v == 1; }, absl::Seconds(30));
+  ExpectIdentical(ref, got);
+  ExpectIdentical(more_ref, during);
+  PrintRow("decode worker cut from Redis only (router reaches it)", ref, got, unregistered,
+           absl::StrCat("registered again ", back, " s after the heal; it served ",
+                        served_by_victim, " streams in all"));
+  EXPECT_LT(back, 10);
+}
+
+// A decode host's link flaps: down 1 s, up 1 s, five times, while it
+// streams. TCP rides it out (retransmits; keepalive's 10 s timeout never
+// fires): no stream migrates, none fails, tokens identical.
+TEST_F(HostsE2ETest, AFlappingDecodeLinkCostsNoRequest) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}});
+  const auto prompts = Prompts(4, 200, 7600);
+  constexpr int kTokens = 300;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  std::string victim;
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens, 10, [&] {
+    victim = BusierDecode("d1", "d2");
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(net_->Partition(victim).ok());
+      absl::SleepFor(absl::Seconds(1));
+      ASSERT_TRUE(net_->Heal(victim).ok());
+      absl::SleepFor(absl::Seconds(1));
+    }
+  });
+  ExpectIdentical(ref, got);
+  PrintRow("decode link flapping (1 s down / 1 s up x5)", ref, got, 0,
+           absl::StrCat("migrations ",
+                        RouterMetric("swaserve_router_migrations_total{reason=\"worker_lost\"}"),
+                        ", longest stall ", LongestStall(got), " s"));
+}
+
+// One decode host behind a slow, lossy link (20 Mbit/s, 2% loss each way):
+// KV and tokens crawl to it, nothing is lost or changed.
+TEST_F(HostsE2ETest, ASlowLossyLinkToOneDecodeHostCostsNoRequest) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}});
+  const auto prompts = Prompts(8, 400, 7700);
+  constexpr int kTokens = 100;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
+  ASSERT_TRUE(net_->Shape("d1", {.rate_bits_per_second = 20'000'000, .loss = 0.02}).ok());
+  const StreamRun got = RunStreams(*stub_, prompts, kTokens);
+  ASSERT_TRUE(net_->Shape("d1", {}).ok());
+  ExpectIdentical(ref, got);
+  PrintRow("slow lossy link to one decode host (20 Mbit/s, 2% loss)", ref, got, 0,
+           absl::StrCat("d1 streams ", cluster_->Metric("d1", "swaserve_decode_streams_total")));
+}
+
+}  // namespace
+}  // namespace swaserve
