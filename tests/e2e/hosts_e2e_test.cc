@@ -359,8 +359,10 @@ TEST_F(HostsE2ETest, ARouterCutFromRedisKeepsRouting) {
   StreamRun during;
   const StreamRun got = RunStreams(*stub_, prompts, kTokens, 10, [&] {
     ASSERT_TRUE(net_->PartitionFrom("r1", "redis").ok());
+    std::thread detect(
+        [&] { detection = UntilRouterMetricAbove(fallbacks, before, absl::Seconds(30)); });
     during = RunStreams(*stub_, more, kTokens);
-    detection = UntilRouterMetricAbove(fallbacks, before, absl::Seconds(30));
+    detect.join();
   });
   ASSERT_TRUE(net_->Heal("r1").ok());
   ExpectIdentical(ref, got);

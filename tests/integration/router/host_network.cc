@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
 
@@ -195,6 +196,17 @@ HostNetwork::~HostNetwork() {
   if (reaper_pid_ > 0) {
     int status = 0;
     while (waitpid(reaper_pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  // The kernel tears a deleted namespace down asynchronously, its veth end
+  // last: wait for the links to go before the names are used again.
+  for (const absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    const std::vector<std::string> links = LinkNames();
+    if (std::none_of(links.begin(), links.end(), [&](const std::string& l) {
+          return absl::StartsWith(l, prefix_);
+        })) {
+      break;
     }
   }
 }
