@@ -157,7 +157,10 @@ std::string HostNetwork::CleanupScript() const {
   return absl::StrCat(
       "for ns in $(ip netns list | awk '{print $1}' | grep '^", prefix_, "-'); do ",
       "for p in $(ip netns pids \"$ns\"); do kill -9 \"$p\" 2>/dev/null; done; ",
-      "ip netns del \"$ns\"; done; ip link del ", bridge_.empty() ? prefix_ + "br" : bridge_,
+      "ip netns del \"$ns\"; done; ",
+      // The veth ends go with their namespaces, but asynchronously: at once.
+      "for l in $(ip -o link show | grep -o '", prefix_, "h[0-9]*'); do ip link del \"$l\" 2>/dev/null; done; ",
+      "ip link del ", bridge_.empty() ? prefix_ + "br" : bridge_,
       " 2>/dev/null; true");
 }
 
