@@ -15,9 +15,12 @@
 
 #include <atomic>
 #include <functional>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/loadgen/mooncake_trace.h"
+#include "lib/loadgen/replay.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
@@ -450,7 +453,80 @@ TEST_F(HostsE2ETest, ASlowLossyLinkToOneDecodeHostCostsNoRequest) {
   ASSERT_TRUE(net_->Shape("d1", {}).ok());
   ExpectIdentical(ref, got);
   PrintRow("slow lossy link to one decode host (20 Mbit/s, 2% loss)", ref, got, 0,
-           absl::StrCat("streams served by d1: ", cluster_->Metric("d1", "swaserve_decode_streams_total{result=\"ok\"}"))));
+           absl::StrCat("streams served by d1: ", cluster_->Metric("d1", "swaserve_decode_streams_total{result=\"ok\"}")));
+}
+
+// Chaos across hosts: the 1,000-request trace replay while, every ~1-3 s, a
+// fault hits a random worker's host, the kinds in turn — a partition of 1-4 s (a blip TCP rides
+// out or the keepalive notices), kill -9 and restart of a worker, a slow
+// lossy link for a few seconds, or Redis hung by SIGSTOP for 2 s. Every
+// request completes.
+TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
+  StartCluster({{"prefill", "p1"}, {"prefill", "p2"}, {"decode", "d1"}, {"decode", "d2"}});
+  auto trace = loadgen::LoadMooncakeTrace(SWASERVE_TRACE, 1000);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const loadgen::ReplayOptions ro = e2e::TraceReplayOptions(cluster_->Get("r1")->grpc_address());
+  auto calm = loadgen::Replay(*trace, ro);
+  ASSERT_TRUE(calm.ok()) << calm.status();
+  EXPECT_EQ(calm->failed, 0);
+  std::printf("no faults:\n%s\n", calm->ToText().c_str());
+  std::atomic<bool> stop{false};
+  std::vector<std::string> log;  // the chaos thread's until joined
+  std::thread chaos([&] {
+    std::mt19937 rng(20261207);
+    const std::vector<std::string> workers = {"p1", "p2", "d1", "d2"};
+    auto sleep_ms = [&](int ms) {
+      for (const absl::Time until = absl::Now() + absl::Milliseconds(ms);
+           !stop.load() && absl::Now() < until;) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    };
+    while (!stop.load()) {
+      sleep_ms(1000 + static_cast<int>(rng() % 2000));
+      if (stop.load()) break;
+      const std::string v = workers[rng() % workers.size()];
+      const int kind = static_cast<int>(log.size() % 4);  // every kind, in turn
+      absl::Status s;
+      std::string what;
+      if (kind == 0) {
+        const int ms = 1000 + static_cast<int>(rng() % 3000);
+        what = absl::StrCat("partition ", v, " ", ms, " ms");
+        s = net_->Partition(v);
+        sleep_ms(ms);
+        if (s.ok()) s = net_->Heal(v);
+      } else if (kind == 1) {
+        what = absl::StrCat("kill -9 ", v);
+        s = cluster_->Kill(v);
+        if (s.ok()) s = cluster_->StartWorker(v[0] == 'p' ? "prefill" : "decode", v).status();
+      } else if (kind == 2) {
+        what = absl::StrCat("slow lossy ", v);
+        s = net_->Shape(v, {.rate_bits_per_second = 10'000'000, .loss = 0.03});
+        sleep_ms(3000);
+        if (s.ok()) s = net_->Shape(v, {});
+      } else {
+        what = "Redis SIGSTOP 2 s";
+        s = kill(cluster_->redis().pid(), SIGSTOP) == 0 ? absl::OkStatus()
+                                                         : absl::InternalError("SIGSTOP");
+        sleep_ms(2000);
+        kill(cluster_->redis().pid(), SIGCONT);
+      }
+      log.push_back(s.ok() ? what : absl::StrCat(what, " (", s.ToString(), ")"));
+    }
+  });
+  auto report = loadgen::Replay(*trace, ro);
+  stop = true;
+  chaos.join();
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::printf("chaos across hosts:\n%s\n", report->ToText().c_str());
+  std::string faults;
+  for (const std::string& f : log) faults += f + "; ";
+  std::printf("FAULT-ROW | chaos across hosts (%zu faults) | %zu | %lld | - | - | p50 %.2f s / p99 %.2f s e2e "
+              "vs %.2f / %.2f calm | %s\n",
+              log.size(), trace->size(), static_cast<long long>(report->succeeded), report->e2e_s.p50, report->e2e_s.p99,
+              calm->e2e_s.p50, calm->e2e_s.p99, faults.c_str());
+  EXPECT_GE(log.size(), 3u) << "too few faults to mean anything";
+  EXPECT_EQ(report->failed, 0) << (report->error_samples.empty() ? "" : report->error_samples[0]);
+  EXPECT_EQ(report->succeeded, static_cast<int>(trace->size()));
 }
 
 }  // namespace
