@@ -20,6 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/loadgen/mooncake_trace.h"
+#include "lib/model/config.h"
+#include "lib/transfer/kv_destination.h"
 #include "lib/loadgen/replay.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -179,6 +181,7 @@ class HostsE2ETest : public ::testing::Test {
     o.worker_flags.insert(o.worker_flags.end(), worker_flags.begin(), worker_flags.end());
     o.router_flags = std::move(router_flags);
     o.network = net_.get();
+    o.model_dir = model_dir_;
     absl::StatusOr<std::unique_ptr<LocalCluster>> c = LocalCluster::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);
@@ -212,6 +215,8 @@ class HostsE2ETest : public ::testing::Test {
   std::unique_ptr<HostNetwork> net_;
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<v1::Router::Stub> stub_;
+  // StartCluster's model (empty: the tiny random one).
+  std::string model_dir_;
 };
 
 TEST_F(HostsE2ETest, HostsReachEachOtherAndPartitionsDropSilentlyUntilHealed) {
@@ -527,6 +532,66 @@ TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
   EXPECT_GE(log.size(), 3u) << "too few faults to mean anything";
   EXPECT_EQ(report->failed, 0) << (report->error_samples.empty() ? "" : report->error_samples[0]);
   EXPECT_EQ(report->succeeded, static_cast<int>(trace->size()));
+}
+
+// KV over a real network stack: the demo model's prompt KV shipped from the
+// prefill host to the decode host while the prefill host's link is limited
+// (tbf) to 250, 100 and 10 Mbit/s — 25, 10 and 1 Gbit/s scaled by 1/100 to
+// what two cores push through UCX over TCP — and unlimited. Per bandwidth: the
+// bytes shipped (full KV for every token, SWA KV for the last window), the
+// sender's transfer time, TTFT (max_tokens 1), what the bandwidth alone
+// predicts, and the bytes and predicted time of shipping SWA KV for every
+// token instead. Prints TRANSFER-ROW lines (bench/RESULTS.md).
+TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
+  model_dir_ = SWASERVE_SOURCE_DIR "/models/demo";
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}}, {"--kv.prefill_mib=256", "--kv.decode_mib=256"});
+  absl::StatusOr<model::ModelConfig> config = model::ModelConfig::Load(model_dir_ + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const kv::KvShape shape = config->KvShape(16);
+  constexpr int kTokens = 4096;
+  const std::string bytes = "swaserve_kv_transfer_bytes_total{direction=\"send\"}";
+  const std::string seconds = "swaserve_kv_transfer_seconds_sum{direction=\"send\"}";
+  const std::string count = "swaserve_kv_transfer_seconds_count{direction=\"send\"}";
+  absl::StatusOr<transfer::KvStagingPlan> plan = transfer::PlanStaging(shape, kTokens);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const double all_swa = static_cast<double>(transfer::NaiveTransferBytes(shape, kTokens));
+  std::mt19937 rng(8800);
+  int seed = 0;
+  for (const int64_t rate : {int64_t{0}, int64_t{250'000'000}, int64_t{100'000'000},
+                             int64_t{10'000'000}}) {
+    ASSERT_TRUE(net_->Shape("p1", {.rate_bits_per_second = rate}).ok());
+    constexpr int kRuns = 2;
+    double ttft = 0, sent = 0, took = 0;
+    for (int run = 0; run < kRuns; ++run) {
+      std::vector<uint32_t> prompt(kTokens);
+      for (uint32_t& t : prompt) t = 100 + rng() % 4000;  // the demo vocabulary
+      ++seed;
+      const double b0 = cluster_->Metric("p1", bytes), s0 = cluster_->Metric("p1", seconds),
+                   c0 = cluster_->Metric("p1", count);
+      const GrpcResult r = GenerateIds(*stub_, prompt, 1, nullptr, 300);
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      ASSERT_EQ(cluster_->Metric("p1", count), c0 + 1);
+      ttft += r.seconds / kRuns;
+      sent += (cluster_->Metric("p1", bytes) - b0) / kRuns;
+      took += (cluster_->Metric("p1", seconds) - s0) / kRuns;
+    }
+    // Shipping SWA KV for every token: the same bytes per full-KV token,
+    // scaled by the plan's ratio (dtype-independent).
+    const double all_swa_bytes = sent * all_swa / static_cast<double>(plan->total_bytes());
+    const double predicted = rate > 0 ? sent * 8 / static_cast<double>(rate) : 0;
+    // Unlimited: at the throughput this run measured.
+    const double all_swa_predicted = rate > 0 ? all_swa_bytes * 8 / static_cast<double>(rate)
+                                              : all_swa_bytes * took / sent;
+    std::printf("TRANSFER-ROW | %s | %d tokens | %.2f MB | %.3f s | %.3f s (bandwidth alone) | "
+                "%.3f s TTFT | all-SWA %.2f MB, %.3f s predicted\n",
+                rate > 0 ? absl::StrCat(rate / 1'000'000, " Mbit/s").c_str() : "unlimited", kTokens,
+                sent / 1e6, took, predicted, ttft, all_swa_bytes / 1e6, all_swa_predicted);
+    std::fflush(stdout);
+    if (rate > 0) {
+      EXPECT_GE(took, predicted * 0.8) << "faster than the link allows: the shaping failed";
+    }
+  }
+  ASSERT_TRUE(net_->Shape("p1", {}).ok());
 }
 
 }  // namespace
