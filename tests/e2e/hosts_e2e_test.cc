@@ -421,6 +421,48 @@ TEST_F(HostsE2ETest, ADecodeWorkerCutFromRedisOnlyFinishesItsStreamsAndRejoins) 
                         " s; registered again ", back, " s after the heal"));
 }
 
+// A decode host vanishes while a prompt's KV crosses to it (the prefill
+// host's link slowed to 10 Mbit/s so the transfer lasts seconds): the
+// sender's transfer deadline (--transfer.timeout, 10 s here) ends the ship,
+// the prefill worker keeps the KV, and the router retries the pair with the
+// other decode host — a prefix hit, so only the transfer is redone. The
+// answer is the unfaulted one.
+TEST_F(HostsE2ETest, ADecodeHostPartitionedDuringAKvTransferGetsTheRequestRetried) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}});
+  std::vector<std::vector<uint32_t>> prompts = {RandomPrompt(8192, 7800)};
+  const auto shorts = Prompts(3, 200, 7810);
+  prompts.insert(prompts.end(), shorts.begin(), shorts.end());
+  constexpr int kTokens = 40;
+  const StreamRun ref = RunStreams(*stub_, prompts, kTokens);  // p1 caches them
+  ASSERT_TRUE(net_->Shape("p1", {.rate_bits_per_second = 10'000'000}).ok());
+  const std::string in_flight = "swaserve_kv_transfers_in_flight{direction=\"receive\"}";
+  const std::string retries = "swaserve_router_retries_total{leg=\"decode\"}";
+  const double retries_before = RouterMetric(retries);
+  std::string victim;
+  double detection = -1;
+  StreamRun got;
+  std::thread fault([&] {
+    const double waited = SecondsUntil(
+        [&] { return cluster_->Metric("d1", in_flight) + cluster_->Metric("d2", in_flight); },
+        [](double v) { return v >= 1; }, absl::Seconds(60));
+    victim = cluster_->Metric("d1", in_flight) >= 1 ? "d1" : "d2";
+    ASSERT_LT(waited, 60) << "no KV transfer in flight";
+    ASSERT_TRUE(net_->Partition(victim).ok());
+    detection = UntilRouterMetricAbove(retries, retries_before, absl::Seconds(60));
+  });
+  got = RunStreams(*stub_, prompts, kTokens);
+  fault.join();
+  ASSERT_TRUE(net_->Shape("p1", {}).ok());
+  ASSERT_TRUE(net_->Heal(victim).ok());
+  ExpectIdentical(ref, got);
+  EXPECT_GE(RouterMetric(retries), retries_before + 1) << "the decode leg was not retried";
+  EXPECT_GE(cluster_->Metric("p1", "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"timeout\"}") +
+                cluster_->Metric("p1", "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"peer_failure\"}"),
+            1);
+  PrintRow("decode host partitioned during a KV transfer (10 Mbit/s link)", ref, got, detection,
+           absl::StrCat("the 8,192-token prompt took ", got.results[0].seconds, " s"));
+}
+
 // A decode host's link flaps: down 1 s, up 1 s, five times, while it
 // streams. TCP rides it out (retransmits; keepalive's 10 s timeout never
 // fires): no stream migrates, none fails, tokens identical.
