@@ -13,12 +13,20 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/subprocess.h"
 #include "lib/loadgen/mooncake_trace.h"
 #include "lib/model/config.h"
 #include "lib/transfer/kv_destination.h"
@@ -218,6 +226,74 @@ class HostsE2ETest : public ::testing::Test {
   // StartCluster's model (empty: the tiny random one).
   std::string model_dir_;
 };
+
+// Run only by the test below, in a child process: a network with two
+// hosts, a process on one of them, the names written to $SWASERVE_HOSTS_MARKER;
+// then it waits to be killed.
+TEST(HostNetworkChild, DISABLED_HoldANetworkUntilKilled) {
+  const char* marker = std::getenv("SWASERVE_HOSTS_MARKER");
+  ASSERT_NE(marker, nullptr);
+  absl::StatusOr<std::unique_ptr<HostNetwork>> net = HostNetwork::Create();
+  ASSERT_TRUE(net.ok()) << net.status();
+  for (const char* h : {"a", "b"}) ASSERT_TRUE((*net)->AddHost(h).ok());
+  absl::StatusOr<std::unique_ptr<base::Subprocess>> sleeper =
+      base::Subprocess::Start({.argv = (*net)->Wrap("a", {"sleep", "600"})});
+  ASSERT_TRUE(sleeper.ok()) << sleeper.status();
+  {
+    std::ofstream out(std::string(marker) + ".tmp");
+    out << (*net)->Get("a")->netns << " " << (*net)->Get("b")->netns << " "
+        << (*net)->Get("a")->veth << " " << (*sleeper)->pid() << "\n";
+  }
+  std::rename((std::string(marker) + ".tmp").c_str(), marker);
+  absl::SleepFor(absl::Seconds(600));
+}
+
+// A test process killed with SIGKILL leaves no namespace, link or process
+// behind: its reaper deletes them.
+TEST(HostNetworkTest, AKilledTestLeavesNothingBehind) {
+  if (geteuid() != 0) GTEST_SKIP() << "multi-host tests skipped: not root";
+  absl::StatusOr<std::string> dir = base::MakeTempDir("hosts-reaper");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string marker = *dir + "/names";
+  std::string self(4096, '\0');
+  self.resize(std::max<ssize_t>(0, readlink("/proc/self/exe", self.data(), self.size())));
+  absl::StatusOr<std::unique_ptr<base::Subprocess>> child = base::Subprocess::Start(
+      {.argv = {self, "--gtest_filter=HostNetworkChild.DISABLED_HoldANetworkUntilKilled",
+                "--gtest_also_run_disabled_tests"},
+       .env = {"SWASERVE_HOSTS_MARKER=" + marker},
+       .log_path = *dir + "/child.log"});
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string ns_a, ns_b, veth;
+  int sleeper = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    std::ifstream in(marker);
+    if (in >> ns_a >> ns_b >> veth >> sleeper) break;
+  }
+  ASSERT_GT(sleeper, 0) << "the child did not set up its network: " << (*child)->ReadLog();
+  auto listed = [](const std::vector<std::string>& cmd, const std::string& name) {
+    std::string out;
+    (void)base::RunCommand(cmd, &out);
+    return absl::StrContains(out, name);
+  };
+  ASSERT_TRUE(listed({"ip", "netns", "list"}, ns_a));
+  ASSERT_EQ(kill(sleeper, 0), 0);
+  ASSERT_TRUE((*child)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*child)->Wait(absl::Seconds(10)).ok());
+  const absl::Time killed = absl::Now();
+  bool gone = false;
+  while (!gone && absl::Now() - killed < absl::Seconds(20)) {
+    gone = !listed({"ip", "netns", "list"}, ns_a) && !listed({"ip", "netns", "list"}, ns_b) &&
+           !listed({"ip", "-o", "link", "show"}, veth) && kill(sleeper, 0) != 0;
+    if (!gone) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "left behind after SIGKILL: " << ns_a << " " << ns_b << " " << veth
+                    << " pid " << sleeper;
+  std::printf("SIGKILLed test cleaned up after %.2f s\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  std::error_code ec;
+  std::filesystem::remove_all(*dir, ec);
+}
 
 TEST_F(HostsE2ETest, HostsReachEachOtherAndPartitionsDropSilentlyUntilHealed) {
   StartCluster({{"prefill", "p1"}, {"decode", "d1"}});
