@@ -367,11 +367,15 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
 }
 
 // A prefill host vanishes in the middle of a long prompt while short
-// streams run: the router's keepalive notices, the prefill leg is retried
-// on the other prefill host, and every answer is the unfaulted one.
+// streams run: the router's keepalive toward workers notices (the prefill
+// call waits for its answer, so nothing else would), the prefill leg is
+// retried on the other prefill host, and every answer is the unfaulted one.
 TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
+  // Pings toward workers every 10 s (the least workers accept), unanswered
+  // for 5 s: a silent worker is dropped within 15 s (default 30 s + 10 s).
   StartCluster({{"prefill", "p1"}, {"prefill", "p2"}, {"decode", "d1"}},
-               {"--kv.prefill_mib=256"});
+               {"--kv.prefill_mib=256"},
+               {"--worker_keepalive=10s", "--worker_keepalive_timeout=5s"});
   std::vector<std::vector<uint32_t>> prompts = Prompts(3, 200, 7200);
   prompts.push_back(RandomPrompt(8192, 7299));  // 32 steps of 256
   constexpr int kTokens = 60;
@@ -399,8 +403,8 @@ TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
   const StreamRun ref = RunStreams(*stub_, prompts, kTokens);
   ExpectIdentical(ref, faulted);
   EXPECT_GE(RouterMetric(retries), before + 1) << "the prefill leg was not retried";
-  EXPECT_LT(detection, 60);
-  PrintRow("prefill host partitioned mid-prompt (8,192 tokens)", ref, faulted, detection,
+  EXPECT_LT(detection, 25) << "not noticed within --worker_keepalive + timeout (+ slack)";
+  PrintRow("prefill host partitioned mid-prompt (8,192 tokens, --worker_keepalive=10s, _timeout=5s)", ref, faulted, detection,
            absl::StrCat("long prompt ", faulted.results.back().seconds, " s vs ",
                         ref.results.back().seconds, " s cached"));
 }
