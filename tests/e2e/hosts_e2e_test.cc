@@ -385,12 +385,12 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
   // One request at a time, apart by more than a load report's period: the
   // healed host gets its share again.
   const double victim_streams = cluster_->Metric(victim, ok_streams);
-  for (const std::vector<uint32_t>& p : Prompts(8, 200, 7150)) {
+  for (const std::vector<uint32_t>& p : Prompts(12, 200, 7150)) {
     const GrpcResult r = GenerateIds(*stub_, p, 20);
     EXPECT_TRUE(r.status.ok()) << r.status.error_message();
     absl::SleepFor(absl::Milliseconds(300));
   }
-  std::printf("of 8 requests after the heal, %s served %.0f\n", victim.c_str(),
+  std::printf("of 12 requests after the heal, %s served %.0f\n", victim.c_str(),
               cluster_->Metric(victim, ok_streams) - victim_streams);
   EXPECT_GT(cluster_->Metric(victim, ok_streams), victim_streams) << "the healed host got no stream";
 }
