@@ -220,7 +220,8 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
 absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
                                 cluster::RedisOptions* redis) {
   if (c->model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (c->worker_keepalive < absl::Seconds(10) || c->worker_keepalive_timeout <= absl::ZeroDuration()) {
+  if (c->worker_keepalive < absl::Seconds(10) ||
+      c->worker_keepalive_timeout <= absl::ZeroDuration()) {
     // Workers answer pings more frequent than 10 s with GOAWAY (too many pings).
     return absl::InvalidArgumentError(
         "--worker_keepalive must be at least 10s and --worker_keepalive_timeout positive");

@@ -12,7 +12,6 @@
 // `tc` or `nft`).
 #include <httplib.h>
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -26,13 +25,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "lib/base/subprocess.h"
-#include "lib/loadgen/mooncake_trace.h"
-#include "lib/model/config.h"
-#include "lib/transfer/kv_destination.h"
-#include "lib/loadgen/replay.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
+#include "lib/loadgen/mooncake_trace.h"
+#include "lib/loadgen/replay.h"
+#include "lib/model/config.h"
+#include "lib/transfer/kv_destination.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/host_network.h"
 #include "tests/integration/router/local_cluster.h"
@@ -70,8 +69,8 @@ struct StreamRun {
 // stream has `tokens_before_fault` tokens (or ended), `fault()` runs on this
 // thread while they continue.
 StreamRun RunStreams(v1::Router::Stub& stub, const std::vector<std::vector<uint32_t>>& prompts,
-               int max_tokens, int tokens_before_fault = 0,
-               const std::function<void()>& fault = nullptr) {
+                     int max_tokens, int tokens_before_fault = 0,
+                     const std::function<void()>& fault = nullptr) {
   StreamRun run;
   run.results.resize(prompts.size());
   run.timelines.resize(prompts.size());
@@ -364,13 +363,14 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
            absl::StrCat("longest stream stall ", LongestStall(got), " s"));
   // Healed: the worker is registered again and serves.
   ASSERT_TRUE(net_->Heal(victim).ok());
-  const double back = SecondsUntil(
-      [&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
-      [](double v) { return v == 1; }, absl::Seconds(30));
+  const double back =
+      SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+                   [](double v) { return v == 1; }, absl::Seconds(30));
   // Its breaker (opened by the failed streams) closes again: the router
   // uses the host once more.
-  const double breakers = SecondsUntil([&] { return RouterMetric("swaserve_router_open_breakers"); },
-                                       [](double v) { return v == 0; }, absl::Seconds(30));
+  const double breakers =
+      SecondsUntil([&] { return RouterMetric("swaserve_router_open_breakers"); },
+                   [](double v) { return v == 0; }, absl::Seconds(30));
   std::printf("%s registered again %.2f s after the heal, no breaker open after %.2f s\n",
               victim.c_str(), back, breakers);
   EXPECT_LT(back, 10);
@@ -380,8 +380,9 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
   const std::string running = "swaserve_decode_running_requests";
   const std::string other = victim == "d1" ? "d2" : "d1";
   std::printf("after the heal: %s running %.0f, free full pages %.0f; %s running %.0f, free %.0f\n",
-              victim.c_str(), cluster_->Metric(victim, running), cluster_->Metric(victim, free_pages),
-              other.c_str(), cluster_->Metric(other, running), cluster_->Metric(other, free_pages));
+              victim.c_str(), cluster_->Metric(victim, running),
+              cluster_->Metric(victim, free_pages), other.c_str(), cluster_->Metric(other, running),
+              cluster_->Metric(other, free_pages));
   // One request at a time, apart by more than a load report's period: the
   // healed host gets its share again.
   const double victim_streams = cluster_->Metric(victim, ok_streams);
@@ -392,7 +393,8 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
   }
   std::printf("of 12 requests after the heal, %s served %.0f\n", victim.c_str(),
               cluster_->Metric(victim, ok_streams) - victim_streams);
-  EXPECT_GT(cluster_->Metric(victim, ok_streams), victim_streams) << "the healed host got no stream";
+  EXPECT_GT(cluster_->Metric(victim, ok_streams), victim_streams)
+      << "the healed host got no stream";
 }
 
 // A prefill host vanishes in the middle of a long prompt while short
@@ -402,8 +404,7 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedMidStreamMigratesItsStreams) {
 TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
   // Pings toward workers every 10 s (the least workers accept), unanswered
   // for 5 s: a silent worker is dropped within 15 s (default 30 s + 10 s).
-  StartCluster({{"prefill", "p1"}, {"prefill", "p2"}, {"decode", "d1"}},
-               {"--kv.prefill_mib=256"},
+  StartCluster({{"prefill", "p1"}, {"prefill", "p2"}, {"decode", "d1"}}, {"--kv.prefill_mib=256"},
                {"--worker_keepalive=10s", "--worker_keepalive_timeout=5s"});
   std::vector<std::vector<uint32_t>> prompts = Prompts(3, 200, 7200);
   prompts.push_back(RandomPrompt(8192, 7299));  // 32 steps of 256
@@ -417,8 +418,9 @@ TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
     std::thread fault([&] {
       // The prefill host computing the long prompt, once it started it.
       const std::string steps = "swaserve_prefill_step_tokens_sum";
-      SecondsUntil([&] { return std::max(cluster_->Metric("p1", steps), cluster_->Metric("p2", steps)); },
-                   [](double v) { return v >= 2048; }, absl::Seconds(60));
+      SecondsUntil(
+          [&] { return std::max(cluster_->Metric("p1", steps), cluster_->Metric("p2", steps)); },
+          [](double v) { return v >= 2048; }, absl::Seconds(60));
       victim = cluster_->Metric("p1", steps) >= cluster_->Metric("p2", steps) ? "p1" : "p2";
       ASSERT_TRUE(net_->Partition(victim).ok());
       detection = UntilRouterMetricAbove(retries, before, absl::Seconds(90));
@@ -433,9 +435,11 @@ TEST_F(HostsE2ETest, APrefillHostPartitionedMidPromptIsRetriedOnAnother) {
   ExpectIdentical(ref, faulted);
   EXPECT_GE(RouterMetric(retries), before + 1) << "the prefill leg was not retried";
   EXPECT_LT(detection, 25) << "not noticed within --worker_keepalive + timeout (+ slack)";
-  PrintRow("prefill host partitioned mid-prompt (8,192 tokens, --worker_keepalive=10s, _timeout=5s)", ref, faulted, detection,
-           absl::StrCat("long prompt ", faulted.results.back().seconds, " s vs ",
-                        ref.results.back().seconds, " s cached"));
+  PrintRow(
+      "prefill host partitioned mid-prompt (8,192 tokens, --worker_keepalive=10s, _timeout=5s)",
+      ref, faulted, detection,
+      absl::StrCat("long prompt ", faulted.results.back().seconds, " s vs ",
+                   ref.results.back().seconds, " s cached"));
 }
 
 // Redis hangs (SIGSTOP: connections stay open, nothing answers) for 8 s
@@ -526,16 +530,18 @@ TEST_F(HostsE2ETest, ADecodeWorkerCutFromRedisOnlyFinishesItsStreamsAndRejoins) 
   const StreamRun got = RunStreams(*stub_, prompts, kTokens, 20, [&] {
     victim = BusierDecode("d1", "d2");
     ASSERT_TRUE(net_->PartitionFrom(victim, "redis").ok());
-    unregistered = SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
-                                [](double v) { return v == 0; }, absl::Seconds(30));
+    unregistered =
+        SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+                     [](double v) { return v == 0; }, absl::Seconds(30));
     absl::SleepFor(absl::Seconds(1));  // the router's registry refresh
     victim_before = cluster_->Metric(victim, streams);
     during = RunStreams(*stub_, more, 40);
     victim_after = cluster_->Metric(victim, streams);
   });
   ASSERT_TRUE(net_->Heal(victim).ok());
-  const double back = SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
-                                   [](double v) { return v == 1; }, absl::Seconds(30));
+  const double back =
+      SecondsUntil([&] { return cluster_->Metric(victim, "swaserve_cluster_registered"); },
+                   [](double v) { return v == 1; }, absl::Seconds(30));
   ExpectIdentical(ref, got);
   ExpectIdentical(more_ref, during);
   EXPECT_EQ(RouterMetric(migrations), migrations_before)
@@ -544,8 +550,8 @@ TEST_F(HostsE2ETest, ADecodeWorkerCutFromRedisOnlyFinishesItsStreamsAndRejoins) 
   EXPECT_LT(unregistered, 10) << victim << " believed itself registered";
   EXPECT_LT(back, 10);
   PrintRow("decode worker cut from Redis only (router reaches it)", ref, got, unregistered,
-           absl::StrCat("knew its record expired after ", unregistered,
-                        " s; registered again ", back, " s after the heal"));
+           absl::StrCat("knew its record expired after ", unregistered, " s; registered again ",
+                        back, " s after the heal"));
 }
 
 // A decode host vanishes while a prompt's KV crosses to it (the prefill
@@ -583,9 +589,13 @@ TEST_F(HostsE2ETest, ADecodeHostPartitionedDuringAKvTransferGetsTheRequestRetrie
   ASSERT_TRUE(net_->Heal(victim).ok());
   ExpectIdentical(ref, got);
   EXPECT_GE(RouterMetric(retries), retries_before + 1) << "the decode leg was not retried";
-  EXPECT_GE(cluster_->Metric("p1", "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"timeout\"}") +
-                cluster_->Metric("p1", "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"peer_failure\"}"),
-            1);
+  EXPECT_GE(
+      cluster_->Metric(
+          "p1", "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"timeout\"}") +
+          cluster_->Metric(
+              "p1",
+              "swaserve_kv_transfer_failures_total{direction=\"send\",reason=\"peer_failure\"}"),
+      1);
   PrintRow("decode host partitioned during a KV transfer (10 Mbit/s link)", ref, got, detection,
            absl::StrCat("the 8,192-token prompt took ", got.results[0].seconds, " s"));
 }
@@ -627,7 +637,8 @@ TEST_F(HostsE2ETest, ASlowLossyLinkToOneDecodeHostCostsNoRequest) {
   ASSERT_TRUE(net_->Shape("d1", {}).ok());
   ExpectIdentical(ref, got);
   PrintRow("slow lossy link to one decode host (20 Mbit/s, 2% loss)", ref, got, 0,
-           absl::StrCat("streams served by d1: ", cluster_->Metric("d1", "swaserve_decode_streams_total{result=\"ok\"}")));
+           absl::StrCat("streams served by d1: ",
+                        cluster_->Metric("d1", "swaserve_decode_streams_total{result=\"ok\"}")));
 }
 
 // Chaos across hosts: the 1,000-request trace replay while, every 0.5-1.5 s, a
@@ -685,7 +696,7 @@ TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
       } else {
         what = "Redis SIGSTOP 2 s";
         s = kill(cluster_->redis().pid(), SIGSTOP) == 0 ? absl::OkStatus()
-                                                         : absl::InternalError("SIGSTOP");
+                                                        : absl::InternalError("SIGSTOP");
         sleep_ms(2000);
         kill(cluster_->redis().pid(), SIGCONT);
       }
@@ -699,10 +710,12 @@ TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
   std::printf("chaos across hosts:\n%s\n", report->ToText().c_str());
   std::string faults;
   for (const std::string& f : log) faults += f + "; ";
-  std::printf("FAULT-ROW | chaos across hosts (%zu faults) | %zu | %lld | - | - | p50 %.2f s / p99 %.2f s e2e "
-              "vs %.2f / %.2f calm | %s\n",
-              log.size(), trace->size(), static_cast<long long>(report->succeeded), report->e2e_s.p50, report->e2e_s.p99,
-              calm->e2e_s.p50, calm->e2e_s.p99, faults.c_str());
+  std::printf(
+      "FAULT-ROW | chaos across hosts (%zu faults) | %zu | %lld | - | - | p50 %.2f s / p99 %.2f s "
+      "e2e "
+      "vs %.2f / %.2f calm | %s\n",
+      log.size(), trace->size(), static_cast<long long>(report->succeeded), report->e2e_s.p50,
+      report->e2e_s.p99, calm->e2e_s.p50, calm->e2e_s.p99, faults.c_str());
   EXPECT_GE(log.size(), 3u) << "too few faults to mean anything";
   EXPECT_EQ(report->failed, 0) << (report->error_samples.empty() ? "" : report->error_samples[0]);
   EXPECT_EQ(report->succeeded, static_cast<int>(trace->size()));
@@ -718,7 +731,8 @@ TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
 // token instead. Prints TRANSFER-ROW lines (bench/RESULTS.md).
 TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
   model_dir_ = SWASERVE_SOURCE_DIR "/models/demo";
-  StartCluster({{"prefill", "p1"}, {"decode", "d1"}}, {"--kv.prefill_mib=256", "--kv.decode_mib=256"});
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}},
+               {"--kv.prefill_mib=256", "--kv.decode_mib=256"});
   absl::StatusOr<model::ModelConfig> config = model::ModelConfig::Load(model_dir_ + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status();
   const kv::KvShape shape = config->KvShape(16);
@@ -731,8 +745,8 @@ TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
   const double all_swa = static_cast<double>(transfer::NaiveTransferBytes(shape, kTokens));
   std::mt19937 rng(8800);
   int seed = 0;
-  for (const int64_t rate : {int64_t{0}, int64_t{250'000'000}, int64_t{100'000'000},
-                             int64_t{10'000'000}}) {
+  for (const int64_t rate :
+       {int64_t{0}, int64_t{250'000'000}, int64_t{100'000'000}, int64_t{10'000'000}}) {
     ASSERT_TRUE(net_->Shape("p1", {.rate_bits_per_second = rate}).ok());
     constexpr int kRuns = 2;
     double ttft = 0, sent = 0, took = 0;
@@ -754,12 +768,13 @@ TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
     const double all_swa_bytes = sent * all_swa / static_cast<double>(plan->total_bytes());
     const double predicted = rate > 0 ? sent * 8 / static_cast<double>(rate) : 0;
     // Unlimited: at the throughput this run measured.
-    const double all_swa_predicted = rate > 0 ? all_swa_bytes * 8 / static_cast<double>(rate)
-                                              : all_swa_bytes * took / sent;
-    std::printf("TRANSFER-ROW | %s | %d tokens | %.2f MB | %.3f s | %.3f s (bandwidth alone) | "
-                "%.3f s TTFT | all-SWA %.2f MB, %.3f s predicted\n",
-                rate > 0 ? absl::StrCat(rate / 1'000'000, " Mbit/s").c_str() : "unlimited", kTokens,
-                sent / 1e6, took, predicted, ttft, all_swa_bytes / 1e6, all_swa_predicted);
+    const double all_swa_predicted =
+        rate > 0 ? all_swa_bytes * 8 / static_cast<double>(rate) : all_swa_bytes * took / sent;
+    std::printf(
+        "TRANSFER-ROW | %s | %d tokens | %.2f MB | %.3f s | %.3f s (bandwidth alone) | "
+        "%.3f s TTFT | all-SWA %.2f MB, %.3f s predicted\n",
+        rate > 0 ? absl::StrCat(rate / 1'000'000, " Mbit/s").c_str() : "unlimited", kTokens,
+        sent / 1e6, took, predicted, ttft, all_swa_bytes / 1e6, all_swa_predicted);
     std::fflush(stdout);
     if (rate > 0) {
       EXPECT_GE(took, predicted * 0.8) << "faster than the link allows: the shaping failed";

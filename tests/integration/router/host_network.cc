@@ -116,8 +116,9 @@ absl::StatusOr<std::unique_ptr<HostNetwork>> HostNetwork::Create(HostNetworkOpti
   }
   for (const char* tool : {"ip", "tc", "nft"}) {
     if (!Executable(tool)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "multi-host tests need `", tool, "` (Debian: iproute2, nftables; scripts/install-deps.sh)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("multi-host tests need `", tool,
+                       "` (Debian: iproute2, nftables; scripts/install-deps.sh)"));
     }
   }
   DeleteStaleHostNetworks();
@@ -154,14 +155,17 @@ absl::Status HostNetwork::Setup() {
 }
 
 std::string HostNetwork::CleanupScript() const {
-  return absl::StrCat(
+  const std::string bridge = bridge_.empty() ? prefix_ + "br" : bridge_;
+  // Kill what runs in the namespaces, delete them, then the veth ends (they
+  // go with their namespaces, but asynchronously) and the bridge.
+  const std::string namespaces = absl::StrCat(
       "for ns in $(ip netns list | awk '{print $1}' | grep '^", prefix_, "-'); do ",
       "for p in $(ip netns pids \"$ns\"); do kill -9 \"$p\" 2>/dev/null; done; ",
-      "ip netns del \"$ns\"; done; ",
-      // The veth ends go with their namespaces, but asynchronously: at once.
-      "for l in $(ip -o link show | grep -o '", prefix_, "h[0-9]*'); do ip link del \"$l\" 2>/dev/null; done; ",
-      "ip link del ", bridge_.empty() ? prefix_ + "br" : bridge_,
-      " 2>/dev/null; true");
+      "ip netns del \"$ns\"; done; ");
+  const std::string links =
+      absl::StrCat("for l in $(ip -o link show | grep -o '", prefix_, "h[0-9]*'); do ",
+                   "ip link del \"$l\" 2>/dev/null; done; ");
+  return absl::StrCat(namespaces, links, "ip link del ", bridge, " 2>/dev/null; true");
 }
 
 absl::Status HostNetwork::StartReaper() {
@@ -169,8 +173,8 @@ absl::Status HostNetwork::StartReaper() {
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(strerror(errno));
   // Waits for the pipe's end (this process closed it, or died), then
   // cleans up; ignores the signals a test runner sends its process group.
-  const std::string script = absl::StrCat("trap '' INT TERM HUP; cat >/dev/null; ",
-                                          CleanupScript());
+  const std::string script =
+      absl::StrCat("trap '' INT TERM HUP; cat >/dev/null; ", CleanupScript());
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
@@ -206,16 +210,14 @@ HostNetwork::~HostNetwork() {
   for (const absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;
        absl::SleepFor(absl::Milliseconds(50))) {
     const std::vector<std::string> links = LinkNames();
-    if (std::none_of(links.begin(), links.end(), [&](const std::string& l) {
-          return absl::StartsWith(l, prefix_);
-        })) {
+    if (std::none_of(links.begin(), links.end(),
+                     [&](const std::string& l) { return absl::StartsWith(l, prefix_); })) {
       break;
     }
   }
 }
 
-absl::Status HostNetwork::Run(const std::vector<std::string>& argv,
-                              const std::string& stdin_data) {
+absl::Status HostNetwork::Run(const std::vector<std::string>& argv, const std::string& stdin_data) {
   return Capture(argv, stdin_data).status();
 }
 
@@ -283,10 +285,10 @@ absl::Status HostNetwork::ApplyFilters(const HostState& h) {
   // "delete" finds one).
   auto chain = [&](bool input) {
     const std::string dir = input ? "saddr" : "daddr";
-    std::string c = absl::StrCat("  chain ", input ? "input" : "output", " {\n",
-                                 "    type filter hook ", input ? "input" : "output",
-                                 " priority 0; policy accept;\n", "    ",
-                                 input ? "iif" : "oif", " \"lo\" accept\n");
+    std::string c =
+        absl::StrCat("  chain ", input ? "input" : "output", " {\n", "    type filter hook ",
+                     input ? "input" : "output", " priority 0; policy accept;\n", "    ",
+                     input ? "iif" : "oif", " \"lo\" accept\n");
     if (h.isolated) absl::StrAppend(&c, "    drop\n");
     const std::vector<std::string>& peers = input ? h.blocked_in : h.blocked_out;
     if (!peers.empty()) {
@@ -313,8 +315,7 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
   }
   // Egress of eth0 (what the host sends) and of its bridge-side end (what
   // it receives).
-  const std::vector<std::vector<std::string>> devs = {
-      {"tc", "-n", h->host.netns}, {"tc"}};
+  const std::vector<std::vector<std::string>> devs = {{"tc", "-n", h->host.netns}, {"tc"}};
   const std::vector<std::string> names = {"eth0", h->host.veth};
   for (size_t i = 0; i < devs.size(); ++i) {
     auto tc = [&](std::vector<std::string> rest) {
@@ -325,9 +326,9 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
     (void)Capture(tc({"qdisc", "del", "dev", names[i], "root"}));  // none yet: fails
     std::string parent = "root";
     if (shape.delay > absl::ZeroDuration() || shape.jitter > absl::ZeroDuration()) {
-      absl::Status s = Run(tc({"qdisc", "add", "dev", names[i], "root", "handle", "1:", "netem",
-                               "delay", Micros(shape.delay), Micros(shape.jitter), "limit",
-                               "100000"}));
+      absl::Status s =
+          Run(tc({"qdisc", "add", "dev", names[i], "root", "handle", "1:", "netem", "delay",
+                  Micros(shape.delay), Micros(shape.jitter), "limit", "100000"}));
       if (!s.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "link delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM): ", s.message()));
@@ -343,9 +344,9 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
       } else {
         argv.insert(argv.end(), {"parent", parent});
       }
-      argv.insert(argv.end(), {"handle", "10:", "tbf", "rate",
-                               absl::StrCat(shape.rate_bits_per_second, "bit"), "burst",
-                               absl::StrCat(burst), "latency", "200ms"});
+      argv.insert(argv.end(),
+                  {"handle", "10:", "tbf", "rate", absl::StrCat(shape.rate_bits_per_second, "bit"),
+                   "burst", absl::StrCat(burst), "latency", "200ms"});
       RETURN_IF_ERROR(Run(argv));
     }
   }

@@ -120,7 +120,7 @@ class HostNetwork {
     Host host;
     LinkShape shape;
     bool isolated = false;
-    std::vector<std::string> blocked_in;   // peer addresses
+    std::vector<std::string> blocked_in;  // peer addresses
     std::vector<std::string> blocked_out;
   };
   HostNetwork(HostNetworkOptions options, std::string prefix)
