@@ -31,6 +31,7 @@
 // netem qdisc (sch_netem); without it Shape() returns FailedPrecondition and
 // bandwidth and loss still work.
 //
+// At most one HostNetwork per process at a time (its names carry the pid).
 // Thread-compatible: one thread drives a HostNetwork.
 #pragma once
 
