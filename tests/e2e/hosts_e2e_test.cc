@@ -554,6 +554,55 @@ TEST_F(HostsE2ETest, ADecodeWorkerCutFromRedisOnlyFinishesItsStreamsAndRejoins) 
                         back, " s after the heal"));
 }
 
+// The reverse asymmetry: a decode host the router cannot reach while it
+// still reaches Redis (so it stays registered) and the prefill host. A call
+// sent to it on the connection opened before the cut gets no answer: the
+// router gives up on it after its 10 s wait for the decode worker's first
+// message and retries the request on the other decode host; the failures
+// open the host's breaker, so later requests skip it; healed, the breaker
+// closes again.
+TEST_F(HostsE2ETest, ADecodeHostTheRouterCannotReachIsSkippedByItsBreaker) {
+  StartCluster({{"prefill", "p1"}, {"decode", "d1"}, {"decode", "d2"}}, {},
+               {"--breaker.open_for=10s"});
+  constexpr int kWaves = 6, kPerWave = 4, kTokens = 40;
+  std::vector<std::vector<std::vector<uint32_t>>> waves;
+  std::vector<StreamRun> refs;
+  for (int w = 0; w < kWaves; ++w) {
+    waves.push_back(Prompts(kPerWave, 200, 7900 + 10 * w));
+    refs.push_back(RunStreams(*stub_, waves.back(), kTokens));
+  }
+  const std::string breakers = "swaserve_router_open_breakers";
+  ASSERT_TRUE(net_->PartitionFrom("d1", "r1").ok());
+  const absl::Time cut = absl::Now();
+  // Waves of requests (a burst goes to one decode worker: loads are read,
+  // not predicted) until one went to d1 and its breaker opened.
+  double detection = -1;
+  StreamRun hit_ref, hit;  // every request of the waves sent until then
+  int w = 0;
+  for (; w < kWaves && detection < 0; ++w) {
+    const StreamRun got = RunStreams(*stub_, waves[w], kTokens);
+    ExpectIdentical(refs[w], got);
+    hit_ref.results.insert(hit_ref.results.end(), refs[w].results.begin(), refs[w].results.end());
+    hit.results.insert(hit.results.end(), got.results.begin(), got.results.end());
+    if (RouterMetric(breakers) >= 1) detection = absl::ToDoubleSeconds(absl::Now() - cut);
+  }
+  ASSERT_GE(detection, 0) << "no request of " << kWaves << " waves went to d1";
+  // The breaker is open: the next wave skips d1.
+  const StreamRun later = RunStreams(*stub_, waves[w % kWaves], kTokens);
+  ExpectIdentical(refs[w % kWaves], later);
+  EXPECT_EQ(cluster_->Metric("d1", "swaserve_cluster_registered"), 1)
+      << "d1 reaches Redis: it stays registered";
+  ASSERT_TRUE(net_->Heal("d1").ok());
+  const double closed = SecondsUntil([&] { return RouterMetric(breakers); },
+                                     [](double v) { return v == 0; }, absl::Seconds(30));
+  PrintRow("decode host the router cannot reach (it reaches Redis and prefill)", hit_ref, hit,
+           detection, absl::StrCat(w, " waves of 4 until its breaker opened"));
+  PrintRow("decode host the router cannot reach: requests once its breaker is open",
+           refs[w % kWaves], later, 0,
+           absl::StrCat("the breaker closed ", closed, " s after the heal"));
+  EXPECT_LT(closed, 30);
+}
+
 // A decode host vanishes while a prompt's KV crosses to it (the prefill
 // host's link slowed to 10 Mbit/s so the transfer lasts seconds): the
 // sender's transfer deadline (--transfer.timeout, 10 s here) ends the ship,
