@@ -168,7 +168,8 @@ std::vector<std::vector<uint32_t>> Prompts(int n, int len, uint32_t seed) {
 class HostsE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<HostNetwork>> net = HostNetwork::Create();
+    absl::StatusOr<std::unique_ptr<HostNetwork>> net =
+        HostNetwork::Create({.link_delay_bin = SWASERVE_LINK_DELAY_BIN});
     if (absl::IsFailedPrecondition(net.status())) {
       GTEST_SKIP() << "multi-host tests skipped: " << net.status().message();
     }
@@ -770,6 +771,17 @@ TEST_F(HostsE2ETest, ChaosAcrossHostsDuringAThousandRequestReplayLosesNone) {
   EXPECT_EQ(report->succeeded, static_cast<int>(trace->size()));
 }
 
+// "100 Mbit/s, +5ms each way", "unlimited".
+std::string LinkName(const LinkShape& link) {
+  std::string name = link.rate_bits_per_second > 0
+                         ? absl::StrCat(link.rate_bits_per_second / 1'000'000, " Mbit/s")
+                         : "unlimited";
+  if (link.delay > absl::ZeroDuration()) {
+    absl::StrAppend(&name, ", +", absl::FormatDuration(link.delay), " each way");
+  }
+  return name;
+}
+
 // KV over a real network stack: the demo model's prompt KV shipped from the
 // prefill host to the decode host while the prefill host's link is limited
 // (tbf) to 250, 100 and 10 Mbit/s — 25, 10 and 1 Gbit/s scaled by 1/100 to
@@ -794,9 +806,25 @@ TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
   const double all_swa = static_cast<double>(transfer::NaiveTransferBytes(shape, kTokens));
   std::mt19937 rng(8800);
   int seed = 0;
-  for (const int64_t rate :
-       {int64_t{0}, int64_t{250'000'000}, int64_t{100'000'000}, int64_t{10'000'000}}) {
-    ASSERT_TRUE(net_->Shape("p1", {.rate_bits_per_second = rate}).ok());
+  // Then added latency, on each direction of the prefill host's link (its
+  // round trip to the decode host grows by twice that), alone and at the
+  // 10 Gbit/s point.
+  const std::vector<LinkShape> links = {
+      {},
+      {.rate_bits_per_second = 250'000'000},
+      {.rate_bits_per_second = 100'000'000},
+      {.rate_bits_per_second = 10'000'000},
+      {.delay = absl::Milliseconds(5)},
+      {.delay = absl::Milliseconds(20)},
+      {.rate_bits_per_second = 100'000'000, .delay = absl::Milliseconds(20)}};
+  for (const LinkShape& link : links) {
+    const int64_t rate = link.rate_bits_per_second;
+    const absl::Status shaped = net_->Shape("p1", link);
+    if (absl::IsFailedPrecondition(shaped)) {
+      std::printf("link delay not measured: %s\n", std::string(shaped.message()).c_str());
+      continue;
+    }
+    ASSERT_TRUE(shaped.ok()) << shaped;
     constexpr int kRuns = 2;
     double ttft = 0, sent = 0, took = 0;
     for (int run = 0; run < kRuns; ++run) {
@@ -822,7 +850,7 @@ TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
     std::printf(
         "TRANSFER-ROW | %s | %d tokens | %.2f MB | %.3f s | %.3f s (bandwidth alone) | "
         "%.3f s TTFT | all-SWA %.2f MB, %.3f s predicted\n",
-        rate > 0 ? absl::StrCat(rate / 1'000'000, " Mbit/s").c_str() : "unlimited", kTokens,
+        LinkName(link).c_str(), kTokens,
         sent / 1e6, took, predicted, ttft, all_swa_bytes / 1e6, all_swa_predicted);
     std::fflush(stdout);
     if (rate > 0) {

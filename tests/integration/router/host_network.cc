@@ -313,6 +313,9 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
       shape.delay < absl::ZeroDuration() || shape.jitter < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("negative rate, delay or jitter, or loss outside 0..1");
   }
+  StopDelayer(*h);
+  const bool delayed = shape.delay > absl::ZeroDuration() || shape.jitter > absl::ZeroDuration();
+  bool use_delayer = false;
   // Egress of eth0 (what the host sends) and of its bridge-side end (what
   // it receives).
   const std::vector<std::vector<std::string>> devs = {{"tc", "-n", h->host.netns}, {"tc"}};
@@ -325,15 +328,20 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
     };
     (void)Capture(tc({"qdisc", "del", "dev", names[i], "root"}));  // none yet: fails
     std::string parent = "root";
-    if (shape.delay > absl::ZeroDuration() || shape.jitter > absl::ZeroDuration()) {
+    if (delayed && !use_delayer) {
       absl::Status s =
           Run(tc({"qdisc", "add", "dev", names[i], "root", "handle", "1:", "netem", "delay",
                   Micros(shape.delay), Micros(shape.jitter), "limit", "100000"}));
-      if (!s.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "link delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM): ", s.message()));
+      if (s.ok()) {
+        parent = "1:1";
+      } else if (options_.link_delay_bin.empty() || !Executable("iptables")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("link delay needs the kernel's netem qdisc (CONFIG_NET_SCH_NETEM), or "
+                         "link_delay_bin and iptables: ",
+                         s.message()));
+      } else {
+        use_delayer = true;
       }
-      parent = "1:1";
     }
     if (shape.rate_bits_per_second > 0) {
       const int64_t bytes_per_s = shape.rate_bits_per_second / 8;
@@ -350,8 +358,42 @@ absl::Status HostNetwork::Shape(const std::string& host, const LinkShape& shape)
       RETURN_IF_ERROR(Run(argv));
     }
   }
+  if (use_delayer) RETURN_IF_ERROR(StartDelayer(*h, shape));
   h->shape = shape;
   return ApplyFilters(*h);
+}
+
+absl::Status HostNetwork::StartDelayer(HostState& h, const LinkShape& shape) {
+  ASSIGN_OR_RETURN(
+      h.delayer,
+      base::Subprocess::Start(
+          {.argv = {"ip", "netns", "exec", h.host.netns, options_.link_delay_bin, "--queue=0",
+                    absl::StrCat("--delay_us=", absl::ToInt64Microseconds(shape.delay)),
+                    absl::StrCat("--jitter_us=", absl::ToInt64Microseconds(shape.jitter))},
+           .stop_grace = absl::Seconds(1)}));
+  // Both directions of eth0 (not loopback); --queue-bypass: packets pass
+  // undelayed, not dropped, while no helper listens.
+  for (const std::vector<std::string>& rule :
+       {std::vector<std::string>{"OUTPUT", "-o", "eth0"}, {"INPUT", "-i", "eth0"}}) {
+    std::vector<std::string> argv = {"ip", "netns", "exec", h.host.netns, "iptables", "-A"};
+    argv.insert(argv.end(), rule.begin(), rule.end());
+    argv.insert(argv.end(), {"-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"});
+    RETURN_IF_ERROR(Run(argv));
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // bound to its queue
+  if (!h.delayer->Running()) {
+    return absl::InternalError(
+        absl::StrCat("link_delay exited: ", h.delayer->ReadLog()));
+  }
+  return absl::OkStatus();
+}
+
+void HostNetwork::StopDelayer(HostState& h) {
+  if (h.delayer == nullptr) return;
+  for (const char* chain : {"OUTPUT", "INPUT"}) {
+    (void)Capture({"ip", "netns", "exec", h.host.netns, "iptables", "-F", chain});
+  }
+  h.delayer.reset();  // SIGTERM, reaped
 }
 
 absl::Status HostNetwork::Partition(const std::string& host) {

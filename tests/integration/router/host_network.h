@@ -27,8 +27,11 @@
 //
 // Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), `ip` and `tc` (iproute2) and
 // `nft` (nftables). Create() returns FailedPrecondition naming what is
-// missing, for GTEST_SKIP. Shaping with delay or jitter needs the kernel's
-// netem qdisc (sch_netem); without it Shape() returns FailedPrecondition and
+// missing, for GTEST_SKIP. Delay and jitter use the kernel's netem qdisc
+// (sch_netem); where the kernel has none, HostNetworkOptions::link_delay_bin
+// (tests/integration/router/link_delay.cc, run in the host's namespace on
+// the packets iptables queues to it: needs `iptables`) holds each packet
+// instead; with neither Shape() returns FailedPrecondition for a delay, and
 // bandwidth and loss still work.
 //
 // At most one HostNetwork per process at a time (its names carry the pid).
@@ -46,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/base/subprocess.h"
 
 namespace swaserve::testing {
 
@@ -65,6 +69,9 @@ struct HostNetworkOptions {
   // UCX_NET_DEVICES). Default: TCP on eth0.
   std::string ucx_tls = "tcp";
   std::string ucx_net_devices = "eth0";
+  // The link_delay helper binary, for delay and jitter where the kernel has
+  // no netem. Empty (default): netem only.
+  std::string link_delay_bin;
 };
 
 class HostNetwork {
@@ -123,6 +130,8 @@ class HostNetwork {
     bool isolated = false;
     std::vector<std::string> blocked_in;  // peer addresses
     std::vector<std::string> blocked_out;
+    // link_delay in the host's namespace while a delay is set without netem.
+    std::unique_ptr<base::Subprocess> delayer;
   };
   HostNetwork(HostNetworkOptions options, std::string prefix)
       : options_(std::move(options)), prefix_(std::move(prefix)) {}
@@ -130,6 +139,11 @@ class HostNetwork {
   absl::Status StartReaper();
   // Rewrites the host's nftables table from its state.
   absl::Status ApplyFilters(const HostState& h);
+  // link_delay on both directions of the host's link (the kernel has no
+  // netem): the helper in its namespace and the iptables rules that queue
+  // eth0's packets to it. StopDelayer ends both (no-op when none runs).
+  absl::Status StartDelayer(HostState& h, const LinkShape& shape);
+  void StopDelayer(HostState& h);
   HostState* Find(const std::string& name);
   // The shell commands that kill the processes of this run's namespaces
   // and delete them and the bridge.
