@@ -167,8 +167,10 @@ int main(int argc, char** argv) {
     }
     pollfd pfd{fd, POLLIN, 0};
     if (poll(&pfd, 1, timeout_ms) > 0) {
-      const ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
-      if (n > 0) {
+      // Everything queued now (a packet the socket has no room for is lost).
+      ssize_t n;
+      while ((n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT)) > 0 || errno == ENOBUFS) {
+        if (n <= 0) continue;
         ids.clear();
         ParsePackets(buf.data(), static_cast<size_t>(n), &ids);
         const Clock::time_point now = Clock::now();
