@@ -41,6 +41,7 @@ pkgs=(
   prometheus                          # promtool and the scrape integration test
   python3-yaml                        # tests/deploy: the rendered manifests
   curl procps iproute2
+  nftables iptables                   # the multi-host tests: partitions, loss, delay (NFQUEUE)
 )
 # Node.js + npm run the tokenizer golden-file generator. Machines that already
 # have a node/npm (e.g. from NodeSource) must not get Debian's, which conflict.

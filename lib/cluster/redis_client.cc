@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -29,6 +31,17 @@ timeval DurationToTimeval(absl::Duration d) {
   timeval tv = absl::ToTimeval(d);
   if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
   return tv;
+}
+
+// Whether a context's error is a timeout: the server did not answer within
+// command_timeout (hiredis 0.14 reports a blocking socket's SO_RCVTIMEO as an
+// I/O error with EAGAIN's text; later versions as REDIS_ERR_TIMEOUT).
+bool TimedOut(const redisContext& ctx) {
+#ifdef REDIS_ERR_TIMEOUT
+  if (ctx.err == REDIS_ERR_TIMEOUT) return true;
+#endif
+  return ctx.err == REDIS_ERR_IO && (std::strcmp(ctx.errstr, std::strerror(EAGAIN)) == 0 ||
+                                     std::strcmp(ctx.errstr, std::strerror(ETIMEDOUT)) == 0);
 }
 
 // Converts a hiredis reply tree into owned values.
@@ -547,6 +560,16 @@ absl::Status RedisClient::RunOn(Node& node, Connection& conn,
                        " (after ", i, " of ", commands.size(),
                        " replies); is redis-server running at ", node.address, "?");
       if (raw != nullptr) freeReplyObject(raw);
+      if (TimedOut(*ctx)) {
+        // The server does not answer (hung, or silently cut off): the other
+        // connections to it would wait command_timeout each. Fail fast
+        // instead, as after a failed connect, and reconnect them later.
+        absl::MutexLock lock(&node.backoff_mu);
+        ++node.timeouts;
+        node.last_error = message;
+        node.retry_at = clock_->Now() + node.backoff;
+        node.backoff = std::min(node.backoff * 2, options_.reconnect_backoff_max);
+      }
       conn.Drop();
       return absl::UnavailableError(message);
     }
@@ -623,12 +646,19 @@ absl::Status RedisClient::RunOnConnection(Node& node,
   absl::Status status;
   Connection& conn = AcquireConnection(node);
   conn.mu.AssertHeld();
+  if (conn.ctx != nullptr) {
+    // Opened before a call on another connection of the node timed out: as
+    // likely to hang; reconnect instead (after the backoff).
+    absl::MutexLock lock(&node.backoff_mu);
+    if (conn.timeouts_seen != node.timeouts) conn.Drop();
+  }
   if (conn.ctx == nullptr) {
     const absl::Time now = clock_->Now();
     bool refused = false;
     std::string refusal;
     {
       absl::MutexLock lock(&node.backoff_mu);
+      conn.timeouts_seen = node.timeouts;
       if (now < node.retry_at) {
         refused = true;
         refusal = absl::StrCat("redis at ", node.address, " is unavailable (", node.last_error,

@@ -28,6 +28,9 @@ std::string OpFromCommand(const RedisCommand& command);
 struct RedisClient::Connection {
   absl::Mutex mu;
   redisContext* ctx ABSL_GUARDED_BY(mu) = nullptr;
+  // Node::timeouts when it connected: a call on another connection of the
+  // node timing out since then makes this one suspect (dropped, not used).
+  uint64_t timeouts_seen ABSL_GUARDED_BY(mu) = 0;
 
   void Drop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (ctx != nullptr) redisFree(ctx);
@@ -58,8 +61,11 @@ struct RedisClient::Node {
   absl::Mutex coalesce_mu;
   std::deque<PendingCall*> pending ABSL_GUARDED_BY(coalesce_mu);
   int in_flight ABSL_GUARDED_BY(coalesce_mu) = 0;
-  // Reconnect state: while now < retry_at, calls fail fast.
+  // Reconnect state: while now < retry_at, calls fail fast. A failed
+  // connect or a call that timed out (the server does not answer) starts
+  // it; `timeouts` counts the timed-out calls.
   absl::Mutex backoff_mu;
+  uint64_t timeouts ABSL_GUARDED_BY(backoff_mu) = 0;
   absl::Time retry_at ABSL_GUARDED_BY(backoff_mu) = absl::InfinitePast();
   absl::Duration backoff ABSL_GUARDED_BY(backoff_mu);
   std::string last_error ABSL_GUARDED_BY(backoff_mu);

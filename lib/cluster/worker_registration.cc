@@ -416,6 +416,9 @@ void WorkerRegistration::Run() {
   absl::Time next_register = absl::InfinitePast();
   uint64_t dropped_reported = 0;
   bool last_failed = false;
+  // When the last registration or heartbeat that reached Redis was sent:
+  // the record expires record_ttl after it.
+  absl::Time record_refreshed = absl::InfinitePast();
   while (true) {
     const absl::Time now = absl::Now();
     bool registered;
@@ -434,6 +437,7 @@ void WorkerRegistration::Run() {
       }
       if (s.ok()) {
         registered = true;
+        record_refreshed = now;
         next_heartbeat = now + options_.heartbeat_interval;
         SWA_LOG(info, "cluster: registered worker {} ({}) in Redis at {}",
                 options_.info.id, swaserve::v1::Role_Name(options_.info.role),
@@ -459,7 +463,26 @@ void WorkerRegistration::Run() {
           SWA_LOG(warn, "cluster: heartbeat of worker {} failed: {}",
                   options_.info.id, s.ToString());
         }
+        const absl::Duration silent = absl::Now() - record_refreshed;
+        if (heartbeat_due && silent >= options_.record_ttl) {
+          // No heartbeat reached Redis for a whole TTL (a partition, a hung
+          // Redis): the record has expired, so routers no longer see this
+          // worker. Say so, and register again as soon as Redis answers
+          // instead of one heartbeat later.
+          absl::MutexLock lock(&mu_);
+          if (stats_.registered) {
+            SWA_LOG(warn,
+                    "cluster: no heartbeat of worker {} reached Redis for {}: its record "
+                    "has expired; registering again when Redis answers",
+                    options_.info.id, absl::FormatDuration(silent));
+            stats_.registered = false;
+            if (registered_gauge_ != nullptr) registered_gauge_->Set(0);
+          }
+          registered = false;
+          next_register = absl::InfinitePast();
+        }
       } else {
+        if (heartbeat_due) record_refreshed = now;
         absl::MutexLock lock(&mu_);
         if (!stats_.registered && registered) {
           SWA_LOG(warn,

@@ -14,7 +14,10 @@
 // and the worker's index is rebuilt from the newest events: see
 // cache_event_queue.h), and registration comes back within about one reconnect
 // backoff (RedisOptions) plus one heartbeat after Redis returns, followed by
-// the queued events.
+// the queued events. Once no heartbeat has reached Redis for record_ttl (a
+// partition, a hung Redis), the worker knows its record expired: stats and
+// swaserve_cluster_registered say 0, and it registers again as soon as Redis
+// answers.
 //
 // The first registration of a WorkerRegistration also clears the worker's
 // old prefix-index entries (a restarted worker has an empty cache);
@@ -127,7 +130,8 @@ class WorkerRegistration {
     uint64_t event_hashes_written = 0;
     uint64_t event_hashes_dropped = 0;
     uint64_t event_hashes_queued = 0;
-    // Whether the record is believed present (last heartbeat succeeded).
+    // Whether the record is believed present: the last heartbeat succeeded,
+    // or failed less than record_ttl after the last one that reached Redis.
     bool registered = false;
   };
 

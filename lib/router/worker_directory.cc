@@ -67,7 +67,8 @@ absl::Status WorkerDirectory::Refresh() {
     } else {
       breakers_.Reset(info.id);  // new worker or new incarnation: closed breaker
     }
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::CreateChannel(info.grpc_address);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        rpc::CreateChannel(info.grpc_address, options_.channel);
     if (!channel.ok()) {
       SWA_LOG(warn, "worker {}: bad address {}: {}", info.id, info.grpc_address,
               channel.status().ToString());

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
 #include "lib/cluster/cluster_view.h"
+#include "lib/rpc/channel.h"
 #include "lib/router/worker_client.h"
 
 namespace swaserve::router {
@@ -70,6 +71,11 @@ struct WorkerDirectoryOptions {
   // Start the background refresh thread. Default true; tests may refresh by
   // hand (Refresh()).
   bool background_refresh = true;
+  // The workers' channels. Their HTTP/2 keepalive is what notices a worker
+  // that went silent (a partition, a hung process) under a call that is
+  // waiting for its answer: keepalive_time + keepalive_timeout, 30 s + 10 s
+  // by default; a worker's GrpcServer accepts pings every 10 s at most.
+  rpc::ChannelOptions channel;
 };
 
 // One registered worker and the client to call it.

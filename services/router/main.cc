@@ -39,6 +39,7 @@
 #include "lib/model/tokenizer.h"
 #include "lib/router/router.h"
 #include "lib/router/worker_directory.h"
+#include "lib/rpc/channel.h"
 #include "lib/rpc/grpc_server.h"
 #include "lib/rpc/termination_signal.h"
 #include "services/router/grpc_service.h"
@@ -88,6 +89,8 @@ struct RouterConfig {
   absl::Duration worker_wait = router::RouterOptions{}.worker_wait;
   bool bucket_fallback = router::RouterOptions{}.bucket_fallback;
   absl::Duration refresh_interval = absl::Milliseconds(500);
+  absl::Duration worker_keepalive = rpc::ChannelOptions{}.keepalive_time;
+  absl::Duration worker_keepalive_timeout = rpc::ChannelOptions{}.keepalive_timeout;
   int64_t breaker_failures = 3;
   absl::Duration breaker_open = absl::Seconds(10);
   std::string api_keys;
@@ -185,6 +188,11 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("max_migrations", &c->max_migrations,
            "re-dispatches of a request whose decode worker died or drained mid-stream")
       .Add("refresh_interval", &c->refresh_interval, "how often the worker registry is re-read")
+      .Add("worker_keepalive", &c->worker_keepalive,
+           "HTTP/2 ping interval toward workers (>= 10s, what workers accept): a silent worker "
+           "under a waiting call is dropped after this plus --worker_keepalive_timeout")
+      .Add("worker_keepalive_timeout", &c->worker_keepalive_timeout,
+           "how long a ping toward a worker may go unanswered")
       .Add("breaker.failures", &c->breaker_failures, "consecutive failures that open a breaker")
       .Add("breaker.open_for", &c->breaker_open, "how long an open breaker skips a worker")
       .Add("api_keys", &c->api_keys,
@@ -213,6 +221,12 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
 absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
                                 cluster::RedisOptions* redis) {
   if (c->model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (c->worker_keepalive < absl::Seconds(10) ||
+      c->worker_keepalive_timeout <= absl::ZeroDuration()) {
+    // Workers answer pings more frequent than 10 s with GOAWAY (too many pings).
+    return absl::InvalidArgumentError(
+        "--worker_keepalive must be at least 10s and --worker_keepalive_timeout positive");
+  }
   policy->bucket_bounds.clear();
   for (absl::string_view part : absl::StrSplit(c->bucket_bounds, ',', absl::SkipWhitespace())) {
     int64_t v = 0;
@@ -281,6 +295,8 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   wdo.refresh_interval = c.refresh_interval;
   wdo.breaker.failures_to_open = static_cast<int>(c.breaker_failures);
   wdo.breaker.open_for = c.breaker_open;
+  wdo.channel.keepalive_time = c.worker_keepalive;
+  wdo.channel.keepalive_timeout = c.worker_keepalive_timeout;
   ASSIGN_OR_RETURN(directory, router::WorkerDirectory::Create(wdo));
   RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&registry));
   RETURN_IF_ERROR(registry.AddCallbackGauge(

@@ -1,6 +1,8 @@
 // RedisClient against a real redis-server: commands, pipelines, binary
 // values, scripts (load once, reload after SCRIPT FLUSH and after a restart),
 // AUTH, concurrent callers, and Redis being killed and restarted.
+#include <signal.h>
+
 #include <atomic>
 #include <thread>
 
@@ -147,6 +149,37 @@ TEST_F(RedisClientIntegrationTest, DownThenBackWithinOneBackoff) {
   EXPECT_THAT(
       text, HasSubstr(absl::StrCat("swaserve_redis_seconds_count{op=\"ping\"} ",
                                    failed + 2, "\n")));
+}
+
+// A hung server (SIGSTOP: connections stay open, nothing answers): the
+// first call waits command_timeout; the calls after it fail fast on every
+// other pooled connection instead of each waiting command_timeout too, until
+// the backoff ends; once the server answers again, calls succeed.
+TEST_F(RedisClientIntegrationTest, AHungServerCostsOneTimeoutNotOnePerConnection) {
+  RedisOptions options = server_->ClientOptions();
+  options.pool_size = 4;
+  options.command_timeout = absl::Milliseconds(300);
+  options.reconnect_backoff_initial = absl::Milliseconds(500);
+  options.reconnect_backoff_max = absl::Seconds(1);
+  auto redis = NewClient(options);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(redis->Ping().ok());  // opens the pool
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  absl::Time t0 = absl::Now();
+  EXPECT_EQ(redis->Ping().code(), absl::StatusCode::kUnavailable);
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
+  for (int i = 0; i < 6; ++i) {
+    t0 = absl::Now();
+    const absl::Status s = redis->Ping();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+    EXPECT_LT(absl::Now() - t0, absl::Milliseconds(100)) << "call " << i << ": " << s;
+  }
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  const absl::Time back = absl::Now();
+  while (!redis->Ping().ok()) {
+    ASSERT_LT(absl::Now() - back, absl::Seconds(5));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(redis->Ping().ok());
 }
 
 TEST_F(RedisClientIntegrationTest, PasswordProtectedServer) {

@@ -20,6 +20,10 @@ constexpr char kRedisServer[] = "/usr/bin/redis-server";
 
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
     std::vector<std::string> extra_args) {
+  return Start(RedisServerOptions{.extra_args = std::move(extra_args)});
+}
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(RedisServerOptions options) {
   std::string program = kRedisServer;
   if (access(program.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
@@ -31,7 +35,7 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
   // The picked port may be taken before redis binds it: retry a few times.
   for (int attempt = 0; attempt < 5; ++attempt) {
     ASSIGN_OR_RETURN(int port, base::PickFreePort());
-    auto server = absl::WrapUnique(new RedisServer(dir, port, extra_args));
+    auto server = absl::WrapUnique(new RedisServer(dir, port, options));
     last = server->Launch();
     if (last.ok()) return server;
   }
@@ -50,31 +54,23 @@ RedisServer::~RedisServer() {
 
 absl::Status RedisServer::Launch() {
   ++launches_;
-  std::vector<std::string> argv = {kRedisServer,
-                                   "--port",
-                                   absl::StrCat(port_),
-                                   "--bind",
-                                   "127.0.0.1",
-                                   "--save",
-                                   "",
-                                   "--appendonly",
-                                   "no",
-                                   "--dir",
-                                   dir_,
-                                   "--daemonize",
-                                   "no",
-                                   "--loglevel",
-                                   "warning",
-                                   "--databases",
-                                   "4"};
-  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  std::vector<std::string> argv = o_.command_prefix;
+  const std::vector<std::string> args = {
+      kRedisServer, "--port",     absl::StrCat(port_), "--bind",   o_.bind,   "--save",
+      "",           "--appendonly", "no",              "--dir",    dir_,      "--daemonize",
+      "no",         "--loglevel", "warning",           "--databases", "4"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  // Protected mode refuses every client but loopback's when no password is
+  // set.
+  if (o_.bind != "127.0.0.1") argv.insert(argv.end(), {"--protected-mode", "no"});
+  argv.insert(argv.end(), o_.extra_args.begin(), o_.extra_args.end());
   ASSIGN_OR_RETURN(
       process_,
       base::Subprocess::Start(
           {.argv = argv,
            .log_path = absl::StrCat(dir_, "/redis-", launches_, ".log"),
            .stop_grace = absl::Seconds(2)}));
-  absl::Status ready = base::WaitForTcpPort("127.0.0.1", port_, kReadyTimeout);
+  absl::Status ready = base::WaitForTcpPort(o_.bind, port_, kReadyTimeout);
   if (!ready.ok() || !process_->Running()) {
     const std::string log = process_->ReadLog();
     process_->Signal(SIGKILL).IgnoreError();
@@ -88,7 +84,7 @@ absl::Status RedisServer::Launch() {
 }
 
 RedisOptions RedisServer::ClientOptions() const {
-  return RedisOptions{.host = "127.0.0.1",
+  return RedisOptions{.host = o_.bind,
                       .port = port_,
                       .connect_timeout = absl::Milliseconds(500),
                       .command_timeout = absl::Seconds(2),

@@ -17,6 +17,16 @@
 
 namespace swaserve::cluster::testing {
 
+struct RedisServerOptions {
+  // Extra redis-server arguments, e.g. {"--requirepass", "pw"}.
+  std::vector<std::string> extra_args;
+  // The address it binds and clients use. Default: loopback.
+  std::string bind = "127.0.0.1";
+  // Put before its command line, e.g. to run it in another network
+  // namespace (HostNetwork::Wrap); empty (default): none.
+  std::vector<std::string> command_prefix;
+};
+
 class RedisServer {
  public:
   // Starts redis-server with `extra_args` (e.g. {"--requirepass", "pw"}) and
@@ -24,9 +34,11 @@ class RedisServer {
   // redis-server is not installed.
   static absl::StatusOr<std::unique_ptr<RedisServer>> Start(
       std::vector<std::string> extra_args = {});
+  static absl::StatusOr<std::unique_ptr<RedisServer>> Start(RedisServerOptions options);
   ~RedisServer();
 
   int port() const { return port_; }
+  const std::string& host() const { return o_.bind; }
   // The running server's pid (0 after Kill()).
   pid_t pid() const { return process_ != nullptr ? process_->pid() : 0; }
   // Options for a client of this server (short timeouts and backoff).
@@ -40,13 +52,13 @@ class RedisServer {
   std::string ReadLog() const;
 
  private:
-  RedisServer(std::string dir, int port, std::vector<std::string> extra_args)
-      : dir_(std::move(dir)), port_(port), extra_args_(std::move(extra_args)) {}
+  RedisServer(std::string dir, int port, RedisServerOptions o)
+      : dir_(std::move(dir)), port_(port), o_(std::move(o)) {}
   absl::Status Launch();
 
   std::string dir_;
   int port_;
-  std::vector<std::string> extra_args_;
+  RedisServerOptions o_;
   std::unique_ptr<base::Subprocess> process_;
   int launches_ = 0;
 };

@@ -2,6 +2,8 @@
 // heartbeat, expiry, load reports, cache events into the prefix index, a
 // second router replica seeing the same state, and Redis being killed and
 // restarted on the same port while a worker keeps publishing.
+#include <signal.h>
+
 #include <cstdio>
 #include <random>
 
@@ -407,6 +409,33 @@ TEST_F(RegistrationTest, SurvivesRedisRestartAndDeliversQueuedEvents) {
       absl::Seconds(2)));
   reg->Stop();
   EXPECT_TRUE(ListedIds(*view_).empty());
+}
+
+// A hung Redis (SIGSTOP: the connection stays open, nothing answers):
+// heartbeats time out, and once none has reached Redis for a whole TTL the
+// worker knows its record expired (stats, swaserve_cluster_registered 0)
+// instead of believing it present until Redis answers again; then it
+// registers again at once.
+TEST_F(RegistrationTest, AWorkerWhoseHeartbeatsFailForATtlKnowsItsRecordExpired) {
+  metrics::Registry registry;
+  WorkerRegistrationOptions o = FastOptions("decode-h");
+  o.metrics = &registry;
+  auto reg = Start(o);
+  ASSERT_TRUE(reg->WaitRegistered(absl::Seconds(5)));
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  EXPECT_TRUE(Eventually([&] { return !reg->stats().registered; }, absl::Seconds(10)));
+  const absl::Duration noticed = absl::Now() - stopped;
+  EXPECT_THAT(registry.RenderText(), HasSubstr("swaserve_cluster_registered 0\n"));
+  ASSERT_EQ(kill(server_->pid(), SIGCONT), 0);
+  EXPECT_TRUE(Eventually([&] { return reg->stats().registered; }, absl::Seconds(5)));
+  EXPECT_EQ(reg->stats().registrations, 2u);
+  EXPECT_THAT(registry.RenderText(), HasSubstr("swaserve_cluster_registered 1\n"));
+  EXPECT_TRUE(Eventually(
+      [&] { return ListedIds(*view_) == std::vector<std::string>{"decode-h"}; },
+      absl::Seconds(5)));
+  std::printf("hung Redis: record known expired after %s (TTL 600ms, command timeout 2s)\n",
+              absl::FormatDuration(noticed).c_str());
 }
 
 TEST_F(RegistrationTest, BoundedQueueDropsOldestEventsWhileRedisIsDown) {

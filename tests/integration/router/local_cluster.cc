@@ -8,7 +8,9 @@
 
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "lib/launch/service_process.h"
 #include "lib/base/status.h"
@@ -17,7 +19,7 @@
 
 namespace swaserve::testing {
 
-std::string LocalProcess::grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port); }
+std::string LocalProcess::grpc_address() const { return absl::StrCat(host, ":", grpc_port); }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     const LocalClusterOptions& options) {
@@ -34,8 +36,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(
     if (!rc.ok()) return rc.status();
     if (*rc != 0) return absl::InternalError(absl::StrCat("make-model failed: ", out));
   }
+  cluster::testing::RedisServerOptions ro;
+  if (options.network != nullptr) {
+    absl::StatusOr<const HostNetwork::Host*> host = options.network->AddHost("redis");
+    if (!host.ok()) return host.status();
+    ro.bind = (*host)->address;
+    ro.command_prefix = options.network->Wrap("redis", {});
+  }
   absl::StatusOr<std::unique_ptr<cluster::testing::RedisServer>> redis =
-      cluster::testing::RedisServer::Start();
+      cluster::testing::RedisServer::Start(std::move(ro));
   if (!redis.ok()) return redis.status();
   c->redis_ = std::move(*redis);
   return c;
@@ -71,7 +80,26 @@ LocalCluster::~LocalCluster() {
 }
 
 std::string LocalCluster::redis_address() const {
-  return absl::StrCat("127.0.0.1:", redis_->port());
+  return absl::StrCat(redis_->host(), ":", redis_->port());
+}
+
+absl::StatusOr<std::string> LocalCluster::PlaceOnHost(const std::string& id,
+                                                      std::vector<std::string>& argv) {
+  if (o_.network == nullptr) return std::string("127.0.0.1");
+  // A process started again with the same id keeps its host.
+  const HostNetwork::Host* host = o_.network->Get(id);
+  if (host == nullptr) {
+    ASSIGN_OR_RETURN(host, o_.network->AddHost(id));
+  }
+  for (std::string& arg : argv) {
+    for (const char* flag : {"--listen=", "--metrics.host=", "--http.host=", "--advertise_host="}) {
+      if (absl::StartsWith(arg, flag)) {
+        absl::StrReplaceAll({{"127.0.0.1", host->address}}, &arg);
+      }
+    }
+  }
+  argv = o_.network->Wrap(id, std::move(argv));
+  return host->address;
 }
 
 LocalProcess* LocalCluster::Get(const std::string& id) {
@@ -81,6 +109,7 @@ LocalProcess* LocalCluster::Get(const std::string& id) {
 
 absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
                                                   std::vector<std::string> argv, bool is_router) {
+  ASSIGN_OR_RETURN(const std::string address, PlaceOnHost(id, argv));
   ASSIGN_OR_RETURN(launch::ServiceProcess svc,
                    launch::SpawnService({.name = id, .argv = std::move(argv), .dir = dir_}));
   RETURN_IF_ERROR(launch::WaitServing(svc, absl::Now() + absl::Seconds(90), absl::Seconds(90)));
@@ -91,6 +120,7 @@ absl::StatusOr<LocalProcess*> LocalCluster::Start(const std::string& id,
   p->grpc_port = svc.grpc_port;
   p->http_port = svc.metrics_port;  // routers: their HTTP port
   p->is_router = is_router;
+  p->host = address;
   LocalProcess* raw = p.get();
   procs_[id] = std::move(p);
   return raw;
@@ -106,6 +136,7 @@ absl::StatusOr<LocalProcess*> LocalCluster::StartWorker(const std::string& role,
                         "--transfer.timeout=10s", "--decode.commit_timeout=30s"}) {
     argv.push_back(f);
   }
+  argv.push_back("--advertise_host=127.0.0.1");  // the default; its host's address on one
   argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   absl::StatusOr<LocalProcess*> p = Start(id, std::move(argv), false);
@@ -142,6 +173,12 @@ absl::StatusOr<LocalProcess*> LocalCluster::StartRouter(const std::string& id,
   return Start(id, std::move(argv), true);
 }
 
+absl::Status LocalCluster::Signal(const std::string& id, int signo) {
+  LocalProcess* p = Get(id);
+  if (p == nullptr) return absl::NotFoundError(id);
+  return p->process->Signal(signo);
+}
+
 absl::Status LocalCluster::Kill(const std::string& id) {
   LocalProcess* p = Get(id);
   if (p == nullptr) return absl::NotFoundError(id);
@@ -174,7 +211,7 @@ absl::StatusOr<LocalCluster::HttpResult> LocalCluster::Http(
     const std::string& body, const std::vector<std::pair<std::string, std::string>>& headers) {
   LocalProcess* p = Get(router_id);
   if (p == nullptr) return absl::NotFoundError(router_id);
-  httplib::Client cli("127.0.0.1", p->http_port);
+  httplib::Client cli(p->host, p->http_port);
   cli.set_read_timeout(120, 0);
   httplib::Headers h;
   for (const auto& [k, v] : headers) h.emplace(k, v);
@@ -192,7 +229,7 @@ absl::StatusOr<LocalCluster::HttpResult> LocalCluster::Http(
 double LocalCluster::Metric(const std::string& id, const std::string& line_prefix) {
   LocalProcess* p = Get(id);
   if (p == nullptr || p->http_port == 0) return -1;
-  httplib::Client cli("127.0.0.1", p->http_port);
+  httplib::Client cli(p->host, p->http_port);
   cli.set_read_timeout(10, 0);
   httplib::Result res = cli.Get("/metrics");
   if (!res || res->status != 200) return -1;

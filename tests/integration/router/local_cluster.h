@@ -5,6 +5,11 @@
 // Processes are stopped (SIGTERM, then SIGKILL) when the cluster is
 // destroyed, also when a test fails.
 //
+// With LocalClusterOptions::network every process runs on a host of its own
+// (tests/integration/router/host_network.h): Redis on host "redis", each
+// worker and router on a host named by its id, each listening on its host's
+// address, UCX over TCP between hosts.
+//
 // The model is the tiny random checkpoint with the Qwen3 tokenizer, made
 // once per cluster with `swaserve make-model` (the binary path is given).
 #pragma once
@@ -19,6 +24,7 @@
 #include "swaserve/v1/router.grpc.pb.h"
 #include "swaserve/v1/worker.grpc.pb.h"
 #include "tests/integration/cluster/redis_server.h"
+#include "tests/integration/router/host_network.h"
 
 namespace swaserve::testing {
 
@@ -29,6 +35,8 @@ struct LocalProcess {
   int grpc_port = 0;
   int http_port = 0;  // router: OpenAI API + /metrics; worker: /metrics
   bool is_router = false;
+  // The address it listens on (its host's with a HostNetwork).
+  std::string host = "127.0.0.1";
   std::string grpc_address() const;
 };
 
@@ -46,6 +54,9 @@ struct LocalClusterOptions {
   // A model directory every process serves as it is (e.g. models/demo);
   // empty (default): make-model makes a tiny random one with model_flags.
   std::string model_dir;
+  // Hosts to run the processes on (not owned; must outlive the cluster, so
+  // declare it before the cluster). Null (default): all on loopback.
+  HostNetwork* network = nullptr;
 };
 
 class LocalCluster {
@@ -64,6 +75,8 @@ class LocalCluster {
   // Starts a router replica and waits until it serves HTTP.
   absl::StatusOr<LocalProcess*> StartRouter(const std::string& id,
                                             std::vector<std::string> extra = {});
+  // Sends `signo` to a process (SIGSTOP / SIGCONT: a hung process).
+  absl::Status Signal(const std::string& id, int signo);
   // SIGKILLs a process (a crash).
   absl::Status Kill(const std::string& id);
   // SIGTERMs a process (a drain) and waits up to `timeout` for it to exit.
@@ -99,6 +112,9 @@ class LocalCluster {
   LocalCluster(LocalClusterOptions o, std::string dir) : o_(std::move(o)), dir_(std::move(dir)) {}
   absl::StatusOr<LocalProcess*> Start(const std::string& id, std::vector<std::string> argv,
                                       bool is_router);
+  // With a network: adds host `id`, points the loopback listen flags of
+  // argv at its address and wraps argv to run there. Returns the address.
+  absl::StatusOr<std::string> PlaceOnHost(const std::string& id, std::vector<std::string>& argv);
 
   LocalClusterOptions o_;
   std::string dir_;
