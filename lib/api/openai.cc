@@ -475,13 +475,7 @@ ParseResult ParseChatImpl(std::string_view body, const ParseLimits& limits) {
     out.logprobs_top = static_cast<int>(top);
   }
   if (const json* v = Find(j, "response_format")) {
-    if (!v->is_object()) return TypeError("response_format", "an object", *v);
-    const json* type = Find(*v, "type");
-    if (type == nullptr || !type->is_string() || *type != "text" ||
-        v->size() != 1) {
-      return NotSupported("response_format",
-                          "only {\"type\": \"text\"} is supported.");
-    }
+    if (Error e = openai_internal::ParseResponseFormat(*v, &out.request)) return *e;
   }
   return out;
 }

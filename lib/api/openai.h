@@ -38,7 +38,9 @@
 //   chat:  messages (required, non-empty), max_completion_tokens (alias of
 //          max_tokens; both may be given only with the same value), logprobs
 //          (bool), top_logprobs (0..20, needs logprobs: true),
-//          response_format ({"type": "text"} only)
+//          response_format ({"type": "text"}, {"type": "json_object"}, {"type":
+//          "json_schema", "json_schema": {name, description, schema, strict}}:
+//          the output is constrained to it, sampling.constraint)
 #pragma once
 
 #include <cstddef>

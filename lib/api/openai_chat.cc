@@ -323,6 +323,65 @@ Error ParseTemplateKwargs(const json& body, v1::GenerateRequest* req) {
   return std::nullopt;
 }
 
+Error ParseResponseFormat(const json& v, v1::GenerateRequest* req) {
+  if (!v.is_object()) return TypeError("response_format", "an object", v);
+  const json* type = Find(v, "type");
+  if (type == nullptr) return MissingParam("response_format.type");
+  std::string t;
+  if (Error e = ReadString(*type, "response_format.type", &t)) return e;
+  auto only = [&](std::initializer_list<const char*> keys) -> Error {
+    for (const auto& [key, value] : v.items()) {
+      bool known = false;
+      for (const char* k : keys) known = known || key == k;
+      if (!known) {
+        const std::string field = Cat({"response_format.", Shorten(key)});
+        return InvalidRequestError(Cat({"Unrecognized request argument supplied: ", field}),
+                                   field, "unrecognized_argument");
+      }
+    }
+    return std::nullopt;
+  };
+  if (t == "text") return only({"type"});
+  v1::OutputConstraint* c = req->mutable_sampling()->mutable_constraint();
+  if (t == "json_object") {
+    if (Error e = only({"type"})) return e;
+    c->set_kind(v1::OutputConstraint::KIND_JSON_OBJECT);
+    return std::nullopt;
+  }
+  if (t != "json_schema") {
+    return ValueError("response_format.type", "expected 'text', 'json_object' or 'json_schema'.");
+  }
+  if (Error e = only({"type", "json_schema"})) return e;
+  const json* js = Find(v, "json_schema");
+  if (js == nullptr) return MissingParam("response_format.json_schema");
+  if (!js->is_object()) return TypeError("response_format.json_schema", "an object", *js);
+  for (const auto& [key, value] : js->items()) {
+    if (key != "name" && key != "description" && key != "schema" && key != "strict") {
+      const std::string field = Cat({"response_format.json_schema.", Shorten(key)});
+      return InvalidRequestError(Cat({"Unrecognized request argument supplied: ", field}), field,
+                                 "unrecognized_argument");
+    }
+  }
+  const json* name = Find(*js, "name");
+  if (name == nullptr) return MissingParam("response_format.json_schema.name");
+  if (!name->is_string()) return TypeError("response_format.json_schema.name", "a string", *name);
+  if (const json* st = Find(*js, "strict"); st != nullptr && !st->is_boolean()) {
+    return TypeError("response_format.json_schema.strict", "a boolean", *st);
+  }
+  const json* schema = Find(*js, "schema");
+  // No schema: any JSON value is not what a client means; take an object.
+  if (schema == nullptr) {
+    c->set_kind(v1::OutputConstraint::KIND_JSON_OBJECT);
+    return std::nullopt;
+  }
+  if (!schema->is_object() && !schema->is_boolean()) {
+    return TypeError("response_format.json_schema.schema", "an object", *schema);
+  }
+  c->set_kind(v1::OutputConstraint::KIND_JSON_SCHEMA);
+  c->set_json_schema(schema->dump());
+  return std::nullopt;
+}
+
 Error ParseMessages(const json& body, v1::GenerateRequest* req) {
   v1::ChatMessages* chat = req->mutable_chat();
   const json* v = Find(body, "messages");

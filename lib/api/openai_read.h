@@ -63,5 +63,9 @@ Error ParseToolChoice(const json& v, const std::vector<std::string>& names,
 // "reasoning_effort" (enable_thinking: false for "none" and "minimal", true
 // otherwise, unless chat_template_kwargs sets it).
 Error ParseTemplateKwargs(const json& body, v1::GenerateRequest* req);
+// "response_format": {"type": "text"}, {"type": "json_object"} or {"type":
+// "json_schema", "json_schema": {"name", "description"?, "schema",
+// "strict"?}} into req->sampling.constraint.
+Error ParseResponseFormat(const json& v, v1::GenerateRequest* req);
 
 }  // namespace swaserve::api::openai_internal

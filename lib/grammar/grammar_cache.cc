@@ -58,6 +58,17 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::JsonObject(
   return GetOrCompile(Key(h.high, h.low), [&] { return CompileJsonObject(vocab, options); });
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::ToolCall(
+    absl::string_view key_text, const std::vector<model::ToolDefinition>& tools,
+    std::shared_ptr<const TokenVocabulary> vocab, const ToolCallGrammarOptions& options) {
+  if (vocab == nullptr) return absl::InvalidArgumentError("no vocabulary");
+  const base::Hash128 h = base::Hash128Of(absl::StrCat(
+      "tool_call|", vocab->fingerprint(), "|", static_cast<int>(options.format), ",",
+      options.parallel_calls, ",", options.text_before_calls, ",", OptionsKey(options.json), "|",
+      key_text));
+  return GetOrCompile(Key(h.high, h.low), [&] { return CompileToolCall(tools, vocab, options); });
+}
+
 int64_t GrammarCache::hits() const {
   absl::MutexLock lock(&mu_);
   return hits_;

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/grammar/json_schema.h"
+#include "lib/grammar/tool_call.h"
 
 namespace swaserve::grammar {
 
@@ -44,6 +45,12 @@ class GrammarCache {
   // CompileJsonObject through the cache.
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> JsonObject(
       std::shared_ptr<const TokenVocabulary> vocab, const JsonGrammarOptions& options = {});
+
+  // CompileToolCall through the cache; `key_text` names the tools (e.g.
+  // their JSON text): equal texts must mean equal tools.
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> ToolCall(
+      absl::string_view key_text, const std::vector<model::ToolDefinition>& tools,
+      std::shared_ptr<const TokenVocabulary> vocab, const ToolCallGrammarOptions& options);
 
   int64_t hits() const;
   int64_t misses() const;

@@ -1,5 +1,7 @@
 #include "lib/model/sampling.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 
@@ -96,15 +98,37 @@ size_t Sampler::Candidates(absl::Span<const float> logits, std::vector<double>* 
 }
 
 absl::Span<const float> Sampler::Biased(absl::Span<const float> logits) {
-  if (options_.logit_bias.empty()) return logits;
+  const bool masked = options_.constraint != nullptr && options_.constraint->FillMask(&mask_);
+  if (options_.logit_bias.empty() && !masked) return logits;
   biased_.assign(logits.begin(), logits.end());
   for (const auto& [token, bias] : options_.logit_bias) {
     if (token < biased_.size()) biased_[token] += bias;
   }
+  if (masked) {
+    const float kOff = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < biased_.size(); ++i) {
+      const size_t w = i / 32;
+      if (w >= mask_.size() || ((mask_[w] >> (i % 32)) & 1u) == 0) biased_[i] = kOff;
+    }
+  }
   return biased_;
 }
 
+bool Sampler::Observe(uint32_t token) {
+  return options_.constraint == nullptr || options_.constraint->Accept(token);
+}
+
+bool Sampler::Terminated() const {
+  return options_.constraint != nullptr && options_.constraint->Terminated();
+}
+
 SampledToken Sampler::Sample(absl::Span<const float> raw_logits) {
+  SampledToken t = SampleUnobserved(raw_logits);
+  if (options_.constraint != nullptr) options_.constraint->Accept(t.token);
+  return t;
+}
+
+SampledToken Sampler::SampleUnobserved(absl::Span<const float> raw_logits) {
   const absl::Span<const float> logits = Biased(raw_logits);
   uint32_t token;
   if (options_.temperature <= 0) {
@@ -114,13 +138,12 @@ SampledToken Sampler::Sample(absl::Span<const float> raw_logits) {
     const size_t keep = Candidates(logits, &weights_, &sum);
     const double u = Uniform() * sum;
     double acc = 0;
-    token = scratch_[keep - 1].second;
+    token = scratch_[0].second;
     for (size_t i = 0; i < keep; ++i) {
+      if (weights_[i] <= 0) continue;  // a masked token (probability 0)
+      token = scratch_[i].second;  // rounding leaves u past the sum: the last drawable one
       acc += weights_[i];
-      if (u < acc) {
-        token = scratch_[i].second;
-        break;
-      }
+      if (u < acc) break;
     }
   }
   return DescribeBiased(logits, token);
@@ -161,7 +184,9 @@ SampledToken Sampler::DescribeBiased(absl::Span<const float> logits, uint32_t to
     scratch_.resize(n);  // Sample() is done with it by now
     for (uint32_t i = 0; i < n; ++i) scratch_[i] = {logits[i], i};
     std::partial_sort(scratch_.begin(), scratch_.begin() + k, scratch_.end(), ByLogit);
-    for (size_t i = 0; i < k; ++i) out.top.push_back({scratch_[i].second, scratch_[i].first - log_z});
+    for (size_t i = 0; i < k && std::isfinite(scratch_[i].first); ++i) {
+      out.top.push_back({scratch_[i].second, scratch_[i].first - log_z});
+    }
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
@@ -15,6 +16,23 @@
 #include "absl/types/span.h"
 
 namespace swaserve::model {
+
+// What a request's output must match (structured output), as the sampler
+// sees it: which tokens may come next, and the tokens that came. One per
+// request; lib/grammar's matcher behind it (lib/worker/output_constraint.h).
+// Not thread-safe (the request's sampler calls it).
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // The tokens allowed next as a bitmask (bit id % 32 of word id / 32;
+  // `mask` is resized to cover the vocabulary). False: every token is
+  // allowed now (the constraint has not started).
+  virtual bool FillMask(std::vector<uint32_t>* mask) = 0;
+  // The next output token. False: the constraint did not allow it.
+  virtual bool Accept(uint32_t token) = 0;
+  // The output is complete and nothing may follow it.
+  virtual bool Terminated() = 0;
+};
 
 struct SamplingOptions {
   // 0: greedy (argmax; ties go to the lowest id).
@@ -35,6 +53,11 @@ struct SamplingOptions {
   // all of the biased logits, for drafts and verification alike, so MTP
   // stays exact. Default: none.
   std::vector<std::pair<uint32_t, float>> logit_bias;
+  // Structured output (null: free). Sample() draws only tokens it allows
+  // (every other logit is -inf, after logit_bias) and hands it each token
+  // drawn; a request's speculation is off while it is constrained.
+  // Default: none.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // A next-token distribution after temperature, top-k and top-p, exactly as
@@ -61,8 +84,16 @@ class Sampler {
   // top_logprobs outside [0, 20].
   static absl::Status Validate(const SamplingOptions& options);
 
-  // Samples one token from one row of logits.
+  // Samples one token from one row of logits (with a constraint: among
+  // the tokens it allows, and the token is then accepted by it).
   SampledToken Sample(absl::Span<const float> logits);
+
+  // A token chosen elsewhere (the prefill worker's first token) fed to the
+  // constraint. False: the constraint did not allow it.
+  bool Observe(uint32_t token);
+  bool constrained() const { return options_.constraint != nullptr; }
+  // The constraint's output is complete (false without one).
+  bool Terminated() const;
 
   // Skips what `samples` Sample() calls draw (none when greedy): a decode
   // worker continues the random stream after the prefill worker's first
@@ -95,6 +126,8 @@ class Sampler {
   // unnormalised weights; returns keep (temperature > 0 only).
   size_t Candidates(absl::Span<const float> logits, std::vector<double>* weights, double* sum);
   double Uniform();
+  // Sample() without handing the token to the constraint.
+  SampledToken SampleUnobserved(absl::Span<const float> logits);
   // `logits` with options_.logit_bias added (in biased_), or `logits`.
   absl::Span<const float> Biased(absl::Span<const float> logits);
   // Distribution / Describe of logits already biased.
@@ -107,6 +140,7 @@ class Sampler {
   std::vector<double> weights_;
   std::vector<double> dense_q_;
   std::vector<float> biased_;
+  std::vector<uint32_t> mask_;
   TokenDistribution p_;
 };
 

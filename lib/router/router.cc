@@ -377,6 +377,7 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
   if (r.tokens.empty()) return invalid("the prompt is empty");
   r.sampling = in.sampling();
   if (r.sampling.max_tokens() == 0) r.sampling.set_max_tokens(options_.default_max_tokens);
+  RETURN_IF_ERROR(PrepareConstraint(in, r));
   if (r.sampling.max_tokens() > options_.max_max_tokens) {
     return invalid(absl::StrCat("max_tokens ", r.sampling.max_tokens(), " is above the limit ",
                                 options_.max_max_tokens));

@@ -100,6 +100,7 @@
 #include "lib/base/timer_queue.h"
 #include "lib/cluster/cluster_view.h"
 #include "lib/metrics/registry.h"
+#include "lib/grammar/grammar_cache.h"
 #include "lib/model/chat_format.h"
 #include "lib/model/chat_template.h"
 #include "lib/model/tokenizer.h"
@@ -349,6 +350,11 @@ class Router {
   explicit Router(const RouterOptions& options);
 
   absl::Status Prepare(const v1::GenerateRequest& in, Request& r);
+  // The structured-output part of Prepare (router_constraint.cc): the
+  // request's constraint completed into r.sampling and compiled to check it.
+  absl::Status PrepareConstraint(const v1::GenerateRequest& in, Request& r);
+  // The tokenizer's vocabulary for grammars, made on first use.
+  std::shared_ptr<const grammar::TokenVocabulary> ConstraintVocabulary();
   // The multimodal part of Prepare: markers checked, items resolved
   // (MediaResolver), placeholders expanded into r.tokens.
   absl::Status PrepareMedia(const v1::GenerateRequest& in,
@@ -404,6 +410,9 @@ class Router {
   // The chat template when options_.chat_template is null.
   std::unique_ptr<model::ChatTemplate> builtin_template_;
   model::ChatFormat chat_format_;
+  absl::Mutex vocab_mu_;
+  std::shared_ptr<const grammar::TokenVocabulary> vocab_ ABSL_GUARDED_BY(vocab_mu_);
+  grammar::GrammarCache grammar_cache_;
   // options_.default_template_kwargs, parsed.
   nlohmann::ordered_json default_kwargs_ = nlohmann::ordered_json::object();
   std::unique_ptr<Metrics> metrics_;

@@ -595,6 +595,11 @@ absl::Status Router::Call::Migrate(const Outcome& o) {
   const size_t sent = r.generated.size() - r.generated_in_tokens;
   r.tokens.insert(r.tokens.end(), r.generated.begin() + r.generated_in_tokens, r.generated.end());
   r.generated_in_tokens = r.generated.size();
+  // A constrained output continues where it stood.
+  if (r.sampling.has_constraint()) {
+    r.sampling.mutable_constraint()->mutable_generated_token_ids()->Assign(r.generated.begin(),
+                                                                          r.generated.end());
+  }
   r.hash_page_size = 0;  // recompute the page hashes of the longer prompt
   r.sampling.set_max_tokens(r.max_tokens - r.completion_tokens);
   r.excluded_decode.insert(o.exclusion_key);

@@ -10,7 +10,8 @@
 namespace swaserve::worker {
 
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParams& p,
-                                                         uint64_t default_seed) {
+                                                         uint64_t default_seed,
+                                                         const ConstraintFactory* constraints) {
   model::SamplingOptions o;
   if (!std::isfinite(p.temperature()) || p.temperature() < 0) {
     return absl::InvalidArgumentError(
@@ -39,6 +40,16 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
   std::sort(o.logit_bias.begin(), o.logit_bias.end());
   if (p.has_speculative_tokens()) {
     o.speculative_tokens = static_cast<int>(std::min<uint32_t>(p.speculative_tokens(), 64));
+  }
+  if (p.has_constraint() && p.constraint().kind() != v1::OutputConstraint::KIND_NONE) {
+    if (constraints == nullptr) {
+      return absl::FailedPreconditionError(
+          "sampling.constraint: this worker has no tokenizer to compile constraints with");
+    }
+    absl::StatusOr<std::shared_ptr<model::TokenConstraint>> c = constraints->Make(p.constraint());
+    if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
+    o.constraint = *std::move(c);
+    o.speculative_tokens = 0;
   }
   return o;
 }

@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "lib/model/sampling.h"
 #include "lib/worker/decode_core.h"
+#include "lib/worker/output_constraint.h"
 #include "lib/worker/prefill_core.h"
 #include "lib/worker/stop_checker.h"
 #include "lib/kv/page_pool.h"
@@ -13,9 +14,12 @@
 namespace swaserve::worker {
 
 // SamplingParams → SamplingOptions (seed absent: `default_seed`).
-// InvalidArgument naming the field for out-of-range values.
-absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParams& p,
-                                                         uint64_t default_seed);
+// InvalidArgument naming the field for out-of-range values. A constraint is
+// made by `constraints` (null: a constrained request is refused); a
+// constrained request does not speculate.
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(
+    const v1::SamplingParams& p, uint64_t default_seed,
+    const ConstraintFactory* constraints = nullptr);
 // SamplingParams → StopOptions; max_tokens 0 means `default_max_tokens`.
 absl::StatusOr<StopOptions> ToStopOptions(const v1::SamplingParams& p, int default_max_tokens,
                                           int max_max_tokens, std::vector<uint32_t> eos_ids);

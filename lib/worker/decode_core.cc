@@ -385,7 +385,8 @@ void DecodeCore::Impl::Admit() {
       r.job.staging.reset();  // host memory back as soon as the KV is in the pools
       r.generated.push_back(r.job.first_token.token);
       if (r.mtp != nullptr) r.context.push_back(r.job.first_token.token);
-      const StopReason why = r.stop->Add(r.job.first_token.token);
+      StopReason why = r.stop->Add(r.job.first_token.token);
+      if (why == StopReason::kNone && r.sampler->Terminated()) why = StopReason::kStop;
       Emit(r, {r.job.first_token}, FinishReason::kNone);
       if (why != StopReason::kNone) {
         EndRunning(id, why == StopReason::kStop ? FinishReason::kStop : FinishReason::kLength);
@@ -655,6 +656,8 @@ bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
     r.generated.push_back(t);
     if (r.mtp != nullptr) r.context.push_back(t);
     why = r.stop->Add(t);
+    // Structured output: the grammar's end ends the choice.
+    if (why == StopReason::kNone && r.sampler->Terminated()) why = StopReason::kStop;
   }
   toks.resize(emitted);
   Emit(r, std::move(toks), FinishReason::kNone);
@@ -830,6 +833,10 @@ absl::StatusOr<std::unique_ptr<Req>> DecodeCore::Impl::Prepare(DecodeJob job) {
   // stream (drawing its number again made the second token depend on the
   // first's draw).
   r->sampler->Skip(1);
+  if (!r->sampler->Observe(job.first_token.token)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first token ", job.first_token.token, " is not allowed by the request's constraint"));
+  }
   r->stop = std::make_unique<StopChecker>(job.stop, options.tokenizer);
   r->job = std::move(job);
   return r;

@@ -94,7 +94,8 @@ class DecodeStream final : public rpc::StreamingReactor<v1::DecodeResponse> {
     job.id = req.request_id();
     job.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
     ASSIGN_OR_RETURN(job.sampling,
-                     worker::ToSamplingOptions(req.sampling(), state_->shared->NextSeed()));
+                     worker::ToSamplingOptions(req.sampling(), state_->shared->NextSeed(),
+                                                state_->shared->options.constraints));
     ASSIGN_OR_RETURN(job.stop, worker::ToStopOptions(req.sampling(), o.default_max_tokens,
                                                      o.max_max_tokens, o.eos_ids));
     state_->want_logprobs = req.sampling().logprobs();

@@ -28,6 +28,7 @@
 
 #include "lib/base/request_defaults.h"
 #include "lib/metrics/registry.h"
+#include "lib/worker/output_constraint.h"
 #include "lib/worker/decode_core.h"
 #include "lib/worker/kv_receiver.h"
 #include "swaserve/v1/worker.grpc.pb.h"
@@ -40,6 +41,9 @@ struct DecodeServiceOptions {
   worker::DecodeCore* core = nullptr;
   worker::KvReceiver* receiver = nullptr;
   const kv::KvPools* pools = nullptr;  // for GetLoad
+  // Compiles requests' output constraints; null: constrained requests are
+  // refused (a checkpoint without a tokenizer).
+  const worker::ConstraintFactory* constraints = nullptr;
   std::vector<uint32_t> eos_ids;
   // max_tokens of a request that sets 0, and the largest accepted.
   int default_max_tokens = base::kDefaultMaxTokens;

@@ -159,7 +159,8 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
     if (req.request_id().empty()) return absl::InvalidArgumentError("request_id is required");
     if (req.token_ids().empty()) return absl::InvalidArgumentError("token_ids is required");
-    ASSIGN_OR_RETURN(sampling_, worker::ToSamplingOptions(req.sampling(), shared_->NextSeed()));
+    ASSIGN_OR_RETURN(sampling_, worker::ToSamplingOptions(req.sampling(), shared_->NextSeed(),
+                                                          shared_->options.constraints));
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());

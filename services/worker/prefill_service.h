@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "lib/worker/output_constraint.h"
 #include "lib/worker/kv_sender.h"
 #include "lib/worker/prefill_core.h"
 #include "swaserve/v1/worker.grpc.pb.h"
@@ -34,6 +35,9 @@ struct PrefillServiceOptions {
   worker::PrefillCore* core = nullptr;
   const worker::KvSender* sender = nullptr;
   const kv::KvPools* pools = nullptr;  // for GetLoad
+  // Compiles requests' output constraints; null: constrained requests are
+  // refused (a checkpoint without a tokenizer).
+  const worker::ConstraintFactory* constraints = nullptr;
   // The model's hidden size: multimodal embeddings must have it.
   int hidden_size = 0;
 };

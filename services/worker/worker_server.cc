@@ -100,6 +100,8 @@ struct Worker {
   std::unique_ptr<worker::EngineLock> lock;
   kv::KvShape shape;
   std::unique_ptr<model::Tokenizer> tokenizer;
+  // Structured output (null without a tokenizer).
+  std::unique_ptr<worker::ConstraintFactory> constraints;
   std::unique_ptr<transfer::TransferEngine> transfer;
   CacheEventForwarder forwarder;
   std::unique_ptr<kv::KvPools> prefill_pools, decode_pools;
@@ -134,6 +136,9 @@ absl::Status Worker::LoadModel() {
   shape = engine->KvShapeFor(static_cast<int>(o.page_size));
   if (std::filesystem::exists(o.model + "/tokenizer.json")) {
     ASSIGN_OR_RETURN(tokenizer, model::Tokenizer::Load(o.model + "/tokenizer.json"));
+    std::vector<uint32_t> eos;
+    for (int id : engine->config().eos_token_ids) eos.push_back(static_cast<uint32_t>(id));
+    ASSIGN_OR_RETURN(constraints, worker::ConstraintFactory::Create(*tokenizer, eos));
   }
   transfer::TransferEngineOptions to;
   to.name = o.worker_id;
@@ -266,6 +271,7 @@ absl::Status Worker::BuildPrefill() {
                                            .core = prefill_core.get(),
                                            .sender = sender.get(),
                                            .pools = prefill_pools.get(),
+                                           .constraints = constraints.get(),
                                            .hidden_size = engine->config().hidden_size}));
   return absl::OkStatus();
 }
@@ -315,6 +321,7 @@ absl::Status Worker::BuildDecode() {
   so.core = decode_core.get();
   so.receiver = receiver.get();
   so.pools = decode_pools.get();
+  so.constraints = constraints.get();
   for (int id : engine->config().eos_token_ids) so.eos_ids.push_back(static_cast<uint32_t>(id));
   so.default_max_tokens = static_cast<int>(o.default_max_tokens);
   so.max_max_tokens = static_cast<int>(o.max_max_tokens);

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/demo_cluster.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/local_cluster.h"
 
@@ -56,20 +57,9 @@ void ExpectWellFormed(const json& call, const json& names) {
 class AgentE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto c = LocalCluster::Create({.cli_bin = SWASERVE_CLI_BIN,
-                                   .worker_bin = SWASERVE_WORKER_BIN,
-                                   .router_bin = SWASERVE_ROUTER_BIN,
-                                   .worker_flags = {"--model_name=demo"},
-                                   .router_flags = {"--model_name=demo"},
-                                   .model_dir = kModelDir});
+    auto c = e2e::StartDemoCluster(kModelDir);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
-    for (auto [role, id] : {std::pair{"prefill", "p1"}, {"decode", "d1"}}) {
-      auto w = cluster_->StartWorker(role, id);
-      ASSERT_TRUE(w.ok()) << w.status();
-    }
-    ASSERT_TRUE(cluster_->StartRouter("r1").ok());
-    ASSERT_TRUE(cluster_->WaitHealthy("r1", absl::Seconds(60)).ok());
   }
   static void TearDownTestSuite() {
     delete cluster_;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/demo_cluster.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/integration/router/local_cluster.h"
 
@@ -39,30 +40,18 @@ constexpr char kKey[] = "sk-anthropic-test-0123";
 class AnthropicE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto c = LocalCluster::Create({.cli_bin = SWASERVE_CLI_BIN,
-                                   .worker_bin = SWASERVE_WORKER_BIN,
-                                   .router_bin = SWASERVE_ROUTER_BIN,
-                                   .worker_flags = {"--model_name=demo"},
-                                   .router_flags = {"--model_name=demo"},
-                                   .model_dir = kModelDir});
+    auto c = e2e::StartDemoCluster(kModelDir);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
-    for (auto [role, id] : {std::pair{"prefill", "p1"}, {"decode", "d1"}}) {
-      auto w = cluster_->StartWorker(role, id);
-      ASSERT_TRUE(w.ok()) << w.status();
-    }
     const std::string keys = cluster_->dir() + "/anthropic_keys.txt";
     std::ofstream(keys) << "team-a:" << kKey << "\n";
-    ASSERT_TRUE(cluster_->StartRouter("r1").ok());
     ASSERT_TRUE(cluster_
                     ->StartRouter("r2", {"--api_keys=" + keys, "--api_key_concurrency=1",
                                          "--http.max_body_bytes=200000",
                                          "--http.stream_keepalive=20ms"})
                     .ok());
     ASSERT_TRUE(cluster_->StartRouter("r3", {"--cluster=empty", "--worker_wait=500ms"}).ok());
-    for (const char* r : {"r1", "r2"}) {
-      ASSERT_TRUE(cluster_->WaitHealthy(r, absl::Seconds(60)).ok());
-    }
+    ASSERT_TRUE(cluster_->WaitHealthy("r2", absl::Seconds(60)).ok());
   }
   static void TearDownTestSuite() {
     delete cluster_;

@@ -633,12 +633,28 @@ TEST(ParseChatTest, Logprobs) {
   ExpectChatParamError("logprobs", 3, "logprobs");
 }
 
+TEST(ParseChatTest, ResponseFormatBecomesTheConstraint) {
+  json body = BaseChat();
+  body["response_format"] = {{"type", "json_object"}};
+  EXPECT_EQ(MustParse(Chat(body)).request.sampling().constraint().kind(),
+            v1::OutputConstraint::KIND_JSON_OBJECT);
+  body["response_format"] = json::parse(
+      R"({"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}}}}})");
+  const v1::OutputConstraint c = MustParse(Chat(body)).request.sampling().constraint();
+  EXPECT_EQ(c.kind(), v1::OutputConstraint::KIND_JSON_SCHEMA);
+  EXPECT_EQ(json::parse(c.json_schema()), body["response_format"]["json_schema"]["schema"]);
+  body["response_format"] = {{"type", "text"}};
+  EXPECT_FALSE(MustParse(Chat(body)).request.sampling().has_constraint());
+  body["response_format"] = json::parse(R"({"type":"json_schema","json_schema":{"schema":{}}})");
+  EXPECT_EQ(MustFail(Chat(body)).param, "response_format.json_schema.name");
+}
+
 TEST(ParseChatTest, CommonParamsAndUnsupported) {
   ExpectChatParamError("n", 2, "n");
   ExpectChatParamError("stop", {"a", "b", "c", "d", "e"}, "stop");
   ExpectChatParamError("presence_penalty", 1, "presence_penalty");
-  ExpectChatParamError("response_format", {{"type", "json_object"}},
-                       "response_format");
+  ExpectChatParamError("response_format", {{"type", "xml"}}, "response_format.type");
+  ExpectChatParamError("response_format", {{"type", "json_schema"}}, "response_format.json_schema");
   ExpectChatParamError("tools", json::object(), "tools");
   ExpectChatParamError("temperature", 3, "temperature");
   json body = BaseChat();
