@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Decode tokens/s of constrained vs free output on a running cluster.
+
+  /usr/bin/python3 bench/cluster/constrained_throughput.py --url http://127.0.0.1:8000 \\
+      [--model demo] [--tokens 256] [--batches 1,16] [--repeats 3]
+
+For batch size B, B chat requests are sent at once (streamed, temperature 0,
+thinking off), each making exactly --tokens tokens:
+  free:         ignore_eos, speculative_tokens 0
+  constrained:  response_format json_schema {"type": "array", "items":
+                {"type": "integer"}, "minItems": 100000} (never complete
+                within --tokens, so every request makes all of them),
+                speculative_tokens 0 (constrained requests do not speculate)
+  free + MTP:   ignore_eos, the worker's speculation (for reference)
+decode tokens/s = sum of (completion tokens - 1) / (latest last-token time -
+latest first-token time). The kinds alternate within each repeat, so load
+from elsewhere on the machine falls on both; the best of --repeats is
+reported, with the constrained / free ratio.
+"""
+
+import argparse
+import json
+import threading
+import time
+import urllib.request
+
+
+def stream(url, body, out, i):
+    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    first = last = None
+    tokens = 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            if chunk.get("choices") and (chunk["choices"][0]["delta"].get("content")):
+                now = time.monotonic() - start
+                first = now if first is None else first
+                last = now
+    out[i] = (first, last, tokens)
+
+
+def run(url, model, tokens, batch, kind, salt):
+    body = {
+        "model": model, "max_tokens": tokens, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    if kind == "constrained":
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "ints", "schema": {"type": "array", "items": {"type": "integer"},
+                                       "minItems": 100000}}}
+        body["speculative_tokens"] = 0
+    else:
+        body["ignore_eos"] = True
+        if kind == "free":
+            body["speculative_tokens"] = 0
+    out = [None] * batch
+    threads = []
+    for i in range(batch):
+        b = dict(body, messages=[{"role": "user", "content": f"{salt} {i}: list numbers."}])
+        threads.append(threading.Thread(target=stream, args=(url, b, out, i)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = max(o[0] for o in out)
+    last = max(o[1] for o in out)
+    made = sum(o[2] - 1 for o in out)
+    return made / (last - first), sum(o[2] for o in out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", default="demo")
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--batches", default="1,16")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    kinds = ["free", "constrained", "free_mtp"]
+    print("| batch | free tok/s | constrained tok/s | constrained / free | free + MTP tok/s |")
+    print("|---|---|---|---|---|")
+    for b in [int(x) for x in a.batches.split(",")]:
+        best = {k: 0.0 for k in kinds}
+        for rep in range(a.repeats):
+            for k in kinds:
+                tps, made = run(a.url, a.model, a.tokens, b, k, f"{time.time()}-{rep}-{k}")
+                assert made == b * a.tokens, (k, made)
+                best[k] = max(best[k], tps)
+        print(f"| {b} | {best['free']:.0f} | {best['constrained']:.0f} | "
+              f"{best['constrained'] / best['free']:.2f} | {best['free_mtp']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
