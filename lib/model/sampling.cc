@@ -98,7 +98,11 @@ size_t Sampler::Candidates(absl::Span<const float> logits, std::vector<double>* 
 }
 
 absl::Span<const float> Sampler::Biased(absl::Span<const float> logits) {
-  const bool masked = options_.constraint != nullptr && options_.constraint->FillMask(&mask_);
+  bool masked = options_.constraint != nullptr && options_.constraint->FillMask(&mask_);
+  // Nothing allowed (a draft past the output's end): nothing to mask by.
+  if (masked && std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; })) {
+    masked = false;
+  }
   if (options_.logit_bias.empty() && !masked) return logits;
   biased_.assign(logits.begin(), logits.end());
   for (const auto& [token, bias] : options_.logit_bias) {
@@ -122,7 +126,13 @@ bool Sampler::Terminated() const {
   return options_.constraint != nullptr && options_.constraint->Terminated();
 }
 
+void Sampler::UndoDrafts() {
+  if (provisional_drafts_ > 0) options_.constraint->Rollback(provisional_drafts_);
+  provisional_drafts_ = 0;
+}
+
 SampledToken Sampler::Sample(absl::Span<const float> raw_logits) {
+  UndoDrafts();
   SampledToken t = SampleUnobserved(raw_logits);
   if (options_.constraint != nullptr) options_.constraint->Accept(t.token);
   return t;
@@ -162,7 +172,10 @@ void Sampler::DistributionBiased(absl::Span<const float> logits, TokenDistributi
   double sum = 0;
   const size_t keep = Candidates(logits, &weights_, &sum);
   out->probs.reserve(keep);
-  for (size_t i = 0; i < keep; ++i) out->probs.push_back({scratch_[i].second, weights_[i] / sum});
+  // Tokens of probability 0 (masked by a constraint) are left out.
+  for (size_t i = 0; i < keep; ++i) {
+    if (weights_[i] > 0) out->probs.push_back({scratch_[i].second, weights_[i] / sum});
+  }
 }
 
 SampledToken Sampler::Describe(absl::Span<const float> logits, uint32_t token) {
@@ -192,6 +205,12 @@ SampledToken Sampler::DescribeBiased(absl::Span<const float> logits, uint32_t to
 }
 
 uint32_t Sampler::Draft(absl::Span<const float> draft_logits, TokenDistribution* q) {
+  const uint32_t t = DraftUnobserved(draft_logits, q);
+  if (options_.constraint != nullptr && options_.constraint->Accept(t)) ++provisional_drafts_;
+  return t;
+}
+
+uint32_t Sampler::DraftUnobserved(absl::Span<const float> draft_logits, TokenDistribution* q) {
   DistributionBiased(Biased(draft_logits), q);
   if (q->probs.size() == 1) return q->probs[0].first;
   const double u = Uniform();
@@ -205,6 +224,14 @@ uint32_t Sampler::Draft(absl::Span<const float> draft_logits, TokenDistribution*
 
 bool Sampler::Verify(absl::Span<const float> raw_target_logits, uint32_t token,
                      const TokenDistribution& q, SampledToken* out) {
+  UndoDrafts();
+  const bool accepted = VerifyUnobserved(raw_target_logits, token, q, out);
+  if (options_.constraint != nullptr) options_.constraint->Accept(out->token);
+  return accepted;
+}
+
+bool Sampler::VerifyUnobserved(absl::Span<const float> raw_target_logits, uint32_t token,
+                               const TokenDistribution& q, SampledToken* out) {
   const absl::Span<const float> target_logits = Biased(raw_target_logits);
   if (options_.temperature <= 0) {
     const uint32_t best = Argmax(target_logits);

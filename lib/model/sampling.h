@@ -32,6 +32,8 @@ class TokenConstraint {
   virtual bool Accept(uint32_t token) = 0;
   // The output is complete and nothing may follow it.
   virtual bool Terminated() = 0;
+  // Takes back the last `n` accepted tokens (MTP drafts).
+  virtual void Rollback(int n) = 0;
 };
 
 struct SamplingOptions {
@@ -55,7 +57,9 @@ struct SamplingOptions {
   std::vector<std::pair<uint32_t, float>> logit_bias;
   // Structured output (null: free). Sample() draws only tokens it allows
   // (every other logit is -inf, after logit_bias) and hands it each token
-  // drawn; a request's speculation is off while it is constrained.
+  // drawn. MTP stays exact under it: each draft is drawn under the mask of
+  // the drafts before it (accepted provisionally, taken back before
+  // verification), and verification uses the masks of the tokens accepted.
   // Default: none.
   std::shared_ptr<TokenConstraint> constraint;
 };
@@ -126,6 +130,12 @@ class Sampler {
   // unnormalised weights; returns keep (temperature > 0 only).
   size_t Candidates(absl::Span<const float> logits, std::vector<double>* weights, double* sum);
   double Uniform();
+  // Takes the provisional drafts back from the constraint.
+  void UndoDrafts();
+  // Draft() / Verify() without the constraint's bookkeeping.
+  uint32_t DraftUnobserved(absl::Span<const float> draft_logits, TokenDistribution* q);
+  bool VerifyUnobserved(absl::Span<const float> target_logits, uint32_t token,
+                        const TokenDistribution& q, SampledToken* out);
   // Sample() without handing the token to the constraint.
   SampledToken SampleUnobserved(absl::Span<const float> logits);
   // `logits` with options_.logit_bias added (in biased_), or `logits`.
@@ -141,6 +151,7 @@ class Sampler {
   std::vector<double> dense_q_;
   std::vector<float> biased_;
   std::vector<uint32_t> mask_;
+  int provisional_drafts_ = 0;  // drafts the constraint accepted since the last verify
   TokenDistribution p_;
 };
 

@@ -49,7 +49,6 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const v1::SamplingParam
     absl::StatusOr<std::shared_ptr<model::TokenConstraint>> c = constraints->Make(p.constraint());
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
     o.constraint = *std::move(c);
-    o.speculative_tokens = 0;
   }
   return o;
 }

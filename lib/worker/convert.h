@@ -15,8 +15,7 @@ namespace swaserve::worker {
 
 // SamplingParams → SamplingOptions (seed absent: `default_seed`).
 // InvalidArgument naming the field for out-of-range values. A constraint is
-// made by `constraints` (null: a constrained request is refused); a
-// constrained request does not speculate.
+// made by `constraints` (null: a constrained request is refused).
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(
     const v1::SamplingParams& p, uint64_t default_seed,
     const ConstraintFactory* constraints = nullptr);

@@ -656,8 +656,13 @@ bool DecodeCore::Impl::VerifyAndEmit(Req& r, int item, int hidden_row) {
     r.generated.push_back(t);
     if (r.mtp != nullptr) r.context.push_back(t);
     why = r.stop->Add(t);
-    // Structured output: the grammar's end ends the choice.
-    if (why == StopReason::kNone && r.sampler->Terminated()) why = StopReason::kStop;
+    // Structured output: the grammar's end ends the choice. The constraint
+    // has seen every token of this step (verification fed them in), so it
+    // speaks for the last one; after an earlier end only EOS was allowed,
+    // which the stop check ends at.
+    if (why == StopReason::kNone && emitted == toks.size() && r.sampler->Terminated()) {
+      why = StopReason::kStop;
+    }
   }
   toks.resize(emitted);
   Emit(r, std::move(toks), FinishReason::kNone);

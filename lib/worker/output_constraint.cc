@@ -36,13 +36,29 @@ class GrammarConstraint final : public model::TokenConstraint {
   bool Accept(uint32_t token) override {
     if (!started_) {
       started_ = token == *start_after_;
+      kinds_.push_back(started_ ? kStart : kFree);
       return true;
     }
-    return matcher_.AcceptToken(token);
+    if (!matcher_.AcceptToken(token)) return false;
+    kinds_.push_back(kMatched);
+    return true;
   }
   bool Terminated() override { return started_ && matcher_.IsTerminated(); }
+  void Rollback(int n) override {
+    int matched = 0;
+    for (; n > 0 && !kinds_.empty(); --n) {
+      if (kinds_.back() == kMatched) ++matched;
+      if (kinds_.back() == kStart) started_ = false;
+      kinds_.pop_back();
+    }
+    matcher_.Rollback(matched);
+  }
 
  private:
+  // What each accepted token was: free text before the start, the start
+  // token, or a token of the grammar.
+  enum Kind : uint8_t { kFree, kStart, kMatched };
+  std::vector<uint8_t> kinds_;
   grammar::GrammarMatcher matcher_;
   bool started_;
   std::optional<uint32_t> start_after_;

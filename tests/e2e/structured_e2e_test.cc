@@ -86,14 +86,20 @@ TEST_F(StructuredE2E, JsonObjectAndForcedToolCalls) {
   }
   ASSERT_FALSE(r["forced"].contains("error")) << r["forced"].dump();
   ASSERT_EQ(r["forced"]["rows"].size(), 9u);
+  int with_calls = 0;
   for (const json& f : r["forced"]["rows"]) {
+    // A reasoning block that ran to max_tokens is the only way to no call
+    // (the reasoning cannot end the output; the call follows it).
+    if (f["finish_reason"] == "length" && f["calls"].empty() && f["thinking"].get<bool>()) continue;
     ASSERT_GE(f["calls"].size(), 1u) << f.dump();
+    ++with_calls;
     for (const json& c : f["calls"]) {
       EXPECT_TRUE(c["valid"].get<bool>()) << f.dump();
       if (f["choice"] == "add") EXPECT_EQ(c["name"], "add") << f.dump();
     }
     if (f["choice"] == "add") EXPECT_EQ(f["calls"].size(), 1u) << f.dump();
   }
+  EXPECT_GE(with_calls, 7) << r["forced"].dump();
   EXPECT_EQ(r["unsupported"].value("status", 0), 400) << r["unsupported"].dump();
   EXPECT_NE(r["unsupported"].value("error", "").find("'not'"), std::string::npos);
 }

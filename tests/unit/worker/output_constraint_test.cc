@@ -140,5 +140,60 @@ TEST_F(OutputConstraintTest, TheSamplerDrawsOnlyAllowedTokens) {
   }
 }
 
+// MTP under a constraint: drafts drawn under the masks of the drafts before
+// them, verified under the masks of the tokens accepted; greedy output is
+// the output without drafts, and sampled output only allowed tokens.
+TEST_F(OutputConstraintTest, DraftsAndVerificationFollowTheGrammar) {
+  const int V = tok_->vocab_size();
+  const std::string schema =
+      R"({"type": "array", "items": {"enum": ["red", "green", 7]}, "minItems": 2, "maxItems": 6})";
+  // Logits that depend only on the position (target) or position and salt (draft).
+  auto logits = [&](int pos, uint32_t salt) {
+    std::vector<float> l(static_cast<size_t>(V));
+    std::mt19937 gen(static_cast<uint32_t>(pos * 7919 + salt));
+    for (float& x : l) x = std::uniform_real_distribution<float>(-4, 4)(gen);
+    return l;
+  };
+  for (float temperature : {0.0f, 1.0f}) {
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      auto make = [&] {
+        model::SamplingOptions o;
+        o.temperature = temperature;
+        o.seed = seed;
+        o.constraint = *factory_->Make(Schema(schema));
+        return o;
+      };
+      // Without drafts.
+      model::Sampler plain(make());
+      std::vector<uint32_t> a;
+      for (int pos = 0; pos < 60 && !plain.Terminated(); ++pos) a.push_back(plain.Sample(logits(pos, 0)).token);
+      // With 3 drafts a step.
+      model::SamplingOptions o = make();
+      std::shared_ptr<model::TokenConstraint> c = o.constraint;
+      model::Sampler mtp(o);
+      std::vector<uint32_t> b;
+      while (static_cast<int>(b.size()) < 60 && !mtp.Terminated()) {
+        const int pos = static_cast<int>(b.size());
+        std::vector<uint32_t> drafts;
+        std::vector<model::TokenDistribution> q(3);
+        for (int j = 0; j < 3; ++j) drafts.push_back(mtp.Draft(logits(pos + j, 99), &q[j]));
+        int i = 0;
+        for (; i < 3; ++i) {
+          model::SampledToken t;
+          const bool ok = mtp.Verify(logits(pos + i, 0), drafts[i], q[i], &t);
+          b.push_back(t.token);
+          if (!ok || mtp.Terminated()) break;
+        }
+        if (i == 3 && !mtp.Terminated()) b.push_back(mtp.Sample(logits(pos + 3, 0)).token);
+      }
+      // Every emitted token was allowed, and the output is a whole value.
+      auto check = make().constraint;
+      for (uint32_t t : b) ASSERT_TRUE(check->Accept(t)) << "seed " << seed;
+      EXPECT_TRUE(check->Terminated() || b.size() >= 60u);
+      if (temperature == 0) EXPECT_EQ(a, b) << "seed " << seed;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace swaserve::worker
