@@ -835,6 +835,12 @@ TEST_F(HostsE2ETest, KvTransferTimeAndTtftAgainstLinkBandwidth) {
                    c0 = cluster_->Metric("p1", count);
       const GrpcResult r = GenerateIds(*stub_, prompt, 1, nullptr, 300);
       ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      // The prefill worker counts its transfer when the ship completes,
+      // which may be just after the client has its token.
+      const absl::Time until = absl::Now() + absl::Seconds(10);
+      while (cluster_->Metric("p1", count) < c0 + 1 && absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
       ASSERT_EQ(cluster_->Metric("p1", count), c0 + 1);
       ttft += r.seconds / kRuns;
       sent += (cluster_->Metric("p1", bytes) - b0) / kRuns;
