@@ -8,7 +8,8 @@
 //     long prefill runs;
 //   - a 20-turn tool loop with tool_result turns: every tool_use is a
 //     declared tool with an object input, and cache_read_input_tokens
-//     follows the conversation;
+//     follows the conversation; a loop forced to call (tool_choice any)
+//     whose tool_result leads to a text answer;
 //   - count_tokens counts the prompt usage reports;
 //   - the same conversation through the OpenAI API and this one shares the
 //     prefix cache both ways;
@@ -165,6 +166,15 @@ TEST_F(AnthropicE2E, ToolLoopFollowsTheCache) {
   }
   EXPECT_GT(read, prompt / 2) << turns.dump();
 
+  // tool_choice any: a call for sure; its result back; then an answer.
+  const json& a = r["answer_loop"];
+  ASSERT_FALSE(a.contains("error")) << a.dump();
+  EXPECT_EQ(a["first_stop"], "tool_use") << a.dump();
+  ASSERT_GE(a["uses"].size(), 1u) << a.dump();
+  for (const json& u : a["uses"]) EXPECT_TRUE(u["input"].is_object()) << a.dump();
+  EXPECT_NE(a["final_stop"], "tool_use") << a.dump();
+  EXPECT_FALSE(a["final_text"].get<std::string>().empty()) << a.dump();
+  EXPECT_GT(a["final_cache_read"].get<int>(), 0) << a.dump();
   ASSERT_FALSE(r["tool_result_forms"].contains("error")) << r["tool_result_forms"].dump();
   ASSERT_FALSE(r["count_tokens"].contains("error")) << r["count_tokens"].dump();
   EXPECT_EQ(r["count_tokens"]["count"], r["count_tokens"]["prompt"]);

@@ -120,6 +120,29 @@ out.loop = await guard(async () => {
   return { turns: rows };
 });
 
+// A tool-use loop to a final answer: the first turn must call a tool
+// (tool_choice any), its tool_result goes back, then the model answers
+// (tool_choice none: text only).
+out.answer_loop = await guard(async () => {
+  const messages = [user('What is 6 times 7?')];
+  const first = await client.messages.create({
+    model, max_tokens: 400, temperature: 0, tools, tool_choice: { type: 'any' },
+    thinking: { type: 'disabled' }, messages,
+  });
+  const uses = first.content.filter((b) => b.type === 'tool_use');
+  messages.push({ role: 'assistant', content: first.content });
+  messages.push({ role: 'user', content: uses.map((u) => ({
+    type: 'tool_result', tool_use_id: u.id, content: executeTool(u.name, JSON.stringify(u.input)),
+  })) });
+  const final = await client.messages.create({
+    model, max_tokens: 64, temperature: 0, tools, tool_choice: { type: 'none' },
+    thinking: { type: 'disabled' }, messages,
+  });
+  return { first_stop: first.stop_reason, uses: uses.map((u) => ({ name: u.name, input: u.input })),
+           final_stop: final.stop_reason, final_kinds: kinds(final), final_text: textOf(final),
+           final_cache_read: final.usage.cache_read_input_tokens };
+});
+
 // A tool_result with is_error and blocks, and a forced tool.
 out.tool_result_forms = await guard(async () => {
   const m = await client.messages.create({
