@@ -7,9 +7,11 @@
 For batch size B, B chat requests are sent at once (streamed, temperature 0,
 thinking off), each making exactly --tokens tokens:
   free:               ignore_eos, speculative_tokens 0
-  constrained:        response_format json_schema {"type": "array", "items":
-                      {"type": "integer"}, "minItems": 4096} (never complete
-                      within --tokens, so every request makes all of them),
+  constrained:        response_format json_schema --schema (never complete
+                      within --tokens, so every request makes all of them):
+                      ints, an integer array (content unlike the free
+                      output), or text, an array of strings (text, as the
+                      free output),
                       speculative_tokens 0
   free / constrained + MTP: the same with the worker's MTP speculation
 decode tokens/s = sum of (completion tokens - 1) / (latest last-token time -
@@ -46,7 +48,16 @@ def stream(url, body, out, i):
     out[i] = (first, last, tokens)
 
 
-def run(url, model, tokens, batch, kind, salt):
+SCHEMAS = {
+    # Digits and commas: content the demo model's MTP layers predict poorly.
+    "ints": {"type": "array", "items": {"type": "integer"}, "minItems": 4096},
+    # Free text in JSON strings: the same kind of content as the free output,
+    # so the ratio is nearer the constraint's own cost.
+    "text": {"type": "array", "items": {"type": "string"}, "minItems": 4096},
+}
+
+
+def run(url, model, tokens, batch, kind, salt, schema):
     body = {
         "model": model, "max_tokens": tokens, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True},
@@ -54,8 +65,7 @@ def run(url, model, tokens, batch, kind, salt):
     }
     if kind.startswith("constrained"):
         body["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "ints", "schema": {"type": "array", "items": {"type": "integer"},
-                                       "minItems": 4096}}}
+            "name": "c", "schema": SCHEMAS[schema]}}
     else:
         body["ignore_eos"] = True
     if not kind.endswith("_mtp"):
@@ -82,6 +92,7 @@ def main():
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--batches", default="1,16")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--schema", choices=sorted(SCHEMAS), default="ints")
     a = p.parse_args()
     kinds = ["free", "constrained", "free_mtp", "constrained_mtp"]
     print("| batch | free tok/s | constrained tok/s | ratio | free + MTP | constrained + MTP | ratio |")
@@ -90,7 +101,7 @@ def main():
         best = {k: 0.0 for k in kinds}
         for rep in range(a.repeats):
             for k in kinds:
-                tps, made = run(a.url, a.model, a.tokens, b, k, f"{time.time()}-{rep}-{k}")
+                tps, made = run(a.url, a.model, a.tokens, b, k, f"{time.time()}-{rep}-{k}", a.schema)
                 assert made == b * a.tokens, (k, made)
                 best[k] = max(best[k], tps)
         print(f"| {b} | {best['free']:.0f} | {best['constrained']:.0f} | "
