@@ -34,6 +34,7 @@ pkgs=(
   libhiredis-dev redis-server redis-tools
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
   libevent-dev                        # the router's HTTP API: event-driven streaming
+  libssl-dev openssl                  # TLS on the HTTP API (libevent_openssl); test certificates
   libopenblas-dev libxxhash-dev libyaml-cpp-dev libpcre2-dev libutf8proc-dev
   libpng-dev                          # swaserve dashboard's PNG charts, lib/media
   libjpeg62-turbo-dev                 # lib/media: JPEG decode

@@ -75,6 +75,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "bench/common/bench_util.h"
@@ -125,6 +126,11 @@ struct Flags {
   double l3_near_bound = 0.75;
   // KV bytes (L1) per GPU; 0: hbm - weights / gpus - reserve.
   double kv_gb = 0;
+  // Tenants (the router's cache domains): top-level session s and its
+  // sub-agents belong to tenant s mod N, whose page hashes are seeded
+  // apart (base::PageHashSeedFor), as the router does per tenant. 0: one
+  // shared domain.
+  int64_t tenants = 0;
   std::vector<std::string> variants = {"defaults",  "single",      "l1",
                                        "single-l1", "round-robin", "least-load",
                                        "sglang",    "dynamo"};
@@ -371,7 +377,11 @@ void Sim::Arrive(Req& r) {
   std::vector<uint32_t> tokens = synth_->Next(s, r.request);
   if (--left_[r.scope] == 0) synth_->Release(r.scope);
   r.len = static_cast<int>(tokens.size());
-  r.hashes = base::ChainedPageHashes(tokens, shape_.page_size);
+  const uint64_t seed =
+      f_.tenants > 0
+          ? base::PageHashSeedFor(absl::StrCat("tenant:", s.scope % f_.tenants), "")
+          : base::DefaultPageHashSeed();
+  r.hashes = base::ChainedPageHashes(tokens, shape_.page_size, {}, seed);
   const int ps = shape_.page_size;
   const int64_t cap = std::max(0, (r.len - 1) / ps * ps);
   // The ideal: an infinite cache of the scope's earlier prompts.
@@ -647,7 +657,7 @@ Flags ParseFlags(int argc, char** argv) {
           "  [--peak-tflops=1979] [--mfu=0.4] [--pcie-gbs=50] [--nvme-gbs=25] "
           "[--ratio=0.02]\n"
           "  [--l3-shared=true|false] [--l3-near-bound=0.75] [--kv-gb=0 (per "
-          "GPU; 0: derived)]\n"
+          "GPU; 0: derived)] [--tenants=0]\n"
           "  "
           "[--variants=defaults,single,l1,single-l1,round-robin,least-load,"
           "sglang,dynamo]\n");
@@ -697,6 +707,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.l3_near_bound = d;
     else if (k == "--kv-gb")
       f.kv_gb = d;
+    else if (k == "--tenants")
+      f.tenants = std::atoll(v.c_str());
     else if (k == "--variants")
       f.variants = absl::StrSplit(v, ',');
     else

@@ -58,7 +58,8 @@ constexpr std::string_view kCommonFields[] = {"model",
                                               "metadata",
                                               "service_tier",
                                               "safety_identifier",
-                                              "prompt_cache_key"};
+                                              "prompt_cache_key",
+                                              "cache_salt"};
 
 // Rejects top-level keys outside `allowed`.
 Error CheckKnownFields(const json& obj,
@@ -87,7 +88,8 @@ Error ReadMaxTokens(const json& v, std::string_view param,
 // What agent clients send beside the request proper: store (nothing is
 // stored here either way), metadata (up to 16 string values, kept in no
 // log), safety_identifier (ignored), prompt_cache_key (the router's
-// affinity hint), service_tier (priority: served first, flex: after the
+// affinity hint), cache_salt (narrows the prefix cache the request may
+// share, as vLLM's), service_tier (priority: served first, flex: after the
 // rest; a priority field wins).
 Error ParseClientFields(const json& body, ParsedRequest* out) {
   v1::GenerateRequest& req = out->request;
@@ -104,12 +106,13 @@ Error ParseClientFields(const json& body, ParsedRequest* out) {
       }
     }
   }
-  for (const char* name : {"safety_identifier", "prompt_cache_key"}) {
+  for (const char* name : {"safety_identifier", "prompt_cache_key", "cache_salt"}) {
     if (const json* v = Find(body, name)) {
       std::string text;
       if (Error e = ReadString(*v, name, &text)) return e;
       if (text.size() > 1024) return ValueError(name, "at most 1024 bytes are allowed.");
       if (std::string_view(name) == "prompt_cache_key") req.set_cache_key(text);
+      if (std::string_view(name) == "cache_salt") req.set_cache_salt(text);
     }
   }
   if (const json* v = Find(body, "service_tier")) {
@@ -238,7 +241,8 @@ Error ParseCommon(const json& body, const ParseLimits& limits,
             ReadInt(*v, "n", 1, std::numeric_limits<uint64_t>::max(), &n)) {
       return e;
     }
-    if (n != 1) return NotSupported("n", "only n=1 is supported.");
+    if (n > 128) return ValueError("n", "n must be at most 128.");
+    out->request.set_n(static_cast<uint32_t>(n));
   }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const json* v = Find(body, name)) {

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <string>
 
 #include "absl/base/internal/endian.h"
 #include "absl/strings/str_format.h"
@@ -89,6 +90,19 @@ uint64_t NextPageHash(uint64_t parent, absl::Span<const uint32_t> page_tokens,
     XXH3_64bits_update(&state, buf, 16);
   }
   return XXH3_64bits_digest(&state);
+}
+
+uint64_t PageHashSeedFor(absl::string_view domain, absl::string_view salt) {
+  if (domain.empty() && salt.empty()) return DefaultPageHashSeed();
+  std::string buf = "swaserve-cache-domain";
+  for (absl::string_view part : {domain, salt}) {
+    char len[8];
+    absl::little_endian::Store64(len, part.size());
+    buf.append(len, sizeof(len));
+    buf.append(part.data(), part.size());
+  }
+  const uint64_t seed = Hash64(buf, DefaultPageHashSeed());
+  return seed == 0 ? 1 : seed;
 }
 
 std::vector<uint64_t> ChainedPageHashes(absl::Span<const uint32_t> tokens,

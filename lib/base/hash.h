@@ -71,6 +71,14 @@ struct HashedSpan {
 // model): derived from kPageHashVersion.
 uint64_t DefaultPageHashSeed();
 
+// The chain seed of a prefix-cache domain: DefaultPageHashSeed() for an
+// empty `domain` and `salt`, else a seed derived from both (length-prefixed,
+// so no two (domain, salt) pairs collide by concatenation). Requests whose
+// seeds differ never share a page hash, so never share cached KV: the
+// router seeds each tenant's chains apart (its domain) and a request's
+// `cache_salt` narrows that further. Never 0.
+uint64_t PageHashSeedFor(absl::string_view domain, absl::string_view salt);
+
 // Hash of one page given its parent's hash (or the seed for page 0), its
 // tokens and the content hashes of the items that overlap it (in order).
 uint64_t NextPageHash(uint64_t parent, absl::Span<const uint32_t> page_tokens,

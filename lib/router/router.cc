@@ -325,16 +325,84 @@ absl::Status Router::PrepareChat(const v1::GenerateRequest& in,
   return absl::OkStatus();
 }
 
+absl::Status Router::CheckRequest(const v1::GenerateRequest& in) const {
+  // Everything that needs no tokenization, first: a bad request costs no
+  // tokenizer time, whatever its prompt's size.
+  const RouterOptions& o = options_;
+  if (in.request_id().size() > o.max_request_id_bytes) {
+    return Invalid(absl::StrCat("request_id is longer than ", o.max_request_id_bytes, " bytes"));
+  }
+  const v1::SamplingParams& s = in.sampling();
+  if (!(s.temperature() >= 0.0f) || s.temperature() > 100.0f) {
+    return Invalid("temperature must be in [0, 100]");
+  }
+  if (!(s.top_p() >= 0.0f) || s.top_p() > 1.0f) return Invalid("top_p must be in [0, 1]");
+  if (s.top_logprobs() > 20) return Invalid("top_logprobs must be in [0, 20]");
+  if (s.max_tokens() > o.max_max_tokens) {
+    return Invalid(absl::StrCat("max_tokens ", s.max_tokens(), " is above the limit ",
+                                o.max_max_tokens));
+  }
+  if (static_cast<size_t>(s.stop_size()) > o.max_stop_strings) {
+    return Invalid(absl::StrCat("at most ", o.max_stop_strings, " stop strings are allowed"));
+  }
+  for (const std::string& stop : s.stop()) {
+    if (stop.empty() || stop.size() > o.max_stop_string_bytes) {
+      return Invalid(absl::StrCat("a stop string must be 1 to ", o.max_stop_string_bytes,
+                                  " bytes long"));
+    }
+  }
+  const uint32_t vocab = static_cast<uint32_t>(options_.tokenizer->vocab_size());
+  if (static_cast<size_t>(s.stop_token_ids_size()) > o.max_stop_token_ids) {
+    return Invalid(absl::StrCat("at most ", o.max_stop_token_ids, " stop_token_ids are allowed"));
+  }
+  for (uint32_t id : s.stop_token_ids()) {
+    if (id >= vocab) {
+      return Invalid(absl::StrCat("stop_token_ids: token id ", id, " is outside the vocabulary (",
+                                  vocab, " tokens)"));
+    }
+  }
+  if (s.logit_bias_size() > 300) return Invalid("logit_bias has more than 300 entries");
+  for (const auto& [token, bias] : s.logit_bias()) {
+    if (token >= vocab) {
+      return Invalid(absl::StrCat("logit_bias: token id ", token, " is outside the vocabulary (",
+                                  vocab, " tokens)"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return Invalid(absl::StrCat("logit_bias[", token, "] must be in [-100, 100]"));
+    }
+  }
+  if (in.priority() < -1000000 || in.priority() > 1000000) {
+    return Invalid("priority must be in [-1000000, 1000000]");
+  }
+  if (in.cache_key().size() > kMaxCacheKeyBytes) {
+    return Invalid(absl::StrCat("cache_key is longer than ", kMaxCacheKeyBytes, " bytes"));
+  }
+  if (in.cache_salt().size() > kMaxCacheKeyBytes) {
+    return Invalid(absl::StrCat("cache_salt is longer than ", kMaxCacheKeyBytes, " bytes"));
+  }
+  if (in.progress_interval_ms() != 0 && in.progress_interval_ms() < 10) {
+    // Served by the gRPC service (services/router/grpc_service.cc).
+    return Invalid("progress_interval_ms must be 0 (no progress messages) or at least 10");
+  }
+  if (in.prompt_case() == v1::GenerateRequest::kTokenIds) {
+    for (uint32_t id : in.token_ids().ids()) {
+      if (id >= vocab) {
+        return Invalid(absl::StrCat("token id ", id, " is outside the vocabulary (", vocab,
+                                    " tokens)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
-  auto invalid = [](absl::string_view msg) {
-    return rpc::ErrorWithDetail(absl::StatusCode::kInvalidArgument,
-                                v1::ERROR_CODE_INVALID_REQUEST, msg);
-  };
+  auto invalid = [](absl::string_view msg) { return Invalid(msg); };
   if (!in.model().empty() && in.model() != options_.model_name) {
     return rpc::ErrorWithDetail(absl::StatusCode::kNotFound, v1::ERROR_CODE_UNKNOWN_MODEL,
                                 absl::StrCat("model '", in.model(), "' is not served here (",
                                              options_.model_name, " is)"));
   }
+  RETURN_IF_ERROR(CheckRequest(in));
   const bool media = in.multimodal_size() > 0;
   if (media && options_.media == nullptr) {
     return invalid("multimodal inputs need the encoder service, and this router has none "
@@ -357,13 +425,6 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
       if (media) {
         return invalid("multimodal items need a text or chat prompt (their markers place them)");
       }
-      const uint32_t vocab = static_cast<uint32_t>(tok.vocab_size());
-      for (uint32_t id : in.token_ids().ids()) {
-        if (id >= vocab) {
-          return invalid(absl::StrCat("token id ", id, " is outside the vocabulary (", vocab,
-                                      " tokens)"));
-        }
-      }
       r.tokens.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
       break;
     }
@@ -382,35 +443,11 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
     return invalid(absl::StrCat("max_tokens ", r.sampling.max_tokens(), " is above the limit ",
                                 options_.max_max_tokens));
   }
-  if (!(r.sampling.temperature() >= 0.0f) || r.sampling.temperature() > 100.0f) {
-    return invalid("temperature must be in [0, 100]");
-  }
-  if (!(r.sampling.top_p() >= 0.0f) || r.sampling.top_p() > 1.0f) {
-    return invalid("top_p must be in [0, 1]");
-  }
-  if (r.sampling.top_logprobs() > 20) return invalid("top_logprobs must be in [0, 20]");
-  if (r.sampling.logit_bias_size() > 300) return invalid("logit_bias has more than 300 entries");
-  for (const auto& [token, bias] : r.sampling.logit_bias()) {
-    if (token >= static_cast<uint32_t>(tok.vocab_size())) {
-      return invalid(absl::StrCat("logit_bias: token id ", token, " is outside the vocabulary (",
-                                  tok.vocab_size(), " tokens)"));
-    }
-    if (!(bias >= -100.0f && bias <= 100.0f)) {
-      return invalid(absl::StrCat("logit_bias[", token, "] must be in [-100, 100]"));
-    }
-  }
-  if (in.priority() < -1000000 || in.priority() > 1000000) {
-    return invalid("priority must be in [-1000000, 1000000]");
-  }
-  r.priority = in.priority();
-  if (in.cache_key().size() > kMaxCacheKeyBytes) {
-    return invalid(absl::StrCat("cache_key is longer than ", kMaxCacheKeyBytes, " bytes"));
-  }
+  // A caller may not be served before its floor: a more urgent ask is
+  // served at the floor.
+  r.priority = std::max(in.priority(), r.caller.min_priority);
   r.cache_key = in.cache_key();
-  if (in.progress_interval_ms() != 0 && in.progress_interval_ms() < 10) {
-    // Served by the gRPC service (services/router/grpc_service.cc).
-    return invalid("progress_interval_ms must be 0 (no progress messages) or at least 10");
-  }
+  r.page_hash_seed = base::PageHashSeedFor(r.caller.cache_domain, in.cache_salt());
   absl::StatusOr<int> bucket = BucketFor(static_cast<int64_t>(r.tokens.size()), options_.policy);
   if (!bucket.ok()) {
     return rpc::ErrorWithDetail(absl::StatusCode::kOutOfRange, v1::ERROR_CODE_PROMPT_TOO_LONG,
@@ -422,6 +459,10 @@ absl::Status Router::Prepare(const v1::GenerateRequest& in, Request& r) {
   r.id = in.request_id().empty()
              ? absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++)
              : in.request_id();
+  if (r.caller.admit_tokens) {
+    RETURN_IF_ERROR(r.caller.admit_tokens(static_cast<int64_t>(r.tokens.size()) +
+                                          r.sampling.max_tokens()));
+  }
   return absl::OkStatus();
 }
 
@@ -514,7 +555,7 @@ std::vector<PrefillCandidate> Router::ScorePrefill(
   for (const auto& w : dec) ids.push_back(w->info.id);
   const int page = pre[0]->info.page_size > 0 ? pre[0]->info.page_size : 16;
   if (r.hash_page_size != page) {
-    r.hashes = base::ChainedPageHashes(r.tokens, page, r.spans);
+    r.hashes = base::ChainedPageHashes(r.tokens, page, r.spans, r.page_hash_seed);
     r.hash_page_size = page;
   }
   std::vector<int64_t> depths(pre.size(), 0);

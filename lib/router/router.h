@@ -182,6 +182,16 @@ struct RouterOptions {
   // disables. Default 300 s: a request queued behind more than that is
   // better told at once when to come back than kept waiting.
   double shed_backlog_seconds = 300;
+  // Most choices one request may ask for (GenerateRequest.n); more is
+  // InvalidArgument. Default 16.
+  uint32_t max_choices = 16;
+  // Bounds checked before a request's prompt is tokenized (InvalidArgument
+  // beyond): request_id bytes (default 256), stop strings (16, each 1 to
+  // 1,024 bytes), stop token ids (64).
+  size_t max_request_id_bytes = 256;
+  size_t max_stop_strings = 16;
+  size_t max_stop_string_bytes = 1024;
+  size_t max_stop_token_ids = 64;
   // Threads recording dispatches in the prefix index (off the request path).
   int record_threads = 2;
   // Threads that run requests' short blocking steps: the prompt's
@@ -255,6 +265,25 @@ class GenerateSink {
   virtual void SetProgressProbe(ProgressProbe probe) {}
 };
 
+// Who sent a request, as the service that authenticated it says (never
+// read from the request itself).
+struct Caller {
+  // The prefix-cache domain of the caller's tenant (api::TenantMap::
+  // CacheDomainOf): requests of different domains never share cached KV,
+  // their page hashes being seeded apart (base::PageHashSeedFor), so no
+  // tenant can learn from hits, cached_tokens or timing what another sent.
+  // Empty: the anonymous domain (a router without API keys).
+  std::string cache_domain;
+  // The most urgent GenerateRequest.priority the caller may ask for; a more
+  // urgent one is served at this value. INT32_MIN: any.
+  int32_t min_priority = INT32_MIN;
+  // Called once per request when its prompt is tokenized, with prompt
+  // tokens + max_tokens: OK, or the error that refuses the request
+  // (ResourceExhausted with ErrorDetail.retry_after_ms: the caller's token
+  // rate limit). Null: no limit.
+  std::function<absl::Status(int64_t tokens)> admit_tokens;
+};
+
 // Called once when a request ended (after its last Write): OK, or its error
 // (see Router::Generate).
 using GenerateDone = std::function<void(absl::Status)>;
@@ -287,7 +316,7 @@ class Router {
   // (may be null) are shared with the request until then. No thread is held
   // while the request waits at a worker or streams (issue 22).
   void Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
-             std::shared_ptr<CancelFlag> cancel, GenerateDone done);
+             std::shared_ptr<CancelFlag> cancel, GenerateDone done, Caller caller = {});
 
   // Runs one request to its end on the caller's thread (Start, then wait):
   // for tests and tools. OK after the last response (with finish_reason and
@@ -303,7 +332,7 @@ class Router {
   //   Cancelled         the sink refused a write or `cancel` fired
   // `sink` and `cancel` must outlive the call.
   absl::Status Generate(const v1::GenerateRequest& request, GenerateSink& sink,
-                        CancelFlag* cancel = nullptr);
+                        CancelFlag* cancel = nullptr, Caller caller = {});
 
   // Requests started and not yet done.
   int inflight() const { return inflight_.load(); }
@@ -350,6 +379,8 @@ class Router {
   explicit Router(const RouterOptions& options);
 
   absl::Status Prepare(const v1::GenerateRequest& in, Request& r);
+  // Prepare's checks that need no tokenization (run first).
+  absl::Status CheckRequest(const v1::GenerateRequest& in) const;
   // The structured-output part of Prepare (router_constraint.cc): the
   // request's constraint completed into r.sampling and compiled to check it.
   absl::Status PrepareConstraint(const v1::GenerateRequest& in, Request& r);
@@ -398,6 +429,9 @@ class Router {
   absl::Duration StallScanInterval() const {
     return std::clamp(options_.stall_report_after / 4, absl::Milliseconds(50), absl::Seconds(5));
   }
+  // Start for one choice (request.n() <= 1).
+  void StartOne(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
+                std::shared_ptr<CancelFlag> cancel, GenerateDone done, Caller caller);
   // Runs `fn` on a control thread / a media thread.
   void OnControl(std::function<void()> fn);
   void OnMedia(std::function<void()> fn);

@@ -27,8 +27,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "lib/base/hash.h"
 #include "lib/base/logging.h"
 #include "lib/router/failure.h"
+#include "lib/router/choice_group.h"
 #include "lib/router/router.h"
 #include "lib/router/router_metrics.h"
 #include "lib/router/router_request.h"
@@ -64,9 +66,11 @@ struct Outcome {
 class Router::Call : public std::enable_shared_from_this<Router::Call> {
  public:
   Call(Router* router, std::shared_ptr<GenerateSink> sink, std::shared_ptr<CancelFlag> cancel,
-       GenerateDone done)
+       GenerateDone done, Caller caller)
       : router_(router), sink_(std::move(sink)), cancel_(std::move(cancel)),
-        done_(std::move(done)) {}
+        done_(std::move(done)) {
+    r_.caller = std::move(caller);
+  }
 
   // Control thread: checks and prepares the request, then the first attempt.
   void Begin(const v1::GenerateRequest& request, int inflight);
@@ -304,6 +308,7 @@ void Router::Call::StartPrefill(const LegPtr& leg) {
   v1::PrefillRequest preq;
   preq.set_request_id(leg->transfer_id);
   preq.set_priority(r_.priority);
+  if (r_.page_hash_seed != base::DefaultPageHashSeed()) preq.set_page_hash_seed(r_.page_hash_seed);
   for (const v1::CachePin& pin : r_.cache_pins) *preq.add_cache_pins() = pin;
   preq.mutable_token_ids()->Assign(r_.tokens.begin(), r_.tokens.end());
   for (const v1::MultimodalItem& m : r_.media) *preq.add_multimodal() = m;
@@ -681,10 +686,37 @@ void Router::Call::Complete(absl::Status st) {
 }
 
 void Router::Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
-                   std::shared_ptr<CancelFlag> cancel, GenerateDone done) {
+                   std::shared_ptr<CancelFlag> cancel, GenerateDone done, Caller caller) {
+  if (request.n() <= 1) {
+    return StartOne(request, std::move(sink), std::move(cancel), std::move(done),
+                    std::move(caller));
+  }
+  if (request.n() > options_.max_choices) {
+    absl::Status st = rpc::ErrorWithDetail(
+        absl::StatusCode::kInvalidArgument, v1::ERROR_CODE_INVALID_REQUEST,
+        absl::StrCat("n is ", request.n(), "; at most ", options_.max_choices,
+                     " choices are served per request"));
+    OnControl([done = std::move(done), st]() mutable { done(std::move(st)); });
+    return;
+  }
+  v1::GenerateRequest group = request;
+  if (group.request_id().empty()) {
+    group.set_request_id(
+        absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_), next_id_++));
+  }
+  StartChoiceGroup(group, std::move(sink), std::move(cancel), std::move(done),
+                   [this, caller](const v1::GenerateRequest& one, std::shared_ptr<GenerateSink> s,
+                                  std::shared_ptr<CancelFlag> c, GenerateDone d) {
+                     StartOne(one, std::move(s), std::move(c), std::move(d), caller);
+                   });
+}
+
+void Router::StartOne(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
+                      std::shared_ptr<CancelFlag> cancel, GenerateDone done, Caller caller) {
   const int inflight = inflight_.fetch_add(1) + 1;
   metrics_->inflight->Increment();
-  auto call = std::make_shared<Call>(this, std::move(sink), std::move(cancel), std::move(done));
+  auto call = std::make_shared<Call>(this, std::move(sink), std::move(cancel), std::move(done),
+                                     std::move(caller));
   {
     absl::MutexLock lock(&live_mu_);
     live_[call.get()] = call;
@@ -701,7 +733,7 @@ void Router::Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateS
 }
 
 absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& sink,
-                              CancelFlag* cancel) {
+                              CancelFlag* cancel, Caller caller) {
   // Non-owning: the caller keeps both until Start's `done` ran.
   std::shared_ptr<GenerateSink> s(&sink, [](GenerateSink*) {});
   std::shared_ptr<CancelFlag> c(cancel, [](CancelFlag*) {});
@@ -711,7 +743,8 @@ absl::Status Router::Generate(const v1::GenerateRequest& request, GenerateSink& 
         [&](absl::Status st) {
           out = std::move(st);
           finished.Notify();
-        });
+        },
+        std::move(caller));
   finished.WaitForNotification();
   return out;
 }

@@ -49,6 +49,11 @@ struct Router::Request {
   bool media_inline = false;
   v1::SamplingParams sampling;
   int32_t priority = 0;
+  // Who sent it (its cache domain, priority floor, token admission), and
+  // the chain seed of the request's page hashes:
+  // base::PageHashSeedFor(caller.cache_domain, cache_salt).
+  Caller caller;
+  uint64_t page_hash_seed = 0;
   // GenerateRequest.cache_key: ties between prefill workers go by its hash,
   // so a session's turns keep to one worker when nothing else decides.
   std::string cache_key;

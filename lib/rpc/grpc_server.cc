@@ -59,7 +59,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Create(
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &port);
+                           options.credentials != nullptr ? options.credentials
+                                                          : grpc::InsecureServerCredentials(),
+                           &port);
   for (grpc::Service* service : options.services) {
     builder.RegisterService(service);
   }

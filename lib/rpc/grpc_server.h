@@ -68,6 +68,9 @@ struct GrpcServerOptions {
   // needs to warm up (load weights) starts with false and calls
   // SetServing(true) when ready.
   bool serving_at_start = true;
+  // The listener's credentials (rpc::ServerCredentialsFor: TLS from files,
+  // reloaded); null: insecure.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   // Largest message received / sent, in bytes; -1 means unlimited.
   int max_receive_message_bytes = 64 << 20;
   int max_send_message_bytes = 64 << 20;

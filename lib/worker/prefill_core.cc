@@ -128,7 +128,9 @@ void PrefillCore::Impl::Accept(std::unique_ptr<Req> r) {
   const int ps = options.pools->shape().page_size;
   std::vector<base::HashedSpan> spans;
   for (const PrefillMultimodal& m : r->job.multimodal) spans.push_back(m.span);
-  r->hashes = base::ChainedPageHashes(r->job.prompt, ps, spans);
+  r->hashes = base::ChainedPageHashes(
+      r->job.prompt, ps, spans,
+      r->job.page_hash_seed != 0 ? r->job.page_hash_seed : base::DefaultPageHashSeed());
   if (MaybePark(r)) return;
   Admit(std::move(r));
 }

@@ -154,6 +154,9 @@ struct PrefillJob {
   // Prefixes pinned once the prompt is cached (at most the prompt's cached
   // pages; ignored without a prefix cache).
   std::vector<PrefillCachePin> cache_pins;
+  // The chain seed of the prompt's page hashes (PrefillRequest.
+  // page_hash_seed: the caller's cache domain); 0: the default seed.
+  uint64_t page_hash_seed = 0;
   // Null: prefill only (warm the prefix cache), no decode leg.
   ShipFn ship;
   // Called once on the loop thread: the result after shipping, or the error

@@ -109,7 +109,7 @@ class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse>
   // `lease`: the key's slot, held until the request ended (may be null).
   GenerateReactor(router::Router* router, base::TimerQueue* timers,
                   const v1::GenerateRequest& request,
-                  std::shared_ptr<api::ConcurrencyLimiter::Lease> lease)
+                  std::shared_ptr<api::ConcurrencyLimiter::Lease> lease, router::Caller caller)
       : cancel_(std::make_shared<router::CancelFlag>()) {
     auto sink = std::make_shared<StreamSink>(writer(), request.request_id());
     // Below 10 ms the router refuses the request (INVALID_ARGUMENT).
@@ -121,7 +121,7 @@ class GenerateReactor final : public rpc::StreamingReactor<v1::GenerateResponse>
       sink->Stop();
       lease.reset();
       writer->Finish(rpc::ToGrpcStatus(s));
-    });
+    }, std::move(caller));
   }
 
  private:
@@ -149,12 +149,16 @@ absl::StatusOr<std::string> RouterGrpcService::Authorize(
 grpc::ServerWriteReactor<v1::GenerateResponse>* RouterGrpcService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
+  router::Caller caller;
   if (keys_ != nullptr) {
     absl::StatusOr<std::string> name = Authorize(*context);
     if (!name.ok()) {
       return new RefusedReactor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                              std::string(name.status().message())));
     }
+    absl::StatusOr<router::Caller> admitted = callers_->Admit(*name);
+    if (!admitted.ok()) return new RefusedReactor(rpc::ToGrpcStatus(admitted.status()));
+    caller = *std::move(admitted);
     if (limiter_ != nullptr) {
       std::optional<api::ConcurrencyLimiter::Lease> l = limiter_->TryAcquire(*name);
       if (!l) {
@@ -166,7 +170,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* RouterGrpcService::Generate(
       lease = std::make_shared<api::ConcurrencyLimiter::Lease>(std::move(*l));
     }
   }
-  return new GenerateReactor(router_, &timers_, *request, std::move(lease));
+  return new GenerateReactor(router_, &timers_, *request, std::move(lease), std::move(caller));
 }
 
 grpc::ServerUnaryReactor* RouterGrpcService::ListModels(grpc::CallbackServerContext* context,

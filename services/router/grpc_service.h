@@ -11,12 +11,15 @@
 // "authorization: Bearer <key>" (the HTTP API's keys; "x-api-key: <key>"
 // too), else UNAUTHENTICATED; with a ConcurrencyLimiter a key has at most
 // its limit of Generate calls in flight, else RESOURCE_EXHAUSTED. The
-// grpc.health.v1 service stays open (probes).
+// grpc.health.v1 service stays open (probes). A key's requests run as its
+// CallerPolicy says (its tenant's cache domain, priority floor and rate
+// limits; over its request rate: RESOURCE_EXHAUSTED).
 #pragma once
 
 #include <memory>
 
 #include "lib/api/api_keys.h"
+#include "lib/router/caller_policy.h"
 #include "lib/base/timer_queue.h"
 #include "lib/router/router.h"
 #include "swaserve/v1/router.grpc.pb.h"
@@ -27,9 +30,11 @@ class RouterGrpcService final : public v1::Router::CallbackService {
  public:
   // `keys` and `limiter` may be null (no access control / no limit); not
   // owned, must outlive the service.
+  // `callers` (required with `keys`) makes a key's router::Caller.
   explicit RouterGrpcService(router::Router* router, api::ApiKeyStore* keys = nullptr,
-                             api::ConcurrencyLimiter* limiter = nullptr)
-      : router_(router), keys_(keys), limiter_(limiter) {}
+                             api::ConcurrencyLimiter* limiter = nullptr,
+                             router::CallerPolicy* callers = nullptr)
+      : router_(router), keys_(keys), limiter_(limiter), callers_(callers) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -45,6 +50,7 @@ class RouterGrpcService final : public v1::Router::CallbackService {
   router::Router* const router_;
   api::ApiKeyStore* const keys_;
   api::ConcurrencyLimiter* const limiter_;
+  router::CallerPolicy* const callers_;
   // Progress messages' timers (one thread for every call).
   base::TimerQueue timers_;
 };

@@ -6,10 +6,12 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "lib/base/logging.h"
 #include "lib/router/chat_input.h"
 #include "lib/rpc/status_conversion.h"
 
@@ -35,7 +37,11 @@ api::ApiError ErrorFor(const absl::Status& s) {
 }
 
 HttpCall::HttpCall(Params p) : p_(std::move(p)), req_(p_.req) {
-  whole_ = BaseInput();
+  choices_.resize(std::max<uint32_t>(1, p_.parsed->request.n()));
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i].whole = BaseInput();
+    choices_[i].whole.choice_index = static_cast<int>(i);
+  }
   if (p_.parsed->messages_api && p_.parsed->stream) {
     events_ = std::make_unique<api::MessagesStream>(p_.id, p_.parsed->model);
   }
@@ -239,8 +245,9 @@ void HttpCall::OnKeepalive(int, short, void* arg) {
 
 void HttpCall::SetProgressProbe(ProgressProbe probe) { watch_.Set(std::move(probe)); }
 
-model::ChatOutputParser& HttpCall::Parser() {
-  if (parser_ != nullptr) return *parser_;
+model::ChatOutputParser& HttpCall::Parser(uint32_t index) {
+  std::unique_ptr<model::ChatOutputParser>& parser = choices_[index].parser;
+  if (parser != nullptr) return *parser;
   model::ChatOutputOptions o;
   const v1::GenerateRequest& r = p_.parsed->request;
   if (p_.chat_format != nullptr) {
@@ -256,18 +263,25 @@ model::ChatOutputParser& HttpCall::Parser() {
   o.parallel_tool_calls = !r.has_parallel_tool_calls() || r.parallel_tool_calls();
   o.parse_reasoning = p_.chat_format != nullptr;
   o.starts_in_reasoning = prompt_seen_.opens_reasoning;
-  o.call_id_prefix = absl::StrCat(p_.id, "_");
-  parser_ = std::make_unique<model::ChatOutputParser>(std::move(o));
-  return *parser_;
+  o.call_id_prefix = choices_.size() > 1 ? absl::StrCat(p_.id, "_", index, "_")
+                                          : absl::StrCat(p_.id, "_");
+  parser = std::make_unique<model::ChatOutputParser>(std::move(o));
+  return *parser;
 }
 
 void HttpCall::Emit(const v1::GenerateResponse& item) {
+  if (item.index() >= choices_.size()) {
+    SWA_LOG(err, "http: {}: output of choice {} of {}: dropped", p_.id, item.index(),
+            choices_.size());
+    return;
+  }
   emitted_ = true;
+  ChoiceOut& choice = choices_[item.index()];
   const bool last = item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   model::ChatOutputDelta delta;
   if (p_.chat) {
-    model::ChatOutputParser& parser = Parser();
-    if (parser.in_reasoning()) reasoning_tokens_ += item.token_ids_size();
+    model::ChatOutputParser& parser = Parser(item.index());
+    if (parser.in_reasoning()) choice.reasoning_tokens += item.token_ids_size();
     delta = parser.Feed(item.text());
     if (last) {
       model::ChatOutputDelta rest = parser.Finish();
@@ -280,34 +294,62 @@ void HttpCall::Emit(const v1::GenerateResponse& item) {
   }
   if (events_ != nullptr) return EmitEvents(item, std::move(delta));
   if (p_.parsed->stream) return EmitChunks(item, std::move(delta));
-  whole_.text += delta.content;
-  whole_.reasoning += delta.reasoning;
-  whole_.token_ids.insert(whole_.token_ids.end(), item.token_ids().begin(),
-                          item.token_ids().end());
+  api::ResponseInput& whole = choice.whole;
+  whole.text += delta.content;
+  whole.reasoning += delta.reasoning;
+  whole.token_ids.insert(whole.token_ids.end(), item.token_ids().begin(),
+                         item.token_ids().end());
   if (p_.parsed->logprobs) {
     for (api::TokenLogprobText& t : api::MakeTokenLogprobs(item.logprobs(), p_.token_text)) {
-      whole_.token_logprobs.push_back(std::move(t));
+      whole.token_logprobs.push_back(std::move(t));
     }
   }
   if (last) {
-    whole_.finish_reason = item.finish_reason();
-    whole_.stop_sequence = item.stop_sequence();
-    whole_.usage = item.usage();
+    whole.finish_reason = item.finish_reason();
+    whole.stop_sequence = item.stop_sequence();
+    whole.usage = item.usage();
+    choice.usage = item.usage();
     if (p_.chat) {
-      for (const model::ParsedToolCall& c : parser_->calls()) {
-        whole_.tool_calls.push_back({.index = static_cast<int>(whole_.tool_calls.size()),
-                                     .id = c.id,
-                                     .name = c.name,
-                                     .arguments = c.arguments});
+      for (const model::ParsedToolCall& c : choice.parser->calls()) {
+        whole.tool_calls.push_back({.index = static_cast<int>(whole.tool_calls.size()),
+                                    .id = c.id,
+                                    .name = c.name,
+                                    .arguments = c.arguments});
       }
-      whole_.finished_in_tool_calls = !whole_.tool_calls.empty();
-      whole_.reasoning_tokens = reasoning_tokens_;
+      whole.finished_in_tool_calls = !whole.tool_calls.empty();
+      whole.reasoning_tokens = choice.reasoning_tokens;
     }
   }
 }
 
+std::optional<v1::Usage> HttpCall::TotalUsage() const {
+  if (choices_.size() == 1) return choices_[0].usage;
+  std::optional<v1::Usage> total;
+  for (const ChoiceOut& c : choices_) {
+    if (!c.usage) continue;
+    if (!total) {
+      total = choices_[0].usage.value_or(*c.usage);
+      total->set_completion_tokens(0);
+      total->set_draft_tokens(0);
+      total->set_accepted_draft_tokens(0);
+    }
+    total->set_completion_tokens(total->completion_tokens() + c.usage->completion_tokens());
+    total->set_draft_tokens(total->draft_tokens() + c.usage->draft_tokens());
+    total->set_accepted_draft_tokens(total->accepted_draft_tokens() +
+                                     c.usage->accepted_draft_tokens());
+  }
+  return total;
+}
+
+uint32_t HttpCall::TotalReasoningTokens() const {
+  uint32_t n = 0;
+  for (const ChoiceOut& c : choices_) n += c.reasoning_tokens;
+  return n;
+}
+
 void HttpCall::EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDelta delta) {
   if (!started_) StartReply("text/event-stream");
+  ChoiceOut& choice = choices_[item.index()];
   const bool last = item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   std::vector<api::ResponseInput> chunks;
   api::ResponseInput head = BaseInput();
@@ -315,9 +357,9 @@ void HttpCall::EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDel
   head.reasoning = std::move(delta.reasoning);
   head.token_ids.assign(item.token_ids().begin(), item.token_ids().end());
   if (p_.parsed->logprobs) head.token_logprobs = api::MakeTokenLogprobs(item.logprobs(), p_.token_text);
-  head.text_offset_start = offset_;
-  offset_ += item.text().size();
-  const bool chat_head = first_chunk_ || !head.text.empty() || !head.reasoning.empty() ||
+  head.text_offset_start = choice.offset;
+  choice.offset += item.text().size();
+  const bool chat_head = choice.first_chunk || !head.text.empty() || !head.reasoning.empty() ||
                          !head.token_logprobs.empty();
   if (!p_.chat || chat_head) chunks.push_back(std::move(head));
   for (model::ToolCallDelta& d : delta.tool_calls) {
@@ -327,15 +369,17 @@ void HttpCall::EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDel
          .arguments = std::move(d.arguments)});
     chunks.push_back(std::move(c));
   }
-  if (item.has_usage()) usage_ = item.usage();
+  if (item.has_usage()) choice.usage = item.usage();
   if (last) {
     if (chunks.empty()) chunks.push_back(BaseInput());
     chunks.back().finish_reason = item.finish_reason();
-    chunks.back().finished_in_tool_calls = parser_ != nullptr && !parser_->calls().empty();
+    chunks.back().finished_in_tool_calls =
+        choice.parser != nullptr && !choice.parser->calls().empty();
   }
   for (api::ResponseInput& in : chunks) {
-    in.first_chunk = first_chunk_;
-    first_chunk_ = false;
+    in.choice_index = static_cast<int>(item.index());
+    in.first_chunk = choice.first_chunk;
+    choice.first_chunk = false;
     SendFrame(api::SseFrame(p_.chat ? api::ChatChunkJson(in) : api::CompletionChunkJson(in)));
   }
 }
@@ -353,15 +397,35 @@ void HttpCall::EmitEvents(const v1::GenerateResponse& item, model::ChatOutputDel
                      .arguments = std::move(d.arguments)});
   }
   frames += events_->Delta(delta.reasoning, delta.content, calls);
-  if (item.has_usage()) usage_ = item.usage();
+  ChoiceOut& choice = choices_[0];
+  if (item.has_usage()) choice.usage = item.usage();
   if (item.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
     api::ResponseInput last = BaseInput();
     last.finish_reason = item.finish_reason();
     last.stop_sequence = item.stop_sequence();
-    last.finished_in_tool_calls = parser_ != nullptr && !parser_->calls().empty();
+    last.finished_in_tool_calls = choice.parser != nullptr && !choice.parser->calls().empty();
     frames += events_->Finish(last, MessagesUsage(item.usage()));
   }
   if (!frames.empty()) SendFrame(frames);
+}
+
+std::string HttpCall::WholeBody() const {
+  if (p_.parsed->messages_api) {
+    const api::ResponseInput& whole = choices_[0].whole;
+    return api::MessagesResponseJson(whole, MessagesUsage(whole.usage.value_or(v1::Usage())));
+  }
+  if (choices_.size() == 1) {
+    api::ResponseInput in = choices_[0].whole;
+    in.include_usage = false;
+    return p_.chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in);
+  }
+  std::vector<api::ResponseInput> all;
+  for (const ChoiceOut& c : choices_) all.push_back(c.whole);
+  api::ResponseInput usage = BaseInput();
+  usage.usage = TotalUsage();
+  if (p_.chat) usage.reasoning_tokens = TotalReasoningTokens();
+  return p_.chat ? api::ChatMultiResponseJson(all, usage)
+                 : api::CompletionMultiResponseJson(all, usage);
 }
 
 void HttpCall::StartReply(const char* content_type) {
@@ -419,12 +483,8 @@ void HttpCall::End(const absl::Status& status) {
       // The 200 went out with the whitespace.
       body = p_.parsed->messages_api ? api::AnthropicErrorJson(ErrorFor(status))
                                      : api::ErrorJson(ErrorFor(status));
-    } else if (p_.parsed->messages_api) {
-      body = api::MessagesResponseJson(whole_, MessagesUsage(whole_.usage.value_or(v1::Usage())));
     } else {
-      api::ResponseInput in = whole_;
-      in.include_usage = false;
-      body = p_.chat ? api::ChatResponseJson(in) : api::CompletionResponseJson(in);
+      body = WholeBody();
     }
     if (!started_) {
       p_.replies->Reply(req_, path(), 200, std::move(body));
@@ -449,7 +509,7 @@ void HttpCall::End(const absl::Status& status) {
     } else if (!events_->finished()) {
       api::ResponseInput last = BaseInput();
       last.finish_reason = v1::FINISH_REASON_STOP;
-      SendFrame(events_->Finish(last, MessagesUsage(usage_.value_or(v1::Usage()))));
+      SendFrame(events_->Finish(last, MessagesUsage(choices_[0].usage.value_or(v1::Usage()))));
     }
     evhttp_send_reply_end(req_);
     return Done();
@@ -458,8 +518,8 @@ void HttpCall::End(const absl::Status& status) {
     SendFrame(api::SseFrame(api::ErrorJson(ErrorFor(status))));
   } else if (p_.parsed->include_usage) {
     api::ResponseInput in = BaseInput();
-    in.usage = usage_;
-    if (p_.chat) in.reasoning_tokens = reasoning_tokens_;
+    in.usage = TotalUsage();
+    if (p_.chat) in.reasoning_tokens = TotalReasoningTokens();
     SendFrame(api::SseFrame(api::UsageChunkJson(in, p_.chat)));
   }
   SendFrame(std::string(api::kSseDone));
@@ -468,12 +528,13 @@ void HttpCall::End(const absl::Status& status) {
 }
 
 void HttpCall::Done() {
-  if (parser_ != nullptr) {
+  for (const ChoiceOut& c : choices_) {
+    if (c.parser == nullptr) continue;
     const v1::ToolChoice::Mode mode = p_.parsed->request.tool_choice().mode();
     const bool wanted = mode == v1::ToolChoice::MODE_REQUIRED || mode == v1::ToolChoice::MODE_FUNCTION;
-    p_.replies->CountChatOutput(static_cast<int>(parser_->calls().size()),
-                                parser_->rejected_calls(), wanted && parser_->calls().empty(),
-                                reasoning_tokens_);
+    p_.replies->CountChatOutput(static_cast<int>(c.parser->calls().size()),
+                                c.parser->rejected_calls(), wanted && c.parser->calls().empty(),
+                                c.reasoning_tokens);
   }
   StopKeepalive();
   StopWatchingPeer();

@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -154,15 +155,21 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   // Loop thread.
   void Drain();
   void Emit(const v1::GenerateResponse& item);
-  // A chat request's output parser, made at its first output.
-  model::ChatOutputParser& Parser();
+  // A chat request's output parser for a choice, made at its first output.
+  model::ChatOutputParser& Parser(uint32_t index);
   // A streamed item's chunks: its text (and logprobs), each tool-call
   // delta, the finish reason on the last.
   void EmitChunks(const v1::GenerateResponse& item, model::ChatOutputDelta delta);
+  // The request's usage: the prompt's (the first choice's prefill) and every
+  // choice's completion tokens.
+  std::optional<v1::Usage> TotalUsage() const;
+  uint32_t TotalReasoningTokens() const;
   // The same for a Messages API stream: content-block events.
   void EmitEvents(const v1::GenerateResponse& item, model::ChatOutputDelta delta);
   // The Messages API's usage of the finished request.
   api::MessagesUsage MessagesUsage(const v1::Usage& usage) const;
+  // The non-streamed reply's body.
+  std::string WholeBody() const;
   void End(const absl::Status& status);
   // The reply's 200 and headers, before its body is known: a stream
   // ("text/event-stream"), or a JSON body after whitespace.
@@ -187,15 +194,19 @@ class HttpCall final : public router::GenerateSink, public std::enable_shared_fr
   event* peer_closed_ = nullptr;  // EV_CLOSED on the connection, while watched
   int keepalives_ = 0;
   bool probe_phase_ = true;  // the timer's next phase: probe, else comment
-  bool first_chunk_ = true;
-  size_t offset_ = 0;
-  std::optional<v1::Usage> usage_;
-  api::ResponseInput whole_;  // a non-streamed reply, accumulated
-  // Chat requests: content, reasoning and tool calls split off the text.
-  std::unique_ptr<model::ChatOutputParser> parser_;
+  // One per choice (GenerateRequest.n; one for n <= 1), by index.
+  struct ChoiceOut {
+    bool first_chunk = true;
+    size_t offset = 0;  // completion text bytes sent (logprobs' text_offset)
+    std::optional<v1::Usage> usage;
+    api::ResponseInput whole;  // a non-streamed reply, accumulated
+    // Chat requests: content, reasoning and tool calls split off the text.
+    std::unique_ptr<model::ChatOutputParser> parser;
+    // Tokens of items that began inside the reasoning block.
+    uint32_t reasoning_tokens = 0;
+  };
+  std::vector<ChoiceOut> choices_;
   router::PromptInfo prompt_seen_;  // copied from prompt_ by Drain
-  // Tokens of items that began inside the reasoning block.
-  uint32_t reasoning_tokens_ = 0;
   // Messages API streams: the event encoder (null for the OpenAI API).
   std::unique_ptr<api::MessagesStream> events_;
 

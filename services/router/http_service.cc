@@ -1,11 +1,13 @@
 #include "services/router/http_service.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,6 +59,24 @@ struct Loop {
 
 }  // namespace
 
+namespace {
+
+// evhttp's bufferevent for an accepted connection when TLS is on: an
+// OpenSSL one in the accepting state over the current certificate. There is
+// no plaintext fallback: without an SSL object (out of memory) the process
+// stops rather than serve a TLS port in the clear.
+bufferevent* NewTlsBufferevent(event_base* base, void* arg) {
+  SSL* ssl = static_cast<rpc::HttpTlsContext*>(arg)->NewSsl();
+  if (ssl == nullptr) {
+    SWA_LOG(critical, "http: SSL_new failed for an accepted connection");
+    std::abort();
+  }
+  return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                        BEV_OPT_CLOSE_ON_FREE);
+}
+
+}  // namespace
+
 struct HttpService::Impl final : public HttpReplies {
   HttpServiceOptions o;
   metrics::Registry* registry = nullptr;
@@ -66,6 +86,8 @@ struct HttpService::Impl final : public HttpReplies {
   std::mt19937_64 rng{std::random_device{}()};
   absl::Mutex rng_mu;
   std::vector<std::unique_ptr<Loop>> loops;
+  // TLS of every connection (options.tls); null: plaintext.
+  std::unique_ptr<rpc::HttpTlsContext> tls;
   bool stopped = false;
 
   // What a loop's request callback gets.
@@ -266,9 +288,13 @@ void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, Endpoint endpo
                            : chat                          ? "/v1/chat/completions"
                                                            : "/v1/completions";
   std::shared_ptr<api::ConcurrencyLimiter::Lease> lease;
+  router::Caller caller;
   if (o.keys != nullptr) {
     std::optional<std::string> name = Authorize(req, path);
     if (!name) return;
+    absl::StatusOr<router::Caller> admitted = o.callers->Admit(*name);
+    if (!admitted.ok()) return ReplyError(req, path, ErrorFor(admitted.status()));
+    caller = *std::move(admitted);
     if (o.limiter != nullptr) {
       std::optional<api::ConcurrencyLimiter::Lease> l = o.limiter->TryAcquire(*name);
       if (!l) {
@@ -305,7 +331,7 @@ void HttpService::Impl::Generate(Loop& loop, evhttp_request* req, Endpoint endpo
   cp.chat_format = &o.router->chat_format();
   std::shared_ptr<HttpCall> call = HttpCall::Begin(std::move(cp));
   o.router->Start(p->request, call, std::shared_ptr<router::CancelFlag>(call, &call->cancel_flag()),
-                  [call](absl::Status s) { call->Finish(std::move(s)); });
+                  [call](absl::Status s) { call->Finish(std::move(s)); }, std::move(caller));
 }
 
 HttpService::~HttpService() { Stop(); }
@@ -358,6 +384,9 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
   impl->tool_calls->WithLabels({"parsed"});
   impl->tool_calls->WithLabels({"returned_as_text"});
   impl->tool_calls->WithLabels({"required_but_none"});
+  if (options.tls.enabled()) {
+    ASSIGN_OR_RETURN(impl->tls, rpc::HttpTlsContext::Create(options.tls));
+  }
   const int n = std::clamp(options.threads, 1, 64);
   evutil_socket_t listen_fd = -1;
   for (int i = 0; i < n; ++i) {
@@ -369,15 +398,18 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Create(
       event_base_free(loop->base);
       return absl::InternalError("evhttp_new failed");
     }
-    // Bodies past the limit are answered 413 (JSON) by the handler; evhttp
-    // cuts off anything grossly larger (413 of its own).
-    evhttp_set_max_body_size(loop->http, static_cast<ev_ssize_t>(options.limits.max_body_bytes * 2 + 4096));
+    // A body over the limit is refused on its Content-Length, before a byte
+    // of it is read: evhttp answers 413 and closes the connection (a chunked
+    // body is cut off when it passes the limit). The handler's JSON 413 is
+    // for what evhttp lets through.
+    evhttp_set_max_body_size(loop->http, static_cast<ev_ssize_t>(options.limits.max_body_bytes));
     evhttp_set_max_headers_size(loop->http, 64 << 10);
     // Reading a request and writing to a client that stopped reading time
     // out; a request waiting for its first token does not (evhttp reads
     // nothing then).
     evhttp_set_timeout(loop->http, 30);
     evhttp_set_allowed_methods(loop->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    if (impl->tls != nullptr) evhttp_set_bevcb(loop->http, &NewTlsBufferevent, impl->tls.get());
     auto arg = std::make_unique<Impl::LoopArg>(Impl::LoopArg{impl, loop.get()});
     evhttp_set_gencb(loop->http, &Impl::OnRequest, arg.get());
     impl->args.push_back(std::move(arg));

@@ -35,6 +35,8 @@
 
 #include "absl/status/statusor.h"
 #include "lib/api/api_keys.h"
+#include "lib/router/caller_policy.h"
+#include "lib/rpc/tls.h"
 #include "lib/api/openai.h"
 #include "lib/metrics/registry.h"
 #include "lib/router/router.h"
@@ -49,6 +51,9 @@ struct HttpServiceOptions {
   // connections and streams. Default 2.
   int threads = 2;
   api::ParseLimits limits;
+  // TLS on the listener from these files, reloaded when they change
+  // (rpc::HttpTlsContext); disabled (plaintext) without a certificate.
+  rpc::TlsFiles tls;
   // HttpCall::Params::stream_keepalive: a streamed request waiting this
   // long for its first token starts its stream and sends an SSE comment
   // this often. Zero: off. Default 15 s.
@@ -62,6 +67,9 @@ struct HttpServiceOptions {
   // Optional; not owned.
   api::ApiKeyStore* keys = nullptr;
   api::ConcurrencyLimiter* limiter = nullptr;
+  // What an authenticated key's requests run as (its tenant's cache domain,
+  // priority floor and rate limits); required with `keys`. Not owned.
+  router::CallerPolicy* callers = nullptr;
   // Required; not owned.
   router::Router* router = nullptr;
   const model::Tokenizer* tokenizer = nullptr;

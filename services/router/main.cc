@@ -10,6 +10,8 @@
 // internal. --help lists every option.
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,8 @@
 #include "absl/time/time.h"
 #include "lib/base/request_defaults.h"
 #include "lib/api/api_keys.h"
+#include "lib/api/tenants.h"
+#include "lib/router/caller_policy.h"
 #include "lib/api/openai.h"
 #include "lib/base/config.h"
 #include "lib/base/logging.h"
@@ -42,6 +46,7 @@
 #include "lib/rpc/channel.h"
 #include "lib/rpc/grpc_server.h"
 #include "lib/rpc/termination_signal.h"
+#include "lib/rpc/tls.h"
 #include "services/router/grpc_service.h"
 #include "services/router/http_service.h"
 
@@ -59,6 +64,9 @@ struct RouterConfig {
   bool index_mirror = true;
   std::string listen = "0.0.0.0:50051";
   std::string http_host = "0.0.0.0";
+  std::string tls_cert;
+  std::string tls_key;
+  absl::Duration tls_refresh = absl::Seconds(60);
   int64_t http_port = 8000;
   int64_t http_threads = 2;
   absl::Duration http_stream_keepalive = router_service::HttpServiceOptions{}.stream_keepalive;
@@ -76,6 +84,7 @@ struct RouterConfig {
   std::string chat_template_kwargs;
   int64_t max_max_tokens = 32768;
   int64_t max_inflight = 4096;
+  int64_t max_choices = 16;
   int64_t control_threads = 8;
   int64_t media_threads = router::RouterOptions{}.media_threads;
   double shed_backlog_seconds = router::RouterOptions{}.shed_backlog_seconds;
@@ -94,6 +103,10 @@ struct RouterConfig {
   int64_t breaker_failures = 3;
   absl::Duration breaker_open = absl::Seconds(10);
   std::string api_keys;
+  std::string tenants;
+  double tenant_requests_per_minute = 0;
+  double tenant_tokens_per_minute = 0;
+  int64_t tenant_min_priority = 0;
   int64_t api_key_concurrency = 0;
   absl::Duration drain = absl::Seconds(30);
   // Multimodal items (lib/router/media.h).
@@ -127,6 +140,11 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("listen", &c->listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("http.host", &c->http_host, "HTTP (OpenAI API, /health, /metrics) bind host")
       .Add("http.port", &c->http_port, "HTTP port (0: any free port)")
+      .Add("tls.cert", &c->tls_cert,
+           "PEM certificate chain: TLS on the gRPC and HTTP listeners (empty: plaintext)")
+      .Add("tls.key", &c->tls_key, "PEM private key of --tls.cert")
+      .Add("tls.refresh", &c->tls_refresh,
+           "how often the TLS files are checked for a new certificate")
       .Add("http.threads", &c->http_threads,
            "HTTP event loops (threads); each serves any number of connections and streams")
       .Add("http.max_body_bytes", &c->max_body_bytes, "largest request body (413 beyond)")
@@ -158,6 +176,7 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
            "reasoning_effort override them key by key")
       .Add("max_max_tokens", &c->max_max_tokens, "largest max_tokens accepted")
       .Add("max_inflight", &c->max_inflight, "requests in flight before 429 (0: unlimited)")
+      .Add("max_choices", &c->max_choices, "most choices (n) per request")
       .Add("control_threads", &c->control_threads,
            "threads for requests' short blocking steps (tokenization, the Redis decision, "
            "the bookkeeping between attempts); a streaming or queued request holds none")
@@ -198,6 +217,16 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("api_keys", &c->api_keys,
            "file or directory (Kubernetes secret) of bearer API keys, checked on HTTP and gRPC; "
            "empty: no auth")
+      .Add("tenants", &c->tenants,
+           "file of 'tenant NAME: KEYS...' and 'share NAME: TENANTS...' lines: which keys share "
+           "a prefix cache (lib/api/tenants.h); empty: every key a tenant of its own")
+      .Add("tenant.requests_per_minute", &c->tenant_requests_per_minute,
+           "requests per minute of a tenant the tenants file does not limit (0: unlimited)")
+      .Add("tenant.tokens_per_minute", &c->tenant_tokens_per_minute,
+           "prompt + max_tokens per minute of such a tenant (0: unlimited)")
+      .Add("tenant.min_priority", &c->tenant_min_priority,
+           "the most urgent priority a keyed caller may ask for, unless its tenant's line says "
+           "otherwise (more urgent asks are served at this value)")
       .Add("api_key_concurrency", &c->api_key_concurrency,
            "requests in flight per API key (0: unlimited)")
       .Add("drain", &c->drain, "how long in-flight requests may finish on SIGTERM")
@@ -271,6 +300,8 @@ struct RouterProcess {
   std::unique_ptr<router::Router> router;
   std::unique_ptr<api::ApiKeyStore> keys;
   std::unique_ptr<api::ConcurrencyLimiter> limiter;
+  std::unique_ptr<api::TenantMap> tenants;
+  std::unique_ptr<router::CallerPolicy> callers;
   std::unique_ptr<router_service::RouterGrpcService> grpc_service;
   std::unique_ptr<rpc::GrpcServer> server;
   std::unique_ptr<router_service::HttpService> http;
@@ -314,6 +345,8 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   opt.default_template_kwargs = c.chat_template_kwargs;
   opt.max_max_tokens = static_cast<uint32_t>(c.max_max_tokens);
   opt.max_inflight_requests = static_cast<int>(c.max_inflight);
+  if (c.max_choices < 1) return absl::InvalidArgumentError("--max_choices must be at least 1");
+  opt.max_choices = static_cast<uint32_t>(c.max_choices);
   opt.control_threads = static_cast<int>(std::max<int64_t>(1, c.control_threads));
   opt.media_threads = static_cast<int>(std::max<int64_t>(1, c.media_threads));
   opt.shed_backlog_seconds = c.shed_backlog_seconds;
@@ -374,7 +407,20 @@ absl::Status RouterProcess::StartIndexMirror(cluster::RedisOptions ro) {
 }
 
 absl::Status RouterProcess::LoadApiKeys() {
-  if (c.api_keys.empty()) return absl::OkStatus();
+  if (c.api_keys.empty()) {
+    if (!c.tenants.empty()) return absl::InvalidArgumentError("--tenants needs --api_keys");
+    return absl::OkStatus();
+  }
+  if (!c.tenants.empty()) {
+    ASSIGN_OR_RETURN(api::TenantMap t, api::TenantMap::Load(c.tenants));
+    tenants = std::make_unique<api::TenantMap>(std::move(t));
+    SWA_LOG(info, "tenants: {} from {}", tenants->tenants(), c.tenants);
+  }
+  callers = std::make_unique<router::CallerPolicy>(router::CallerPolicyOptions{
+      .tenants = tenants.get(),
+      .default_limit = {.requests_per_minute = c.tenant_requests_per_minute,
+                        .tokens_per_minute = c.tenant_tokens_per_minute},
+      .default_min_priority = static_cast<int32_t>(c.tenant_min_priority)});
   ASSIGN_OR_RETURN(keys, api::ApiKeyStore::Create({.path = c.api_keys}));
   api::ConcurrencyLimiterOptions lo;
   lo.per_key_limit = static_cast<uint32_t>(std::max<int64_t>(0, c.api_key_concurrency));
@@ -385,8 +431,14 @@ absl::Status RouterProcess::LoadApiKeys() {
 
 absl::Status RouterProcess::StartServers() {
   grpc_service =
-      std::make_unique<router_service::RouterGrpcService>(router.get(), keys.get(), limiter.get());
+      std::make_unique<router_service::RouterGrpcService>(router.get(), keys.get(), limiter.get(),
+                                                          callers.get());
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls.cert and --tls.key go together");
+  }
+  const rpc::TlsFiles tls{.cert_file = c.tls_cert, .key_file = c.tls_key, .refresh = c.tls_refresh};
   rpc::GrpcServerOptions go;
+  ASSIGN_OR_RETURN(go.credentials, rpc::ServerCredentialsFor(tls));
   go.listen_address = c.listen;
   go.services = {grpc_service.get()};
   go.health_service_names = {"swaserve.v1.Router"};
@@ -396,6 +448,7 @@ absl::Status RouterProcess::StartServers() {
   router_service::HttpServiceOptions ho;
   ho.host = c.http_host;
   ho.port = static_cast<int>(c.http_port);
+  ho.tls = tls;
   ho.threads = static_cast<int>(c.http_threads);
   ho.stream_keepalive = c.http_stream_keepalive;
   ho.nonstream_keepalive = c.http_nonstream_keepalive;
@@ -404,6 +457,7 @@ absl::Status RouterProcess::StartServers() {
   ho.limits.default_max_tokens = static_cast<uint32_t>(c.default_max_tokens);
   ho.keys = keys.get();
   ho.limiter = limiter.get();
+  ho.callers = callers.get();
   ho.router = router.get();
   ho.tokenizer = tokenizer.get();
   ho.registry = &registry;
@@ -416,12 +470,26 @@ absl::Status RouterProcess::StartServers() {
                                            {"metrics_port", http->port()}});
 }
 
+// Every client connection holds a descriptor: the soft limit (often 1,024)
+// would refuse connections long before memory runs out, so the router takes
+// the hard limit.
+void RaiseDescriptorLimit() {
+  rlimit l{};
+  if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= l.rlim_max) return;
+  const rlim_t before = l.rlim_cur;
+  l.rlim_cur = l.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &l) == 0) {
+    SWA_LOG(info, "open files limit raised from {} to {}", before, l.rlim_cur);
+  }
+}
+
 int Run(int argc, char** argv) {
   auto signal = rpc::TerminationSignal::Create();  // first: before any thread
   if (!signal.ok()) {
     std::fprintf(stderr, "swaserve-router: %s\n", signal.status().ToString().c_str());
     return 1;
   }
+  RaiseDescriptorLimit();
   RouterConfig c;
   base::Config config("swaserve-router",
                       "A stateless swaserve router: gRPC swaserve.v1.Router and OpenAI HTTP in "

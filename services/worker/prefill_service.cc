@@ -174,6 +174,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
     job.sampling = sampling_;
     job.priority = req.priority();
+    job.page_hash_seed = req.page_hash_seed();
     for (const v1::CachePin& pin : req.cache_pins()) {
       job.cache_pins.push_back({.tokens = static_cast<int>(std::min<uint32_t>(pin.tokens(), INT32_MAX)),
                                 .ttl = absl::Seconds(pin.ttl_seconds())});

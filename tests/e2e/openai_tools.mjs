@@ -190,11 +190,53 @@ out.tokenize = await guard(async () => {
   return { count: t.count, max_model_len: t.max_model_len, prompt_tokens: r.usage.prompt_tokens, detokenized_chars: d.prompt.length };
 });
 
+// n = 3: sampled (seed 5: choice i samples with seed 5 + i), greedy (three
+// equal choices), and streamed through the SDK's stream helper, which
+// assembles the choices by index. The router's token counters show the
+// followers' prefill: a fresh prompt's choices 1 and 2 reuse its prefix.
+async function routerCounter(name) {
+  const text = await (await fetch(`${baseURL}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) sum += Number(line.split(' ').pop());
+  }
+  return sum;
+}
+// Sampled choices are compared with MTP off (speculative_tokens 0): the
+// adaptive draft length follows measured step times, so how many random
+// draws a seeded MTP stream takes can differ between runs. Thinking off, so
+// the text is in content (the SDK's stream helper keeps only the last
+// reasoning_content delta).
 out.n3 = await guard(async () => {
-  const r = await client.chat.completions.create({
-    model, messages: [user('And God said')], n: 3, max_tokens: 12, temperature: 1, seed: 5,
+  const sampled = { model, messages: [user('And God said')], max_tokens: 12, temperature: 1,
+    speculative_tokens: 0, chat_template_kwargs: { enable_thinking: false } };
+  const r = await client.chat.completions.create({ ...sampled, n: 3, seed: 5 });
+  const again = await client.chat.completions.create({ ...sampled, n: 3, seed: 5 });
+  const one = await client.chat.completions.create({ ...sampled, seed: 6 });
+  const longText = Array.from({ length: 60 }, (_, i) => `verse ${i} of the long prompt`).join('; ');
+  const before = { prompt: await routerCounter('swaserve_router_prompt_tokens_total'),
+    cached: await routerCounter('swaserve_router_cached_tokens_total') };
+  const greedy = await client.chat.completions.create({
+    model, messages: [user(longText)], n: 3, max_tokens: 10, temperature: 0,
+    chat_template_kwargs: { enable_thinking: false },
   });
-  return { choices: r.choices.map((c) => ({ index: c.index, content: c.message.content })), usage: r.usage };
+  const after = { prompt: await routerCounter('swaserve_router_prompt_tokens_total'),
+    cached: await routerCounter('swaserve_router_cached_tokens_total') };
+  const stream = client.chat.completions.stream({
+    ...sampled, n: 3, seed: 5, stream_options: { include_usage: true },
+  });
+  const indexes = new Set();
+  stream.on('chunk', (c) => { for (const ch of c.choices) indexes.add(ch.index); });
+  const final = await stream.finalChatCompletion();
+  const content = (resp) => resp.choices.map((c) => ({ index: c.index, content: c.message.content,
+    finish_reason: c.finish_reason }));
+  return {
+    choices: content(r), again: content(again), usage: r.usage,
+    choice1_alone: one.choices[0].message.content,
+    greedy: content(greedy), greedy_usage: greedy.usage,
+    counters: { prompt: after.prompt - before.prompt, cached: after.cached - before.cached },
+    streamed: content(final), streamed_usage: final.usage, streamed_indexes: [...indexes].sort(),
+  };
 });
 
 out.logit_bias = await guard(async () => {

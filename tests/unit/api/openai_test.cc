@@ -304,8 +304,16 @@ TEST(ParseCompletionTest, Logprobs) {
   ExpectCompletionParamError("logprobs", 2.0, "logprobs");
 }
 
+TEST(ParseCompletionTest, ChoicesCount) {
+  json body = BaseCompletion();
+  body["n"] = 3;
+  EXPECT_EQ(MustParse(Completion(body)).request.n(), 3u);
+  body["n"] = 128;
+  EXPECT_EQ(MustParse(Completion(body)).request.n(), 128u);
+  ExpectCompletionParamError("n", 129, "n");
+}
+
 TEST(ParseCompletionTest, UnsupportedOptions) {
-  ExpectCompletionParamError("n", 2, "n");
   ExpectCompletionParamError("n", 0, "n");
   ExpectCompletionParamError("n", "1", "n");
   ExpectCompletionParamError("echo", true, "echo");
@@ -650,7 +658,8 @@ TEST(ParseChatTest, ResponseFormatBecomesTheConstraint) {
 }
 
 TEST(ParseChatTest, CommonParamsAndUnsupported) {
-  ExpectChatParamError("n", 2, "n");
+  ExpectChatParamError("n", 0, "n");
+  ExpectChatParamError("n", 1000, "n");
   ExpectChatParamError("stop", {"a", "b", "c", "d", "e"}, "stop");
   ExpectChatParamError("presence_penalty", 1, "presence_penalty");
   ExpectChatParamError("response_format", {{"type", "xml"}}, "response_format.type");

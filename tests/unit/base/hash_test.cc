@@ -1,6 +1,10 @@
 #include "lib/base/hash.h"
 
 #include <numeric>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
@@ -138,6 +142,27 @@ TEST(ChainedPageHashes, StableAcrossReleases) {
   EXPECT_EQ(h[0], 0x566b91798a378d3dull);
   EXPECT_EQ(h[1], 0xcb06cc7f635c9b29ull);
   EXPECT_EQ(DefaultPageHashSeed(), Hash64("swaserve-page-hash-v1"));
+}
+
+}  // namespace
+}  // namespace swaserve::base
+
+namespace swaserve::base {
+namespace {
+
+TEST(PageHashSeedForTest, DomainsAndSaltsSeedChainsApart) {
+  EXPECT_EQ(PageHashSeedFor("", ""), DefaultPageHashSeed());
+  const std::vector<uint32_t> tokens(64, 7);
+  std::set<uint64_t> first_pages;
+  for (const auto& [domain, salt] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""}, {"tenant:a", ""}, {"tenant:b", ""}, {"tenant:a", "s"}, {"tenant:as", ""},
+           {"", "tenant:a"}, {"tenant:", "a"}}) {
+    const uint64_t seed = PageHashSeedFor(domain, salt);
+    EXPECT_NE(seed, 0u);
+    EXPECT_EQ(seed, PageHashSeedFor(domain, salt));  // stable
+    first_pages.insert(ChainedPageHashes(tokens, 16, {}, seed)[0]);
+  }
+  EXPECT_EQ(first_pages.size(), 7u);  // every pair its own chain
 }
 
 }  // namespace

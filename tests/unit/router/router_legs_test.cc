@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -642,6 +643,90 @@ TEST_F(RouterLegsTest, AClientLeavingWhileItsPrefillIsQueuedCancelsIt) {
   EXPECT_TRUE(absl::IsCancelled(result)) << result;
   absl::MutexLock lock(&log_.mu);
   EXPECT_EQ(log_.cancelled_prefills, 1);
+}
+
+// n = 3: three choices of one prompt, each a whole run of its own (the fake
+// model is deterministic, so each equals the uninterrupted output), messages
+// tagged with their index, usage per choice. The followers' prefill legs
+// start only after the leader's first token (its prefill done: theirs then
+// find the prompt in the prefix cache); a seeded request's choices sample
+// with seed, seed + 1, seed + 2.
+TEST_F(RouterLegsTest, SeveralChoicesRunAfterTheFirstChoicesPrefill) {
+  class ChoicesSink final : public GenerateSink {
+   public:
+    explicit ChoicesSink(CallLog* log) : log_(log) {}
+    bool Write(const v1::GenerateResponse& r) override {
+      absl::MutexLock lock(&mu);
+      EXPECT_LT(r.index(), 3u);
+      if (r.index() >= 3) return false;
+      if (r.index() == 0 && r.token_ids_size() > 0 && prefills_at_first_token < 0) {
+        absl::MutexLock l(&log_->mu);
+        prefills_at_first_token = static_cast<int>(log_->prefills.size());
+      }
+      for (uint32_t t : r.token_ids()) tokens[r.index()].push_back(t);
+      if (r.has_usage()) usage[r.index()] = r.usage();
+      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish[r.index()] = r.finish_reason();
+      ids.insert(r.request_id());
+      return true;
+    }
+    absl::Mutex mu;
+    CallLog* log_;
+    int prefills_at_first_token = -1;
+    std::vector<uint32_t> tokens[3];
+    v1::Usage usage[3];
+    v1::FinishReason finish[3] = {};
+    std::set<std::string> ids;
+  };
+  v1::GenerateRequest req = Request(100, 5);
+  req.set_n(3);
+  req.mutable_sampling()->set_seed(7);
+  ChoicesSink sink(&log_);
+  ASSERT_TRUE(router_->Generate(req, sink).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sink.tokens[i], Expected(req)) << i;
+    EXPECT_EQ(sink.finish[i], v1::FINISH_REASON_LENGTH) << i;
+    EXPECT_EQ(sink.usage[i].prompt_tokens(), 100u) << i;
+    EXPECT_EQ(sink.usage[i].completion_tokens(), 5u) << i;
+  }
+  EXPECT_EQ(sink.prefills_at_first_token, 1);
+  EXPECT_EQ(sink.ids.size(), 1u);  // every choice reports the request's id
+  absl::MutexLock lock(&log_.mu);
+  ASSERT_EQ(log_.prefills.size(), 3u);
+  std::set<uint64_t> seeds;
+  for (const auto& [worker, p] : log_.prefills) seeds.insert(p.sampling().seed());
+  EXPECT_EQ(seeds, std::set<uint64_t>({7, 8, 9}));
+}
+
+// The caller's cache domain and the request's cache_salt seed its page
+// hashes (what the prefill worker hashes and the index is asked about);
+// the anonymous, unsalted request keeps the default seed (field unset).
+TEST_F(RouterLegsTest, CacheDomainsAndSaltsSeedThePrefillsPageHashes) {
+  v1::GenerateRequest req = Request(40, 2);
+  CollectingSink a, b, c, d;
+  ASSERT_TRUE(router_->Generate(req, a).ok());
+  ASSERT_TRUE(router_->Generate(req, b, nullptr, Caller{.cache_domain = "tenant:x"}).ok());
+  req.set_cache_salt("s");
+  ASSERT_TRUE(router_->Generate(req, c, nullptr, Caller{.cache_domain = "tenant:x"}).ok());
+  ASSERT_TRUE(router_->Generate(req, d).ok());
+  req.set_cache_salt(std::string(1025, 's'));
+  CollectingSink e;
+  EXPECT_TRUE(absl::IsInvalidArgument(router_->Generate(req, e)));
+  absl::MutexLock lock(&log_.mu);
+  ASSERT_EQ(log_.prefills.size(), 4u);
+  EXPECT_EQ(log_.prefills[0].second.page_hash_seed(), 0u);
+  EXPECT_EQ(log_.prefills[1].second.page_hash_seed(), base::PageHashSeedFor("tenant:x", ""));
+  EXPECT_EQ(log_.prefills[2].second.page_hash_seed(), base::PageHashSeedFor("tenant:x", "s"));
+  EXPECT_EQ(log_.prefills[3].second.page_hash_seed(), base::PageHashSeedFor("", "s"));
+}
+
+TEST_F(RouterLegsTest, TooManyChoicesIsInvalid) {
+  v1::GenerateRequest req = Request(10, 2);
+  req.set_n(17);
+  CollectingSink sink;
+  absl::Status st = router_->Generate(req, sink);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_EQ(sink.writes, 0);
+  EXPECT_TRUE(PrefillWorkersCalled().empty());
 }
 
 }  // namespace
