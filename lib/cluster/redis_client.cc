@@ -8,6 +8,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -79,6 +81,46 @@ RedisReply Convert(const redisReply* r) {
   return out;
 }
 
+// The password in `path` (RedisOptions::password_file): the content without
+// trailing line breaks; InvalidArgument naming the file when it cannot be
+// read, is empty or holds more than one line. Never puts the content in a
+// message.
+absl::StatusOr<std::string> ReadPasswordFile(const std::string& path) {
+  constexpr size_t kMaxBytes = 4096;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat("Redis password file ", path,
+                                                   ": cannot open (",
+                                                   std::strerror(errno), ")"));
+  }
+  std::string content;
+  content.resize(kMaxBytes + 1);
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Redis password file ", path, ": read error"));
+  }
+  content.resize(static_cast<size_t>(in.gcount()));
+  if (content.size() > kMaxBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Redis password file ", path, ": longer than ", kMaxBytes, " bytes"));
+  }
+  while (!content.empty() &&
+         (content.back() == '\n' || content.back() == '\r')) {
+    content.pop_back();
+  }
+  if (content.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Redis password file ", path, " is empty"));
+  }
+  if (content.find_first_of("\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Redis password file ", path,
+                     " holds more than one line (one password expected)"));
+  }
+  return content;
+}
+
 struct ReplyDeleter {
   void operator()(void* r) const { freeReplyObject(r); }
 };
@@ -104,7 +146,9 @@ absl::Status RedisReply::ToStatus() const {
   if (starts("WRONGTYPE")) return absl::FailedPreconditionError(message);
   if (starts("NOAUTH") || starts("WRONGPASS") || starts("NOPERM")) {
     return absl::PermissionDeniedError(absl::StrCat(
-        message, " (set RedisOptions.password/username to the server's)"));
+        message,
+        " (give the server's password and ACL user: --redis_password_file and "
+        "--redis_username, or redis://user:password@host:port)"));
   }
   if (starts("OOM")) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -415,8 +459,25 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Create(
                             options.coalesce_max_calls));
   }
   if (options.db < 0) return bad("db must be >= 0");
+  if (!options.password.empty() && !options.password_file.empty()) {
+    return bad(
+        "password and password_file are exclusive (the address holds a "
+        "password and a password file was given)");
+  }
+  if (!options.username.empty() && options.password.empty() &&
+      options.password_file.empty()) {
+    return bad("an ACL username needs a password (password or password_file)");
+  }
+  std::string password = options.password;
+  if (!options.password_file.empty()) {
+    ASSIGN_OR_RETURN(password, ReadPasswordFile(options.password_file));
+  }
   base::IgnoreSigpipeIfDefault();
   auto client = absl::WrapUnique(new RedisClient(options));
+  {
+    absl::MutexLock lock(&client->password_mu_);
+    client->password_ = std::move(password);
+  }
   if (options.metrics != nullptr) {
     absl::StatusOr<std::vector<double>> buckets =
         metrics::ExponentialBuckets(50e-6, 2, 17);  // 50 us .. 3.3 s
@@ -477,6 +538,15 @@ RedisClient::Connection& RedisClient::AcquireConnection(Node& node) {
   return conn;
 }
 
+std::string RedisClient::CurrentPassword() {
+  absl::StatusOr<std::string> fresh =
+      options_.password_file.empty() ? absl::NotFoundError("")
+                                     : ReadPasswordFile(options_.password_file);
+  absl::MutexLock lock(&password_mu_);
+  if (fresh.ok()) password_ = *std::move(fresh);
+  return password_;
+}
+
 absl::Status RedisClient::Connect(Node& node, Connection& conn) {
   conn.mu.AssertHeld();
   conn.Drop();
@@ -512,11 +582,18 @@ absl::Status RedisClient::Connect(Node& node, Connection& conn) {
     RedisReply r = Convert(static_cast<redisReply*>(reply.get()));
     return r.ToStatus();
   };
-  if (!options_.password.empty()) {
+  if (std::string password = CurrentPassword(); !password.empty()) {
     std::vector<std::string> auth = {"AUTH"};
     if (!options_.username.empty()) auth.push_back(options_.username);
-    auth.push_back(options_.password);
+    auth.push_back(std::move(password));
     absl::Status s = setup(std::move(auth));
+    if (!s.ok() && !absl::IsUnavailable(s)) {
+      // The server is up and refuses the credentials (WRONGPASS, or an ERR
+      // where it has no password set): not a transport error.
+      redisFree(ctx);
+      return absl::PermissionDeniedError(absl::StrCat(
+          "redis at ", node.address, ": AUTH refused: ", s.message()));
+    }
     if (!s.ok()) return fail(s.message());
   }
   if (options_.db != 0) {
@@ -567,6 +644,7 @@ absl::Status RedisClient::RunOn(Node& node, Connection& conn,
         absl::MutexLock lock(&node.backoff_mu);
         ++node.timeouts;
         node.last_error = message;
+        node.last_refused_auth = false;
         node.retry_at = clock_->Now() + node.backoff;
         node.backoff = std::min(node.backoff * 2, options_.reconnect_backoff_max);
       }
@@ -654,13 +732,14 @@ absl::Status RedisClient::RunOnConnection(Node& node,
   }
   if (conn.ctx == nullptr) {
     const absl::Time now = clock_->Now();
-    bool refused = false;
+    bool refused = false, refused_auth = false;
     std::string refusal;
     {
       absl::MutexLock lock(&node.backoff_mu);
       conn.timeouts_seen = node.timeouts;
       if (now < node.retry_at) {
         refused = true;
+        refused_auth = node.last_refused_auth;
         refusal = absl::StrCat("redis at ", node.address, " is unavailable (", node.last_error,
                                "); next reconnect attempt in ",
                                absl::FormatDuration(
@@ -668,7 +747,8 @@ absl::Status RedisClient::RunOnConnection(Node& node,
       }
     }
     if (refused) {
-      status = absl::UnavailableError(refusal);
+      status = refused_auth ? absl::PermissionDeniedError(refusal)
+                            : absl::UnavailableError(refusal);
     } else {
       status = Connect(node, conn);
       absl::MutexLock lock(&node.backoff_mu);
@@ -677,6 +757,7 @@ absl::Status RedisClient::RunOnConnection(Node& node,
         node.retry_at = absl::InfinitePast();
       } else {
         node.last_error = std::string(status.message());
+        node.last_refused_auth = absl::IsPermissionDenied(status);
         node.retry_at = clock_->Now() + node.backoff;
         node.backoff = std::min(node.backoff * 2, options_.reconnect_backoff_max);
       }
@@ -839,6 +920,11 @@ absl::StatusOr<std::vector<RedisReply>> RedisClient::EvalshaPipeline(
   RETURN_IF_ERROR(Run(retry, op, &retried));
   for (size_t j = 0; j < again.size(); ++j) replies[again[j]] = std::move(retried[j]);
   return replies;
+}
+
+absl::Status RedisClient::CheckCredentials() {
+  const absl::Status s = Ping();
+  return absl::IsPermissionDenied(s) ? s : absl::OkStatus();
 }
 
 absl::Status RedisClient::Ping() {

@@ -86,10 +86,19 @@ struct RedisOptions {
   // Time allowed for one call (a command, a pipeline or a script) to be
   // written and answered; on expiry the connection is dropped.
   absl::Duration command_timeout = absl::Seconds(2);
-  // When non-empty, AUTH is sent after connecting (with `username` when that
-  // is non-empty: Redis 6 ACL users).
+  // When a password is set (here or through password_file), AUTH is sent
+  // after every connect and reconnect (with `username` when that is
+  // non-empty: Redis 6 ACL users). A refused AUTH fails the call with
+  // PermissionDenied. A username without a password is InvalidArgument.
   std::string username;
   std::string password;
+  // A file holding the password instead (a mounted Kubernetes Secret): its
+  // content without trailing line breaks. Create() reads it and fails with
+  // InvalidArgument naming the file when it cannot be read, is empty or holds
+  // more than one line; it is read again before every (re)connection, so a
+  // rotated Secret is used from the next connection on (a failed read then
+  // keeps the last password). Exclusive with `password`. Default: empty.
+  std::string password_file;
   // Logical database (SELECT) when non-zero. Must be 0 for a Redis Cluster.
   int db = 0;
   // Redis Cluster: "host:port" of one or more of its nodes (any, masters or
@@ -252,6 +261,13 @@ class RedisClient {
   // PING; OK when Redis answers (in cluster mode: any master).
   absl::Status Ping();
 
+  // The start-up check of a service's credentials: one PING. PermissionDenied
+  // when the server refuses them (a wrong password or user, or none given
+  // where the server requires one), its message naming what to set; OK when
+  // the server accepts them and also when it cannot be reached now (calls
+  // then fail with Unavailable until it is back, as without credentials).
+  absl::Status CheckCredentials();
+
   // Runs `command` on every master (one server when not in cluster mode):
   // INFO, SCRIPT FLUSH, FLUSHALL and the like. Returns ("host:port", reply)
   // per master in slot order; an error reply is kept as a kError element.
@@ -337,6 +353,14 @@ class RedisClient {
   bool refreshing_ ABSL_GUARDED_BY(slots_mu_) = false;
   absl::Time last_refresh_ ABSL_GUARDED_BY(slots_mu_) = absl::InfinitePast();
   std::atomic<uint32_t> next_master_{0};
+
+  // The password AUTH sends: options_.password, or password_file's content
+  // as last read (Connect re-reads it).
+  absl::Mutex password_mu_;
+  std::string password_ ABSL_GUARDED_BY(password_mu_);
+  // Reads options_.password_file into password_ when set; returns the
+  // password to send (the last one when the file cannot be read now).
+  std::string CurrentPassword();
 
   // Script source -> SHA1 (as SCRIPT LOAD returned it).
   absl::Mutex scripts_mu_;

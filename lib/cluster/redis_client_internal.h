@@ -69,6 +69,9 @@ struct RedisClient::Node {
   absl::Time retry_at ABSL_GUARDED_BY(backoff_mu) = absl::InfinitePast();
   absl::Duration backoff ABSL_GUARDED_BY(backoff_mu);
   std::string last_error ABSL_GUARDED_BY(backoff_mu);
+  // Whether the last connect failed on refused credentials: calls refused
+  // during the backoff are then PermissionDenied, not Unavailable.
+  bool last_refused_auth ABSL_GUARDED_BY(backoff_mu) = false;
 };
 
 // One caller's call waiting in Node::pending (it lives on the caller's

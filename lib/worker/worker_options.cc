@@ -37,6 +37,11 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
       .Add(key("kv.l3"), &o->l3,
            "prefill L3 tier below L2: file:<dir> (local, survives restarts) or "
            "redis:<host:port> (shared; its own Redis with allkeys-lru); empty: none")
+      .Add(key("kv.l3_redis_password_file"), &o->l3_redis_password_file,
+           "file holding a redis: L3's password (AUTH on every connection; empty: none, or "
+           "the one in a redis:// address)")
+      .Add(key("kv.l3_redis_username"), &o->l3_redis_username,
+           "a redis: L3's ACL user for AUTH (empty: the default user)")
       .Add(key("kv.l3_mib"), &o->l3_mib, "bound of a file: L3 store (MiB)")
       .Add(key("kv.l3_queue_mib"), &o->l3_queue_mib,
            "bound of the L3 write-behind queue (MiB of page copies): write-through waits for "
@@ -141,6 +146,11 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "computing itself, puts what they computed in L3 and answers DRAINING once it is "
            "stored, so the router's retry elsewhere resumes from there (0: off)")
       .Add(key("redis"), &o->redis, "Redis host:port for cluster membership (empty: standalone)")
+      .Add(key("redis_password_file"), &o->redis_password_file,
+           "file holding the Redis password (AUTH on every connection; re-read on reconnect; "
+           "empty: none, or the one in a redis:// address)")
+      .Add(key("redis_username"), &o->redis_username,
+           "Redis ACL user for AUTH (empty: the default user)")
       .Add(key("cluster"), &o->cluster, "cluster name (Redis key prefix)")
       .Add(key("advertise_host"), &o->advertise_host, "host other processes reach this worker at")
       .Add(key("model_name"), &o->model_name, "served model name (registry record)")

@@ -47,6 +47,10 @@ struct WorkerOptions {
   // by the workers; give it its own Redis with maxmemory + allkeys-lru, not
   // the registry's). Needs an L2 (kv.l2_ratio > 0).
   std::string l3;
+  // A redis: L3's credentials (cluster::RedisOptions::password_file and
+  // username): a file holding its password, and its ACL user. Default: none.
+  std::string l3_redis_password_file;
+  std::string l3_redis_username;
   int64_t l3_mib = 8192;
   // Bound of the L3 write-behind queue (kv::AsyncPageStore): page bytes
   // copied for the store's thread. Write-through waits for room (near a
@@ -123,6 +127,11 @@ struct WorkerOptions {
   // L3. 0: off (the deadline cancels them).
   absl::Duration drain_handback = absl::Seconds(3);
   std::string redis;
+  // The registry Redis's credentials (cluster::RedisOptions::password_file
+  // and username): a file holding its password (AUTH on every connection),
+  // and its ACL user. Default: none.
+  std::string redis_password_file;
+  std::string redis_username;
   std::string cluster = "default";
   std::string advertise_host = "127.0.0.1";
   std::string model_name = "swaserve";

@@ -43,6 +43,8 @@ struct Flags {
   std::string listen = "127.0.0.1:0";
   std::string advertise_host = "127.0.0.1";
   std::string redis;
+  std::string redis_password_file;
+  std::string redis_username;
   std::string cluster = "default";
   std::string metrics_host = "127.0.0.1";
   int64_t metrics_port = 0;
@@ -117,8 +119,11 @@ absl::Status Start(const Flags& f, Encoder* e) {
   if (f.redis.empty()) return absl::OkStatus();
   cluster::RedisOptions ro;
   RETURN_IF_ERROR(base::Annotate(cluster::ParseRedisAddress(f.redis, &ro), "--redis"));
+  ro.password_file = f.redis_password_file;
+  if (!f.redis_username.empty()) ro.username = f.redis_username;
   ro.metrics = &e->registry;
   ASSIGN_OR_RETURN(e->redis, cluster::RedisClient::Create(ro));
+  RETURN_IF_ERROR(e->redis->CheckCredentials());
   cluster::WorkerRegistrationOptions wo;
   wo.redis = e->redis.get();
   wo.cluster = f.cluster;
@@ -156,6 +161,11 @@ int Main(int argc, char** argv) {
       .Add("listen", &f.listen, "gRPC listen address host:port (port 0: any free port)")
       .Add("advertise_host", &f.advertise_host, "host other processes reach this encoder at")
       .Add("redis", &f.redis, "Redis host:port for cluster membership (empty: standalone)")
+      .Add("redis_password_file", &f.redis_password_file,
+           "file holding the Redis password (AUTH on every connection; re-read on reconnect; "
+           "empty: none, or the one in a redis:// address)")
+      .Add("redis_username", &f.redis_username,
+           "Redis ACL user for AUTH (empty: the default user)")
       .Add("cluster", &f.cluster, "cluster name (Redis key prefix)")
       .Add("metrics.host", &f.metrics_host, "Prometheus /metrics bind host")
       .Add("metrics.port", &f.metrics_port, "Prometheus /metrics port (0: any free port)")

@@ -192,6 +192,9 @@ void HttpService::Impl::Handle(Loop& loop, evhttp_request* req) {
     }
     return Reply(req, path, 200, api::ModelsJson(o.router->ListModels()));
   }
+  if (get && path == "/livez") {  // liveness: 200 whenever this serves HTTP
+    return Send(req, 200, "text/plain; charset=utf-8", "ok\n");
+  }
   if (get && path == "/health") {
     absl::Status s = o.router->Health();
     return Send(req, s.ok() ? 200 : 503, "text/plain; charset=utf-8",

@@ -58,6 +58,8 @@ struct RouterConfig {
   std::string model_name;
   std::string redis = "127.0.0.1:6379";
   std::string cluster = "default";
+  std::string redis_password_file;
+  std::string redis_username;
   int64_t redis_pool = 16;
   bool redis_coalesce = true;
   int64_t redis_in_flight = 2;
@@ -125,6 +127,11 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
   config->Add("model", &c->model, "checkpoint directory (tokenizer.json, config.json); required")
       .Add("model_name", &c->model_name, "model id clients use (default: the directory name)")
       .Add("redis", &c->redis, "Redis host:port (worker registry, loads, prefix index)")
+      .Add("redis_password_file", &c->redis_password_file,
+           "file holding the Redis password (AUTH on every connection; re-read on reconnect; "
+           "empty: none, or the one in a redis:// address)")
+      .Add("redis_username", &c->redis_username,
+           "Redis ACL user for AUTH (empty: the default user)")
       .Add("redis_pool", &c->redis_pool, "Redis connections (concurrent decisions)")
       .Add("redis_coalesce", &c->redis_coalesce,
            "group commit: calls that queue while redis_in_flight pipelines run go out "
@@ -277,6 +284,8 @@ absl::Status FinishRouterConfig(RouterConfig* c, router::PolicyOptions* policy,
     }
   }
   RETURN_IF_ERROR(cluster::ParseRedisAddress(c->redis, redis));
+  redis->password_file = c->redis_password_file;
+  if (!c->redis_username.empty()) redis->username = c->redis_username;
   redis->pool_size = static_cast<int>(std::max<int64_t>(1, c->redis_pool));
   redis->coalesce_calls = c->redis_coalesce;
   redis->coalesce_in_flight = static_cast<int>(c->redis_in_flight);
@@ -319,6 +328,7 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
   SWA_LOG(info, "chat template: {}", chat_template->origin());
   ro.metrics = &registry;
   ASSIGN_OR_RETURN(redis, cluster::RedisClient::Create(ro));
+  RETURN_IF_ERROR(redis->CheckCredentials());
   ASSIGN_OR_RETURN(view, cluster::ClusterView::Create({.redis = redis.get(), .cluster = c.cluster}));
   if (c.index_mirror) RETURN_IF_ERROR(StartIndexMirror(ro));
   router::WorkerDirectoryOptions wdo;

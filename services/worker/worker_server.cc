@@ -180,8 +180,17 @@ absl::Status Worker::OpenL3() {
   } else {
     cluster::RedisPageStoreOptions ro;
     RETURN_IF_ERROR(cluster::ParseRedisAddress(o.l3.substr(6), &ro.redis));
+    ro.redis.password_file = o.l3_redis_password_file;
+    if (!o.l3_redis_username.empty()) ro.redis.username = o.l3_redis_username;
     ro.redis.pool_size = 2;  // the prefetcher and the write-behind thread
     ro.cluster = o.cluster;
+    {
+      // Refused credentials stop the start (the store's own client would
+      // read every page as a miss); an L3 not up yet does not.
+      ASSIGN_OR_RETURN(std::unique_ptr<cluster::RedisClient> probe,
+                       cluster::RedisClient::Create(ro.redis));
+      RETURN_IF_ERROR(base::Annotate(probe->CheckCredentials(), "--kv.l3"));
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<cluster::RedisPageStore> redis_store,
                      cluster::RedisPageStore::Create(ro));
     SWA_LOG(info, "prefill L3: Redis store at {}", o.l3.substr(6));
@@ -396,8 +405,11 @@ v1::WorkerLoad Worker::Load() const {
 absl::Status Worker::Register() {
   cluster::RedisOptions ro;
   RETURN_IF_ERROR(base::Annotate(cluster::ParseRedisAddress(o.redis, &ro), "--redis"));
+  ro.password_file = o.redis_password_file;
+  if (!o.redis_username.empty()) ro.username = o.redis_username;
   ro.metrics = &registry;
   ASSIGN_OR_RETURN(redis, cluster::RedisClient::Create(ro));
+  RETURN_IF_ERROR(redis->CheckCredentials());
   const bool prefill = worker::HasPrefill(o), decode = worker::HasDecode(o);
   cluster::WorkerRegistrationOptions wo;
   wo.redis = redis.get();

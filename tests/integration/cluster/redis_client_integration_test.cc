@@ -1,15 +1,18 @@
 // RedisClient against a real redis-server: commands, pipelines, binary
 // values, scripts (load once, reload after SCRIPT FLUSH and after a restart),
-// AUTH, concurrent callers, and Redis being killed and restarted.
+// AUTH (password, password file, ACL user, rotation), concurrent callers, and
+// Redis being killed and restarted.
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
 #include "lib/cluster/redis_client.h"
 #include "lib/metrics/registry.h"
 #include "tests/integration/cluster/redis_server.h"
@@ -18,6 +21,7 @@ namespace swaserve::cluster {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class RedisClientIntegrationTest : public ::testing::Test {
  protected:
@@ -199,6 +203,84 @@ TEST_F(RedisClientIntegrationTest, PasswordProtectedServer) {
   absl::StatusOr<RedisReply> info = authed->Command({"CLIENT", "INFO"});
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_THAT(info->str, HasSubstr("db=2"));
+}
+
+// A password file in a fresh temporary directory (a mounted Secret's file).
+std::string WritePasswordFile(const std::string& content) {
+  static const std::string dir = *base::MakeTempDir("redis-auth-test");
+  static int n = 0;
+  const std::string path = absl::StrCat(dir, "/password-", n++);
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+TEST_F(RedisClientIntegrationTest, PasswordFileAndAclUser) {
+  auto server = testing::RedisServer::Start({"--requirepass", "s3cret"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  RedisOptions options = (*server)->ClientOptions();
+  // None given: the start-up check names what to set.
+  absl::Status none = NewClient(options)->CheckCredentials();
+  EXPECT_EQ(none.code(), absl::StatusCode::kPermissionDenied) << none;
+  EXPECT_THAT(none.message(), HasSubstr("NOAUTH"));
+  EXPECT_THAT(none.message(), HasSubstr("--redis_password_file"));
+  // A wrong one: AUTH refused, as PermissionDenied (not "is Redis running?").
+  options.password_file = WritePasswordFile("n0t-it\n");
+  auto wrong = NewClient(options);
+  absl::Status refused = wrong->CheckCredentials();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("AUTH refused"));
+  EXPECT_THAT(refused.message(), HasSubstr("WRONGPASS"));
+  EXPECT_THAT(refused.message(), Not(HasSubstr("n0t-it")));
+  // The right one (a file written with a trailing newline, as `echo` does).
+  options.password_file = WritePasswordFile("s3cret\n");
+  auto authed = NewClient(options);
+  ASSERT_TRUE(authed->CheckCredentials().ok());
+  ASSERT_TRUE(authed->Command({"SET", "k", "v"}).ok());
+  // An ACL user with its own password.
+  ASSERT_TRUE(authed
+                  ->Command({"ACL", "SETUSER", "router", "on", ">r0uter", "~*",
+                             "&*", "+@all"})
+                  .ok());
+  options.username = "router";
+  options.password_file = WritePasswordFile("r0uter");
+  auto user = NewClient(options);
+  ASSERT_TRUE(user->CheckCredentials().ok());
+  absl::StatusOr<RedisReply> whoami = user->Command({"ACL", "WHOAMI"});
+  ASSERT_TRUE(whoami.ok()) << whoami.status();
+  EXPECT_EQ(whoami->str, "router");
+  options.username = "nobody";
+  EXPECT_EQ(NewClient(options)->CheckCredentials().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A Redis that is not up is no credential error (the client reconnects).
+  ASSERT_TRUE((*server)->Kill().ok());
+  EXPECT_TRUE(NewClient(options)->CheckCredentials().ok());
+}
+
+TEST_F(RedisClientIntegrationTest, RotatedPasswordFileIsUsedOnReconnect) {
+  auto server = testing::RedisServer::Start({"--requirepass", "old"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  RedisOptions options = (*server)->ClientOptions();
+  const std::string file = WritePasswordFile("old\n");
+  options.password_file = file;
+  auto client = NewClient(options);
+  ASSERT_TRUE(client->Ping().ok());
+  // The operator rotates: the Secret's file first, then the server, which
+  // drops its clients.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << "new\n";
+  RedisOptions admin_options = (*server)->ClientOptions();
+  admin_options.password = "old";
+  auto admin = NewClient(admin_options);
+  ASSERT_TRUE(admin->Command({"CONFIG", "SET", "requirepass", "new"}).ok());
+  (void)admin->Command({"CLIENT", "KILL", "TYPE", "normal"});
+  const absl::Time start = absl::Now();
+  absl::Status s;
+  while (!(s = client->Ping()).ok()) {
+    ASSERT_LT(absl::Now() - start, absl::Seconds(5)) << s;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<RedisReply> got =
+      client->Command({"SET", "after", "rotation"});
+  EXPECT_TRUE(got.ok()) << got.status();
 }
 
 // 8 threads, each 200 pipelines {INCR <prefix><t>, GET <prefix><t>};

@@ -9,16 +9,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/clock.h"
@@ -28,8 +29,10 @@
 namespace swaserve::cluster {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Type = RedisReply::Type;
 using namespace std::string_literals;
 
@@ -417,8 +420,90 @@ TEST(RedisClientWire, RejectedAuthIsPermissionDenied) {
   auto client = RedisClient::Create({.port = fake.port(), .password = "x"});
   ASSERT_TRUE(client.ok());
   absl::Status s = (*client)->Ping();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("AUTH refused"));
   EXPECT_THAT(s.message(), HasSubstr("WRONGPASS"));
+  EXPECT_THAT(s.message(), Not(HasSubstr("\"x\"")));
+  EXPECT_EQ((*client)->CheckCredentials().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+// A file for RedisOptions::password_file, in a fresh temporary directory.
+std::string WriteFile(const std::string& name, const std::string& content) {
+  static const std::string dir = *base::MakeTempDir("redis-client-test");
+  const std::string path = absl::StrCat(dir, "/", name);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr) << path;
+  std::fwrite(content.data(), 1, content.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(RedisClient, PasswordFileIsCheckedAtCreate) {
+  auto code = [](const RedisOptions& o) {
+    return RedisClient::Create(o).status().code();
+  };
+  auto message = [](const RedisOptions& o) {
+    return std::string(RedisClient::Create(o).status().message());
+  };
+  EXPECT_EQ(code({.password_file = "/nonexistent/password"}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(message({.password_file = "/nonexistent/password"}),
+              HasSubstr("/nonexistent/password"));
+  const std::string empty = WriteFile("empty", "\n");
+  EXPECT_THAT(message({.password_file = empty}), HasSubstr("is empty"));
+  const std::string two = WriteFile("two", "s3cret\nother\n");
+  EXPECT_THAT(message({.password_file = two}), HasSubstr("more than one line"));
+  EXPECT_THAT(message({.password_file = two}), Not(HasSubstr("s3cret")));
+  const std::string good = WriteFile("good", "s3cret\r\n");
+  EXPECT_EQ(code({.password_file = good}), absl::StatusCode::kOk);
+  EXPECT_THAT(message({.password = "a", .password_file = good}),
+              HasSubstr("exclusive"));
+  EXPECT_THAT(message({.username = "router"}), HasSubstr("needs a password"));
+  EXPECT_EQ(code({.username = "router", .password_file = good}),
+            absl::StatusCode::kOk);
+}
+
+TEST(RedisClientWire, PasswordFileIsReadAgainOnReconnect) {
+  absl::Mutex mu;
+  std::string accepted = "first";
+  FakeRedis fake([&](const std::vector<std::string>& args) -> std::string {
+    if (args[0] == "AUTH") {
+      absl::MutexLock lock(&mu);
+      return args.back() == accepted
+                 ? "+OK\r\n"
+                 : "-WRONGPASS invalid username-password\r\n";
+    }
+    return "+PONG\r\n";
+  });
+  const std::string file = WriteFile("rotated", "first\n");
+  auto client =
+      RedisClient::Create({.port = fake.port(),
+                           .username = "router",
+                           .password_file = file,
+                           .reconnect_backoff_initial = absl::Milliseconds(1),
+                           .reconnect_backoff_max = absl::Milliseconds(1)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->CheckCredentials().ok());
+  ASSERT_TRUE((*client)->Ping().ok());
+  EXPECT_THAT(fake.requests()[0], ElementsAre("AUTH", "router", "first"));
+  // The Secret is rotated: the server wants the new password, the file has it.
+  {
+    absl::MutexLock lock(&mu);
+    accepted = "second";
+  }
+  WriteFile("rotated", "second\n");
+  fake.DropNextRequest();
+  EXPECT_FALSE((*client)->Ping().ok());  // the connection is gone
+  absl::Status s;
+  for (int i = 0; i < 100; ++i) {
+    s = (*client)->Ping();
+    if (s.ok()) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(fake.requests(),
+              Contains(ElementsAre("AUTH", "router", "second")));
 }
 
 TEST(RedisClientWire, EvalshaLoadsOnceAndReloadsOnNoscript) {
