@@ -20,7 +20,7 @@
 // round trip) and the SETs' random SPOP past max_entries_per_worker (a
 // safety valve that real caches do not reach).
 //
-// Departure from ARCHITECTURE §4 ("the router holds no state"): the copy is
+// The router still keeps no state of its own (docs/architecture.md#redis-state): the copy is
 // a cache of Redis state the router can drop and rebuild at any time (a new
 // replica snapshots on start); Redis stays the only authority. It costs the
 // router memory (about 40 bytes per indexed page: three flat hash sets per

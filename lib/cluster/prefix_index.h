@@ -1,4 +1,4 @@
-// PrefixIndex: the prefix-affinity index in Redis (ARCHITECTURE §4–§5):
+// PrefixIndex: the prefix-affinity index in Redis (docs/architecture.md#request-path, #redis-state):
 // which workers hold the KV of which chained page hashes (base/hash.h), so a
 // router can find, for every candidate worker, how many leading pages of a
 // prompt that worker has cached — in one round trip.

@@ -1,5 +1,5 @@
 // WorkerRegistration: a worker's presence in the cluster state (issue 6;
-// ARCHITECTURE §5). A background thread
+// docs/architecture.md#redis-state). A background thread
 //   - registers the worker record (key_schema.h) with a TTL and refreshes the
 //     TTL every heartbeat_interval; when the record is gone (Redis restarted,
 //     or the worker was partitioned longer than the TTL) it registers again;

@@ -1,5 +1,5 @@
 // The CPU forward pass of a MiMo-V2-style hybrid SWA + MoE model over paged
-// KV (ARCHITECTURE §1, §3, §4).
+// KV (docs/architecture.md#model, #kv-cache, #request-path).
 //
 // One Forward() call runs a ragged batch: any mix of prefill chunks of
 // several requests and decode steps of many. Each item names its request's

@@ -1,5 +1,5 @@
 // PrefillScheduler: which prompt tokens a prefill worker computes in its next
-// forward step (ARCHITECTURE §4 step 3). Pure policy and batch building: no
+// forward step (docs/architecture.md#request-path step 3). Pure policy and batch building: no
 // threads, no I/O, no KV pools (the worker answers "does this request's KV
 // fit now?" through a callback).
 //
@@ -250,7 +250,7 @@ struct PrefillSchedulerOptions {
 // chunking of the range.
 double PrefillWork(double context_cost_per_token, int64_t start, int64_t n);
 
-// Window restore (kv::WindowRestoreStart, ARCHITECTURE §3): a prompt whose
+// Window restore (kv::WindowRestoreStart, docs/architecture.md#kv-cache): a prompt whose
 // full KV is cached to M but whose window-safe hit ends at L < M either
 // computes from L (recomputing [L, M)) or restores the window: recomputes
 // only [s, M), s = the restore start, whose full layers attend over the
@@ -314,7 +314,7 @@ class PrefillScheduler {
     return static_cast<int>(in_progress_.size());
   }
   // Uncached tokens not yet handed to a step, over queued and in-progress
-  // requests (the load a worker reports, ARCHITECTURE §5).
+  // requests (the load a worker reports, docs/architecture.md#redis-state).
   int64_t queued_uncached_tokens() const { return queued_uncached_tokens_; }
   // Arrival of the oldest not-started request; nullopt when none.
   std::optional<int64_t> oldest_arrival_ns() const;

@@ -1,4 +1,4 @@
-// The decode worker's engine loop (ARCHITECTURE §4 step 4), without gRPC:
+// The decode worker's engine loop (docs/architecture.md#request-path step 4), without gRPC:
 // staged requests wait with their prompt KV in host memory (KvStaging) and
 // are admitted into the running batch, oldest first, when the pools can take
 // their pages (the staged bytes are copied into pool pages only then);

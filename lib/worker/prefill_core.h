@@ -1,4 +1,4 @@
-// The prefill worker's engine loop (ARCHITECTURE §4 step 3), without gRPC:
+// The prefill worker's engine loop (docs/architecture.md#request-path step 3), without gRPC:
 // a request's prompt is matched against the prefix cache (its window-safe
 // hit locked), queued in a sched::PrefillScheduler (compute-aware priority
 // with a wait-time credit, or FCFS), computed in chunks — several requests'
