@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-cluster trace replay of the prefill scheduling policies (issue 6):
+# Real-cluster trace replay of the prefill scheduling policies:
 # the Mooncake conversation trace, scaled to CPU sizes, replayed through a
 # local cluster (redis-server, 1 prefill worker, 1 decode worker, a router —
 # real processes on loopback, KV over UCX) once with FCFS prefill scheduling

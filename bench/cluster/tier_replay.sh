@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KV tiers on a real local cluster (issue 21): `swaserve up` with the demo
+# KV tiers on a real local cluster: `swaserve up` with the demo
 # model, one prefill bucket with a small L1 (--workers.prefill.kv.prefill_mib)
 # so that the scaled Mooncake conversation trace evicts, replayed with its
 # timing four times:

@@ -1,4 +1,4 @@
-// Prefill scheduling on real traffic (issue 6 benchmark): a deterministic
+// Prefill scheduling on real traffic: a deterministic
 // discrete-event SIMULATION that drives lib/sched's PrefillScheduler (the
 // real class, not a re-implementation) with the Mooncake conversation trace
 // (../shared/traces/mooncake_conversation_trace.jsonl) and a fitted cost

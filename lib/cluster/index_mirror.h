@@ -1,5 +1,4 @@
-// IndexMirror: a router's in-memory copy of the prefix index (issue 22 item
-// 3), kept by reading the workers' KV event streams (kv_events.h), so a
+// IndexMirror: a router's in-memory copy of the prefix index, kept by reading the workers' KV event streams (kv_events.h), so a
 // decision finds each candidate's depth, window-safe depth and L1 pages
 // without the match script: the decision's Redis work shrinks to the
 // predicted entries and the load reports (ClusterView::MatchPrefixesAndLoads).

@@ -50,7 +50,7 @@
 // no leaf is a tombstone; with it a tombstone leaf is worth its full KV, and
 // SWA pressure does not throw full KV away (docs/architecture.md#kv-cache).
 //
-// Tiers (issue 21, PrefixCacheOptions::l2): every node lives in one tier,
+// Tiers (PrefixCacheOptions::l2): every node lives in one tier,
 // L1 (the KV pools requests read) or L2 (a second pair of pools), and tiers
 // only grow down a path (a child is never in a higher tier than its parent).
 // The full pass above demotes instead of deleting: it takes least-recently
@@ -166,12 +166,12 @@ struct PrefixCacheOptions {
   // window a restore rebuilt there); pages of the inserting prompt's own
   // trailing window stay hot. Default false.
   bool cold_superseded_windows = false;
-  // L2 (issue 21): a second pair of pools with the same shape (host memory
+  // L2: a second pair of pools with the same shape (host memory
   // under a device L1; on a CPU-only machine both are host memory, kept
   // apart with their own budgets so the logic is the same). Not owned; null
   // (the default): no L2, eviction deletes. See "Tiers" above.
   KvPools* l2 = nullptr;
-  // L3 (issue 21): a page store below L2 (see "L3" above). Not owned; must
+  // L3: a page store below L2 (see "L3" above). Not owned; must
   // outlive the cache; thread-safe (wrap a slow backend in AsyncPageStore so
   // writes stay off the caller's thread). Null (the default): no L3.
   // Requires l2 (pages come back from L3 through L2).

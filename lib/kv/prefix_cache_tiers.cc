@@ -1,4 +1,4 @@
-// The prefix cache's L2 tier (issue 21; the "Tiers" section of
+// The prefix cache's L2 tier (the "Tiers" section of
 // prefix_cache.h): demotion on L1 eviction, L2 eviction, load-back.
 #include <chrono>
 #include <cstring>

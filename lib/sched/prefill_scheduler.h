@@ -202,7 +202,7 @@ struct PrefillSchedulerOptions {
   // FCFS-relative wait guard of kComputeAware (class comment): a request
   // should start before fcfs_wait_ratio x max(its wait under FCFS, floor)
   // of work has been handed out since its arrival. 0 disables the guard;
-  // >= 0, finite. Below the 2x that issue 6 asks for, as the guard's view of
+  // >= 0, finite. Below the 2x the scheduler's target allows, as the guard's view of
   // FCFS is approximate: in the trace simulation (bench/RESULTS.md, prefix
   // hits) 1.7 left no request over 2x at 70-85% utilisation and cut P90
   // TTFT by 31-38% (2.0: 3 of 12,031 over 2x, P90 -46%); higher ratios keep

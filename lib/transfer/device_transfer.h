@@ -1,5 +1,5 @@
 // KV pages in GPU memory over the host-memory transfer engine
-// (docs/architecture.md#request-path steps 3–4; issue 5 item 4).
+// (docs/architecture.md#request-path steps 3–4).
 //
 // Debian 12's UCX 1.13 is built without CUDA support (no libuct_cuda*), so
 // UCX can neither register nor move device memory. Pages that live in GPU

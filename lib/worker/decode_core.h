@@ -9,7 +9,7 @@
 // freed and it is re-queued at the head of the waiting queue, to be
 // recomputed (prompt + generated tokens) when pages free up. The recompute
 // runs in the batch, one recompute_chunk per iteration riding in the same
-// ragged Forward as the other requests' decode tokens (issue 16: preemption
+// ragged Forward as the other requests' decode tokens (so a preemption
 // does not stall the batch); admission only checks that its pages fit.
 // Batch-invariant kernels make the recomputed KV, and so the continuation,
 // identical to an uninterrupted run. The policy (admission order, the batch,
