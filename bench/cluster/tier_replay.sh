@@ -30,6 +30,7 @@ BUCKET=${BUCKET:-6144}
 L2X=${L2X:-2}
 L3_MIB=${L3_MIB:-1024}
 MAX_OUT=${MAX_OUT:-8}
+# Data input outside the repository (docs/benchmarks.md#traces).
 TRACE=../shared/traces/mooncake_conversation_trace.jsonl
 mkdir -p "$OUT"
 rm -rf "$OUT/l3"

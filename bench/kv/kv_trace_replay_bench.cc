@@ -1,6 +1,7 @@
 // Prefix-cache hit rate on real traffic: replays the
-// Mooncake conversation trace (../shared/traces/mooncake_conversation_trace.jsonl,
-// format and caveats in ../shared/traces/README.md) through PrefixCache at
+// Mooncake conversation trace (a data input outside the repository, by default
+// ../shared/traces/mooncake_conversation_trace.jsonl; format and caveats in
+// docs/benchmarks.md#traces) through PrefixCache at
 // several byte budgets and compares
 //   dual     our dual full/SWA pools for the MiMo-V2.5-Pro shape, sized by
 //            SizePools(budget, --ratio). Default ratio 0.02 SWA tokens per

@@ -1,7 +1,7 @@
 // Router policy on real traffic (policy simulation): a
 // deterministic discrete-event SIMULATION of a prefill cluster that replays
-// the Mooncake conversation trace (../shared/traces/mooncake_conversation_
-// trace.jsonl) through four routing policies and compares cache hit rate,
+// the Mooncake conversation trace (a data input outside the repository,
+// ../shared/traces/mooncake_conversation_trace.jsonl: docs/benchmarks.md#traces) through four routing policies and compares cache hit rate,
 // load balance and TTFT. It is not a cluster measurement.
 //
 // Cluster model (--workers, default 8 prefill workers of one bucket):
