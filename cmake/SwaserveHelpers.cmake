@@ -7,7 +7,7 @@
 #   swaserve_executable(NAME SRCS ... [DEPS ...])
 #   swaserve_test(NAME SRCS ... LABELS module kind [DEPS ...] [PROPERTIES k v ...])
 #       GoogleTest binary registered with gtest_discover_tests; every test case
-#       gets LABELS (ARCHITECTURE §7: module + unit|integration|e2e). With
+#       gets LABELS (docs/architecture.md#conventions: module + unit|integration|e2e). With
 #       SWASERVE_TEST_PCH its sources get tests/pch/test_pch.h precompiled.
 #       With SWASERVE_TEST_PER_CASE=OFF a unit-test binary is one ctest entry.
 

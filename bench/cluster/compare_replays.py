@@ -9,8 +9,8 @@ more than 2x their TTFT under the baseline.
 
 --metric wait compares the prefill scheduling wait instead (each request's
 Usage.prefill_queue_seconds: arrival at the prefill worker to the step that
-started its first chunk), which is what issue 6's "no request waits more than
-2x its FCFS wait" bounds. A request counts as over 2x when its wait exceeds
+started its first chunk), which the scheduler's target "no request waits more
+than 2x its FCFS wait" bounds. A request counts as over 2x when its wait exceeds
 2 x max(reference wait, floor); the floor (default 0.1 s, about one prefill
 step on the CPU cluster) keeps requests FCFS served at once (reference wait
 ~0) from counting a one-step wait as "infinitely" longer.

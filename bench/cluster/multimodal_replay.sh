@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Embedding cache on a real local cluster (issue 23): `swaserve up` with the
+# Embedding cache on a real local cluster: `swaserve up` with the
 # tiny random model plus its tiny vision tower (one encoder), and a replay of
 # chat requests that each carry one image drawn from a pool with a Zipf
 # popularity (repeated images, as in a product-photo or screenshot workload).

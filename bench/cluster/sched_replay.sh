@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-cluster trace replay of the prefill scheduling policies (issue 6):
+# Real-cluster trace replay of the prefill scheduling policies:
 # the Mooncake conversation trace, scaled to CPU sizes, replayed through a
 # local cluster (redis-server, 1 prefill worker, 1 decode worker, a router —
 # real processes on loopback, KV over UCX) once with FCFS prefill scheduling
@@ -46,6 +46,7 @@ if [ "$PIN" = 1 ]; then
   pin_prefill=(taskset -c 0); pin_rest=(taskset -c "1-$(( $(nproc) - 1 ))")
 fi
 OUT=${OUT:-/tmp/swaserve-sched-replay}
+# Data input outside the repository (docs/benchmarks.md#traces).
 TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
 mkdir -p "$OUT"
 [ -f "$OUT/model/config.json" ] || "$BUILD/bin/swaserve" make-model --shape=tiny --out="$OUT/model" >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KV tiers on a real local cluster (issue 21): `swaserve up` with the demo
+# KV tiers on a real local cluster: `swaserve up` with the demo
 # model, one prefill bucket with a small L1 (--workers.prefill.kv.prefill_mib)
 # so that the scaled Mooncake conversation trace evicts, replayed with its
 # timing four times:
@@ -30,6 +30,7 @@ BUCKET=${BUCKET:-6144}
 L2X=${L2X:-2}
 L3_MIB=${L3_MIB:-1024}
 MAX_OUT=${MAX_OUT:-8}
+# Data input outside the repository (docs/benchmarks.md#traces).
 TRACE=../shared/traces/mooncake_conversation_trace.jsonl
 mkdir -p "$OUT"
 rm -rf "$OUT/l3"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Window restore on a real local cluster (issue 20): `swaserve up` with the
+# Window restore on a real local cluster: `swaserve up` with the
 # demo model (10 SWA + 2 full layers, 3 MTP layers, W = 128: a restore
 # recomputes ~1.7K tokens before the full-KV match end), one prefill bucket,
 # a prefill SWA pool of 2% of its full pool's tokens (--kv.swa_full_ratio=0.02:

@@ -112,7 +112,8 @@ std::string LoadAverage();
 // build directory alike.
 std::string RepoPath(const std::string& path, const char* source_dir);
 
-// The Mooncake conversation trace, relative to the repository root.
+// The Mooncake conversation trace, relative to the repository root: a data
+// input outside the repository (docs/benchmarks.md#traces).
 inline constexpr char kMooncakeTracePath[] =
     "../shared/traces/mooncake_conversation_trace.jsonl";
 

@@ -1,6 +1,6 @@
 // Capacity of the dual full/SWA pool for one request of the MiMo-V2.5-Pro
 // shape (70 layers = 10 full + 60 SWA, W = 128, 8 KV heads, K 192 / V 128,
-// bf16, page 16), at 4K, 32K, 128K and 1M tokens (issue 3, benchmark 1).
+// bf16, page 16), at 4K, 32K, 128K and 1M tokens.
 //
 // Everything is measured, not computed: a real Sequence (metadata-only pools,
 // allocate_memory = false) runs a chunked prefill of N tokens, then

@@ -1,4 +1,4 @@
-// Prefix-cache operation cost with 10^6 cached pages (issue 3, benchmark 3).
+// Prefix-cache operation cost with 10^6 cached pages.
 //
 // One PrefixCache over metadata-only MiMo-V2.5-Pro pools (allocate_memory =
 // false) is filled, through the real request path (MatchAndLock, Sequence,
@@ -32,7 +32,7 @@
 //   Evict/full-16K           Evict(1024 full pages): deletes LRU leaves
 //   Evict/leaf               Evict(1 full page): one LRU leaf
 //   Evict/swa                Evict(0, 16 SWA pages): tombstones LRU windows
-// The target (issue 3): MatchAndLock of a 128K-token prompt under 200 us on
+// The target: MatchAndLock of a 128K-token prompt under 200 us on
 // one core, hashes precomputed.
 //
 // Usage: kv_prefix_cache_bench [--json FILE] [--benchmark_* flags]

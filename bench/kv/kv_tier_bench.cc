@@ -1,4 +1,4 @@
-// L2 tier copy bandwidth (issue 21): PrefixCache::LoadBack (L2 -> L1) and
+// L2 tier copy bandwidth: PrefixCache::LoadBack (L2 -> L1) and
 // the demotion of L1 eviction (L1 -> L2) against a plain memcpy of the same
 // pages between two buffers, in the same run (the physical limit on this
 // machine: both tiers are host memory here).

@@ -1,6 +1,7 @@
-// Prefix-cache hit rate on real traffic (issue 3, benchmark 2): replays the
-// Mooncake conversation trace (../shared/traces/mooncake_conversation_trace.jsonl,
-// format and caveats in ../shared/traces/README.md) through PrefixCache at
+// Prefix-cache hit rate on real traffic: replays the
+// Mooncake conversation trace (a data input outside the repository, by default
+// ../shared/traces/mooncake_conversation_trace.jsonl; format and caveats in
+// docs/benchmarks.md#traces) through PrefixCache at
 // several byte budgets and compares
 //   dual     our dual full/SWA pools for the MiMo-V2.5-Pro shape, sized by
 //            SizePools(budget, --ratio). Default ratio 0.02 SWA tokens per
@@ -53,7 +54,7 @@
 // --group-bottom-layers adds an estimate of a SWA pool split into two layer
 // groups, the bottom K SWA layers' halves evicted first (layer_group_shadow.h;
 // RESULTS.md, Window restore, "Layer-grouped SWA pool: an estimate").
-// Window restore's figures (issue 20) use --ratio 0.014, chosen on the
+// Window restore's figures use --ratio 0.014, chosen on the
 // trace's first half (--limit 6015) and checked out of sample on the second
 // (--measure-from 6015): bench/RESULTS.md, Window restore.
 //
@@ -106,7 +107,7 @@ struct Flags {
   std::vector<double> sweep_ratios = {0.005, 0.01, 0.02, 0.05, 0.1};
   int64_t limit = 0;
   bool infinite = true;
-  // Tiers (issue 21): L2 bytes as a multiple of L1's, and its SWA/full
+  // Tiers: L2 bytes as a multiple of L1's, and its SWA/full
   // token ratio (0: no tier section).
   double l2_factor = 2.0;
   // L3 bytes as a multiple of L1's (0: no L1+L2+L3 rows); a disk or Redis
@@ -335,7 +336,7 @@ class Study {
     }
   }
 
-  // L1 + L2 (+ L3) rows (issue 21).
+  // L1 + L2 (+ L3) rows.
   void Tiers() {
     if (flags_.l2_factor > 0) {
       std::printf("\n== Tiers: L1 at the budget, L2 = %gx its bytes (SWA/full ratio %g), load-back "
@@ -460,7 +461,7 @@ class Study {
         "requests that did not fit.\n\n");
   }
 
-  // The dual pools against the single pool, and issue 3's and 20's targets.
+  // The dual pools against the single pool, and the hit-rate targets.
   void Targets() {
     std::printf("== Ratios against the single pool (same run) ==\n");
     std::printf("%-12s %7s %12s %14s %9s %10s %13s %12s %11s\n", "cache", "budget",
@@ -468,7 +469,7 @@ class Study {
                 "both full?");
     for (size_t v = 0; v < duals_.size(); ++v) {
       bool density_met = true, hit_met = true;
-      // Issue 3's target for the dual pool, issue 20's with window restore.
+      // Target: 90% of single7x for the dual pool, 95% with window restore.
       const double hit_target = duals_[v] == "dual+restore" ? 0.95 : 0.9;
       int evaluated = 0;
       nlohmann::json per_budget = nlohmann::json::array();

@@ -1,6 +1,6 @@
 // An estimate, not a design that is built: how much a SWA pool split into
-// two layer groups would add to window restore (issue 20, bench/RESULTS.md,
-// Window restore, "Layer-grouped SWA pool: an estimate").
+// two layer groups would add to window restore (bench/RESULTS.md, "window
+// restore: layer-grouped SWA pool").
 //
 // A window's SWA KV is one page per 16 tokens holding every SWA layer. Split
 // it into a bottom group (the first k SWA layers) and a top group (the

@@ -1,5 +1,5 @@
-// L3 page-store read/write bandwidth (issue 21, "L3 -> L2 vs memcpy and file
-// read bandwidth measured in the same run").
+// L3 page-store read/write bandwidth, against memcpy and file read bandwidth
+// measured in the same run.
 //
 // Pages of --page_bytes (default 819,200 B = 800 KiB: one MiMo-V2.5-Pro full
 // page, 10 full layers x 8 KV heads x (192 + 128) dims x bf16 x 16 tokens),

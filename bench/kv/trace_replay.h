@@ -1,5 +1,5 @@
-// The replay behind kv_trace_replay_bench (issue 3, benchmark 2; issues 20
-// and 21): the Mooncake trace loaded and its prompts synthesized as chained
+// The replay behind kv_trace_replay_bench (hit rates of the dual pools,
+// window restore and the tiers): the Mooncake trace loaded and its prompts synthesized as chained
 // page hashes, and one replay of them through a PrefixCache of a given size
 // (kv_trace_replay_bench.cc describes the method and the figures). Split out
 // of the bench's driver, which sizes the caches, prints the tables and
@@ -86,14 +86,14 @@ struct CacheSpec {
   double ratio = 0;      // SizePools ratio used (0 for infinite)
   bool infinite = false;
   std::string synthesis = "reconstructed";
-  // Window restore (issue 20): a full-KV match past the window-safe hit
+  // Window restore: a full-KV match past the window-safe hit
   // recomputes only the bounded stretch before it (kv::WindowRestoreStart,
   // chain = the shape's SWA layers) when that saves >= 64 tokens. As in a
   // worker with restore on: the cache keeps restorable tombstones
   // (PrefixCacheOptions::keep_restorable_tombstones) and sequences keep cold
   // SWA checkpoints every --checkpoint tokens (default 2048, the worker's).
   bool restore = false;
-  // L2 tier (issue 21; 0: none): host pools of this many pages; before each
+  // L2 tier (0: none): host pools of this many pages; before each
   // lookup the request loads its match's L2 part back (PrefixCache::LoadBack).
   int64_t l2_full_pages = 0;
   int64_t l2_swa_pages = 0;

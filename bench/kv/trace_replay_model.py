@@ -84,6 +84,7 @@ def main():
     args = sys.argv[1:]
     divergence_window = "--no-divergence-window" not in args
     args = [a for a in args if a != "--no-divergence-window"]
+    # Data input outside the repository (docs/benchmarks.md#traces).
     path = args[0] if args else "../shared/traces/mooncake_conversation_trace.jsonl"
     with open(path) as f:
         requests = [json.loads(line) for line in f if line.strip()]

@@ -1,6 +1,6 @@
-// Multimodal input-layer timings (issue 23, "a generated 10-minute video:
-// decode time single-threaded vs chunked-parallel, and the scaling curve of
-// chunks x threads"; "preprocessing measured").
+// Multimodal input-layer timings: a generated 10-minute video's decode time
+// single-threaded vs chunked-parallel, the scaling curve of chunks x threads,
+// and preprocessing.
 //
 // Video: a generated --minutes long video (--width x --height at --fps,
 // mpeg4 in Matroska, a keyframe every --gop frames; the frame content is the

@@ -1,5 +1,5 @@
-// The encoder service's cross-request batching under load (issue 23, "encoder
-// throughput batched vs unbatched at equal p99 latency"): EncoderCore (what
+// The encoder service's cross-request batching under load (encoder
+// throughput batched vs unbatched at equal p99 latency): EncoderCore (what
 // swaserve-encoder serves, without gRPC) with the medium vision tower of
 // tower_bench, C closed-loop client threads each encoding one 224 × 224 PNG
 // per call (its own PNG decode and preprocessing on the client thread, as the

@@ -1,4 +1,4 @@
-// Model engine benchmark (issue 4):
+// Model engine benchmark:
 //  1. GEMM: lib/model's batch-invariant MatMulNT vs OpenBLAS cblas_sgemm on the
 //     same shapes, same thread count, same run; OpenBLAS's best is the peak.
 //  2. Prefill tokens/s and decode step time vs context for a hybrid model

@@ -1,4 +1,4 @@
-// Weight-format benchmark (issue 25): one pro-mini-sized model
+// Weight-format benchmark: one pro-mini-sized model
 // (BuiltinConfig "mimo-v2.5-pro-mini": 70 layers, hidden 256, 8 experts) in
 // several checkpoint layouts with the same random seed: F32, BF16, FP8 E4M3
 // with 128 x 128 block scales, and FP8 with a fused qkv_proj. For each, in

@@ -1,4 +1,4 @@
-// Encoder towers (issue 23): items/s of the vision and audio towers when B
+// Encoder towers: items/s of the vision and audio towers when B
 // items go through one Encode (the encoder service's cross-request batch)
 // against one at a time, with the GEMM work per second achieved. Medium
 // towers with random weights (the shapes are printed); numbers in

@@ -1,7 +1,7 @@
 // Coding-agent sessions on a production-sized cluster: a deterministic
 // discrete-event SIMULATION (not a cluster measurement) of the prefill side
-// replaying ../shared/traces/agents/coding_agent_sessions.jsonl.gz (format:
-// ../shared/traces/README.md; loaded with loadgen::LoadAgentTrace, prompts by
+// replaying the data input ../shared/traces/agents/coding_agent_sessions.jsonl.gz
+// (outside the repository; format: docs/benchmarks.md#traces; loaded with loadgen::LoadAgentTrace, prompts by
 // loadgen::AgentPromptSynthesizer with continuations reconstructed).
 //
 // Cluster (flags; defaults in Flags below):

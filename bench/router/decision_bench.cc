@@ -1,4 +1,4 @@
-// Router decision latency (issue 7 benchmark "Decision latency"): how long
+// Router decision latency: how long
 // router::Router::Route() takes — the whole routing decision of one request
 // (prompt validation / tokenization, length bucket, worker list from the
 // WorkerDirectory cache, chained page hashes, ONE Redis MGET for the loads
@@ -38,7 +38,7 @@
 // (RedisOptions::coalesce_calls, N pipelines in flight): run it with
 // --threads above N to see Redis CPU per decision when decisions queue.
 //
-// Targets (issue 7): p99 < 1 ms including the Redis round trips on
+// Targets: p99 < 1 ms including the Redis round trips on
 // loopback; >= 5,000 decisions/s per router core.
 //
 // Usage: decision_bench [--json FILE] [--tokenizer FILE]

@@ -1,5 +1,5 @@
 // The prefix-affinity decision on a single Redis vs a 3-master Redis Cluster
-// (issue 22 item 2 and its decision_bench figure): latency, router CPU and
+// (and decision_bench's figure on a cluster): latency, router CPU and
 // Redis CPU per decision — in total and per master — with the index split
 // into 64 shards by anchor page (prefix_index.h, index_shard_mapper.h).
 //

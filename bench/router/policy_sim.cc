@@ -1,7 +1,7 @@
-// Router policy on real traffic (issue 7 benchmark "Policy simulation"): a
+// Router policy on real traffic (policy simulation): a
 // deterministic discrete-event SIMULATION of a prefill cluster that replays
-// the Mooncake conversation trace (../shared/traces/mooncake_conversation_
-// trace.jsonl) through four routing policies and compares cache hit rate,
+// the Mooncake conversation trace (a data input outside the repository,
+// ../shared/traces/mooncake_conversation_trace.jsonl: docs/benchmarks.md#traces) through four routing policies and compares cache hit rate,
 // load balance and TTFT. It is not a cluster measurement.
 //
 // Cluster model (--workers, default 8 prefill workers of one bucket):
@@ -71,7 +71,7 @@
 // SECOND HALF (requests n/2..n-1, caches warmed by the first half) and the
 // whole trace; the targets are judged on the second half.
 //
-// --swa-study (issue 22): ours with and without window restore in the
+// --swa-study: ours with and without window restore in the
 // workers and with the full-KV vs the SWA-aware router view: the router's
 // expected hit against the realised one, per worker too. Restoring workers
 // restore as a pyramid and publish its work, as the prefill workers do by
@@ -758,7 +758,7 @@ nlohmann::json Tune(const Workload& wl, size_t half, const SimConfig& cfg, const
 
 }
 
-// SWA-aware affinity (issue 22): the router's expected hit against what the
+// SWA-aware affinity: the router's expected hit against what the
 // workers realise, with and without window restore in the workers and with
 // the full-KV vs the SWA-aware view.
 nlohmann::json SwaStudy(const Workload& wl, size_t half, const SimConfig& cfg, const Flags& f) {

@@ -1,5 +1,5 @@
 // router_capacity_bench: how many concurrent streaming requests one router
-// replica holds (issue 22 item 1, "router capacity"), and what each costs.
+// replica holds, and what each costs.
 //
 // A real swaserve-router process (started like `swaserve up` starts it, with
 // a real redis-server; tests/integration/router's LocalCluster) routes to a

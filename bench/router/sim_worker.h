@@ -1,5 +1,5 @@
 // SimWorker: a TIMING SIMULATOR of the worker protocol, for benchmarks only
-// (issue 22, "router capacity"). It serves swaserve.v1.Decode and
+//. It serves swaserve.v1.Decode and
 // swaserve.v1.Prefill as a real worker of role `both` does on the wire —
 // Decode answers `accepted`, waits for its transfer id's commit, then
 // streams tokens and a last chunk with usage; Prefill "computes" for

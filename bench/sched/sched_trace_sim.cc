@@ -1,9 +1,10 @@
-// Prefill scheduling on real traffic (issue 6 benchmark): a deterministic
+// Prefill scheduling on real traffic: a deterministic
 // discrete-event SIMULATION that drives lib/sched's PrefillScheduler (the
 // real class, not a re-implementation) with the Mooncake conversation trace
-// (../shared/traces/mooncake_conversation_trace.jsonl) and a fitted cost
-// model of lib/model's engine, comparing TTFT under FCFS and under
-// compute-aware priority with aging. The real-cluster replay comes later.
+// (a data input outside the repository, ../shared/traces/mooncake_conversation_
+// trace.jsonl: docs/benchmarks.md#traces) and a fitted cost model of lib/model's
+// engine, comparing TTFT under FCFS and under compute-aware priority with
+// aging. bench/cluster/sched_replay.sh is the real-cluster replay.
 //
 // Model of a prefill worker:
 //   - one forward step at a time: the scheduler's NextStep(now) is run; its

@@ -1,4 +1,4 @@
-// KV transfer engine benchmark (issue 5), all in one run on one transport:
+// KV transfer engine benchmark, all in one run on one transport:
 //
 //  1. Bandwidth of TransferEngine sends between two processes on loopback,
 //     1 MiB ... 256 MiB: each primitive forced (AM rendezvous, put) on one

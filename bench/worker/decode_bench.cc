@@ -1,4 +1,4 @@
-// Decode-worker benchmarks (issue 6; bench/RESULTS.md "Prefill and decode
+// Decode-worker benchmarks (bench/RESULTS.md "Prefill and decode
 // workers"), on the real DecodeCore loop:
 //   1. decode throughput (generated tokens/s) against batch size;
 //   2. requests a decode worker accepts while waiting for capacity: with host

@@ -1,4 +1,4 @@
-// MTP speculative decoding benchmark (issue 19; bench/RESULTS.md "MTP
+// MTP speculative decoding benchmark (bench/RESULTS.md "MTP
 // speculative decoding"): the trained demo model (models/demo, 3 MTP
 // layers), greedy, through the real PrefillCore → local staging → DecodeCore
 // pipeline, MTP off against MTP on (adaptive, and fixed at every layer), at

@@ -1,7 +1,7 @@
 // Fast non-cryptographic hashing (XXH3) and the chained page hashes that key
 // the prefix cache and the router's prefix-affinity index.
 //
-// Chained page hash (ARCHITECTURE §3–§5): a prompt is cut into pages of
+// Chained page hash (docs/architecture.md#kv-cache, #redis-state): a prompt is cut into pages of
 // `page_size` tokens; only complete pages are hashed. The hash of page i is
 //   XXH3-64( parent || tokens of page i as u32 LE || content hashes of the
 //            multimodal items overlapping page i ),

@@ -1,4 +1,4 @@
-// The multimodal markers of the public API (issue 23): where a prompt's text
+// The multimodal markers of the public API: where a prompt's text
 // (GenerateRequest.text or a ChatMessage's content) places the k-th item of
 // GenerateRequest.multimodal. They are Qwen-VL's and Qwen-Omni's pad tokens,
 // so a prompt written for those models reads the same here. The OpenAI HTTP

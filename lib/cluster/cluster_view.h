@@ -1,5 +1,5 @@
 // ClusterView: the router's read (and dispatch-record) side of the cluster
-// state in Redis (issue 7; ARCHITECTURE §4–§5). It holds no state of its own
+// state in Redis (docs/architecture.md#request-path, #redis-state). It holds no state of its own
 // beyond what Redis has, so any number of router replicas see the same
 // workers, loads and prefix index, and a new replica routes as well as an old
 // one.

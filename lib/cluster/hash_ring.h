@@ -1,6 +1,6 @@
 // HashRing: consistent hashing with virtual nodes (Karger et al.), used to
 // place keys — e.g. the content hash of a multimodal item — on one of a set
-// of replicas (encoder replicas: ARCHITECTURE §2, §4), so that the same item
+// of replicas (encoder replicas: docs/architecture.md#parts, #request-path), so that the same item
 // always goes to the same replica (its embedding cache) and a replica
 // joining or leaving moves only about 1/N of the keys.
 //

@@ -1,5 +1,4 @@
-// IndexMirror: a router's in-memory copy of the prefix index (issue 22 item
-// 3), kept by reading the workers' KV event streams (kv_events.h), so a
+// IndexMirror: a router's in-memory copy of the prefix index, kept by reading the workers' KV event streams (kv_events.h), so a
 // decision finds each candidate's depth, window-safe depth and L1 pages
 // without the match script: the decision's Redis work shrinks to the
 // predicted entries and the load reports (ClusterView::MatchPrefixesAndLoads).
@@ -20,7 +19,7 @@
 // round trip) and the SETs' random SPOP past max_entries_per_worker (a
 // safety valve that real caches do not reach).
 //
-// Departure from ARCHITECTURE §4 ("the router holds no state"): the copy is
+// The router still keeps no state of its own (docs/architecture.md#redis-state): the copy is
 // a cache of Redis state the router can drop and rebuild at any time (a new
 // replica snapshots on start); Redis stays the only authority. It costs the
 // router memory (about 40 bytes per indexed page: three flat hash sets per

@@ -1,4 +1,4 @@
-// The Redis key schema of the cluster state (ARCHITECTURE §5), and the
+// The Redis key schema of the cluster state (docs/architecture.md#redis-state), and the
 // encoding of what lives under each key. Every key starts with
 // "swaserve:v1:<cluster>:" — v1 is the schema version (bump it when an
 // encoding below changes incompatibly, so old and new processes never read

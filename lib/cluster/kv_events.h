@@ -1,4 +1,4 @@
-// The KV events API, version 1 (issue 22): what external routers (the way
+// The KV events API, version 1: what external routers (the way
 // NVIDIA Dynamo and llm-d consume engine KV events) read to know which
 // worker holds which KV, without swaserve's router.
 //

@@ -1,4 +1,4 @@
-// PrefixIndex: the prefix-affinity index in Redis (ARCHITECTURE §4–§5):
+// PrefixIndex: the prefix-affinity index in Redis (docs/architecture.md#request-path, #redis-state):
 // which workers hold the KV of which chained page hashes (base/hash.h), so a
 // router can find, for every candidate worker, how many leading pages of a
 // prompt that worker has cached — in one round trip.
@@ -92,7 +92,7 @@
 // invariant broken (a bug, or a hand-edited key), a depth could be off
 // until the worker's next clear; it only steers routing, never the output.
 //
-// Redis Cluster (issue 22): a script's keys must share one hash slot, and a
+// Redis Cluster: a script's keys must share one hash slot, and a
 // decision must stay one round trip, so on a cluster the index is split into
 // index shards (PrefixIndexOptions::cluster_index_shards, hash tags in
 // key_schema.h, spread over the masters). A prompt's whole chain lives in

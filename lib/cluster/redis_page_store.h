@@ -1,5 +1,5 @@
 // RedisPageStore: the Redis L3 backend of kv::PageStore (lib/kv/page_store.h,
-// ARCHITECTURE §3, issue 21), shared by every worker of a cluster. Here and
+// docs/architecture.md#kv-cache), shared by every worker of a cluster. Here and
 // not in lib/kv because lib/kv must not depend on Redis.
 //
 // One STRING per page under KeySchema(cluster).KvPageKey(layout, hash)

@@ -1,5 +1,5 @@
-// WorkerRegistration: a worker's presence in the cluster state (issue 6;
-// ARCHITECTURE §5). A background thread
+// WorkerRegistration: a worker's presence in the cluster state
+// (docs/architecture.md#redis-state). A background thread
 //   - registers the worker record (key_schema.h) with a TTL and refreshes the
 //     TTL every heartbeat_interval; when the record is gone (Redis restarted,
 //     or the worker was partitioned longer than the TTL) it registers again;
@@ -103,7 +103,7 @@ struct WorkerRegistrationOptions {
   // Time source for started_at_ms and load timestamps; not owned. nullptr:
   // real time.
   base::Clock* clock = nullptr;
-  // Identity check (issue 16 "worker identity"): when Redis holds a record
+  // Identity check (two processes never share a worker id): when Redis holds a record
   // of this id from another incarnation at another gRPC address, this is
   // asked whether that worker is alive (e.g. a gRPC health check of its
   // address with a short deadline; must not block for long). True: the id

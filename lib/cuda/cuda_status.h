@@ -3,7 +3,7 @@
 // swaserve::transfer_cuda (lib/transfer/cuda).
 //
 // Library swaserve::cuda_status, built only when SWASERVE_HAVE_CUDA. This
-// header includes no CUDA headers (ARCHITECTURE §7), so any target may
+// header includes no CUDA headers (docs/architecture.md#conventions), so any target may
 // include it; only targets that link swaserve::cuda_status can call it. All
 // functions are stateless and thread-safe.
 #pragma once

@@ -1,5 +1,5 @@
-// DynamicBatcher: cross-request batching for the multimodal encoder (issue
-// 23, "dynamic batching across requests"). Requests hand in their items and
+// DynamicBatcher: cross-request batching for the multimodal encoder
+// (dynamic batching across requests). Requests hand in their items and
 // wait; one thread forms batches of items from several requests, runs ONE
 // encode call per batch and splits the results back to the requests, in
 // order. This is what doubled encoder throughput in the reference system:

@@ -1,7 +1,7 @@
 // EmbeddingCache: an encoder replica's in-process cache of item embeddings,
 // keyed by the item's content hash (media::ContentHash: XXH3-128 of the
 // bytes seeded with the preprocessing parameters), least recently used
-// evicted first under a byte budget (issue 23, "embedding cache"). The
+// evicted first under a byte budget. The
 // router places each item on an encoder by consistent hashing of the same
 // hash (cluster::HashRing), so a repeated item meets its cached embedding.
 //

@@ -1,5 +1,5 @@
-// EncoderCore: the multimodal encoder service's logic (issue 23, item 4),
-// without gRPC: a request's items (encoded image or WAV bytes) are hashed,
+// EncoderCore: the multimodal encoder service's logic, without
+// gRPC: a request's items (encoded image or WAV bytes) are hashed,
 // looked up in the embedding cache, decoded and preprocessed on the calling
 // thread (so preprocessing runs in parallel across requests), then encoded by
 // the model's tower through a DynamicBatcher per modality — items of

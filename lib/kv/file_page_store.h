@@ -1,5 +1,5 @@
 // FilePageStore: the local-file L3 backend of PageStore (page_store.h,
-// ARCHITECTURE §3, issue 21). One file per blob in one directory:
+// docs/architecture.md#kv-cache). One file per blob in one directory:
 //
 //   <dir>/<layout 16 hex>-<hash 16 hex>.kvpage   a blob (page_blob.h format)
 //   <dir>/tmp-<n>-<name>                        a Put in flight

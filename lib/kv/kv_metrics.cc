@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<KvMetrics>> KvMetrics::Create(
           }),
       "swaserve_prefix_cache_nodes"));
   if (!cache->has_l2()) return m;
-  // Tiers (issue 21).
+  // Tiers.
   RETURN_IF_ERROR(add(
       registry->AddCallbackGauge(
           "swaserve_prefix_cache_tier_pages",

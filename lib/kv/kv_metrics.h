@@ -1,5 +1,5 @@
 // Prometheus metrics of the KV cache: pages per pool and state, prefix-cache
-// hit/lookup/lost tokens, evictions, tombstones (ARCHITECTURE §6).
+// hit/lookup/lost tokens, evictions, tombstones (docs/architecture.md#observability).
 //
 //   swaserve_kv_pages{pool="full|swa",state="free|reserved|in_use|cached"}
 //   swaserve_prefix_cache_lookup_tokens_total       tokens looked up

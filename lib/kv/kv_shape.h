@@ -1,7 +1,7 @@
 // Geometry of the KV cache: element types, per-pool page layout, and the
 // model-level shape (how many full and SWA layers, window, page size).
 //
-// Page layout (ARCHITECTURE §3, and KvPoolLayout in common.proto): a page holds
+// Page layout (docs/architecture.md#kv-cache, and KvPoolLayout in common.proto): a page holds
 // `page_size` tokens for every layer of its pool, page-first, one contiguous
 // blob: [layer][K|V][token][kv_head][dim]. So layer l's K block of a page
 // starts at KOffset(l) and is page_size × kv_heads × k_head_dim elements,
@@ -62,7 +62,7 @@ struct PoolGeometry {
   absl::Status Validate() const;
 };
 
-// The KV shape of a model: what lib/kv needs to know of ARCHITECTURE §1.
+// The KV shape of a model: what lib/kv needs to know of docs/architecture.md#model.
 struct KvShape {
   // Full-attention layers (their KV is kept for every token).
   int full_layers = 0;

@@ -1,5 +1,5 @@
-// Reading a prompt's pages back from the L3 page store (issue 21;
-// ARCHITECTURE §3), off the prefill loop thread.
+// Reading a prompt's pages back from the L3 page store
+// (docs/architecture.md#kv-tiers), off the prefill loop thread.
 //
 // What L3 holds (written by the prefix cache, prefix_cache.h "L3"): the
 // full KV of every page that left the tree (and of hot pages, written

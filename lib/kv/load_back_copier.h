@@ -1,7 +1,7 @@
 // Runs asynchronous load-backs' page copies (PrefixCache::BeginLoadBack) on
 // its own thread, so that the prefill loop keeps computing other requests
-// while a prompt's L2 part is copied into L1 (issue 21: load-back
-// "asynchronous and overlapped with compute"). Each job's copies run in
+// while a prompt's L2 part is copied into L1: load-backs are
+// asynchronous and overlap with compute. Each job's copies run in
 // submission order; `done` gets the job back (its result.seconds set) on the
 // copier's thread, and the owner then calls PrefixCache::FinishLoadBack on
 // its own thread.

@@ -108,7 +108,7 @@ struct KvPoolsOptions {
   bool allocate_memory = true;
 };
 
-// The dual pool of ARCHITECTURE §3.
+// The dual pool of docs/architecture.md#kv-cache.
 class KvPools {
  public:
   static absl::StatusOr<std::unique_ptr<KvPools>> Create(

@@ -1,4 +1,4 @@
-// The L3 KV tier (ARCHITECTURE §3, issue 21): a store of KV page blobs that
+// The L3 KV tier (docs/architecture.md#kv-cache): a store of KV page blobs that
 // outlives L1/L2 eviction, behind one small interface with two backends:
 //   FilePageStore  (lib/kv/file_page_store.h)    local files, survives a
 //                  worker restart (a restarted prefill worker comes back warm)

@@ -1,4 +1,4 @@
-// The SWA-aware prefix cache (ARCHITECTURE §3): a radix tree over page-aligned
+// The SWA-aware prefix cache (docs/architecture.md#kv-cache): a radix tree over page-aligned
 // token spans, keyed by chained page hashes (base::ChainedPageHashes, which
 // already mixes multimodal content hashes into the keys).
 //
@@ -46,19 +46,17 @@
 // Restorable tombstones (PrefixCacheOptions::keep_restorable_tombstones, for
 // workers that restore windows): the SWA pass only ever tombstones, and
 // tombstones left childless stay as leaves (full KV, a full-KV match for a
-// window restore) until the full pass takes them. This departs on purpose
-// from ARCHITECTURE §3's "leaves are never tombstones": with restore, a
-// tombstone leaf is worth its full KV, and SWA pressure no longer throws
-// full KV away (bench/RESULTS.md, Window restore: at SWA/full ratio 0.01 the
-// full-KV match at 1M rises from 23.0% to 27.9% of prompt tokens).
+// window restore) until the full pass takes them. Without restore
+// no leaf is a tombstone; with it a tombstone leaf is worth its full KV, and
+// SWA pressure does not throw full KV away (docs/architecture.md#kv-cache).
 //
-// Tiers (issue 21, PrefixCacheOptions::l2): every node lives in one tier,
+// Tiers (PrefixCacheOptions::l2): every node lives in one tier,
 // L1 (the KV pools requests read) or L2 (a second pair of pools), and tiers
 // only grow down a path (a child is never in a higher tier than its parent).
 // The full pass above demotes instead of deleting: it takes least-recently
 // used unlocked L1 nodes without L1 children, copies their full pages to L2
 // and, only for the node's trailing window and only where a hit can end (a
-// leaf or a divergence point), their SWA pages (ARCHITECTURE §3: lower tiers
+// leaf or a divergence point), their SWA pages (docs/architecture.md#kv-cache: lower tiers
 // hold SWA KV for windows only); the node is split so that exactly that
 // window keeps SWA. L2 makes room the same way L1 used to: LRU leaves are
 // deleted, LRU SWA tombstoned. Requests only ever lock L1 nodes: Match and
@@ -168,12 +166,12 @@ struct PrefixCacheOptions {
   // window a restore rebuilt there); pages of the inserting prompt's own
   // trailing window stay hot. Default false.
   bool cold_superseded_windows = false;
-  // L2 (issue 21): a second pair of pools with the same shape (host memory
+  // L2: a second pair of pools with the same shape (host memory
   // under a device L1; on a CPU-only machine both are host memory, kept
   // apart with their own budgets so the logic is the same). Not owned; null
   // (the default): no L2, eviction deletes. See "Tiers" above.
   KvPools* l2 = nullptr;
-  // L3 (issue 21): a page store below L2 (see "L3" above). Not owned; must
+  // L3: a page store below L2 (see "L3" above). Not owned; must
   // outlive the cache; thread-safe (wrap a slow backend in AsyncPageStore so
   // writes stay off the caller's thread). Null (the default): no L3.
   // Requires l2 (pages come back from L3 through L2).

@@ -1,4 +1,4 @@
-// The prefix cache's L3 tier (issue 21; the "L3" section of prefix_cache.h):
+// The prefix cache's L3 tier (the "L3" section of prefix_cache.h):
 // write-back and write-through of pages to a PageStore, and attaching pages
 // read back from it (FetchFromL3) as L2 nodes.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The prefix cache's L2 tier (issue 21; the "Tiers" section of
+// The prefix cache's L2 tier (the "Tiers" section of
 // prefix_cache.h): demotion on L1 eviction, L2 eviction, load-back.
 #include <chrono>
 #include <cstring>
@@ -50,8 +50,8 @@ void PrefixCache::EvictFullL1(CacheNode* node, EvictResult* result) {
 
 void PrefixCache::Demote(CacheNode* n, EvictResult* result) {
   // SWA KV goes down only for the node's trailing window, and only where a
-  // hit can end on it: at a leaf or a divergence point (ARCHITECTURE §3's
-  // rule for lower tiers). Everything else of the node's SWA is dropped.
+  // hit can end on it: at a leaf or a divergence point (docs/architecture.md#kv-tiers:
+  // the rule for lower tiers). Everything else of the node's SWA is dropped.
   int keep = 0;
   if (!n->tombstone() && window_ > 1 && (n->leaf() || n->children.size() >= 2)) {
     keep = n->end_page() - std::max(WindowFirstPage(n->end_page(), page_size_, window_), n->start_page);

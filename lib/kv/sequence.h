@@ -1,5 +1,5 @@
 // The KV state of one request: a full page table for every token and a SWA
-// page table for the last window only (ARCHITECTURE §3).
+// page table for the last window only (docs/architecture.md#kv-cache).
 //
 // Token t's KV lives in full page full_pages()[t / page_size] (all full
 // layers) and, while t is inside the window, SWA page swa_page(t / page_size)
@@ -125,7 +125,7 @@ struct SequenceOptions {
 
 // The first token (page aligned) whose SWA KV the token at position
 // n_tokens needs: floor(max(0, n_tokens − W + 1) / page_size) · page_size.
-// What a prefill worker ships and a decode worker stages (ARCHITECTURE §4).
+// What a prefill worker ships and a decode worker stages (docs/architecture.md#request-path).
 int SwaWindowStart(int n_tokens, int window, int page_size);
 
 // The first position a window restore must recompute so that the SWA KV of

@@ -430,7 +430,7 @@ absl::Status ClusterLauncher::StartWorkers(absl::Time deadline) {
     if (!c.ok()) return c.status();
     workers.push_back(*c);
   }
-  // Encoders (issue 23): for a model with a vision or audio tower.
+  // Encoders: for a model with a vision or audio tower.
   const int encoders = spec_.encoders >= 0 ? spec_.encoders : HasEncoderTowers(spec_.model);
   for (int i = 0; i < encoders; ++i) {
     const std::string name = absl::StrCat("encoder-", i);

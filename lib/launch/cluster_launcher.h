@@ -91,7 +91,7 @@ struct ClusterSpec {
   // prefill worker per bucket (bucket i serves [bounds[i-1], bounds[i])).
   std::vector<int64_t> bucket_bounds = {65536, 262144, 1048576};
   int decode_workers = 1;
-  // Multimodal encoders (swaserve-encoder, issue 23). -1 (default): one when
+  // Multimodal encoders (swaserve-encoder). -1 (default): one when
   // the model's config.json has a vision_config or an audio_config, else
   // none; 0: none.
   int encoders = -1;

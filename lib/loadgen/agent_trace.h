@@ -1,5 +1,5 @@
 // Coding-agent session traces (the kv-cache-tester format; see
-// ../shared/traces/README.md, "Coding-agent sessions") and the deterministic
+// docs/benchmarks.md#traces, "Coding-agent sessions") and the deterministic
 // prompts that replay them with real token ids.
 //
 // A trace is JSONL (optionally gzip-compressed), one session per line:

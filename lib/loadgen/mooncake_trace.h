@@ -7,7 +7,7 @@
 // timestamp is the arrival in ms from the trace start; hash_ids has one id per
 // 512-token block of the prompt and is chained (an id stands for its block and
 // everything before it), so two requests share a prefix exactly as far as
-// their leading ids agree (see /work/shared/traces/README.md).
+// their leading ids agree (see docs/benchmarks.md#traces).
 //
 // SynthesizePrompt turns a request into token ids: block i's tokens are a pure
 // function of hash_ids[i] alone (the chain is implicit in the id), so requests

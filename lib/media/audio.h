@@ -1,4 +1,4 @@
-// Audio input for the multimodal encoder (issue 23): RIFF/WAVE decoding to
+// Audio input for the multimodal encoder: RIFF/WAVE decoding to
 // mono float at the model's sample rate.
 //
 // Accepted: PCM integer 8 (unsigned), 16, 24 and 32 bits, IEEE float 32 and

@@ -1,4 +1,4 @@
-// Content hashes of multimodal items (issue 23): the embedding-cache key and
+// Content hashes of multimodal items: the embedding-cache key and
 // what the router's consistent hashing and the prefix-cache page hashes mix
 // in (lib/base/hash.h HashedSpan).
 //

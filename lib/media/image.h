@@ -1,4 +1,4 @@
-// Still-image decoding for the multimodal encoder (issue 23): PNG (libpng) and
+// Still-image decoding for the multimodal encoder: PNG (libpng) and
 // JPEG (libjpeg-turbo) bytes from memory to packed RGB8, the format sniffed
 // from the magic bytes, never from a file name or a MIME type.
 //

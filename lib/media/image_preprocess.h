@@ -1,4 +1,4 @@
-// Image preprocessing for a ViT encoder (issue 23): resize to the model's
+// Image preprocessing for a ViT encoder: resize to the model's
 // size, normalise, cut into patches, and the placeholder-token count that
 // follows. Every formula is written here so a PyTorch reference can
 // reproduce it (tools/media_reference/check_preprocess.py does: patches

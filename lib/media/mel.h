@@ -1,4 +1,4 @@
-// Whisper-style log-mel spectrogram for the audio encoder (issue 23), and the
+// Whisper-style log-mel spectrogram for the audio encoder, and the
 // audio placeholder-token count. Formulas (reproduced in PyTorch by
 // tools/media_reference/check_preprocess.py: within 6e-6 of torch.stft and
 // librosa's Slaney filters):

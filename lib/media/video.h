@@ -1,4 +1,4 @@
-// Video input for the multimodal encoder (issue 23): frames sampled at a
+// Video input for the multimodal encoder: frames sampled at a
 // fixed rate from a container (file or memory buffer) through Debian's FFmpeg
 // libraries (libavformat demuxing, libavcodec decoding, libswscale to RGB8).
 //

@@ -5,7 +5,7 @@
 // Prometheus itself and rejected. Counters must end in "_total" (the
 // OpenMetrics convention Prometheus follows); the Registry enforces that.
 //
-// Project convention (ARCHITECTURE §6), not enforced here: every metric a
+// Project convention (docs/architecture.md#observability), not enforced here: every metric a
 // swaserve service exports is named "swaserve_<module>_<what>[_<unit>]", with
 // base units (seconds, bytes) and "_total" on counters.
 //

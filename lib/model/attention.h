@@ -1,7 +1,7 @@
-// Paged GQA attention over a sequence's KV pages (ARCHITECTURE §1, §3), for
+// Paged GQA attention over a sequence's KV pages (docs/architecture.md#model, #kv-cache), for
 // prefill chunks, decode steps and speculative verification alike.
 //
-// Batch invariance (ARCHITECTURE §4): the arithmetic that produces one
+// Batch invariance (docs/architecture.md#batch-invariance): the arithmetic that produces one
 // (query, head) output depends only on that query's position, its own key
 // range and the KV values — never on which other queries share the call, a
 // chunk or a vector. How the AVX-512 kernel keeps that while running at

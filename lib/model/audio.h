@@ -1,4 +1,4 @@
-// The audio tower (issue 23, "model parts"): a Whisper-style encoder that turns
+// The audio tower: a Whisper-style encoder that turns
 // a clip's log-mel spectrogram (lib/media/mel.h, [frames, n_mels]) into
 // placeholder-token embeddings of the language model's hidden size, as
 // Qwen2-Audio's encoder does. Every formula is written here so the PyTorch

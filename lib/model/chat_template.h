@@ -87,7 +87,7 @@ absl::StatusOr<std::string> ApplyChatTemplate(
 absl::StatusOr<std::string> ApplyChatTemplate(
     absl::Span<const ChatMessage> messages, const ChatTemplateOptions& options);
 
-// Multimodal markers (issue 23): the text a prompt carries where an image,
+// Multimodal markers: the text a prompt carries where an image,
 // audio clip or video goes (the router's are Qwen-VL's and Qwen-Omni's pad
 // tokens "<|image_pad|>", "<|video_pad|>", "<|audio_pad|>"). The
 // *WithMarkers encoders cut the rendered prompt at every occurrence of a

@@ -1,4 +1,4 @@
-// The model configuration (ARCHITECTURE §1): read from a Hugging Face style
+// The model configuration (docs/architecture.md#model): read from a Hugging Face style
 // config.json with MiMo-V2 field names, validated, and turned into the KV
 // cache shape. Part of swaserve::model_text (no BLAS), so the router can link
 // it.

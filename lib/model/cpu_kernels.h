@@ -1,5 +1,5 @@
 // CPU kernels of the forward pass, written for batch invariance
-// (ARCHITECTURE §4): the arithmetic that produces any one output value is
+// (docs/architecture.md#batch-invariance): the arithmetic that produces any one output value is
 // the same sequence of operations whatever the batch size, the chunking or
 // the row's position in the batch. So greedy outputs do not change between
 // monolithic and disaggregated runs, chunk sizes or batch mixes.

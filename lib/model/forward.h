@@ -1,5 +1,5 @@
 // The CPU forward pass of a MiMo-V2-style hybrid SWA + MoE model over paged
-// KV (ARCHITECTURE §1, §3, §4).
+// KV (docs/architecture.md#model, #kv-cache, #request-path).
 //
 // One Forward() call runs a ragged batch: any mix of prefill chunks of
 // several requests and decode steps of many. Each item names its request's
@@ -54,7 +54,7 @@
 namespace swaserve::model {
 
 // Rows of an item's new tokens whose input embedding is given instead of
-// looked up (issue 23: a multimodal placeholder's encoder output): tokens
+// looked up (a multimodal placeholder's encoder output): tokens
 // [offset, offset + rows) of the item take data[(j − offset) · hidden_size
 // ...] (rows × hidden_size f32, owned by the caller, alive for the call)
 // instead of embed_tokens[token]. The token ids there still count (range
@@ -84,7 +84,7 @@ struct ForwardItem {
   // Embedding overrides, in increasing offset order, not overlapping, inside
   // the item's tokens (InvalidArgument otherwise).
   absl::Span<const EmbeddingOverride> embeddings;
-  // Window restore pyramid (issue 20): > 0 marks the item as (part of) a
+  // Window restore pyramid: > 0 marks the item as (part of) a
   // window restore to this M (the sequence's cached_tokens(), started by
   // BeginWindowRestore). Each main layer then computes only the rows whose
   // output a later layer needs for the window at M (kv::WindowRestoreRows):

@@ -1,4 +1,4 @@
-// Mini checkpoints laid out like the released MiMo-V2 checkpoints (issue 25):
+// Mini checkpoints laid out like the released MiMo-V2 checkpoints:
 // the real tensor names, config formats and weight formats, tiny sizes, seeded
 // random weights (WriteRandomCheckpoint). Used by the tests, the golden
 // fixture (tools/reference/make_layout_golden.py) and the benchmarks;

@@ -1,4 +1,4 @@
-// The vision tower (issue 23, "model parts"): a ViT that turns an image's
+// The vision tower: a ViT that turns an image's
 // patches (lib/media/image_preprocess.h) into placeholder-token embeddings of
 // the language model's hidden size. The shape follows Qwen2.5-VL's vision
 // encoder, which MiMo-V2.5's tower resembles (windowed and full attention

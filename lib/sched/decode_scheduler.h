@@ -1,5 +1,5 @@
 // DecodeScheduler: which requests a decode worker runs in each iteration
-// (ARCHITECTURE §4 step 4). Pure policy: no threads, no I/O, no KV pools
+// (docs/architecture.md#request-path step 4). Pure policy: no threads, no I/O, no KV pools
 // (the worker answers "do this request's pages fit now?" through a callback).
 //
 // Lifecycle of a request:

@@ -1,5 +1,5 @@
 // PrefillScheduler: which prompt tokens a prefill worker computes in its next
-// forward step (ARCHITECTURE §4 step 3). Pure policy and batch building: no
+// forward step (docs/architecture.md#request-path step 3). Pure policy and batch building: no
 // threads, no I/O, no KV pools (the worker answers "does this request's KV
 // fit now?" through a callback).
 //
@@ -202,7 +202,7 @@ struct PrefillSchedulerOptions {
   // FCFS-relative wait guard of kComputeAware (class comment): a request
   // should start before fcfs_wait_ratio x max(its wait under FCFS, floor)
   // of work has been handed out since its arrival. 0 disables the guard;
-  // >= 0, finite. Below the 2x that issue 6 asks for, as the guard's view of
+  // >= 0, finite. Below the 2x the scheduler's target allows, as the guard's view of
   // FCFS is approximate: in the trace simulation (bench/RESULTS.md, prefix
   // hits) 1.7 left no request over 2x at 70-85% utilisation and cut P90
   // TTFT by 31-38% (2.0: 3 of 12,031 over 2x, P90 -46%); higher ratios keep
@@ -250,7 +250,7 @@ struct PrefillSchedulerOptions {
 // chunking of the range.
 double PrefillWork(double context_cost_per_token, int64_t start, int64_t n);
 
-// Window restore (kv::WindowRestoreStart, ARCHITECTURE §3): a prompt whose
+// Window restore (kv::WindowRestoreStart, docs/architecture.md#kv-cache): a prompt whose
 // full KV is cached to M but whose window-safe hit ends at L < M either
 // computes from L (recomputing [L, M)) or restores the window: recomputes
 // only [s, M), s = the restore start, whose full layers attend over the
@@ -314,7 +314,7 @@ class PrefillScheduler {
     return static_cast<int>(in_progress_.size());
   }
   // Uncached tokens not yet handed to a step, over queued and in-progress
-  // requests (the load a worker reports, ARCHITECTURE §5).
+  // requests (the load a worker reports, docs/architecture.md#redis-state).
   int64_t queued_uncached_tokens() const { return queued_uncached_tokens_; }
   // Arrival of the oldest not-started request; nullopt when none.
   std::optional<int64_t> oldest_arrival_ns() const;

@@ -1,4 +1,4 @@
-// Prometheus metrics of the prefill and decode schedulers (ARCHITECTURE §6).
+// Prometheus metrics of the prefill and decode schedulers (docs/architecture.md#observability).
 // Every family carries the label role="prefill"|"decode":
 //
 //   swaserve_sched_queue_depth{role}        gauge: requests waiting to start

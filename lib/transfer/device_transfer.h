@@ -1,5 +1,5 @@
 // KV pages in GPU memory over the host-memory transfer engine
-// (ARCHITECTURE §4 steps 3–4; issue 5 item 4).
+// (docs/architecture.md#request-path steps 3–4).
 //
 // Debian 12's UCX 1.13 is built without CUDA support (no libuct_cuda*), so
 // UCX can neither register nor move device memory. Pages that live in GPU
@@ -9,7 +9,7 @@
 //                       --TransferEngine::Send--> receiver's host staging
 //   receiver (decode):  host staging --H2D scatter--> device pages
 //
-// The device side is a small interface, DeviceCopier (ARCHITECTURE §7:
+// The device side is a small interface, DeviceCopier (docs/architecture.md#conventions:
 // optional backends behind interfaces chosen at run time). The CUDA
 // implementation (lib/transfer/cuda/device_kv_copier.h, swaserve::
 // transfer_cuda) is only built when SWASERVE_HAVE_CUDA; CreateDeviceKvCopier
@@ -212,7 +212,7 @@ absl::StatusOr<std::vector<StagedPage>> PlanKvScatter(
 // receive callback reported OK (the staging then holds every byte), from a
 // thread of your own — never from the callback itself (it runs on the
 // engine's progress thread and this blocks), e.g. when decode admits the
-// request (ARCHITECTURE §4 step 4). InvalidArgument for a page outside the
+// request (docs/architecture.md#request-path step 4). InvalidArgument for a page outside the
 // staging, a null device pointer or a zero length.
 absl::Status ScatterToDevice(DeviceCopier& copier, const void* staging,
                              size_t staging_size,

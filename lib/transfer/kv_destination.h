@@ -1,6 +1,6 @@
 // The KV side of a transfer: what a decode worker stages for a request, the
 // swaserve.v1.KvDestination it hands out in the gRPC handshake, and the page
-// copies a prefill worker derives from its kv::Sequence (ARCHITECTURE §3–§4).
+// copies a prefill worker derives from its kv::Sequence (docs/architecture.md#kv-cache, #kv-transfer).
 //
 // Staging layout of one request (contiguous, in one Registration):
 //   [full region: full_pages pages of the full pool's page size]

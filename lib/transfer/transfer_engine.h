@@ -1,4 +1,4 @@
-// lib/transfer: how prefill ships KV to decode over UCX (ARCHITECTURE §4,
+// lib/transfer: how prefill ships KV to decode over UCX (docs/architecture.md#request-path,
 // steps 2–3).
 //
 // ===========================================================================
@@ -12,7 +12,7 @@
 // address framed with an engine id, the process identity (boot id, pid
 // namespace, pid, start time) and a checksum (wire.h).
 //
-// Receiver (decode), ARCHITECTURE §4 step 2:
+// Receiver (decode), docs/architecture.md#request-path step 2:
 //   1. Register() its staging memory once (ucp_mem_map; the packed rkey is
 //      kept), then per request ExpectTransfer(transfer id, regions of that
 //      memory, expected byte count, timeout, callback). That returns a

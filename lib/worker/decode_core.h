@@ -1,4 +1,4 @@
-// The decode worker's engine loop (ARCHITECTURE §4 step 4), without gRPC:
+// The decode worker's engine loop (docs/architecture.md#request-path step 4), without gRPC:
 // staged requests wait with their prompt KV in host memory (KvStaging) and
 // are admitted into the running batch, oldest first, when the pools can take
 // their pages (the staged bytes are copied into pool pages only then);
@@ -9,7 +9,7 @@
 // freed and it is re-queued at the head of the waiting queue, to be
 // recomputed (prompt + generated tokens) when pages free up. The recompute
 // runs in the batch, one recompute_chunk per iteration riding in the same
-// ragged Forward as the other requests' decode tokens (issue 16: preemption
+// ragged Forward as the other requests' decode tokens (so a preemption
 // does not stall the batch); admission only checks that its pages fit.
 // Batch-invariant kernels make the recomputed KV, and so the continuation,
 // identical to an uninterrupted run. The policy (admission order, the batch,

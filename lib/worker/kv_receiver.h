@@ -1,5 +1,5 @@
-// KvReceiver: the decode side of the KV hand-off (ARCHITECTURE §4 steps 2-3,
-// issue 16 "deadlines follow progress"), without gRPC.
+// KvReceiver: the decode side of the KV hand-off (docs/architecture.md#request-path steps 2-3,
+// and #failures: deadlines follow progress), without gRPC.
 //
 //   1. Expect(transfer id, job): checks that the request could ever run here
 //      (the prompt plus its first token must fit the pools, its staging the

@@ -1,4 +1,4 @@
-// KvSender: the prefill side of the KV hand-off (ARCHITECTURE §4 step 3),
+// KvSender: the prefill side of the KV hand-off (docs/architecture.md#request-path step 3),
 // without gRPC. MakeShip() gives a PrefillJob its ship function: once the
 // prompt's KV is computed it asks for the decode worker's staging (the
 // `destination` callback: the service's Decode.GetKvDestination call; the

@@ -1,5 +1,5 @@
 // Host-memory staging of one request's KV between prefill and decode
-// (ARCHITECTURE §4 steps 2–4).
+// (docs/architecture.md#request-path steps 2–4).
 //
 // A decode worker allocates a KvStaging when a request arrives (before any
 // pool page is committed to it), the prefill worker writes the prompt's KV

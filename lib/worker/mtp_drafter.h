@@ -1,4 +1,4 @@
-// MTP speculative decoding in the decode loop (issue 19): per-request state
+// MTP speculative decoding in the decode loop: per-request state
 // of the model's chained MTP layers, the batched draft step, and the
 // adaptive choice of how many tokens to draft.
 //

@@ -1,4 +1,4 @@
-// The prefill worker's engine loop (ARCHITECTURE §4 step 3), without gRPC:
+// The prefill worker's engine loop (docs/architecture.md#request-path step 3), without gRPC:
 // a request's prompt is matched against the prefix cache (its window-safe
 // hit locked), queued in a sched::PrefillScheduler (compute-aware priority
 // with a wait-time credit, or FCFS), computed in chunks — several requests'
@@ -123,7 +123,7 @@ struct PrefillResult {
 using ShipFn = std::function<void(const kv::Sequence& seq, const PrefillResult& result,
                                   std::function<void(absl::Status)> shipped)>;
 
-// A multimodal item's placeholders in a job's prompt (issue 23): prompt
+// A multimodal item's placeholders in a job's prompt: prompt
 // tokens [span.token_offset, + span.num_tokens) take `embeddings`
 // (num_tokens x hidden_size f32, the encoder's output) as their input
 // embedding (model::EmbeddingOverride, in the main model and the MTP layers),
@@ -188,8 +188,8 @@ struct PrefillCoreOptions {
   bool window_restore_pyramid = true;
   // A prefill that ends before its last chunk (cancelled, a forward failed)
   // hands the chunks it computed to the prefix cache (see "Cancellation"
-  // above), so a retry resumes there. false: they are freed (the behaviour
-  // before the sixteenth session; for comparisons).
+  // above), so a retry resumes there. false: they are freed (for
+  // comparisons).
   bool keep_cancelled_chunks = true;
   // L3 checkpoints of long prefills (when the cache has an L3): every this
   // many computed prompt tokens past its hit (and past its last

@@ -1,4 +1,4 @@
-// PrefillCore and the KV tiers (issue 21): the L2 -> L1 load-back before a
+// PrefillCore and the KV tiers: the L2 -> L1 load-back before a
 // match (inline, or on the copier thread when large) and the L3 prefetch of
 // parked requests. Runs on the loop thread; see prefill_core.h.
 #include <algorithm>

@@ -1,5 +1,5 @@
 // StagingArena: carves per-request KV staging blocks out of one long-lived
-// memory range (ARCHITECTURE §4 step 2).
+// memory range (docs/architecture.md#request-path step 2).
 //
 // Why: a decode worker stages each request's KV in host memory that a
 // prefill worker writes over UCX. Into memory from

@@ -1,5 +1,5 @@
 // StagingBudget: the byte budget of a decode worker's host KV staging
-// (issue 16 "bounded decode staging").
+// (decode staging stays bounded).
 //
 // Every staged request's KV (a KvStaging, in the arena or on the heap) is
 // covered by a Reservation of its bytes, taken when the prefill worker is

@@ -1,4 +1,4 @@
-// swaserve.v1.Encoder over gRPC (issue 23, item 4): the wire form of
+// swaserve.v1.Encoder over gRPC: the wire form of
 // lib/encoder's EncoderCore. Each call's items are decoded and preprocessed
 // on the call's thread, then batched with other calls' items in the core's
 // per-modality batchers, so a sync service (one thread per call in flight,

@@ -1,4 +1,4 @@
-// swaserve-encoder: the multimodal encoder service (issue 23, item 4):
+// swaserve-encoder: the multimodal encoder service:
 // swaserve.v1.Encoder over gRPC (lib/encoder EncoderCore: images, audio and video
 // through the model's vision and audio towers, batched across requests, an
 // in-process embedding cache), Prometheus /metrics, and a ROLE_ENCODER

@@ -1,6 +1,6 @@
 // swaserve.v1.Decode: a thin gRPC front over lib/worker's KvReceiver (the
 // KV hand-off: pending transfers, the staging budget and arena, the
-// in-band commit; its header has the protocol, issue 16) and DecodeCore (the
+// in-band commit; its header has the protocol) and DecodeCore (the
 // batch), writing tokens through rpc::StreamWriter.
 //
 // Decode(request) stream: the request is checked (sampling, stop options,

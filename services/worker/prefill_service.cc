@@ -164,7 +164,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     worker::PrefillJob job;
     job.id = req.request_id();
     job.prompt.assign(req.token_ids().begin(), req.token_ids().end());
-    // Multimodal placeholders with their encoder embeddings (issue 23);
+    // Multimodal placeholders with their encoder embeddings;
     // `fetched` holds the values of by-reference items.
     for (int i = 0; i < req.multimodal_size(); ++i) {
       const v1::MultimodalItem& item = fetched.empty() ? req.multimodal(i) : fetched[i];

@@ -1,5 +1,5 @@
 // swaserve.v1.Prefill: a thin gRPC front over lib/worker's PrefillCore (prefix
-// match, compute-aware scheduling, chunked prefill; ARCHITECTURE §4 step 3)
+// match, compute-aware scheduling, chunked prefill; docs/architecture.md#request-path step 3)
 // and KvSender (the KV hand-off; its header has the protocol and the error
 // taxonomy of a failed ship).
 //

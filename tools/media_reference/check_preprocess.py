@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks lib/media's preprocessing against PyTorch (issue 23).
+"""Checks lib/media's preprocessing against PyTorch.
 
 Runs build/tests/unit/media/media_preprocess_dump on generated inputs and
 compares with the formulas of lib/media/image_preprocess.h and mel.h written

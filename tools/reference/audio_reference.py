@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference of the audio tower (issue 23) and its golden fixture.
+"""PyTorch reference of the audio tower and its golden fixture.
 
 Written from the formulas in lib/model/audio.h, not from audio.cc: float64,
 torch.nn.functional.conv1d (padding 1, stride 1 then 2), F.layer_norm,

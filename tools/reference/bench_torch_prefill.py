@@ -1,5 +1,6 @@
 """PyTorch eager prefill throughput of a swaserve checkpoint: the baseline a
-user would otherwise run on a CPU (issue 4's "against PyTorch eager").
+user would otherwise run on a CPU (the engine's "against PyTorch eager"
+figure).
 
 Runs tools/reference/mimo_reference.py's dense model in float32 (bf16/f16
 weights are widened to f32 at load), torch.set_num_threads(--threads,

@@ -1,6 +1,6 @@
 """Independent dense PyTorch reference of a MiMo-V2-style hybrid SWA + MoE model.
 
-Written from ARCHITECTURE.md §1 and the Hugging Face MiMo-V2 semantics
+Written from docs/architecture.md#model and the Hugging Face MiMo-V2 semantics
 (modeling_mimo_v2*.py, gpt-oss's sink handling, DeepSeek-V3 ``noaux_tc``
 routing), NOT from swaserve's C++ engine. No KV cache: every call runs the
 whole sequence, with an explicit causal / sliding-window mask.
@@ -169,7 +169,7 @@ class AttnGeom:
 
 
 class MimoConfig:
-    """The fields of ARCHITECTURE §1 from a HF-style config.json."""
+    """The fields of docs/architecture.md#model from a HF-style config.json."""
 
     def __init__(self, j):
         def get(name, default=None, *aliases):

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference of the vision tower (issue 23) and its golden fixture.
+"""PyTorch reference of the vision tower and its golden fixture.
 
 Written from the formulas in lib/model/vision.h, not from vision.cc: dense
 float64 tensors, attention through an explicit [N, N] mask (windowed layers:

@@ -3,7 +3,7 @@
 // (swaserve::cuda_status, shared with lib/transfer/cuda); this header makes
 // them available under swaserve::model as before.
 //
-// This header includes no CUDA headers (ARCHITECTURE §7), so any target may
+// This header includes no CUDA headers (docs/architecture.md#conventions), so any target may
 // include it; only targets that link swaserve::model_cuda (built when
 // SWASERVE_HAVE_CUDA) can call it. All functions are thread-safe.
 #ifndef SWASERVE_LIB_MODEL_CUDA_CUDA_DEVICE_H_

@@ -4,9 +4,9 @@
 //
 // for a row-major [rows, hidden] input, f32 weight and f32 output. The input
 // is f32 or bf16 (bf16 passed as its raw bit pattern, uint16_t, so that this
-// header needs no CUDA headers; ARCHITECTURE §7).
+// header needs no CUDA headers; docs/architecture.md#conventions).
 //
-// Batch invariance (ARCHITECTURE §4): each row is reduced by one thread block
+// Batch invariance (docs/architecture.md#batch-invariance): each row is reduced by one thread block
 // whose size depends only on `hidden`, in a fixed order (per-thread strided
 // sums, a fixed warp-shuffle tree, per-warp partials combined in warp order).
 // A row's output is therefore bit-identical whatever `rows` is and wherever

@@ -1,4 +1,4 @@
-// IndexMirror (issue 22 item 3): a router's event-fed copy of the prefix
+// IndexMirror: a router's event-fed copy of the prefix
 // index answers every decision exactly as the match script does over the
 // same SETs — random event sequences on four workers, predictions, window
 // checks and tiers — and recovers from a lost stream by a snapshot.

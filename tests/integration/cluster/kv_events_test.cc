@@ -1,4 +1,4 @@
-// The KV events API (kv_events.h, issue 22) against a real redis-server: a
+// The KV events API (kv_events.h) against a real redis-server: a
 // consumer that starts from a snapshot taken mid-way and then follows the
 // stream ends with exactly the worker's index state after random tree-shaped
 // event batches (stored, evicted leaves, SWA drops and heals, tier moves,

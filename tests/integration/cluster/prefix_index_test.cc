@@ -242,7 +242,7 @@ TEST_F(PrefixIndexTest, HintsFromEarlierCandidatesKeepEveryDepthExact) {
   }
 }
 
-// Window-safe depths (issues 20, 22): SWA-removed events mark pages; a
+// Window-safe depths: SWA-removed events mark pages; a
 // match's window-safe depth L is the largest p <= d whose last wp pages are
 // all unmarked; healing, re-storing, removing and clearing unmark them.
 TEST_F(PrefixIndexTest, MatchReportsTheWindowSafeDepth) {
@@ -360,7 +360,7 @@ TEST_F(PrefixIndexTest, RandomizedWindowSafeDepthEqualsBruteForce) {
   EXPECT_GT(bounded, 10);
 }
 
-// Tiers (issue 21): pages a worker moved to L2 (kTierDown) are a suffix of
+// Tiers: pages a worker moved to L2 (kTierDown) are a suffix of
 // its matches; the match reports how many matched pages are still in L1.
 TEST_F(PrefixIndexTest, MatchReportsHowManyMatchedPagesAreInL1) {
   auto index = MakeIndex();

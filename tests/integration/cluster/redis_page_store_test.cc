@@ -360,7 +360,7 @@ TEST_F(RedisPageStoreTest, ConcurrentCallersNeverSeeWrongBytes) {
 namespace swaserve::cluster {
 namespace {
 
-// Issue 21's consistency case "Redis L3 flushed mid-replay": a prefix cache
+// Consistency case "Redis L3 flushed mid-replay": a prefix cache
 // whose L3 is a RedisPageStore behind AsyncPageStore (as in a worker)
 // replays prompts of a few shared-prefix families through small L1/L2 pools,
 // fetching and attaching from L3 before every lookup; halfway Redis is

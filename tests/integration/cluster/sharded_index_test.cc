@@ -1,4 +1,4 @@
-// The prefix-affinity index on a real Redis Cluster (issue 22 item 2):
+// The prefix-affinity index on a real Redis Cluster:
 // 3 masters + 3 replicas (redis-cli --cluster create), the index split into
 // 64 shards by anchor page (prefix_index.h, index_shard_mapper.h), fed by
 // real WorkerRegistrations. A random workload of conversations sharing a

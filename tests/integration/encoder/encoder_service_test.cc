@@ -190,7 +190,7 @@ TEST_F(EncoderServiceTest, EncodesImagesAndAudioRegistersAndDrains) {
 namespace swaserve {
 namespace {
 
-// By reference (issue 23, item 5): above inline_max_bytes the answer has the
+// By reference: above inline_max_bytes the answer has the
 // shape but no values; Fetch streams them in whole-row chunks (1000 bytes
 // here: 3 rows of 64 floats) equal to the inline answer; an unknown hash is
 // NOT_FOUND, a malformed one INVALID_ARGUMENT.

@@ -418,7 +418,7 @@ TEST_F(ClusterLauncherTest, PrometheusScrapesEveryProcessWithTheRules) {
   EXPECT_FALSE(Alive(pid)) << "prometheus still running after Stop";
 }
 
-// A model with vision and audio towers gets an encoder (issue 23): started
+// A model with vision and audio towers gets an encoder: started
 // with the workers, serving /metrics, stopped with the cluster; a text-only
 // model gets none.
 TEST_F(ClusterLauncherTest, AMultimodalModelGetsAnEncoder) {
@@ -721,8 +721,7 @@ TEST_F(ClusterLauncherTest, EveryBucketServesAPromptAtItsTop) {
     // may come after the answer reached the client (more so at the worker's
     // nice +10 or +19): poll. The router cancels the prefill leg it still
     // holds once it has the answer; a delivered prefill still ends ok
-    // (counted cancelled before 2026-12-05, which failed this test twice in
-    // clean-clone CI runs).
+    // (not cancelled), so this count is exact.
     auto served = [](const std::string& m) { return absl::StrContains(m, kPrefillOk); };
     const std::string metrics = AwaitMetrics(procs[1 + i].metrics_port, served);
     const size_t at = metrics.find("swaserve_prefill_requests_total{");

@@ -1,6 +1,6 @@
 // The whole cluster (`swaserve up --redis=redis-cluster://...`: prefill
 // workers, decode worker, router as real processes) on a real 3-master Redis
-// Cluster with replicas (issue 22 item 2): requests are served, the workers'
+// Cluster with replicas: requests are served, the workers'
 // KV events and index land in the cluster (read back with `swaserve
 // kv-events`), and when the master of the prompts' index shard is killed
 // every request is still served (the router routes by load: the fallback),

@@ -511,7 +511,7 @@ TEST_F(DisaggregatedTest, DecodeKilledMidRequestFailsClearlyWithoutLeaks) {
   EXPECT_GE(rresp.cached_tokens(), prompt.size() - 4) << "the shipped-failed KV was thrown away";
 }
 
-// Issue 16 "bounded decode staging": all staged KV stays within
+// Bounded decode staging: all staged KV stays within
 // --decode.staging_budget_mib. With one request admitted at a time
 // (--decode.max_batch_size=1), each generating 600 tokens, the staged ones
 // hold the budget, so prefill

@@ -142,7 +142,7 @@ TEST(WorkerMembership, RegistersPublishesAndSurvivesARedisRestart) {
   std::filesystem::remove_all(dir);
 }
 
-// Issue 16 "worker identity": a second worker registering a live worker's
+// Worker identity: a second worker registering a live worker's
 // id is refused with a clear error (not silently merged into one record);
 // once the first one is dead, the id may be taken again; default ids differ.
 TEST(WorkerMembership, ALiveIdIsRefusedAndADeadOnesIsTakenOver) {

@@ -1,4 +1,4 @@
-// DynamicBatcher (issue 23, cross-request batching): results equal what
+// DynamicBatcher (cross-request batching): results equal what
 // encoding each request alone gives, in order; concurrent requests share
 // batches; no batch exceeds max_batch_items and a large request spans
 // several; a failed batch fails only its requests; a full queue refuses at

@@ -1,4 +1,4 @@
-// EmbeddingCache (issue 23): hits and misses, least-recently-used eviction
+// EmbeddingCache: hits and misses, least-recently-used eviction
 // under the byte budget, replacement, values larger than the budget, values
 // outliving eviction, and a random-operation property test against a simple
 // model (same hits, same contents, bytes within budget after every step).

@@ -101,7 +101,7 @@ class ContentHarness {
     PrefixCacheOptions co;
     co.pools = pools_.get();
     if (Rand(2) == 0) {
-      // An L2 tier (issue 21): demoted pages must come back byte for byte.
+      // An L2 tier: demoted pages must come back byte for byte.
       KvPoolsOptions l2 = o;
       l2.full_pages = 8 + Rand(static_cast<int>(2 * o.full_pages));
       l2.swa_pages = 4 + Rand(static_cast<int>(l2.full_pages));

@@ -130,7 +130,7 @@ class Harness {
     co.cold_superseded_windows = cold_superseded_ = Chance(50);
     yield_ = Chance(50);
     if (Chance(40)) {
-      // L2 (issue 21): its own pools, from smaller than L1 to 3x.
+      // L2: its own pools, from smaller than L1 to 3x.
       KvPoolsOptions l2 = o;
       l2.full_pages = 8 + Rand(static_cast<int>(3 * o.full_pages));
       l2.swa_pages = 4 + Rand(static_cast<int>(l2.full_pages));

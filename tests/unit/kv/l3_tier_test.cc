@@ -1,4 +1,4 @@
-// The L3 tier (issue 21): MemoryPageStore, AsyncPageStore, FetchFromL3 and
+// The L3 tier: MemoryPageStore, AsyncPageStore, FetchFromL3 and
 // PrefixCache's write-back / write-through / AttachFromL3, with real page
 // bytes. The consistency cases of the issue each have a test here:
 //   full KV in L1 but SWA only in a lower tier  -> FullInL1SwaOnlyInL3Heals

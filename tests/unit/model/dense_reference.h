@@ -1,6 +1,6 @@
 // An independent, deliberately naive dense implementation of the model's
 // forward pass for tests: contiguous per-layer KV (no pages), plain loops,
-// double-precision accumulation, written from ARCHITECTURE §1 without
+// double-precision accumulation, written from docs/architecture.md#model without
 // sharing code with lib/model/forward.cc (it reads weights through
 // Checkpoint only).
 #pragma once

@@ -474,7 +474,7 @@ TEST_F(ForwardTest, RejectsMalformedBatches) {
 namespace swaserve::model {
 namespace {
 
-// Issue 23: embedding overrides (a multimodal placeholder's encoder output)
+// Embedding overrides (a multimodal placeholder's encoder output)
 // are placed exactly where they say, in the main model and the MTP layers,
 // and chunking splits them without changing a bit.
 TEST_F(ForwardTest, EmbeddingOverridesArePlacedExactlyAndChunkInvariant) {

@@ -6,7 +6,7 @@
 //
 //   wait_guarded <= 2 * max(wait_fcfs, floor) + slack
 //
-// (issue 6: "no request waits more than 2x its FCFS wait"), floor = one
+// (the target: "no request waits more than 2x its FCFS wait"), floor = one
 // full step at empty context (a request arriving mid-step waits for the
 // step boundary under any policy; the guard's own floor), slack = the
 // longest step of the run: a request arriving during a long-context step

@@ -552,7 +552,7 @@ PrefillRequestInfo Prio(std::string id, int prompt, int priority, int64_t arriva
           .arrival_ns = arrival_ns, .priority = priority};
 }
 
-// Issue 22: lower priority values are tried first; the policy orders
+// Request priority: lower values are tried first; the policy orders
 // requests of one value.
 TEST(PrefillSchedulerPriorityTest, LowerValuesStartFirstAndThePolicyOrdersEachValue) {
   for (Policy policy : {Policy::kFcfs, Policy::kComputeAware}) {

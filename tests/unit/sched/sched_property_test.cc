@@ -1,7 +1,7 @@
 // Randomized tests of lib/sched: >= 10^5 scheduler operations over many
 // seeds, checks after every step, and the no-starvation bound of the
-// compute-aware prefill policy (issue 6: "the scheduler never starves a
-// long request under a stream of short ones").
+// compute-aware prefill policy (the scheduler never starves a long request
+// under a stream of short ones).
 //
 // Every prefill step is checked twice: against direct invariants (budget,
 // chunk size, request count, partial-request cap, every token handed out

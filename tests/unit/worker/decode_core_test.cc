@@ -158,7 +158,7 @@ TEST_F(DecodeCoreTest, PreemptionRecomputesAndKeepsOutputsIdentical) {
   EXPECT_NE(text.find("swaserve_sched_running_requests{role=\"decode\"} 0"), std::string::npos);
 }
 
-// Issue 16 "preemption does not stall the batch": a preempted request's
+// Preemption does not stall the batch: a preempted request's
 // recompute runs chunk by chunk in the same forwards as the other requests'
 // decode tokens (before, it ran whole inside admission while everyone else
 // waited), and outputs stay identical to the reference.

@@ -1,4 +1,4 @@
-// MTP speculative decoding in DecodeCore (issue 19), through the monolithic
+// MTP speculative decoding in DecodeCore, through the monolithic
 // pipeline PrefillCore → local staging → DecodeCore on the tiny random model
 // (2 MTP layers) and the trained demo model (3 MTP layers, which drafts
 // well):

@@ -1,4 +1,4 @@
-// PrefillCore admission never deadlocks (issue 16): queued requests hold
+// PrefillCore admission never deadlocks: queued requests hold
 // their prefix hits locked, so with tiny pools the locked hits plus any one
 // request's need can exceed the pool while nothing runs. The core must
 // still make progress: every request finishes, or fails with a clear
@@ -187,7 +187,7 @@ TEST(PrefillAdmission, RequestsStartOnlyWhenTheirSwaWindowFits) {
   }
 }
 
-// Issue 22: a job's priority reaches the scheduler. Requests of equal
+// A job's priority reaches the scheduler. Requests of equal
 // length queue FCFS; an urgent one submitted last overtakes every queued
 // one (at most the one already computing finishes before it: no
 // preemption). The load report then carries the measured throughput the

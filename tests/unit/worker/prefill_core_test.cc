@@ -283,7 +283,7 @@ TEST_F(Pipeline, ACancelWhileTheKvShipsLeavesADeliveredPrefillOk) {
   EXPECT_GT(Get("again").cached, 0);
 }
 
-// The L3 tier at the engine level (issue 21): a prompt computed before a
+// The L3 tier at the engine level: a prompt computed before a
 // worker restart comes back from a warm file store after it, as a prefix
 // hit, with the same greedy output.
 TEST_F(Pipeline, L3FileStoreMakesARestartedWorkerWarm) {
@@ -473,7 +473,7 @@ TEST_F(Pipeline, AsyncL2LoadBackKeepsGreedyOutputs) {
 namespace swaserve::worker {
 namespace {
 
-// Issue 23: a job's multimodal placeholders take the given embeddings (the
+// A job's multimodal placeholders take the given embeddings (the
 // output equals a prompt whose placeholders are the tokens those embeddings
 // are the table rows of), and the item's content hash keys the prefix cache:
 // the same image hits through it, another image only up to it.

@@ -1,4 +1,4 @@
-// Prefills cut short (issue 16, sixteenth session): a prefill that ends before
+// Prefills cut short: a prefill that ends before
 // its last chunk — its caller cancelled, the core stopped, a draining worker
 // handed it back — keeps the chunks it computed in the prefix cache and L3,
 // and the retry resumes there with the KV and output of a straight run. A
