@@ -969,7 +969,7 @@ int Main(int argc, char** argv) {
       "redis-server utime+stime per decision; per rtr-cpu-s = decisions per router CPU second; "
       "script = Redis's own execution time per EVALSHA (INFO commandstats usec / calls: the "
       "match script without the connection's I/O)\n"
-      "load average at end: %s\n\n== Targets (issue 7) ==\n",
+      "load average at end: %s\n\n== Targets ==\n",
       load_end.c_str());
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
   // The router's Redis calls over the whole run, by op, and with --coalesce

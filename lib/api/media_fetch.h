@@ -1,4 +1,4 @@
-// Where a request's images, audio and video come from (issue 23, "API"):
+// Where a request's images, audio and video come from:
 // OpenAI content parts carry either a data: URL (base64) or an http(s) URL the
 // router fetches. Both are untrusted input, so both are bounded:
 //

@@ -1,5 +1,5 @@
 // RedisClient: a small synchronous Redis client (hiredis underneath) for the
-// cluster state of ARCHITECTURE §5: worker registry, load reports and the
+// cluster state of docs/architecture.md#redis-state: worker registry, load reports and the
 // prefix-affinity index.
 //
 //   ASSIGN_OR_RETURN(auto redis, RedisClient::Create({.host = "redis",

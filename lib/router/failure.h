@@ -1,4 +1,4 @@
-// The router's failure taxonomy (issue 16 "failure attribution"): one
+// The router's failure taxonomy: one
 // classification of a failed worker call, shared by every leg, so that
 // request errors fail fast and never count against a worker, and worker
 // errors are retried elsewhere and feed the circuit breakers.

@@ -1,11 +1,11 @@
-// MediaResolver: a request's images, audio and video on the router's path
-// (issue 23, items 2 and 5). For each GenerateRequest.multimodal item:
+// MediaResolver: a request's images, audio and video on the router's path.
+// For each GenerateRequest.multimodal item:
 //   1. its bytes: `data`, or `url` — a data: URL decoded here, an http(s)
 //      URL fetched by api::MediaFetcher (size, time, redirect and address
 //      limits) when the router allows fetching;
 //   2. its encoder: consistent hashing (cluster::HashRing with virtual
 //      nodes) of XXH3-128 of the bytes over the registered encoders
-//      (ARCHITECTURE §4 says "of the content hash"; that hash also covers
+//      (docs/architecture.md#request-path says "of the content hash"; that hash also covers
 //      the encoder's preprocessing parameters, which the router does not
 //      know, so the router keys placement by the bytes alone — the same item
 //      gets the same key, which is all placement needs)

@@ -1,4 +1,4 @@
-// The router's routing policy (ARCHITECTURE §4, step 1): which length bucket
+// The router's routing policy (docs/architecture.md#request-path, step 1): which length bucket
 // a prompt belongs to, which prefill worker of that bucket computes it and
 // which decode worker generates from it. Pure functions over snapshots the
 // router has already read (worker loads from Redis, the prefix index's
@@ -78,7 +78,7 @@ namespace swaserve::router {
 
 struct PolicyOptions {
   // Exclusive upper bounds of the length buckets 0..n-1 in prompt tokens;
-  // strictly increasing, > 0. Defaults: 64K, 256K, 1M (ARCHITECTURE §4).
+  // strictly increasing, > 0. Defaults: 64K, 256K, 1M (docs/architecture.md#request-path).
   std::vector<int64_t> bucket_bounds = {65536, 262144, 1048576};
 
   // Prefill: tokens of compute one cached token saves in the cost (>= 0).
@@ -121,7 +121,7 @@ struct PolicyOptions {
 absl::Status ValidatePolicyOptions(const PolicyOptions& options);
 
 // The prefill worker's cached tokens the router credits for a prefix-index
-// match of full_tokens (M) tokens (issues 20, 22): all of them when the match
+// match of full_tokens (M) tokens: all of them when the match
 // ends window-safe or the model has no window; otherwise, for a worker that
 // restores windows, M minus what the restore computes, max(L, M − work) for
 // the index's window-safe depth L (prefix_index.h Match: exact, or -1 below
@@ -154,7 +154,7 @@ int64_t PrefixCredit(const PrefixCreditInputs& in);
 // (PolicyOptions). Reads the fields other than full_tokens and
 // window_safe_tokens.
 int64_t WindowScanPages(const PrefixCreditInputs& worker, int64_t non_restoring_pages);
-// Tiers (issue 21): of a credit of `credit` tokens, the part past the
+// Tiers: of a credit of `credit` tokens, the part past the
 // worker's L1 (its first l1_tokens matched tokens) is in its L2 and needs a
 // load-back copy before use: it is credited at lower_tier_credit (e.g. 0.75)
 // of an L1 token. Returns the weighted credit (rounded down).
@@ -234,7 +234,7 @@ absl::StatusOr<Decision> ChooseDecode(
     absl::Span<const DecodeCandidate> candidates, const PolicyOptions& options,
     uint64_t tie_break_key = 0);
 
-// Load shedding (issue 22, "admission under overload"). A candidate's
+// Load shedding. A candidate's
 // backlog is the prefill compute it still owes in seconds,
 // queued_uncached_tokens / tokens_per_second. When EVERY eligible candidate
 // (healthy, with a load report) has a measured throughput and a backlog

@@ -1,5 +1,5 @@
-// Router: the request path of a swaserve router replica (ARCHITECTURE §4 step
-// 1; issue 7), without any server: services/router wraps it in the gRPC
+// Router: the request path of a swaserve router replica (docs/architecture.md#request-path step
+// 1), without any server: services/router wraps it in the gRPC
 // swaserve.v1.Router service and the OpenAI HTTP API.
 //
 // For each request:
@@ -40,7 +40,7 @@
 //      output identical to an uninterrupted run (batch- and chunk-invariant
 //      kernels); usage counts the client's prompt and every token.
 //
-// Requests run asynchronously (Start; issue 22): the blocking steps (the
+// Requests run asynchronously (Start): the blocking steps (the
 // prompt's tokenization, the decision's Redis round trip, media encoding)
 // run on a few control threads; the legs are asynchronous gRPC calls (the
 // decode stream a callback reader, the prefill a callback unary call;
@@ -314,7 +314,7 @@ class Router {
   // Starts one request and returns at once; `done` runs exactly once, after
   // the last sink Write, on a router or gRPC thread. `sink` and `cancel`
   // (may be null) are shared with the request until then. No thread is held
-  // while the request waits at a worker or streams (issue 22).
+  // while the request waits at a worker or streams.
   void Start(const v1::GenerateRequest& request, std::shared_ptr<GenerateSink> sink,
              std::shared_ptr<CancelFlag> cancel, GenerateDone done, Caller caller = {});
 

@@ -1,5 +1,4 @@
-// Router::Call: one request's asynchronous run (issue 22, "asynchronous
-// request path"). The steps that block briefly (preparation, the decision's
+// Router::Call: one request's asynchronous run. The steps that block briefly (preparation, the decision's
 // Redis round trip, media encoding, the bookkeeping between attempts) run on
 // the router's control threads; the legs are asynchronous worker calls
 // (worker_client.h), whose callbacks carry the request on:

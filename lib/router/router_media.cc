@@ -1,4 +1,4 @@
-// Router's multimodal part of Prepare (issue 23): markers checked, items
+// Router's multimodal part of Prepare: markers checked, items
 // resolved through the encoders (media.h), placeholders expanded, and the
 // inline re-encode after a by-reference embedding could not be fetched.
 #include <string>

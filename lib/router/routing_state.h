@@ -1,5 +1,5 @@
 // RoutingState: what a routing decision reads from and records in the shared
-// cluster state (issue 22, "testable router"): every prefill candidate's
+// cluster state: every prefill candidate's
 // prefix-index match and every candidate's load report in one round trip,
 // and the dispatch record (predicted index entries). ClusterViewState
 // adapts cluster::ClusterView (Redis); unit tests of the router give it

@@ -1,5 +1,5 @@
 // TextStream: turns a request's generated token ids into the text a client
-// receives, for the router (issue 7).
+// receives, for the router.
 //
 // Two jobs the decode worker leaves to its caller:
 //   * UTF-8: text pieces never end inside a character (model::StreamingDecoder);

@@ -1,5 +1,5 @@
-// WorkerClient: the two calls a request's legs make on a worker (issue 22,
-// "testable router"): Decode.Decode (a server stream) on the decode worker
+// WorkerClient: the two calls a request's legs make on a worker, behind an
+// interface so that the router's tests fake them: Decode.Decode (a server stream) on the decode worker
 // and Prefill.Prefill (unary) on the prefill worker. The router's leg logic
 // (router.cc RunLegs: accepted timeout, cancellation of the other leg,
 // retries, migration, breakers) depends only on this interface, so unit
@@ -28,8 +28,8 @@
 
 namespace swaserve::router {
 
-// A Decode.Decode stream in progress, read asynchronously (issue 22: a
-// streaming request holds no router thread while it waits for tokens).
+// A Decode.Decode stream in progress, read asynchronously (a streaming
+// request holds no router thread while it waits for tokens).
 // Destroy it only after Finish's callback ran.
 class DecodeCall {
  public:

@@ -1,6 +1,5 @@
 // WorkerDirectory: the router's cached view of the registered workers, their
-// gRPC stubs and a circuit breaker per worker (issue 7, "Discovery and
-// health").
+// gRPC stubs and a circuit breaker per worker.
 //
 // The registry lives in Redis (cluster::ClusterView::ListWorkers, TTL'd
 // records); the directory re-reads it every refresh_interval on a background
@@ -84,7 +83,7 @@ struct WorkerEndpoint {
   std::shared_ptr<WorkerClient> client;
 };
 
-// The router's view of the workers (issue 22, "testable router"): the
+// The router's view of the workers: the
 // registry snapshot and the breakers the router consults and feeds.
 // WorkerDirectory is the Redis-backed one; unit tests give the router a
 // fixed list (tests/unit/router/router_legs_test.cc). Thread-safe.

@@ -1,5 +1,5 @@
 // The one place where absl::Status and grpc::Status are converted into each
-// other (ARCHITECTURE §7). Modules below the services return absl::Status;
+// other (docs/architecture.md#conventions). Modules below the services return absl::Status;
 // reactors finish with ToGrpcStatus(status); clients turn a failed call back
 // into absl::Status with FromGrpcStatus(status).
 //

@@ -51,7 +51,7 @@ struct event;
 namespace swaserve::router_service {
 
 // The error a failed Generate gets over HTTP. A prompt too long for every
-// bucket, or too large for every worker's KV memory, is 413 (issues 7, 16),
+// bucket, or too large for every worker's KV memory, is 413,
 // not OpenAI's 400.
 api::ApiError ErrorFor(const absl::Status& s);
 

@@ -1,6 +1,7 @@
-// The OpenAI-compatible HTTP API of a router replica (issue 7):
+// The OpenAI-compatible HTTP API of a router replica:
 //   POST /v1/completions, POST /v1/chat/completions  (SSE with stream: true)
-//   GET  /v1/models, /health, /metrics
+//   GET  /v1/models, /health (ready: workers registered), /livez (the
+//        process serves HTTP), /metrics
 // Bodies are parsed by lib/api (errors as OpenAI error JSON with the right
 // status: 400 bad JSON or parameters, 401 missing/wrong key, 404 unknown
 // model, 413 body over the limit or prompt beyond the largest bucket, 429
@@ -12,7 +13,7 @@
 // nonstream_keepalive gets its 200 and whitespace before its JSON body, so
 // client and proxy timeouts do not cut a long prefill (HttpCall::Params).
 //
-// Event-driven (issue 22, "HTTP streaming without a per-request thread"):
+// Event-driven:
 // libevent's evhttp on `threads` event loops sharing the listening socket.
 // A request is parsed and answered on its connection's loop; the router's
 // output reaches it through an HttpCall (http_call.h), which the router
@@ -23,7 +24,7 @@
 //
 // Optional access control: with an ApiKeyStore, every /v1/ path needs
 // "Authorization: Bearer <key>"; a ConcurrencyLimiter bounds requests in
-// flight per key. /health and /metrics are open (probes, Prometheus).
+// flight per key. /health, /livez and /metrics are open (probes, Prometheus).
 //
 // Metrics: swaserve_router_http_requests_total{path,status}.
 // Thread-safety: the server runs its own threads; Create/Stop from one thread.

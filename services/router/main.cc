@@ -1,4 +1,4 @@
-// swaserve-router: a stateless router replica (ARCHITECTURE §4 step 1, §5):
+// swaserve-router: a stateless router replica (docs/architecture.md#request-path step 1, #redis-state):
 // gRPC swaserve.v1.Router and the OpenAI-compatible HTTP API in front of the
 // workers registered in Redis.
 //

@@ -157,8 +157,8 @@ TEST_F(ClusterE2ETest, KilledPrefillWorkerUnderLoadLosesNoRequest) {
   }
 }
 
-// kill -9 of a decode worker mid-stream under load (issue 16 "request
-// migration"): the router re-dispatches each of its streams (prompt + the
+// kill -9 of a decode worker mid-stream under load (request migration):
+// the router re-dispatches each of its streams (prompt + the
 // tokens already sent) to another prefill/decode pair and continues the same
 // client stream: every stream completes, token for token identical to an
 // uninterrupted run of the same prompts.

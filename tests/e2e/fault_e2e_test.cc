@@ -1,5 +1,5 @@
-// Fault tests of a whole local cluster (labels e2e, fault; issue 16 "no
-// request lost"): real redis-server, workers and routers on loopback, faults
+// Fault tests of a whole local cluster (labels e2e, fault; no request
+// lost): real redis-server, workers and routers on loopback, faults
 // injected by signals (kill -9, SIGTERM, SIGSTOP) — the cases a long-prompt
 // workload meets in production:
 //

@@ -1,5 +1,5 @@
-// MTP speculative decoding through a whole local cluster (labels e2e, fault;
-// issues 16 and 19): the trained demo model (models/demo, 3 MTP layers,
+// MTP speculative decoding through a whole local cluster (labels e2e,
+// fault): the trained demo model (models/demo, 3 MTP layers,
 // drafts that are accepted on English text), a real redis-server, a prefill
 // worker, two decode workers drafting 3 tokens every step
 // (--decode.mtp_draft_tokens=3, not adaptive) and a router, all real

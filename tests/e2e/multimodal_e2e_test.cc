@@ -1,4 +1,4 @@
-// Issue 23 end to end: images (a data: URL and an http URL the router
+// End to end: images (a data: URL and an http URL the router
 // fetches), audio (input_audio WAV) and video (a data: URL, streamed) sent
 // with the official OpenAI npm client (tests/e2e/openai_multimodal.mjs), and
 // an image over the gRPC API from a C++ stub,

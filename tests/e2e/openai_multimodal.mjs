@@ -1,5 +1,5 @@
 // The official OpenAI npm client against a swaserve router with multimodal
-// content parts (issue 23): run by tests/e2e/multimodal_e2e_test.cc.
+// content parts: run by tests/e2e/multimodal_e2e_test.cc.
 //
 //   node openai_multimodal.mjs <router base URL> <model> <inputs.json>
 //

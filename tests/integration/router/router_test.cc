@@ -642,7 +642,7 @@ TEST_F(RouterIntegrationTest, ZKilledPrefillWorkerIsRetriedElsewhere) {
   EXPECT_GE(cluster_->Metric("r1", R"(swaserve_router_retries_total{leg="prefill"})"), 1);
 }
 
-// Issue 22, admission under overload: a router at its in-flight bound
+// Admission under overload: a router at its in-flight bound
 // answers 429 with Retry-After (HTTP) and RESOURCE_EXHAUSTED with
 // ErrorDetail.retry_after_ms (gRPC), and counts the shed request.
 TEST_F(RouterIntegrationTest, OverloadIsAnsweredWithRetryAfter) {
@@ -689,7 +689,7 @@ TEST_F(RouterIntegrationTest, OverloadIsAnsweredWithRetryAfter) {
   EXPECT_EQ(cluster_->Metric("r6", R"(swaserve_router_shed_total{reason="inflight"})"), 2);
 }
 
-// Issue 22: the HTTP API is event-driven (no thread per stream), and a
+// The HTTP API is event-driven (no thread per stream), and a
 // client that closes its connection mid-stream cancels its request at once:
 // the router ends it CANCELLED and cancels its worker legs, long before its
 // max_tokens.

@@ -1,4 +1,4 @@
-// Fakes of the router's three dependencies (issue 22, "testable router"):
+// Fakes of the router's three dependencies:
 // a RoutingState with scripted loads and prefix depths, a WorkerSource over a
 // fixed worker list with real CircuitBreakers on a FakeClock, and
 // WorkerClients whose prefill and decode calls follow a per-worker script.

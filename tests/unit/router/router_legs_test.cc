@@ -1,5 +1,5 @@
 // router::Router's request path against fakes (router_fakes.h), no Redis and
-// no gRPC (issue 22, "testable router"): the legs (decode accepted, then
+// no gRPC: the legs (decode accepted, then
 // prefill; cancellation of the other leg), retries on another worker by
 // failure kind, breakers fed only by worker faults, migration mid-stream
 // with output identical to an uninterrupted run, the Redis fallback, load
@@ -223,7 +223,7 @@ TEST_F(RouterLegsTest, BothLegsSucceedAndTheStreamCarriesUsage) {
   EXPECT_EQ(Metric("swaserve_router_requests_total{code=\"ok\"}"), 1);
 }
 
-// Window restore credit (issue 20): p1's full KV matches 2400 tokens but its
+// Window restore credit: p1's full KV matches 2400 tokens but its
 // window there is gone (and its window-safe depth lies below the scan), so it
 // restores; p2 matches 1200 tokens window-safe and does not restore (W = 128,
 // 12 SWA + 1 MTP layers). Restoring the whole stretch p1 reuses only the
@@ -569,7 +569,7 @@ TEST_F(RouterLegsTest, ABreakerOpensAfterRepeatedFaultsAndTheWorkerIsSkipped) {
   EXPECT_EQ(source_->breakers().Open(), 0);
 }
 
-// Issue 22, asynchronous request path: a request holds no router thread
+// Asynchronous request path: a request holds no router thread
 // while its prefill is queued at a worker, while it waits for tokens, or
 // while it streams (before: a thread per request plus one per prefill
 // attempt). Started with Router::Start: no caller thread either. The fake
@@ -735,12 +735,12 @@ TEST_F(RouterLegsTest, TooManyChoicesIsInvalid) {
 namespace swaserve::router {
 namespace {
 
-// Issue 23: an image in a chat request goes to the encoder; its embeddings
+// An image in a chat request goes to the encoder; its embeddings
 // and placeholder span go to the prefill worker; usage counts the
 // placeholders; the page hashes mix in the content hash (a different image
 // of the same size gives different hashes from its first page on, the text
 // before it the same ones).
-// Asynchronous request path (issue 22): requests with multimodal items
+// Asynchronous request path: requests with multimodal items
 // prepare on media threads, so encoder calls that take long (here: blocked
 // until released, more of them than there are media or control threads)
 // never hold up a text request's decision and legs.
