@@ -17,7 +17,7 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(LIBEVENT REQUIRED IMPORTED_TARGET libevent_core libevent_extra libevent_pthreads)  # router HTTP API
 pkg_check_modules(LIBEVENT_OPENSSL REQUIRED IMPORTED_TARGET libevent_openssl)  # its TLS
-pkg_check_modules(OPENSSL REQUIRED IMPORTED_TARGET openssl)  # lib/rpc/tls.h
+find_package(OpenSSL REQUIRED)           # OpenSSL::SSL, OpenSSL::Crypto: lib/rpc/tls.h
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng)  # dashboard charts, lib/media
