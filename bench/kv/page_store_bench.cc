@@ -10,6 +10,8 @@
 //   memcpy               memcpy of each page from a resident copy into the
 //                        destination buffer (the memory-bandwidth bound)
 //   xxh3-128             hashing each resident page (the verification cost)
+//   hmac-sha256          the keyed MAC of each resident page (a keyed store's
+//                        verification, kv::PageBlobMac)
 //   read() warm / cold   open + read() of the blob file's bytes + close, with
 //                        the file in the page cache / evicted from it first
 //                        (fsync + posix_fadvise DONTNEED per file; nothing
@@ -311,6 +313,16 @@ int Main(int argc, char** argv) {
       {.name = "xxh3-128", .pass = [](Data& d) {
          for (int64_t i : d.order) {
            d.sink += base::Hash128Of(d.pages[i].data(), d.pages[i].size()).low;
+         }
+       }});
+  // The keyed MAC of a shared L3 (kv::PageBlobMac, --kv.l3_mac_key_file):
+  // what a keyed store adds to every Put and Get.
+  static const std::shared_ptr<const kv::PageBlobMac> mac =
+      *kv::PageBlobMac::FromKey(std::string(32, 'k'));
+  rows.push_back(
+      {.name = "hmac-sha256", .pass = [](Data& d) {
+         for (int64_t i : d.order) {
+           d.sink += mac->Tag({}, d.pages[i]).low;
          }
        }});
   AddFileRows(f, *store, *untouched, rows);

@@ -90,7 +90,7 @@ absl::StatusOr<std::string> RedisPageStore::CheckEvictionPolicy() {
 
 absl::Status RedisPageStore::Put(const kv::PageKey& key,
                                  absl::Span<const uint8_t> bytes) {
-  RedisCommand command = {"SET", KeyOf(key), kv::EncodePageBlob(key, bytes)};
+  RedisCommand command = {"SET", KeyOf(key), kv::EncodePageBlob(key, bytes, options_.mac.get())};
   if (options_.ttl > absl::ZeroDuration()) {
     command.push_back("PX");
     command.push_back(absl::StrCat(
@@ -126,7 +126,7 @@ absl::Status RedisPageStore::Read(const std::string& redis_key,
     return absl::InternalError(
         absl::StrCat("L3 Redis get: unexpected reply ", reply->DebugString()));
   }
-  return kv::ReadPageBlob(AsBytes(reply->str), key, out);
+  return kv::ReadPageBlob(AsBytes(reply->str), key, out, options_.mac.get());
 }
 
 absl::Status RedisPageStore::Get(const kv::PageKey& key,

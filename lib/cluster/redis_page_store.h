@@ -48,6 +48,7 @@
 #include "absl/types/span.h"
 #include "lib/cluster/key_schema.h"
 #include "lib/cluster/redis_client.h"
+#include "lib/kv/page_blob.h"
 #include "lib/kv/page_store.h"
 
 namespace swaserve::cluster {
@@ -67,6 +68,10 @@ struct RedisPageStoreOptions {
   // with an info line, when Redis is unreachable or CONFIG is disabled.
   // Default true.
   bool check_eviction_policy = true;
+  // Pages carry a MAC under this key and only pages whose MAC verifies are
+  // read (kv::PageBlobMac): whoever can write to this Redis but does not
+  // hold the key cannot plant KV. Null (default): XXH3 checksums only.
+  std::shared_ptr<const kv::PageBlobMac> mac;
 };
 
 class RedisPageStore final : public kv::PageStore {

@@ -312,7 +312,8 @@ absl::StatusOr<std::string> FilePageStore::WriteTemp(
       open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError("creating", path, errno);
   uint8_t header[kPageBlobHeaderBytes];
-  EncodePageBlobHeader(MakePageBlobHeader(key, bytes), absl::MakeSpan(header));
+  EncodePageBlobHeader(MakePageBlobHeader(key, bytes, options_.mac.get()),
+                       absl::MakeSpan(header));
   struct iovec iov[2] = {
       {.iov_base = header, .iov_len = sizeof(header)},
       {.iov_base = const_cast<uint8_t*>(bytes.data()), .iov_len = bytes.size()},
@@ -413,7 +414,7 @@ absl::Status FilePageStore::ReadVerified(const PageKey& key,
     return absl::DataLossError(
         absl::StrCat("page blob: ", path, " shrank while being read"));
   }
-  RETURN_IF_ERROR(CheckPageBlobPayload(header, out));
+  RETURN_IF_ERROR(CheckPageBlobPayload(header, out, options_.mac.get()));
   if (options_.touch_on_get) SetMtime(fd.get(), NextStamp());
   return absl::OkStatus();
 }

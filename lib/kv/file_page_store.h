@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "lib/kv/page_blob.h"
 #include "lib/kv/page_store.h"
 
 namespace swaserve::kv {
@@ -73,6 +74,10 @@ struct FilePageStoreOptions {
   // Stamp the file's mtime on every Get hit (one futimens), so a restart
   // restores read recency and not only write order. Default true.
   bool touch_on_get = true;
+  // Blobs carry a MAC under this key and only blobs whose MAC verifies are
+  // read (page_blob.h): a directory others can write to then cannot plant
+  // KV. Null (default): XXH3 checksums only.
+  std::shared_ptr<const PageBlobMac> mac;
 };
 
 class FilePageStore final : public PageStore {

@@ -42,6 +42,9 @@ void AddWorkerFlags(base::Config* config, WorkerOptions* o, absl::string_view pr
            "the one in a redis:// address)")
       .Add(key("kv.l3_redis_username"), &o->l3_redis_username,
            "a redis: L3's ACL user for AUTH (empty: the default user)")
+      .Add(key("kv.l3_mac_key_file"), &o->l3_mac_key_file,
+           "file holding the L3 pages' MAC key (>= 32 bytes; the same on every worker "
+           "sharing the L3): pages that do not verify are never read (empty: none)")
       .Add(key("kv.l3_mib"), &o->l3_mib, "bound of a file: L3 store (MiB)")
       .Add(key("kv.l3_queue_mib"), &o->l3_queue_mib,
            "bound of the L3 write-behind queue (MiB of page copies): write-through waits for "

@@ -51,6 +51,11 @@ struct WorkerOptions {
   // username): a file holding its password, and its ACL user. Default: none.
   std::string l3_redis_password_file;
   std::string l3_redis_username;
+  // A file holding the secret key (>= 32 bytes) of the L3 pages' MACs
+  // (kv::PageBlobMac): pages are written with a MAC and read only when it
+  // verifies, so that whoever can write to a shared L3 cannot plant KV.
+  // Every worker sharing an L3 needs the same key. Empty (default): none.
+  std::string l3_mac_key_file;
   int64_t l3_mib = 8192;
   // Bound of the L3 write-behind queue (kv::AsyncPageStore): page bytes
   // copied for the store's thread. Write-through waits for room (near a

@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -22,6 +25,7 @@
 #include "lib/cluster/redis_page_store.h"
 #include "lib/cluster/worker_registration.h"
 #include "lib/kv/file_page_store.h"
+#include "lib/model/checkpoint_identity.h"
 #include "lib/kv/kv_metrics.h"
 #include "lib/kv/memory_page_store.h"
 #include "lib/kv/page_pool.h"
@@ -149,31 +153,18 @@ absl::Status Worker::LoadModel() {
   return absl::OkStatus();
 }
 
-// An identity of the weights for the L3 keys (a store can outlive a model
-// swap): config.json's bytes and the names and sizes of the weight files.
-uint64_t ModelIdentity(const std::string& dir) {
-  std::string id;
-  std::error_code ec;
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name == "config.json" || absl::EndsWith(name, ".safetensors")) files.push_back(name);
-  }
-  std::sort(files.begin(), files.end());
-  for (const std::string& f : files) {
-    absl::StrAppend(&id, f, ":", std::filesystem::file_size(dir + "/" + f, ec), ";");
-  }
-  std::ifstream config(dir + "/config.json", std::ios::binary);
-  id.append(std::istreambuf_iterator<char>(config), std::istreambuf_iterator<char>());
-  return base::Hash64(id.data(), id.size(), 0);
-}
-
 absl::Status Worker::OpenL3() {
   std::unique_ptr<kv::PageStore> backend;
+  std::shared_ptr<const kv::PageBlobMac> mac;
+  if (!o.l3_mac_key_file.empty()) {
+    ASSIGN_OR_RETURN(mac, kv::PageBlobMac::FromFile(o.l3_mac_key_file));
+    SWA_LOG(info, "prefill L3: pages carry a MAC (key from {})", o.l3_mac_key_file);
+  }
   if (absl::StartsWith(o.l3, "file:")) {
     ASSIGN_OR_RETURN(std::unique_ptr<kv::FilePageStore> file,
                      kv::FilePageStore::Open({.dir = o.l3.substr(5),
-                                              .capacity_bytes = o.l3_mib << 20}));
+                                              .capacity_bytes = o.l3_mib << 20,
+                                              .mac = mac}));
     SWA_LOG(info, "prefill L3: file store {} ({} MiB bound, {} blobs on disk)", o.l3.substr(5),
             o.l3_mib, file->entries());
     backend = std::move(file);
@@ -184,6 +175,7 @@ absl::Status Worker::OpenL3() {
     if (!o.l3_redis_username.empty()) ro.redis.username = o.l3_redis_username;
     ro.redis.pool_size = 2;  // the prefetcher and the write-behind thread
     ro.cluster = o.cluster;
+    ro.mac = mac;
     {
       // Refused credentials stop the start (the store's own client would
       // read every page as a miss); an L3 not up yet does not.
@@ -212,6 +204,10 @@ absl::Status Worker::BuildPrefill() {
                          shape, static_cast<int64_t>(o.l2_ratio * (o.prefill_kv_mib << 20)),
                          o.l2_swa_full_ratio));
   }
+  uint64_t l3_identity = 0;
+  if (prefill_l3 != nullptr) {
+    ASSIGN_OR_RETURN(l3_identity, model::CheckpointIdentity(o.model));
+  }
   ASSIGN_OR_RETURN(cache, kv::PrefixCache::Create(
                               {.pools = prefill_pools.get(),
                                .on_event = [this](const kv::CacheEvent& e) { forwarder(e); },
@@ -222,7 +218,7 @@ absl::Status Worker::BuildPrefill() {
                                                           o.cold_superseded_windows,
                                .l2 = prefill_l2.get(),
                                .l3 = prefill_l3.get(),
-                               .l3_model_identity = prefill_l3 != nullptr ? ModelIdentity(o.model) : 0,
+                               .l3_model_identity = l3_identity,
                                .l3_write_through_hits = static_cast<int>(o.l3_write_through_hits),
                                .l3_write_through_from_tokens = worker::L3WriteThroughFromTokens(o),
                                // A sharded index (Redis Cluster) maps events

@@ -207,6 +207,34 @@ TEST_F(RedisPageStoreTest, ForeignValuesAreCorruptMissesAndDeleted) {
   EXPECT_EQ(store->stats().get_errors.load(), 1);
 }
 
+// A store with a MAC key: whoever can write to its Redis but lacks the key
+// cannot plant a page. A plain blob with a valid checksum, and a keyed blob
+// made with another key, are corrupt misses (and deleted); the store's own
+// pages read back.
+TEST_F(RedisPageStoreTest, ForgedPagesAreRefusedByAKeyedStore) {
+  StartRedis();
+  auto mac = kv::PageBlobMac::FromKey(std::string(40, 's'));
+  auto forger = kv::PageBlobMac::FromKey(std::string(40, 'f'));
+  ASSERT_TRUE(mac.ok() && forger.ok());
+  auto created = RedisPageStore::Create(
+      {.redis = server_->ClientOptions(), .cluster = "l3test", .mac = *mac});
+  ASSERT_TRUE(created.ok()) << created.status();
+  RedisPageStore& store = **created;
+  const std::vector<uint8_t> page = Payload(1, 1, 1000);
+  ASSERT_TRUE(store.Put(Key(1), page).ok());
+  EXPECT_TRUE(GetAndCheck(store, 1, 1, page.size()).ok());
+  const std::string key1 = store.KeyOf(Key(1));
+  int64_t corrupt = 0;
+  for (const std::string& forged :
+       {kv::EncodePageBlob(Key(1), Payload(1, 2, 1000)),
+        kv::EncodePageBlob(Key(1), Payload(1, 2, 1000), forger->get())}) {
+    RawSet(key1, forged);
+    EXPECT_TRUE(absl::IsNotFound(GetAndCheck(store, 1, 1, page.size())));
+    EXPECT_EQ(store.stats().corrupt.load(), ++corrupt);
+    EXPECT_FALSE(RawExists(key1));
+  }
+}
+
 TEST_F(RedisPageStoreTest, KilledRedisIsUnavailableQuicklyThenRecovers) {
   StartRedis();
   auto store = NewStore();
