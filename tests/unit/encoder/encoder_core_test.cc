@@ -175,7 +175,7 @@ TEST_F(EncoderCoreTest, AVideoIsItsSampledFramesThroughTheVisionTower) {
       {reinterpret_cast<const uint8_t*>(video.data()), video.size()}, {});
   ASSERT_TRUE(frames.ok()) << frames.status();
   ASSERT_EQ(frames->frames.size(), 6u);
-  const std::string png3 = Str(media::testing::EncodePng(frames->frames[3]));
+  const std::string png3 = Str(media::testing::EncodePng(*frames->frames[3]));
   const std::vector<float> frame3 = Direct(png3);
   ASSERT_EQ(frame3.size(), static_cast<size_t>(per_frame) * 64);
   EXPECT_TRUE(std::equal(frame3.begin(), frame3.end(),
