@@ -114,7 +114,7 @@ double Time(int rounds, const std::function<void()>& f) {
 uint64_t Fingerprint(const media::VideoFrames& v) {
   uint64_t h = v.frames.size();
   for (size_t i = 0; i < v.frames.size(); ++i) {
-    h = base::Hash64(v.frames[i].pixels.data(), v.frames[i].pixels.size(), h);
+    h = base::Hash64(v.frames[i]->pixels.data(), v.frames[i]->pixels.size(), h);
     h = base::Hash64(&v.frame_times[i], sizeof(double), h);
   }
   return h;

@@ -7,8 +7,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "lib/base/status.h"
 
 namespace swaserve::api {
 namespace {
@@ -28,91 +29,41 @@ absl::Status Bad(absl::string_view url, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("media URL '", shown, "': ", why));
 }
 
-struct Url {
-  std::string scheme;  // http | https
-  std::string host;    // without brackets
-  int port = 0;
-  std::string path;    // starts with '/'
-};
-
-std::optional<Url> ParseUrl(absl::string_view s) {
-  Url u;
-  const size_t colon = s.find("://");
-  if (colon == absl::string_view::npos) return std::nullopt;
-  u.scheme = absl::AsciiStrToLower(s.substr(0, colon));
-  s.remove_prefix(colon + 3);
-  const size_t slash = s.find_first_of("/?#");
-  absl::string_view authority = s.substr(0, slash);
-  u.path = slash == absl::string_view::npos ? "/" : std::string(s.substr(slash));
-  if (!u.path.empty() && u.path[0] != '/') u.path = "/" + u.path;
-  if (const size_t hash = u.path.find('#'); hash != std::string::npos) u.path.resize(hash);
-  if (authority.empty() || absl::StrContains(authority, '@')) return std::nullopt;
-  absl::string_view port;
-  if (authority[0] == '[') {
-    const size_t close = authority.find(']');
-    if (close == absl::string_view::npos) return std::nullopt;
-    u.host = std::string(authority.substr(1, close - 1));
-    absl::string_view rest = authority.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') return std::nullopt;
-      port = rest.substr(1);
-    }
-  } else {
-    const size_t c = authority.rfind(':');
-    u.host = std::string(authority.substr(0, c));
-    if (c != absl::string_view::npos) port = authority.substr(c + 1);
-  }
-  if (u.host.empty()) return std::nullopt;
-  u.port = u.scheme == "https" ? 443 : 80;
-  if (!port.empty() && (!absl::SimpleAtoi(port, &u.port) || u.port <= 0 || u.port > 65535)) {
-    return std::nullopt;
-  }
-  return u;
+std::string Timeout(absl::Duration timeout) {
+  return absl::StrCat("timed out after ", absl::FormatDuration(timeout));
 }
 
-bool PrivateV4(uint32_t a) {  // host order
-  auto in = [&](uint32_t net, int bits) { return (a >> (32 - bits)) == (net >> (32 - bits)); };
-  return in(0x00000000, 8) || in(0x0A000000, 8) || in(0x7F000000, 8) || in(0xA9FE0000, 16) ||
-         in(0xAC100000, 12) || in(0xC0A80000, 16) || in(0x64400000, 10) || in(0xE0000000, 4) ||
-         a == 0xFFFFFFFF;
-}
-
-bool PrivateAddress(const sockaddr* sa) {
-  if (sa->sa_family == AF_INET) {
-    return PrivateV4(ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr));
-  }
-  if (sa->sa_family == AF_INET6) {
-    const uint8_t* b = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr.s6_addr;
-    static const uint8_t kZero[16] = {};
-    if (std::memcmp(b, kZero, 15) == 0 && (b[15] == 0 || b[15] == 1)) return true;  // :: and ::1
-    if ((b[0] & 0xFE) == 0xFC) return true;                                       // fc00::/7
-    if (b[0] == 0xFE && (b[1] & 0xC0) == 0x80) return true;                       // fe80::/10
-    if (b[0] == 0xFF) return true;                                                // multicast
-    static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-    if (std::memcmp(b, kMapped, 12) == 0) {
-      return PrivateV4((uint32_t{b[12]} << 24) | (uint32_t{b[13]} << 16) | (uint32_t{b[14]} << 8) |
-                       b[15]);
-    }
-    return false;
-  }
-  return true;  // unknown families are not fetched
-}
-
-// Ok when every address `host` resolves to is public.
-absl::Status CheckPublic(absl::string_view url, const std::string& host) {
+// getaddrinfo's addresses of `host`, each once.
+absl::StatusOr<std::vector<IpAddress>> SystemResolve(const std::string& host) {
   addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0) return Bad(url, absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
-  absl::Status st;
-  for (addrinfo* a = res; a != nullptr && st.ok(); a = a->ai_next) {
-    if (PrivateAddress(a->ai_addr)) {
-      st = Bad(url, absl::StrCat(host, " resolves to a loopback, private or link-local address"));
+  if (rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
+  }
+  std::vector<IpAddress> out;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    IpAddress ip;
+    if (a->ai_family == AF_INET) {
+      ip.family = AF_INET;
+      std::memcpy(ip.bytes.data(), &reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, 4);
+    } else if (a->ai_family == AF_INET6) {
+      ip.family = AF_INET6;
+      std::memcpy(ip.bytes.data(), &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr,
+                  16);
+    } else {
+      continue;
+    }
+    if (std::find_if(out.begin(), out.end(), [&](const IpAddress& o) {
+          return o.family == ip.family && o.bytes == ip.bytes;
+        }) == out.end()) {
+      out.push_back(ip);
     }
   }
   freeaddrinfo(res);
-  return st;
+  return out;
 }
 
 }  // namespace
@@ -145,50 +96,81 @@ absl::StatusOr<FetchedMedia> ParseDataUrl(absl::string_view url, int64_t max_byt
   return out;
 }
 
-absl::StatusOr<FetchedMedia> MediaFetcher::Fetch(absl::string_view url_in) const {
-  if (absl::StartsWithIgnoreCase(url_in, "data:")) return ParseDataUrl(url_in, options_.max_bytes);
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  std::string url(url_in);
-  for (int redirects = 0;; ++redirects) {
-    std::optional<Url> u = ParseUrl(url);
-    if (!u) return Bad(url, "not an http(s) or data: URL");
-    if (u->scheme != "https" && !(u->scheme == "http" && options_.allow_http)) {
-      return Bad(url, absl::StrCat("scheme '", u->scheme, "' is not allowed"));
+struct MediaFetcher::Hop {
+  int status = 0;
+  std::string location;  // of a redirect
+  FetchedMedia media;    // of a 200
+};
+
+absl::StatusOr<std::vector<IpAddress>> MediaFetcher::Vet(const MediaUrl& u) const {
+  const std::string url = u.ToString();
+  if (u.scheme != "https" && !(u.scheme == "http" && options_.allow_http)) {
+    return Bad(url, absl::StrCat("scheme '", u.scheme, "' is not allowed (https only",
+                                 u.scheme == "http" ? "; plain http is off" : "", ")"));
+  }
+  if (!options_.allowed_domains.empty() && !HostAllowed(u.host, options_.allowed_domains)) {
+    return Bad(url, absl::StrCat("host ", u.host, " is not in the allowed domains"));
+  }
+  std::vector<IpAddress> addresses;
+  if (absl::StatusOr<IpAddress> literal = IpAddress::Parse(u.host); literal.ok()) {
+    addresses.push_back(*literal);
+  } else {
+    absl::StatusOr<std::vector<IpAddress>> r =
+        options_.resolve ? options_.resolve(u.host) : SystemResolve(u.host);
+    if (!r.ok()) return Bad(url, r.status().message());
+    addresses = *std::move(r);
+  }
+  if (addresses.empty()) return Bad(url, absl::StrCat(u.host, " resolves to no address"));
+  if (!options_.allow_private_addresses) {
+    for (const IpAddress& a : addresses) {
+      const bool listed = std::any_of(
+          options_.allowed_addresses.begin(), options_.allowed_addresses.end(),
+          [&](const IpAddress& x) { return x.family == a.family && x.bytes == a.bytes; });
+      if (listed) continue;
+      if (std::string range = SpecialPurposeRange(a); !range.empty()) {
+        return Bad(url, absl::StrCat(u.host, " resolves to ", a.ToString(),
+                                     ", a special-purpose address (", range,
+                                     "); only public addresses are fetched"));
+      }
     }
-    if (!options_.allow_private_addresses) {
-      if (absl::Status s = CheckPublic(url, u->host); !s.ok()) return s;
-    }
-    const std::string host = absl::StrContains(u->host, ':') ? absl::StrCat("[", u->host, "]")
-                                                              : u->host;
-    httplib::Client cli(absl::StrCat(u->scheme, "://", host, ":", u->port));
-    if (!cli.is_valid()) return Bad(url, absl::StrCat("scheme '", u->scheme, "' unsupported"));
+  }
+  return addresses;
+}
+
+absl::StatusOr<MediaFetcher::Hop> MediaFetcher::Get(const MediaUrl& u,
+                                                    const std::vector<IpAddress>& addresses,
+                                                    absl::Time deadline) const {
+  const std::string url = u.ToString();
+  for (size_t i = 0;; ++i) {
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return Bad(url, absl::StrCat("timed out after ", absl::FormatDuration(options_.timeout)));
-    }
+    if (left <= absl::ZeroDuration()) return Bad(url, Timeout(options_.timeout));
+    httplib::Client cli(absl::StrCat(u.scheme, "://", u.HostForUrl(), ":", u.port));
+    if (!cli.is_valid()) return Bad(url, absl::StrCat("scheme '", u.scheme, "' unsupported"));
+    // The vetted address, never a second lookup of the name (which keeps
+    // its place in the Host header, SNI and the certificate check).
+    cli.set_hostname_addr_map({{u.host, addresses[i].ToString()}});
     const auto usec = std::chrono::microseconds(absl::ToInt64Microseconds(left));
     cli.set_connection_timeout(usec);
     cli.set_read_timeout(usec);
     cli.set_write_timeout(usec);
     cli.set_follow_location(false);
-    FetchedMedia out;
+    cli.set_url_encode(false);  // ParseMediaUrl escaped the target
+    cli.enable_server_certificate_verification(true);
+    Hop hop;
     std::string abort_reason;
-    int status = 0;
-    std::string location;
     httplib::Result r = cli.Get(
-        u->path, httplib::Headers{},
+        u.target, httplib::Headers{},
         [&](const httplib::Response& resp) {
-          status = resp.status;
+          hop.status = resp.status;
           if (resp.status >= 300 && resp.status < 400) {
-            location = resp.get_header_value("Location");
+            hop.location = resp.get_header_value("Location");
             return false;  // no body needed
           }
           if (resp.status != 200) return false;
-          out.mime_type = absl::AsciiStrToLower(
+          std::string& mime = hop.media.mime_type;
+          mime = absl::AsciiStrToLower(
               absl::StripAsciiWhitespace(resp.get_header_value("Content-Type")));
-          if (const size_t semi = out.mime_type.find(';'); semi != std::string::npos) {
-            out.mime_type.resize(semi);
-          }
+          if (const size_t semi = mime.find(';'); semi != std::string::npos) mime.resize(semi);
           int64_t length = 0;
           if (absl::SimpleAtoi(resp.get_header_value("Content-Length"), &length) &&
               length > options_.max_bytes) {
@@ -199,42 +181,52 @@ absl::StatusOr<FetchedMedia> MediaFetcher::Fetch(absl::string_view url_in) const
           return true;
         },
         [&](const char* data, size_t n) {
-          if (static_cast<int64_t>(out.bytes.size() + n) > options_.max_bytes) {
+          if (static_cast<int64_t>(hop.media.bytes.size() + n) > options_.max_bytes) {
             abort_reason = absl::StrCat("more than ", options_.max_bytes, " bytes");
             return false;
           }
           if (absl::Now() > deadline) {
-            abort_reason =
-                absl::StrCat("timed out after ", absl::FormatDuration(options_.timeout));
+            abort_reason = Timeout(options_.timeout);
             return false;
           }
-          out.bytes.append(data, n);
+          hop.media.bytes.append(data, n);
           return true;
         });
     if (!abort_reason.empty()) return Bad(url, abort_reason);
-    if (status >= 300 && status < 400 && status != 304) {
-      if (location.empty()) return Bad(url, absl::StrCat("HTTP ", status, " without Location"));
+    if (hop.status != 0) return hop;
+    const httplib::Error e = r.error();
+    if (e == httplib::Error::Connection && i + 1 < addresses.size()) continue;
+    if (absl::Now() >= deadline - absl::Milliseconds(50)) return Bad(url, Timeout(options_.timeout));
+    return Bad(url, absl::StrCat("fetch failed: ", httplib::to_string(e)));
+  }
+}
+
+absl::StatusOr<FetchedMedia> MediaFetcher::Fetch(absl::string_view url_in) const {
+  if (absl::StartsWithIgnoreCase(url_in, "data:")) return ParseDataUrl(url_in, options_.max_bytes);
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::StatusOr<MediaUrl> u = ParseMediaUrl(url_in);
+  if (!u.ok()) return Bad(url_in, u.status().message());
+  for (int redirects = 0;; ++redirects) {
+    ASSIGN_OR_RETURN(const std::vector<IpAddress> addresses, Vet(*u));
+    ASSIGN_OR_RETURN(Hop hop, Get(*u, addresses, deadline));
+    const std::string url = u->ToString();
+    if (hop.status >= 300 && hop.status < 400 && hop.status != 304) {
+      if (hop.location.empty()) return Bad(url, absl::StrCat("HTTP ", hop.status, " without Location"));
       if (redirects >= options_.max_redirects) {
         return Bad(url_in, absl::StrCat("too many redirects (more than ", options_.max_redirects,
                                         ")"));
       }
-      url = location[0] == '/' ? absl::StrCat(u->scheme, "://", host, ":", u->port, location)
-                               : location;
+      absl::StatusOr<MediaUrl> next = ResolveRedirect(*u, hop.location);
+      if (!next.ok()) {
+        return Bad(url, absl::StrCat("bad redirect Location '", hop.location.substr(0, 200),
+                                     "': ", next.status().message()));
+      }
+      u = *std::move(next);
       continue;
     }
-    if (status != 0 && status != 200) return Bad(url, absl::StrCat("returned HTTP ", status));
-    if (!r) {
-      const httplib::Error e = r.error();
-      if (e == httplib::Error::ConnectionTimeout || e == httplib::Error::Read ||
-          absl::Now() >= deadline) {
-        if (absl::Now() >= deadline - absl::Milliseconds(50)) {
-          return Bad(url, absl::StrCat("timed out after ", absl::FormatDuration(options_.timeout)));
-        }
-      }
-      return Bad(url, absl::StrCat("fetch failed: ", httplib::to_string(e)));
-    }
-    if (out.bytes.empty()) return Bad(url, "empty body");
-    return out;
+    if (hop.status != 200) return Bad(url, absl::StrCat("returned HTTP ", hop.status));
+    if (hop.media.bytes.empty()) return Bad(url, "empty body");
+    return std::move(hop.media);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "lib/encoder/encoder_core.h"
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,9 +16,10 @@
 namespace swaserve::encoder {
 namespace {
 
-// A preprocessed image: its patches and grid.
+// A preprocessed image: its patches (shared by a video's samples of one
+// frame) and grid.
 struct ImageInput {
-  std::vector<float> patches;
+  std::shared_ptr<const std::vector<float>> patches;
   int grid_h = 0;
   int grid_w = 0;
 };
@@ -68,7 +71,11 @@ struct EncoderCore::Impl {
   metrics::Histogram* audio_seconds = nullptr;
   metrics::Histogram* video_seconds = nullptr;
   int hidden = 0;
+  std::unique_ptr<DecodedBytesBudget> budget;
 
+  // EncoderCore::DecodedBytes; `unknown` set for a video without a duration.
+  absl::StatusOr<int64_t> DecodedBytes(size_t index, const EncodeItem& item,
+                                       bool* unknown) const;
   absl::StatusOr<ImageInput> PrepareImage(size_t index, const std::string& data);
   absl::StatusOr<AudioInput> PrepareAudio(size_t index, const std::string& data);
   absl::StatusOr<std::vector<ImageInput>> PrepareVideo(size_t index, const std::string& data);
@@ -89,6 +96,42 @@ absl::Status Named(size_t index, absl::string_view what, const absl::Status& s) 
 
 }  // namespace
 
+absl::StatusOr<int64_t> EncoderCore::Impl::DecodedBytes(size_t index, const EncodeItem& item,
+                                                        bool* unknown) const {
+  const absl::string_view what = ModalityName(item.modality);
+  if (item.modality == Modality::kAudio) {
+    if (audio == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", index, " (audio): the model has no audio tower"));
+    }
+    absl::StatusOr<media::WavInfo> w = media::ProbeWav(Bytes(item.data), options.wav);
+    if (!w.ok()) return Named(index, what, w.status());
+    // Mono floats at the file's rate and at the model's, and the log-mel.
+    const int64_t out = static_cast<int64_t>(
+        static_cast<double>(w->frames) * options.mel.sample_rate / w->sample_rate) + 1;
+    return (w->frames + out) * 4 + (out / std::max(1, options.mel.hop_length) + 1) *
+                                       options.mel.n_mels * 4;
+  }
+  if (vision == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("item ", index, " (", what, "): the model has no vision tower"));
+  }
+  if (item.modality == Modality::kImage) {
+    absl::StatusOr<media::ImageHeader> h = media::ReadImageHeader(Bytes(item.data),
+                                                                  options.image_decode);
+    if (!h.ok()) return Named(index, what, h.status());
+    absl::StatusOr<media::ImageSize> t = media::TargetImageSize(h->width, h->height, options.image);
+    if (!t.ok()) return Named(index, what, t.status());
+    // RGB8 at its size; floats resized and cut into patches at the model's.
+    return int64_t{h->width} * h->height * 3 + int64_t{t->width} * t->height * 3 * 4 * 2;
+  }
+  absl::StatusOr<media::VideoInfo> v = media::ProbeVideoMemory(Bytes(item.data), options.video);
+  if (!v.ok()) return Named(index, what, v.status());
+  if (v->samples == 0) *unknown = true;
+  // The decode's own bytes, and each sample's patches.
+  return v->decoded_bytes + v->samples * v->frame_width * v->frame_height * 3 * 4;
+}
+
 absl::StatusOr<ImageInput> EncoderCore::Impl::PrepareImage(size_t index,
                                                            const std::string& data) {
   if (vision == nullptr) {
@@ -101,8 +144,8 @@ absl::StatusOr<ImageInput> EncoderCore::Impl::PrepareImage(size_t index,
   absl::StatusOr<media::ImagePatches> p = media::PreprocessImage(*img, options.image);
   if (!p.ok()) return Named(index, "image", p.status());
   if (image_seconds != nullptr) image_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-  return ImageInput{.patches = std::move(p->data), .grid_h = p->grid_height,
-                    .grid_w = p->grid_width};
+  return ImageInput{.patches = std::make_shared<const std::vector<float>>(std::move(p->data)),
+                    .grid_h = p->grid_height, .grid_w = p->grid_width};
 }
 
 absl::StatusOr<AudioInput> EncoderCore::Impl::PrepareAudio(size_t index,
@@ -138,11 +181,15 @@ absl::StatusOr<std::vector<ImageInput>> EncoderCore::Impl::PrepareVideo(size_t i
   absl::StatusOr<media::VideoFrames> v = media::DecodeVideoMemory(Bytes(data), options.video);
   if (!v.ok()) return Named(index, "video", v.status());
   std::vector<ImageInput> frames;
-  for (const media::ImageRgb8& f : v->frames) {
-    absl::StatusOr<media::ImagePatches> p = media::PreprocessImage(f, options.image);
+  for (size_t k = 0; k < v->frames.size(); ++k) {
+    if (k > 0 && v->frames[k] == v->frames[k - 1]) {  // the same decoded frame
+      frames.push_back(frames.back());
+      continue;
+    }
+    absl::StatusOr<media::ImagePatches> p = media::PreprocessImage(*v->frames[k], options.image);
     if (!p.ok()) return Named(index, "video", p.status());
-    frames.push_back({.patches = std::move(p->data), .grid_h = p->grid_height,
-                      .grid_w = p->grid_width});
+    frames.push_back({.patches = std::make_shared<const std::vector<float>>(std::move(p->data)),
+                      .grid_h = p->grid_height, .grid_w = p->grid_width});
   }
   if (video_seconds != nullptr) video_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
   return frames;
@@ -207,6 +254,18 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
     s.options.wav.target_sample_rate = s.options.mel.sample_rate;
     ASSIGN_OR_RETURN(s.mel, media::MelFilterbank::Create(s.options.mel));
   }
+  if (options.max_request_decoded_bytes < 1 ||
+      options.max_decoded_bytes_in_flight < options.max_request_decoded_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "encoder: max_request_decoded_bytes (", options.max_request_decoded_bytes,
+        ") must be >= 1 and <= max_decoded_bytes_in_flight (",
+        options.max_decoded_bytes_in_flight, ")"));
+  }
+  s.budget = std::make_unique<DecodedBytesBudget>(DecodedBytesBudgetOptions{
+      .capacity = options.max_decoded_bytes_in_flight, .max_wait = options.decoded_bytes_wait});
+  if (s.vision != nullptr) s.options.video.model_input = s.options.image;
+  s.options.video.max_decoded_bytes =
+      std::min(s.options.video.max_decoded_bytes, options.max_request_decoded_bytes);
   s.image_params = media::ImageHashParams(s.options.image_decode, s.options.image);
   s.audio_params = media::AudioHashParams(s.options.wav, s.options.mel);
   s.video_params = media::VideoHashParams(s.options.video, s.options.image);
@@ -232,7 +291,7 @@ absl::StatusOr<std::unique_ptr<EncoderCore>> EncoderCore::Create(
       std::vector<model::VisionInput> in;
       std::vector<int64_t> tokens;
       for (const ImageInput& x : batch) {
-        in.push_back({.patches = x.patches, .grid_h = x.grid_h, .grid_w = x.grid_w});
+        in.push_back({.patches = *x.patches, .grid_h = x.grid_h, .grid_w = x.grid_w});
         tokens.push_back(p->vision->Tokens(x.grid_h, x.grid_w));
       }
       ASSIGN_OR_RETURN(std::vector<float> out, p->vision->Encode(in));
@@ -273,12 +332,13 @@ base::Hash128 EncoderCore::ContentHash(const EncodeItem& item) const {
 
 absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const EncodeItem> items) {
   std::vector<EncodedItem> out(items.size());
-  // Cache misses, preprocessed here (in parallel across requests), then
-  // encoded together per modality (batched with other requests' items).
-  std::vector<ImageInput> images;
-  std::vector<AudioInput> clips;
-  std::vector<size_t> image_at, clip_at, video_at;
-  std::vector<std::vector<ImageInput>> videos;
+  // Cache misses: their decoded bytes declared by their headers, checked
+  // against the request's budget and reserved in the encoder's before any
+  // is decoded.
+  std::vector<size_t> misses;
+  int64_t declared = 0;
+  bool unknown = false;
+  std::string each;  // "item 0 (video) N bytes, ..."
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     if (it.data.empty()) {
@@ -289,7 +349,31 @@ absl::StatusOr<std::vector<EncodedItem>> EncoderCore::Encode(absl::Span<const En
     if (auto hit = impl_->cache->Get(out[i].content_hash)) {
       out[i].embedding = std::move(hit);
       out[i].cache_hit = true;
-    } else if (it.modality == Modality::kVideo) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(const int64_t bytes, impl_->DecodedBytes(i, it, &unknown));
+    declared += bytes;
+    absl::StrAppend(&each, each.empty() ? "" : ", ", "item ", i, " (", ModalityName(it.modality),
+                    ") ", bytes);
+    misses.push_back(i);
+  }
+  const int64_t limit = impl_->options.max_request_decoded_bytes;
+  if (declared > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request's media would decode to ", declared,
+        " bytes, over the per-request decoded-bytes budget of ", limit, " bytes (", each, ")"));
+  }
+  ASSIGN_OR_RETURN(const DecodedBytesBudget::Reservation reservation,
+                   impl_->budget->Acquire(unknown ? limit : declared));
+  // Preprocessed here (in parallel across requests), then encoded together
+  // per modality (batched with other requests' items).
+  std::vector<ImageInput> images;
+  std::vector<AudioInput> clips;
+  std::vector<size_t> image_at, clip_at, video_at;
+  std::vector<std::vector<ImageInput>> videos;
+  for (const size_t i : misses) {
+    const EncodeItem& it = items[i];
+    if (it.modality == Modality::kVideo) {
       ASSIGN_OR_RETURN(std::vector<ImageInput> f, impl_->PrepareVideo(i, it.data));
       videos.push_back(std::move(f));
       video_at.push_back(i);
@@ -335,5 +419,12 @@ std::shared_ptr<const ItemEmbedding> EncoderCore::Cached(const base::Hash128& co
 }
 
 EmbeddingCacheStats EncoderCore::cache_stats() const { return impl_->cache->stats(); }
+
+int64_t EncoderCore::decoded_bytes_in_flight() const { return impl_->budget->in_flight(); }
+
+absl::StatusOr<int64_t> EncoderCore::DecodedBytes(const EncodeItem& item) const {
+  bool unknown = false;
+  return impl_->DecodedBytes(0, item, &unknown);
+}
 
 }  // namespace swaserve::encoder

@@ -14,10 +14,22 @@
 //   audio         media::DecodeWav (any rate, resampled to 16 kHz) -> log-mel
 //                 (the tower's num_mel_bins) -> AudioTower.
 //   video         media::DecodeVideoMemory (frames sampled at video.sample_fps,
-//                 chunked parallel decode) -> each frame preprocessed as an
-//                 image -> VisionTower, frames batched like images (their own
+//                 chunked parallel decode, each frame converted straight to
+//                 the vision tower's input size) -> each frame preprocessed
+//                 as an image (a frame shared by consecutive samples once)
+//                 -> VisionTower, frames batched like images (their own
 //                 batcher, modality label "video"); the item's embedding is
 //                 the frames' embeddings in order.
+// Decoded-bytes budgets: before anything is decoded, each cache-missing
+// item's decoded bytes are estimated from its header (DecodedBytes: pixels
+// or samples times their bytes, the preprocessed floats, a video's frames
+// and decoder working set). A request over max_request_decoded_bytes is
+// InvalidArgument naming the budget; otherwise it reserves its bytes in the
+// encoder's DecodedBytesBudget (max_decoded_bytes_in_flight) for as long as
+// it decodes and encodes, waiting up to decoded_bytes_wait for room, then
+// ResourceExhausted ("encoder busy"). A video whose header declares no
+// duration reserves the whole per-request budget, and its decode is held to
+// it while decoding.
 // Bad input (corrupt, truncated, unsupported format, zero size, huge
 // dimensions, audio too long, a modality the model has no tower for) is
 // InvalidArgument naming the item and the problem; nothing is cached for it.
@@ -33,9 +45,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "lib/base/hash.h"
 #include "lib/encoder/batcher.h"
+#include "lib/encoder/decoded_bytes_budget.h"
 #include "lib/encoder/embedding_cache.h"
 #include "lib/media/audio.h"
 #include "lib/media/image.h"
@@ -63,8 +77,17 @@ struct EncoderCoreOptions {
   media::WavDecodeOptions wav;
   // n_mels is taken from the audio tower.
   media::MelOptions mel;
-  // Frame sampling and decode threads (frames are preprocessed with `image`).
+  // Frame sampling and decode threads (frames are preprocessed with `image`;
+  // model_input is set from it, and max_decoded_bytes is capped at
+  // max_request_decoded_bytes).
   media::VideoDecodeOptions video;
+  // Decoded bytes one request's items may declare. Default 1 GiB.
+  int64_t max_request_decoded_bytes = int64_t{1} << 30;
+  // Decoded bytes of all requests in flight (at least
+  // max_request_decoded_bytes). Default 4 GiB.
+  int64_t max_decoded_bytes_in_flight = int64_t{4} << 30;
+  // How long a request waits for room in that budget. Default 5 s.
+  absl::Duration decoded_bytes_wait = absl::Seconds(5);
   // Not owned; null: no metrics.
   metrics::Registry* registry = nullptr;
 };
@@ -86,7 +109,9 @@ class EncoderCore {
   ~EncoderCore();
 
   // One result per item, in order. InvalidArgument for bad input (names
-  // item index and problem), ResourceExhausted when the batch queue is full.
+  // item index and problem) and for a request over the per-request
+  // decoded-bytes budget; ResourceExhausted when the batch queue is full or
+  // the encoder's decoded-bytes budget has no room in time.
   absl::StatusOr<std::vector<EncodedItem>> Encode(absl::Span<const EncodeItem> items);
 
   // The cached embedding of `content_hash` (what Fetch serves), or null.
@@ -98,6 +123,11 @@ class EncoderCore {
   // The language model's hidden size the embeddings have.
   int hidden_size() const;
   EmbeddingCacheStats cache_stats() const;
+  // Decoded bytes reserved by requests in flight now.
+  int64_t decoded_bytes_in_flight() const;
+  // The decoded bytes `item` declares (its header read, nothing decoded);
+  // the bad-input errors Encode would give.
+  absl::StatusOr<int64_t> DecodedBytes(const EncodeItem& item) const;
 
  private:
   struct Impl;

@@ -125,8 +125,17 @@ struct SwrDeleter {
 
 }  // namespace
 
-absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
-                                    const WavDecodeOptions& options) {
+namespace {
+
+// The header walk both ProbeWav and DecodeWav start with.
+struct WavLayout {
+  WavFormat format;
+  const uint8_t* data = nullptr;
+  int64_t frames = 0;
+};
+
+absl::StatusOr<WavLayout> ReadLayout(absl::Span<const uint8_t> bytes,
+                                     const WavDecodeOptions& options) {
   if (absl::Status s = CheckInputSize("WAV", bytes.size(), options.max_bytes);
       !s.ok()) {
     return s;
@@ -181,6 +190,27 @@ absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
                                 " s exceeds the limit of ",
                                 options.max_duration_seconds, " s"));
   }
+  return WavLayout{.format = f, .data = data, .frames = frames};
+}
+
+}  // namespace
+
+absl::StatusOr<WavInfo> ProbeWav(absl::Span<const uint8_t> bytes,
+                                 const WavDecodeOptions& options) {
+  absl::StatusOr<WavLayout> l = ReadLayout(bytes, options);
+  if (!l.ok()) return l.status();
+  return WavInfo{.sample_rate = l->format.sample_rate,
+                 .channels = l->format.channels,
+                 .frames = l->frames};
+}
+
+absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
+                                    const WavDecodeOptions& options) {
+  absl::StatusOr<WavLayout> layout = ReadLayout(bytes, options);
+  if (!layout.ok()) return layout.status();
+  const WavFormat& f = layout->format;
+  const uint8_t* const data = layout->data;
+  const int64_t frames = layout->frames;
   std::vector<float> mono(frames);
   const int sample_bytes = f.bits / 8;
   for (int64_t i = 0; i < frames; ++i) {

@@ -49,6 +49,15 @@ struct WavDecodeOptions {
   int min_sample_rate = 1000;
 };
 
+// What a WAV header declares (the limits above checked); nothing decoded.
+struct WavInfo {
+  int sample_rate = 0;
+  int channels = 0;
+  int64_t frames = 0;  // sample frames in the data chunk
+};
+absl::StatusOr<WavInfo> ProbeWav(absl::Span<const uint8_t> bytes,
+                                 const WavDecodeOptions& options = {});
+
 absl::StatusOr<AudioMono> DecodeWav(absl::Span<const uint8_t> bytes,
                                     const WavDecodeOptions& options = {});
 

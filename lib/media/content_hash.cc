@@ -41,6 +41,7 @@ std::string VideoHashParams(const VideoDecodeOptions& decode,
                             const ImagePreprocessOptions& preprocess) {
   return absl::StrCat(Header("video"),
                       absl::StrFormat(";fps=%a", decode.sample_fps),
+                      decode.model_input.has_value() ? ";frames=model-size" : "",
                       PreprocessParams(preprocess));
 }
 

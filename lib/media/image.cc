@@ -143,3 +143,81 @@ absl::StatusOr<ImageRgb8> DecodePng(absl::Span<const uint8_t> bytes,
 }
 
 }  // namespace swaserve::media
+
+namespace swaserve::media {
+namespace {
+
+bool IsJpegFrameHeader(uint8_t m) {
+  return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+}
+
+// Width and height of the first SOF segment.
+absl::StatusOr<ImageHeader> JpegHeader(absl::Span<const uint8_t> b) {
+  size_t p = 2;  // after SOI
+  while (p + 4 <= b.size()) {
+    if (b[p] != 0xFF) break;
+    const uint8_t m = b[p + 1];
+    if (m == 0xFF) {  // fill byte
+      ++p;
+      continue;
+    }
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {  // no length
+      p += 2;
+      continue;
+    }
+    if (m == 0xD9 || m == 0xDA) break;  // EOI or SOS before a frame header
+    const size_t len = (size_t{b[p + 2]} << 8) | b[p + 3];
+    if (len < 2) break;
+    if (IsJpegFrameHeader(m)) {
+      if (p + 9 > b.size() || len < 7) break;
+      return ImageHeader{.format = ImageFormat::kJpeg,
+                         .width = (b[p + 7] << 8) | b[p + 8],
+                         .height = (b[p + 5] << 8) | b[p + 6]};
+    }
+    p += 2 + len;
+  }
+  return absl::InvalidArgumentError("JPEG: no frame header");
+}
+
+}  // namespace
+
+absl::StatusOr<ImageHeader> ReadImageHeader(absl::Span<const uint8_t> bytes,
+                                            const ImageDecodeOptions& options) {
+  if (absl::Status s = CheckInputSize("image", bytes.size(), options.max_bytes);
+      !s.ok())
+    return s;
+  absl::StatusOr<ImageHeader> h;
+  switch (SniffImageFormat(bytes)) {
+    case ImageFormat::kPng: {
+      png_image image;
+      std::memset(&image, 0, sizeof(image));
+      image.version = PNG_IMAGE_VERSION;
+      if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
+        h = absl::InvalidArgumentError(
+            absl::StrCat("PNG: bad header (", image.message, ")"));
+      } else {
+        h = ImageHeader{.format = ImageFormat::kPng,
+                        .width = static_cast<int>(image.width),
+                        .height = static_cast<int>(image.height)};
+      }
+      png_image_free(&image);
+      break;
+    }
+    case ImageFormat::kJpeg:
+      h = JpegHeader(bytes);
+      break;
+    case ImageFormat::kUnknown:
+      return absl::InvalidArgumentError(
+          "image: unsupported format (not PNG or JPEG by its magic bytes)");
+  }
+  if (!h.ok()) return h.status();
+  if (absl::Status s =
+          CheckImageDimensions(ImageFormatName(h->format) == "png" ? "PNG" : "JPEG",
+                               h->width, h->height, options);
+      !s.ok()) {
+    return s;
+  }
+  return h;
+}
+
+}  // namespace swaserve::media

@@ -61,6 +61,17 @@ struct ImageDecodeOptions {
 absl::StatusOr<ImageRgb8> DecodeImage(absl::Span<const uint8_t> bytes,
                                       const ImageDecodeOptions& options = {});
 
+// The format and size from the header alone (PNG IHDR, JPEG SOF), checked
+// against the limits like DecodeImage; nothing is decoded. InvalidArgument
+// for every bad input.
+struct ImageHeader {
+  ImageFormat format = ImageFormat::kUnknown;
+  int width = 0;
+  int height = 0;
+};
+absl::StatusOr<ImageHeader> ReadImageHeader(absl::Span<const uint8_t> bytes,
+                                            const ImageDecodeOptions& options = {});
+
 // The decoders behind DecodeImage, for callers that already know the format.
 // Any PNG colour type and bit depth (16-bit reduced to 8, palette expanded,
 // grey replicated, alpha composited onto options.alpha_background). The file

@@ -12,6 +12,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -120,8 +121,11 @@ class Decoder {
   AVFrame* frame() { return frame_; }
   AVFrame* prev() { return prev_; }
   double duration() const { return duration_; }
+  int width() const { return width_; }
+  int height() const { return height_; }
 
-  // RGB8 copy of `f`, checking its size against the limits.
+  // RGB8 of `f` at its own size or the model's (options.model_input),
+  // checking its size against the limits.
   absl::StatusOr<ImageRgb8> ToRgb(const AVFrame* f);
 
  private:
@@ -139,6 +143,8 @@ class Decoder {
   AVRational time_base_{1, 1};
   int64_t start_pts_ = 0;
   double duration_ = 0;
+  int width_ = 0;
+  int height_ = 0;
   int64_t decoded_ = 0;
   bool draining_ = false;
   double last_time_ = -1;
@@ -208,6 +214,8 @@ absl::Status Decoder::Open(const Source& source,
       !s.ok()) {
     return s;
   }
+  width_ = st->codecpar->width;
+  height_ = st->codecpar->height;
   time_base_ = st->time_base;
   if (time_base_.num <= 0 || time_base_.den <= 0)
     return Invalid("bad stream time base");
@@ -308,10 +316,18 @@ absl::StatusOr<ImageRgb8> Decoder::ToRgb(const AVFrame* f) {
       !s.ok()) {
     return s;
   }
+  ImageSize out_size{.width = f->width, .height = f->height};
+  if (options_->model_input.has_value()) {
+    absl::StatusOr<ImageSize> target =
+        TargetImageSize(f->width, f->height, *options_->model_input);
+    if (!target.ok()) return target.status();
+    out_size = *target;
+  }
   sws_ = sws_getCachedContext(sws_, f->width, f->height,
-                              static_cast<AVPixelFormat>(f->format), f->width,
-                              f->height, AV_PIX_FMT_RGB24, SWS_BILINEAR,
-                              nullptr, nullptr, nullptr);
+                              static_cast<AVPixelFormat>(f->format),
+                              out_size.width, out_size.height,
+                              AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr,
+                              nullptr);
   if (sws_ == nullptr) {
     const char* name =
         av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format));
@@ -320,18 +336,18 @@ absl::StatusOr<ImageRgb8> Decoder::ToRgb(const AVFrame* f) {
   }
   // libswscale's SIMD paths may write past the end of a row (whole vectors
   // of pixels), so convert into a padded scratch image and copy the rows out.
-  const size_t row = static_cast<size_t>(f->width) * 3;
+  const size_t row = static_cast<size_t>(out_size.width) * 3;
   const size_t stride = (row + 63) / 64 * 64 + 64;
-  scratch_.resize(stride * (static_cast<size_t>(f->height) + 1));
+  scratch_.resize(stride * (static_cast<size_t>(out_size.height) + 1));
   uint8_t* dst[4] = {scratch_.data(), nullptr, nullptr, nullptr};
   const int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
   if (sws_scale(sws_, f->data, f->linesize, 0, f->height, dst, dst_stride) !=
-      f->height) {
+      out_size.height) {
     return Invalid("pixel conversion failed");
   }
-  ImageRgb8 out{.width = f->width, .height = f->height};
-  out.pixels.resize(row * f->height);
-  for (int y = 0; y < f->height; ++y) {
+  ImageRgb8 out{.width = out_size.width, .height = out_size.height};
+  out.pixels.resize(row * out_size.height);
+  for (int y = 0; y < out_size.height; ++y) {
     std::memcpy(&out.pixels[row * y], &scratch_[stride * y], row);
   }
   return out;
@@ -343,21 +359,41 @@ double SampleTime(int64_t k, double fps) {
 
 // The samples of one chunk: [first, last) (last < 0: to the end of the video).
 struct ChunkResult {
-  std::vector<ImageRgb8> frames;
+  std::vector<std::shared_ptr<const ImageRgb8>> frames;
   std::vector<double> sample_times;
   std::vector<double> frame_times;
 };
 
+// The decoded bytes of one call, shared by its chunks.
+struct DecodeBudget {
+  std::atomic<int64_t> used{0};
+  int64_t limit = 0;
+};
+
+std::string OverBudget(int64_t bytes, int64_t limit) {
+  return absl::StrCat("decoding would take ", bytes,
+                      " bytes, over the decoded-bytes budget of ", limit,
+                      " bytes");
+}
+
 // Appends sample k's choice to `out`, converting `f` unless it is the frame
-// the previous sample chose.
+// the previous sample chose (then the image is shared).
 absl::Status Emit(Decoder& decoder, const AVFrame* f, double frame_time,
-                  int64_t k, double fps, ChunkResult* out) {
+                  int64_t k, double fps, DecodeBudget& budget,
+                  ChunkResult* out) {
   if (!out->frame_times.empty() && out->frame_times.back() == frame_time) {
     out->frames.push_back(out->frames.back());
   } else {
     absl::StatusOr<ImageRgb8> rgb = decoder.ToRgb(f);
     if (!rgb.ok()) return rgb.status();
-    out->frames.push_back(*std::move(rgb));
+    const int64_t size = static_cast<int64_t>(rgb->pixels.size());
+    const int64_t used = budget.used.fetch_add(size) + size;
+    if (used > budget.limit) {
+      return Invalid(absl::StrCat(OverBudget(used, budget.limit),
+                                  " (counted while decoding)"));
+    }
+    out->frames.push_back(
+        std::make_shared<const ImageRgb8>(*std::move(rgb)));
   }
   out->sample_times.push_back(SampleTime(k, fps));
   out->frame_times.push_back(frame_time);
@@ -366,7 +402,8 @@ absl::Status Emit(Decoder& decoder, const AVFrame* f, double frame_time,
 
 absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
                                         const VideoDecodeOptions& options,
-                                        int64_t first, int64_t last) {
+                                        DecodeBudget& budget, int64_t first,
+                                        int64_t last) {
   Decoder decoder;
   if (absl::Status s = decoder.Open(source, options); !s.ok()) return s;
   const double fps = options.sample_fps;
@@ -406,8 +443,8 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
         return Invalid(absl::StrCat("too many frames: more than ", options.max_frames));
       }
       absl::Status s =
-          use_prev ? Emit(decoder, decoder.prev(), prev_time, k, fps, &out)
-                   : Emit(decoder, decoder.frame(), t, k, fps, &out);
+          use_prev ? Emit(decoder, decoder.prev(), prev_time, k, fps, budget, &out)
+                   : Emit(decoder, decoder.frame(), t, k, fps, budget, &out);
       if (!s.ok()) return s;
       ++k;
     }
@@ -426,7 +463,7 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
   // still returns sample `first`.
   const int64_t end = last >= 0 ? last : (out.frames.empty() ? first + 1 : k);
   while (k < end) {
-    if (absl::Status s = Emit(decoder, decoder.prev(), prev_time, k, fps, &out);
+    if (absl::Status s = Emit(decoder, decoder.prev(), prev_time, k, fps, budget, &out);
         !s.ok()) {
       return s;
     }
@@ -435,26 +472,87 @@ absl::StatusOr<ChunkResult> DecodeChunk(const Source& source,
   return out;
 }
 
+// The header's declaration and its cost (VideoInfo), with the sample-count
+// and decoded-bytes limits checked.
+absl::StatusOr<VideoInfo> InfoOf(const Decoder& d,
+                                 const VideoDecodeOptions& options) {
+  VideoInfo info;
+  info.width = d.width();
+  info.height = d.height();
+  info.duration_seconds = d.duration();
+  if (info.duration_seconds > 0) {
+    const double want =
+        std::ceil(info.duration_seconds * options.sample_fps - 1e-9);
+    if (want > options.max_frames) {
+      return Invalid(absl::StrCat(
+          "too many frames: ", want, " samples at ", options.sample_fps,
+          " fps exceed the limit of ", options.max_frames));
+    }
+    info.samples = std::max<int64_t>(1, static_cast<int64_t>(want));
+  }
+  info.frame_width = info.width;
+  info.frame_height = info.height;
+  if (options.model_input.has_value()) {
+    absl::StatusOr<ImageSize> target =
+        TargetImageSize(info.width, info.height, *options.model_input);
+    if (!target.ok()) return target.status();
+    info.frame_width = target->width;
+    info.frame_height = target->height;
+  }
+  const int64_t chunks =
+      info.samples > 0 ? std::clamp<int64_t>(options.num_chunks, 1, info.samples)
+                       : 1;
+  const int64_t full = int64_t{info.width} * info.height * 3;
+  info.decoded_bytes =
+      info.samples * info.frame_width * info.frame_height * 3 +
+      chunks * kVideoWorkingFrames * full;
+  if (info.samples > 0 && info.decoded_bytes > options.max_decoded_bytes) {
+    return Invalid(absl::StrCat(
+        OverBudget(info.decoded_bytes, options.max_decoded_bytes), " (",
+        info.samples, " frames of ", info.frame_width, "x", info.frame_height,
+        " declared by the header, from ", info.width, "x", info.height, ", ",
+        info.duration_seconds, " s)"));
+  }
+  return info;
+}
+
+absl::Status CheckOptions(const VideoDecodeOptions& options) {
+  if (!(options.sample_fps > 0) || options.max_frames <= 0 ||
+      options.max_decoded_bytes <= 0) {
+    return Invalid(absl::StrCat("bad options: sample_fps ", options.sample_fps,
+                                ", max_frames ", options.max_frames,
+                                ", max_decoded_bytes ",
+                                options.max_decoded_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VideoInfo> Probe(const Source& source,
+                                const VideoDecodeOptions& options) {
+  SilenceFfmpegLog();
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  Decoder probe;
+  if (absl::Status s = probe.Open(source, options); !s.ok()) return s;
+  return InfoOf(probe, options);
+}
+
 absl::StatusOr<VideoFrames> DecodeVideo(const Source& source,
                                         const VideoDecodeOptions& options) {
-  SilenceFfmpegLog();
-  if (!(options.sample_fps > 0) || options.max_frames <= 0) {
-    return Invalid(absl::StrCat("bad options: sample_fps ", options.sample_fps,
-                                ", max_frames ", options.max_frames));
-  }
-  // The header: duration and the limits it is checked against.
-  double duration = 0;
-  {
-    Decoder probe;
-    if (absl::Status s = probe.Open(source, options); !s.ok()) return s;
-    duration = probe.duration();
-  }
+  // The header: what it declares, checked against the limits before
+  // anything is decoded.
+  absl::StatusOr<VideoInfo> info = Probe(source, options);
+  if (!info.ok()) return info.status();
+  const double duration = info->duration_seconds;
   VideoFrames result;
   result.duration_seconds = duration;
+  DecodeBudget budget;
+  budget.limit = options.max_decoded_bytes;
+  budget.used = info->decoded_bytes - info->samples * info->frame_width *
+                                          info->frame_height * 3;
   std::vector<ChunkResult> chunks;
   if (duration <= 0) {
     // Unknown duration: one pass to the end.
-    absl::StatusOr<ChunkResult> all = DecodeChunk(source, options, 0, -1);
+    absl::StatusOr<ChunkResult> all = DecodeChunk(source, options, budget, 0, -1);
     if (!all.ok()) return all.status();
     if (static_cast<int64_t>(all->frames.size()) > options.max_frames) {
       return Invalid(
@@ -462,20 +560,14 @@ absl::StatusOr<VideoFrames> DecodeVideo(const Source& source,
     }
     chunks.push_back(*std::move(all));
   } else {
-    const double want = std::ceil(duration * options.sample_fps - 1e-9);
-    if (want > options.max_frames) {
-      return Invalid(absl::StrCat(
-          "too many frames: ", want, " samples at ", options.sample_fps,
-          " fps exceed the limit of ", options.max_frames));
-    }
-    const int64_t samples = std::max<int64_t>(1, static_cast<int64_t>(want));
+    const int64_t samples = info->samples;
     const int64_t num_chunks =
         std::clamp<int64_t>(options.num_chunks, 1, samples);
     const int num_threads = static_cast<int>(
         std::clamp<int64_t>(options.num_threads, 1, num_chunks));
     std::vector<absl::StatusOr<ChunkResult>> parts(num_chunks);
     auto run = [&](int64_t c) {
-      parts[c] = DecodeChunk(source, options, c * samples / num_chunks,
+      parts[c] = DecodeChunk(source, options, budget, c * samples / num_chunks,
                              (c + 1) * samples / num_chunks);
     };
     if (num_threads == 1) {
@@ -514,6 +606,15 @@ absl::StatusOr<VideoFrames> DecodeVideoFile(const std::string& path,
     return s;
   }
   return DecodeVideo(Source{.path = &path}, options);
+}
+
+absl::StatusOr<VideoInfo> ProbeVideoMemory(absl::Span<const uint8_t> bytes,
+                                           const VideoDecodeOptions& options) {
+  if (absl::Status s = CheckInputSize("video", bytes.size(), options.max_bytes);
+      !s.ok()) {
+    return s;
+  }
+  return Probe(Source{.bytes = bytes}, options);
 }
 
 absl::StatusOr<VideoFrames> DecodeVideoMemory(

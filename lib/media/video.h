@@ -20,10 +20,19 @@
 // equals the single-threaded decode for closed-GOP streams (every intra-only
 // codec, and mpeg4/H.264 without open-GOP B-frames; tested).
 //
+// Frames at the model's size (model_input set): each chosen frame goes from
+// the decoder's frame straight to the size the model's preprocessing would
+// resize it to (TargetImageSize; libswscale, bilinear), so no full-size RGB
+// image is made or kept. Consecutive samples that choose the same decoded
+// frame share one image (a pointer, not a copy).
+//
 // Untrusted input: the demuxer must be in allowed_formats (no playlists or
 // network protocols), the byte size, duration, frame dimensions (checked
 // from the stream header and again per decoded frame) and sample count are
-// limited, and so is the number of frames any one chunk decodes. Every bad
+// limited, and so is the number of frames any one chunk decodes. The decoded
+// bytes (VideoInfo::decoded_bytes) are budgeted: checked from the header
+// before anything is decoded when the duration is known, and counted while
+// decoding (each image once however many samples share it). Every bad
 // input returns InvalidArgument naming the problem ("no video stream",
 // "video too long", ...). FFmpeg's own log is silenced (AV_LOG_FATAL) on
 // first use; errors are reported only as Status.
@@ -33,12 +42,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "lib/media/image.h"
+#include "lib/media/image_preprocess.h"
 
 namespace swaserve::media {
 
@@ -61,20 +73,49 @@ struct VideoDecodeOptions {
   // the calling thread.
   int num_chunks = 1;
   int num_threads = 1;
+  // Set: frames are returned at TargetImageSize(width, height, *model_input)
+  // (above). Default unset: at the video's own size.
+  std::optional<ImagePreprocessOptions> model_input;
+  // Budget of decoded bytes (VideoInfo::decoded_bytes; while decoding, the
+  // working set plus every distinct image returned). Over it:
+  // InvalidArgument "... decoded-bytes budget ...". Default 4 GiB.
+  int64_t max_decoded_bytes = int64_t{4} << 30;
   // Demuxers FFmpeg may pick (its format_whitelist).
   std::string allowed_formats =
       "matroska,webm,mov,mp4,m4a,3gp,3g2,mj2,avi,mpegts,mpeg,flv,ogg,ivf,gif";
 };
 
 struct VideoFrames {
-  // One per sample, RGB8 at the video's own size.
-  std::vector<ImageRgb8> frames;
+  // One per sample, RGB8 at the video's own size or the model's
+  // (model_input); consecutive samples of the same decoded frame share it.
+  std::vector<std::shared_ptr<const ImageRgb8>> frames;
   // t_k for each sample, and the presentation time of the frame chosen.
   std::vector<double> sample_times;
   std::vector<double> frame_times;
   // The duration used for sampling (0 when the header had none).
   double duration_seconds = 0;
 };
+
+// What the header declares, and what decoding it would cost.
+struct VideoInfo {
+  int width = 0;  // the video stream's frame size
+  int height = 0;
+  double duration_seconds = 0;  // 0: unknown
+  int64_t samples = 0;          // S; 0 when the duration is unknown
+  // The size frames are returned at (the stream's, or the model's).
+  int frame_width = 0;
+  int frame_height = 0;
+  // Declared decoded bytes: samples * frame_width * frame_height * 3 (every
+  // sample counted as a distinct image) plus the decoders' working set,
+  // kVideoWorkingFrames full-size frames at 3 bytes per pixel per chunk.
+  int64_t decoded_bytes = 0;
+};
+inline constexpr int kVideoWorkingFrames = 4;
+
+// Opens the container and reads the header only (the limits above apply,
+// max_decoded_bytes too when the duration is known); nothing is decoded.
+absl::StatusOr<VideoInfo> ProbeVideoMemory(absl::Span<const uint8_t> bytes,
+                                           const VideoDecodeOptions& options = {});
 
 // Decodes the file at `path`.
 absl::StatusOr<VideoFrames> DecodeVideoFile(

@@ -116,6 +116,8 @@ struct RouterConfig {
   int64_t media_fetch_max_bytes = api::MediaFetcherOptions{}.max_bytes;
   absl::Duration media_fetch_timeout = api::MediaFetcherOptions{}.timeout;
   bool media_fetch_allow_private = false;
+  bool media_fetch_allow_http = false;
+  std::string media_fetch_allowed_domains;  // comma-separated; empty: any
   int64_t media_max_items = router::MediaOptions{}.max_items;
   int64_t media_encoder_attempts = router::MediaOptions{}.encoder_attempts;
   absl::Duration media_encode_timeout = router::MediaOptions{}.encode_timeout;
@@ -243,6 +245,10 @@ void AddRouterFlags(base::Config* config, RouterConfig* c) {
       .Add("media.fetch_timeout", &c->media_fetch_timeout, "deadline of one fetch (redirects too)")
       .Add("media.fetch_allow_private", &c->media_fetch_allow_private,
            "allow URLs that resolve to loopback/private/link-local addresses (tests only)")
+      .Add("media.fetch_allow_http", &c->media_fetch_allow_http,
+           "fetch plain http:// URLs too (default: https only)")
+      .Add("media.fetch_allowed_domains", &c->media_fetch_allowed_domains,
+           "comma-separated hosts URLs may name, exact or *.suffix (empty: any public host)")
       .Add("media.max_items", &c->media_max_items, "multimodal items per request")
       .Add("media.encoder_attempts", &c->media_encoder_attempts,
            "encoders tried per item (its hash-ring owner, then successors)")
@@ -374,6 +380,8 @@ absl::Status RouterProcess::BuildRouter(const router::PolicyOptions& policy,
     fo.max_bytes = c.media_fetch_max_bytes;
     fo.timeout = c.media_fetch_timeout;
     fo.allow_private_addresses = c.media_fetch_allow_private;
+    fo.allow_http = c.media_fetch_allow_http;
+    fo.allowed_domains = absl::StrSplit(c.media_fetch_allowed_domains, ',', absl::SkipWhitespace());
     fetcher = std::make_unique<api::MediaFetcher>(fo);
   }
   router::MediaOptions mo;

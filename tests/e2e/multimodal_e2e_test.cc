@@ -63,7 +63,8 @@ TEST(MultimodalE2E, ImageAudioAndVideoThroughTheOpenAiClient) {
                                                 .worker_bin = SWASERVE_WORKER_BIN,
                                                 .router_bin = SWASERVE_ROUTER_BIN,
                                                 .worker_flags = {"--model_name=tiny"},
-                                                .router_flags = {"--media.fetch_allow_private"},
+                                                .router_flags = {"--media.fetch_allow_private",
+                                                                 "--media.fetch_allow_http"},
                                                 .model_flags = {"--vision", "--audio"},
                                                 .encoder_bin = SWASERVE_ENCODER_BIN});
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       video->frames.size() != video->frame_times.size()) {
     __builtin_trap();
   }
-  for (const swaserve::media::ImageRgb8& f : video->frames) {
+  for (const auto& frame : video->frames) {
+    const swaserve::media::ImageRgb8& f = *frame;
     if (f.pixels.size() != static_cast<size_t>(f.width) * f.height * 3)
       __builtin_trap();
   }

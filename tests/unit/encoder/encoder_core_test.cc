@@ -6,8 +6,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lib/media/image_preprocess.h"
 #include "lib/media/mel.h"
@@ -46,12 +49,14 @@ class EncoderCoreTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::unique_ptr<EncoderCore> Core(absl::Duration window = absl::Milliseconds(1)) {
+  std::unique_ptr<EncoderCore> Core(absl::Duration window = absl::Milliseconds(1),
+                                    std::function<void(EncoderCoreOptions&)> tweak = nullptr) {
     EncoderCoreOptions o;
     o.model_dir = dir_.string();
     o.batcher.batch_window = window;
     o.image.max_pixels = 112 * 112;  // small images keep the test fast
     o.registry = &registry_;
+    if (tweak) tweak(o);
     auto c = EncoderCore::Create(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
@@ -170,12 +175,15 @@ TEST_F(EncoderCoreTest, AVideoIsItsSampledFramesThroughTheVisionTower) {
   const int64_t per_frame = *media::ImagePlaceholderTokens(64, 48, po);
   const auto& e = *(*r)[0].embedding;
   EXPECT_EQ(e.num_tokens, 6 * per_frame);
-  // Frame k's embedding is the image encoding of that decoded frame.
+  // Frame k's embedding is the image encoding of that frame, decoded at the
+  // model's input size (so the image path's resize is the identity).
+  media::VideoDecodeOptions at_model_size;
+  at_model_size.model_input = po;
   auto frames = media::DecodeVideoMemory(
-      {reinterpret_cast<const uint8_t*>(video.data()), video.size()}, {});
+      {reinterpret_cast<const uint8_t*>(video.data()), video.size()}, at_model_size);
   ASSERT_TRUE(frames.ok()) << frames.status();
   ASSERT_EQ(frames->frames.size(), 6u);
-  const std::string png3 = Str(media::testing::EncodePng(frames->frames[3]));
+  const std::string png3 = Str(media::testing::EncodePng(*frames->frames[3]));
   const std::vector<float> frame3 = Direct(png3);
   ASSERT_EQ(frame3.size(), static_cast<size_t>(per_frame) * 64);
   EXPECT_TRUE(std::equal(frame3.begin(), frame3.end(),
@@ -224,6 +232,60 @@ TEST_F(EncoderCoreTest, BadInputIsNamedPerItemAndNeverCached) {
   auto none = EncoderCore::Create(o);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(none.status().message(), "neither")) << none.status();
+}
+
+// A small file whose header declares ~8000 samples of 4096x4096 (400 GB as
+// full-size RGB): refused from its header before any frame is decoded.
+TEST_F(EncoderCoreTest, AVideoBombIsRefusedBeforeDecoding) {
+  auto core = Core();
+  ASSERT_NE(core, nullptr);
+  const std::string path = (dir_ / "bomb.mkv").string();
+  ASSERT_TRUE(media::testing::WriteTestVideo(path, {.width = 4096, .height = 4096, .fps = 1,
+                                                    .num_frames = 2, .frame_step = 3999,
+                                                    .codec = "mjpeg"})
+                  .ok());
+  const EncodeItem item{Modality::kVideo, Str(*media::testing::ReadFileBytes(path))};
+  const absl::Time start = absl::Now();
+  auto r = core->Encode({&item, 1});
+  const absl::Duration took = absl::Now() - start;
+  std::printf("bomb (%zu bytes) refused in %.1f ms: %s\n", item.data.size(),
+              absl::ToDoubleMilliseconds(took), std::string(r.status().message()).c_str());
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "item 0 (video)")) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "decoded-bytes budget")) << r.status();
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_EQ(core->decoded_bytes_in_flight(), 0);
+}
+
+TEST_F(EncoderCoreTest, ARequestOverItsDecodedBytesBudgetIsRefusedBeforeDecoding) {
+  const std::string png = Str(media::testing::EncodePng(media::testing::MakePattern(200, 150, 1)));
+  const std::string png2 = Str(media::testing::EncodePng(media::testing::MakePattern(200, 150, 2)));
+  auto probe = Core();
+  ASSERT_NE(probe, nullptr);
+  const int64_t one = *probe->DecodedBytes({Modality::kImage, png});
+  EXPECT_GE(one, 200 * 150 * 3);
+  const std::string wav =
+      Str(media::testing::WriteWav(media::testing::Sine(200, 2, 16000), 1, 16000, 16));
+  EXPECT_GE(*probe->DecodedBytes({Modality::kAudio, wav}), 2 * 16000 * 4);
+  auto core = Core(absl::Milliseconds(1), [&](EncoderCoreOptions& o) {
+    o.max_request_decoded_bytes = one + one / 2;
+  });
+  ASSERT_NE(core, nullptr);
+  const std::vector<EncodeItem> two = {{Modality::kImage, png}, {Modality::kImage, png2}};
+  auto r = core->Encode(two);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "per-request decoded-bytes budget"))
+      << r.status();
+  EXPECT_EQ(core->cache_stats().entries, 0);  // nothing was decoded or encoded
+  // Each alone fits; once cached, both together cost nothing to decode.
+  ASSERT_TRUE(core->Encode({&two[0], 1}).ok());
+  ASSERT_TRUE(core->Encode({&two[1], 1}).ok());
+  EXPECT_TRUE(core->Encode(two).ok());
+  // The per-request budget may not exceed the encoder's.
+  EncoderCoreOptions bad;
+  bad.model_dir = dir_.string();
+  bad.max_request_decoded_bytes = bad.max_decoded_bytes_in_flight + 1;
+  EXPECT_FALSE(EncoderCore::Create(bad).ok());
 }
 
 }  // namespace

@@ -165,5 +165,29 @@ TEST(ImageDecode, CheckImageDimensionsNamesTheProblem) {
               HasSubstr("zero-size"));
 }
 
+TEST(ReadImageHeader, GivesTheSizeWithoutDecodingAndChecksTheLimits) {
+  const ImageRgb8 img = MakePattern(123, 45);
+  for (const bool progressive : {false, true}) {
+    absl::StatusOr<ImageHeader> j = ReadImageHeader(EncodeJpeg(img, 90, progressive));
+    ASSERT_TRUE(j.ok()) << j.status();
+    EXPECT_EQ(j->format, ImageFormat::kJpeg);
+    EXPECT_EQ(j->width, 123);
+    EXPECT_EQ(j->height, 45);
+  }
+  absl::StatusOr<ImageHeader> p = ReadImageHeader(EncodePng(img));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->format, ImageFormat::kPng);
+  EXPECT_EQ(p->width, 123);
+  EXPECT_EQ(p->height, 45);
+  std::vector<uint8_t> bomb = EncodePng(MakePattern(8, 8));
+  testing::PatchPngDimensions(&bomb, 100000, 100000);
+  EXPECT_THAT(std::string(ReadImageHeader(bomb).status().message()), HasSubstr("exceeds"));
+  std::vector<uint8_t> jbomb = EncodeJpeg(MakePattern(8, 8));
+  testing::PatchJpegDimensions(&jbomb, 60000, 60000);
+  EXPECT_THAT(std::string(ReadImageHeader(jbomb).status().message()), HasSubstr("exceeds"));
+  const std::vector<uint8_t> soi_only = {0xFF, 0xD8, 0xFF, 0xD9};
+  EXPECT_EQ(ReadImageHeader(soi_only).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace swaserve::media

@@ -268,6 +268,7 @@ absl::Status WriteTestVideo(const std::string& path,
   c->pix_fmt = AV_PIX_FMT_YUV420P;
   c->thread_count = 1;
   c->flags |= AV_CODEC_FLAG_QSCALE;
+  c->strict_std_compliance = FF_COMPLIANCE_UNOFFICIAL;  // mjpeg from yuv420p
   if (oc->oformat->flags & AVFMT_GLOBALHEADER) {
     c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   }
@@ -310,7 +311,7 @@ absl::Status WriteTestVideo(const std::string& path,
       av_frame_make_writable(frame);
       sws_scale(sws, src, src_stride, 0, options.height, frame->data,
                 frame->linesize);
-      frame->pts = i;
+      frame->pts = static_cast<int64_t>(i) * options.frame_step;
       frame->quality = FF_QP2LAMBDA * 3;
       if (avcodec_send_frame(c, frame) < 0)
         status = absl::InternalError("encode");

@@ -51,6 +51,7 @@ struct TestVideoOptions {
   int fps = 10;
   int num_frames = 30;
   int gop = 5;                  // keyframe every `gop` frames
+  int frame_step = 1;           // frame i at i * frame_step / fps seconds
   std::string codec = "mpeg4";  // FFmpeg encoder name
   std::string format = "matroska";
 };

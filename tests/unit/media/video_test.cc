@@ -2,6 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/time/clock.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,7 +37,7 @@ void ExpectSame(const VideoFrames& a, const VideoFrames& b,
   EXPECT_EQ(a.sample_times, b.sample_times) << what;
   EXPECT_EQ(a.frame_times, b.frame_times) << what;
   for (size_t i = 0; i < a.frames.size(); ++i) {
-    EXPECT_EQ(a.frames[i].pixels, b.frames[i].pixels) << what << " frame " << i;
+    EXPECT_EQ(a.frames[i]->pixels, b.frames[i]->pixels) << what << " frame " << i;
   }
 }
 
@@ -52,11 +56,11 @@ TEST(VideoDecode, SamplesTheNearestFrameAtTheRequestedRate) {
   ASSERT_EQ(full->frames.size(), samples(10));
   for (size_t i = 0; i < full->frames.size(); ++i) {
     EXPECT_NEAR(full->frame_times[i], static_cast<double>(i) / 10, 1e-6);
-    EXPECT_EQ(full->frames[i].width, 64);
-    EXPECT_EQ(full->frames[i].height, 48);
+    EXPECT_EQ(full->frames[i]->width, 64);
+    EXPECT_EQ(full->frames[i]->height, 48);
     // Lossy (mpeg4 + 4:2:0), but clearly the i-th pattern.
     EXPECT_LT(
-        testing::MeanAbsDiff(full->frames[i], testing::MakePattern(64, 48, i)),
+        testing::MeanAbsDiff(*full->frames[i], testing::MakePattern(64, 48, i)),
         12)
         << i;
   }
@@ -71,7 +75,7 @@ TEST(VideoDecode, SamplesTheNearestFrameAtTheRequestedRate) {
         static_cast<int>(std::lround(t * 10));  // no exact ties here
     EXPECT_DOUBLE_EQ(sampled->sample_times[k], t);
     EXPECT_NEAR(sampled->frame_times[k], nearest / 10.0, 1e-6) << k;
-    EXPECT_EQ(sampled->frames[k].pixels, full->frames[nearest].pixels) << k;
+    EXPECT_EQ(sampled->frames[k]->pixels, full->frames[nearest]->pixels) << k;
   }
   // Faster than the video: repeated frames; samples past the end get the last.
   VideoDecodeOptions fast;
@@ -101,10 +105,10 @@ TEST(VideoDecode, SizesThatAreNotMultiplesOf16ConvertRowByRow) {
   ASSERT_TRUE(v.ok()) << v.status();
   ASSERT_FALSE(v->frames.empty());
   for (size_t i = 0; i < v->frames.size(); ++i) {
-    ASSERT_EQ(v->frames[i].width, 66);
-    ASSERT_EQ(v->frames[i].pixels.size(), 66u * 50 * 3);
+    ASSERT_EQ(v->frames[i]->width, 66);
+    ASSERT_EQ(v->frames[i]->pixels.size(), 66u * 50 * 3);
     EXPECT_LT(
-        testing::MeanAbsDiff(v->frames[i],
+        testing::MeanAbsDiff(*v->frames[i],
                              testing::MakePattern(66, 50, static_cast<int>(i))),
         12)
         << i;
@@ -213,6 +217,136 @@ TEST(VideoDecode, AnUnboundedRunStopsAtMaxFramesWhenTimestampsJump) {
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("too many frames"));
+}
+
+}  // namespace
+}  // namespace swaserve::media
+
+namespace swaserve::media {
+namespace {
+
+TEST(VideoDecode, RepeatedFramesAreSharedNotCopied) {
+  const std::string path = MakeVideo("shared.mkv");
+  VideoDecodeOptions fast;
+  fast.sample_fps = 25;  // 2.5 samples per decoded frame
+  absl::StatusOr<VideoFrames> v = DecodeVideoFile(path, fast);
+  ASSERT_TRUE(v.ok()) << v.status();
+  int shared = 0;
+  for (size_t k = 1; k < v->frames.size(); ++k) {
+    if (v->frame_times[k] == v->frame_times[k - 1]) {
+      EXPECT_EQ(v->frames[k].get(), v->frames[k - 1].get()) << k;
+      ++shared;
+    } else {
+      EXPECT_NE(v->frames[k].get(), v->frames[k - 1].get()) << k;
+    }
+  }
+  EXPECT_GT(shared, 30);
+}
+
+TEST(VideoDecode, FramesComeAtTheModelSizeWhenAsked) {
+  const std::string path = TempPath("model_size.mkv");
+  TestVideoOptions o;
+  o.width = 320;
+  o.height = 240;
+  o.num_frames = 10;
+  ASSERT_TRUE(WriteTestVideo(path, o).ok());
+  VideoDecodeOptions d;
+  d.model_input = ImagePreprocessOptions{};
+  d.model_input->max_pixels = 112 * 112;
+  absl::StatusOr<VideoFrames> v = DecodeVideoFile(path, d);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const ImageSize target = *TargetImageSize(320, 240, *d.model_input);
+  EXPECT_LT(target.width, 320);
+  ASSERT_FALSE(v->frames.empty());
+  for (size_t k = 0; k < v->frames.size(); ++k) {
+    const ImageRgb8& f = *v->frames[k];
+    ASSERT_EQ(f.width, target.width);
+    ASSERT_EQ(f.height, target.height);
+    ASSERT_EQ(f.pixels.size(), static_cast<size_t>(target.width) * target.height * 3);
+    // The pattern of the frame chosen, resized; libswscale's filter, not the
+    // preprocessing's, so close rather than equal.
+    const int index = static_cast<int>(std::lround(v->frame_times[k] * 10));
+    const ImageF32 want = ResizeBilinear(testing::MakePattern(320, 240, index), target.width,
+                                         target.height);
+    double diff = 0;
+    for (size_t i = 0; i < f.pixels.size(); ++i) diff += std::abs(f.pixels[i] - want.data[i]);
+    EXPECT_LT(diff / f.pixels.size(), 20) << k;
+  }
+  absl::StatusOr<VideoInfo> info = ProbeVideoMemory(*testing::ReadFileBytes(path), d);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->frame_width, target.width);
+  EXPECT_EQ(info->samples, static_cast<int64_t>(v->frames.size()));
+}
+
+// The peak resident set growth of `f` (VmHWM, reset before), in bytes.
+template <typename F>
+int64_t PeakRssGrowth(F f) {
+  auto read = [](const char* key) -> int64_t {
+    FILE* in = std::fopen("/proc/self/status", "r");
+    char line[256];
+    int64_t kb = -1;
+    while (in != nullptr && std::fgets(line, sizeof(line), in) != nullptr) {
+      if (std::strncmp(line, key, std::strlen(key)) == 0) kb = std::atoll(line + std::strlen(key));
+    }
+    if (in != nullptr) std::fclose(in);
+    return kb * 1024;
+  };
+  if (FILE* reset = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", reset);  // resets VmHWM to the current RSS
+    std::fclose(reset);
+  }
+  const int64_t before = read("VmRSS:");
+  f();
+  return read("VmHWM:") - before;
+}
+
+// A small file whose header declares two 4096x4096 frames 3999 s apart:
+// ~8000 samples at 2 fps, 400 GB of RGB if every sample were decoded at full
+// size. Refused from the header before anything is decoded, quickly and
+// without memory growth.
+TEST(VideoDecode, AVideoBombIsRefusedFromItsHeader) {
+  const std::string path = TempPath("bomb.mkv");
+  TestVideoOptions o;
+  o.width = 4096;
+  o.height = 4096;
+  o.fps = 1;
+  o.num_frames = 2;
+  o.frame_step = 3999;
+  o.codec = "mjpeg";  // no limit on the time between frames
+  ASSERT_TRUE(WriteTestVideo(path, o).ok());
+  const std::vector<uint8_t> bomb = *testing::ReadFileBytes(path);
+  std::printf("bomb: %zu bytes\n", bomb.size());
+  absl::StatusOr<VideoInfo> info = ProbeVideoMemory(bomb, {.max_decoded_bytes = int64_t{1} << 50});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GT(info->decoded_bytes, int64_t{300} << 30);
+  for (const bool model_size : {false, true}) {
+    VideoDecodeOptions d;
+    if (model_size) d.model_input = ImagePreprocessOptions{};
+    absl::StatusOr<VideoFrames> v;
+    const absl::Time start = absl::Now();
+    const int64_t growth = PeakRssGrowth([&] { v = DecodeVideoMemory(bomb, d); });
+    const absl::Duration took = absl::Now() - start;
+    std::printf("bomb refused in %.1f ms, peak RSS growth %.1f MiB (model size %d): %s\n",
+                absl::ToDoubleMilliseconds(took), growth / 1048576.0, model_size,
+                std::string(v.status().message()).c_str());
+    ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr("decoded-bytes budget"));
+    EXPECT_LT(took, absl::Seconds(2));
+    EXPECT_LT(growth, int64_t{200} << 20);
+  }
+  // Within a budget that admits it, the samples share the two decoded frames.
+  VideoDecodeOptions small;
+  small.model_input = ImagePreprocessOptions{};
+  small.model_input->max_pixels = 56 * 56;
+  small.max_decoded_bytes = int64_t{1} << 30;
+  absl::StatusOr<VideoFrames> v;
+  const int64_t growth = PeakRssGrowth([&] { v = DecodeVideoMemory(bomb, small); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_GT(v->frames.size(), 7900u);
+  EXPECT_EQ(v->frames.front().get(), v->frames[3000].get());
+  EXPECT_LT(growth, int64_t{400} << 20);
+  std::printf("admitted at 56x56: %zu samples, peak RSS growth %.1f MiB\n", v->frames.size(),
+              growth / 1048576.0);
 }
 
 }  // namespace
