@@ -150,7 +150,8 @@ bool ValidFunctionName(const std::string& name) {
 
 // An assistant message's tool_calls: [{"id", "type": "function",
 // "function": {"name", "arguments"}}]; arguments a JSON string (an object
-// is taken too and written as JSON).
+// is taken too and written as JSON). An "index" (what clients that join a
+// stream's deltas keep) is ignored.
 Error ParseToolCalls(const json& v, const std::string& param, v1::ChatMessage* msg) {
   if (!v.is_array()) return TypeError(param, "an array", v);
   for (size_t i = 0; i < v.size(); ++i) {
@@ -158,7 +159,7 @@ Error ParseToolCalls(const json& v, const std::string& param, v1::ChatMessage* m
     const std::string cp = IndexedParam(param, i);
     if (!c.is_object()) return TypeError(cp, "an object", c);
     for (const auto& [key, value] : c.items()) {
-      if (key != "id" && key != "type" && key != "function") {
+      if (key != "id" && key != "type" && key != "function" && key != "index") {
         const std::string field = Cat({cp, ".", Shorten(key)});
         return InvalidRequestError(Cat({"Unrecognized request argument supplied: ", field}),
                                    field, "unrecognized_argument");

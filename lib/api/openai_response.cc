@@ -215,7 +215,9 @@ ojson ToolCallsJson(const std::vector<ToolCallOut>& calls, bool whole) {
   ojson a = ojson::array();
   for (const ToolCallOut& c : calls) {
     ojson j;
-    j["index"] = c.index;
+    // A chunk's deltas carry the call's index; a whole message's calls do
+    // not (OpenAI's shape), so a client can send the message back as it came.
+    if (!whole) j["index"] = c.index;
     if (whole || !c.id.empty()) {
       j["id"] = c.id;
       j["type"] = "function";

@@ -5,7 +5,8 @@
 //
 //   node tools/train/eval_tools.mjs --base-url http://127.0.0.1:8000/v1 \
 //       [--model NAME] [--eval tools/train/agent_eval.jsonl] [--limit N]
-//       [--max-tokens 256] [--out summary.json] [--details details.jsonl]
+//       [--ids ID,ID,...] [--max-tokens 256] [--out summary.json]
+//       [--details details.jsonl]
 //
 // Each prompt goes out with its tools (agent_tools.json, the subset the
 // prompt lists, in file order), tool_choice "auto" (no tools and no
@@ -44,7 +45,7 @@ function args() {
   for (let i = 0; i < v.length; i += 2) {
     if (!v[i].startsWith("--") || v[i + 1] === undefined) {
       console.error("usage: eval_tools.mjs --base-url URL [--model NAME] [--eval FILE] [--limit N] " +
-        "[--max-tokens N] [--out FILE] [--details FILE]");
+        "[--ids ID,ID,...] [--max-tokens N] [--out FILE] [--details FILE]");
       process.exit(2);
     }
     a[v[i].slice(2)] = v[i + 1];
@@ -86,6 +87,14 @@ async function main() {
   const client = new OpenAI({ baseURL: a["base-url"], apiKey: a["api-key"], maxRetries: 0, timeout: 300000 });
   const model = a.model || (await client.models.list()).data[0].id;
   let items = fs.readFileSync(a.eval, "utf8").split("\n").filter((l) => l).map((l) => JSON.parse(l));
+  if (a.ids) {
+    const want = a.ids.split(",");
+    items = want.map((id) => {
+      const it = items.find((x) => String(x.id) === id);
+      if (!it) throw new Error(`--ids: no prompt ${id} in ${a.eval}`);
+      return it;
+    });
+  }
   if (+a.limit > 0) items = items.slice(0, +a.limit);
   const details = [];
   const t0 = Date.now();
@@ -149,7 +158,7 @@ async function main() {
       d.error = String(e.message || e);
     }
     details.push(d);
-    process.stderr.write(`${details.length}/${items.length}\r`);
+    if (process.stderr.isTTY) process.stderr.write(`${details.length}/${items.length}\r`);
   }
   const wall = (Date.now() - t0) / 1000;
 

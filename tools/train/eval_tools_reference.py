@@ -13,6 +13,10 @@ argmax matches it at each of its positions, given what comes before it. So:
                  on) or the prompt's <think></think> (off), greedy decoding
                  emits exactly the reference calls and <|im_end|>
   call_decision  the first token there is <tool_call>
+  call_name      every call's function name is argmax (the rest of the call
+                 given: the right tool, teacher-forced)
+  call_args      every call's parameter values are argmax (the rest given:
+                 the right arguments, teacher-forced)
   no_call        (needs no tool) the first token there is not <tool_call>
   answer_exact   (second turn, after the true tool results) the reference
                  answer text after the reference <think> block, exactly
@@ -52,6 +56,21 @@ def main():
     tid = {t["content"]: t["id"] for t in tj["added_tokens"]}
     vocab = dict(tj["model"]["vocab"])
     THINK_END, CALL = tid["</think>"], tid["<tool_call>"]
+    inv = {i: k for k, i in vocab.items()}
+
+    def positions(comp, start, pattern):
+        """Completion positions (from start) of the tokens that overlap a
+        match of group 1 of pattern in the decoded completion."""
+        text, spans = "", []
+        for j in range(start, len(comp)):
+            s = inv.get(comp[j], "").replace("\u0120", " ").replace("\u010a", "\n")
+            spans.append((len(text), len(text) + len(s), j))
+            text += s
+        want = set()
+        for m in re.finditer(pattern, text, re.S):
+            a0, b0 = m.span(1)
+            want |= {j for a, b, j in spans if a < b0 and b > a0}
+        return want
     ref = mr.MimoReference.load(args.model, dtype=torch.float32)
     bp = mr.BatchedPaths(ref)
     items = [json.loads(l) for l in open(args.ids) if l.strip()]
@@ -77,6 +96,10 @@ def main():
         else:
             r["call_decision"] = pred[start] == CALL
             r["call_exact"] = pred[start:] == comp[start:]
+            names = positions(comp, start, r"<function=([^>\n]+)>")
+            values = positions(comp, start, r"<parameter=[^>\n]+>(.*?)</parameter>")
+            r["call_name"] = bool(names) and all(pred[j] == comp[j] for j in names)
+            r["call_args"] = bool(values) and all(pred[j] == comp[j] for j in values)
             if len(it["turns"]) > 1:
                 t2 = it["turns"][1]
                 c2 = t2["completion"]
@@ -107,7 +130,8 @@ def main():
         v = [x[key] for x in rs if key in x]
         return {"rate": round(sum(v) / len(v), 4), "n": sum(v), "of": len(v)} if v else None
 
-    keys = ["call_decision", "call_exact", "no_call", "answer_exact", "answer_result"]
+    keys = ["call_decision", "call_name", "call_args", "call_exact", "no_call", "answer_exact",
+            "answer_result"]
     summary = {"model": args.model, "prompts": len(rows),
                "overall": {k: rate(rows, k) for k in keys}}
     for group in ("phrasing", "thinking", "tool"):

@@ -252,7 +252,24 @@ def load_ids(path):
     return torch.from_numpy(np.fromfile(path, dtype="<u2").astype("int64"))
 
 
-def losses(bp, x, gen=None):
+def assistant_mask(ids, im_start, assistant, im_end):
+    """Per token of an agent stream: True where it is the content of an
+    assistant turn (after `<|im_start|>assistant\n`, up to and including
+    its `<|im_end|>`), the tokens the server makes the model produce."""
+    import numpy as np
+    a = ids.numpy()
+    mask = np.zeros(a.shape[0], dtype=bool)
+    starts = np.nonzero(a == im_start)[0]
+    ends = np.nonzero(a == im_end)[0]
+    for s in starts:
+        if s + 1 < a.shape[0] and a[s + 1] == assistant:
+            k = np.searchsorted(ends, s)
+            e = ends[k] if k < ends.shape[0] else a.shape[0] - 1
+            mask[s + 3:e + 1] = True
+    return torch.from_numpy(mask)
+
+
+def losses(bp, x, gen=None, mask=None):
     """x [B, T] -> (main loss, [MTP loss per layer], route stats).
 
     Main: position p predicts x[p+1]. MTP layer k at MTP position p takes
@@ -260,17 +277,25 @@ def losses(bp, x, gen=None):
     (its attention needs them). Its LM head (a quarter of a step's work if
     run everywhere) runs over every position with a target, or, with `gen`,
     over a seeded random MTP_LOSS_FRACTION of them (an unbiased estimate of
-    the same loss).
+    the same loss). With `mask` ([B, T] bool), each loss averages only over
+    the targets whose token is masked in (and the LM heads run only there).
     """
     stats = []
     h = bp.hidden(x, stats)
-    main = F.cross_entropy(bp.logits(h[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+    rows, tgt = h[:, :-1].flatten(0, 1), x[:, 1:].flatten()
+    if mask is not None:
+        sel = mask[:, 1:].flatten()
+        rows, tgt = rows[sel], tgt[sel]
+    main = F.cross_entropy(bp.logits(rows), tgt)
     mtp, hk = [], h
     T = x.shape[1]
     for k in range(bp.c.num_mtp_layers):
         n = T - 1 - k
         hk = bp.mtp_hidden(k, x[:, 1 + k:], hk[:, :n])
         rows, tgt = hk[:, :n - 1].flatten(0, 1), x[:, 2 + k:].flatten()
+        if mask is not None:
+            sel = mask[:, 2 + k:].flatten()
+            rows, tgt = rows[sel], tgt[sel]
         if gen is not None:
             sel = torch.randperm(rows.shape[0], generator=gen)[:int(rows.shape[0] * MTP_LOSS_FRACTION)]
             rows, tgt = rows[sel], tgt[sel]
@@ -346,6 +371,15 @@ def main():
                     help="training context of the agent windows (each starts at a conversation)")
     ap.add_argument("--agent-batch", type=int, default=0,
                     help="agent windows per step (corpus/agent_ids.u16; 0: none)")
+    ap.add_argument("--agent-loss", choices=["all", "assistant"], default="all",
+                    help="agent windows' loss over every token, or only the assistant turns' "
+                    "content (through their <|im_end|>)")
+    ap.add_argument("--agent-weight", type=float, default=0.0,
+                    help="the agent batch's share of the step's loss (0: its share of the "
+                    "step's tokens)")
+    ap.add_argument("--agent-call-windows", type=int, default=0,
+                    help="of the agent windows per step, this many start at a conversation "
+                    "whose assistant makes a tool call (the rest at any conversation)")
     ap.add_argument("--init", help="fine-tune: start from this checkpoint directory")
     ap.add_argument("--init-tokenizer", help="the tokenizer.json --init was trained with")
     ap.add_argument("--stop-at", type=int, default=0,
@@ -386,6 +420,16 @@ def main():
         ends = (agent == ENDOFTEXT).nonzero().flatten() + 1
         agent_starts = torch.cat([torch.zeros(1, dtype=torch.long), ends])
         agent_starts = agent_starts[agent_starts <= agent.numel() - args.agent_seq]
+        # Starts of the conversations whose assistant turns hold a <tool_call>
+        # (the system turn's tool instructions name the tag too).
+        in_turn = assistant_mask(agent, IM_START, tok_ids["assistant"], IM_END)
+        call_at = ((agent == tok_ids["<tool_call>"]) & in_turn).nonzero().flatten()
+        nxt = torch.searchsorted(call_at, agent_starts)
+        conv_end = torch.cat([ends, torch.tensor([agent.numel()])])
+        conv_end = conv_end[torch.searchsorted(conv_end, agent_starts, right=True)]
+        has_call = (nxt < call_at.numel()) & (call_at[nxt.clamp(max=call_at.numel() - 1)] < conv_end)
+        call_starts = agent_starts[has_call]
+        agent_mask = in_turn if args.agent_loss == "assistant" else None
 
     params = [t for n, t in w.items() if t.requires_grad]
     decay = [t for n, t in w.items() if t.requires_grad and t.dim() == 2]
@@ -396,7 +440,8 @@ def main():
     n_params = sum(t.numel() for t in w.values())
     print(f"params {n_params} ({n_params * 2 / 2**20:.1f} MiB bf16); train {train.numel()} "
           f"tokens, valid {valid.numel()} ({n_valid} chunks of {VALID_SEQ})" +
-          (f"; agent {agent.numel()} tokens, {agent_starts.numel()} conversation starts"
+          (f"; agent {agent.numel()} tokens, {agent_starts.numel()} conversation starts "
+           f"({call_starts.numel()} with a tool call)"
            if agent is not None else ""), flush=True)
 
     steps = args.bench_steps or args.steps
@@ -417,10 +462,17 @@ def main():
         if agent is not None:
             # A second batch of windows that start at a conversation; the step's
             # loss is the token-weighted mean over both batches.
-            pick = torch.randint(0, agent_starts.numel(), (args.agent_batch,), generator=gen)
-            xa = torch.stack([agent[s:s + args.agent_seq] for s in agent_starts[pick].tolist()])
-            ma, mtpa, sa = losses(bp, xa, gen)
-            fk = (BATCH * SEQ) / (BATCH * SEQ + args.agent_batch * args.agent_seq)
+            kc = args.agent_call_windows
+            pick = torch.randint(0, agent_starts.numel(), (args.agent_batch - kc,), generator=gen)
+            at = agent_starts[pick].tolist()
+            if kc:
+                at = call_starts[torch.randint(0, call_starts.numel(), (kc,), generator=gen)].tolist() + at
+            xa = torch.stack([agent[s:s + args.agent_seq] for s in at])
+            maska = None if agent_mask is None else torch.stack(
+                [agent_mask[s:s + args.agent_seq] for s in at])
+            ma, mtpa, sa = losses(bp, xa, gen, maska)
+            fk = (1 - args.agent_weight if args.agent_weight else
+                  (BATCH * SEQ) / (BATCH * SEQ + args.agent_batch * args.agent_seq))
             main_loss = fk * main_loss + (1 - fk) * ma
             mtp_losses = [fk * l + (1 - fk) * la for l, la in zip(mtp_losses, mtpa)]
             stats = [(p, l + la) for (p, l), (_, la) in zip(stats, sa)]
@@ -475,6 +527,8 @@ def main():
     ev = evaluate(mr.BatchedPaths(exported), valid_chunks)
     summary = {"summary": True, "steps": steps, "steps_run": steps_run, "batch": BATCH, "seq": SEQ,
                "agent_batch": args.agent_batch, "agent_seq": args.agent_seq,
+               "agent_loss": args.agent_loss, "agent_weight": args.agent_weight,
+               "agent_call_windows": args.agent_call_windows,
                "peak_lr": PEAK_LR, "warmup": WARMUP, "init": args.init,
                "train_tokens_seen": steps_run * (BATCH * SEQ + args.agent_batch * args.agent_seq),
                "train_stream_tokens": train.numel(),

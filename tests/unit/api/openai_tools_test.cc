@@ -136,6 +136,11 @@ TEST(ParseToolsTest, BadToolCallsAreNamed) {
                             .tool_calls(0)
                             .arguments()),
             json({{"a", 1}}));
+  body = AgentTurn();  // a call as a stream's deltas join it: its index is ignored
+  body["messages"][2]["tool_calls"][0]["index"] = 0;
+  EXPECT_EQ(MustParse(ParseChatRequest(body.dump())).request.chat().messages(2).tool_calls_size(), 1);
+  body["messages"][2]["tool_calls"][0]["indices"] = 0;  // anything else is still named
+  EXPECT_EQ(MustFail(ParseChatRequest(body.dump())).param, "messages[2].tool_calls[0].indices");
 }
 
 TEST(ParseToolsTest, ReasoningAndTemplateKwargs) {
@@ -257,6 +262,7 @@ TEST(ToolResponseTest, MessageWithCallsAndReasoning) {
   EXPECT_EQ(m["tool_calls"][0]["type"], "function");
   EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "add");
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+  EXPECT_FALSE(m["tool_calls"][0].contains("index"));  // only a chunk's deltas have one
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], 3);
 
