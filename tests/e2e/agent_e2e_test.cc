@@ -204,7 +204,11 @@ TEST_F(AgentE2E, OpenAiClient) {
   EXPECT_EQ(n3["greedy"][0]["content"], n3["greedy"][2]["content"]) << n3.dump();
   const int greedy_prompt = n3["greedy_usage"]["prompt_tokens"];
   EXPECT_GT(greedy_prompt, 300) << n3.dump();
-  EXPECT_EQ(n3["greedy_usage"]["completion_tokens"], 30) << n3.dump();
+  // Equal greedy choices have equal lengths: three times one choice's.
+  EXPECT_EQ(n3["greedy_usage"]["completion_tokens"].get<int>() % 3, 0) << n3.dump();
+  if (n3["greedy"][0]["finish_reason"] == "length") {
+    EXPECT_EQ(n3["greedy_usage"]["completion_tokens"], 30) << n3.dump();
+  }
   EXPECT_EQ(n3["counters"]["prompt"], 3 * greedy_prompt) << n3.dump();
   // A page of the demo cluster is at most 64 tokens: each follower computes
   // at most the last partial page (and its first token's position).
